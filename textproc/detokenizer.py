@@ -1,0 +1,261 @@
+"""Incremental detokenization: token ids in, new text out, O(new tokens) per call.
+
+Owns turning a stream of generated token ids into text exactly as
+``tokenizer.decode(all ids)`` would, one delta at a time. It works on token
+bytes (``tokenizer.token_bytes``) with an incremental UTF-8 decoder, so it never
+re-decodes history and never prints a U+FFFD for a character that is merely
+split across tokens. It must not import the process layer and keeps no
+per-request state beyond a few pending bytes.
+
+Invariant (tested as a property on every vocabulary): for any split of any id
+sequence into steps, the concatenated ``add()`` deltas plus ``flush()`` equal
+``tokenizer.decode(all ids, skip_special_tokens=...)`` when ``at_start=True``;
+with ``at_start=False`` they equal it except that the leading space(s) the
+decoder strips at the very start of a text are kept (text after a prompt).
+
+Two replacement rules, because ``tokenizers`` has two:
+
+* byte-level and plain vocabularies: the concatenated token bytes are decoded
+  with ``errors="replace"`` (one U+FFFD per maximal invalid subpart, the rule of
+  Python and of Rust's ``from_utf8_lossy``); an incomplete character at the end
+  is held until it completes or ``flush()`` is called;
+* the ``ByteFallback`` decoder (SentencePiece ``<0xNN>`` tokens): a maximal run
+  of byte tokens is decoded as a whole; if the run is not valid UTF-8 *every
+  token of the run* becomes one U+FFFD. A later byte can therefore turn an
+  already complete character of the run into U+FFFD, so a run is held back until
+  a non-byte token ends it (or ``flush()``). Skipped special tokens do not end a
+  run (the decoder never sees them).
+"""
+
+from __future__ import annotations
+
+import codecs
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn, Protocol
+
+from textproc.errors import InvalidInput, short
+
+__all__ = ["DetokenizerVocab", "IncrementalDetokenizer"]
+
+_REPLACEMENT_BYTES = "\ufffd".encode()
+
+
+class DetokenizerVocab(Protocol):
+    """What the detokenizer needs from a tokenizer (``textproc.Tokenizer`` has it all).
+
+    ``vocab_bytes()`` is optional: when present it is used to build the id -> bytes
+    table in one call instead of ``vocab_size`` calls of ``token_bytes``.
+    """
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def special_ids(self) -> frozenset[int]: ...
+
+    @property
+    def decode_strip_leading(self) -> int: ...
+
+    @property
+    def byte_fallback_ids(self) -> frozenset[int]: ...
+
+    def token_bytes(self, token_id: int, *, skip_special_tokens: bool = False) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """Per-tokenizer lookup tables, built once and shared by every detokenizer."""
+
+    skip: list[bytes]  # token id -> bytes, special tokens b""
+    keep: list[bytes]  # token id -> bytes, special tokens their content
+    byte_fallback: frozenset[int]  # ids of "<0xNN>" tokens (ByteFallback decoder)
+    special: frozenset[int]
+    strip: int  # leading " " a decode from the very start strips
+
+
+_TABLES: weakref.WeakKeyDictionary[object, _Tables] = weakref.WeakKeyDictionary()
+
+
+def _build_tables(tokenizer: DetokenizerVocab) -> _Tables:
+    n = int(tokenizer.vocab_size)
+    vocab_bytes = getattr(tokenizer, "vocab_bytes", None)
+    skip: list[bytes]
+    if callable(vocab_bytes):
+        skip = list(vocab_bytes())
+    else:
+        skip = []
+        for token_id in range(n):
+            try:
+                skip.append(tokenizer.token_bytes(token_id, skip_special_tokens=True))
+            except (KeyError, IndexError, ValueError):
+                skip.append(b"")  # a gap in the ids: decode ignores unknown ids
+    keep = list(skip)
+    special = frozenset(tokenizer.special_ids)
+    for token_id in special:
+        if 0 <= token_id < len(keep):
+            keep[token_id] = tokenizer.token_bytes(token_id, skip_special_tokens=False)
+    return _Tables(
+        skip=skip,
+        keep=keep,
+        byte_fallback=frozenset(tokenizer.byte_fallback_ids),
+        special=special,
+        strip=int(tokenizer.decode_strip_leading),
+    )
+
+
+def _tables_for(tokenizer: DetokenizerVocab) -> _Tables:
+    try:
+        tables = _TABLES.get(tokenizer)
+    except TypeError:  # not weak-referenceable or not hashable: build, don't cache
+        return _build_tables(tokenizer)
+    if tables is None:
+        tables = _build_tables(tokenizer)
+        try:
+            _TABLES[tokenizer] = tables
+        except TypeError:
+            pass
+    return tables
+
+
+class IncrementalDetokenizer:
+    """Turns generated token ids into text deltas; ``add()`` returns what is ready now.
+
+    Contract: the chunks from ``add()`` and ``flush()`` concatenate to
+    ``tokenizer.decode(all ids, skip_special_tokens=skip_special_tokens)`` for
+    ``at_start=True``, whatever the split of the ids into calls. With the default
+    ``at_start=False`` (output that continues a prompt) the leading space a
+    SentencePiece decoder strips at the very start of a text is kept, as
+    ``tokenizers.decoders.DecodeStream`` does after prefill ids.
+
+    Held back: the bytes of an incomplete UTF-8 character, and for byte-fallback
+    vocabularies an open run of ``<0xNN>`` tokens (see the module docstring).
+
+    >>> from textproc import Tokenizer  # doctest: +SKIP
+    >>> d = IncrementalDetokenizer(tok)  # doctest: +SKIP
+    >>> d.add([9468]), d.add([222, 222]), d.flush()  # "😀" in 3 GPT-2 tokens  # doctest: +SKIP
+    ('', '😀', '')
+    """
+
+    __slots__ = ("_table", "_n", "_bf", "_skipped", "_decoder", "_run", "_strip")
+
+    def __init__(
+        self,
+        tokenizer: DetokenizerVocab,
+        *,
+        skip_special_tokens: bool = True,
+        at_start: bool = False,
+    ) -> None:
+        tables = _tables_for(tokenizer)
+        self._table = tables.skip if skip_special_tokens else tables.keep
+        self._n = len(self._table)
+        self._bf: frozenset[int] | None = tables.byte_fallback or None
+        # skipped special tokens are invisible to the decoder: they don't end a byte run
+        self._skipped = tables.special if skip_special_tokens else frozenset()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._run = bytearray()  # open run of byte-fallback bytes, one per token
+        self._strip = tables.strip if at_start else 0
+
+    @classmethod
+    def for_prompt(
+        cls,
+        tokenizer: DetokenizerVocab,
+        prompt_ids: Sequence[int],
+        *,
+        skip_special_tokens: bool = True,
+    ) -> IncrementalDetokenizer:
+        """A detokenizer for output that follows ``prompt_ids``.
+
+        ``at_start`` is True when the prompt contributes no text (empty, or only
+        skipped special tokens such as BOS): then ``decode(prompt + output)``
+        strips the output's leading space and so do the deltas. Costs O(number of
+        leading textless prompt tokens), usually one or two lookups.
+        """
+        tables = _tables_for(tokenizer)
+        table = tables.skip if skip_special_tokens else tables.keep
+        at_start = True
+        for token_id in prompt_ids:
+            if not (0 <= token_id < len(table)) or table[token_id]:
+                at_start = False
+                break
+        return cls(tokenizer, skip_special_tokens=skip_special_tokens, at_start=at_start)
+
+    @property
+    def is_holding(self) -> bool:
+        """True while bytes of an incomplete character or an open byte run are held."""
+        return bool(self._run) or bool(self._decoder.getstate()[0])
+
+    def add(self, token_ids: Sequence[int]) -> str:
+        """Feed newly generated ids; return the text they complete (maybe "")."""
+        table = self._table
+        try:
+            if self._bf is None:
+                data = b"".join([table[i] for i in token_ids])
+            else:
+                data = self._add_byte_fallback(token_ids)
+        except (IndexError, TypeError) as e:
+            self._raise_bad_ids(token_ids, e)
+        if token_ids and min(token_ids) < 0:
+            self._raise_bad_ids(token_ids, None)
+        text = self._decoder.decode(data)
+        if self._strip and text:
+            return self._strip_leading(text)
+        return text
+
+    feed = add
+
+    def flush(self) -> str:
+        """Return the held-back rest: a closed byte run and/or U+FFFD for an incomplete tail.
+
+        The detokenizer can be used again afterwards; it continues as a new text
+        segment (no character joins across a flush).
+        """
+        data = self._close_run() if self._run else b""
+        text = self._decoder.decode(data, final=True)
+        if self._strip and text:
+            return self._strip_leading(text)
+        return text
+
+    finish = flush
+
+    def _add_byte_fallback(self, token_ids: Sequence[int]) -> bytes:
+        table, bf, run = self._table, self._bf, self._run
+        assert bf is not None
+        out = bytearray()
+        for i in token_ids:
+            if i in bf:
+                run += table[i]
+            elif run and i in self._skipped:
+                continue
+            else:
+                if run:
+                    out += self._close_run()
+                out += table[i]
+        return bytes(out)
+
+    def _close_run(self) -> bytes:
+        # ByteFallback decoder: a valid run is its text, an invalid one is one U+FFFD per token
+        run = bytes(self._run)
+        self._run.clear()
+        try:
+            run.decode("utf-8")
+        except UnicodeDecodeError:
+            return _REPLACEMENT_BYTES * len(run)
+        return run
+
+    def _strip_leading(self, text: str) -> str:
+        # the Strip / Metaspace decoder removes up to `strip` spaces at the very start
+        i = 0
+        while i < self._strip and i < len(text) and text[i] == " ":
+            i += 1
+        self._strip = 0 if i < len(text) else self._strip - i
+        return text[i:]
+
+    def _raise_bad_ids(self, token_ids: Sequence[int], cause: BaseException | None) -> NoReturn:
+        bad = [i for i in token_ids if not isinstance(i, int) or not 0 <= i < self._n]
+        raise InvalidInput(
+            f"token id {short(bad[0] if bad else token_ids)} out of range in "
+            f"IncrementalDetokenizer.add({short(list(token_ids))}); "
+            f"allowed: ints 0..{self._n - 1}"
+        ) from cause
