@@ -36,6 +36,31 @@ __all__ = [
     "EngineOutFrame",
     "pack_ids",
     "unpack_ids",
+    "ChatRequest",
+    "CompletionRequest",
+    "TokenizeRequest",
+    "DetokenizeRequest",
+    "StatsRequest",
+    "Accepted",
+    "Failure",
+    "TokenizeResult",
+    "DetokenizeResult",
+    "Stats",
+    "Submit",
+    "Hello",
+    "Welcome",
+    "Abort",
+    "Query",
+    "Unknown",
+    "RequestOutput",
+    "Outputs",
+    "Ready",
+    "ProcessDied",
+    "WorkerInFrame",
+    "WorkerOutFrame",
+    "FrontInFrame",
+    "FrontOutFrame",
+    "EventFrame",
 ]
 
 PROTOCOL_VERSION = 1
@@ -110,3 +135,224 @@ class EngineHello(msgspec.Struct, tag=True, array_like=True):
 
 EngineInFrame = EngineRequest | EngineAbort
 EngineOutFrame = EngineStep | EngineHello
+
+
+# ---------------------------------------------------------------------------------------------
+# Service frames (textproc's own processes and clients; never seen by an engine).
+#
+# Sockets and the union each one decodes (docs/architecture.md has the full picture):
+#   worker-i    ROUTER (worker binds)      in: WorkerInFrame           out: WorkerOutFrame
+#   detok-in    PULL   (detokenizer binds) in: Submit
+#   detok-front ROUTER (detokenizer binds) in: FrontInFrame            out: FrontOutFrame
+#   control     PULL   (supervisor binds)  in: Ready (children announce themselves)
+#   events      PUB    (supervisor binds)  out: EventFrame
+# On the two ROUTER sockets the peer's routing id IS the client id: workers put it into
+# Submit.client_id, so a client can only ever receive outputs for requests it sent itself.
+# ---------------------------------------------------------------------------------------------
+
+
+class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """client -> worker: render ``messages`` with the model's chat template and generate."""
+
+    request_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"  # "none" | "auto" | "required" | named function
+    stop: list[str] = []
+    max_tokens: int | None = None  # None: whatever max_model_len leaves after the prompt
+    min_tokens: int = 0
+    include_stop: bool = False
+    chat_template_kwargs: dict[str, Any] = {}
+    skip_special_tokens: bool = True
+    sampling: dict[str, Any] = {}
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    stop_token_ids: list[int] = []  # extra stop token ids, added to EOS
+    ignore_eos: bool = False
+
+
+class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """client -> worker: generate after a raw prompt (text, or packed ids in prompt_token_ids)."""
+
+    request_id: str
+    prompt: str = ""
+    prompt_token_ids: bytes | None = None  # pack_ids(...); when set, ``prompt`` must be ""
+    stop: list[str] = []
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    include_stop: bool = False
+    skip_special_tokens: bool = True
+    sampling: dict[str, Any] = {}
+    add_special_tokens: bool = True
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+
+
+class TokenizeRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """client -> worker: ids of ``text``, or of the rendered chat prompt when ``messages`` is set."""
+
+    request_id: str
+    text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_special_tokens: bool = False
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] = {}
+
+
+class DetokenizeRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """client -> worker: text of packed ``token_ids``."""
+
+    request_id: str
+    token_ids: bytes
+    skip_special_tokens: bool = True
+
+
+class StatsRequest(msgspec.Struct, tag=True, array_like=True):
+    """client -> worker or detokenizer: ask for the process's counters."""
+
+    request_id: str
+
+
+class Accepted(msgspec.Struct, tag=True, array_like=True):
+    """worker -> client: the request went to the detokenizer and engine; outputs will follow."""
+
+    request_id: str
+    prompt_tokens: int
+
+
+class Failure(msgspec.Struct, tag=True, array_like=True):
+    """worker -> client: the request was refused or failed; ``status`` is HTTP-like (400, 500...)."""
+
+    request_id: str
+    kind: str  # "invalid_input" | "template" | "limit" | "internal"
+    message: str
+    status: int = 400
+
+
+class TokenizeResult(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """worker -> client: packed ids, plus the rendered prompt text for ``messages``."""
+
+    request_id: str
+    token_ids: bytes
+    prompt: str | None = None
+
+
+class DetokenizeResult(msgspec.Struct, tag=True, array_like=True):
+    """worker -> client: the decoded text."""
+
+    request_id: str
+    text: str
+
+
+class Stats(msgspec.Struct, tag=True, array_like=True):
+    """worker or detokenizer -> client: counters (requests, tokens, malformed frames per socket)."""
+
+    request_id: str
+    role: str
+    index: int
+    counters: dict[str, int]
+
+
+class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """worker -> detokenizer: how to treat one request's output, plus its encoded EngineRequest.
+
+    The detokenizer registers the per-request state, then forwards ``engine_request`` (an
+    ``EngineRequest`` already encoded by the worker) to the engine untouched.
+    """
+
+    request_id: str
+    client_id: bytes  # the client's routing id on detok-front
+    prompt_tokens: int
+    max_tokens: int
+    engine_request: bytes
+    stop: list[str] = []
+    include_stop: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    reasoning: bool = False  # parse <think>...</think> into reasoning_content
+    tools: bool = False  # parse <tool_call>...</tool_call> into tool_calls
+    starts_in_reasoning: bool = False  # the prompt ends inside an open <think>
+
+
+class Hello(msgspec.Struct, tag=True, array_like=True):
+    """client -> detokenizer: first frame on detok-front (the routing id is the client id)."""
+
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Welcome(msgspec.Struct, tag=True, array_like=True):
+    """detokenizer -> client: answer to Hello; a new ``instance_id`` means a new detokenizer."""
+
+    instance_id: str
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Abort(msgspec.Struct, tag=True, array_like=True):
+    """client -> detokenizer: stop these requests (forwarded to the engine as EngineAbort)."""
+
+    request_ids: list[str]
+
+
+class Query(msgspec.Struct, tag=True, array_like=True):
+    """client -> detokenizer: which of these in-flight requests does the detokenizer not know?"""
+
+    request_ids: list[str]
+
+
+class Unknown(msgspec.Struct, tag=True, array_like=True):
+    """detokenizer -> client: answer to Query, the ids it holds no state or buffer for."""
+
+    request_ids: list[str]
+
+
+class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One request's part of an Outputs frame: deltas since the last frame, and the end if it ended.
+
+    ``deltas`` are OpenAI-style delta fragments ({"content": s}, {"reasoning_content": s},
+    {"tool_calls": [...]}) in order. On the last output ``finish_reason`` is set ("stop",
+    "length", "tool_calls", "abort" or "error" with ``error`` saying why), ``stop`` is the matched
+    stop string if any, and the token counts are the usage.
+    """
+
+    request_id: str
+    deltas: list[dict[str, Any]]
+    finish_reason: str | None = None
+    stop: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+class Outputs(msgspec.Struct, tag=True, array_like=True):
+    """detokenizer -> client: every output for this client from one engine step, in one frame."""
+
+    items: list[RequestOutput]
+
+
+class Ready(msgspec.Struct, tag=True, array_like=True):
+    """child -> supervisor (control), and supervisor -> everyone (events): a process is serving.
+
+    The detokenizer also sends ``Ready(role="engine")`` when an engine's EngineHello arrives.
+    """
+
+    role: str  # "worker" | "detokenizer" | "engine"
+    index: int
+    pid: int
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class ProcessDied(msgspec.Struct, tag=True, array_like=True):
+    """supervisor -> everyone (events): a child exited; its requests are lost (it is restarted)."""
+
+    role: str
+    index: int
+    exit_code: int
+    pid: int = 0
+
+
+WorkerInFrame = ChatRequest | CompletionRequest | TokenizeRequest | DetokenizeRequest | StatsRequest
+WorkerOutFrame = Accepted | Failure | TokenizeResult | DetokenizeResult | Stats
+FrontInFrame = Hello | Abort | Query | StatsRequest
+FrontOutFrame = Welcome | Outputs | Unknown | Stats
+EventFrame = Ready | ProcessDied

@@ -1,0 +1,232 @@
+"""Frozen settings of the service: endpoints, limits and timeouts, validated where they are built.
+
+Owns every tunable of the process layer. Never reads the environment or the command line (only
+``cli.py`` does) and imports nothing but the standard library and ``textproc.errors``, so every
+process gets its settings as one immutable value. ``to_json`` / ``from_json`` carry a config to a
+child process as JSON (never pickle); ``from_json`` validates like the constructor does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from textproc.errors import InvalidInput, short
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "IPC_PATH_MAX_BYTES",
+    "Endpoints",
+    "ServiceConfig",
+    "ServeConfig",
+    "ipc_endpoints",
+    "tcp_endpoints",
+]
+
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024  # equals protocol.MAX_FRAME_BYTES
+IPC_PATH_MAX_BYTES = 100  # sun_path is 108 bytes on Linux, 104 on macOS; keep a margin
+_SCHEMES = ("ipc://", "tcp://")
+
+
+def _check_int(name: str, value: object, *, low: int, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInput(f"{name} must be an int, got {short(value)}")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise InvalidInput(f"{name} must be {allowed}, got {value!r}")
+
+
+def _check_float(name: str, value: object, *, low: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(f"{name} must be a finite number, got {short(value)}")
+    if value <= low:
+        raise InvalidInput(f"{name} must be > {low}, got {value!r}")
+
+
+def _check_address(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.startswith(_SCHEMES):
+        raise InvalidInput(f"endpoint {name} must be an ipc:// or tcp:// address, got {short(value)}")
+    if value.startswith("ipc://") and len(value[6:].encode()) > IPC_PATH_MAX_BYTES:
+        raise InvalidInput(
+            f"endpoint {name} path is {len(value[6:].encode())} bytes, over the "
+            f"{IPC_PATH_MAX_BYTES}-byte limit of unix socket paths: {short(value)}; "
+            "use a shorter --runtime-dir"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoints:
+    """Every ZeroMQ address of one service; the role named first binds it, the others connect.
+
+    control (supervisor PULL), events (supervisor PUB), workers[i] (worker i ROUTER), detok_in
+    (detokenizer PULL), detok_front (detokenizer ROUTER), engine_in (detokenizer PUSH, engine
+    PULL), engine_out (detokenizer PULL, engine PUSH).
+    """
+
+    control: str
+    events: str
+    workers: tuple[str, ...]
+    detok_in: str
+    detok_front: str
+    engine_in: str
+    engine_out: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, tuple) or not self.workers:
+            raise InvalidInput(f"endpoints.workers must be a non-empty tuple, got {short(self.workers)}")
+        named = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "workers"]
+        named += [(f"workers[{i}]", w) for i, w in enumerate(self.workers)]
+        for name, value in named:
+            _check_address(name, value)
+        values = [v for _, v in named]
+        if len(set(values)) != len(values):
+            raise InvalidInput(f"endpoints must all differ, got {short(values, 300)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["workers"] = list(self.workers)
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: object, *, source: str = "<endpoints>") -> Endpoints:
+        if not isinstance(obj, dict):
+            raise InvalidInput(f"endpoints in {source} must be an object, got {short(obj)}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(obj) - names
+        missing = names - set(obj)
+        if unknown or missing:
+            raise InvalidInput(
+                f"endpoints in {source}: unknown keys {sorted(map(str, unknown))}, "
+                f"missing keys {sorted(missing)}; expected {sorted(names)}"
+            )
+        workers = obj["workers"]
+        if not isinstance(workers, list):
+            raise InvalidInput(f"endpoints.workers in {source} must be a list, got {short(workers)}")
+        return cls(**{**obj, "workers": tuple(workers)})
+
+
+def ipc_endpoints(runtime_dir: str, n_workers: int) -> Endpoints:
+    """ipc:// endpoints as socket files inside ``runtime_dir`` (which should be mode 0700).
+
+    >>> ipc_endpoints("/run/tp", 1).workers
+    ('ipc:///run/tp/worker-0',)
+    """
+    _check_int("n_workers", n_workers, low=1, high=256)
+    base = "ipc://" + runtime_dir.rstrip("/")
+    return Endpoints(
+        control=f"{base}/control",
+        events=f"{base}/events",
+        workers=tuple(f"{base}/worker-{i}" for i in range(n_workers)),
+        detok_in=f"{base}/detok-in",
+        detok_front=f"{base}/detok-front",
+        engine_in=f"{base}/engine-in",
+        engine_out=f"{base}/engine-out",
+    )
+
+
+def tcp_endpoints(host: str, ports: list[int], n_workers: int) -> Endpoints:
+    """tcp:// endpoints on ``host``; ``ports`` gives 6 + n_workers distinct ports in field order."""
+    _check_int("n_workers", n_workers, low=1, high=256)
+    if len(ports) != 6 + n_workers or len(set(ports)) != len(ports):
+        raise InvalidInput(f"tcp endpoints need {6 + n_workers} distinct ports, got {short(ports)}")
+    for port in ports:
+        _check_int("port", port, low=1, high=65535)
+    host_part = f"[{host}]" if ":" in host else host
+    addr = [f"tcp://{host_part}:{p}" for p in ports]
+    return Endpoints(
+        control=addr[0],
+        events=addr[1],
+        detok_in=addr[2],
+        detok_front=addr[3],
+        engine_in=addr[4],
+        engine_out=addr[5],
+        workers=tuple(addr[6:]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    """What every textproc child process needs: model, limits, queue sizes and timeouts."""
+
+    model_dir: str
+    n_workers: int = 2
+    max_model_len: int = 32768  # prompt tokens + max_tokens must fit
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # ZMQ_MAXMSGSIZE on every receiving socket
+    hwm: int = 100_000  # ZeroMQ send/receive high-water mark, in messages
+    max_stops: int = 64  # stop strings per request
+    max_stop_chars: int = 1024  # characters per stop string
+    max_prompt_chars: int = 4_000_000  # characters of rendered prompt / completion text
+    max_live_requests: int = 65_536  # requests the detokenizer holds state for at once
+    max_early_outputs: int = 10_000  # outputs buffered for requests whose Submit has not arrived
+    early_output_age_s: float = 5.0  # after this, such outputs are dropped and aborted
+    startup_timeout_s: float = 60.0  # how long to wait for each child's Ready
+    stop_timeout_s: float = 5.0  # terminate -> kill grace period at shutdown
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_dir, str) or not self.model_dir:
+            raise InvalidInput(f"model_dir must be a non-empty path, got {short(self.model_dir)}")
+        _check_int("n_workers", self.n_workers, low=1, high=256)
+        _check_int("max_model_len", self.max_model_len, low=2, high=1 << 30)
+        _check_int("max_frame_bytes", self.max_frame_bytes, low=1024, high=1 << 31)
+        _check_int("hwm", self.hwm, low=1)
+        _check_int("max_stops", self.max_stops, low=0)
+        _check_int("max_stop_chars", self.max_stop_chars, low=1)
+        _check_int("max_prompt_chars", self.max_prompt_chars, low=1)
+        _check_int("max_live_requests", self.max_live_requests, low=1)
+        _check_int("max_early_outputs", self.max_early_outputs, low=0)
+        _check_float("early_output_age_s", self.early_output_age_s, low=0.0)
+        _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
+        _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
+        if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise InvalidInput(
+                f"log_level must be DEBUG, INFO, WARNING or ERROR, got {short(self.log_level)}"
+            )
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServiceConfig:
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            raise InvalidInput(f"service config is not JSON: {short(text)}") from e
+        if not isinstance(obj, dict):
+            raise InvalidInput(f"service config must be a JSON object, got {short(obj)}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(obj) - names
+        if unknown:
+            raise InvalidInput(f"unknown service config keys {sorted(unknown)}; allowed: {sorted(names)}")
+        return cls(**obj)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """``textproc serve``: the service settings plus how to lay out endpoints and the engine."""
+
+    service: ServiceConfig
+    engine: Literal["stub", "external"] = "stub"
+    endpoints: Literal["ipc", "tcp"] = "ipc"
+    runtime_dir: str | None = None  # None: a fresh private directory under the temp dir
+    tcp_host: str = "127.0.0.1"
+    tcp_port_base: int = 0  # 0: free ports picked at start; else ports base, base+1, ...
+    stub_mode: Literal["echo", "replay", "random"] = "echo"
+    stub_args: tuple[str, ...] = field(default=())  # extra engine_stub flags, passed through
+    stub_stats_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("stub", "external"):
+            raise InvalidInput(f"engine must be 'stub' or 'external', got {short(self.engine)}")
+        if self.endpoints not in ("ipc", "tcp"):
+            raise InvalidInput(f"endpoints must be 'ipc' or 'tcp', got {short(self.endpoints)}")
+        if self.stub_mode not in ("echo", "replay", "random"):
+            raise InvalidInput(
+                f"stub_mode must be 'echo', 'replay' or 'random', got {short(self.stub_mode)}"
+            )
+        _check_int("tcp_port_base", self.tcp_port_base, low=0, high=65535 - 300)
+        if not self.tcp_host or not isinstance(self.tcp_host, str):
+            raise InvalidInput(f"tcp_host must be a host name or address, got {short(self.tcp_host)}")
