@@ -1,0 +1,290 @@
+"""OutputParser: a model's streamed text -> OpenAI chat delta fragments.
+
+Owns the split of generated text into ``reasoning_content`` (inside ``<think>``...``</think>``),
+``content`` and ``tool_calls`` (Hermes/Qwen ``<tool_call>`` blocks, see
+:mod:`textproc.parsing.hermes`), plus the one-shot forms and the delta merger used by tests and
+clients. It takes only the new text each time and keeps its own history; the work per
+``feed`` is proportional to the new text (no re-parsing).
+
+Invariant (property-tested): for any split of a text into ``feed`` calls,
+``merge_deltas(deltas)`` equals ``parse_output(text)`` with the same options.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from textproc.errors import InvalidInput, short
+from textproc.parsing.hermes import HermesCall
+from textproc.parsing.tags import TagStreamer
+
+__all__ = ["OutputParser", "parse_output", "parse_tool_calls", "openai_tool_call", "merge_deltas"]
+
+
+class OutputParser:
+    """Turn streamed model text into OpenAI chat delta fragments.
+
+    ``feed(text)`` returns the fragments ready now, ``finish()`` the rest. Fragments are
+    ``{"reasoning_content": s}``, ``{"content": s}``, and for each tool call first
+    ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}``
+    as soon as the name is complete, then ``{"tool_calls": [{"index", "function": {"arguments"}}]}``
+    with the raw JSON text of the ``arguments`` object as it arrives.
+
+    - ``reasoning``: recognise ``<think>``/``</think>`` (anywhere in content; several blocks
+      are allowed). ``starts_in_reasoning`` (only with ``reasoning``): the prompt ended inside
+      an open think block, so the text is reasoning until ``</think>``.
+    - ``tools``: recognise tool calls in content (never inside reasoning). A malformed or
+      unterminated call comes back as content, see :mod:`textproc.parsing.hermes`.
+    - ``request_id``: tool-call ids are ``call_<request_id>_<index>`` (``call_<index>`` if
+      empty), so streamed and one-shot parses agree; pass it to keep ids unique across turns.
+
+    Text is held back only while its tail could still start a tag of the current mode.
+
+    >>> p = OutputParser(reasoning=True, tools=True, request_id="r1")
+    >>> p.feed("<think>hm</think>ok<tool_call>")
+    [{'reasoning_content': 'hm'}, {'content': 'ok'}]
+    >>> p.feed('{"name": "f", "arguments": {"x": 1}}</tool_call>')[0]["tool_calls"][0]["id"]
+    'call_r1_0'
+    """
+
+    def __init__(
+        self,
+        *,
+        reasoning: bool = False,
+        tools: bool = False,
+        starts_in_reasoning: bool = False,
+        think_tags: tuple[str, str] = ("<think>", "</think>"),
+        tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+        request_id: str = "",
+    ) -> None:
+        for label, pair in (("think_tags", think_tags), ("tool_tags", tool_tags)):
+            if len(pair) != 2 or not all(isinstance(t, str) and t for t in pair):
+                raise InvalidInput(
+                    f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
+                )
+        self.reasoning = reasoning
+        self.tools = tools
+        self.think_tags = think_tags
+        self.tool_tags = tool_tags
+        self.request_id = request_id
+        self._in_reasoning = reasoning and starts_in_reasoning
+        self._content_tags: list[str] = []
+        if reasoning:
+            self._content_tags.append(think_tags[0])
+        if tools:
+            self._content_tags.append(tool_tags[0])
+        self._streamer = TagStreamer(self._mode_tags())
+        self._call: HermesCall | None = None
+        self._n_calls = 0
+        self._finished = False
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """True once a tool call's header was sent: the finish reason becomes "tool_calls"."""
+        return self._n_calls > 0 or (self._call is not None and self._call.has_header)
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        """Fragments for the new text (adjacent fragments of one kind are joined)."""
+        if self._finished:
+            raise InvalidInput("OutputParser.feed() called after finish()")
+        out = _Fragments()
+        while True:
+            call = self._call
+            if call is not None:
+                step = call.feed(text)
+                out.extend(step.deltas)
+                out.text("content", step.content)
+                if not step.is_closed:
+                    return out.items
+                self._end_call(call)
+                text = step.rest
+            if self._scan_tags(text, out):
+                text = self._streamer.take_rest()
+                continue
+            return out.items
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The rest: a held tag prefix, an unterminated call's text."""
+        if self._finished:
+            return []
+        self._finished = True
+        out = _Fragments()
+        call = self._call
+        if call is not None:
+            step = call.finish()
+            out.extend(step.deltas)
+            out.text("content", step.content)
+            self._end_call(call)
+        out.text(self._text_key(), self._streamer.take_rest())
+        return out.items
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _mode_tags(self) -> list[str]:
+        return [self.think_tags[1]] if self._in_reasoning else self._content_tags
+
+    def _text_key(self) -> str:
+        return "reasoning_content" if self._in_reasoning else "content"
+
+    def _scan_tags(self, text: str, out: _Fragments) -> bool:
+        """Scan text in content/reasoning mode; True when a tool call opened (body follows)."""
+        streamer = self._streamer
+        streamer.push(text)
+        while True:
+            released, tag = streamer.next_event()
+            out.text(self._text_key(), released)
+            if tag is None:
+                return False
+            if self._in_reasoning:  # tag is the close think tag
+                self._in_reasoning = False
+                streamer.set_tags(self._content_tags)
+            elif tag == self.think_tags[0] and self.reasoning:
+                self._in_reasoning = True
+                streamer.set_tags([self.think_tags[1]])
+            else:
+                call_id = f"call_{self.request_id}_{self._n_calls}" if self.request_id else f"call_{self._n_calls}"
+                self._call = HermesCall(
+                    index=self._n_calls,
+                    call_id=call_id,
+                    open_tag=self.tool_tags[0],
+                    close_tag=self.tool_tags[1],
+                )
+                return True
+
+    def _end_call(self, call: HermesCall) -> None:
+        if call.has_header:
+            self._n_calls += 1
+        self._call = None
+
+
+class _Fragments:
+    """Output list that joins adjacent fragments of the same kind."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def text(self, key: str, text: str) -> None:
+        if not text:
+            return
+        items = self.items
+        if items and key in items[-1]:
+            items[-1][key] += text
+        else:
+            items.append({key: text})
+
+    def extend(self, deltas: list[dict[str, Any]]) -> None:
+        items = self.items
+        for delta in deltas:
+            call = delta["tool_calls"][0]
+            if "id" not in call and items and "tool_calls" in items[-1]:
+                last = items[-1]["tool_calls"][-1]
+                if last["index"] == call["index"] and "id" not in last:
+                    last["function"]["arguments"] += call["function"]["arguments"]
+                    continue
+            items.append(delta)
+
+
+def merge_deltas(deltas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge delta fragments into ``{"reasoning_content", "content", "tool_calls"}``.
+
+    Tool calls come out whole, ordered by index, in the :func:`openai_tool_call` shape.
+
+    >>> merge_deltas([{"content": "a"}, {"content": "b"}])
+    {'reasoning_content': '', 'content': 'ab', 'tool_calls': []}
+    """
+    reasoning: list[str] = []
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for delta in deltas:
+        if "reasoning_content" in delta:
+            reasoning.append(delta["reasoning_content"] or "")
+        if "content" in delta:
+            content.append(delta["content"] or "")
+        for part in delta.get("tool_calls") or ():
+            index = part["index"]
+            function = part.get("function") or {}
+            call = calls.get(index)
+            if call is None:
+                call = calls[index] = {
+                    "id": part.get("id"),
+                    "type": part.get("type", "function"),
+                    "function": {"name": function.get("name") or "", "arguments": ""},
+                }
+            elif part.get("id"):
+                call["id"] = part["id"]
+            if function.get("name") and not call["function"]["name"]:
+                call["function"]["name"] = function["name"]
+            call["function"]["arguments"] += function.get("arguments") or ""
+    return {
+        "reasoning_content": "".join(reasoning),
+        "content": "".join(content),
+        "tool_calls": [calls[i] for i in sorted(calls)],
+    }
+
+
+def parse_output(
+    text: str,
+    *,
+    reasoning: bool = False,
+    tools: bool = False,
+    starts_in_reasoning: bool = False,
+    think_tags: tuple[str, str] = ("<think>", "</think>"),
+    tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+    request_id: str = "",
+) -> dict[str, Any]:
+    """One-shot parse: what ``merge_deltas`` of a streamed :class:`OutputParser` gives."""
+    parser = OutputParser(
+        reasoning=reasoning,
+        tools=tools,
+        starts_in_reasoning=starts_in_reasoning,
+        think_tags=think_tags,
+        tool_tags=tool_tags,
+        request_id=request_id,
+    )
+    return merge_deltas(parser.feed(text) + parser.finish())
+
+
+def parse_tool_calls(
+    text: str,
+    *,
+    tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+    request_id: str = "",
+) -> tuple[str, list[dict[str, Any]]]:
+    """One-shot: ``(content, tool calls)`` of a complete output (no reasoning split).
+
+    >>> parse_tool_calls('hi<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')
+    ('hi', [{'id': 'call_0', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}])
+    """
+    merged = parse_output(text, tools=True, tool_tags=tool_tags, request_id=request_id)
+    return merged["content"], merged["tool_calls"]
+
+
+def openai_tool_call(name: str, arguments: str | Mapping[str, Any], *, id: str | None = None) -> dict[str, Any]:
+    """An OpenAI tool call ``{"id", "type": "function", "function": {"name", "arguments"}}``.
+
+    ``arguments`` given as a mapping is serialised with ``json.dumps(ensure_ascii=False)``;
+    a string is kept as is. Without ``id`` it is derived from name and arguments
+    (``call_`` + 24 hex digits), so the same call always gets the same id.
+
+    >>> openai_tool_call("f", {"a": 1}, id="call_1")
+    {'id': 'call_1', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"tool call name {short(name)} must be a non-empty string")
+    if isinstance(arguments, str):
+        args_text = arguments
+    elif isinstance(arguments, Mapping):
+        args_text = json.dumps(dict(arguments), ensure_ascii=False)
+    else:
+        raise InvalidInput(
+            f"tool call arguments {short(arguments)} for {name!r} must be a JSON string or a mapping"
+        )
+    if id is None:
+        digest = hashlib.sha256(f"{name}\x00{args_text}".encode("utf-8", "surrogatepass"))
+        id = "call_" + digest.hexdigest()[:24]
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": args_text}}
