@@ -1,0 +1,481 @@
+"""OpenAI API shapes of the HTTP frontend: validation, response shaping, metrics, and the ASGI
+app over a scripted fake backend (in-process, no sockets, no processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+import httpx
+import pytest
+
+from textproc.http.backend import Output
+from textproc.http.metrics import Histogram, Metrics
+from textproc.http.openai_api import (
+    SSE_DONE,
+    ApiError,
+    ChatAccumulator,
+    ChatParams,
+    CompletionParams,
+    chat_chunk,
+    merge_fragments,
+    parse_chat_request,
+    parse_completion_request,
+    parse_detokenize_request,
+    parse_tokenize_request,
+    sse_event,
+)
+from textproc.http.server import EventStream, HttpLimits, build_app
+
+pytestmark = pytest.mark.timeout(30)
+
+MODELS = ["qwen3"]
+
+
+def chat_body(**fields: Any) -> bytes:
+    body: dict[str, Any] = {"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def chat(**fields: Any) -> ChatParams:
+    return parse_chat_request(chat_body(**fields), served_models=MODELS)
+
+
+def rejected(body: bytes, *, kind: str = "chat") -> ApiError:
+    parse = {"chat": parse_chat_request, "completion": parse_completion_request,
+             "tokenize": parse_tokenize_request, "detokenize": parse_detokenize_request}[kind]
+    with pytest.raises(ApiError) as info:
+        parse(body, served_models=MODELS)
+    return info.value
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+
+
+# ---------------------------------------------------------------- request validation
+
+
+def test_chat_request_normalized() -> None:
+    p = chat(
+        messages=[
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+        ],
+        tools=[WEATHER], stop="END", max_completion_tokens=7, max_tokens=99, temperature=0.5,
+        seed=3, top_k=20, stream=True, stream_options={"include_usage": True},
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    assert p.messages == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "a\nb"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+    ]
+    assert p.stop == ["END"]
+    assert p.max_tokens == 7  # max_completion_tokens wins over the deprecated max_tokens
+    assert p.sampling == {"temperature": 0.5, "top_k": 20, "seed": 3}
+    assert p.tool_choice == "auto"
+    assert p.tools is not None and p.tools[0]["function"]["name"] == "get_weather"
+    assert p.stream and p.include_usage
+    assert p.chat_template_kwargs == {"enable_thinking": False}
+
+
+def test_tool_choice_forms() -> None:
+    assert chat().tool_choice == "none"
+    assert chat(tools=[WEATHER], tool_choice="required").tool_choice == "required"
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert chat(tools=[WEATHER], tool_choice=named).tool_choice == named
+    assert chat(tools=[WEATHER], tool_choice="none").tool_choice == "none"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "match"),
+    [
+        ({"messages": [{"role": "bot", "content": "x"}]}, "messages[0].role", "allowed roles"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "got `int`"),
+        ({"messages": [{"role": "user"}]}, "messages[0]", "missing required field `content`"),
+        ({"messages": []}, "messages", "empty"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+         "messages[0].content[0].type", "supported content part types: text"),
+        ({"messages": [{"role": "assistant", "content": None}]}, "messages[0].content",
+         "neither content nor tool_calls"),
+        ({"messages": [{"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
+         "messages[0].tool_calls[0].function.arguments", "not valid JSON"),
+        ({"n": 2}, "n", "n=2 is not supported"),
+        ({"max_tokens": 0}, "max_tokens", ">= 1"),
+        ({"max_completion_tokens": "9"}, "max_completion_tokens", "Expected `int"),
+        ({"temperature": 3}, "temperature", "<= 2.0"),
+        ({"stop": ["ok", ""]}, "stop", "empty string"),
+        ({"stop": ["s"] * 65}, "stop", "at most 64"),
+        ({"stop": 7}, "stop", "Expected `str | array | null`, got `int`"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed when stream"),
+        ({"logprobs": True}, "logprobs", "not supported"),
+        ({"response_format": {"type": "json_object"}}, "response_format", "not supported"),
+        ({"tool_choice": "sometimes"}, "tool_choice", "Invalid enum value 'sometimes'"),
+        ({"tool_choice": "required"}, "tool_choice", "needs a non-empty tools list"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         "tool_choice", "'nope', which is not in tools"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]},
+         "tools[0].function.name", "invalid"),
+        ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name", "defined twice"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
+         "tools[0].function.parameters", "of type 'object'"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": ["x"]}}}]},
+         "tools[0].function.parameters.properties", "must map names to schemas"),
+        ({"tools": [{"type": "retrieval", "function": {"name": "f"}}]}, "tools[0].type",
+         "Invalid enum value 'retrieval'"),
+        ({"tools": [{"function": {"name": "f"}}]}, "tools[0]", "missing required field `type`"),
+        ({"continue_final_message": True}, "continue_final_message", "from the assistant"),
+    ],
+)
+def test_chat_request_rejected(fields: dict[str, Any], param: str, match: str) -> None:
+    err = rejected(chat_body(**fields))
+    assert err.status == 400
+    assert err.param == param
+    assert match in err.message
+    body = err.body()["error"]
+    assert set(body) == {"message", "type", "param", "code"}
+    assert body["type"] == "invalid_request_error"
+
+
+def test_unknown_model_is_404() -> None:
+    err = rejected(chat_body(model="gpt-9"))
+    assert (err.status, err.code, err.param) == (404, "model_not_found", "model")
+    assert "'gpt-9' does not exist" in err.message and "qwen3" in err.message
+
+
+def test_body_not_json_or_not_object() -> None:
+    assert "not valid JSON" in rejected(b"{\"model\": ").message
+    assert "Expected `object`, got `array`" in rejected(b"[]").message
+    assert "missing required field `messages`" in rejected(b'{"model": "qwen3"}').message
+
+
+def test_unknown_fields_ignored() -> None:
+    assert chat(user="u1", metadata={"a": 1}, store=False).messages
+
+
+def test_completion_prompt_forms() -> None:
+    def prompt(value: Any, **extra: Any) -> CompletionParams:
+        body = json.dumps({"model": "qwen3", "prompt": value, **extra}).encode()
+        return parse_completion_request(body, served_models=MODELS)
+
+    assert prompt("hello").prompt == "hello"
+    assert prompt("hello").max_tokens == 16  # the legacy API's default
+    assert prompt([1, 2, 3]).prompt == [1, 2, 3]
+    assert prompt([[4, 5]]).prompt == [4, 5]
+    assert prompt(["one"]).prompt == "one"
+    assert prompt("x", stop=["a", "b"], echo=True).stop == ["a", "b"]
+    for bad, match in [(["a", "b"], "batch of 2 prompts"), ([], "must be a string"),
+                       ([1, "a"], "must be a string"), ([-1], "negative")]:
+        body = json.dumps({"model": "qwen3", "prompt": bad}).encode()
+        assert match in rejected(body, kind="completion").message
+    body = json.dumps({"model": "qwen3", "prompt": "x", "suffix": "y"}).encode()
+    assert rejected(body, kind="completion").param == "suffix"
+
+
+def test_tokenize_detokenize_requests() -> None:
+    req = parse_tokenize_request(b'{"prompt": "hi"}', served_models=MODELS)
+    assert req.prompt == "hi" and req.add_special_tokens
+    assert "exactly one" in rejected(b'{"prompt": "a", "messages": []}', kind="tokenize").message
+    assert "exactly one" in rejected(b"{}", kind="tokenize").message
+    assert parse_detokenize_request(b'{"tokens": [1, 2]}', served_models=MODELS).tokens == [1, 2]
+    assert rejected(b'{"tokens": [1, -2]}', kind="detokenize").param == "tokens[1]"
+
+
+# ---------------------------------------------------------------- response shaping
+
+
+def test_merge_fragments_keeps_tool_calls_apart() -> None:
+    call = {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}
+    frags = [{"content": "a"}, {"content": "b"}, call, call,
+             {"reasoning_content": "r"}, {"reasoning_content": "s"}, {"content": "c"}]
+    assert merge_fragments(frags) == [{"content": "ab"}, call, call,
+                                      {"reasoning_content": "rs"}, {"content": "c"}]
+
+
+def test_accumulator_equals_streamed_concatenation() -> None:
+    acc = ChatAccumulator()
+    acc.feed([{"reasoning_content": "think "}, {"reasoning_content": "more"}])
+    acc.feed([{"content": "\n"}])
+    acc.feed([{"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                               "function": {"name": "get_weather", "arguments": ""}}]}])
+    acc.feed([{"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}])
+    acc.feed([{"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}])
+    acc.feed([{"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                               "function": {"name": "now", "arguments": "{}"}}]}])
+    msg = acc.message()
+    assert msg == {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "think more",
+        "tool_calls": [
+            {"id": "call_a", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"id": "call_b", "type": "function", "function": {"name": "now", "arguments": "{}"}},
+        ],
+    }
+
+
+def test_chunk_and_sse_framing() -> None:
+    chunk = chat_chunk("chatcmpl-1", 7, "qwen3", {"content": "é\n"}, include_usage=True)
+    assert chunk["object"] == "chat.completion.chunk" and chunk["usage"] is None
+    assert chunk["choices"] == [{"index": 0, "delta": {"content": "é\n"}, "logprobs": None,
+                                 "finish_reason": None}]
+    assert "usage" not in chat_chunk("c", 7, "m", {})
+    event = sse_event(chunk)
+    assert event.startswith(b"data: {") and event.endswith(b"}\n\n")
+    assert event.count(b"\n") == 2  # a newline in the text is escaped inside the JSON
+    assert json.loads(event[6:]) == chunk
+    assert SSE_DONE == b"data: [DONE]\n\n"
+
+
+def test_metrics_exposition() -> None:
+    hist = Histogram([0.1, 1.0])
+    for value in (0.05, 0.1, 0.5, 3.0):
+        hist.observe(value)
+    assert hist.lines("x", 'stage="a"') == [
+        'x_bucket{stage="a",le="0.1"} 2',
+        'x_bucket{stage="a",le="1"} 3',
+        'x_bucket{stage="a",le="+Inf"} 4',
+        'x_sum{stage="a"} 3.65',
+        'x_count{stage="a"} 4',
+    ]
+    m = Metrics()
+    m.count_request("/v1/chat/completions", 200)
+    m.count_request("/v1/chat/completions", 200)
+    m.observe("tokenize", 0.002)
+    text = m.render({"worker-0": 3})
+    assert 'textproc_http_requests_total{endpoint="/v1/chat/completions",status="200"} 2' in text
+    assert 'textproc_queue_depth{worker="worker-0"} 3' in text
+    assert 'textproc_stage_seconds_count{stage="tokenize"} 1' in text
+    for line in text.splitlines():  # every sample line: name{labels} value
+        if not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            float(value)
+            assert name.startswith("textproc_")
+
+
+# ---------------------------------------------------------------- the app over a fake backend
+
+
+class FakeBackend:
+    """Scripted backend: yields the given Outputs; records aborts (streams closed early)."""
+
+    def __init__(self, script: Sequence[Output] = (), *, error: ApiError | None = None,
+                 serving: bool = True, delay_s: float = 0.0) -> None:
+        self.script = list(script)
+        self.error = error
+        self.serving = serving
+        self.delay_s = delay_s
+        self.calls: list[tuple[str, Any]] = []
+        self.aborted: list[str] = []
+        self.finished: list[str] = []
+
+    @property
+    def served_models(self) -> Sequence[str]:
+        return MODELS
+
+    @property
+    def max_model_len(self) -> int | None:
+        return 4096
+
+    async def _run(self, request_id: str) -> AsyncIterator[Output]:
+        done = False
+        try:
+            if self.error is not None:
+                raise self.error
+            yield Output([], prompt_tokens=5)
+            for out in self.script:
+                await asyncio.sleep(self.delay_s)
+                if out.finish_reason is not None:
+                    done = True
+                    self.finished.append(request_id)
+                yield out
+        finally:
+            if not done:
+                self.aborted.append(request_id)
+
+    def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
+        self.calls.append(("chat", params))
+        return self._run(request_id)
+
+    def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
+        self.calls.append(("complete", params))
+        return self._run(request_id)
+
+    async def tokenize(self, *, text: str | None, messages: Any, tools: Any,
+                       add_special_tokens: bool, add_generation_prompt: bool,
+                       chat_template_kwargs: dict[str, Any]) -> list[int]:
+        return [ord(c) for c in text or ""]
+
+    async def detokenize(self, token_ids: list[int], *, skip_special_tokens: bool) -> str:
+        return "".join(map(chr, token_ids))
+
+    def queue_depths(self) -> Mapping[str, int]:
+        return {"worker-0": 0}
+
+    def health(self) -> tuple[bool, str]:
+        return self.serving, "" if self.serving else "the detokenizer is restarting"
+
+
+TOOL_SCRIPT = [
+    Output([{"reasoning_content": "hmm"}]),
+    Output([{"content": "ok "}, {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                 "function": {"name": "get_weather",
+                                                              "arguments": ""}}]}]),
+    Output([{"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Oslo\"}"}}]}],
+           finish_reason="stop", prompt_tokens=5, completion_tokens=9),
+]
+
+
+def request(backend: FakeBackend, method: str, path: str, *, limits: HttpLimits | None = None,
+            **kwargs: Any) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=build_app(backend, limits=limits))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.request(method, path, **kwargs)
+
+    return asyncio.run(go())
+
+
+def test_app_chat_whole_and_streamed_agree() -> None:
+    backend = FakeBackend(TOOL_SCRIPT)
+    whole = request(backend, "POST", "/v1/chat/completions",
+                    content=chat_body(tools=[WEATHER]))
+    assert whole.status_code == 200, whole.text
+    body = whole.json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["reasoning_content"] == "hmm"
+    assert choice["message"]["content"] == "ok "
+    assert choice["message"]["tool_calls"][0]["function"] == {
+        "name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}
+
+    streamed = request(backend, "POST", "/v1/chat/completions",
+                       content=chat_body(tools=[WEATHER], stream=True,
+                                         stream_options={"include_usage": True}))
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    raw = streamed.content
+    assert raw.endswith(b"\n\ndata: [DONE]\n\n")
+    events = [json.loads(e[6:]) for e in raw.split(b"\n\n")[:-2]]
+    assert all(e["id"] == events[0]["id"] and e["object"] == "chat.completion.chunk"
+               for e in events)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert [e["choices"][0]["finish_reason"] for e in events[:-1]][-1] == "tool_calls"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] == 14
+    assert all(e["usage"] is None for e in events[:-1])
+    acc = ChatAccumulator()
+    for e in events[1:-1]:
+        acc.feed([e["choices"][0]["delta"]])
+    assert acc.message() == choice["message"]
+    assert backend.finished and not backend.aborted
+
+
+def test_app_errors_have_status_and_error_object() -> None:
+    def check(resp: httpx.Response, status: int, match: str) -> None:
+        assert resp.status_code == status, resp.text
+        error = resp.json()["error"]
+        assert match in error["message"]
+        assert set(error) == {"message", "type", "param", "code"}
+
+    ok = FakeBackend([Output([{"content": "x"}], finish_reason="stop")])
+    check(request(ok, "POST", "/v1/chat/completions", content=chat_body(n=3)), 400, "n=3")
+    check(request(ok, "POST", "/v1/chat/completions", content=chat_body(model="m2")), 404,
+          "does not exist")
+    check(request(ok, "POST", "/v1/chat/completions", content=chat_body(stop="x" * 300),
+                  limits=HttpLimits(max_body_bytes=200)), 413, "200-byte limit")
+    check(request(ok, "POST", "/v1/chat/completions", content=chat_body(),
+                  limits=HttpLimits(max_running=0)), 429, "limit is 0")
+    check(request(FakeBackend(serving=False), "POST", "/v1/chat/completions",
+                  content=chat_body()), 503, "the detokenizer is restarting")
+    refused = FakeBackend(error=ApiError("prompt (9000 tokens) + max_tokens is over "
+                                         "max_model_len 4096", param="messages"))
+    check(request(refused, "POST", "/v1/chat/completions", content=chat_body(stream=True)),
+          400, "max_model_len 4096")
+    check(request(ok, "GET", "/v1/chat/completions"), 405, "not allowed")
+    check(request(ok, "GET", "/v2/nothing"), 404, "no route")
+    broken = FakeBackend([Output([{"content": "x"}], finish_reason="error", error="engine died")])
+    check(request(broken, "POST", "/v1/chat/completions", content=chat_body()), 500,
+          "engine died")
+    health = request(FakeBackend(serving=False), "GET", "/health")
+    assert health.status_code == 503 and health.json()["status"] == "unavailable"
+
+
+def test_app_completions_models_tokenize_metrics() -> None:
+    backend = FakeBackend([Output([{"content": " world"}], finish_reason="length",
+                                  prompt_tokens=1, completion_tokens=1)])
+    resp = request(backend, "POST", "/v1/completions",
+                   json={"model": "qwen3", "prompt": "hello", "echo": True, "max_tokens": 1})
+    body = resp.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    assert body["choices"][0]["text"] == "hello world"
+    assert body["choices"][0]["finish_reason"] == "length"
+    streamed = request(backend, "POST", "/v1/completions",
+                       json={"model": "qwen3", "prompt": "hello", "stream": True})
+    texts = [json.loads(e[6:])["choices"][0]["text"]
+             for e in streamed.content.split(b"\n\n")[:-2]]
+    assert texts == [" world", ""]
+    models = request(backend, "GET", "/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["qwen3"]
+    tok = request(backend, "POST", "/tokenize", json={"prompt": "ab"}).json()
+    assert tok == {"count": 2, "max_model_len": 4096, "tokens": [97, 98]}
+    assert request(backend, "POST", "/detokenize", json={"tokens": [97, 98]}).json() == {
+        "prompt": "ab"}
+    text = request(backend, "GET", "/metrics").text
+    assert "textproc_requests_running 0" in text
+
+
+def test_event_stream_disconnect_cancels_and_aborts() -> None:
+    """The client leaves mid-stream: the producer is cancelled and the backend stream closed."""
+    backend = FakeBackend([Output([{"content": "t"}])] * 1000, delay_s=0.01)
+
+    async def go() -> tuple[list[bytes], list[str]]:
+        sent: list[bytes] = []
+        disconnects: list[str] = []
+        stream = backend._run("req-1")
+
+        async def events() -> AsyncIterator[bytes]:
+            async for out in stream:
+                yield sse_event(out.fragments)
+
+        async def receive() -> dict[str, Any]:
+            while len(sent) < 5:
+                await asyncio.sleep(0.005)
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                sent.append(message["body"])
+
+        async def cleanup() -> None:
+            await stream.aclose()
+
+        response = EventStream(events(), on_disconnect=lambda: disconnects.append("gone"),
+                               cleanup=cleanup)
+        await asyncio.wait_for(response({"type": "http"}, receive, send), 5)
+        return sent, disconnects
+
+    sent, disconnects = asyncio.run(go())
+    assert 5 <= len(sent) < 20
+    assert disconnects == ["gone"]
+    assert backend.aborted == ["req-1"]

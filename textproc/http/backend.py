@@ -1,0 +1,73 @@
+"""What the HTTP frontend needs from the service, as a typing.Protocol, plus its output record.
+
+Owns the seam between the HTTP layer and ``textproc.client.TextClient``: the server codes
+against :class:`Backend`; ``textproc.http.server.ClientBackend`` adapts the real TextClient and
+tests may pass any object with the same methods. Cancelling (``aclose`` or cancelling the task
+that iterates) a stream returned by ``chat``/``complete`` must abort the request in the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
+
+from textproc.http.openai_api import ChatParams, CompletionParams
+
+__all__ = ["Backend", "Output"]
+
+
+@dataclass(slots=True)
+class Output:
+    """One step of one request, as the frontend consumes it.
+
+    ``fragments`` are OpenAI delta fragments in order; the last Output of a request has
+    ``finish_reason`` set and the usage counts. ``timings_s`` holds stage -> seconds for the
+    stages the service reports (template, tokenize, queue, detokenize), when it does.
+    """
+
+    fragments: list[dict[str, Any]]
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    stop: str | None = None
+    error: str | None = None
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """The service as the HTTP frontend sees it. Errors are raised as ``ApiError``."""
+
+    @property
+    def served_models(self) -> Sequence[str]: ...
+
+    @property
+    def max_model_len(self) -> int | None: ...
+
+    def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
+        """Outputs of one chat request; the first may be an empty Output sent on acceptance.
+
+        Raises ApiError (from the first ``__anext__``) when the service refuses the request.
+        """
+        ...
+
+    def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
+        ...
+
+    async def tokenize(
+        self,
+        *,
+        text: str | None,
+        messages: list[dict[str, Any]] | None,
+        tools: list[dict[str, Any]] | None,
+        add_special_tokens: bool,
+        add_generation_prompt: bool,
+        chat_template_kwargs: dict[str, Any],
+    ) -> list[int]: ...
+
+    async def detokenize(self, token_ids: list[int], *, skip_special_tokens: bool) -> str: ...
+
+    def queue_depths(self) -> Mapping[str, int]: ...
+
+    def health(self) -> tuple[bool, str]:
+        """(serving, why not): False while the service is down or still starting."""
+        ...

@@ -1,0 +1,121 @@
+"""Prometheus metrics of the HTTP frontend: counters, gauges and histograms, text exposition.
+
+Owns the metric names and the text format (version 0.0.4), hand-written: a few dicts and lists,
+no registry package. Must not block or do I/O; the server renders it on ``GET /metrics``.
+Histograms are cumulative in the output as Prometheus requires (``le`` buckets, ``+Inf``,
+``_sum``, ``_count``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Iterable, Mapping
+
+__all__ = ["Histogram", "Metrics", "CONTENT_TYPE", "LATENCY_BUCKETS_S", "STAGES"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# 100 us .. 60 s: stage timings are sub-millisecond (tokenize) to seconds (queue, whole request)
+LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+# per-stage latency histogram labels; "accept" .. "request" are measured by the frontend itself
+STAGES = (
+    "template", "tokenize", "queue", "detokenize", "accept", "first_token", "request",
+)
+
+
+class Histogram:
+    """Fixed-bucket histogram; ``observe`` is O(log buckets)."""
+
+    def __init__(self, buckets: Iterable[float] = LATENCY_BUCKETS_S) -> None:
+        self.bounds = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.bounds) + 1)  # last slot: above every bound (+Inf only)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        sep = "," if labels else ""
+        out = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts):
+            running += n
+            out.append(f'{name}_bucket{{{labels}{sep}le="{bound:g}"}} {running}')
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}')
+        braces = f"{{{labels}}}" if labels else ""
+        out.append(f"{name}_sum{braces} {self.total:.9g}")
+        out.append(f"{name}_count{braces} {self.count}")
+        return out
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Metrics:
+    """Everything ``/metrics`` shows; the server updates it inline (single event loop thread)."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], int] = {}  # (endpoint, status) -> count
+        self.finish_reasons: dict[str, int] = {}
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.running = 0  # requests being served now
+        self.aborted_by_client = 0
+        self.stages = {stage: Histogram() for stage in STAGES}
+
+    def count_request(self, endpoint: str, status: int) -> None:
+        key = (endpoint, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def count_finish(self, reason: str) -> None:
+        self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1
+
+    def observe(self, stage: str, seconds: float) -> None:
+        hist = self.stages.get(stage)
+        if hist is not None and seconds >= 0:
+            hist.observe(seconds)
+
+    def render(self, queue_depths: Mapping[str, int] | None = None) -> str:
+        """The text exposition format, one metric family after another."""
+        out: list[str] = []
+
+        def family(name: str, kind: str, help_text: str) -> None:
+            out.append(f"# HELP {name} {help_text}")
+            out.append(f"# TYPE {name} {kind}")
+
+        family("textproc_http_requests_total", "counter",
+               "HTTP requests served, by endpoint and status code.")
+        for (endpoint, status), n in sorted(self.requests.items()):
+            out.append(
+                f'textproc_http_requests_total{{endpoint="{_label(endpoint)}",'
+                f'status="{status}"}} {n}'
+            )
+        family("textproc_finished_requests_total", "counter",
+               "Generation requests finished, by finish_reason (abort: client went away).")
+        for reason, n in sorted(self.finish_reasons.items()):
+            out.append(f'textproc_finished_requests_total{{reason="{_label(reason)}"}} {n}')
+        family("textproc_prompt_tokens_total", "counter", "Prompt tokens of finished requests.")
+        out.append(f"textproc_prompt_tokens_total {self.prompt_tokens}")
+        family("textproc_completion_tokens_total", "counter", "Generated tokens sent to clients.")
+        out.append(f"textproc_completion_tokens_total {self.completion_tokens}")
+        family("textproc_requests_running", "gauge", "Generation requests in flight now.")
+        out.append(f"textproc_requests_running {self.running}")
+        family("textproc_client_disconnects_total", "counter",
+               "Requests aborted because the HTTP client disconnected.")
+        out.append(f"textproc_client_disconnects_total {self.aborted_by_client}")
+        family("textproc_queue_depth", "gauge",
+               "Requests pending at each tokenizer worker, as this frontend sees them.")
+        for worker, depth in sorted((queue_depths or {}).items()):
+            out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
+        family("textproc_stage_seconds", "histogram",
+               "Per-stage latency: template, tokenize, queue (worker side, when reported), "
+               "detokenize; accept (submit to Accepted), first_token, request (whole).")
+        for stage, hist in self.stages.items():
+            out.extend(hist.lines("textproc_stage_seconds", f'stage="{stage}"'))
+        return "\n".join(out) + "\n"

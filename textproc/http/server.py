@@ -1,0 +1,528 @@
+"""The OpenAI-compatible HTTP frontend: a Starlette app over a Backend, served by uvicorn on uvloop.
+
+Owns routes, limits (body size -> 413, requests in flight -> 429, service down -> 503), SSE
+streaming and the client-disconnect -> abort rule. Request bodies are validated and responses
+shaped by ``textproc.http.openai_api`` (pure); this module only moves them. It never touches the
+service's sockets itself: everything goes through a ``Backend`` (the TextClient adapter in
+``textproc.http.client_backend`` in production).
+
+Disconnects: each streamed response runs the producer and a watcher of ``http.disconnect`` as
+two plain asyncio tasks; when the client goes away the producer is cancelled once (asyncio
+semantics, not a level-triggered cancel scope), so the backend stream's ``finally`` can still send
+the Abort. Non-streamed requests are watched the same way while they wait for the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from textproc.http.backend import Backend, Output
+from textproc.http.metrics import CONTENT_TYPE, Metrics
+from textproc.http.openai_api import (
+    SSE_DONE,
+    ApiError,
+    ChatAccumulator,
+    ChatParams,
+    CompletionParams,
+    chat_chunk,
+    chat_response,
+    completion_chunk,
+    completion_response,
+    merge_fragments,
+    models_body,
+    new_id,
+    now,
+    parse_chat_request,
+    parse_completion_request,
+    parse_detokenize_request,
+    parse_tokenize_request,
+    sse_event,
+    tokenize_messages,
+    tokenize_tools,
+    usage_body,
+    usage_chunk,
+)
+
+__all__ = ["HttpLimits", "build_app", "EventStream"]
+
+_log = logging.getLogger("textproc.http")
+_JSON = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpLimits:
+    """Request limits of the HTTP frontend."""
+
+    max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
+    max_running: int = 4096  # generation requests in flight; more get 429
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_JSON.encode(body), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _error(exc: ApiError) -> Response:
+    headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
+    return _json(exc.body(), exc.status, headers)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class EventStream(Response):
+    """An ASGI ``text/event-stream`` response that cancels its producer when the client leaves.
+
+    ``cleanup`` always runs once at the end (after the last event, an error or a disconnect);
+    ``on_disconnect`` runs before it if the client went away before the last event was sent.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        *,
+        on_disconnect: Callable[[], None],
+        cleanup: Callable[[], Awaitable[None]],
+    ) -> None:
+        # not Response.__init__: it would add "content-length: 0"
+        self.events = events
+        self.on_disconnect = on_disconnect
+        self.cleanup = cleanup
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": self.raw_headers})
+            producer = asyncio.ensure_future(self._produce(send))
+            watcher = asyncio.ensure_future(_wait_disconnect(receive))
+            try:
+                await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+                if not producer.done():
+                    producer.cancel()
+                    await asyncio.wait({producer})
+                    self.on_disconnect()
+                elif isinstance(producer.exception(), OSError):
+                    self.on_disconnect()  # the transport failed while writing: a disconnect
+                else:
+                    producer.result()
+        finally:
+            await self.cleanup()
+
+    async def _produce(self, send: Send) -> None:
+        try:
+            async for data in self.events:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            aclose = getattr(self.events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            f"request body is {int(declared)} bytes, over the {limit}-byte limit",
+            status=413, code="request_too_large",
+        )
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(f"request body is over the {limit}-byte limit", status=413,
+                           code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _until_disconnect(request: Request, work: Awaitable[Response]) -> Response | None:
+    """Await ``work``; cancel it (aborting its request) and return None if the client leaves."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+            return None
+    return task.result()
+
+
+class _Run:
+    """One generation request in flight: its backend stream, first output and accounting."""
+
+    def __init__(self, api: _Api, stream: AsyncIterator[Output], started: float) -> None:
+        self.api = api
+        self.stream = stream
+        self.started = started
+        self.saw_token = False
+        self._closed = False
+
+    async def next(self) -> Output | None:
+        try:
+            return await self.stream.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def observe(self, out: Output) -> None:
+        metrics = self.api.metrics
+        for stage, seconds in out.timings_s.items():
+            metrics.observe(stage, seconds)
+        if not self.saw_token and out.fragments:
+            self.saw_token = True
+            metrics.observe("first_token", time.perf_counter() - self.started)
+        if out.finish_reason is not None:
+            metrics.prompt_tokens += out.prompt_tokens
+            metrics.completion_tokens += out.completion_tokens
+            metrics.count_finish(out.finish_reason)
+            metrics.observe("request", time.perf_counter() - self.started)
+
+    async def close(self) -> None:
+        """Release the request: aborts it in the service if it has not finished. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.api.metrics.running -= 1
+        aclose = getattr(self.stream, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                _log.exception("closing a request stream failed")
+
+
+def _generation_error(out: Output) -> ApiError:
+    return ApiError(f"generation failed: {out.error or 'unknown error'}", status=500,
+                    type="server_error", code="generation_error")
+
+
+_NO_FINISH = "the service ended the request without a finish reason"
+
+
+class _Api:
+    """The route handlers, sharing one backend, limits and metrics."""
+
+    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics) -> None:
+        self.backend = backend
+        self.limits = limits
+        self.metrics = metrics
+        self.started = now()
+
+    # ------------------------------------------------------------ helpers
+
+    def _check_serving(self) -> None:
+        serving, why = self.backend.health()
+        if not serving:
+            raise ApiError(f"service unavailable: {why}", status=503, type="server_error",
+                           code="service_unavailable")
+
+    async def _guard(
+        self,
+        endpoint: str,
+        request: Request,
+        handler: Callable[[Request, bytes], Awaitable[Response]],
+    ) -> Response:
+        status = 500
+        try:
+            body = await _read_body(request, self.limits.max_body_bytes)
+            response = await handler(request, body)
+            status = response.status_code
+            return response
+        except ApiError as exc:
+            status = exc.status
+            return _error(exc)
+        except Exception:
+            _log.exception("unexpected error serving %s", endpoint)
+            return _error(ApiError("internal server error; see the server log", status=500,
+                                   type="server_error", code="internal_error"))
+        finally:
+            self.metrics.count_request(endpoint, status)
+
+    async def _start(self, call: Callable[[], AsyncIterator[Output]]) -> tuple[_Run, Output]:
+        """Submit a generation request and wait until the service accepts or refuses it."""
+        self._check_serving()
+        if self.metrics.running >= self.limits.max_running:
+            raise ApiError(
+                f"{self.metrics.running} requests in flight, the limit is "
+                f"{self.limits.max_running}; retry later",
+                status=429, type="rate_limit_error", code="too_many_requests",
+            )
+        self.metrics.running += 1
+        run = _Run(self, call(), time.perf_counter())
+        try:
+            first = await run.next()
+        except BaseException:
+            await run.close()
+            raise
+        if first is None:
+            await run.close()
+            raise ApiError(_NO_FINISH, status=500, type="server_error")
+        self.metrics.observe("accept", time.perf_counter() - run.started)
+        return run, first
+
+    def _aborted(self) -> None:
+        self.metrics.aborted_by_client += 1
+        self.metrics.count_finish("abort")
+
+    async def _respond(
+        self, request: Request, run: _Run, stream: bool,
+        events: Callable[[], AsyncIterator[bytes]], whole: Callable[[], Awaitable[Response]],
+    ) -> Response:
+        if stream:
+            return EventStream(events(), on_disconnect=self._aborted, cleanup=run.close)
+        try:
+            response = await _until_disconnect(request, whole())
+        finally:
+            await run.close()
+        if response is None:
+            self._aborted()
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+        return response
+
+    # ------------------------------------------------------------ chat
+
+    async def chat(self, request: Request) -> Response:
+        return await self._guard("/v1/chat/completions", request, self._chat)
+
+    async def _chat(self, request: Request, body: bytes) -> Response:
+        params = parse_chat_request(body, served_models=self.backend.served_models)
+        rid = new_id("chatcmpl")
+        run, first = await self._start(lambda: self.backend.chat(params, request_id=rid))
+        return await self._respond(
+            request, run, params.stream,
+            lambda: self._chat_events(params, rid, run, first),
+            lambda: self._chat_whole(params, rid, run, first),
+        )
+
+    async def _chat_whole(self, params: ChatParams, rid: str, run: _Run,
+                          first: Output) -> Response:
+        acc = ChatAccumulator()
+        out: Output | None = first
+        while out is not None:
+            run.observe(out)
+            acc.feed(out.fragments)
+            if out.finish_reason is not None:
+                if out.finish_reason == "error":
+                    raise _generation_error(out)
+                reason = _chat_reason(out.finish_reason, acc.has_tool_calls)
+                return _json(chat_response(rid, now(), params.model, acc.message(), reason,
+                                           usage_body(out.prompt_tokens, out.completion_tokens)))
+            out = await run.next()
+        raise ApiError(_NO_FINISH, status=500, type="server_error")
+
+    async def _chat_events(self, params: ChatParams, rid: str, run: _Run,
+                           first: Output) -> AsyncIterator[bytes]:
+        created = now()
+        model = params.model
+        usage = params.include_usage
+        saw_tools = False
+        try:
+            yield sse_event(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
+                                       include_usage=usage))
+            out: Output | None = first
+            while out is not None:
+                run.observe(out)
+                for frag in merge_fragments(out.fragments):
+                    saw_tools = saw_tools or "tool_calls" in frag
+                    yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage))
+                if out.finish_reason is not None:
+                    if out.finish_reason == "error":
+                        raise _generation_error(out)
+                    reason = _chat_reason(out.finish_reason, saw_tools)
+                    yield sse_event(chat_chunk(rid, created, model, {}, finish_reason=reason,
+                                               include_usage=usage))
+                    if usage:
+                        yield sse_event(usage_chunk(rid, created, model, usage_body(
+                            out.prompt_tokens, out.completion_tokens)))
+                    yield SSE_DONE
+                    return
+                out = await run.next()
+            raise ApiError(_NO_FINISH, status=500, type="server_error")
+        except ApiError as exc:  # failed mid-stream (worker died, engine error): say so, then end
+            yield sse_event(exc.body())
+            yield SSE_DONE
+
+    # ------------------------------------------------------------ completions
+
+    async def completions(self, request: Request) -> Response:
+        return await self._guard("/v1/completions", request, self._complete)
+
+    async def _complete(self, request: Request, body: bytes) -> Response:
+        params = parse_completion_request(body, served_models=self.backend.served_models)
+        rid = new_id("cmpl")
+        run, first = await self._start(lambda: self.backend.complete(params, request_id=rid))
+        return await self._respond(
+            request, run, params.stream,
+            lambda: self._completion_events(params, rid, run, first),
+            lambda: self._completion_whole(params, rid, run, first),
+        )
+
+    async def _completion_whole(self, params: CompletionParams, rid: str, run: _Run,
+                                first: Output) -> Response:
+        texts = [params.prompt] if params.echo and isinstance(params.prompt, str) else []
+        out: Output | None = first
+        while out is not None:
+            run.observe(out)
+            texts.extend(f["content"] for f in out.fragments if "content" in f)
+            if out.finish_reason is not None:
+                if out.finish_reason == "error":
+                    raise _generation_error(out)
+                return _json(completion_response(
+                    rid, now(), params.model, "".join(texts), out.finish_reason,
+                    usage_body(out.prompt_tokens, out.completion_tokens)))
+            out = await run.next()
+        raise ApiError(_NO_FINISH, status=500, type="server_error")
+
+    async def _completion_events(self, params: CompletionParams, rid: str, run: _Run,
+                                 first: Output) -> AsyncIterator[bytes]:
+        created = now()
+        model = params.model
+        usage = params.include_usage
+        try:
+            if params.echo and isinstance(params.prompt, str):
+                yield sse_event(completion_chunk(rid, created, model, params.prompt,
+                                                 include_usage=usage))
+            out: Output | None = first
+            while out is not None:
+                run.observe(out)
+                text = "".join(f["content"] for f in out.fragments if "content" in f)
+                if text:
+                    yield sse_event(completion_chunk(rid, created, model, text,
+                                                     include_usage=usage))
+                if out.finish_reason is not None:
+                    if out.finish_reason == "error":
+                        raise _generation_error(out)
+                    yield sse_event(completion_chunk(rid, created, model, "",
+                                                     finish_reason=out.finish_reason,
+                                                     include_usage=usage))
+                    if usage:
+                        yield sse_event(usage_chunk(
+                            rid, created, model,
+                            usage_body(out.prompt_tokens, out.completion_tokens), chat=False))
+                    yield SSE_DONE
+                    return
+                out = await run.next()
+            raise ApiError(_NO_FINISH, status=500, type="server_error")
+        except ApiError as exc:
+            yield sse_event(exc.body())
+            yield SSE_DONE
+
+    # ------------------------------------------------------------ the rest
+
+    async def models(self, request: Request) -> Response:
+        self.metrics.count_request("/v1/models", 200)
+        return _json(models_body(self.backend.served_models, self.started,
+                                 max_model_len=self.backend.max_model_len))
+
+    async def tokenize(self, request: Request) -> Response:
+        return await self._guard("/tokenize", request, self._tokenize)
+
+    async def _tokenize(self, request: Request, body: bytes) -> Response:
+        req = parse_tokenize_request(body, served_models=self.backend.served_models)
+        self._check_serving()
+        messages = tokenize_messages(req) if req.messages is not None else None
+        ids = await self.backend.tokenize(
+            text=req.prompt,
+            messages=messages,
+            tools=tokenize_tools(req),
+            add_special_tokens=req.add_special_tokens,
+            add_generation_prompt=req.add_generation_prompt,
+            chat_template_kwargs=dict(req.chat_template_kwargs or {}),
+        )
+        return _json({"count": len(ids), "max_model_len": self.backend.max_model_len,
+                      "tokens": ids})
+
+    async def detokenize(self, request: Request) -> Response:
+        return await self._guard("/detokenize", request, self._detokenize)
+
+    async def _detokenize(self, request: Request, body: bytes) -> Response:
+        req = parse_detokenize_request(body, served_models=self.backend.served_models)
+        self._check_serving()
+        text = await self.backend.detokenize(list(req.tokens),
+                                             skip_special_tokens=req.skip_special_tokens)
+        return _json({"prompt": text})
+
+    async def health(self, request: Request) -> Response:
+        serving, why = self.backend.health()
+        status = 200 if serving else 503
+        self.metrics.count_request("/health", status)
+        return _json({"status": "ok"} if serving else {"status": "unavailable", "reason": why},
+                     status)
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.render(self.backend.queue_depths()),
+                        media_type=CONTENT_TYPE)
+
+
+def _chat_reason(reason: str, saw_tool_calls: bool) -> str:
+    if reason == "stop" and saw_tool_calls:
+        return "tool_calls"
+    return reason
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}; see GET /v1/models"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return _error(ApiError(message, status=exc.status_code,
+                           code="not_found" if exc.status_code == 404 else None))
+
+
+def build_app(
+    backend: Backend,
+    *,
+    limits: HttpLimits | None = None,
+    metrics: Metrics | None = None,
+    lifespan: Any = None,
+) -> Starlette:
+    """The Starlette app serving the OpenAI API over ``backend``."""
+    api = _Api(backend, limits or HttpLimits(), metrics or Metrics())
+    routes = [
+        Route("/v1/chat/completions", api.chat, methods=["POST"]),
+        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/tokenize", api.tokenize, methods=["POST"]),
+        Route("/detokenize", api.detokenize, methods=["POST"]),
+        Route("/health", api.health, methods=["GET"]),
+        Route("/metrics", api.metrics_text, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
+                    lifespan=lifespan)
+    app.state.api = api
+    return app
+
