@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Fetch real model chat templates from a registry package into .cache/templates/ (never committed).
+
+The llama-cpp-python source distribution vendors llama.cpp, whose ``models/templates/`` holds the
+chat templates of real models as published with their tokenizers (Qwen3, QwQ, Qwen2.5, Llama 3.1/
+3.2/3.3, Mistral Nemo/Small/Devstral, DeepSeek R1 distills, Gemma 2, Phi-3.5, Hermes 2/3 tool_use,
+Command R, Granite 3.3, Kimi K2, gpt-oss, functionary, firefunction). We fetch it with
+``pip download --no-deps --no-binary :all:`` (pinned version), extract only those ``*.jinja``
+files, and write a ``manifest.json`` naming the package, version and files.
+
+Usage: ``python scripts/fetch_templates.py [--force]`` (no arguments needed). Idempotent: when the
+manifest matches the pinned package and every file is present it returns at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["main", "fetch", "TEMPLATES_DIR", "PACKAGE", "VERSION"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = REPO_ROOT / ".cache" / "templates"
+PACKAGE = "llama-cpp-python"
+VERSION = "0.3.16"  # checked: its sdist carries vendor/llama.cpp/models/templates/*.jinja (26 files)
+MEMBER_DIR = "/vendor/llama.cpp/models/templates/"
+# Templates the tests rely on; the fetch fails loudly if the package stops carrying one.
+REQUIRED = (
+    "Qwen-Qwen3-0.6B.jinja",
+    "Qwen-QwQ-32B.jinja",
+    "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "meta-llama-Llama-3.2-3B-Instruct.jinja",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "google-gemma-2-2b-it.jinja",
+    "microsoft-Phi-3.5-mini-instruct.jinja",
+    "ibm-granite-granite-3.3-2B-Instruct.jinja",
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+    "openai-gpt-oss-120b.jinja",
+    "moonshotai-Kimi-K2.jinja",
+)
+
+
+def _cached(out_dir: Path) -> list[str] | None:
+    manifest = out_dir / "manifest.json"
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = data.get("files", [])
+    if data.get("package") != PACKAGE or data.get("version") != VERSION:
+        return None
+    if not all((out_dir / name).is_file() for name in files):
+        return None
+    return list(files)
+
+
+def _download(work: Path) -> Path:
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        "--disable-pip-version-check", "-q", "-d", str(work), f"{PACKAGE}=={VERSION}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"fetch_templates: pip download {PACKAGE}=={VERSION} failed:\n{proc.stderr[-2000:]}")
+    archives = sorted(work.glob("*.tar.gz"))
+    if not archives:
+        raise SystemExit(f"fetch_templates: pip download left no .tar.gz in {work}")
+    return archives[0]
+
+
+def _extract(archive: Path, out_dir: Path) -> list[str]:
+    names: list[str] = []
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            if not member.isfile() or MEMBER_DIR not in member.name or not member.name.endswith(".jinja"):
+                continue
+            name = member.name.rsplit("/", 1)[1]
+            handle = tar.extractfile(member)
+            if handle is None:
+                continue
+            data = handle.read()
+            data.decode("utf-8")  # a template must be UTF-8 text; fail here rather than in a test
+            (out_dir / name).write_bytes(data)  # exact bytes: trailing newlines matter to rendering
+            names.append(name)
+    return sorted(names)
+
+
+def fetch(out_dir: Path = TEMPLATES_DIR, *, force: bool = False) -> list[str]:
+    """Make sure the templates are in ``out_dir``; return their file names."""
+    if not force:
+        cached = _cached(out_dir)
+        if cached is not None:
+            return cached
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="textproc-templates-") as tmp:
+        names = _extract(_download(Path(tmp)), out_dir)
+    missing = [name for name in REQUIRED if name not in names]
+    if missing:
+        raise SystemExit(f"fetch_templates: {PACKAGE}=={VERSION} lacks {missing}")
+    manifest = {"package": PACKAGE, "version": VERSION, "member_dir": MEMBER_DIR, "files": names}
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--force", action="store_true", help="download again even when cached")
+    parser.add_argument("--out", type=Path, default=TEMPLATES_DIR, help="target directory")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    names = fetch(args.out, force=args.force)
+    took = time.monotonic() - start
+    print(f"templates: {len(names)} chat templates from {PACKAGE}=={VERSION} in {args.out} ({took:.1f} s)")
+    for name in names:
+        print(f"  {name}  ({(args.out / name).stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
