@@ -75,20 +75,23 @@ def parse_tiktoken_ranks(data: bytes, *, source: str = "<bytes>") -> dict[bytes,
         parts = line.split()
         if len(parts) != 2:
             raise TokenizerFileError(
-                f"{source}:{lineno}: expected 'base64-token rank', got {short(line)}"
+                f"{source}:{lineno}: expected 'base64-token rank', "
+                f"got {short(line.decode('utf-8', 'replace'))}"
             )
         token_b64, rank_text = parts
         try:
             token = base64.b64decode(token_b64, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise TokenizerFileError(
-                f"{source}:{lineno}: token {short(token_b64)} is not valid base64 ({exc})"
+                f"{source}:{lineno}: token {short(token_b64.decode('utf-8', 'replace'))} "
+                f"is not valid base64 ({exc})"
             ) from None
         try:
             rank = int(rank_text)
         except ValueError:
             raise TokenizerFileError(
-                f"{source}:{lineno}: rank {short(rank_text)} is not an integer"
+                f"{source}:{lineno}: rank {short(rank_text.decode('utf-8', 'replace'))} "
+                "is not an integer"
             ) from None
         if rank < 0:
             raise TokenizerFileError(f"{source}:{lineno}: rank {rank} is negative")
@@ -242,7 +245,6 @@ def tiktoken_to_tokenizer_json(
     ranks consecutively are also put into ``model.vocab`` so that ``tokenizers`` keeps their
     ids. ``ignore_merges`` defaults to true only when some token is unreachable by merges.
     """
-    found, unreachable = _split_all(ranks)
     vocab: dict[str, int] = {
         token_to_unicode(token): rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])
     }
@@ -269,6 +271,7 @@ def tiktoken_to_tokenizer_json(
     if not consecutive:
         for token in added:
             vocab.setdefault(token["content"], token["id"])
+    found, unreachable = _split_all(ranks)
     if ignore_merges is None:
         ignore_merges = bool(unreachable)
     merges = [[token_to_unicode(left), token_to_unicode(right)] for _, left, right in found]
