@@ -19,10 +19,10 @@ LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
-# per-stage latency histogram labels; "accept" .. "request" are measured by the frontend itself
-STAGES = (
-    "template", "tokenize", "queue", "detokenize", "accept", "first_token", "request",
-)
+# per-stage latency histogram labels: the first four are filled from timings the service reports
+# with each request (none yet: the protocol carries no timing fields); "first_token" (submit to
+# the first text) and "request" (submit to finish) are measured by the frontend itself
+STAGES = ("template", "tokenize", "queue", "detokenize", "first_token", "request")
 
 
 class Histogram:
@@ -114,8 +114,8 @@ class Metrics:
         for worker, depth in sorted((queue_depths or {}).items()):
             out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
         family("textproc_stage_seconds", "histogram",
-               "Per-stage latency: template, tokenize, queue (worker side, when reported), "
-               "detokenize; accept (submit to Accepted), first_token, request (whole).")
+               "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
+               "service); first_token and request (measured by the HTTP frontend).")
         for stage, hist in self.stages.items():
             out.extend(hist.lines("textproc_stage_seconds", f'stage="{stage}"'))
         return "\n".join(out) + "\n"

@@ -288,7 +288,6 @@ class _Api:
         if first is None:
             await run.close()
             raise ApiError(_NO_FINISH, status=500, type="server_error")
-        self.metrics.observe("accept", time.perf_counter() - run.started)
         return run, first
 
     def _aborted(self) -> None:

@@ -1,0 +1,163 @@
+"""The HTTP frontend's Backend over ``textproc.client.TextClient`` (the real service).
+
+Owns the translation between the API's validated parameters and TextClient calls, TextClient
+events and the frontend's ``Output``, and TextClient errors and ``ApiError`` (the status the
+worker put in its Failure: 400 bad input, 503 overloaded or a process died, 500 internal).
+Closing an Output stream closes the TextClient stream, which aborts the request in the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+from textproc.client import TextClient, TextEvent
+from textproc.errors import StartupTimeout, TextprocError, WorkerDied
+from textproc.http.backend import Output
+from textproc.http.openai_api import ApiError, ChatParams, CompletionParams
+
+__all__ = ["ClientBackend", "api_error"]
+
+
+def api_error(exc: TextprocError) -> ApiError:
+    """The API error for a TextClient failure (status from the worker's Failure when it set one)."""
+    if isinstance(exc, ApiError):
+        return exc
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int):
+        status = 503 if isinstance(exc, (WorkerDied, StartupTimeout)) else 500
+    kind = getattr(exc, "kind", None)
+    if status < 500:
+        return ApiError(str(exc), status=status, code=kind if isinstance(kind, str) else None)
+    code = "service_unavailable" if status == 503 else "internal_error"
+    return ApiError(str(exc), status=status, type="server_error", code=code)
+
+
+class ClientBackend:
+    """A Backend on one TextClient; ``await start()`` inside the serving loop before use."""
+
+    def __init__(self, runtime_dir: str | Path, *, served_model_name: str | None = None,
+                 connect_timeout_s: float = 60.0) -> None:
+        self.runtime_dir = Path(runtime_dir)
+        self.connect_timeout_s = connect_timeout_s
+        self._served_model_name = served_model_name
+        self._models: list[str] = [served_model_name] if served_model_name else []
+        self._max_model_len: int | None = None
+        self.client: TextClient | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        self.client = await TextClient.connect(self.runtime_dir, timeout_s=self.connect_timeout_s)
+        info = self.client.info
+        if not self._models:
+            self._models = [Path(str(info.get("model_dir", "model"))).name or "model"]
+        max_len = info.get("max_model_len")
+        self._max_model_len = max_len if isinstance(max_len, int) else None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self.client is not None:
+            await self.client.close()
+
+    @property
+    def served_models(self) -> Sequence[str]:
+        return self._models
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self._max_model_len
+
+    def _client(self) -> TextClient:
+        if self.client is None or self._closed:
+            raise ApiError("the frontend is not connected to the service", status=503,
+                           type="server_error", code="service_unavailable")
+        return self.client
+
+    def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
+        kwargs = dict(params.chat_template_kwargs)
+        if params.documents is not None:
+            kwargs.setdefault("documents", params.documents)
+        return self._outputs(lambda client: client.chat(
+            params.messages,
+            tools=params.tools,
+            tool_choice=params.tool_choice,
+            stop=params.stop,
+            max_tokens=params.max_tokens,
+            min_tokens=params.min_tokens,
+            include_stop=params.include_stop_str_in_output,
+            chat_template_kwargs=kwargs,
+            skip_special_tokens=params.skip_special_tokens,
+            sampling=params.sampling,
+            request_id=request_id,
+            add_generation_prompt=params.add_generation_prompt,
+            continue_final_message=params.continue_final_message,
+            ignore_eos=params.ignore_eos,
+        ))
+
+    def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
+        return self._outputs(lambda client: client.complete(
+            params.prompt,
+            stop=params.stop,
+            max_tokens=params.max_tokens,
+            min_tokens=params.min_tokens,
+            include_stop=params.include_stop_str_in_output,
+            skip_special_tokens=params.skip_special_tokens,
+            sampling=params.sampling,
+            request_id=request_id,
+            ignore_eos=params.ignore_eos,
+        ))
+
+    async def _outputs(self, start: Any) -> AsyncIterator[Output]:
+        events: AsyncIterator[TextEvent] = start(self._client())
+        try:
+            async for event in events:
+                usage = event.usage
+                yield Output(
+                    event.deltas,
+                    finish_reason=event.finish_reason,
+                    prompt_tokens=usage.prompt_tokens if usage else 0,
+                    completion_tokens=usage.completion_tokens if usage else 0,
+                    stop=event.stop,
+                )
+        except TextprocError as exc:
+            raise api_error(exc) from exc
+        finally:
+            # closing the TextClient stream before its end sends Abort to the detokenizer
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def tokenize(self, *, text: str | None, messages: list[dict[str, Any]] | None,
+                       tools: list[dict[str, Any]] | None, add_special_tokens: bool,
+                       add_generation_prompt: bool,
+                       chat_template_kwargs: dict[str, Any]) -> list[int]:
+        try:
+            return await self._client().tokenize(
+                text, messages=messages, tools=tools, add_special_tokens=add_special_tokens,
+                add_generation_prompt=add_generation_prompt,
+                chat_template_kwargs=chat_template_kwargs)
+        except TextprocError as exc:
+            raise api_error(exc) from exc
+
+    async def detokenize(self, token_ids: list[int], *, skip_special_tokens: bool) -> str:
+        try:
+            return await self._client().detokenize(token_ids,
+                                                   skip_special_tokens=skip_special_tokens)
+        except TextprocError as exc:
+            raise api_error(exc) from exc
+
+    def queue_depths(self) -> Mapping[str, int]:
+        client = self.client
+        # TextClient keeps the ids pending at each worker (not yet Accepted)
+        pending: list[set[str]] = getattr(client, "_worker_pending", []) if client else []
+        return {f"worker-{i}": len(ids) for i, ids in enumerate(pending)}
+
+    def health(self) -> tuple[bool, str]:
+        if self._closed:
+            return False, "the frontend is shutting down"
+        if self.client is None:
+            return False, "the frontend is still connecting to the service"
+        if self.client.detok_instance is None:
+            return False, "waiting for the detokenizer"
+        return True, ""
+

@@ -1,0 +1,153 @@
+"""The HTTP frontend process: ``run_http`` (entry function) and ``python -m textproc.http``.
+
+Owns the process around the Starlette app: logging, uvicorn on uvloop, the TextClient's
+lifetime (connected on startup inside the server's loop, closed on shutdown), ``http.json`` in
+the runtime dir (the address actually bound, so ``--http 127.0.0.1:0`` works), and leaving when
+the parent supervisor is gone. Reads no environment; the caller passes every setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+import msgspec
+
+from textproc.errors import InvalidInput, short
+
+__all__ = ["run_http", "main", "parse_address", "HTTP_FILE", "DEFAULT_HTTP"]
+
+_log = logging.getLogger("textproc.http")
+HTTP_FILE = "http.json"  # {"host", "port", "pid"} written once the socket is bound
+DEFAULT_HTTP = "127.0.0.1:8000"
+_PARENT_CHECK_S = 0.5
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) -> (host, port); port 0 picks a free port.
+
+    >>> parse_address("127.0.0.1:8000")
+    ('127.0.0.1', 8000)
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInput(f"--http address {short(text)} is not HOST:PORT, e.g. {DEFAULT_HTTP}")
+    return host.strip("[]"), int(port)
+
+
+def run_http(
+    runtime_dir: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    served_model_name: str | None = None,
+    max_body_bytes: int | None = None,
+    max_running: int | None = None,
+    connect_timeout_s: float = 60.0,
+    parent_pid: int = 0,
+    log_level: str = "INFO",
+) -> int:
+    """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0.
+
+    Blocks until SIGINT/SIGTERM (uvicorn's graceful shutdown) or until ``parent_pid`` exits.
+    """
+    import uvicorn
+
+    from textproc.http.client_backend import ClientBackend
+    from textproc.http.metrics import Metrics
+    from textproc.http.server import HttpLimits, build_app
+
+    logging.basicConfig(
+        level=log_level,
+        format="%(asctime)s http[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    runtime = Path(runtime_dir)
+    limits = HttpLimits(
+        **{k: v for k, v in (("max_body_bytes", max_body_bytes), ("max_running", max_running))
+           if v is not None}
+    )
+    backend = ClientBackend(runtime, served_model_name=served_model_name,
+                            connect_timeout_s=connect_timeout_s)
+    server: uvicorn.Server | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        await backend.start()
+        watcher = asyncio.ensure_future(_after_bind(runtime, lambda: server, parent_pid))
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            await backend.close()
+            (runtime / HTTP_FILE).unlink(missing_ok=True)
+
+    app = build_app(backend, limits=limits, metrics=Metrics(), lifespan=lifespan)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        lifespan="on",
+        log_level=log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0
+
+
+async def _after_bind(runtime: Path, get_server: Any, parent_pid: int) -> None:
+    """Write http.json once uvicorn has bound; then leave when the parent process is gone."""
+    server = None
+    while server is None or not server.started:
+        await asyncio.sleep(0.02)
+        server = get_server()
+    addresses = [sock.getsockname() for srv in server.servers for sock in srv.sockets]
+    host, port = addresses[0][0], addresses[0][1]
+    tmp = runtime / (HTTP_FILE + ".tmp")
+    tmp.write_bytes(msgspec.json.encode({"host": host, "port": port, "pid": os.getpid()}))
+    os.replace(tmp, runtime / HTTP_FILE)
+    _log.info("OpenAI API on http://%s:%d/v1 (runtime dir %s)", host, port, runtime)
+    while parent_pid:
+        await asyncio.sleep(_PARENT_CHECK_S)
+        if os.getppid() != parent_pid:
+            _log.warning("parent process %d is gone; shutting down", parent_pid)
+            server.should_exit = True
+            return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m textproc.http --runtime-dir DIR [--http HOST:PORT] ...``."""
+    p = argparse.ArgumentParser(prog="python -m textproc.http",
+                                description="the OpenAI-compatible HTTP frontend of textproc")
+    p.add_argument("--runtime-dir", required=True, help="a running service's runtime dir")
+    p.add_argument("--http", default=DEFAULT_HTTP, help=f"HOST:PORT (default {DEFAULT_HTTP})")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--max-body-bytes", type=int, default=None)
+    p.add_argument("--max-running", type=int, default=None)
+    p.add_argument("--connect-timeout", type=float, default=60.0)
+    p.add_argument("--parent-pid", type=int, default=0)
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = p.parse_args(argv)
+    try:
+        host, port = parse_address(args.http)
+    except InvalidInput as e:
+        p.error(str(e))
+    return run_http(
+        args.runtime_dir,
+        host=host,
+        port=port,
+        served_model_name=args.served_model_name,
+        max_body_bytes=args.max_body_bytes,
+        max_running=args.max_running,
+        connect_timeout_s=args.connect_timeout,
+        parent_pid=args.parent_pid,
+        log_level=args.log_level,
+    )
