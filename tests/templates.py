@@ -1,0 +1,47 @@
+"""Where the real chat templates fetched by scripts/fetch_templates.py live, and how tests find them.
+
+A test that needs a real template calls ``template_path("qwen3")`` (a short name below, or the file
+name without ``.jinja``); when the file is missing the test skips with the command that fetches it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = REPO_ROOT / ".cache" / "templates"
+FETCH_HINT = "fetch them with: .venv/bin/python scripts/fetch_templates.py"
+
+# short name -> template file (from llama.cpp's models/templates, vendored in llama-cpp-python)
+REAL_TEMPLATES = {
+    "qwen3": "Qwen-Qwen3-0.6B.jinja",  # tools + enable_thinking + reasoning_content
+    "qwq": "Qwen-QwQ-32B.jinja",  # pre-fills <think>\n
+    "llama3.1": "meta-llama-Llama-3.1-8B-Instruct.jinja",  # tools, date_string
+    "llama3.2": "meta-llama-Llama-3.2-3B-Instruct.jinja",  # tools, strftime_now
+    "hermes3": "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",  # tool_use, macros
+    "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407.jinja",  # tools, raise_exception on ids
+    "deepseek-r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",  # <｜Assistant｜><think>\n
+    "gemma2": "google-gemma-2-2b-it.jinja",  # raise_exception on system role
+    "phi3.5": "microsoft-Phi-3.5-mini-instruct.jinja",
+    "granite3.3": "ibm-granite-granite-3.3-2B-Instruct.jinja",  # documents, thinking variable
+    "command-r7b": "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",  # tools, documents
+    "gpt-oss": "openai-gpt-oss-120b.jinja",  # strftime_now, thinking field
+    "kimi-k2": "moonshotai-Kimi-K2.jinja",
+}
+
+
+def template_path(name: str) -> Path:
+    """The cached template file ``name``, or skip the calling test with a fetch hint."""
+    file_name = REAL_TEMPLATES.get(name, name if name.endswith(".jinja") else f"{name}.jinja")
+    path = TEMPLATES_DIR / file_name
+    if not path.is_file():
+        pytest.skip(f"real chat template {name!r} missing at {path}; {FETCH_HINT}")
+    return path
+
+
+def template_source(name: str) -> str:
+    """The template text exactly as transformers reads a chat_template.jinja file."""
+    with open(template_path(name), encoding="utf-8") as handle:
+        return handle.read()
