@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
@@ -78,14 +77,13 @@ def textproc_vocab(hf: HFTokenizer) -> Any:
 
 @functools.cache
 def _load(source: str) -> Any:
-    try:
-        from textproc.tokenizer import Tokenizer
-    except ImportError:  # TODO(stream): interim until textproc.tokenizer lands
-        return _HFAdapter(HFTokenizer.from_str(source))
+    from textproc.tokenizer import Tokenizer
+
     return Tokenizer.from_json(json.loads(source), source="<toy>")
 
 
 def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: printed char -> byte."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs = bs[:]
     n = 0
@@ -95,50 +93,6 @@ def _byte_decoder() -> dict[str, int]:
             cs.append(256 + n)
             n += 1
     return {chr(c): b for b, c in zip(bs, cs)}
-
-
-class _HFAdapter:
-    """HF tokenizers.Tokenizer seen through the detokenizer's protocol (interim)."""
-
-    def __init__(self, hf: HFTokenizer) -> None:
-        self.hf = hf
-        obj = json.loads(hf.to_str())
-        self.byte_level = "ByteLevel" in json.dumps(obj.get("decoder"))
-        self.vocab_size = hf.get_vocab_size(True)
-        added = hf.get_added_tokens_decoder()
-        self.special_ids = frozenset(i for i, t in added.items() if t.special)
-        self.added_tokens = {t.content: i for i, t in added.items()}
-        self.decode_strip_leading = 0 if self.byte_level else 1
-        bf = obj["model"].get("byte_fallback")
-        self.byte_fallback_ids = frozenset(
-            i for i in range(self.vocab_size)
-            if bf and i not in added and re.fullmatch(r"<0x[0-9A-F]{2}>", hf.id_to_token(i) or "")
-        )
-        self._map = _byte_decoder()
-        self.eos_token_id = self.added_tokens.get("<|endoftext|>", self.added_tokens.get("</s>"))
-
-    def token_bytes(self, token_id: int, *, skip_special_tokens: bool = False) -> bytes:
-        if skip_special_tokens and token_id in self.special_ids:
-            return b""
-        tok = self.hf.id_to_token(token_id)
-        if tok is None:
-            return b""
-        if self.byte_level:
-            if all(c in self._map for c in tok):
-                return bytes(self._map[c] for c in tok)
-            return tok.encode()
-        if token_id in self.byte_fallback_ids:
-            return bytes([int(tok[3:5], 16)])
-        return tok.replace("\u2581", " ").encode()
-
-    def decode(self, token_ids: Any, *, skip_special_tokens: bool = False) -> str:
-        return self.hf.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def token_to_id(self, token: str) -> int | None:
-        return self.hf.token_to_id(token)
 
 
 @functools.cache

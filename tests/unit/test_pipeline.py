@@ -1,0 +1,152 @@
+"""OutputPipeline: any split of the ids gives the same result as feeding them all at once, and
+that equals the one-shot reference parse_output(stop-truncate(decode(ids)))."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.unit._stream_vocab import byte_level_hf, real_vocab, textproc_vocab
+from tests.unit.test_stops import reference as stop_reference
+from textproc.detokenizer import IncrementalDetokenizer
+from textproc.errors import InvalidInput
+from textproc.parsing import merge_deltas, parse_output
+from textproc.pipeline import OutputPipeline
+
+FRAGMENTS = [
+    "<think>", "</think>", "<tool_call>", "</tool_call>", '{"name": "f", "arguments": {"x": 1}}',
+    '{"name": "g", "arguments": {"s": "a</tool_call>b"}}', "hello", " world", "\n\n", "STOP",
+    "é😀", "<", "/", "think", ">", " ", "你好", "{", "\"",
+]
+STOPS = ["STOP", "\n\n", "ld <", "😀", "</tool_call>", "o w"]
+
+
+def _vocab(name: str) -> Any:
+    if name == "toy":
+        return textproc_vocab(byte_level_hf())
+    return real_vocab(name)[0]
+
+
+@st.composite
+def cases(draw: st.DrawFn, tok: Any) -> dict[str, Any]:
+    text = "".join(draw(st.lists(st.sampled_from(FRAGMENTS), max_size=12)))
+    ids = tok.encode(text)
+    if draw(st.booleans()):  # raw ids too: lone bytes, specials, invalid UTF-8
+        at = draw(st.integers(0, len(ids)))
+        ids[at:at] = draw(st.lists(st.integers(0, tok.vocab_size - 1), max_size=4))
+    cuts = sorted(draw(st.sets(st.integers(0, len(ids)), max_size=len(ids) + 1)))
+    steps, last = [], 0
+    for c in cuts + [len(ids)]:
+        steps.append(ids[last:c])
+        last = c
+    reasoning = draw(st.booleans())
+    return {
+        "ids": ids,
+        "steps": steps,
+        "options": {
+            "stops": draw(st.lists(st.sampled_from(STOPS), max_size=3, unique=True)),
+            "include_stop": draw(st.booleans()),
+            "min_tokens": draw(st.sampled_from([0, 0, 1, 3, 6])),
+            "reasoning": reasoning,
+            "tools": draw(st.booleans()),
+            "starts_in_reasoning": reasoning and draw(st.booleans()),
+        },
+    }
+
+
+def _run(tok: Any, steps: list[list[int]], options: dict[str, Any]) -> tuple[Any, ...]:
+    p = OutputPipeline(tok, at_start=True, request_id="r", **options)
+    deltas: list[dict[str, Any]] = []
+    for step in steps:
+        deltas += p.feed(step)
+        assert all(deltas), "no empty fragments"
+    deltas += p.finish("length")
+    return merge_deltas(deltas), p.finish_reason, p.stop_reason
+
+
+def _reference(tok: Any, ids: list[int], options: dict[str, Any]) -> tuple[Any, ...]:
+    text = tok.decode(ids, skip_special_tokens=True)
+    eligible_from = 0
+    if options["min_tokens"]:
+        d = IncrementalDetokenizer(tok, at_start=True)
+        eligible_from = len(d.add(ids[: options["min_tokens"]]))
+    out, stop = stop_reference(
+        text, options["stops"], include_stop=options["include_stop"], eligible_from=eligible_from
+    )
+    merged = parse_output(
+        out,
+        reasoning=options["reasoning"],
+        tools=options["tools"],
+        starts_in_reasoning=options["starts_in_reasoning"],
+        request_id="r",
+    )
+    reason = "length" if stop is None else ("tool_calls" if merged["tool_calls"] else "stop")
+    return merged, reason, stop
+
+
+@pytest.mark.parametrize("name", ["toy", "qwen3"])
+@given(data=st.data())
+def test_any_split_equals_all_at_once_and_reference(name: str, data: st.DataObject) -> None:
+    tok = _vocab(name)
+    case = data.draw(cases(tok))
+    streamed = _run(tok, case["steps"], case["options"])
+    assert streamed == _run(tok, [case["ids"]], case["options"])
+    assert streamed == _reference(tok, case["ids"], case["options"])
+
+
+def test_stop_string_across_deltas_then_ignores_later_steps() -> None:
+    tok = _vocab("toy")
+    p = OutputPipeline(tok, stops=["STOP"], at_start=True)
+    out = []
+    for chunk in ["Hello ", "ST", "OP and more"]:
+        out += p.feed(tok.encode(chunk))
+    assert merge_deltas(out)["content"] == "Hello "
+    assert (p.is_finished, p.finish_reason, p.matched_stop, p.stop_reason) == (True, "stop", "STOP", "STOP")
+    n = p.n_tokens
+    assert p.feed(tok.encode("x")) == [] and p.finish("length") == [] and p.n_tokens == n
+
+
+def test_stop_token_and_tool_calls_finish_reasons() -> None:
+    tok = _vocab("toy")
+    p = OutputPipeline(tok, stops=["END"], at_start=True)
+    assert merge_deltas(p.feed(tok.encode("text EN")))["content"] == "text "
+    assert merge_deltas(p.finish("stop", stop_token_id=0))["content"] == "EN"
+    assert (p.finish_reason, p.stop_reason, p.matched_stop) == ("stop", 0, None)
+
+    p = OutputPipeline(tok, tools=True, at_start=True, request_id="r")
+    ids = tok.encode('ok<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
+    merged = merge_deltas(p.feed(ids) + p.finish("stop"))
+    assert merged["content"] == "ok" and merged["tool_calls"][0]["function"]["name"] == "f"
+    assert p.finish_reason == "tool_calls" and p.n_tokens == len(ids)
+
+    p = OutputPipeline(tok, at_start=True)
+    p.feed(tok.encode("abc"))
+    assert p.finish("abort") == [] and p.finish_reason == "abort"
+    with pytest.raises(InvalidInput, match=r"finish_reason 'done' is not one of \['abort', 'length', 'stop'\]"):
+        OutputPipeline(tok).finish("done")
+
+
+def test_holdback_is_released_as_soon_as_disproved() -> None:
+    tok = _vocab("toy")
+    p = OutputPipeline(tok, stops=["</s>"], reasoning=True, at_start=True)
+    assert p.feed(tok.encode("a <")) == [{"content": "a "}]  # "<" may start "</s>" or "<think>"
+    assert p.feed(tok.encode("b")) == [{"content": "<b"}]
+    emoji = tok.encode("😀")
+    assert len(emoji) > 1
+    assert p.feed(emoji[:1]) == []  # an incomplete character
+    assert p.feed(emoji[1:]) == [{"content": "😀"}]
+
+
+def test_construction_is_cheap() -> None:
+    tok = _vocab("toy")
+    OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True)
+    n = 500
+    t0 = time.perf_counter()
+    for _ in range(n):
+        OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True)
+    per = (time.perf_counter() - t0) / n
+    assert per < 300e-6, f"{per * 1e6:.0f} us per pipeline"

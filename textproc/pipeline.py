@@ -1,0 +1,187 @@
+"""OutputPipeline: one request's generated token ids -> OpenAI delta fragments, O(delta) per step.
+
+Owns the composition detokenizer -> stop checker -> output parser and the request's finish
+reason, matched stop and completion token count. It is what the detokenizer process runs per
+request, so construction is cheap (shared per-tokenizer and per-stop-list tables) and each
+``feed`` touches only the new ids plus held-back tails. It does no I/O and never imports the
+process layer.
+
+One holdback rule for the whole pipeline: text is held back only while its tail could still
+become a UTF-8 character (detokenizer; for byte-fallback vocabularies an open ``<0xNN>`` run),
+the start of a stop string (stop checker) or the start of a tag (parser), and each stage
+releases it as soon as it cannot. Known gap: when a parser-held tag prefix is directly followed
+by a stop-held tail (``"<th"`` then ``"x"`` with a stop ``"x!"``), the tag prefix waits until
+the stop checker releases ``"x"``; the output is unaffected, only delayed by one delta.
+
+Contract (property-tested): for any split of the ids into ``feed`` calls the merged deltas,
+finish reason and matched stop are the same as for one ``feed`` of all ids; with
+``at_start=True`` they equal ``parse_output(truncate(decode(ids)))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from textproc.detokenizer import DetokenizerVocab, IncrementalDetokenizer
+from textproc.errors import InvalidInput, short
+from textproc.parsing import OutputParser
+from textproc.stops import StopChecker
+
+__all__ = ["FINISH_REASONS", "OutputPipeline"]
+
+# what an engine may report when a request ends; "stop" = EOS or a stop token id
+FINISH_REASONS = frozenset({"stop", "length", "abort"})
+
+
+class OutputPipeline:
+    """Detokenize, stop and parse one request's output; ``feed(ids)`` returns delta fragments.
+
+    Fragments are ``{"content": s}``, ``{"reasoning_content": s}`` or ``{"tool_calls": [...]}``
+    in OpenAI's streaming format (see :class:`textproc.parsing.OutputParser`). When a stop
+    string completes, ``feed`` returns the text before it, ``is_finished`` becomes True and the
+    caller should abort the request in the engine; later ``feed`` calls return ``[]``.
+
+    After the end: ``finish_reason`` is ``"stop"`` (stop string, EOS or stop token),
+    ``"length"``, ``"abort"`` or ``"tool_calls"`` (the output made tool calls and ended
+    naturally); ``stop_reason`` is the matched stop string or the stop token id;
+    ``n_tokens`` counts every token fed until the end (the completion token count, including
+    tokens of the final step after a stop string).
+
+    ``min_tokens``: a stop string counts only if it is completed by token ``min_tokens + 1``
+    or later (a character belongs to the token whose arrival released it from the
+    detokenizer), whatever the grouping of tokens into ``feed`` calls.
+
+    >>> p = OutputPipeline(tok, stops=["\\n\\n"], at_start=True)  # doctest: +SKIP
+    >>> p.feed(tok.encode("Hi\\n")), p.feed(tok.encode("\\nmore")), p.finish_reason  # doctest: +SKIP
+    ([{'content': 'Hi'}], [], 'stop')
+    """
+
+    __slots__ = (
+        "_detok",
+        "_stops",
+        "_parser",
+        "_min_tokens",
+        "n_tokens",
+        "is_finished",
+        "finish_reason",
+        "stop_reason",
+    )
+
+    def __init__(
+        self,
+        tokenizer: DetokenizerVocab,
+        *,
+        stops: str | Sequence[str] = (),
+        include_stop: bool = False,
+        min_tokens: int = 0,
+        skip_special_tokens: bool = True,
+        reasoning: bool = False,
+        tools: bool = False,
+        starts_in_reasoning: bool = False,
+        at_start: bool = False,
+        request_id: str = "",
+    ) -> None:
+        self._stops = StopChecker(stops, include_stop=include_stop, min_tokens=min_tokens)
+        self._detok = IncrementalDetokenizer(
+            tokenizer, skip_special_tokens=skip_special_tokens, at_start=at_start
+        )
+        self._parser: OutputParser | None = None
+        if reasoning or tools:
+            self._parser = OutputParser(
+                reasoning=reasoning,
+                tools=tools,
+                starts_in_reasoning=starts_in_reasoning,
+                request_id=request_id,
+            )
+        self._min_tokens = min_tokens
+        self.n_tokens = 0
+        self.is_finished = False
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+
+    @property
+    def matched_stop(self) -> str | None:
+        """The stop string that ended the output, if one did."""
+        return self._stops.matched
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """True once the output made a tool call."""
+        return self._parser is not None and self._parser.has_tool_calls
+
+    def feed(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Feed one engine step's new ids; return the fragments ready now."""
+        if self.is_finished:
+            return []
+        before = self.n_tokens
+        self.n_tokens = before + len(token_ids)
+        cut = self._min_tokens - before
+        if 0 < cut < len(token_ids):
+            # tokens up to min_tokens and the ones after go to the stop checker separately,
+            # so eligibility does not depend on how the engine grouped them
+            text = self._stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
+            if not self._stops.is_finished:
+                text += self._stops.feed(
+                    self._detok.add(token_ids[cut:]), n_tokens=len(token_ids) - cut
+                )
+        else:
+            text = self._stops.feed(self._detok.add(token_ids), n_tokens=len(token_ids))
+        if self._stops.is_finished:
+            return self._end(text, "stop")
+        return self._parse(text)
+
+    def finish(self, finish_reason: str = "stop", *, stop_token_id: int | None = None) -> list[dict[str, Any]]:
+        """The engine ended the request: flush every stage, set ``finish_reason``; the rest.
+
+        ``finish_reason`` is the engine's: ``"stop"`` (EOS or a stop token, give its id as
+        ``stop_token_id``), ``"length"`` or ``"abort"``. A stop string completed by the
+        flushed text still wins ("stop"). After an abort nothing more is sent.
+        """
+        if finish_reason not in FINISH_REASONS:
+            raise InvalidInput(
+                f"finish_reason {short(finish_reason)} is not one of {sorted(FINISH_REASONS)}"
+            )
+        if self.is_finished:
+            return []
+        if finish_reason == "abort":
+            self.is_finished = True
+            self.finish_reason = "abort"
+            return []
+        text = self._stops.feed(self._detok.flush())
+        if self._stops.is_finished:
+            return self._end(text, "stop")
+        if finish_reason == "stop" and stop_token_id is not None:
+            text += self._stops.stopped_by_token(stop_token_id)
+        else:
+            text += self._stops.finish()
+        return self._end(text, finish_reason)
+
+    def _parse(self, text: str) -> list[dict[str, Any]]:
+        if self._parser is not None:
+            return self._parser.feed(text) if text else []
+        return [{"content": text}] if text else []
+
+    def _end(self, text: str, reason: str) -> list[dict[str, Any]]:
+        self.is_finished = True
+        self.stop_reason = self._stops.stop_reason
+        out = self._parse(text)
+        if self._parser is not None:
+            out = _join(out + self._parser.finish())
+            if reason == "stop" and self._parser.has_tool_calls:
+                reason = "tool_calls"
+        self.finish_reason = reason
+        return out
+
+
+def _join(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # adjacent text fragments of one kind become one (feed + finish of the parser)
+    out: list[dict[str, Any]] = []
+    for delta in deltas:
+        if out and len(delta) == 1 and out[-1].keys() == delta.keys():
+            key = next(iter(delta))
+            if key != "tool_calls":
+                out[-1] = {key: out[-1][key] + delta[key]}
+                continue
+        out.append(delta)
+    return out
