@@ -1,0 +1,263 @@
+"""BPE model of tokenizer.json: one pre-token (in the model's alphabet) -> token ids.
+
+Same result as HF ``tokenizers``' ``BPE::tokenize`` (dropout must be null/0): initial symbols
+per character (``continuing_subword_prefix`` / ``end_of_word_suffix``, byte fallback to
+``<0xNN>``, unknown characters to ``unk_token``, fused when ``fuse_unk``), then merges applied
+lowest rank first, leftmost on ties. ``ignore_merges`` looks the whole piece up first.
+
+Merge table shape: ``(left_id * stride + right_id) -> (rank << 32) | merged_id``, so one
+``min()`` over a list of ints picks the lowest-rank, leftmost pair. Short words use that list
+(O(n) per merge, in C); long words use a heap of candidate merges over a linked list of
+symbols (O(n log n)). The table is built on first use, so loading stays fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from textproc.errors import InvalidInput
+from textproc.tok.jsonpath import Ctx
+
+__all__ = ["BPE"]
+
+_MASK = 0xFFFFFFFF
+_INF = 1 << 80
+# words at least this long use the heap
+_HEAP_FROM = 96
+
+
+class BPE:
+    """A BPE model; :meth:`word_ids` tokenizes one pre-token."""
+
+    def __init__(
+        self,
+        *,
+        vocab: dict[str, int],
+        merges: list[Any],
+        ctx: Ctx,
+        path: str,
+        unk_token: str | None,
+        byte_fallback: bool,
+        fuse_unk: bool,
+        ignore_merges: bool,
+        prefix: str | None,
+        suffix: str | None,
+    ) -> None:
+        self.vocab = vocab
+        self._raw_merges = merges
+        self._ctx = ctx
+        self._path = path
+        self.unk_token = unk_token
+        self.byte_fallback = byte_fallback
+        self.fuse_unk = fuse_unk
+        self.ignore_merges = ignore_merges
+        self.prefix = prefix
+        self.suffix = suffix
+        self._merges: dict[int, int] | None = None
+        self._stride = max(vocab.values(), default=0) + 1
+        self._char_ids: dict[str, int] | None = None
+
+    # -- loading -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, ctx: Ctx, model: dict[str, Any], path: str) -> BPE:
+        dropout = model.get("dropout")
+        if dropout is not None:
+            ctx.check(dropout, float, f"{path}.dropout")
+            if dropout != 0:
+                ctx.fail(
+                    f"BPE dropout {dropout!r} is random and not supported; allowed: null or 0",
+                    f"{path}.dropout",
+                )
+        vocab = ctx.get(model, "vocab", path, dict)
+        for token, token_id in vocab.items():
+            if type(token_id) is not int or token_id < 0:
+                ctx.fail(f"expected a non-negative integer id, got {token_id!r}", f"{path}.vocab[{token!r}]")
+        merges = ctx.get(model, "merges", path, list, [])
+        unk = ctx.get(model, "unk_token", path, str, None)
+        return cls(
+            vocab=vocab,
+            merges=merges,
+            ctx=ctx,
+            path=path,
+            unk_token=unk,
+            byte_fallback=ctx.get(model, "byte_fallback", path, bool, False),
+            fuse_unk=ctx.get(model, "fuse_unk", path, bool, False),
+            ignore_merges=ctx.get(model, "ignore_merges", path, bool, False),
+            prefix=ctx.get(model, "continuing_subword_prefix", path, str, None),
+            suffix=ctx.get(model, "end_of_word_suffix", path, str, None),
+        )
+
+    def validate(self) -> None:
+        """Build the merge table now (raises TokenizerFileError for a bad merge)."""
+        self._table()
+
+    def _table(self) -> dict[int, int]:
+        table = self._merges
+        if table is None:
+            table = self._merges = self._build_table()
+        return table
+
+    def _build_table(self) -> dict[int, int]:
+        vocab = self.vocab
+        stride = self._stride
+        plen = len(self.prefix) if self.prefix else 0
+        table: dict[int, int] = {}
+        ctx, path = self._ctx, f"{self._path}.merges"
+        for rank, merge in enumerate(self._raw_merges):
+            if type(merge) is str:
+                parts = merge.split(" ")
+            elif type(merge) is list:
+                parts = merge
+            else:
+                ctx.fail(f"expected 'a b' or ['a', 'b'], got {merge!r}", f"{path}[{rank}]")
+            if len(parts) != 2 or type(parts[0]) is not str or type(parts[1]) is not str:
+                ctx.fail(f"expected a pair of tokens, got {merge!r}", f"{path}[{rank}]")
+            a, b = parts
+            ia = vocab.get(a)
+            ib = vocab.get(b)
+            new = vocab.get(a + b[plen:])
+            if ia is None or ib is None or new is None:
+                missing = a if ia is None else b if ib is None else a + b[plen:]
+                ctx.fail(f"merge {merge!r} uses token {missing!r} missing from the vocab", f"{path}[{rank}]")
+            table[ia * stride + ib] = (rank << 32) | new
+        self._raw_merges = []
+        return table
+
+    # -- tokenizing --------------------------------------------------------------------------
+
+    def _initial(self, word: str) -> list[int]:
+        """HF ``merge_word`` before merging: one symbol per character (or fallback)."""
+        vocab = self.vocab
+        ids: list[int] = []
+        unk: int | None = None
+        prefix, suffix = self.prefix, self.suffix
+        last = len(word) - 1
+        for i, c in enumerate(word):
+            s = c
+            if i and prefix:
+                s = prefix + s
+            if i == last and suffix:
+                s = s + suffix
+            token_id = vocab.get(s)
+            if token_id is not None:
+                if unk is not None:
+                    ids.append(unk)
+                    unk = None
+                ids.append(token_id)
+                continue
+            if self.byte_fallback:
+                byte_ids = [vocab.get(f"<0x{b:02X}>") for b in s.encode("utf-8", "surrogatepass")]
+                if None not in byte_ids:
+                    # like HF, a pending unk is only flushed by the next vocab symbol
+                    ids.extend(byte_ids)  # type: ignore[arg-type]
+                    continue
+            if self.unk_token is not None:
+                unk_id = vocab.get(self.unk_token)
+                if unk_id is None:
+                    raise InvalidInput(
+                        f"unk_token {self.unk_token!r} is not in the vocabulary; cannot encode {c!r}"
+                    )
+                if unk is not None and not self.fuse_unk:
+                    ids.append(unk)
+                unk = unk_id
+        if unk is not None:
+            ids.append(unk)
+        return ids
+
+    def word_ids(self, word: str) -> list[int]:
+        """Token ids of one pre-token ``word`` (already in the model's alphabet)."""
+        if not word:
+            return []
+        if self.ignore_merges:
+            whole = self.vocab.get(word)
+            if whole is not None:
+                return [whole]
+        char_ids = self._char_ids
+        if char_ids is None:
+            char_ids = self._char_ids = self._make_char_ids()
+        try:
+            ids = list(map(char_ids.__getitem__, word))
+        except KeyError:
+            ids = self._initial(word)
+        if len(ids) < 2:
+            return ids
+        if len(ids) < _HEAP_FROM:
+            return self._merge_small(ids)
+        return self._merge_heap(ids)
+
+    def _make_char_ids(self) -> dict[str, int]:
+        if self.prefix or self.suffix:
+            return {}  # symbols depend on position: always take the general path
+        return {t: i for t, i in self.vocab.items() if len(t) == 1}
+
+    def _merge_small(self, ids: list[int]) -> list[int]:
+        get = self._table().get
+        stride = self._stride
+        ranks = [get(ids[i] * stride + ids[i + 1], _INF) for i in range(len(ids) - 1)]
+        while ranks:
+            best = min(ranks)
+            if best == _INF:
+                break
+            i = ranks.index(best)
+            new = best & _MASK
+            ids[i] = new
+            del ids[i + 1]
+            del ranks[i]
+            if i:
+                ranks[i - 1] = get(ids[i - 1] * stride + new, _INF)
+            if i < len(ranks):
+                ranks[i] = get(new * stride + ids[i + 1], _INF)
+        return ids
+
+    def _merge_heap(self, ids: list[int]) -> list[int]:
+        """HF's Word::merge_all: heap of (rank, position) over a linked list of symbols."""
+        get = self._table().get
+        stride = self._stride
+        n = len(ids)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prv = list(range(-1, n - 1))
+        alive = [True] * n
+        # heap item: rank << 32 | position (rank first, then leftmost)
+        heap: list[int] = []
+        for i in range(n - 1):
+            v = get(ids[i] * stride + ids[i + 1])
+            if v is not None:
+                heap.append(((v >> 32) << 32) | i)
+        heapq.heapify(heap)
+        pop, push = heapq.heappop, heapq.heappush
+        while heap:
+            item = pop(heap)
+            pos = item & _MASK
+            if not alive[pos]:
+                continue
+            right = nxt[pos]
+            if right == -1:
+                continue
+            v = get(ids[pos] * stride + ids[right])
+            if v is None or (v >> 32) != (item >> 32):
+                continue
+            new = v & _MASK
+            ids[pos] = new
+            alive[right] = False
+            after = nxt[right]
+            nxt[pos] = after
+            if after != -1:
+                prv[after] = pos
+            before = prv[pos]
+            if before != -1:
+                w = get(ids[before] * stride + new)
+                if w is not None:
+                    push(heap, ((w >> 32) << 32) | before)
+            if after != -1:
+                w = get(new * stride + ids[after])
+                if w is not None:
+                    push(heap, ((w >> 32) << 32) | pos)
+        out = []
+        i = 0
+        while i != -1:
+            out.append(ids[i])
+            i = nxt[i]
+        return out
