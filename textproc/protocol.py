@@ -322,6 +322,9 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    # with ``error``: "invalid_input" (400), "overloaded" (503), "engine_restarted" (503),
+    # "engine_error" (500), "internal" (500); the client raises the matching textproc error
+    error_kind: str | None = None
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

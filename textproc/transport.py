@@ -27,6 +27,7 @@ __all__ = [
     "pick_free_ports",
     "remove_ipc_files",
     "RECONNECT_IVL_MS",
+    "ChildRuntime",
 ]
 
 T = TypeVar("T")
@@ -149,3 +150,45 @@ def remove_ipc_files(endpoints: Endpoints) -> list[str]:
             except FileNotFoundError:
                 pass
     return removed
+
+
+class ChildRuntime:
+    """What every child process entry shares: logging, signals, parent watch, Ready to control.
+
+    SIGINT is ignored (Ctrl-C reaches the whole process group; the supervisor then stops its
+    children in order); SIGTERM sets ``should_stop``. ``parent_alive()`` is False once the
+    supervisor that started this process is gone, so no child outlives it for long.
+    """
+
+    def __init__(self, *, role: str, index: int, parent_pid: int, log_level: str) -> None:
+        self.role = role
+        self.index = index
+        self.parent_pid = parent_pid
+        self.log_level = log_level
+        self.should_stop = False
+
+    def start(self) -> None:
+        import signal
+
+        logging.basicConfig(
+            level=self.log_level,
+            format=f"%(asctime)s {self.role}-{self.index}[%(process)d] %(levelname)s %(name)s: %(message)s",
+        )
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.should_stop = True
+
+    def parent_alive(self) -> bool:
+        return self.parent_pid <= 0 or os.getppid() == self.parent_pid
+
+    def send_ready(self, control: zmq.Socket[Any], *, role: str | None = None, pid: int | None = None) -> None:
+        """Tell the supervisor (PUSH connected to its ``control`` PULL) that ``role`` serves now."""
+        from textproc.protocol import Ready
+
+        frame = Ready(role or self.role, self.index, os.getpid() if pid is None else pid)
+        try:
+            control.send(_ENCODER.encode(frame), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            _log.warning("control socket full; Ready(%s) not sent", frame.role)

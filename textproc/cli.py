@@ -1,0 +1,187 @@
+"""The ``textproc`` command: arguments -> frozen settings -> processes.
+
+Owns argument parsing, the only environment reads (``TEXTPROC_LOG_LEVEL``) and the exit codes;
+it is the only module that exits the interpreter. Subcommands: ``serve`` (the service),
+``text`` (the text core on the command line, ``textproc.demo``), ``bench`` (runs
+``bench/<name>.py`` by path; textproc never imports ``bench``), ``keys`` (not yet), and the
+internal ``_child`` that the supervisor uses to start a worker or the detokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
+
+__all__ = ["main", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
+
+DEFAULT_MODEL_DIR = Path(".cache") / "models" / "qwen3"
+FETCH_HINT = ".venv/bin/python scripts/fetch_fixtures.py"
+_log = logging.getLogger("textproc.cli")
+
+
+def _default_model_dir() -> Path:
+    """``.cache/models/qwen3`` under the current directory, else under the repository."""
+    here = Path.cwd() / DEFAULT_MODEL_DIR
+    if here.is_dir():
+        return here
+    repo = Path(__file__).resolve().parent.parent / DEFAULT_MODEL_DIR
+    return repo if repo.is_dir() else here
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run tokenizer workers, the detokenizer and (optionally) the stub engine")
+    p.add_argument("--model-dir", help=f"tokenizer.json + tokenizer_config.json (default {DEFAULT_MODEL_DIR})")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer worker processes (default: cores)")
+    p.add_argument("--engine", choices=["stub", "external"], default="stub")
+    p.add_argument("--endpoints", choices=["ipc", "tcp"], default="ipc")
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--stub-mode", choices=["echo", "replay", "random"], default="echo")
+    p.add_argument("--stub-arg", action="append", default=[], metavar="FLAG",
+                   help="extra flag for engine_stub, repeatable (e.g. --stub-arg=--step-ms=5)")
+    p.add_argument("--stub-stats-file", help="engine_stub writes its per-request stats here")
+    p.add_argument("--runtime-dir", help="directory for ipc sockets and endpoints.json (default: a new private temp dir)")
+    p.add_argument("--tcp-host", default="127.0.0.1")
+    p.add_argument("--tcp-port-base", type=int, default=0, help="0: free ports")
+    p.add_argument("--max-frame-bytes", type=int, default=None)
+    p.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for each process to be Ready")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (tests)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``textproc``; returns the exit code (0 ok, 1 failure, 2 bad arguments)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["_child"]:
+        return _child(args_list[1:])
+    if args_list[:1] == ["text"]:
+        import importlib
+
+        demo = importlib.import_module("textproc.demo")  # the STREAM helper's module
+        return int(demo.main(args_list[1:]))
+    if args_list[:1] == ["bench"]:
+        return _bench(args_list[1:])
+    parser = argparse.ArgumentParser(prog="textproc", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    sub.add_parser("text", help="the text core on the command line (tokenize, render, detokenize)")
+    sub.add_parser("bench", help="run a benchmark script from bench/")
+    sub.add_parser("keys", help="make ZeroMQ CURVE keys (not implemented yet)")
+    args = parser.parse_args(args_list)
+    if args.command == "keys":
+        print("textproc keys: not implemented yet (issue 7)", file=sys.stderr)
+        return 2
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from textproc.config import DEFAULT_MAX_FRAME_BYTES, ServeConfig, ServiceConfig
+    from textproc.supervisor import Supervisor
+
+    level = os.environ.get("TEXTPROC_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO",
+                        format="%(asctime)s supervisor[%(process)d] %(levelname)s %(name)s: %(message)s")
+    model_dir = Path(args.model_dir) if args.model_dir else _default_model_dir()
+    if not (model_dir / "tokenizer.json").is_file():
+        print(f"textproc serve: no tokenizer.json in {model_dir}"
+              + ("" if args.model_dir else f"; build the default Qwen vocabulary with: {FETCH_HINT}"),
+              file=sys.stderr)
+        return 2
+    try:
+        config = ServeConfig(
+            service=ServiceConfig(
+                model_dir=str(model_dir.absolute()),
+                n_workers=args.workers,
+                max_model_len=args.max_model_len,
+                max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
+                startup_timeout_s=args.startup_timeout,
+                log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO",
+            ),
+            engine=args.engine,
+            endpoints=args.endpoints,
+            runtime_dir=args.runtime_dir,
+            tcp_host=args.tcp_host,
+            tcp_port_base=args.tcp_port_base,
+            stub_mode=args.stub_mode,
+            stub_args=tuple(args.stub_arg),
+            stub_stats_file=args.stub_stats_file,
+        )
+    except InvalidInput as e:
+        print(f"textproc serve: {e}", file=sys.stderr)
+        return 2
+    supervisor = Supervisor(config)
+    supervisor.install_signal_handlers()
+    try:
+        supervisor.start()
+        ep = supervisor.endpoints
+        assert ep is not None
+        _log.info("textproc ready: runtime dir %s (endpoints.json), %d workers, detok-front %s, "
+                  "engine-in %s, engine-out %s", supervisor.runtime_dir, config.service.n_workers,
+                  ep.detok_front, ep.engine_in, ep.engine_out)
+        if config.engine == "external":
+            print(json.dumps({"engine_in": ep.engine_in, "engine_out": ep.engine_out}), flush=True)
+        supervisor.run(duration_s=args.duration)
+        return 0
+    except (StartupTimeout, WorkerDied) as e:
+        _log.error("textproc serve failed to start: %s", e)
+        return 1
+    except TextprocError as e:
+        _log.error("textproc serve: %s", e)
+        return 1
+    finally:
+        supervisor.close()
+        _log.info("textproc stopped")
+
+
+def _child(argv: list[str]) -> int:
+    from textproc.config import Endpoints, ServiceConfig
+
+    p = argparse.ArgumentParser(prog="textproc _child")
+    p.add_argument("role", choices=["worker", "detokenizer"])
+    p.add_argument("index", type=int)
+    p.add_argument("--config", required=True)
+    p.add_argument("--endpoints", required=True)
+    p.add_argument("--parent-pid", type=int, default=0)
+    args = p.parse_args(argv)
+    config = ServiceConfig.from_json(args.config)
+    endpoints = Endpoints.from_dict(json.loads(args.endpoints), source="--endpoints")
+    if args.role == "worker":
+        from textproc.workers import run_worker
+
+        return run_worker(config, endpoints, args.index, parent_pid=args.parent_pid)
+    from textproc.detokenizer_process import run_detokenizer
+
+    return run_detokenizer(config, endpoints, parent_pid=args.parent_pid)
+
+
+def _bench(argv: list[str]) -> int:
+    bench_dir = Path(__file__).resolve().parent.parent / "bench"
+    names = sorted(p.stem for p in bench_dir.glob("*.py") if not p.stem.startswith("_")) \
+        if bench_dir.is_dir() else []
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: textproc bench NAME [ARGS...]; benchmarks: " + (", ".join(names) or "none yet"))
+        return 0 if argv else 2
+    script = bench_dir / f"{argv[0]}.py"
+    if not script.is_file():
+        print(f"textproc bench: unknown benchmark {argv[0]!r}; available: {', '.join(names) or 'none'}",
+              file=sys.stderr)
+        return 2
+    saved = sys.argv
+    sys.argv = [str(script), *argv[1:]]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,629 @@
+"""TextClient: the asyncio client of a running textproc service (frontends and tests use it).
+
+Owns one client's sockets: a DEALER per tokenizer worker, a DEALER to the detokenizer's
+``detok-front`` (routing id = this client's id, Hello first) and a SUB to the supervisor's
+``events``. ``chat()`` / ``complete()`` send a request to the least-busy worker and return an async
+iterator of ``TextEvent`` (OpenAI-style deltas; the last one has finish_reason, the matched stop
+and usage). Closing or cancelling the iterator before the end aborts the request in the
+detokenizer and the engine. A request held by a worker that dies fails with ``WorkerDied``; so
+do requests in flight when the detokenizer dies, and requests the detokenizer turns out not to
+know (checked with ``Query`` after a few quiet seconds), so no request waits forever.
+Must be used from one event loop; never pickles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import weakref
+from collections import deque
+from pathlib import Path
+from typing import Any, AsyncIterator, NamedTuple, Sequence
+
+import zmq
+import zmq.asyncio
+
+from textproc.errors import (
+    InvalidInput,
+    ProtocolError,
+    StartupTimeout,
+    TemplateError,
+    TextprocError,
+    WorkerDied,
+    short,
+)
+from textproc.protocol import (
+    PROTOCOL_VERSION,
+    Abort,
+    Accepted,
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResult,
+    EventFrame,
+    Failure,
+    FrontOutFrame,
+    Hello,
+    Outputs,
+    ProcessDied,
+    Query,
+    Ready,
+    RequestOutput,
+    Stats,
+    StatsRequest,
+    TokenizeRequest,
+    TokenizeResult,
+    Unknown,
+    Welcome,
+    WorkerOutFrame,
+    pack_ids,
+    unpack_ids,
+)
+from textproc.transport import FrameDecoder, encoder, make_socket
+
+__all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas"]
+
+_QUERY_AFTER_S = 3.0  # a stream quiet this long is checked with the detokenizer (Query)
+_RECONCILE_EVERY_S = 1.0
+_ERRORS: dict[str, tuple[type[TextprocError], int]] = {
+    "invalid_input": (InvalidInput, 400),
+    "template": (TemplateError, 400),
+    "overloaded": (TextprocError, 503),
+    "engine_restarted": (WorkerDied, 503),
+    "engine_error": (TextprocError, 500),
+    "internal": (TextprocError, 500),
+}
+
+
+class Usage(NamedTuple):
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def merge_event_deltas(deltas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One OpenAI delta dict from fragments: texts concatenated, tool_calls entries in order.
+
+    >>> merge_event_deltas([{"content": "a"}, {"reasoning_content": "r"}, {"content": "b"}])
+    {'content': 'ab', 'reasoning_content': 'r'}
+    """
+    out: dict[str, Any] = {}
+    for delta in deltas:
+        for key, value in delta.items():
+            if key == "tool_calls":
+                out.setdefault("tool_calls", []).extend(value)
+            elif isinstance(value, str) and isinstance(out.get(key), str):
+                out[key] += value
+            else:
+                out[key] = value
+    return out
+
+
+class TextEvent:
+    """What one step of a stream brought: delta fragments, and on the last event the end.
+
+    ``deltas``: OpenAI delta fragments in order ({"content"}, {"reasoning_content"},
+    {"tool_calls": [...]}); ``delta`` merges them into one dict. ``finish_reason`` ("stop",
+    "length", "tool_calls", "abort"), ``stop`` (the matched stop string) and ``usage`` are set
+    on the last event only.
+    """
+
+    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage")
+
+    def __init__(self, request_id: str, deltas: list[dict[str, Any]], finish_reason: str | None,
+                 stop: str | None, usage: Usage | None) -> None:
+        self.request_id = request_id
+        self.deltas = deltas
+        self.finish_reason = finish_reason
+        self.stop = stop
+        self.usage = usage
+
+    @property
+    def delta(self) -> dict[str, Any]:
+        return merge_event_deltas(self.deltas)
+
+    @property
+    def text(self) -> str:
+        """The ``content`` text of this event."""
+        return "".join(d.get("content", "") for d in self.deltas)
+
+    def __repr__(self) -> str:
+        return (f"TextEvent({self.request_id!r}, {self.deltas!r}, finish_reason="
+                f"{self.finish_reason!r}, stop={self.stop!r}, usage={self.usage!r})")
+
+
+class _Stream:
+    __slots__ = ("request_id", "worker", "items", "waiter", "error", "accepted", "last_seen",
+                 "pending_at_worker", "prompt_tokens")
+
+    def __init__(self, request_id: str, worker: int) -> None:
+        self.request_id = request_id
+        self.worker = worker
+        self.items: deque[RequestOutput] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.error: BaseException | None = None
+        self.accepted = False
+        self.pending_at_worker = True
+        self.last_seen = time.monotonic()
+        self.prompt_tokens = 0
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self.wake()
+
+
+def _error(kind: str, message: str, status: int | None = None) -> TextprocError:
+    cls, default_status = _ERRORS.get(kind, (TextprocError, 500))
+    err = cls(message)
+    setattr(err, "status", status or default_status)  # read by HTTP frontends (400/503/...)
+    setattr(err, "kind", kind)
+    return err
+
+
+class TextClient:
+    """An asyncio client of one running service; build with ``await TextClient.connect(dir)``.
+
+    Every call of ``chat``/``complete`` gets its own request id (or the one given); ids must be
+    unique among live requests of the whole service.
+    """
+
+    def __init__(self, info: dict[str, Any], runtime_dir: Path) -> None:
+        self.info = info
+        self.runtime_dir = runtime_dir
+        self.client_id = b"c" + os.urandom(15)
+        self.detok_instance: str | None = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._workers: list[zmq.asyncio.Socket] = []
+        self._worker_pending: list[set[str]] = []
+        self._detok: zmq.asyncio.Socket | None = None
+        self._events: zmq.asyncio.Socket | None = None
+        self._streams: dict[str, _Stream] = {}
+        self._calls: dict[str, tuple[int, asyncio.Future[Any]]] = {}
+        self._stats_waiters: dict[str, tuple[list[Stats], int, asyncio.Future[None]]] = {}
+        self._welcome: asyncio.Future[str] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._counter = 0
+        self._closed = False
+        self._encode = encoder().encode
+        self._finalizer: weakref.finalize[Any, TextClient] | None = None
+        self.malformed = 0
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, runtime_dir: str | os.PathLike[str], *, timeout_s: float = 30.0) -> TextClient:
+        """Connect to the service whose ``endpoints.json`` is (or soon will be) in ``runtime_dir``.
+
+        Waits up to ``timeout_s`` for the file and for the detokenizer's Welcome; raises
+        StartupTimeout naming what it waited for.
+        """
+        path = Path(runtime_dir) / "endpoints.json"
+        deadline = time.monotonic() + timeout_s
+        while not path.is_file():
+            if time.monotonic() >= deadline:
+                raise StartupTimeout(
+                    f"waited {timeout_s:.1f} s for {path}; is `textproc serve --runtime-dir "
+                    f"{runtime_dir}` running?")
+            await asyncio.sleep(0.05)
+        try:
+            info = json.loads(path.read_text())
+        except ValueError as e:
+            raise ProtocolError(f"{path} is not JSON: {e}") from e
+        if not isinstance(info, dict) or info.get("protocol_version") != PROTOCOL_VERSION:
+            got = info.get("protocol_version") if isinstance(info, dict) else short(info)
+            raise ProtocolError(f"{path}: service speaks protocol {got!r}, this client "
+                                f"{PROTOCOL_VERSION}; upgrade the older side")
+        client = cls(info, Path(runtime_dir))
+        try:
+            await client.start(max(0.1, deadline - time.monotonic()))
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    async def start(self, timeout_s: float) -> None:
+        from textproc.config import Endpoints
+
+        ep = Endpoints.from_dict(self.info.get("endpoints"), source=str(self.runtime_dir))
+        max_frame = int(self.info.get("max_frame_bytes", 64 << 20))
+        ctx = zmq.asyncio.Context()
+        self._ctx = ctx
+        opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": 100_000}
+        for address in ep.workers:
+            sock = make_socket(ctx, zmq.DEALER, routing_id=self.client_id, **opts)
+            sock.connect(address)
+            self._workers.append(sock)  # type: ignore[arg-type]
+            self._worker_pending.append(set())
+        self._detok = make_socket(ctx, zmq.DEALER, routing_id=self.client_id, **opts)  # type: ignore[assignment]
+        assert self._detok is not None
+        self._detok.connect(ep.detok_front)
+        self._events = make_socket(ctx, zmq.SUB, **opts)  # type: ignore[assignment]
+        assert self._events is not None
+        self._events.setsockopt(zmq.SUBSCRIBE, b"")
+        self._events.connect(ep.events)
+        self._finalizer = weakref.finalize(self, _close_sockets_sync, ctx,
+                                           [*self._workers, self._detok, self._events])
+        loop = asyncio.get_running_loop()
+        for i, sock in enumerate(self._workers):
+            self._tasks.append(loop.create_task(self._read_worker(i, sock)))
+        self._tasks.append(loop.create_task(self._read_detok()))
+        self._tasks.append(loop.create_task(self._read_events()))
+        self._tasks.append(loop.create_task(self._reconcile()))
+        try:
+            await asyncio.wait_for(self._hello(), timeout_s)
+        except (asyncio.TimeoutError, TimeoutError) as e:
+            raise StartupTimeout(f"waited {timeout_s:.1f} s for the detokenizer's Welcome at "
+                                 f"{ep.detok_front}") from e
+
+    async def _hello(self) -> None:
+        assert self._detok is not None
+        self._welcome = asyncio.get_running_loop().create_future()
+        await self._detok.send(self._encode(Hello()))
+        instance = await asyncio.shield(self._welcome)
+        self.detok_instance = instance
+
+    # -- public API ----------------------------------------------------------------------------
+
+    def chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+             tool_choice: str | dict[str, Any] = "auto", stop: str | Sequence[str] | None = None,
+             max_tokens: int | None = None, min_tokens: int = 0, include_stop: bool = False,
+             chat_template_kwargs: dict[str, Any] | None = None, skip_special_tokens: bool = True,
+             sampling: dict[str, Any] | None = None, request_id: str | None = None,
+             add_generation_prompt: bool = True, continue_final_message: bool = False,
+             stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> AsyncIterator[TextEvent]:
+        """Stream a chat completion: async iterator of TextEvent; close it early to abort."""
+        rid = request_id if request_id is not None else self._next_id()
+        frame = ChatRequest(rid, messages, tools, tool_choice, _stops(stop), max_tokens,
+                            min_tokens, include_stop, dict(chat_template_kwargs or {}),
+                            skip_special_tokens, dict(sampling or {}), add_generation_prompt,
+                            continue_final_message, list(stop_token_ids), ignore_eos)
+        return self._generate(rid, frame)
+
+    def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
+                 max_tokens: int | None = None, min_tokens: int = 0, include_stop: bool = False,
+                 skip_special_tokens: bool = True, sampling: dict[str, Any] | None = None,
+                 request_id: str | None = None, add_special_tokens: bool = True,
+                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> AsyncIterator[TextEvent]:
+        """Stream a completion of ``prompt`` (text, or token ids)."""
+        rid = request_id if request_id is not None else self._next_id()
+        if isinstance(prompt, str):
+            text, ids = prompt, None
+        else:
+            text, ids = "", pack_ids(list(prompt))
+        frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
+                                  include_stop, skip_special_tokens, dict(sampling or {}),
+                                  add_special_tokens, list(stop_token_ids), ignore_eos)
+        return self._generate(rid, frame)
+
+    async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
+                       tools: list[dict[str, Any]] | None = None, add_special_tokens: bool = False,
+                       add_generation_prompt: bool = True,
+                       chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """Token ids of ``text``, or of the chat prompt rendered from ``messages``."""
+        result = await self._call(TokenizeRequest(self._next_id(), text, messages, tools,
+                                                  add_special_tokens, add_generation_prompt,
+                                                  dict(chat_template_kwargs or {})))
+        assert isinstance(result, TokenizeResult)
+        return unpack_ids(result.token_ids)
+
+    async def render(self, messages: list[dict[str, Any]], *,
+                     tools: list[dict[str, Any]] | None = None,
+                     chat_template_kwargs: dict[str, Any] | None = None) -> tuple[str, list[int]]:
+        """The rendered chat prompt and its ids, as a worker makes them for ``chat``."""
+        result = await self._call(TokenizeRequest(self._next_id(), None, messages, tools, False,
+                                                  True, dict(chat_template_kwargs or {})))
+        assert isinstance(result, TokenizeResult)
+        return result.prompt or "", unpack_ids(result.token_ids)
+
+    async def detokenize(self, token_ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        result = await self._call(DetokenizeRequest(self._next_id(), pack_ids(list(token_ids)),
+                                                    skip_special_tokens))
+        assert isinstance(result, DetokenizeResult)
+        return result.text
+
+    async def stats(self, *, timeout_s: float = 5.0) -> list[Stats]:
+        """Counters of every worker and the detokenizer (malformed frames per socket, ...)."""
+        self._check_open()
+        rid = self._next_id()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        got: list[Stats] = []
+        self._stats_waiters[rid] = (got, len(self._workers) + 1, done)
+        data = self._encode(StatsRequest(rid))
+        try:
+            for sock in self._workers:
+                await sock.send(data)
+            assert self._detok is not None
+            await self._detok.send(data)
+            await asyncio.wait_for(done, timeout_s)
+        except (asyncio.TimeoutError, TimeoutError) as e:
+            have = sorted(f"{s.role}-{s.index}" for s in got)
+            raise StartupTimeout(f"waited {timeout_s} s for Stats from every process; got {have}") from e
+        finally:
+            self._stats_waiters.pop(rid, None)
+        return sorted(got, key=lambda s: (s.role, s.index))
+
+    @property
+    def n_workers(self) -> int:
+        return len(self._workers)
+
+    def pending(self) -> int:
+        """Requests in flight (streams and calls)."""
+        return len(self._streams) + len(self._calls)
+
+    async def close(self) -> None:
+        """Fail every pending request, stop the readers, close the sockets. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        err = TextprocError("the TextClient was closed")
+        for stream in self._streams.values():
+            stream.fail(err)
+        for _, fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(err)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except BaseException:
+                pass
+        if self._finalizer is not None:
+            self._finalizer()
+        elif self._ctx is not None:
+            self._ctx.destroy(linger=0)
+
+    async def __aenter__(self) -> TextClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _next_id(self) -> str:
+        self._counter += 1
+        return f"{self.client_id[1:7].hex()}-{self._counter}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TextprocError("the TextClient is closed")
+
+    def _pick_worker(self) -> int:
+        pending = self._worker_pending
+        best = 0
+        for i in range(1, len(pending)):
+            if len(pending[i]) < len(pending[best]):
+                best = i
+        return best
+
+    async def _generate(self, rid: str, frame: ChatRequest | CompletionRequest) -> AsyncIterator[TextEvent]:
+        self._check_open()
+        if rid in self._streams or rid in self._calls:
+            raise InvalidInput(f"request_id {rid!r} is already in flight on this client")
+        worker = self._pick_worker()
+        stream = _Stream(rid, worker)
+        self._streams[rid] = stream
+        self._worker_pending[worker].add(rid)
+        finished = False
+        try:
+            await self._workers[worker].send(self._encode(frame))
+            while True:
+                if not stream.items and stream.error is None:
+                    stream.waiter = asyncio.get_running_loop().create_future()
+                    await stream.waiter
+                    stream.waiter = None
+                if stream.items:
+                    event = self._take(stream)
+                    if event.finish_reason is not None:
+                        finished = True
+                    yield event
+                    if finished:
+                        return
+                elif stream.error is not None:
+                    finished = stream.accepted or not stream.pending_at_worker
+                    raise stream.error
+        finally:
+            self._streams.pop(rid, None)
+            self._worker_pending[worker].discard(rid)
+            if not finished and not self._closed and self._detok is not None:
+                try:  # the abort must go out even while this task is being cancelled
+                    self._detok.send(self._encode(Abort([rid])), flags=zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+
+    def _take(self, stream: _Stream) -> TextEvent:
+        """All outputs that arrived since the consumer last looked, merged into one event."""
+        items = stream.items
+        first = items.popleft()
+        if not items:
+            last, deltas = first, first.deltas
+        else:
+            deltas = list(first.deltas)
+            last = first
+            while items:
+                last = items.popleft()
+                deltas.extend(last.deltas)
+        if last.finish_reason == "error":
+            raise _error(last.error_kind or "internal", last.error or "request failed")
+        usage = Usage(last.prompt_tokens, last.completion_tokens) if last.finish_reason else None
+        return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage)
+
+    async def _call(self, frame: TokenizeRequest | DetokenizeRequest) -> Any:
+        self._check_open()
+        worker = self._pick_worker()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        rid = frame.request_id
+        self._calls[rid] = (worker, fut)
+        self._worker_pending[worker].add(rid)
+        try:
+            await self._workers[worker].send(self._encode(frame))
+            return await fut
+        finally:
+            self._calls.pop(rid, None)
+            self._worker_pending[worker].discard(rid)
+
+    async def _read_worker(self, index: int, sock: zmq.asyncio.Socket) -> None:
+        decoder: FrameDecoder[WorkerOutFrame] = FrameDecoder(WorkerOutFrame, socket_name=f"client<-worker-{index}")
+        while True:
+            data = await sock.recv(copy=True)
+            frame = decoder.decode(data, peer=f"worker-{index}")
+            if frame is None:
+                self.malformed += 1
+                continue
+            match frame:
+                case Accepted():
+                    self._worker_pending[index].discard(frame.request_id)
+                    stream = self._streams.get(frame.request_id)
+                    if stream is not None:
+                        stream.accepted = True
+                        stream.pending_at_worker = False
+                        stream.prompt_tokens = frame.prompt_tokens
+                        stream.last_seen = time.monotonic()
+                case Failure():
+                    self._worker_pending[index].discard(frame.request_id)
+                    err = _error(frame.kind, frame.message, frame.status)
+                    stream = self._streams.get(frame.request_id)
+                    if stream is not None:
+                        stream.fail(err)
+                    call = self._calls.get(frame.request_id)
+                    if call is not None and not call[1].done():
+                        call[1].set_exception(err)
+                case TokenizeResult() | DetokenizeResult():
+                    self._worker_pending[index].discard(frame.request_id)
+                    call = self._calls.get(frame.request_id)
+                    if call is not None and not call[1].done():
+                        call[1].set_result(frame)
+                case Stats():
+                    self._on_stats(frame)
+
+    def _on_stats(self, frame: Stats) -> None:
+        waiter = self._stats_waiters.get(frame.request_id)
+        if waiter is not None:
+            got, expected, done = waiter
+            got.append(frame)
+            if len(got) >= expected and not done.done():
+                done.set_result(None)
+
+    async def _read_detok(self) -> None:
+        assert self._detok is not None
+        decoder: FrameDecoder[FrontOutFrame] = FrameDecoder(FrontOutFrame, socket_name="client<-detok-front")
+        streams = self._streams
+        while True:
+            data = await self._detok.recv(copy=True)
+            frame = decoder.decode(data, peer="detokenizer")
+            match frame:
+                case Outputs():
+                    now = time.monotonic()
+                    stray: list[str] = []
+                    for item in frame.items:
+                        stream = streams.get(item.request_id)
+                        if stream is None:
+                            if item.finish_reason is None:
+                                stray.append(item.request_id)
+                            continue
+                        stream.items.append(item)
+                        stream.last_seen = now
+                        if stream.pending_at_worker:  # the detokenizer has it: a worker death
+                            stream.pending_at_worker = False  # no longer concerns it
+                            self._worker_pending[stream.worker].discard(item.request_id)
+                        stream.wake()
+                    if stray:  # outputs of requests this client gave up on: stop them
+                        self._detok.send(self._encode(Abort(stray)), flags=zmq.NOBLOCK)
+                case Welcome():
+                    if frame.protocol_version != PROTOCOL_VERSION:
+                        _fail = ProtocolError(
+                            f"detokenizer speaks protocol {frame.protocol_version}, client "
+                            f"{PROTOCOL_VERSION}")
+                        if self._welcome is not None and not self._welcome.done():
+                            self._welcome.set_exception(_fail)
+                        continue
+                    self.detok_instance = frame.instance_id
+                    if self._welcome is not None and not self._welcome.done():
+                        self._welcome.set_result(frame.instance_id)
+                case Unknown():
+                    for rid in frame.request_ids:
+                        stream = streams.get(rid)
+                        if stream is not None and not stream.pending_at_worker:
+                            stream.fail(WorkerDied(
+                                f"request {rid!r} was lost: the detokenizer holds no state for "
+                                "it (it restarted, or the request never reached it)"))
+                case Stats():
+                    self._on_stats(frame)
+                case None:
+                    self.malformed += 1
+
+    async def _read_events(self) -> None:
+        assert self._events is not None
+        decoder: FrameDecoder[EventFrame] = FrameDecoder(EventFrame, socket_name="client<-events")
+        while True:
+            data = await self._events.recv(copy=True)
+            frame = decoder.decode(data, peer="supervisor")
+            match frame:
+                case ProcessDied(role="worker"):
+                    self._on_worker_died(frame)
+                case ProcessDied(role="detokenizer"):
+                    err = WorkerDied(f"the detokenizer (pid {frame.pid}) exited with code "
+                                     f"{frame.exit_code}; in-flight requests were lost")
+                    for stream in list(self._streams.values()):
+                        if not stream.pending_at_worker:
+                            stream.fail(err)
+                case Ready(role="detokenizer"):
+                    assert self._detok is not None
+                    await self._detok.send(self._encode(Hello()))
+                case _:
+                    pass
+
+    def _on_worker_died(self, frame: ProcessDied) -> None:
+        index = frame.index
+        if not 0 <= index < len(self._worker_pending):
+            return
+        for rid in list(self._worker_pending[index]):
+            err = WorkerDied(f"worker {index} (pid {frame.pid}) exited with code {frame.exit_code} "
+                             f"while holding request {rid!r}")
+            stream = self._streams.get(rid)
+            if stream is not None and not stream.items:
+                stream.fail(err)
+            call = self._calls.get(rid)
+            if call is not None and not call[1].done():
+                call[1].set_exception(err)
+        self._worker_pending[index].clear()
+
+    async def _reconcile(self) -> None:
+        """Ask the detokenizer about quiet accepted streams; those it does not know fail."""
+        while True:
+            await asyncio.sleep(_RECONCILE_EVERY_S)
+            cutoff = time.monotonic() - _QUERY_AFTER_S
+            quiet = [s.request_id for s in self._streams.values()
+                     if not s.pending_at_worker and s.last_seen < cutoff and s.error is None]
+            if quiet and self._detok is not None:
+                for i in range(0, len(quiet), 4096):
+                    await self._detok.send(self._encode(Query(quiet[i:i + 4096])))
+
+
+def _stops(stop: str | Sequence[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    return list(stop)
+
+
+def _close_sockets_sync(ctx: zmq.asyncio.Context, sockets: list[Any]) -> None:
+    for sock in sockets:
+        if sock is not None and not sock.closed:
+            sock.close(linger=0)
+    ctx.term()
+

@@ -1,0 +1,589 @@
+"""The detokenizer process: engine token ids -> per-request text deltas, stop strings, parsing.
+
+Owns the per-request output state of every live request and the four sockets around it:
+``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH, EngineRequest/EngineAbort to the
+engine: one socket, so an abort never overtakes its request), ``engine-out`` (PULL, EngineHello /
+EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/StatsRequest
+in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id).
+
+Invariants: per engine step the work is O(new tokens); each client gets at most one Outputs frame
+per step; per-request state is freed on finish, abort and error; outputs that arrive before their
+Submit are buffered (bounded by count and age) and then aborted in the engine; a new engine
+instance fails every live request. Never raises out of the loop for one bad frame or request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections import OrderedDict, deque
+from typing import Any, Sequence
+
+import zmq
+
+from textproc.config import Endpoints, ServiceConfig
+from textproc.errors import TextprocError
+from textproc.protocol import (
+    PROTOCOL_VERSION,
+    Abort,
+    EngineAbort,
+    EngineHello,
+    EngineOutFrame,
+    EngineStep,
+    FrontInFrame,
+    Hello,
+    Outputs,
+    Query,
+    RequestOutput,
+    Stats,
+    StatsRequest,
+    StepOutput,
+    Submit,
+    Unknown,
+    Welcome,
+)
+from textproc.transport import ChildRuntime, FrameDecoder, close_sockets, encoder, make_socket
+
+__all__ = ["OutputState", "Detokenizer", "run_detokenizer", "coalesce_deltas"]
+
+_log = logging.getLogger("textproc.detokenizer")
+_DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
+_DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
+_ENGINE_REASONS = {"stop", "length", "abort", "error"}
+
+
+def coalesce_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge adjacent single-key text deltas of the same kind ({"content": "a"}, {"content": "b"}).
+
+    >>> coalesce_deltas([{"content": "a"}, {"content": "b"}, {"reasoning_content": "c"}])
+    [{'content': 'ab'}, {'reasoning_content': 'c'}]
+    """
+    if len(deltas) < 2:
+        return deltas
+    out: list[dict[str, Any]] = []
+    for delta in deltas:
+        if out and len(delta) == 1 and len(out[-1]) == 1:
+            (key,) = delta
+            if key in ("content", "reasoning_content") and key in out[-1]:
+                out[-1] = {key: out[-1][key] + delta[key]}
+                continue
+        out.append(delta)
+    return out
+
+
+class OutputState:
+    """One request's output text pipeline: incremental detokenizer -> stop strings -> parser.
+
+    ``feed(ids)`` returns the deltas ready now; once ``matched`` is set (a stop string matched) the
+    request is over and its remaining tokens are ignored; ``finish()`` flushes the rest.
+    TODO(service): switch to textproc.pipeline.OutputPipeline once the STREAM helper lands it.
+    """
+
+    __slots__ = ("_detok", "_stops", "_parser", "matched", "is_finished")
+
+    def __init__(self, tokenizer: Any, *, stop: Sequence[str] = (), include_stop: bool = False,
+                 min_tokens: int = 0, skip_special_tokens: bool = True, reasoning: bool = False,
+                 tools: bool = False, starts_in_reasoning: bool = False, request_id: str = "",
+                 max_stops: int = 64, max_stop_chars: int = 1024) -> None:
+        from textproc.detokenizer import IncrementalDetokenizer
+
+        self._detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=skip_special_tokens)
+        self._stops: Any = None
+        if stop:
+            from textproc.stops import StopChecker
+
+            self._stops = StopChecker(list(stop), include_stop=include_stop, min_tokens=min_tokens,
+                                      max_stops=max_stops, max_stop_chars=max_stop_chars)
+        self._parser: Any = None
+        if reasoning or tools:
+            from textproc.parsing import OutputParser
+
+            self._parser = OutputParser(reasoning=reasoning, tools=tools,
+                                        starts_in_reasoning=starts_in_reasoning,
+                                        request_id=request_id)
+        self.matched: str | None = None
+        self.is_finished = False
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return self._parser is not None and bool(self._parser.has_tool_calls)
+
+    def feed(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
+        text = self._detok.add(token_ids)
+        stops = self._stops
+        if stops is not None:
+            text = stops.feed(text, n_tokens=len(token_ids))
+            if stops.is_finished:
+                self.matched = stops.matched
+                return self._end(text)
+        return self._parse(text)
+
+    def finish(self) -> list[dict[str, Any]]:
+        text = self._detok.flush()
+        stops = self._stops
+        if stops is not None:
+            text = stops.feed(text, n_tokens=0)
+            if stops.is_finished:
+                self.matched = stops.matched
+            else:
+                text += stops.finish()
+        return self._end(text)
+
+    def _parse(self, text: str) -> list[dict[str, Any]]:
+        if self._parser is None:
+            return [{"content": text}] if text else []
+        if not text:
+            return []
+        deltas: list[dict[str, Any]] = self._parser.feed(text)
+        return deltas
+
+    def _end(self, text: str) -> list[dict[str, Any]]:
+        self.is_finished = True
+        deltas = self._parse(text)
+        if self._parser is not None:
+            deltas = deltas + list(self._parser.finish())
+        return deltas
+
+
+class _Request:
+    __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens")
+
+    def __init__(self, client_id: bytes, state: OutputState, prompt_tokens: int) -> None:
+        self.client_id = client_id
+        self.state = state
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = 0
+
+
+class Detokenizer:
+    """The detokenizer's state machine, without sockets: frames in, frames to send out.
+
+    ``on_submit`` / ``on_step`` / ``on_abort`` return nothing; what they produce collects in
+    ``self.outbox`` (client id -> outputs for this round) and ``self.engine_aborts``; the loop
+    flushes both after each batch of frames, so each client gets one Outputs frame per round.
+    """
+
+    def __init__(self, tokenizer: Any, config: ServiceConfig) -> None:
+        self.tokenizer = tokenizer
+        self.config = config
+        self.live: dict[str, _Request] = {}
+        self.early: dict[str, tuple[float, list[StepOutput]]] = {}
+        self.done: OrderedDict[str, None] = OrderedDict()
+        self.outbox: dict[bytes, list[RequestOutput]] = {}
+        self.engine_aborts: list[str] = []
+        self.engine_instance: str | None = None
+        self.counters: dict[str, int] = {
+            "requests_submitted": 0,
+            "requests_finished": 0,
+            "requests_failed": 0,
+            "requests_aborted": 0,
+            "stop_string_aborts": 0,
+            "tokens_in": 0,
+            "engine_steps": 0,
+            "early_outputs_buffered": 0,
+            "early_outputs_dropped": 0,
+            "engine_restarts": 0,
+        }
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def on_submit(self, submit: Submit) -> bytes | None:
+        """Register a request; returns the engine request bytes to forward, or None if refused."""
+        rid = submit.request_id
+        if rid in self.live:
+            self._fail_new(submit, f"duplicate request_id {rid!r}: a request with this id is live",
+                           "invalid_input")
+            return None
+        if len(self.live) >= self.config.max_live_requests:
+            self._fail_new(submit, f"overloaded: {len(self.live)} live requests, "
+                                   f"max_live_requests={self.config.max_live_requests}",
+                           "overloaded")
+            return None
+        try:
+            state = OutputState(
+                self.tokenizer, stop=submit.stop, include_stop=submit.include_stop,
+                min_tokens=submit.min_tokens, skip_special_tokens=submit.skip_special_tokens,
+                reasoning=submit.reasoning, tools=submit.tools,
+                starts_in_reasoning=submit.starts_in_reasoning, request_id=rid,
+                max_stops=self.config.max_stops, max_stop_chars=self.config.max_stop_chars,
+            )
+        except TextprocError as e:
+            self._fail_new(submit, f"request {rid!r}: {e}", "invalid_input")
+            return None
+        self.counters["requests_submitted"] += 1
+        self.done.pop(rid, None)
+        req = _Request(submit.client_id, state, submit.prompt_tokens)
+        self.live[rid] = req
+        buffered = self.early.pop(rid, None)
+        if buffered is not None:
+            for out in buffered[1]:
+                if rid not in self.live:
+                    break
+                self._feed(rid, req, out.token_ids, out.finish_reason)
+        return submit.engine_request
+
+    def on_step(self, step: EngineStep) -> None:
+        self.counters["engine_steps"] += 1
+        live = self.live
+        for out in step.outputs:
+            rid = out.request_id
+            req = live.get(rid)
+            if req is not None:
+                self._feed(rid, req, out.token_ids, out.finish_reason)
+            elif rid not in self.done:
+                self._buffer_early(out)
+
+    def on_hello(self, hello: EngineHello) -> bool:
+        """A (re)started engine. Returns True when it is a new instance (all live requests fail)."""
+        if hello.protocol_version != PROTOCOL_VERSION:
+            _log.error("engine speaks protocol %d, textproc %d; its outputs may not decode",
+                       hello.protocol_version, PROTOCOL_VERSION)
+        previous, self.engine_instance = self.engine_instance, hello.instance_id
+        if previous is None or previous == hello.instance_id:
+            return previous is None
+        self.counters["engine_restarts"] += 1
+        for rid in list(self.live):
+            self._fail(rid, f"request {rid!r}: the engine restarted (instance {previous} -> "
+                            f"{hello.instance_id}); the request was lost", abort_engine=False,
+                       kind="engine_restarted")
+        self.early.clear()
+        return True
+
+    def on_abort(self, client_id: bytes, request_ids: list[str]) -> None:
+        """A client gave up on these requests: free them and abort them in the engine."""
+        for rid in request_ids:
+            req = self.live.get(rid)
+            if req is None or req.client_id != client_id:
+                continue  # finished already, or not this client's (never abort others' work)
+            del self.live[rid]
+            self._mark_done(rid)
+            self.counters["requests_aborted"] += 1
+            self.engine_aborts.append(rid)
+
+    def unknown(self, request_ids: list[str]) -> list[str]:
+        return [rid for rid in request_ids if rid not in self.live and rid not in self.early]
+
+    def expire_early(self, now: float) -> None:
+        """Drop buffered outputs whose Submit never came, and abort them in the engine."""
+        max_age = self.config.early_output_age_s
+        for rid in [rid for rid, (t0, _) in self.early.items() if now - t0 > max_age]:
+            _, outs = self.early.pop(rid)
+            self.counters["early_outputs_dropped"] += len(outs)
+            if outs[-1].finish_reason is None:
+                self.engine_aborts.append(rid)
+            _log.warning("dropped outputs for unknown request %r after %.1f s", rid, max_age)
+
+    def client_gone(self, client_id: bytes, request_ids: list[str]) -> None:
+        """Outputs to ``client_id`` could not be delivered: abort its requests."""
+        for rid in request_ids:
+            req = self.live.pop(rid, None)
+            if req is not None:
+                self._mark_done(rid)
+                self.counters["requests_aborted"] += 1
+                self.engine_aborts.append(rid)
+
+    def all_counters(self) -> dict[str, int]:
+        return {**self.counters, "live_requests": len(self.live), "early_requests": len(self.early)}
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _buffer_early(self, out: StepOutput) -> None:
+        entry = self.early.get(out.request_id)
+        if entry is None:
+            if len(self.early) >= self.config.max_early_outputs:
+                self.counters["early_outputs_dropped"] += 1
+                if out.finish_reason is None:
+                    self.engine_aborts.append(out.request_id)
+                self._mark_done(out.request_id)
+                return
+            entry = (time.monotonic(), [])
+            self.early[out.request_id] = entry
+        entry[1].append(out)
+        self.counters["early_outputs_buffered"] += 1
+
+    def _feed(self, rid: str, req: _Request, token_ids: list[int], engine_reason: str | None) -> None:
+        state = req.state
+        req.completion_tokens += len(token_ids)
+        self.counters["tokens_in"] += len(token_ids)
+        try:
+            deltas = state.feed(token_ids) if token_ids else []
+            if state.is_finished:
+                reason = "tool_calls" if state.has_tool_calls else "stop"
+                if engine_reason is None:
+                    self.engine_aborts.append(rid)
+                    self.counters["stop_string_aborts"] += 1
+            elif engine_reason is not None:
+                deltas += state.finish()
+                if engine_reason not in _ENGINE_REASONS:
+                    self._fail(rid, f"engine sent unknown finish_reason {engine_reason!r} for "
+                                    f"request {rid!r}; expected one of {sorted(_ENGINE_REASONS)}",
+                               abort_engine=False, kind="engine_error")
+                    return
+                if engine_reason == "error":
+                    self._fail(rid, f"the engine reported an error for request {rid!r}",
+                               abort_engine=False, kind="engine_error")
+                    return
+                reason = engine_reason
+                if reason == "stop" and state.has_tool_calls:
+                    reason = "tool_calls"
+            else:
+                if deltas:
+                    self._emit(req, RequestOutput(rid, coalesce_deltas(deltas)))
+                return
+        except TextprocError as e:
+            self._fail(rid, f"request {rid!r}: {e}", abort_engine=engine_reason is None,
+                       kind="engine_error")
+            return
+        except Exception as e:  # one request's bug must not stop the others
+            _log.exception("request %r: output pipeline failed", rid)
+            self._fail(rid, f"request {rid!r}: internal error in the detokenizer: "
+                            f"{type(e).__name__}: {e}", abort_engine=engine_reason is None,
+                       kind="internal")
+            return
+        del self.live[rid]
+        self._mark_done(rid)
+        self.counters["requests_finished"] += 1
+        self._emit(req, RequestOutput(rid, coalesce_deltas(deltas), reason, state.matched,
+                                      req.prompt_tokens, req.completion_tokens))
+
+    def _emit(self, req: _Request, output: RequestOutput) -> None:
+        box = self.outbox.get(req.client_id)
+        if box is None:
+            self.outbox[req.client_id] = [output]
+        else:
+            box.append(output)
+
+    def _fail(self, rid: str, message: str, *, abort_engine: bool, kind: str) -> None:
+        req = self.live.pop(rid, None)
+        if req is None:
+            return
+        self._mark_done(rid)
+        self.counters["requests_failed"] += 1
+        if abort_engine:
+            self.engine_aborts.append(rid)
+        self._emit(req, RequestOutput(rid, [], "error", None, req.prompt_tokens,
+                                      req.completion_tokens, message, kind))
+
+    def _fail_new(self, submit: Submit, message: str, kind: str) -> None:
+        self.counters["requests_failed"] += 1
+        _log.warning("%s", message)
+        box = self.outbox.setdefault(submit.client_id, [])
+        box.append(RequestOutput(submit.request_id, [], "error", None, submit.prompt_tokens, 0,
+                                 message, kind))
+
+    def _mark_done(self, rid: str) -> None:
+        done = self.done
+        done[rid] = None
+        if len(done) > _DONE_IDS_KEPT:
+            done.popitem(last=False)
+
+
+def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: int = 0) -> int:
+    """The detokenizer process entry: bind, announce Ready, serve until SIGTERM or parent exit."""
+    runtime = ChildRuntime(role="detokenizer", index=0, parent_pid=parent_pid,
+                           log_level=config.log_level)
+    runtime.start()
+    from textproc.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_dir(config.model_dir)
+    core = Detokenizer(tokenizer, config)
+    instance_id = uuid.uuid4().hex
+    ctx: zmq.Context[Any] = zmq.Context()
+    opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}
+    detok_in = make_socket(ctx, zmq.PULL, **opts)
+    engine_in = make_socket(ctx, zmq.PUSH, **opts)
+    engine_out = make_socket(ctx, zmq.PULL, **opts)
+    front = make_socket(ctx, zmq.ROUTER, **opts)
+    control = make_socket(ctx, zmq.PUSH, **opts)
+    sockets = [detok_in, engine_in, engine_out, front, control]
+    try:
+        detok_in.bind(endpoints.detok_in)
+        engine_in.bind(endpoints.engine_in)
+        engine_out.bind(endpoints.engine_out)
+        front.bind(endpoints.detok_front)
+        control.connect(endpoints.control)
+        runtime.send_ready(control)
+        _log.info("detokenizer ready: detok-in %s, engine-in %s, engine-out %s, detok-front %s",
+                  endpoints.detok_in, endpoints.engine_in, endpoints.engine_out,
+                  endpoints.detok_front)
+        _Loop(core, runtime, instance_id, detok_in, engine_in, engine_out, front, control).run()
+    finally:
+        close_sockets(sockets)
+        ctx.term()
+    return 0
+
+
+class _Loop:
+    def __init__(self, core: Detokenizer, runtime: ChildRuntime, instance_id: str,
+                 detok_in: zmq.Socket[Any], engine_in: zmq.Socket[Any],
+                 engine_out: zmq.Socket[Any], front: zmq.Socket[Any],
+                 control: zmq.Socket[Any]) -> None:
+        self.core = core
+        self.runtime = runtime
+        self.instance_id = instance_id
+        self.detok_in = detok_in
+        self.engine_in = engine_in
+        self.engine_out = engine_out
+        self.front = front
+        self.control = control
+        self.submit_decoder: FrameDecoder[Submit] = FrameDecoder(Submit, socket_name="detok-in")
+        self.engine_decoder: FrameDecoder[EngineOutFrame] = FrameDecoder(
+            EngineOutFrame, socket_name="engine-out")
+        self.front_decoder: FrameDecoder[FrontInFrame] = FrameDecoder(
+            FrontInFrame, socket_name="detok-front")
+        self.encode = encoder().encode
+        self.outputs_sent = 0
+        self.unroutable = 0
+        # engine frames waiting for an engine to connect (a PUSH with no peer would block)
+        self.engine_backlog: deque[bytes] = deque()
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.detok_in, zmq.POLLIN)
+        poller.register(self.engine_out, zmq.POLLIN)
+        poller.register(self.front, zmq.POLLIN)
+        core = self.core
+        next_housekeeping = time.monotonic() + 0.5
+        waiting_out = False
+        while not self.runtime.should_stop:
+            if bool(self.engine_backlog) != waiting_out:
+                waiting_out = not waiting_out
+                if waiting_out:
+                    poller.register(self.engine_in, zmq.POLLOUT)
+                else:
+                    poller.unregister(self.engine_in)
+            ready = dict(poller.poll(200))
+            if self.engine_in in ready:
+                self._send_engine_backlog()
+            # Submits first: a request's registration should precede its outputs when both wait
+            if self.detok_in in ready:
+                self._drain_submits()
+            if self.engine_out in ready:
+                self._drain_engine()
+            if self.front in ready:
+                self._drain_front()
+            if core.outbox or core.engine_aborts:
+                self._flush()
+            now = time.monotonic()
+            if now >= next_housekeeping:
+                next_housekeeping = now + 0.5
+                if core.early:
+                    core.expire_early(now)
+                    self._flush()
+                if not self.runtime.parent_alive():
+                    _log.error("supervisor %d is gone; exiting", self.runtime.parent_pid)
+                    return
+
+    def _drain_submits(self) -> None:
+        decode = self.submit_decoder.decode
+        for _ in range(_DRAIN_BATCH):
+            try:
+                data = self.detok_in.recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            submit = decode(data, peer="worker")
+            if submit is None:
+                continue
+            engine_request = self.core.on_submit(submit)
+            if engine_request is not None:
+                self._send_engine(engine_request)
+
+    def _drain_engine(self) -> None:
+        decode = self.engine_decoder.decode
+        for _ in range(_DRAIN_BATCH):
+            try:
+                data = self.engine_out.recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            frame = decode(data, peer="engine")
+            match frame:
+                case EngineStep():
+                    self.core.on_step(frame)
+                    self._flush()  # one Outputs frame per client per engine step
+                case EngineHello():
+                    _log.info("engine connected: instance %s", frame.instance_id)
+                    self.core.on_hello(frame)
+                    self.runtime.send_ready(self.control, role="engine", pid=0)
+                case None:
+                    pass
+
+    def _drain_front(self) -> None:
+        decode = self.front_decoder.decode
+        for _ in range(_DRAIN_BATCH):
+            try:
+                parts = self.front.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            if len(parts) != 2:
+                self.front_decoder.count_malformed(
+                    f"expected [client id, frame], got {len(parts)} parts",
+                    data=parts[-1], peer=parts[0].hex())
+                continue
+            client_id, data = parts
+            frame = decode(data, peer=client_id.hex())
+            match frame:
+                case Hello():
+                    if frame.protocol_version != PROTOCOL_VERSION:
+                        _log.warning("client %s speaks protocol %d, detokenizer %d",
+                                     client_id.hex(), frame.protocol_version, PROTOCOL_VERSION)
+                    self._send_front(client_id, self.encode(Welcome(self.instance_id)))
+                case Abort():
+                    self.core.on_abort(client_id, frame.request_ids)
+                case Query():
+                    self._send_front(client_id, self.encode(Unknown(self.core.unknown(frame.request_ids))))
+                case StatsRequest():
+                    counters = self.core.all_counters()
+                    for dec in (self.submit_decoder, self.engine_decoder, self.front_decoder):
+                        counters.update(dec.counters())
+                    counters["outputs_frames_sent"] = self.outputs_sent
+                    counters["outputs_unroutable"] = self.unroutable
+                    counters["pid"] = os.getpid()
+                    stats = Stats(frame.request_id, "detokenizer", 0, counters)
+                    self._send_front(client_id, self.encode(stats))
+                case None:
+                    pass
+
+    def _send_front(self, client_id: bytes, data: bytes) -> bool:
+        try:
+            self.front.send_multipart([client_id, data], flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.ZMQError as e:
+            if e.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            return False
+
+    def _flush(self) -> None:
+        core = self.core
+        if core.outbox:
+            outbox, core.outbox = core.outbox, {}
+            for client_id, items in outbox.items():
+                if self._send_front(client_id, self.encode(Outputs(items))):
+                    self.outputs_sent += 1
+                else:
+                    self.unroutable += 1
+                    _log.warning("client %s unreachable or not reading; aborting its %d requests",
+                                 client_id.hex(), len(items))
+                    core.client_gone(client_id, [o.request_id for o in items])
+        if core.engine_aborts:
+            aborts, core.engine_aborts = core.engine_aborts, []
+            self._send_engine(self.encode(EngineAbort(aborts)))
+
+    def _send_engine(self, data: bytes) -> None:
+        if not self.engine_backlog:
+            try:
+                self.engine_in.send(data, flags=zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                _log.info("no engine connected (or engine-in full); queueing engine frames")
+        self.engine_backlog.append(data)
+
+    def _send_engine_backlog(self) -> None:
+        backlog = self.engine_backlog
+        while backlog:
+            try:
+                self.engine_in.send(backlog[0], flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            backlog.popleft()

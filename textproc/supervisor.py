@@ -1,0 +1,319 @@
+"""The supervisor (``textproc serve``'s main process): runtime dir, child processes, restarts, events.
+
+Owns the runtime directory (mode 0700: ipc socket files, ``endpoints.json``, ``processes.json``),
+the ``control`` PULL socket children announce ``Ready`` on, the ``events`` PUB socket
+(``Ready`` / ``ProcessDied``), and every child process: the detokenizer, N tokenizer workers and,
+with ``engine="stub"``, ``python -m engine_stub`` (textproc never imports engine_stub). Children
+are started as fresh interpreters (``python -m textproc.cli _child ...``, settings as JSON on the
+command line: no pickle, nothing inherited). A child that exits is reported on ``events`` and
+restarted. ``close()`` terminates children (kill after ``stop_timeout_s``), removes socket files and
+the runtime directory it created; it is idempotent and registered with ``weakref.finalize``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
+from textproc.errors import StartupTimeout, WorkerDied
+from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
+from textproc.transport import (
+    FrameDecoder,
+    close_sockets,
+    encoder,
+    make_socket,
+    pick_free_ports,
+    remove_ipc_files,
+)
+
+__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command"]
+
+_log = logging.getLogger("textproc.supervisor")
+ENDPOINTS_FILE = "endpoints.json"
+PROCESSES_FILE = "processes.json"
+_POLL_MS = 50
+_MAX_RESTART_DELAY_S = 5.0
+
+
+def child_command(role: str, index: int, config_json: str, endpoints_json: str,
+                  parent_pid: int) -> list[str]:
+    """The command line of a textproc child process (a fresh interpreter)."""
+    return [sys.executable, "-m", "textproc.cli", "_child", role, str(index),
+            "--config", config_json, "--endpoints", endpoints_json,
+            "--parent-pid", str(parent_pid)]
+
+
+@dataclass
+class _Child:
+    role: str
+    index: int
+    command: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    fast_failures: int = 0
+    restart_at: float | None = None
+    ready: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.role if self.role in ("detokenizer", "engine") else f"{self.role}-{self.index}"
+
+
+class Supervisor:
+    """Starts, watches and stops one service. ``start()`` returns once every child is Ready."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.runtime_dir: Path | None = None
+        self.endpoints: Endpoints | None = None
+        self.children: list[_Child] = []
+        self._created_dir = False
+        self._ctx: zmq.Context[Any] | None = None
+        self._sockets: list[zmq.Socket[Any]] = []
+        self._control: zmq.Socket[Any] | None = None
+        self._events: zmq.Socket[Any] | None = None
+        self._stop_requested = False
+        self._closed = False
+        self._finalizer: weakref.finalize[Any, Supervisor] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        service = cfg.service
+        if cfg.runtime_dir is None:
+            self.runtime_dir = Path(tempfile.mkdtemp(prefix="textproc-"))
+            self._created_dir = True
+        else:
+            self.runtime_dir = Path(cfg.runtime_dir).absolute()
+            self._created_dir = not self.runtime_dir.exists()
+            self.runtime_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.runtime_dir, 0o700)
+        self._finalizer = weakref.finalize(self, _cleanup, self.children, self._sockets,
+                                           self.runtime_dir, self._created_dir)
+        if cfg.endpoints == "ipc":
+            self.endpoints = ipc_endpoints(str(self.runtime_dir), service.n_workers)
+        else:
+            ports = list(range(cfg.tcp_port_base, cfg.tcp_port_base + 6 + service.n_workers)) \
+                if cfg.tcp_port_base else pick_free_ports(cfg.tcp_host, 6 + service.n_workers)
+            self.endpoints = tcp_endpoints(cfg.tcp_host, ports, service.n_workers)
+        ep = self.endpoints
+        self._ctx = zmq.Context()
+        opts: dict[str, Any] = {"max_frame_bytes": service.max_frame_bytes, "hwm": service.hwm}
+        self._control = make_socket(self._ctx, zmq.PULL, **opts)
+        self._events = make_socket(self._ctx, zmq.PUB, **opts)
+        self._sockets += [self._control, self._events]
+        self._control.bind(ep.control)
+        self._events.bind(ep.events)
+
+        config_json = service.to_json()
+        endpoints_json = json.dumps(ep.to_dict())
+        me = os.getpid()
+        self.children.append(_Child("detokenizer", 0, child_command(
+            "detokenizer", 0, config_json, endpoints_json, me)))
+        for i in range(service.n_workers):
+            self.children.append(_Child("worker", i, child_command(
+                "worker", i, config_json, endpoints_json, me)))
+        if cfg.engine == "stub":
+            stub = [sys.executable, "-m", "engine_stub", "--engine-in", ep.engine_in,
+                    "--engine-out", ep.engine_out, "--model-dir", service.model_dir,
+                    "--mode", cfg.stub_mode]
+            if cfg.stub_stats_file:
+                stub += ["--stats-file", cfg.stub_stats_file]
+            self.children.append(_Child("engine", 0, stub + list(cfg.stub_args)))
+        for child in self.children:
+            self._spawn(child)
+        self._wait_ready(time.monotonic() + service.startup_timeout_s)
+        self._write_files()
+        if cfg.engine == "external":
+            _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
+                      "PUSH to %s", ep.engine_in, ep.engine_out)
+
+    def request_stop(self) -> None:
+        """Ask ``run()`` to return (called from a signal handler)."""
+        self._stop_requested = True
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: object) -> None:
+            self.request_stop()
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def run(self, *, duration_s: float | None = None) -> None:
+        """Watch children until ``request_stop()`` (SIGINT/SIGTERM) or ``duration_s`` passes."""
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        while not self._stop_requested and (deadline is None or time.monotonic() < deadline):
+            self._poll_once()
+
+    def close(self) -> None:
+        """Stop every child (terminate, then kill), remove socket files and the runtime dir."""
+        if self._closed:
+            return
+        self._closed = True
+        timeout = self.config.service.stop_timeout_s
+        _stop_children(self.children, timeout)
+        close_sockets(self._sockets)
+        if self._ctx is not None:
+            self._ctx.term()
+        if self.endpoints is not None:
+            remove_ipc_files(self.endpoints)
+        if self.runtime_dir is not None:
+            for name in (ENDPOINTS_FILE, PROCESSES_FILE):
+                (self.runtime_dir / name).unlink(missing_ok=True)
+            if self._created_dir:
+                shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _spawn(self, child: _Child) -> None:
+        child.ready = False
+        child.process = subprocess.Popen(child.command, stdin=subprocess.DEVNULL)
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        _log.info("started %s (pid %d)", child.name, child.process.pid)
+
+    def _wait_ready(self, deadline: float) -> None:
+        waiting = {(c.role, c.index) for c in self.children}
+        while waiting:
+            if self._stop_requested:
+                raise StartupTimeout("startup interrupted by a signal")
+            for child in self.children:
+                code = child.process.poll() if child.process is not None else None
+                if code is not None:
+                    raise WorkerDied(f"{child.name} exited with code {code} during startup "
+                                     f"(command: {' '.join(child.command[:4])} ...); see its log above")
+            now = time.monotonic()
+            if now >= deadline:
+                names = sorted(f"{r}-{i}" if r == "worker" else r for r, i in waiting)
+                raise StartupTimeout(
+                    f"waited {self.config.service.startup_timeout_s:.0f} s for Ready from "
+                    f"{', '.join(names)}" + (" (the engine's EngineHello reaches the detokenizer "
+                    "on engine-out)" if ("engine", 0) in waiting else ""))
+            ready = self._recv_ready(int(min(100, (deadline - now) * 1000)) + 1)
+            if ready is not None:
+                waiting.discard((ready.role, ready.index))
+
+    def _recv_ready(self, timeout_ms: int) -> Ready | None:
+        assert self._control is not None
+        if not self._control.poll(timeout_ms):
+            return None
+        data = self._control.recv(copy=True)
+        ready = self._ready_decoder.decode(data, peer="control")
+        if ready is None:
+            return None
+        if ready.protocol_version != PROTOCOL_VERSION:
+            _log.error("%s-%d speaks protocol %d, supervisor %d", ready.role, ready.index,
+                       ready.protocol_version, PROTOCOL_VERSION)
+        for child in self.children:
+            if child.role == ready.role and child.index == ready.index:
+                child.ready = True
+                if ready.pid:
+                    child.extra["ready_pid"] = ready.pid
+        self._publish(ready)
+        return ready
+
+    @property
+    def _ready_decoder(self) -> FrameDecoder[Ready]:
+        decoder: FrameDecoder[Ready] | None = getattr(self, "_decoder", None)
+        if decoder is None:
+            decoder = FrameDecoder(Ready, socket_name="control")
+            self._decoder = decoder
+        return decoder
+
+    def _publish(self, frame: Ready | ProcessDied) -> None:
+        assert self._events is not None
+        try:
+            self._events.send(encoder().encode(frame), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            _log.warning("events socket full; dropped %r", frame)
+
+    def _poll_once(self) -> None:
+        if self._recv_ready(_POLL_MS) is not None:
+            self._write_files()
+        now = time.monotonic()
+        for child in self.children:
+            proc = child.process
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    self._spawn(child)
+                continue
+            if proc is None:
+                continue
+            code = proc.poll()
+            if code is None:
+                continue
+            lived = now - child.started_at
+            child.fast_failures = child.fast_failures + 1 if lived < 2.0 else 0
+            delay = min(_MAX_RESTART_DELAY_S, 0.05 * (2 ** child.fast_failures)) \
+                if child.fast_failures else 0.0
+            _log.error("%s (pid %d) exited with code %d after %.1f s; restarting in %.2f s",
+                       child.name, proc.pid, code, lived, delay)
+            self._publish(ProcessDied(child.role, child.index, code, proc.pid))
+            child.restart_at = now + delay
+
+    def _write_files(self) -> None:
+        assert self.runtime_dir is not None and self.endpoints is not None
+        service = self.config.service
+        info = {
+            "protocol_version": PROTOCOL_VERSION,
+            "n_workers": service.n_workers,
+            "model_dir": service.model_dir,
+            "max_model_len": service.max_model_len,
+            "max_frame_bytes": service.max_frame_bytes,
+            "engine": self.config.engine,
+            "supervisor_pid": os.getpid(),
+            "endpoints": self.endpoints.to_dict(),
+        }
+        pids: dict[str, Any] = {"supervisor": os.getpid(), "workers": {}}
+        for child in self.children:
+            pid = child.process.pid if child.process is not None else None
+            if child.role == "worker":
+                pids["workers"][str(child.index)] = pid
+            else:
+                pids[child.role] = pid
+        for name, obj in ((ENDPOINTS_FILE, info), (PROCESSES_FILE, pids)):
+            tmp = self.runtime_dir / (name + ".tmp")
+            tmp.write_bytes(msgspec.json.encode(obj))
+            os.replace(tmp, self.runtime_dir / name)
+
+
+def _stop_children(children: list[_Child], timeout_s: float) -> None:
+    live = [c.process for c in children if c.process is not None and c.process.poll() is None]
+    for proc in live:
+        proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    for proc in live:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _log.warning("pid %d did not exit %.1f s after SIGTERM; killing it", proc.pid, timeout_s)
+            proc.kill()
+            proc.wait(5)
+
+
+def _cleanup(children: list[_Child], sockets: list[zmq.Socket[Any]], runtime_dir: Path,
+             created: bool) -> None:
+    """Finalizer: the same as close() when a Supervisor is dropped without it."""
+    _stop_children(children, 2.0)
+    close_sockets(sockets)
+    if created:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
