@@ -19,12 +19,13 @@ import os
 import time
 import uuid
 from collections import OrderedDict, deque
-from typing import Any, Sequence
+from typing import Any
 
 import zmq
 
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import TextprocError
+from textproc.pipeline import OutputPipeline
 from textproc.protocol import (
     PROTOCOL_VERSION,
     Abort,
@@ -46,12 +47,13 @@ from textproc.protocol import (
 )
 from textproc.transport import ChildRuntime, FrameDecoder, close_sockets, encoder, make_socket
 
-__all__ = ["OutputState", "Detokenizer", "run_detokenizer", "coalesce_deltas"]
+__all__ = ["Detokenizer", "run_detokenizer", "coalesce_deltas"]
 
 _log = logging.getLogger("textproc.detokenizer")
 _DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
 _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 _ENGINE_REASONS = {"stop", "length", "abort", "error"}
+_PIPELINE_REASONS = frozenset({"stop", "length", "abort"})
 
 
 def coalesce_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -73,84 +75,10 @@ def coalesce_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-class OutputState:
-    """One request's output text pipeline: incremental detokenizer -> stop strings -> parser.
-
-    ``feed(ids)`` returns the deltas ready now; once ``matched`` is set (a stop string matched) the
-    request is over and its remaining tokens are ignored; ``finish()`` flushes the rest.
-    TODO(service): switch to textproc.pipeline.OutputPipeline once the STREAM helper lands it.
-    """
-
-    __slots__ = ("_detok", "_stops", "_parser", "matched", "is_finished")
-
-    def __init__(self, tokenizer: Any, *, stop: Sequence[str] = (), include_stop: bool = False,
-                 min_tokens: int = 0, skip_special_tokens: bool = True, reasoning: bool = False,
-                 tools: bool = False, starts_in_reasoning: bool = False, request_id: str = "",
-                 max_stops: int = 64, max_stop_chars: int = 1024) -> None:
-        from textproc.detokenizer import IncrementalDetokenizer
-
-        self._detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=skip_special_tokens)
-        self._stops: Any = None
-        if stop:
-            from textproc.stops import StopChecker
-
-            self._stops = StopChecker(list(stop), include_stop=include_stop, min_tokens=min_tokens,
-                                      max_stops=max_stops, max_stop_chars=max_stop_chars)
-        self._parser: Any = None
-        if reasoning or tools:
-            from textproc.parsing import OutputParser
-
-            self._parser = OutputParser(reasoning=reasoning, tools=tools,
-                                        starts_in_reasoning=starts_in_reasoning,
-                                        request_id=request_id)
-        self.matched: str | None = None
-        self.is_finished = False
-
-    @property
-    def has_tool_calls(self) -> bool:
-        return self._parser is not None and bool(self._parser.has_tool_calls)
-
-    def feed(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
-        text = self._detok.add(token_ids)
-        stops = self._stops
-        if stops is not None:
-            text = stops.feed(text, n_tokens=len(token_ids))
-            if stops.is_finished:
-                self.matched = stops.matched
-                return self._end(text)
-        return self._parse(text)
-
-    def finish(self) -> list[dict[str, Any]]:
-        text = self._detok.flush()
-        stops = self._stops
-        if stops is not None:
-            text = stops.feed(text, n_tokens=0)
-            if stops.is_finished:
-                self.matched = stops.matched
-            else:
-                text += stops.finish()
-        return self._end(text)
-
-    def _parse(self, text: str) -> list[dict[str, Any]]:
-        if self._parser is None:
-            return [{"content": text}] if text else []
-        if not text:
-            return []
-        deltas: list[dict[str, Any]] = self._parser.feed(text)
-        return deltas
-
-    def _end(self, text: str) -> list[dict[str, Any]]:
-        self.is_finished = True
-        deltas = self._parse(text)
-        if self._parser is not None:
-            deltas = deltas + list(self._parser.finish())
-        return deltas
-
-
 class _Request:
     __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens")
 
-    def __init__(self, client_id: bytes, state: OutputState, prompt_tokens: int) -> None:
+    def __init__(self, client_id: bytes, state: OutputPipeline, prompt_tokens: int) -> None:
         self.client_id = client_id
         self.state = state
         self.prompt_tokens = prompt_tokens
@@ -202,12 +130,11 @@ class Detokenizer:
                            "overloaded")
             return None
         try:
-            state = OutputState(
-                self.tokenizer, stop=submit.stop, include_stop=submit.include_stop,
+            state = OutputPipeline(
+                self.tokenizer, stops=submit.stop, include_stop=submit.include_stop,
                 min_tokens=submit.min_tokens, skip_special_tokens=submit.skip_special_tokens,
                 reasoning=submit.reasoning, tools=submit.tools,
                 starts_in_reasoning=submit.starts_in_reasoning, request_id=rid,
-                max_stops=self.config.max_stops, max_stop_chars=self.config.max_stop_chars,
             )
         except TextprocError as e:
             self._fail_new(submit, f"request {rid!r}: {e}", "invalid_input")
@@ -309,30 +236,24 @@ class Detokenizer:
         self.counters["tokens_in"] += len(token_ids)
         try:
             deltas = state.feed(token_ids) if token_ids else []
-            if state.is_finished:
-                reason = "tool_calls" if state.has_tool_calls else "stop"
+            if state.is_finished:  # a stop string matched: the engine must stop too
                 if engine_reason is None:
                     self.engine_aborts.append(rid)
                     self.counters["stop_string_aborts"] += 1
-            elif engine_reason is not None:
-                deltas += state.finish()
-                if engine_reason not in _ENGINE_REASONS:
-                    self._fail(rid, f"engine sent unknown finish_reason {engine_reason!r} for "
-                                    f"request {rid!r}; expected one of {sorted(_ENGINE_REASONS)}",
-                               abort_engine=False, kind="engine_error")
-                    return
-                if engine_reason == "error":
-                    self._fail(rid, f"the engine reported an error for request {rid!r}",
-                               abort_engine=False, kind="engine_error")
-                    return
-                reason = engine_reason
-                if reason == "stop" and state.has_tool_calls:
-                    reason = "tool_calls"
-            else:
+            elif engine_reason is None:
                 if deltas:
                     self._emit(req, RequestOutput(rid, coalesce_deltas(deltas)))
                 return
-        except TextprocError as e:
+            elif engine_reason in _PIPELINE_REASONS:
+                deltas += state.finish(engine_reason)
+            else:
+                kind = "engine_error"
+                what = (f"the engine reported an error for request {rid!r}" if engine_reason == "error"
+                        else f"engine sent unknown finish_reason {engine_reason!r} for request "
+                             f"{rid!r}; expected one of {sorted(_ENGINE_REASONS)}")
+                self._fail(rid, what, abort_engine=False, kind=kind)
+                return
+        except TextprocError as e:  # e.g. a token id outside the vocabulary
             self._fail(rid, f"request {rid!r}: {e}", abort_engine=engine_reason is None,
                        kind="engine_error")
             return
@@ -345,8 +266,9 @@ class Detokenizer:
         del self.live[rid]
         self._mark_done(rid)
         self.counters["requests_finished"] += 1
-        self._emit(req, RequestOutput(rid, coalesce_deltas(deltas), reason, state.matched,
-                                      req.prompt_tokens, req.completion_tokens))
+        self._emit(req, RequestOutput(rid, coalesce_deltas(deltas), state.finish_reason,
+                                      state.matched_stop, req.prompt_tokens,
+                                      req.completion_tokens))
 
     def _emit(self, req: _Request, output: RequestOutput) -> None:
         box = self.outbox.get(req.client_id)
