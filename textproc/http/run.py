@@ -51,10 +51,13 @@ def run_http(
     connect_timeout_s: float = 60.0,
     parent_pid: int = 0,
     log_level: str = "INFO",
+    http_file: str | Path | None = None,
 ) -> int:
     """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0.
 
     Blocks until SIGINT/SIGTERM (uvicorn's graceful shutdown) or until ``parent_pid`` exits.
+    Once bound, writes ``{"host", "port", "pid"}`` to ``http_file`` (default
+    ``<runtime_dir>/http.json``) and removes it at shutdown.
     """
     import uvicorn
 
@@ -67,6 +70,7 @@ def run_http(
         format="%(asctime)s http[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
     runtime = Path(runtime_dir)
+    address_file = Path(http_file) if http_file is not None else runtime / HTTP_FILE
     limits = HttpLimits(
         **{k: v for k, v in (("max_body_bytes", max_body_bytes), ("max_running", max_running))
            if v is not None}
@@ -78,13 +82,14 @@ def run_http(
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         await backend.start()
-        watcher = asyncio.ensure_future(_after_bind(runtime, lambda: server, parent_pid))
+        watcher = asyncio.ensure_future(
+            _after_bind(address_file, runtime, lambda: server, parent_pid))
         try:
             yield
         finally:
             watcher.cancel()
             await backend.close()
-            (runtime / HTTP_FILE).unlink(missing_ok=True)
+            address_file.unlink(missing_ok=True)
 
     app = build_app(backend, limits=limits, metrics=Metrics(), lifespan=lifespan)
     config = uvicorn.Config(
@@ -94,6 +99,7 @@ def run_http(
         loop="uvloop",
         lifespan="on",
         log_level=log_level.lower(),
+        log_config=None,  # uvicorn's loggers propagate to the root handler set up above
         access_log=False,
         timeout_graceful_shutdown=5,
     )
@@ -102,7 +108,8 @@ def run_http(
     return 0
 
 
-async def _after_bind(runtime: Path, get_server: Any, parent_pid: int) -> None:
+async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
+                      parent_pid: int) -> None:
     """Write http.json once uvicorn has bound; then leave when the parent process is gone."""
     server = None
     while server is None or not server.started:
@@ -110,9 +117,9 @@ async def _after_bind(runtime: Path, get_server: Any, parent_pid: int) -> None:
         server = get_server()
     addresses = [sock.getsockname() for srv in server.servers for sock in srv.sockets]
     host, port = addresses[0][0], addresses[0][1]
-    tmp = runtime / (HTTP_FILE + ".tmp")
+    tmp = address_file.with_name(address_file.name + ".tmp")
     tmp.write_bytes(msgspec.json.encode({"host": host, "port": port, "pid": os.getpid()}))
-    os.replace(tmp, runtime / HTTP_FILE)
+    os.replace(tmp, address_file)
     _log.info("OpenAI API on http://%s:%d/v1 (runtime dir %s)", host, port, runtime)
     while parent_pid:
         await asyncio.sleep(_PARENT_CHECK_S)
@@ -133,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-running", type=int, default=None)
     p.add_argument("--connect-timeout", type=float, default=60.0)
     p.add_argument("--parent-pid", type=int, default=0)
+    p.add_argument("--http-file", default=None,
+                   help=f"where to write the bound address (default RUNTIME_DIR/{HTTP_FILE})")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args(argv)
@@ -150,4 +159,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         connect_timeout_s=args.connect_timeout,
         parent_pid=args.parent_pid,
         log_level=args.log_level,
+        http_file=args.http_file,
     )
