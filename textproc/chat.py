@@ -155,10 +155,11 @@ class ChatTemplate:
         except TemplateError:
             raise
         except jinja2.exceptions.TemplateError as e:
+            # raise_exception() raises a plain jinja TemplateError: its message is the template's own
             kind = "" if type(e) is jinja2.exceptions.TemplateError else f"{type(e).__name__}: "
-            raise TemplateError(f"chat template {self.name}: {kind}{e.message or e!s}") from e
+            raise TemplateError(f"chat template {self.name}: {kind}{_clip(e.message or str(e))}") from e
         except _RENDER_ERRORS as e:
-            raise TemplateError(f"chat template {self.name}: {type(e).__name__}: {e}") from e
+            raise TemplateError(f"chat template {self.name}: {type(e).__name__}: {_clip(str(e))}") from e
         finally:
             chunks.close()  # type: ignore[attr-defined]
             active_budget().reset(token)
@@ -328,6 +329,11 @@ def prompt_starts_in_reasoning(
 # --- input preparation, mirroring transformers 5's apply_chat_template ---------------------
 
 
+def _clip(message: str, limit: int = 2000) -> str:
+    # A template can raise with a message of any size; keep errors printable.
+    return message if len(message) <= limit else message[:limit] + f"... ({len(message)} chars)"
+
+
 def _source_name(source: object) -> str:
     data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else repr(source).encode()
     return "sha256:" + hashlib.sha256(data).hexdigest()[:12]
@@ -400,7 +406,10 @@ def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
             raise InvalidInput(f"messages[{i}] must be a dict with 'role' and 'content', got {short(message)}")
         # Keys whose value is None are dropped: OpenAI clients send content=None / tool_calls=None,
         # and templates handle a missing key where they would print "None".
-        plain = _plain({key: value for key, value in message.items() if value is not None})
+        try:
+            plain = _plain({key: value for key, value in message.items() if value is not None})
+        except RecursionError as e:
+            raise InvalidInput(f"messages[{i}] is nested too deeply to render") from e
         reasoning = next((plain[k] for k in _REASONING_FIELDS if plain.get(k) is not None), None)
         if reasoning is not None:
             plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}

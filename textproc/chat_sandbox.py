@@ -60,7 +60,7 @@ MAX_JSON_INDENT = 64
 # Names a template cannot spell (they contain a space), so only the instrumentation uses them.
 _LOOP_FILTER = "textproc loop"
 _OUT_FILTER = "textproc out"
-_SIZE_FILTER = "textproc size"
+_CONCAT_FILTER = "textproc concat"
 
 
 class RenderBudget:
@@ -134,6 +134,45 @@ class RenderBudget:
         return value
 
 
+MAX_NESTING = 200  # containers nested deeper than this are refused before str() recurses into them
+
+
+def text_size(value: Any, limit: int, depth: int = 0) -> int:
+    """About how many characters ``str(value)`` has, stopping early once past ``limit``.
+
+    Containers holding many references to one big string are the cheap way to a huge ``str()``
+    (``[big] * 1000``); this walks them without building the text. Strings inside containers
+    count their length (their repr may add escapes; the result is size-checked afterwards).
+    """
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, (list, tuple, set, frozenset, dict, jinja2.utils.Namespace)):
+        if depth > MAX_NESTING:
+            _budget().fail(f"a value is nested more than {MAX_NESTING} containers deep")
+        if isinstance(value, jinja2.utils.Namespace):
+            value = object.__getattribute__(value, "_Namespace__attrs")
+        total = 2
+        if isinstance(value, dict):
+            for key, item in value.items():
+                total += 4 + text_size(key, limit - total, depth + 1) + text_size(item, limit - total, depth + 1)
+                if total > limit:
+                    return total
+        else:
+            for item in value:
+                total += 2 + text_size(item, limit - total, depth + 1)
+                if total > limit:
+                    return total
+        return total
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value.bit_length() // 3 + 2
+    return 16  # floats, None, bools, macros, Undefined, cyclers: short reprs
+
+
+def _check_text(value: Any, budget: RenderBudget, what: str, used: int = 0) -> None:
+    if not isinstance(value, str):
+        budget.check_size(used + text_size(value, budget.max_output_chars - used), what)
+
+
 # Limits used when no render is active: jinja folds constant expressions at compile time.
 _COMPILE_TIME = RenderBudget("<compile>", max_steps=sys.maxsize, timeout_s=1e9)
 _BUDGET: ContextVar[RenderBudget | None] = ContextVar("textproc_chat_budget", default=None)
@@ -169,11 +208,20 @@ def _estimate_str_method(obj: str, name: str, args: tuple[Any, ...], budget: Ren
     elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
         count = obj.count(args[0]) if args[0] else len(obj) + 1
         budget.check_size(len(obj) + count * max(0, len(args[1]) - len(args[0])), "str.replace() result")
-    elif name == "join" and args:
-        items = args[0]
-        if isinstance(items, (list, tuple)):
-            total = sum(len(item) for item in items if isinstance(item, str))
-            budget.check_size(total + len(obj) * max(0, len(items) - 1), "str.join() result")
+    elif name == "join" and args and isinstance(args[0], (list, tuple)):
+        _check_join(obj, args[0], budget)
+    elif name == "translate" and args and isinstance(args[0], dict):
+        longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
+        budget.check_size(len(obj) * max(longest, 1), "str.translate() result")
+
+
+def _check_join(sep: str, items: list[Any] | tuple[Any, ...], budget: RenderBudget) -> None:
+    total = len(sep) * max(0, len(items) - 1)
+    for item in items:
+        total += text_size(item, budget.max_output_chars - total)
+        if total > budget.max_output_chars:
+            break
+    budget.check_size(total, "join result")
 
 
 def _check_binop(operator: str, left: Any, right: Any, budget: RenderBudget) -> None:
@@ -190,6 +238,7 @@ def _check_binop(operator: str, left: Any, right: Any, budget: RenderBudget) -> 
                 budget.fail(f"integer power {short(left)} ** {short(right)} is too large")
     elif operator == "%" and isinstance(left, str):
         _check_format_string(left, budget)
+        _check_text(right, budget, "%-formatting arguments", len(left))
     elif operator == "+":
         for value in (left, right):
             if not isinstance(value, (str, list, tuple)):
@@ -284,16 +333,27 @@ def _loop_guard(context: jinja2.runtime.Context, iterable: Iterable[Any]) -> Ite
 
 @jinja2.pass_context
 def _out_guard(context: jinja2.runtime.Context, value: Any) -> str:
+    budget = _budget()
+    _check_text(value, budget, "an output value")
     text = str(value)  # what jinja's default finalize does to every output expression
-    _budget().write(len(text))
+    budget.write(len(text))
     return text
 
 
 @jinja2.pass_context
-def _size_guard(context: jinja2.runtime.Context, value: Any) -> Any:
+def _concat_guard(context: jinja2.runtime.Context, operands: list[Any]) -> str:
+    # `a ~ b ~ c`: jinja's str_join, with each operand sized before str() and the total checked.
     budget = _budget()
     budget.step()
-    return budget.check_value(value, "a ~ concatenation")
+    parts: list[str] = []
+    total = 0
+    for operand in operands:
+        _check_text(operand, budget, "a ~ concatenation", total)
+        part = str(operand)
+        total += len(part)
+        budget.check_size(total, "a ~ concatenation")
+        parts.append(part)
+    return "".join(parts)
 
 
 class _Instrument(NodeTransformer):
@@ -315,24 +375,45 @@ class _Instrument(NodeTransformer):
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
-        return nodes.Filter(node, _SIZE_FILTER, [], [], None, None, lineno=node.lineno)
+        operands = nodes.List(list(node.nodes), lineno=node.lineno)
+        return nodes.Filter(operands, _CONCAT_FILTER, [], [], None, None, lineno=node.lineno)
+
+
+# Filters that turn their input (or arguments) into text: size it before they call str() on it.
+_STRINGIFYING_FILTERS = frozenset(
+    {
+        "capitalize", "center", "e", "escape", "forceescape", "format", "indent", "lower", "pprint",
+        "replace", "safe", "string", "striptags", "sum", "title", "tojson", "trim", "truncate",
+        "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+    }
+)
 
 
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a built-in filter so its result is size-checked and it costs a step."""
+    """Wrap a built-in filter so its input and result are size-checked and it costs a step."""
+    n_leading = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.step()
-        _precheck_filter(name, args, kwargs, budget)
+        if name == "join" and len(args) > n_leading and not isinstance(args[n_leading], (list, tuple, str)):
+            value = args[n_leading]
+            if not isinstance(value, jinja2.runtime.Undefined):
+                args = (*args[:n_leading], list(value), *args[n_leading + 1 :])
+        _precheck_filter(name, args[n_leading:], kwargs, budget)
         return budget.check_value(func(*args, **kwargs), f"the result of filter {name!r}")
 
     return update_wrapper(guarded, func)  # keeps jinja_pass_arg, so jinja passes the same context
 
 
-def _precheck_filter(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], budget: RenderBudget) -> None:
-    # args may start with a context/eval context for pass_* filters; find the value after it.
-    values = [a for a in args if not isinstance(a, (jinja2.runtime.Context, jinja2.nodes.EvalContext))]
+def _precheck_filter(name: str, values: tuple[Any, ...], kwargs: dict[str, Any], budget: RenderBudget) -> None:
+    # values: the filtered value, then the filter's positional arguments.
+    if name in _STRINGIFYING_FILTERS:
+        _check_text((values, kwargs), budget, f"the input of filter {name!r}")
+    if name in ("batch", "slice") and len(values) > 1 and isinstance(values[1], int):
+        size = len(values[0]) if isinstance(values[0], (str, list, tuple, dict)) else 0
+        if values[1] > max(10_000, size):
+            budget.fail(f"filter {name!r} count {values[1]} is too large for a value of {size} items")
     if name in ("center", "indent") and values:
         width = values[1] if len(values) > 1 else kwargs.get("width", 0)
         text = str(values[0])
@@ -349,8 +430,7 @@ def _precheck_filter(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], b
         budget.check_size(len(text) + count * max(0, len(new) - len(old)), "filter 'replace' result")
     elif name == "join" and values and isinstance(values[0], (list, tuple)):
         sep = values[1] if len(values) > 1 else kwargs.get("d", "")
-        total = sum(len(v) for v in values[0] if isinstance(v, str))
-        budget.check_size(total + len(str(sep)) * max(0, len(values[0]) - 1), "filter 'join' result")
+        _check_join(sep if isinstance(sep, str) else "", values[0], budget)
     elif name == "wordwrap" and len(values) > 1 and isinstance(values[1], int) and values[1] < 1:
         budget.fail("wordwrap width must be positive")
 
@@ -376,7 +456,13 @@ class SandboxedChatEnvironment(ImmutableSandboxedEnvironment):
         budget.step()
         owner = getattr(__obj, "__self__", None)
         if isinstance(owner, str):
-            _estimate_str_method(owner, getattr(__obj, "__name__", ""), args, budget)
+            name = getattr(__obj, "__name__", "")
+            if name == "join" and args and not isinstance(args[0], (list, tuple, str)):
+                args = (list(args[0]), *args[1:])  # a generator from map(): size it before joining
+            _estimate_str_method(owner, name, args, budget)
+        elif isinstance(getattr(getattr(__obj, "__wrapped__", None), "__self__", None), str):
+            # str.format / format_map, already routed through jinja's SandboxedFormatter
+            _check_text((args, kwargs), budget, "format() arguments", len(__obj.__wrapped__.__self__))
         elif __obj is jinja2.utils.generate_lorem_ipsum or getattr(__obj, "__name__", "") == "generate_lorem_ipsum":
             budget.check_size(int(args[0] if args else kwargs.get("n", 5)) * 1000, "lipsum()")
         result = super().call(__context, __obj, *args, **kwargs)
@@ -407,7 +493,7 @@ def _make_environment() -> SandboxedChatEnvironment:
         env.filters[name] = _guard_filter(name, func)
     env.filters[_LOOP_FILTER] = _loop_guard
     env.filters[_OUT_FILTER] = _out_guard
-    env.filters[_SIZE_FILTER] = _size_guard
+    env.filters[_CONCAT_FILTER] = _concat_guard
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()

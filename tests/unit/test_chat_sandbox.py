@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from textproc.chat import CHATML_TEMPLATE, ChatTemplate, render_chat
-from textproc.errors import TemplateError
+from textproc.errors import InvalidInput, TemplateError
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -123,6 +123,20 @@ BOMBS = {
         "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s.replace('a', 'aa') %}{% endfor %}"
     ),
     "lipsum": "{{ lipsum(n=100000) }}",
+    # many references to one big string: the danger is str()/repr()/json of the container
+    "list_repr": "{% set b = 'x' * 4000000 %}{{ [b] * 100 }}",
+    "list_literal_repr": "{% set b = 'x' * 4000000 %}{{ [b, b, b, b, b, b, b, b, b, b] }}",
+    "tojson_refs": "{% set b = 'x' * 4000000 %}{{ ([b] * 100)|tojson }}",
+    "string_filter": "{% set b = 'x' * 4000000 %}{{ ([b] * 100)|string }}",
+    "concat_list": "{% set b = 'x' * 4000000 %}{{ 'a' ~ [b] * 100 }}",
+    "concat_many": "{% set b = 'x' * 4000000 %}{{ b ~ b ~ b ~ b ~ b ~ b }}",
+    "percent_tuple": "{% set b = 'x' * 4000000 %}{{ ('%s' * 100) % ((b,) * 100) }}",
+    "map_join": "{% set b = 'x' * 4000000 %}{{ ([b] * 100)|map('string')|join }}",
+    "str_join_generator": "{% set b = 'x' * 4000000 %}{{ ''.join(([b] * 100)|map('string')) }}",
+    "format_args": "{% set b = 'x' * 4000000 %}{{ '{}{}{}{}{}{}{}{}{}{}'.format(b, b, b, b, b, b, b, b, b, b) }}",
+    "namespace_repr": "{% set b = 'x' * 4000000 %}{% set ns = namespace(a=[b] * 100) %}{{ ns }}",
+    "translate": "{{ ('a' * 1000000).translate({97: 'x' * 100}) }}",
+    "batch": "{{ [1]|batch(10**9, 'x')|list|length }}",
 }
 
 
@@ -132,6 +146,25 @@ def test_size_bombs_fail_before_allocating(name: str) -> None:
     with pytest.raises(TemplateError, match=r"max_output_chars=8000000|too large|bits"):
         render_chat(BOMBS[name], MESSAGES)
     assert time.monotonic() - start < 1.0
+
+
+def test_self_referencing_namespace_fails_cleanly() -> None:
+    with pytest.raises(TemplateError, match="nested more than 200|RecursionError"):
+        render_chat("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", MESSAGES)
+
+
+def test_huge_raise_exception_message_is_clipped() -> None:
+    with pytest.raises(TemplateError, match=r"\.\.\. \(1000000 chars\)$") as info:
+        render_chat("{{ raise_exception('x' * 1000000) }}", MESSAGES)
+    assert len(str(info.value)) < 2100
+
+
+def test_deeply_nested_input_is_invalid_input() -> None:
+    nested: object = "leaf"
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(InvalidInput, match=r"messages\[0\] is nested too deeply"):
+        render_chat(CHATML_TEMPLATE, [{"role": "user", "content": nested}])
 
 
 def test_output_limit_applies_to_real_templates() -> None:
