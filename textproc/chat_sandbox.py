@@ -56,6 +56,10 @@ DEFAULT_TIMEOUT_S = 2.0
 WORK_FACTOR = 4  # text written anywhere (macros, set blocks) may reach 4x max_output_chars
 MAX_INT_BITS = 1_000_000  # ints beyond this are arithmetic bombs, not chat data
 MAX_JSON_INDENT = 64
+# Filters whose work per character is high (regexes, textwrap, pprint): one call on millions of
+# characters could run for seconds where the cooperative deadline cannot interrupt it.
+SLOW_FILTERS = frozenset({"urlize", "wordwrap", "striptags", "pprint", "urlencode", "xmlattr"})
+SLOW_FILTER_MAX_CHARS = 200_000
 
 # Names a template cannot spell (they contain a space), so only the instrumentation uses them.
 _LOOP_FILTER = "textproc loop"
@@ -410,6 +414,10 @@ def _precheck_filter(name: str, values: tuple[Any, ...], kwargs: dict[str, Any],
     # values: the filtered value, then the filter's positional arguments.
     if name in _STRINGIFYING_FILTERS:
         _check_text((values, kwargs), budget, f"the input of filter {name!r}")
+    if name in SLOW_FILTERS:
+        size = text_size((values, kwargs), SLOW_FILTER_MAX_CHARS)
+        if size > SLOW_FILTER_MAX_CHARS:
+            budget.fail(f"filter {name!r} takes at most {SLOW_FILTER_MAX_CHARS} characters of input, got about {size}")
     if name in ("batch", "slice") and len(values) > 1 and isinstance(values[1], int):
         size = len(values[0]) if isinstance(values[0], (str, list, tuple, dict)) else 0
         if values[1] > max(10_000, size):
