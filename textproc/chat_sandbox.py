@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_OUTPUT_CHARS = 8_000_000  # ~2M tokens of prompt; real templates write < 10 KB + content
-DEFAULT_MAX_STEPS = 2_000_000  # a 1,000-message chat with Qwen3's template takes ~40,000 steps
+DEFAULT_MAX_STEPS = 2_000_000  # ~1.2 s of work; a 1,000-message chat with Qwen3's template takes ~8,500
 DEFAULT_TIMEOUT_S = 2.0
 WORK_FACTOR = 4  # text written anywhere (macros, set blocks) may reach 4x max_output_chars
 MAX_INT_BITS = 1_000_000  # ints beyond this are arithmetic bombs, not chat data
