@@ -40,6 +40,7 @@ from textproc.errors import InvalidInput, short
 __all__ = ["DetokenizerVocab", "IncrementalDetokenizer"]
 
 _REPLACEMENT_BYTES = "\ufffd".encode()
+_utf8_decode = codecs.utf_8_decode  # (data, errors, final) -> (text, bytes consumed)
 
 
 class DetokenizerVocab(Protocol):
@@ -138,7 +139,7 @@ class IncrementalDetokenizer:
     ('', '😀', '')
     """
 
-    __slots__ = ("_table", "_n", "_bf", "_skipped", "_decoder", "_run", "_strip")
+    __slots__ = ("_table", "_n", "_bf", "_skipped", "_pending", "_run", "_strip")
 
     def __init__(
         self,
@@ -153,7 +154,7 @@ class IncrementalDetokenizer:
         self._bf: frozenset[int] | None = tables.byte_fallback or None
         # skipped special tokens are invisible to the decoder: they don't end a byte run
         self._skipped = tables.special if skip_special_tokens else frozenset()
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = b""  # bytes of an incomplete UTF-8 character
         self._run = bytearray()  # open run of byte-fallback bytes, one per token
         self._strip = tables.strip if at_start else 0
 
@@ -184,21 +185,28 @@ class IncrementalDetokenizer:
     @property
     def is_holding(self) -> bool:
         """True while bytes of an incomplete character or an open byte run are held."""
-        return bool(self._run) or bool(self._decoder.getstate()[0])
+        return bool(self._run) or bool(self._pending)
 
     def add(self, token_ids: Sequence[int]) -> str:
         """Feed newly generated ids; return the text they complete (maybe "")."""
         table = self._table
         try:
-            if self._bf is None:
-                data = b"".join([table[i] for i in token_ids])
-            else:
+            if self._bf is not None:
                 data = self._add_byte_fallback(token_ids)
+            elif len(token_ids) == 1:
+                data = table[token_ids[0]]
+            else:
+                data = b"".join([table[i] for i in token_ids])
         except (IndexError, TypeError) as e:
             self._raise_bad_ids(token_ids, e)
         if token_ids and min(token_ids) < 0:
             self._raise_bad_ids(token_ids, None)
-        text = self._decoder.decode(data)
+        if self._pending:
+            data = self._pending + data
+        # the C decoder behind codecs' incremental one: "replace" per maximal invalid subpart,
+        # an incomplete character at the end is left unconsumed (final=False)
+        text, used = _utf8_decode(data, "replace", False)
+        self._pending = data[used:] if used < len(data) else b""
         if self._strip and text:
             return self._strip_leading(text)
         return text
@@ -211,8 +219,9 @@ class IncrementalDetokenizer:
         The detokenizer can be used again afterwards; it continues as a new text
         segment (no character joins across a flush).
         """
-        data = self._close_run() if self._run else b""
-        text = self._decoder.decode(data, final=True)
+        data = self._pending + self._close_run() if self._run else self._pending
+        self._pending = b""
+        text = _utf8_decode(data, "replace", True)[0]
         if self._strip and text:
             return self._strip_leading(text)
         return text
