@@ -1,0 +1,445 @@
+"""EngineLink: the only module an LLM engine imports to talk to textproc.
+
+Owns the engine's two sockets (``textproc.protocol`` describes the frames):
+
+* ``engine_in``: PULL, connected; textproc's PUSH sends ``EngineRequest`` and ``EngineAbort`` on
+  this ONE socket, so an abort never overtakes the request it aborts.
+* ``engine_out``: PUSH, connected; ``EngineHello`` first (and again after every reconnect, with
+  the same ``instance_id``, so a restarted textproc side learns who it talks to), then one
+  ``EngineStep`` per call of :meth:`EngineLink.send_outputs`.
+
+Must not import the text core and must never block the engine loop: every receive is
+non-blocking, sends are non-blocking (a step that cannot be queued because textproc is gone for
+longer than the send buffer covers is dropped and counted, never waited for), and a malformed
+incoming frame is counted in ``malformed_frames`` and logged, never raised. A request frame that
+decodes but breaks a rule (empty prompt, ``max_tokens < 1``, ...) is answered at once with an
+``EngineStep`` carrying ``(request_id, [], "error")`` so the caller does not wait forever.
+
+Invariant: requests and aborts come out in the order textproc sent them. Both pollers drain the
+same socket; an abort that arrives for a request not yet handed to the engine removes that
+request from the pending queue (the abort id is still reported, engines ignore unknown ids).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import uuid
+import weakref
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any, Union
+
+import msgspec
+import zmq
+
+from textproc.errors import InvalidInput, ProtocolError, short
+from textproc.protocol import (
+    MAX_FRAME_BYTES,
+    EngineAbort,
+    EngineHello,
+    EngineInFrame,
+    EngineRequest,
+    StepOutput,
+)
+
+__all__ = [
+    "EngineLink",
+    "IncomingRequest",
+    "StepEntry",
+    "SEND_HWM_FRAMES",
+    "FINISH_REASONS",
+]
+
+_log = logging.getLogger("textproc.engine")
+
+# Steps queued in the engine's process while textproc is unreachable (about 10 s at 1 kHz).
+SEND_HWM_FRAMES = 10_000
+_LOG_FIRST_N = 10  # log the first N malformed frames, then every _LOG_EVERY-th
+_LOG_EVERY = 1000
+
+# (request_id, new_token_ids) or (request_id, new_token_ids, finish_reason): the 3-tuple encodes
+# to exactly the bytes of StepOutput(request_id, token_ids, finish_reason); the 2-tuple is the
+# same frame without the trailing field, which decodes to finish_reason=None.
+StepEntry = Union[
+    tuple[str, Sequence[int]],
+    tuple[str, Sequence[int], Union[str, None]],
+    StepOutput,
+]
+
+
+class IncomingRequest(msgspec.Struct):
+    """A new request as the engine sees it: ``EngineRequest`` with the prompt ids unpacked.
+
+    ``stop_token_ids`` already contains EOS unless ``ignore_eos``; stop ids do not apply before
+    ``min_tokens`` generated tokens. ``constraint`` is a regex the whole output must match.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    stop_token_ids: list[int]
+    sampling: dict[str, Any]
+    constraint: str | None
+    min_tokens: int
+    ignore_eos: bool
+
+
+def _unpack(data: bytes) -> list[int]:
+    # little-endian uint32; protocol.unpack_ids without the byteswap check on the hot path
+    packed = array("I")
+    packed.frombytes(data)
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tolist()
+
+
+_BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
+
+
+def _check(frame: EngineRequest) -> str | None:
+    """What is wrong with a decoded request, or None."""
+    if not frame.request_id:
+        return "empty request_id"
+    if not frame.prompt_token_ids or len(frame.prompt_token_ids) % 4:
+        return (
+            f"prompt_token_ids must be a non-empty multiple of 4 bytes (packed uint32), "
+            f"got {len(frame.prompt_token_ids)} bytes"
+        )
+    if frame.max_tokens < 1:
+        return f"max_tokens must be >= 1, got {frame.max_tokens!r}"
+    if frame.min_tokens < 0:
+        return f"min_tokens must be >= 0, got {frame.min_tokens!r}"
+    for token_id in frame.stop_token_ids:
+        if token_id < 0:
+            return f"stop_token_ids must be >= 0, got {short(frame.stop_token_ids)}"
+    return None
+
+
+def _close_sockets(context: zmq.Context[Any], sockets: list[zmq.Socket[Any]]) -> None:
+    for sock in sockets:
+        if not sock.closed:
+            sock.close(linger=0)
+    sockets.clear()
+    if not context.closed:
+        context.term()
+
+
+class EngineLink:
+    """An engine's connection to textproc: poll requests and aborts, send one frame per step.
+
+    The constructor only stores settings; :meth:`start` (or :meth:`connect`) creates the zmq
+    context and sockets and sends ``EngineHello``. Not thread-safe: call it from the engine loop.
+
+    >>> link = EngineLink.connect("ipc:///run/tp/engine-in", "ipc:///run/tp/engine-out")  # doctest: +SKIP
+    >>> for req in link.poll_requests(): ...                                               # doctest: +SKIP
+    >>> link.send_outputs([("req-1", [791], None), ("req-2", [13], "stop")])               # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        engine_in: str,
+        engine_out: str,
+        *,
+        instance_id: str | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        send_hwm_frames: int = SEND_HWM_FRAMES,
+        resend_hello_on_reconnect: bool = True,
+        check_outputs: bool = False,
+    ) -> None:
+        self.engine_in = engine_in
+        self.engine_out = engine_out
+        self.instance_id = instance_id if instance_id is not None else uuid.uuid4().hex
+        self.max_frame_bytes = max_frame_bytes
+        self.send_hwm_frames = send_hwm_frames
+        self.resend_hello_on_reconnect = resend_hello_on_reconnect
+        self.check_outputs = check_outputs
+        self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
+        self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
+        self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
+        self.hellos_sent = 0
+        self.steps_sent = 0  # next EngineStep.step number
+        self._context: zmq.Context[Any] | None = None
+        self._in: zmq.Socket[Any] | None = None
+        self._out: zmq.Socket[Any] | None = None
+        self._monitor: zmq.Socket[Any] | None = None
+        self._sockets: list[zmq.Socket[Any]] = []
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._requests: list[IncomingRequest] = []  # decoded, not yet handed to the engine
+        self._aborts: list[str] = []
+        self._decoder: msgspec.msgpack.Decoder[EngineInFrame] = msgspec.msgpack.Decoder(
+            EngineInFrame
+        )
+        self._encoder = msgspec.msgpack.Encoder()
+        self._connects_seen = 0
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    def connect(cls, engine_in: str, engine_out: str, **options: Any) -> EngineLink:
+        """Build a link and :meth:`start` it; same keyword options as the constructor."""
+        link = cls(engine_in, engine_out, **options)
+        link.start()
+        return link
+
+    def start(self) -> None:
+        """Create the zmq context and sockets, connect both, queue ``EngineHello``."""
+        if self._context is not None:
+            raise InvalidInput(f"EngineLink to {self.engine_in!r} already started")
+        context: zmq.Context[Any] = zmq.Context(io_threads=1)
+        self._context = context
+        self._finalizer = weakref.finalize(self, _close_sockets, context, self._sockets)
+        try:
+            sock_in = context.socket(zmq.PULL)
+            self._sockets.append(sock_in)
+            sock_in.setsockopt(zmq.LINGER, 0)
+            # No zmq MAXMSGSIZE here: on a CONNECTING socket libzmq treats an oversized frame as
+            # a protocol error and never reconnects (engine-in would be dead for good); the size
+            # is checked after receipt instead.
+            sock_in.setsockopt(zmq.RCVHWM, 0)  # textproc's PUSH side bounds what it sends
+            sock_out = context.socket(zmq.PUSH)
+            self._sockets.append(sock_out)
+            sock_out.setsockopt(zmq.LINGER, 0)
+            sock_out.setsockopt(zmq.SNDHWM, self.send_hwm_frames)
+            if self.resend_hello_on_reconnect:
+                self._monitor = sock_out.get_monitor_socket(zmq.EVENT_CONNECTED)
+                self._sockets.append(self._monitor)
+            sock_in.connect(self.engine_in)
+            sock_out.connect(self.engine_out)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise InvalidInput(
+                f"cannot connect EngineLink to engine_in={self.engine_in!r} "
+                f"engine_out={self.engine_out!r}: {exc}; expected tcp://host:port or ipc://path"
+            ) from exc
+        self._in = sock_in
+        self._out = sock_out
+        self._send_hello()
+
+    def close(self) -> None:
+        """Close the sockets (linger=0) and the context; safe to call twice."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._in = self._out = self._monitor = None
+
+    @property
+    def closed(self) -> bool:
+        return self._in is None
+
+    def __enter__(self) -> EngineLink:
+        if self._context is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # receiving -------------------------------------------------------------------------------
+
+    def poll_requests(self) -> list[IncomingRequest]:
+        """New requests received since the last call, in arrival order; never blocks."""
+        self._drain()
+        if not self._requests:
+            return []
+        requests = self._requests
+        self._requests = []
+        return requests
+
+    def poll_aborts(self) -> list[str]:
+        """Ids of requests to stop, received since the last call, in arrival order; never blocks.
+
+        Call it after :meth:`poll_requests` in each step: an abort that arrives in the same drain
+        as its request is then applied after the request was added.
+        """
+        self._drain()
+        if not self._aborts:
+            return []
+        aborts = self._aborts
+        self._aborts = []
+        return aborts
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for input on engine-in (for an idle engine); True if any."""
+        sock = self._in
+        if sock is None:
+            raise InvalidInput("EngineLink.wait on a link that is not started or closed")
+        if self._requests or self._aborts:
+            return True
+        return bool(sock.poll(max(0, int(timeout_s * 1000))))
+
+    def writable(self) -> bool:
+        """True when a step can be queued now (the send queue to textproc is not full)."""
+        sock = self._out
+        if sock is None:
+            raise InvalidInput("EngineLink.writable on a link that is not started or closed")
+        return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT)
+
+    def _drain(self) -> None:
+        sock = self._in
+        if sock is None:
+            raise InvalidInput("EngineLink used before start() or after close()")
+        recv = sock.recv
+        decode = self._decoder.decode
+        while True:
+            try:
+                data = recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                break
+            if len(data) > self.max_frame_bytes:
+                self._malformed(
+                    f"frame of {len(data)} bytes is over max_frame_bytes={self.max_frame_bytes}"
+                )
+                continue
+            try:
+                frame = decode(data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                self._malformed(f"undecodable frame of {len(data)} bytes: {exc}")
+                continue
+            match frame:
+                case EngineRequest():
+                    problem = _check(frame)
+                    if problem is not None:
+                        self._reject(frame.request_id, problem)
+                        continue
+                    self._requests.append(
+                        IncomingRequest(
+                            frame.request_id,
+                            _unpack(frame.prompt_token_ids),
+                            frame.max_tokens,
+                            frame.stop_token_ids,
+                            frame.sampling,
+                            frame.constraint,
+                            frame.min_tokens,
+                            frame.ignore_eos,
+                        )
+                    )
+                case EngineAbort(request_ids=ids):
+                    if self._requests:
+                        gone = set(ids)
+                        self._requests = [r for r in self._requests if r.request_id not in gone]
+                    self._aborts.extend(ids)
+        if self._monitor is not None:
+            self._check_reconnect()
+
+    def _malformed(self, what: str) -> None:
+        self.malformed_frames += 1
+        n = self.malformed_frames
+        if n <= _LOG_FIRST_N or n % _LOG_EVERY == 0:
+            _log.warning(
+                "EngineLink %s: dropped malformed frame #%d on engine-in %r: %s",
+                self.instance_id[:8],
+                n,
+                self.engine_in,
+                ProtocolError(what),
+            )
+
+    def _reject(self, request_id: str, problem: str) -> None:
+        self._malformed(f"request_id={short(request_id)}: {problem}")
+        self.rejected_requests += 1
+        if request_id:
+            self._send_step([(request_id, [], "error")])
+
+    def _check_reconnect(self) -> None:
+        monitor = self._monitor
+        assert monitor is not None
+        while True:
+            try:
+                monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._connects_seen += 1
+            if self._connects_seen > 1:  # the first connect already carries the queued hello
+                self._send_hello()
+
+    # sending ---------------------------------------------------------------------------------
+
+    def send_outputs(self, outputs: Iterable[StepEntry]) -> None:
+        """Send one step's outputs as ONE ``EngineStep`` frame; never blocks.
+
+        Each entry is ``(request_id, new_token_ids, finish_reason)`` (finish_reason None while
+        the request runs; "stop" for a stop token / EOS, "length", "abort" or "error"), a
+        2-tuple without the reason, or a ``StepOutput``. Lists and tuples of lists of ints are
+        encoded as they are, with no per-entry Python work; other iterables and id sequences
+        (``array``, ``range``, numpy) are converted first. The hot path trusts its input (a
+        wrong entry reaches textproc and fails that request there); with
+        ``EngineLink(check_outputs=True)`` every entry is checked and a bad one raises
+        ``InvalidInput`` naming it.
+        """
+        if type(outputs) is not list and type(outputs) is not tuple:
+            outputs = list(outputs)
+        if self.check_outputs:
+            outputs = _normalise(outputs)
+        self._send_step(outputs)
+
+    def _send_step(self, outputs: Sequence[Any]) -> None:
+        out = self._out
+        if out is None:
+            raise InvalidInput("EngineLink.send_outputs before start() or after close()")
+        step = self.steps_sent
+        try:
+            data = self._encoder.encode(("EngineStep", step, outputs))
+        except TypeError:
+            data = self._encoder.encode(("EngineStep", step, _normalise(outputs)))
+        self.steps_sent = step + 1
+        try:
+            out.send(data, zmq.NOBLOCK, copy=True)
+        except zmq.Again:
+            self.dropped_steps += 1
+            if self.dropped_steps <= _LOG_FIRST_N or self.dropped_steps % _LOG_EVERY == 0:
+                _log.warning(
+                    "EngineLink %s: dropped step %d (#%d): engine-out %r unreachable and "
+                    "%d frames queued",
+                    self.instance_id[:8],
+                    step,
+                    self.dropped_steps,
+                    self.engine_out,
+                    self.send_hwm_frames,
+                )
+
+    def _send_hello(self) -> None:
+        out = self._out
+        assert out is not None
+        data = self._encoder.encode(EngineHello(self.instance_id))
+        try:
+            out.send(data, zmq.NOBLOCK)
+        except zmq.Again:
+            _log.warning("EngineLink %s: EngineHello not queued", self.instance_id[:8])
+            return
+        self.hellos_sent += 1
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return (
+            f"EngineLink(engine_in={self.engine_in!r}, engine_out={self.engine_out!r}, "
+            f"instance_id={self.instance_id!r}, {state})"
+        )
+
+
+FINISH_REASONS = frozenset({None, "stop", "length", "abort", "error"})
+
+
+def _normalise(outputs: Sequence[Any]) -> list[Any]:
+    """Entries checked, id sequences turned into lists of ints; a bad entry is named."""
+    fixed: list[Any] = []
+    for index, entry in enumerate(outputs):
+        try:
+            if isinstance(entry, StepOutput):
+                request_id, token_ids, reason = entry.request_id, entry.token_ids, entry.finish_reason
+            elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3):
+                request_id, token_ids = entry[0], entry[1]
+                reason = entry[2] if len(entry) == 3 else None
+            else:
+                raise TypeError("not a 2- or 3-tuple")
+            if not isinstance(request_id, str) or reason not in FINISH_REASONS:
+                raise TypeError("bad request_id or finish_reason")
+            ids = [operator.index(token_id) for token_id in token_ids]
+            if any(token_id < 0 or token_id >= 2**32 for token_id in ids):
+                raise ValueError("token id out of uint32 range")
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(
+                f"send_outputs entry {index} is {short(entry)}; expected (request_id: str, "
+                f"token_ids: list[int], finish_reason: one of None, 'stop', 'length', 'abort', "
+                f"'error')"
+            ) from exc
+        fixed.append((request_id, ids, reason))
+    return fixed
