@@ -21,6 +21,7 @@ import uuid
 from collections import OrderedDict, deque
 from typing import Any
 
+import msgspec
 import zmq
 
 from textproc.config import Endpoints, ServiceConfig
@@ -32,6 +33,7 @@ from textproc.protocol import (
     EngineAbort,
     EngineHello,
     EngineOutFrame,
+    EngineRequest,
     EngineStep,
     FrontInFrame,
     Hello,
@@ -355,6 +357,7 @@ class _Loop:
             EngineOutFrame, socket_name="engine-out")
         self.front_decoder: FrameDecoder[FrontInFrame] = FrameDecoder(
             FrontInFrame, socket_name="detok-front")
+        self.engine_request_decoder = msgspec.msgpack.Decoder(EngineRequest)
         self.encode = encoder().encode
         self.outputs_sent = 0
         self.unroutable = 0
@@ -407,6 +410,19 @@ class _Loop:
                 return
             submit = decode(data, peer="worker")
             if submit is None:
+                continue
+            # the engine must only ever see well-formed requests: check the embedded bytes
+            # (one decode per request, ~1 us; the packed prompt ids are not unpacked)
+            try:
+                inner = self.engine_request_decoder.decode(submit.engine_request)
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                self.submit_decoder.count_malformed(f"Submit.engine_request: {e}",
+                                                   data=submit.engine_request, peer="worker")
+                continue
+            if inner.request_id != submit.request_id:
+                self.submit_decoder.count_malformed(
+                    f"Submit for {submit.request_id!r} carries an EngineRequest for "
+                    f"{inner.request_id!r}", data=data, peer="worker")
                 continue
             engine_request = self.core.on_submit(submit)
             if engine_request is not None:

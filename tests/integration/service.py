@@ -138,9 +138,10 @@ class Service:
             out[f"worker-{i}"] = pid
         return out
 
-    def log(self) -> str:
+    def log(self, *, tail: int | None = 6000) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-6000:]
+            text = self.log_path.read_text(errors="replace")
+            return text if tail is None else text[-tail:]
         except OSError:
             return ""
 

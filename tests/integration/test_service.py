@@ -1,0 +1,377 @@
+"""The service end to end: real processes over ipc with engine_stub in echo mode.
+
+One service per module (nothing here kills processes). The reference for every streamed result
+is the in-process text core on the same tokens: the echo "model" answers the last user message
+re-encoded, then EOS, so the expected output is ``parse_output(truncate(decode(ids)))``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+import pytest
+import zmq
+
+from tests.integration.service import Service, run
+from textproc.chat import prompt_starts_in_reasoning, render_chat
+from textproc.client import TextClient, TextEvent
+from textproc.errors import InvalidInput, TemplateError
+from textproc.parsing import merge_deltas, parse_output
+from textproc.protocol import EngineRequest, EngineStep, StepOutput, Submit, TokenizeRequest, pack_ids
+from textproc.stops import StopChecker
+from textproc.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.timeout(180)
+
+MAX_MODEL_LEN = 4096
+MAX_FRAME_BYTES = 1 << 20
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+WORDS = ["alpha", "beta", "gamma", "delta", "STOP", "omega", "你好", "世界", "天气", "😀", "👍🏽",
+         "👨\u200d👩\u200d👧", "café", "naïve", "e\u0301", "\n", "  ", "END", "fox", "{x}"]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Iterator[Service]:
+    svc = Service(tmp_path_factory.mktemp("svc"), toy_model, workers=2,
+                  args=["--max-model-len", str(MAX_MODEL_LEN),
+                        "--max-frame-bytes", str(MAX_FRAME_BYTES), "--stub-arg=--step-ms=2"])
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def tok(toy_model: Path) -> Tokenizer:
+    return Tokenizer.from_dir(toy_model)
+
+
+# -- reference ----------------------------------------------------------------------------------
+
+def _case(i: int, rng: random.Random) -> dict[str, Any]:
+    """Request i of the mix: stops, tools, reasoning, thinking prompts, long prompts, emoji, CJK."""
+    words = [rng.choice(WORDS) for _ in range(rng.randint(2, 10))]
+    text = " ".join(words)
+    case: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "kwargs": {}}
+    kind = i % 6
+    if kind == 0:  # stop strings, sometimes kept
+        visible = [w for w in words if w.strip()] or ["alpha"]
+        case["stop"] = [rng.choice(visible), "never-there"]
+        case["include_stop"] = bool(i % 12 == 0)
+    elif kind == 1:  # the "model" calls a tool
+        city = rng.choice(["Paris", "東京", "Zürich 😀"])
+        args = json.dumps({"city": city}, ensure_ascii=False)
+        case["messages"][0]["content"] = (f"{text} <tool_call>\n{{\"name\": \"get_weather\", "
+                                          f"\"arguments\": {args}}}\n</tool_call>")
+        case["tools"] = [WEATHER_TOOL]
+    elif kind == 2:  # the "model" reasons, then answers
+        case["messages"][0]["content"] = f"<think>{text}</think>{rng.choice(WORDS)} done"
+    elif kind == 3:  # the prompt opens <think>: output is reasoning until </think>
+        case["kwargs"] = {"enable_thinking": True}
+        case["messages"][0]["content"] = f"{text}</think>answer {rng.choice(WORDS)}"
+    elif kind == 4:  # a long prompt (long system message), short answer
+        case["messages"].insert(0, {"role": "system", "content": " ".join(WORDS) * 40})
+    else:  # emoji / CJK only, with a stop that may split a multi-byte character's tokens
+        case["messages"][0]["content"] = "".join(rng.choice(WORDS[6:14]) for _ in range(8))
+        case["stop"] = ["世界"]
+    return case
+
+
+def _expected(tok: Tokenizer, case: dict[str, Any], rid: str) -> dict[str, Any]:
+    tools = case.get("tools")
+    prompt = render_chat(tok.chat_template, case["messages"], tools, add_generation_prompt=True,
+                         **{**tok.special_tokens_map, **case["kwargs"]})
+    prompt_ids = tok.encode(prompt)
+    answer_ids = tok.encode(case["messages"][-1]["content"]) + [tok.eos_token_id]
+    text = tok.decode(answer_ids, skip_special_tokens=True)
+    checker = StopChecker(case.get("stop") or [], include_stop=case.get("include_stop", False))
+    out = checker.feed(text)
+    if not checker.is_finished:
+        out += checker.finish()
+    merged = parse_output(out, reasoning=True, tools=bool(tools),
+                          starts_in_reasoning=prompt_starts_in_reasoning(prompt), request_id=rid)
+    finish = "tool_calls" if merged["tool_calls"] else "stop"
+    return {"merged": merged, "finish_reason": finish, "stop": checker.matched,
+            "prompt_tokens": len(prompt_ids), "answer_tokens": len(answer_ids)}
+
+
+async def _collect(stream: Any) -> list[TextEvent]:
+    return [event async for event in stream]
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+def test_1000_concurrent_chats_equal_the_in_process_core(service: Service, tok: Tokenizer) -> None:
+    rng = random.Random(1234)
+    cases = [_case(i, rng) for i in range(1000)]
+
+    async def main() -> list[list[TextEvent]]:
+        async with await TextClient.connect(service.runtime_dir, timeout_s=30) as client:
+            streams = [client.chat(c["messages"], tools=c.get("tools"), stop=c.get("stop"),
+                                   include_stop=c.get("include_stop", False),
+                                   chat_template_kwargs=c["kwargs"], request_id=f"mix-{i}")
+                       for i, c in enumerate(cases)]
+            return await asyncio.wait_for(asyncio.gather(*map(_collect, streams)), 120)
+
+    t0 = time.monotonic()
+    results = run(main)
+    elapsed = time.monotonic() - t0
+    for i, (case, events) in enumerate(zip(cases, results)):
+        want = _expected(tok, case, f"mix-{i}")
+        last = events[-1]
+        label = f"request mix-{i} (seed 1234): {case}"
+        assert all(e.finish_reason is None for e in events[:-1]), label
+        assert merge_deltas(d for e in events for d in e.deltas) == want["merged"], label
+        assert (last.finish_reason, last.stop) == (want["finish_reason"], want["stop"]), label
+        assert last.usage is not None and last.usage.prompt_tokens == want["prompt_tokens"], label
+        if want["stop"] is None:
+            assert last.usage.completion_tokens == want["answer_tokens"], label
+        else:
+            assert 1 <= last.usage.completion_tokens <= want["answer_tokens"], label
+    print(f"1000 concurrent chats in {elapsed:.1f} s")
+
+
+def test_stop_string_mid_stream_aborts_in_the_engine(service: Service, tok: Tokenizer) -> None:
+    tail = " filler" * 300
+    content = "one two STOP three" + tail
+
+    async def main() -> list[TextEvent]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            return await _collect(client.chat([{"role": "user", "content": content}],
+                                              stop=["STOP"], request_id="stop-abort"))
+
+    events = run(main)
+    assert events[-1].finish_reason == "stop" and events[-1].stop == "STOP"
+    assert "".join(e.text for e in events) == "one two "
+    generated = _stub_generated(service, "stop-abort")
+    n_answer = len(tok.encode(content)) + 1
+    assert generated < n_answer // 4, f"engine generated {generated} of {n_answer} tokens"
+
+
+def test_client_cancel_aborts_in_the_engine(service: Service, tok: Tokenizer) -> None:
+    content = "word " * 600
+
+    async def main() -> int:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            stream = client.chat([{"role": "user", "content": content}], request_id="cancel-me")
+            got = 0
+            async for event in stream:
+                got += len(event.text)
+                if got > 20:
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]
+            await asyncio.sleep(0.5)
+            stats = {s.role: s.counters for s in await client.stats()}
+            return stats["detokenizer"]["requests_aborted"]
+
+    aborted = run(main)
+    assert aborted >= 1
+    generated = _stub_generated(service, "cancel-me")
+    n_answer = len(tok.encode(content)) + 1
+    assert generated < n_answer // 2, f"engine generated {generated} of {n_answer} tokens"
+
+
+def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> None:
+    user = [{"role": "user", "content": "hello"}]
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"max_tokens": 0}, InvalidInput, r"max_tokens=0; allowed: >= 1"),
+        ({"max_tokens": MAX_MODEL_LEN}, InvalidInput, r"over max_model_len=4096"),
+        ({"min_tokens": 5, "max_tokens": 2}, InvalidInput, r"min_tokens=5; allowed: 0..max_tokens"),
+        ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         InvalidInput, r"unknown tool 'nope'"),
+        ({"tool_choice": "required"}, InvalidInput, r"'required' needs at least one tool"),
+        ({"tool_choice": "sometimes"}, InvalidInput, r"tool_choice 'sometimes' is not allowed"),
+        ({"tools": [{"type": "function"}]}, InvalidInput, r"tools\[0\] must be"),
+        ({"stop": ["ok", ""]}, InvalidInput, r"stop\[1\] is empty"),
+        ({"stop": [f"s{i}" for i in range(65)]}, InvalidInput, r"65 stop strings; at most 64"),
+        ({"stop": ["x" * 2000]}, InvalidInput, r"stop\[0\] has 2000 characters"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, TemplateError, r"unknown role robot"),
+        ({"messages": []}, InvalidInput, r"messages must be a non-empty list"),
+        ({"messages": [{"content": "no role"}]}, InvalidInput, r"messages\[0\]\.role"),
+        ({"chat_template_kwargs": {"messages": 1}}, InvalidInput, r"chat_template_kwargs keys"),
+        ({"stop_token_ids": [10**6]}, InvalidInput, r"outside the vocabulary"),
+        ({"sampling": {"temperature": {"nested": 1}}}, InvalidInput, r"sampling\['temperature'\]"),
+        ({"messages": [{"role": "user", "content": "x" * 20000}]}, InvalidInput,
+         r"max_model_len is 4096"),
+    ]
+
+    async def main() -> list[BaseException | None]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            async def one(kwargs: dict[str, Any]) -> BaseException | None:
+                kwargs = dict(kwargs)
+                messages = kwargs.pop("messages", user)
+                try:
+                    await _collect(client.chat(messages, **kwargs))
+                except Exception as e:
+                    return e
+                return None
+
+            async def good() -> list[TextEvent]:
+                return await _collect(client.chat([{"role": "user", "content": "still fine"}]))
+
+            results = await asyncio.gather(good(), *[one(c[0]) for c in cases], good())
+            errors: list[BaseException | None] = list(results[1:-1])  # type: ignore[arg-type]
+            for ok in (results[0], results[-1]):
+                assert isinstance(ok, list) and ok[-1].finish_reason == "stop"
+                assert "".join(e.text for e in ok) == "still fine"
+            # completions, tokenize, detokenize errors
+            for coro, pattern in [
+                (_collect(client.complete("")), r"encodes to no tokens"),
+                (_collect(client.complete([10**6])), r"outside the vocabulary"),
+                (client.detokenize([10**7]), r"outside the vocabulary"),
+                (client.tokenize(None), r"exactly one of text or messages"),
+            ]:
+                with pytest.raises(InvalidInput, match=pattern):
+                    await coro
+            # a duplicate request id across clients: the detokenizer refuses the second
+            async with await TextClient.connect(service.runtime_dir) as other:
+                first = client.chat([{"role": "user", "content": "word " * 200}], request_id="dup")
+                await first.__anext__()
+                with pytest.raises(InvalidInput, match="duplicate request_id 'dup'"):
+                    await _collect(other.chat(user, request_id="dup"))
+                await first.aclose()  # type: ignore[attr-defined]
+            return errors
+
+    errors = run(main)
+    for (kwargs, cls, pattern), err in zip(cases, errors):
+        assert isinstance(err, cls), f"{kwargs}: got {err!r}"
+        assert getattr(err, "status") == 400
+        assert re.search(pattern, str(err)), f"{kwargs}: {err}"
+
+
+def test_tokenize_detokenize_and_completion(service: Service, tok: Tokenizer) -> None:
+    text = "Hello 你好 😀 world"
+
+    async def main() -> tuple[list[int], str, list[TextEvent], str]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            ids = await client.tokenize(text)
+            back = await client.detokenize(ids + [tok.eos_token_id])
+            events = await _collect(client.complete(text, max_tokens=3))
+            prompt, _ = await client.render([{"role": "user", "content": text}])
+            return ids, back, events, prompt
+
+    ids, back, events, prompt = run(main)
+    assert ids == tok.encode(text)
+    assert back == text
+    assert events[-1].finish_reason == "length" and events[-1].usage is not None
+    assert events[-1].usage.completion_tokens == 3
+    assert "".join(e.text for e in events) == tok.decode(tok.encode(text)[:3])
+    assert prompt == render_chat(tok.chat_template, [{"role": "user", "content": text}],
+                                 add_generation_prompt=True, **tok.special_tokens_map)
+
+
+def test_malformed_frames_on_every_socket_are_counted_and_harmless(service: Service) -> None:
+    info = json.loads((service.runtime_dir / "endpoints.json").read_text())
+    ep = info["endpoints"]
+    enc = msgspec.msgpack.encode
+    garbage = [b"", b"\xff\xfe\x00garbage", enc(["ChatRequest"]), enc(["NoSuchTag", 1, 2]),
+               enc(["ChatRequest", 1, 2, 3]), enc({"a": 1}), b"\x92" * 1000]
+    huge = b"\x00" * (MAX_FRAME_BYTES + 1024)  # over ZMQ_MAXMSGSIZE: ZeroMQ drops the peer
+    pids_before = dict(service.refresh_pids())
+    ctx = zmq.Context()
+    sockets: list[zmq.Socket[Any]] = []
+    try:
+        def sock(kind: int, address: str) -> zmq.Socket[Any]:
+            s = ctx.socket(kind)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(address)
+            sockets.append(s)
+            return s
+
+        for address in ep["workers"]:
+            s = sock(zmq.DEALER, address)
+            for g in garbage:
+                s.send(g)
+            s.send_multipart([b"extra", b"parts"])
+            # right tag, wrong field types
+            s.send(enc(["ChatRequest", "bad-types", "not a list", None, 5]))
+        front = sock(zmq.DEALER, ep["detok_front"])
+        for g in garbage:
+            front.send(g)
+        front.send_multipart([b"a", b"b"])
+        detok_in = sock(zmq.PUSH, ep["detok_in"])
+        for g in garbage + [enc(TokenizeRequest("wrong-frame-type"))]:
+            detok_in.send(g)
+        engine_out = sock(zmq.PUSH, ep["engine_out"])
+        for g in garbage:
+            engine_out.send(g)
+        # well-formed, but for requests nobody submitted: buffered briefly, then dropped
+        engine_out.send(msgspec.msgpack.encode(EngineStep(1, [StepOutput("ghost", [1, 2])])))
+        control = sock(zmq.PUSH, ep["control"])
+        for g in garbage:
+            control.send(g)
+        for address in [*ep["workers"], ep["detok_front"]]:
+            sock(zmq.DEALER, address).send(huge)
+        for address in [ep["detok_in"], ep["engine_out"], ep["control"]]:
+            sock(zmq.PUSH, address).send(huge)
+        # a valid Submit for a client that does not exist: the output is unroutable -> aborted
+        bogus = Submit("bogus-client-req", b"nobody", 1, 5,
+                       msgspec.msgpack.encode(EngineRequest("bogus-client-req", pack_ids([1]), 5)))
+        detok_in.send(msgspec.msgpack.encode(Submit("x", b"c", 1, 5, b"\x00garbage")))
+        detok_in.send(msgspec.msgpack.encode(bogus))
+        time.sleep(1.0)
+    finally:
+        for s in sockets:
+            s.close(linger=0)
+        ctx.term()
+
+    async def main() -> tuple[list[TextEvent], dict[str, dict[str, int]]]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            events = await _collect(client.chat([{"role": "user", "content": "after garbage"}]))
+            stats = {f"{s.role}-{s.index}": s.counters for s in await client.stats()}
+            return events, stats
+
+    events, stats = run(main)
+    assert "".join(e.text for e in events) == "after garbage"
+    n_garbage = len(garbage)
+    for i in range(service.workers):
+        assert stats[f"worker-{i}"][f"frames_malformed.worker-{i}"] >= n_garbage + 2, stats
+    detok = stats["detokenizer-0"]
+    assert detok["frames_malformed.detok-front"] >= n_garbage + 1, detok
+    assert detok["frames_malformed.detok-in"] >= n_garbage + 2, detok
+    assert detok["frames_malformed.engine-out"] >= n_garbage, detok
+    assert dict(service.refresh_pids()) == pids_before, "a process restarted"
+    log = service.log(tail=None)
+    for name in ["worker-0", "detok-front", "detok-in", "engine-out", "control"]:
+        assert f"malformed frame #1 on {name}" in log, f"no log line for {name}"
+
+
+def _stub_generated(service: Service, request_id: str, *, wait_s: float = 3.0) -> int:
+    """How many tokens the stub generated for ``request_id`` (from its --stats-file)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            stats = service.stub_stats()
+            found = _find_request(stats, request_id)
+            if found is not None:
+                return found
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no stub stats for {request_id!r} in {service.stats_file}")
+        time.sleep(0.1)
+
+
+def _find_request(stats: Any, request_id: str) -> int | None:
+    requests = stats.get("requests", {}) if isinstance(stats, dict) else {}
+    entry = requests.get(request_id)
+    if entry is None:
+        return None
+    if isinstance(entry, dict):
+        return int(entry.get("generated", entry.get("tokens", entry.get("n_generated", 0))))
+    return int(entry)
+
