@@ -132,6 +132,13 @@ CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
         {"role": "assistant", "content": "No: 91 = 7 × 13.", "reasoning_content": "91/7 = 13, so composite."},
         {"role": "user", "content": "And 97?"},
     ],
+    "reasoning_aliases": [  # `reasoning` (vLLM) and `thinking` (gpt-oss) alias reasoning_content
+        {"role": "user", "content": "Is 91 prime?"},
+        {"role": "assistant", "content": "No.", "reasoning": "7 × 13"},
+        {"role": "user", "content": "Is 97 prime?"},
+        {"role": "assistant", "content": "Yes.", "thinking": "no divisor up to 9"},
+        {"role": "user", "content": "Thanks"},
+    ],
 }
 THINKING = [{}, {"enable_thinking": True}, {"enable_thinking": False}]
 
