@@ -1,0 +1,201 @@
+"""What the fake model says: per-request token sources for the echo, replay and random modes.
+
+Owns the generation rules every mode shares (``RequestState.take``): a stop token id (EOS
+included, unless ``ignore_eos``) ends the request with "stop" once ``min_tokens`` tokens were
+generated before it, and is then the LAST id of the request's output (so it counts as a completion
+token, as in vLLM/OpenAI usage); before ``min_tokens`` a stop id is skipped, as an engine that
+masks stop tokens would never sample it; ``max_tokens`` generated ends it with "length" (a stop id
+in that same position wins). Echo and replay scripts end with the end token and repeat when it
+does not stop the request (``ignore_eos``, ``min_tokens``).
+
+Imports nothing from textproc but a tokenizer passed in (anything with the ``TokenizerLike``
+methods): exactly what a real engine would have.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol, Sequence
+
+__all__ = [
+    "TokenizerLike",
+    "RequestState",
+    "echo_answer",
+    "ScriptMaker",
+    "EchoScripts",
+    "ReplayScripts",
+    "RandomScripts",
+]
+
+
+class TokenizerLike(Protocol):
+    eos_token_id: int | None
+    special_ids: frozenset[int]
+    vocab_size: int
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
+
+
+class _RequestLike(Protocol):
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    stop_token_ids: list[int]
+    min_tokens: int
+    ignore_eos: bool
+
+
+_CHATML_USER = "<|im_start|>user\n"
+_CHATML_END = "<|im_end|>"
+_INST_OPEN = "[INST]"
+_INST_CLOSE = "[/INST]"
+
+
+def echo_answer(prompt_text: str) -> str | None:
+    """The text of the last user message of a ChatML (or ``[INST]``) prompt; None if neither.
+
+    >>> echo_answer("<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n")
+    'hi'
+    """
+    start = prompt_text.rfind(_CHATML_USER)
+    if start >= 0:
+        start += len(_CHATML_USER)
+        end = prompt_text.find(_CHATML_END, start)
+        return prompt_text[start:] if end < 0 else prompt_text[start:end]
+    if "<|im_start|>" in prompt_text:
+        return ""  # ChatML without a user turn: answer nothing, then the end token
+    start = prompt_text.rfind(_INST_OPEN)
+    if start >= 0:
+        start += len(_INST_OPEN)
+        end = prompt_text.find(_INST_CLOSE, start)
+        return (prompt_text[start:] if end < 0 else prompt_text[start:end]).strip()
+    return None
+
+
+class RequestState:
+    """One running request: where it is in its token source and how many tokens it made."""
+
+    __slots__ = (
+        "request_id", "script", "pos", "rng", "pool", "generated", "max_tokens", "stops",
+        "min_tokens", "only_stops", "aborted_at",
+    )
+
+    def __init__(
+        self,
+        request: _RequestLike,
+        script: list[int] | None,
+        *,
+        eos_token_id: int | None,
+        rng: random.Random | None = None,
+        pool: Sequence[int] = (),
+    ) -> None:
+        self.request_id = request.request_id
+        self.script = script  # cyclic token source (echo / replay); None for random
+        self.pos = 0
+        self.rng = rng
+        self.pool = pool  # ids random mode draws from
+        self.generated = 0
+        self.max_tokens = request.max_tokens
+        stops = set(request.stop_token_ids)
+        if request.ignore_eos and eos_token_id is not None:
+            stops.discard(eos_token_id)
+        self.stops = stops
+        self.min_tokens = request.min_tokens
+        self.only_stops = script is not None and all(t in stops for t in script)
+
+    def _next(self) -> int:
+        script = self.script
+        if script is None:
+            assert self.rng is not None
+            return self.pool[self.rng.randrange(len(self.pool))]
+        token_id = script[self.pos]
+        self.pos = (self.pos + 1) % len(script)
+        return token_id
+
+    def take(self, k: int) -> tuple[list[int], str | None]:
+        """Up to ``k`` new ids and the finish reason ("stop", "length") if this ends it."""
+        new: list[int] = []
+        stops = self.stops
+        skipped = 0
+        while len(new) < k:
+            token_id = self._next()
+            if token_id in stops:
+                if self.generated >= self.min_tokens:
+                    new.append(token_id)
+                    self.generated += 1
+                    return new, "stop"
+                if not self.only_stops and skipped < 1000:
+                    skipped += 1
+                    continue  # masked until min_tokens
+            new.append(token_id)
+            self.generated += 1
+            if self.generated >= self.max_tokens:
+                return new, "length"
+        return new, None
+
+
+class ScriptMaker(Protocol):
+    def __call__(self, request: _RequestLike) -> RequestState: ...
+
+
+def _end_token(tok: TokenizerLike, request: _RequestLike) -> int | None:
+    """EOS if it stops this request, else the first stop id; plain EOS under ignore_eos."""
+    eos = tok.eos_token_id
+    if request.ignore_eos or (eos is not None and eos in request.stop_token_ids):
+        return eos
+    if request.stop_token_ids:
+        return request.stop_token_ids[0]
+    return eos
+
+
+class EchoScripts:
+    """Echo mode: answer with the last user message (ChatML / [INST]) or the whole prompt."""
+
+    def __init__(self, tok: TokenizerLike) -> None:
+        self.tok = tok
+
+    def __call__(self, request: _RequestLike) -> RequestState:
+        ids = request.prompt_token_ids
+        answer = echo_answer(self.tok.decode(ids, skip_special_tokens=False))
+        if answer is None:  # a completion prompt: echo it all (without BOS and the like)
+            answer = self.tok.decode(ids, skip_special_tokens=True)
+        script = self.tok.encode(answer) if answer else []
+        end = _end_token(self.tok, request)
+        if end is not None:
+            script.append(end)
+        if not script:  # nothing to say and no end token: repeat the prompt's last id
+            script = [ids[-1]]
+        return RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+
+
+class ReplayScripts:
+    """Replay mode: every request answers with the tokens of one text file, then the end token."""
+
+    def __init__(self, tok: TokenizerLike, text: str) -> None:
+        self.tok = tok
+        self.ids = tok.encode(text)
+
+    def __call__(self, request: _RequestLike) -> RequestState:
+        script = list(self.ids)
+        end = _end_token(self.tok, request)
+        if end is not None:
+            script.append(end)
+        if not script:
+            script = [request.prompt_token_ids[-1]]
+        return RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+
+
+class RandomScripts:
+    """Random mode: uniformly random non-special ids, seeded per (seed, request_id)."""
+
+    def __init__(self, vocab_size: int, special_ids: frozenset[int], *, seed: int,
+                 eos_token_id: int | None = None) -> None:
+        self.pool = [i for i in range(vocab_size) if i not in special_ids]
+        self.seed = seed
+        self.eos_token_id = eos_token_id
+
+    def __call__(self, request: _RequestLike) -> RequestState:
+        rng = random.Random(f"{self.seed}:{request.request_id}")
+        return RequestState(request, None, eos_token_id=self.eos_token_id, rng=rng, pool=self.pool)

@@ -1,0 +1,399 @@
+"""The fake engine: a continuous-batching step loop on ``textproc.engine.EngineLink``.
+
+Owns the loop a real engine runs: per step, take new requests and aborts from the link, admit
+waiting requests up to ``max_batch`` (the rest queue, first come first served), spend the step
+time, give every running request its next 1..K tokens, and send ONE ``EngineStep``.
+
+Step time: ``--step-busy`` does a FIXED amount of GIL-holding Python work per step, calibrated
+at start-up to take ``--step-ms`` on an idle interpreter (like a real engine's scheduler: when
+something else in the process wants the interpreter lock, the step gets slower, which is what
+the interference benchmark measures); otherwise the step sleeps ``--step-ms`` (GPU-like, lock
+released).
+
+Aborts: an aborted request stops at once and is dropped WITHOUT an output (like vLLM: the side
+that sent the abort already ended the request); ``--report-aborts`` sends
+``(request_id, [], "abort")`` instead. Constraints (``EngineRequest.constraint``) are not
+enforced: echo mode echoes; the stats count requests that carried one.
+
+Stats (``--stats-file``, JSON, rewritten atomically every ``--stats-interval-s`` and on exit):
+step time p50/p99/mean/max in ms over busy steps, tokens generated per request with its finish
+reason (``requests``: {request_id: {"generated": n, "finish_reason": r}}; bounded, oldest
+dropped), aborted ids, link counters. Imports only ``textproc.engine`` and, for echo and replay,
+``textproc.tokenizer``: what a real engine would have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, Sequence
+
+from textproc.engine import EngineLink, IncomingRequest
+
+from engine_stub.scripts import (
+    EchoScripts,
+    RandomScripts,
+    ReplayScripts,
+    RequestState,
+    ScriptMaker,
+    TokenizerLike,
+)
+
+__all__ = ["StubSettings", "StubEngine", "busy_work", "calibrate_busy", "parse_args", "main"]
+
+_log = logging.getLogger("engine_stub")
+
+MAX_TRACKED_REQUESTS = 200_000  # per-request stats kept (oldest dropped)
+MAX_STEP_SAMPLES = 100_000  # step times kept for percentiles (most recent)
+IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking signals/stats
+
+
+@dataclass(frozen=True)
+class StubSettings:
+    engine_in: str
+    engine_out: str
+    model_dir: str | None = None
+    mode: str = "echo"
+    replay_file: str | None = None
+    max_batch: int = 256
+    step_ms: float = 0.0
+    step_busy: bool = False
+    tokens_per_step: int = 1
+    seed: int = 0
+    stats_file: str | None = None
+    stats_interval_s: float = 0.5
+    report_aborts: bool = False
+    vocab_size: int | None = None  # random mode without --model-dir
+
+
+def busy_work(n: int) -> int:
+    """``n`` units of pure-Python work that hold the interpreter lock (about 50 ns each)."""
+    acc = 0
+    for i in range(n):
+        acc = (acc + i * i) & 0xFFFF
+    return acc
+
+
+def calibrate_busy(step_ms: float) -> int:
+    """Units of :func:`busy_work` that take ``step_ms`` here now (best of 5 short runs)."""
+    if step_ms <= 0:
+        return 0
+    probe = 20_000
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        busy_work(probe)
+        best = min(best, time.perf_counter() - t0)
+    return max(1, int(probe * (step_ms / 1000.0) / best))
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+class StubEngine:
+    """The step loop. ``run()`` returns when ``stop()`` is called (or SIGTERM/SIGINT in main)."""
+
+    def __init__(self, settings: StubSettings, make_state: ScriptMaker) -> None:
+        self.settings = settings
+        self.make_state = make_state
+        self.link = EngineLink(settings.engine_in, settings.engine_out)
+        self.waiting: deque[IncomingRequest] = deque()
+        self.running: dict[str, RequestState] = {}
+        self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.aborted: deque[str] = deque(maxlen=MAX_TRACKED_REQUESTS)
+        self.step_times_s: deque[float] = deque(maxlen=MAX_STEP_SAMPLES)
+        self.steps = 0
+        self.tokens_generated = 0
+        self.max_running_seen = 0
+        self.constrained_requests = 0
+        self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+        self.busy_units = 0
+        self.backpressure_waits = 0
+        self._stop = threading.Event()
+        self._started_at = 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # the loop --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        s = self.settings
+        self.busy_units = calibrate_busy(s.step_ms) if s.step_busy else 0
+        self._started_at = time.time()
+        self.link.start()
+        next_stats = time.monotonic() + s.stats_interval_s
+        try:
+            while not self._stop.is_set():
+                if not self.running and not self.waiting:
+                    self.link.wait(IDLE_WAIT_S)
+                elif not self.link.writable():
+                    # textproc is behind (send queue full): wait rather than drop tokens
+                    self.backpressure_waits += 1
+                    time.sleep(0.001)
+                    continue
+                self.step()
+                if s.stats_file and time.monotonic() >= next_stats:
+                    self.write_stats()
+                    next_stats = time.monotonic() + s.stats_interval_s
+        finally:
+            if s.stats_file:
+                self.write_stats()
+            self.link.close()
+
+    def step(self) -> None:
+        """One engine step (no-op when nothing is running or waiting)."""
+        t0 = time.perf_counter()
+        link = self.link
+        for request in link.poll_requests():
+            self.waiting.append(request)
+            self._track(request.request_id)
+            if request.constraint is not None:
+                self.constrained_requests += 1
+        outputs: list[tuple[str, list[int], str | None]] = []
+        aborts = link.poll_aborts()
+        if aborts:
+            self._abort(aborts, outputs)
+        while self.waiting and len(self.running) < self.settings.max_batch:
+            request = self.waiting.popleft()
+            self.running[request.request_id] = self.make_state(request)
+        if not self.running:
+            if outputs:
+                link.send_outputs(outputs)
+            return
+        self.max_running_seen = max(self.max_running_seen, len(self.running))
+        s = self.settings
+        if self.busy_units:
+            busy_work(self.busy_units)
+        elif s.step_ms > 0:
+            time.sleep(s.step_ms / 1000.0)
+        k = s.tokens_per_step
+        done: list[tuple[str, str]] = []
+        for request_id, state in self.running.items():
+            new, reason = state.take(k)
+            outputs.append((request_id, new, reason))
+            self.tokens_generated += len(new)
+            if reason is not None:
+                done.append((request_id, reason))
+        for request_id, reason in done:
+            state = self.running.pop(request_id)
+            self.finished[reason] = self.finished.get(reason, 0) + 1
+            self._record(request_id, state.generated, reason)
+        link.send_outputs(outputs)
+        self.steps += 1
+        self.step_times_s.append(time.perf_counter() - t0)
+
+    def _abort(self, request_ids: list[str], outputs: list[tuple[str, list[int], str | None]]) -> None:
+        gone = set(request_ids)
+        for request_id in request_ids:
+            state = self.running.pop(request_id, None)
+            if state is None:
+                continue
+            self.aborted.append(request_id)
+            self.finished["abort"] += 1
+            self._record(request_id, state.generated, "abort")
+            if self.settings.report_aborts:
+                outputs.append((request_id, [], "abort"))
+        if self.waiting and any(r.request_id in gone for r in self.waiting):
+            kept: deque[IncomingRequest] = deque()
+            for request in self.waiting:
+                if request.request_id in gone:
+                    self.aborted.append(request.request_id)
+                    self.finished["abort"] += 1
+                    self._record(request.request_id, 0, "abort")
+                    if self.settings.report_aborts:
+                        outputs.append((request.request_id, [], "abort"))
+                else:
+                    kept.append(request)
+            self.waiting = kept
+
+    # stats -----------------------------------------------------------------------------------
+
+    def _track(self, request_id: str) -> None:
+        self.requests[request_id] = {"generated": 0, "finish_reason": None}
+        while len(self.requests) > MAX_TRACKED_REQUESTS:
+            self.requests.popitem(last=False)
+
+    def _record(self, request_id: str, generated: int, reason: str | None) -> None:
+        entry = self.requests.get(request_id)
+        if entry is not None:
+            entry["generated"] = generated
+            entry["finish_reason"] = reason
+
+    def stats(self) -> dict[str, Any]:
+        """Everything the stats file holds (running requests' counts are current)."""
+        for request_id, state in self.running.items():
+            entry = self.requests.get(request_id)
+            if entry is not None:
+                entry["generated"] = state.generated
+        times = sorted(self.step_times_s)
+        link = self.link
+        return {
+            "pid": os.getpid(),
+            "instance_id": link.instance_id,
+            "mode": self.settings.mode,
+            "started_at": self._started_at,
+            "written_at": time.time(),
+            "steps": self.steps,
+            "step_ms": {
+                "p50": _percentile(times, 0.50) * 1000,
+                "p99": _percentile(times, 0.99) * 1000,
+                "mean": (sum(times) / len(times) * 1000) if times else 0.0,
+                "max": (times[-1] * 1000) if times else 0.0,
+                "samples": len(times),
+            },
+            "busy_units_per_step": self.busy_units,
+            "tokens_generated": self.tokens_generated,
+            "running": len(self.running),
+            "waiting": len(self.waiting),
+            "max_running_seen": self.max_running_seen,
+            "finished": dict(self.finished),
+            "constrained_requests": self.constrained_requests,
+            "backpressure_waits": self.backpressure_waits,
+            "aborted": list(self.aborted),
+            "link": {
+                "malformed_frames": link.malformed_frames,
+                "rejected_requests": link.rejected_requests,
+                "dropped_steps": link.dropped_steps,
+                "hellos_sent": link.hellos_sent,
+                "steps_sent": link.steps_sent,
+            },
+            "requests": self.requests,
+        }
+
+    def write_stats(self) -> None:
+        path = self.settings.stats_file
+        if not path:
+            return
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.stats(), fh)
+        os.replace(tmp, path)
+
+
+# command line ----------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m engine_stub",
+        description="A fake LLM engine on textproc.engine.EngineLink (echo / replay / random).",
+    )
+    p.add_argument("--engine-in", required=True, help="address textproc's engine-in PUSH binds")
+    p.add_argument("--engine-out", required=True, help="address textproc's engine-out PULL binds")
+    p.add_argument("--model-dir", help="tokenizer.json (+ tokenizer_config.json) directory")
+    p.add_argument("--mode", choices=["echo", "replay", "random"], default="echo")
+    p.add_argument("--replay-file", help="text file whose tokens every request replays")
+    p.add_argument("--max-batch", type=_positive_int, default=256)
+    p.add_argument("--step-ms", type=_non_negative_float, default=0.0)
+    p.add_argument("--step-busy", action="store_true",
+                   help="hold the interpreter lock for the step (fixed Python work) instead of sleeping")
+    p.add_argument("--tokens-per-step", type=_positive_int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stats-file")
+    p.add_argument("--stats-interval-s", type=_non_negative_float, default=0.5)
+    p.add_argument("--report-aborts", action="store_true",
+                   help='send (request_id, [], "abort") for aborted requests (default: drop them)')
+    p.add_argument("--vocab-size", type=_positive_int,
+                   help="random mode without --model-dir: draw ids from range(N)")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
+    """Command line -> settings; argparse reports bad flags (exit status 2)."""
+    parser = _build_parser()
+    a = parser.parse_args(argv)
+    if a.mode in ("echo", "replay") and not a.model_dir:
+        parser.error(f"--mode {a.mode} needs --model-dir (the tokenizer to encode answers)")
+    if a.mode == "random" and not a.model_dir and not a.vocab_size:
+        parser.error("--mode random needs --model-dir or --vocab-size")
+    if a.mode == "replay" and not a.replay_file:
+        parser.error("--mode replay needs --replay-file PATH")
+    if a.replay_file and not Path(a.replay_file).is_file():
+        parser.error(f"--replay-file {a.replay_file!r} is not a readable file")
+    if a.model_dir and not (Path(a.model_dir) / "tokenizer.json").is_file():
+        parser.error(f"--model-dir {a.model_dir!r} has no tokenizer.json")
+    return StubSettings(
+        engine_in=a.engine_in, engine_out=a.engine_out, model_dir=a.model_dir, mode=a.mode,
+        replay_file=a.replay_file, max_batch=a.max_batch, step_ms=a.step_ms,
+        step_busy=a.step_busy, tokens_per_step=a.tokens_per_step, seed=a.seed,
+        stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
+        report_aborts=a.report_aborts, vocab_size=a.vocab_size,
+    )
+
+
+def _load_tokenizer(model_dir: str) -> TokenizerLike:
+    from textproc.tokenizer import Tokenizer
+
+    return Tokenizer.from_dir(model_dir)
+
+
+def make_scripts(settings: StubSettings,
+                 load_tokenizer: Callable[[str], TokenizerLike] = _load_tokenizer) -> ScriptMaker:
+    """The token source for ``settings.mode``."""
+    tok = load_tokenizer(settings.model_dir) if settings.model_dir else None
+    if settings.mode == "random":
+        if tok is not None:
+            return RandomScripts(settings.vocab_size or tok.vocab_size, tok.special_ids,
+                                 seed=settings.seed, eos_token_id=tok.eos_token_id)
+        assert settings.vocab_size is not None
+        return RandomScripts(settings.vocab_size, frozenset(), seed=settings.seed)
+    assert tok is not None
+    if settings.mode == "replay":
+        assert settings.replay_file is not None
+        return ReplayScripts(tok, Path(settings.replay_file).read_text(encoding="utf-8"))
+    return EchoScripts(tok)
+
+
+def main(argv: Sequence[str] | None = None, *,
+         load_tokenizer: Callable[[str], TokenizerLike] = _load_tokenizer) -> int:
+    """Run the stub until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up fails."""
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s engine_stub[{os.getpid()}] %(levelname)s %(message)s")
+    settings = parse_args(argv)
+    try:
+        scripts = make_scripts(settings, load_tokenizer)
+    except Exception as exc:  # noqa: BLE001 - process entry: report and exit non-zero
+        _log.error("cannot load the tokenizer from %r: %s", settings.model_dir, exc)
+        return 1
+    engine = StubEngine(settings, scripts)
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        engine.stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        engine.run()
+    except Exception as exc:  # noqa: BLE001 - bad address and the like: one line, exit 1
+        _log.error("engine_stub failed: %s", exc)
+        return 1
+    _log.info("engine_stub stopped after %d steps, %d tokens", engine.steps, engine.tokens_generated)
+    return 0
