@@ -62,7 +62,8 @@ def test_kill_worker_then_detokenizer_under_load(tmp_path: Path, toy_model: Path
                     pids = service.refresh_pids()
                     pid = pids["workers"]["0"] if victim == "worker-0" else pids["detokenizer"]
                     load = asyncio.ensure_future(_drive(client, 200, 60, victim))
-                    await asyncio.sleep(0.3)  # streams are under way
+                    # worker: kill while it still holds requests; detokenizer: mid-stream
+                    await asyncio.sleep(0.03 if victim == "worker-0" else 0.5)
                     os.kill(pid, signal.SIGKILL)
                     t_kill = time.monotonic()
                     results = await asyncio.wait_for(load, 30)
