@@ -115,21 +115,25 @@ class OutputPipeline:
         if self.is_finished:
             return []
         before = self.n_tokens
-        self.n_tokens = before + len(token_ids)
+        n = len(token_ids)
+        self.n_tokens = before + n
+        stops = self._stops
         cut = self._min_tokens - before
-        if 0 < cut < len(token_ids):
+        if 0 < cut < n:
             # tokens up to min_tokens and the ones after go to the stop checker separately,
             # so eligibility does not depend on how the engine grouped them
-            text = self._stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
-            if not self._stops.is_finished:
-                text += self._stops.feed(
-                    self._detok.add(token_ids[cut:]), n_tokens=len(token_ids) - cut
-                )
+            text = stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
+            if not stops.is_finished:
+                text += stops.feed(self._detok.add(token_ids[cut:]), n_tokens=n - cut)
         else:
-            text = self._stops.feed(self._detok.add(token_ids), n_tokens=len(token_ids))
-        if self._stops.is_finished:
+            text = stops.feed(self._detok.add(token_ids), n_tokens=n)
+        if stops.is_finished:
             return self._end(text, "stop")
-        return self._parse(text)
+        if not text:
+            return []
+        if self._parser is None:
+            return [{"content": text}]
+        return self._parser.feed(text)
 
     def finish(self, finish_reason: str = "stop", *, stop_token_id: int | None = None) -> list[dict[str, Any]]:
         """The engine ended the request: flush every stage, set ``finish_reason``; the rest.
