@@ -65,6 +65,9 @@ SLOW_FILTER_MAX_CHARS = 200_000
 _LOOP_FILTER = "textproc loop"
 _OUT_FILTER = "textproc out"
 _CONCAT_FILTER = "textproc concat"
+_CHARGE_FILTER = "textproc charge"
+_TEXT_FILTER = "textproc text"
+_SIZE_FILTER = "textproc size"
 
 
 class RenderBudget:
@@ -336,17 +339,29 @@ def _loop_guard(context: jinja2.runtime.Context, iterable: Iterable[Any]) -> Ite
 
 
 @jinja2.pass_context
-def _out_guard(context: jinja2.runtime.Context, value: Any) -> str:
+def _out_guard(context: jinja2.runtime.Context, value: Any) -> Any:
+    # Measures what `{{ value }}` writes and returns the value itself, so jinja's own str() or
+    # escape() (inside {% autoescape %}) still does the conversion exactly as in transformers.
     budget = _budget()
-    _check_text(value, budget, "an output value")
-    text = str(value)  # what jinja's default finalize does to every output expression
-    budget.write(len(text))
-    return text
+    if isinstance(value, str):
+        budget.write(len(value))
+    else:
+        _check_text(value, budget, "an output value")
+        budget.write(len(str(value)))
+    return value
+
+
+@jinja2.pass_context
+def _charge_guard(context: jinja2.runtime.Context, n_chars: int) -> str:
+    # The literal template text of one output statement: charged, writes nothing.
+    _budget().write(n_chars)
+    return ""
 
 
 @jinja2.pass_context
 def _concat_guard(context: jinja2.runtime.Context, operands: list[Any]) -> str:
-    # `a ~ b ~ c`: jinja's str_join, with each operand sized before str() and the total checked.
+    # `a ~ b ~ c` outside autoescape blocks: jinja's str_join, with each operand sized before
+    # str() and the running total checked, so no operand list can build a huge string.
     budget = _budget()
     budget.step()
     parts: list[str] = []
@@ -360,27 +375,57 @@ def _concat_guard(context: jinja2.runtime.Context, operands: list[Any]) -> str:
     return "".join(parts)
 
 
+@jinja2.pass_context
+def _text_guard(context: jinja2.runtime.Context, value: Any) -> Any:
+    _check_text(value, _budget(), "a ~ operand")
+    return value
+
+
+@jinja2.pass_context
+def _size_guard(context: jinja2.runtime.Context, value: Any) -> Any:
+    budget = _budget()
+    budget.step()
+    return budget.check_value(value, "a ~ concatenation")
+
+
+def _wrap(expr: nodes.Expr, filter_name: str, lineno: int) -> nodes.Filter:
+    return nodes.Filter(expr, filter_name, [], [], None, None, lineno=lineno)
+
+
 class _Instrument(NodeTransformer):
     """Rewrite a parsed template so loops, outputs and ``~`` charge the render budget."""
 
+    def __init__(self) -> None:
+        self.in_eval_context_block = 0  # inside {% autoescape %}: keep jinja's own ~ joining
+
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
-        node.iter = nodes.Filter(node.iter, _LOOP_FILTER, [], [], None, None, lineno=node.lineno)
+        iterable: nodes.Expr = node.iter  # type: ignore[assignment]  # the parser only puts an Expr here
+        node.iter = _wrap(iterable, _LOOP_FILTER, node.lineno)
         return node
 
     def visit_Output(self, node: nodes.Output) -> nodes.Node:
         self.generic_visit(node)
-        wrapped: list[nodes.Expr] = []
+        literal = sum(len(child.data) for child in node.nodes if isinstance(child, nodes.TemplateData))
+        children: list[nodes.Expr] = [_wrap(nodes.Const(literal), _CHARGE_FILTER, node.lineno)] if literal else []
         for child in node.nodes:
-            expr = nodes.Const(child.data, lineno=child.lineno) if isinstance(child, nodes.TemplateData) else child
-            wrapped.append(nodes.Filter(expr, _OUT_FILTER, [], [], None, None, lineno=child.lineno))
-        node.nodes = wrapped
+            is_literal = isinstance(child, nodes.TemplateData)
+            children.append(child if is_literal else _wrap(child, _OUT_FILTER, child.lineno))
+        node.nodes = children
         return node
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
-        operands = nodes.List(list(node.nodes), lineno=node.lineno)
-        return nodes.Filter(operands, _CONCAT_FILTER, [], [], None, None, lineno=node.lineno)
+        if self.in_eval_context_block:
+            node.nodes = [_wrap(operand, _TEXT_FILTER, node.lineno) for operand in node.nodes]
+            return _wrap(node, _SIZE_FILTER, node.lineno)
+        return _wrap(nodes.List(list(node.nodes), lineno=node.lineno), _CONCAT_FILTER, node.lineno)
+
+    def visit_ScopedEvalContextModifier(self, node: nodes.ScopedEvalContextModifier) -> nodes.Node:
+        self.in_eval_context_block += 1
+        self.generic_visit(node)
+        self.in_eval_context_block -= 1
+        return node
 
 
 # Filters that turn their input (or arguments) into text: size it before they call str() on it.
@@ -502,6 +547,9 @@ def _make_environment() -> SandboxedChatEnvironment:
     env.filters[_LOOP_FILTER] = _loop_guard
     env.filters[_OUT_FILTER] = _out_guard
     env.filters[_CONCAT_FILTER] = _concat_guard
+    env.filters[_CHARGE_FILTER] = _charge_guard
+    env.filters[_TEXT_FILTER] = _text_guard
+    env.filters[_SIZE_FILTER] = _size_guard
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()

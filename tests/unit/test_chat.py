@@ -239,6 +239,17 @@ def test_tojson_options_match() -> None:
     assert assert_same(source, messages, [WEATHER_TOOL], add_generation_prompt=True) is not None
 
 
+def test_autoescape_blocks_match() -> None:
+    # Nobody ships this, but the instrumentation must not change jinja's escaping rules.
+    source = (
+        "<i>{% for m in messages %}{% autoescape true %}<b>{{ m.content }}</b>{{ m.content ~ '&' ~ m.role }}"
+        "{% endautoescape %}{{ m.content ~ '<' }}{% endfor %}</i>"
+    )
+    messages = [{"role": "user", "content": "a < b & \"c\""}]
+    out = assert_same(source, messages, None, add_generation_prompt=False)
+    assert out is not None and "&lt;" in out and "a < b" in out
+
+
 def test_generation_block_renders_its_body() -> None:
     source = (
         "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
