@@ -40,7 +40,7 @@ class TokenizerLike(Protocol):
 
 class _RequestLike(Protocol):
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]
     max_tokens: int
     stop_token_ids: list[int]
     min_tokens: int

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import time
 import uuid
 import weakref
 from array import array
@@ -57,6 +58,7 @@ _log = logging.getLogger("textproc.engine")
 SEND_HWM_FRAMES = 10_000
 _LOG_FIRST_N = 10  # log the first N malformed frames, then every _LOG_EVERY-th
 _LOG_EVERY = 1000
+_MONITOR_EVERY_S = 0.2  # how often the drain looks for a reconnect (to resend EngineHello)
 
 # (request_id, new_token_ids) or (request_id, new_token_ids, finish_reason): the 3-tuple encodes
 # to exactly the bytes of StepOutput(request_id, token_ids, finish_reason); the 2-tuple is the
@@ -71,12 +73,16 @@ StepEntry = Union[
 class IncomingRequest(msgspec.Struct):
     """A new request as the engine sees it: ``EngineRequest`` with the prompt ids unpacked.
 
-    ``stop_token_ids`` already contains EOS unless ``ignore_eos``; stop ids do not apply before
-    ``min_tokens`` generated tokens. ``constraint`` is a regex the whole output must match.
+    ``prompt_token_ids`` is an ``array('I')`` (a ``Sequence[int]``: len, index, slice, iterate;
+    ``numpy.frombuffer(ids, numpy.uint32)`` without a copy) unless the link was built with
+    ``prompt_ids_as_list=True``: turning 1,024 packed ids into Python ints costs ~10x the memcpy
+    (bench/enginelink.py). ``stop_token_ids`` already contains EOS unless ``ignore_eos``; stop
+    ids do not apply before ``min_tokens`` generated tokens. ``constraint`` is a regex the whole
+    output must match.
     """
 
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]
     max_tokens: int
     stop_token_ids: list[int]
     sampling: dict[str, Any]
@@ -85,13 +91,17 @@ class IncomingRequest(msgspec.Struct):
     ignore_eos: bool
 
 
-def _unpack(data: bytes) -> list[int]:
-    # little-endian uint32; protocol.unpack_ids without the byteswap check on the hot path
+def _unpack_array(data: bytes) -> array[int]:
+    # little-endian uint32 (protocol.pack_ids)
     packed = array("I")
     packed.frombytes(data)
     if _BIG_ENDIAN:
         packed.byteswap()
-    return packed.tolist()
+    return packed
+
+
+def _unpack_list(data: bytes) -> list[int]:
+    return _unpack_array(data).tolist()
 
 
 _BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
@@ -146,6 +156,7 @@ class EngineLink:
         send_hwm_frames: int = SEND_HWM_FRAMES,
         resend_hello_on_reconnect: bool = True,
         check_outputs: bool = False,
+        prompt_ids_as_list: bool = False,
     ) -> None:
         self.engine_in = engine_in
         self.engine_out = engine_out
@@ -154,6 +165,7 @@ class EngineLink:
         self.send_hwm_frames = send_hwm_frames
         self.resend_hello_on_reconnect = resend_hello_on_reconnect
         self.check_outputs = check_outputs
+        self.prompt_ids_as_list = prompt_ids_as_list
         self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
         self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
         self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
@@ -171,7 +183,10 @@ class EngineLink:
             EngineInFrame
         )
         self._encoder = msgspec.msgpack.Encoder()
+        self._buf = bytearray()
         self._connects_seen = 0
+        self._next_monitor_check = 0.0
+        self._fresh_drain = False  # poll_requests drained and poll_aborts has not run since
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -239,6 +254,7 @@ class EngineLink:
     def poll_requests(self) -> list[IncomingRequest]:
         """New requests received since the last call, in arrival order; never blocks."""
         self._drain()
+        self._fresh_drain = True
         if not self._requests:
             return []
         requests = self._requests
@@ -249,9 +265,13 @@ class EngineLink:
         """Ids of requests to stop, received since the last call, in arrival order; never blocks.
 
         Call it after :meth:`poll_requests` in each step: an abort that arrives in the same drain
-        as its request is then applied after the request was added.
+        as its request is then applied after the request was added, and it reuses that drain
+        (one receive per step; frames arriving in between wait for the next step).
         """
-        self._drain()
+        if self._fresh_drain:
+            self._fresh_drain = False
+        else:
+            self._drain()
         if not self._aborts:
             return []
         aborts = self._aborts
@@ -278,8 +298,17 @@ class EngineLink:
         sock = self._in
         if sock is None:
             raise InvalidInput("EngineLink used before start() or after close()")
+        if self._monitor is not None:
+            now = time.monotonic()
+            if now >= self._next_monitor_check:
+                self._next_monitor_check = now + _MONITOR_EVERY_S
+                self._check_reconnect()
+        # one zmq call when nothing came (the common case); a raised zmq.Again costs more
+        if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            return
         recv = sock.recv
         decode = self._decoder.decode
+        unpack = _unpack_list if self.prompt_ids_as_list else _unpack_array
         while True:
             try:
                 data = recv(zmq.NOBLOCK, copy=True)
@@ -304,7 +333,7 @@ class EngineLink:
                     self._requests.append(
                         IncomingRequest(
                             frame.request_id,
-                            _unpack(frame.prompt_token_ids),
+                            unpack(frame.prompt_token_ids),
                             frame.max_tokens,
                             frame.stop_token_ids,
                             frame.sampling,
@@ -318,8 +347,6 @@ class EngineLink:
                         gone = set(ids)
                         self._requests = [r for r in self._requests if r.request_id not in gone]
                     self._aborts.extend(ids)
-        if self._monitor is not None:
-            self._check_reconnect()
 
     def _malformed(self, what: str) -> None:
         self.malformed_frames += 1
@@ -377,12 +404,13 @@ class EngineLink:
             raise InvalidInput("EngineLink.send_outputs before start() or after close()")
         step = self.steps_sent
         try:
-            data = self._encoder.encode(("EngineStep", step, outputs))
+            # into one reused buffer: ~25% faster than encode() at 1,024 entries (the send copies)
+            self._encoder.encode_into(("EngineStep", step, outputs), self._buf)
         except TypeError:
-            data = self._encoder.encode(("EngineStep", step, _normalise(outputs)))
+            self._encoder.encode_into(("EngineStep", step, _normalise(outputs)), self._buf)
         self.steps_sent = step + 1
         try:
-            out.send(data, zmq.NOBLOCK, copy=True)
+            out.send(self._buf, zmq.NOBLOCK, copy=True)
         except zmq.Again:
             self.dropped_steps += 1
             if self.dropped_steps <= _LOG_FIRST_N or self.dropped_steps % _LOG_EVERY == 0:

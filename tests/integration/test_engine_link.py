@@ -114,11 +114,20 @@ def test_request_fields_arrive_unpacked(peer: Peer, link: EngineLink) -> None:
     got = poll_until(link.poll_requests)
     if len(got) == 1:
         got += poll_until(link.poll_requests)
+    assert [r.prompt_token_ids for r in got] == [array("I", ids), array("I", [9])]
     assert got == [
-        IncomingRequest("r1", ids, 7, [5, 6], {"temperature": 0.5}, "a+", 2, True),
-        IncomingRequest("r2", [9], 1, [], {}, None, 0, False),
+        IncomingRequest("r1", array("I", ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True),
+        IncomingRequest("r2", array("I", [9]), 1, [], {}, None, 0, False),
     ]
     assert link.poll_requests() == [] and link.poll_aborts() == []
+
+
+def test_prompt_ids_as_list_option(peer: Peer) -> None:
+    with EngineLink(peer.engine_in, peer.engine_out, prompt_ids_as_list=True) as lk:
+        peer.send(EngineRequest("r1", pack_ids([3, 2**32 - 1]), 7))
+        got = poll_until(lk.poll_requests)
+        assert got[0].prompt_token_ids == [3, 2**32 - 1]
+        assert type(got[0].prompt_token_ids) is list
 
 
 def test_aborts_keep_order_with_requests(peer: Peer, link: EngineLink) -> None:
