@@ -110,9 +110,8 @@ class StopChecker:
         "_include_stop",
         "_min_tokens",
         "_held",
-        "_pos",
         "_tokens",
-        "_eligible_from",
+        "_eligible",
         "matched",
         "stop_reason",
         "is_finished",
@@ -149,10 +148,10 @@ class StopChecker:
         # the longest suffix so far that is a proper prefix of a stop: held back, or with
         # include_stop already released and kept only as search context
         self._held = ""
-        self._pos = 0  # characters fed so far
-        self._tokens = 0  # tokens fed so far
+        self._tokens = 0  # tokens fed so far (counted until stops become eligible)
         # absolute position of the first character that may end a stop
-        self._eligible_from: int | None = 0 if min_tokens == 0 else None
+        # may the characters fed now end a stop? (monotone: once True, stays True)
+        self._eligible = min_tokens == 0
         self.matched: str | None = None  # the stop string that matched
         self.stop_reason: str | int | None = None  # matched stop string or stop token id
         self.is_finished = False
@@ -176,18 +175,15 @@ class StopChecker:
             return text
         held = self._held  # with include_stop this tail was already released
         window = held + text if held else text
-        if n_tokens:
+        eligible = self._eligible
+        if not eligible:
             self._tokens += n_tokens
-        pos = self._pos  # absolute position of text[0]; window[0] is at pos - len(held)
-        self._pos = pos + len(text)
-        eligible = self._eligible_from
-        if eligible is None and self._tokens > self._min_tokens:
-            eligible = self._eligible_from = pos
-        if eligible is not None and not stop_set.last_chars.isdisjoint(text):
+            eligible = self._eligible = self._tokens > self._min_tokens
+        if eligible and not stop_set.last_chars.isdisjoint(text):
             # candidate end indexes (exclusive) in window: only characters this delta added
-            first = max(len(held), eligible - pos + len(held))
+            # (held characters were checked when they came, or were not eligible then)
             by_last, stops = stop_set.by_last, stop_set.stops
-            for end in range(first + 1, len(window) + 1):
+            for end in range(len(held) + 1, len(window) + 1):
                 lengths = by_last.get(window[end - 1])
                 if lengths is None:
                     continue
