@@ -76,7 +76,10 @@ class _Tables:
     strip: int  # leading " " a decode from the very start strips
 
 
+# tokenizer -> tables; building them costs one vocab_bytes() call (~0.1-1 s for 150k ids)
 _TABLES: weakref.WeakKeyDictionary[object, _Tables] = weakref.WeakKeyDictionary()
+_STRONG: dict[int, tuple[object, _Tables]] = {}  # for tokenizers without weakref support
+_STRONG_MAX = 8
 
 
 def _build_tables(tokenizer: DetokenizerVocab) -> _Tables:
@@ -109,14 +112,17 @@ def _build_tables(tokenizer: DetokenizerVocab) -> _Tables:
 def _tables_for(tokenizer: DetokenizerVocab) -> _Tables:
     try:
         tables = _TABLES.get(tokenizer)
-    except TypeError:  # not weak-referenceable or not hashable: build, don't cache
-        return _build_tables(tokenizer)
-    if tables is None:
+    except TypeError:  # not weak-referenceable or not hashable: keep a few by identity
+        entry = _STRONG.get(id(tokenizer))
+        if entry is not None and entry[0] is tokenizer:
+            return entry[1]
         tables = _build_tables(tokenizer)
-        try:
-            _TABLES[tokenizer] = tables
-        except TypeError:
-            pass
+        if len(_STRONG) >= _STRONG_MAX:
+            _STRONG.pop(next(iter(_STRONG)))
+        _STRONG[id(tokenizer)] = (tokenizer, tables)
+        return tables
+    if tables is None:
+        tables = _TABLES[tokenizer] = _build_tables(tokenizer)
     return tables
 
 

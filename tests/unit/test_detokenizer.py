@@ -232,3 +232,26 @@ def _byte_chars() -> dict[str, int]:
     from tests.unit._stream_vocab import _byte_decoder
 
     return _byte_decoder()
+
+
+class _ToyVocab:
+    """Anything with the protocol works; this one has no weakref support (slots)."""
+
+    __slots__ = ()
+    vocab_size = 4
+    special_ids = frozenset({2})
+    decode_strip_leading = 0
+    byte_fallback_ids: frozenset[int] = frozenset()
+
+    def token_bytes(self, token_id: int, *, skip_special_tokens: bool = False) -> bytes:
+        if skip_special_tokens and token_id in self.special_ids:
+            return b""
+        return [b"a", b"\xc3", b"<s>", b"\xa9"][token_id]
+
+
+def test_protocol_object_without_weakref() -> None:
+    v = _ToyVocab()
+    d = IncrementalDetokenizer(v)
+    assert (d.add([0, 1]), d.add([2]), d.add([3]), d.add([1]), d.flush()) == ("a", "", "é", "", "\ufffd")
+    d = IncrementalDetokenizer(v, skip_special_tokens=False)
+    assert (d.add([0, 1]), d.add([2, 3]), d.flush()) == ("a", "\ufffd<s>\ufffd", "")
