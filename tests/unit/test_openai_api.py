@@ -82,7 +82,7 @@ def test_chat_request_normalized() -> None:
     assert p.messages == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "a\nb"},
-        {"role": "assistant", "content": None, "tool_calls": [
+        {"role": "assistant", "content": "", "tool_calls": [
             {"id": "call_1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
@@ -479,3 +479,31 @@ def test_event_stream_disconnect_cancels_and_aborts() -> None:
     assert 5 <= len(sent) < 20
     assert disconnects == ["gone"]
     assert backend.aborted == ["req-1"]
+
+
+def test_service_errors_map_to_statuses() -> None:
+    from textproc.errors import InvalidInput, TextprocError, WorkerDied
+    from textproc.http.client_backend import api_error
+
+    refused = InvalidInput("prompt is over max_model_len")
+    setattr(refused, "status", 400)
+    setattr(refused, "kind", "invalid_input")
+    err = api_error(refused)
+    assert (err.status, err.type, err.code) == (400, "invalid_request_error", "invalid_input")
+    died = api_error(WorkerDied("worker 0 (pid 9) exited with code -9"))
+    assert (died.status, died.type, died.code) == (503, "server_error", "service_unavailable")
+    overloaded = TextprocError("the detokenizer is not accepting requests")
+    setattr(overloaded, "status", 503)
+    assert api_error(overloaded).status == 503
+    assert api_error(TextprocError("bug")).status == 500
+
+
+def test_parse_address() -> None:
+    from textproc.errors import InvalidInput
+    from textproc.http.run import parse_address
+
+    assert parse_address("127.0.0.1:8000") == ("127.0.0.1", 8000)
+    assert parse_address("[::1]:0") == ("::1", 0)
+    for bad in ("8000", "host:", "host:http", "h:70000"):
+        with pytest.raises(InvalidInput, match="is not HOST:PORT"):
+            parse_address(bad)

@@ -403,7 +403,9 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
         item: dict[str, Any]
         match msg:
             case AssistantMessage():
-                item = {"role": "assistant", "content": _text(msg.content, where)}
+                # templates do string work on content ('</think>' in message.content, ...):
+                # a tool-call-only message gets "" rather than None, as vLLM does
+                item = {"role": "assistant", "content": _text(msg.content, where) or ""}
                 if msg.reasoning_content is not None:
                     item["reasoning_content"] = msg.reasoning_content
                 if msg.tool_calls:
