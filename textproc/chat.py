@@ -26,25 +26,26 @@ import jinja2
 import jinja2.exceptions
 
 from textproc.chat_chatml import CHATML_TEMPLATE
-from textproc.chat_sandbox import (
-    DEFAULT_MAX_OUTPUT_CHARS,
-    DEFAULT_MAX_STEPS,
-    DEFAULT_TIMEOUT_S,
-    RenderBudget,
-    active_budget,
-    compile_template,
-)
+from textproc.chat_sandbox import RenderBudget, RenderLimits, active_budget, compile_template
 from textproc.errors import InvalidInput, TemplateError, short
 
 __all__ = [
     "CHATML_TEMPLATE",
     "ChatTemplate",
+    "RenderLimits",
+    "RESERVED_VARIABLES",
     "render_chat",
     "select_template",
     "load_chat_template",
     "prompt_starts_in_reasoning",
     "ASSISTANT_HEADERS",
 ]
+
+# Keyword arguments of render_chat / ChatTemplate.render: never template variables.
+RESERVED_VARIABLES = frozenset(
+    {"template", "messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+     "template_name", "limits"}
+)
 
 # Names a message's reasoning is passed under; templates read the first (transformers 5).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -99,12 +100,11 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         continue_final_message: bool | str = False,
         documents: Sequence[Mapping[str, Any]] | None = None,
-        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-        max_steps: int = DEFAULT_MAX_STEPS,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        limits: RenderLimits | None = None,
         **variables: Any,
     ) -> str:
         """Render the prompt; see :func:`render_chat` for the arguments and the contract."""
+        limits = _check_limits(limits)
         compiled = self.compile()
         chat = _prepare_messages(messages)
         if continue_final_message and add_generation_prompt:
@@ -126,7 +126,7 @@ class ChatTemplate:
             documents=docs,
             add_generation_prompt=add_generation_prompt,
         )
-        rendered = self._run(compiled, context, max_output_chars, max_steps, timeout_s)
+        rendered = self._run(compiled, context, limits)
         if final_text is not None:
             rendered = _trim_continued(rendered, final_text, self.name)
         return rendered
@@ -135,12 +135,11 @@ class ChatTemplate:
         self,
         compiled: jinja2.Template,
         context: dict[str, Any],
-        max_output_chars: int,
-        max_steps: int,
-        timeout_s: float,
+        limits: RenderLimits,
     ) -> str:
+        max_output_chars = limits.max_output_chars
         budget = RenderBudget(
-            self.name, max_output_chars=max_output_chars, max_steps=max_steps, timeout_s=timeout_s
+            self.name, max_output_chars=max_output_chars, max_steps=limits.max_steps, timeout_s=limits.timeout_s
         )
         token = active_budget().set(budget)
         parts: list[str] = []
@@ -175,9 +174,7 @@ def render_chat(
     continue_final_message: bool | str = False,
     documents: Sequence[Mapping[str, Any]] | None = None,
     template_name: str | None = None,
-    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    limits: RenderLimits | None = None,
     **variables: Any,
 ) -> str:
     """Render ``messages`` (and ``tools``/``documents``) into a prompt with a chat template.
@@ -192,10 +189,15 @@ def render_chat(
 
     Contract: equals transformers' ``apply_chat_template(messages, tools=tools,
     documents=documents, tokenize=False, add_generation_prompt=..., continue_final_message=...,
-    **special_tokens, **variables)``. A render that passes ``max_steps`` steps, ``timeout_s``
-    seconds or ``max_output_chars`` characters, touches an unsafe attribute, or fails inside the
-    template raises :class:`TemplateError` naming the template; bad messages, tools or options
-    raise :class:`InvalidInput`.
+    **special_tokens, **variables)``. A render that passes ``limits`` (a :class:`RenderLimits`:
+    ``max_steps`` steps, ``timeout_s`` seconds, ``max_output_chars`` characters), touches an
+    unsafe attribute, or fails inside the template raises :class:`TemplateError` naming the
+    template; bad messages, tools or options raise :class:`InvalidInput`.
+
+    The names in :data:`RESERVED_VARIABLES` are arguments, not template variables: a server that
+    forwards a client's chat_template_kwargs as ``variables`` must refuse those keys. (``limits``
+    must be a :class:`RenderLimits` object, which JSON cannot produce, so a client cannot lift
+    the limits through them.)
     """
     if isinstance(template, ChatTemplate):
         chat_template = template
@@ -213,9 +215,7 @@ def render_chat(
         add_generation_prompt=add_generation_prompt,
         continue_final_message=continue_final_message,
         documents=documents,
-        max_output_chars=max_output_chars,
-        max_steps=max_steps,
-        timeout_s=timeout_s,
+        limits=limits,
         **variables,
     )
 
@@ -327,6 +327,14 @@ def prompt_starts_in_reasoning(
 
 
 # --- input preparation, mirroring transformers 5's apply_chat_template ---------------------
+
+
+def _check_limits(limits: object) -> RenderLimits:
+    if limits is None:
+        return RenderLimits()
+    if not isinstance(limits, RenderLimits):
+        raise InvalidInput(f"limits must be a textproc.chat.RenderLimits, got {short(limits)}")
+    return limits
 
 
 def _clip(message: str, limit: int = 2000) -> str:

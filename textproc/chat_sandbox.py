@@ -17,6 +17,7 @@ anywhere but the budget in :data:`_BUDGET` (templates are compiled once and shar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -39,13 +40,14 @@ from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from textproc.errors import TemplateError, short
+from textproc.errors import InvalidInput, TemplateError, short
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_CHARS",
     "DEFAULT_MAX_STEPS",
     "DEFAULT_TIMEOUT_S",
     "RenderBudget",
+    "RenderLimits",
     "compile_template",
     "active_budget",
 ]
@@ -68,6 +70,28 @@ _CONCAT_FILTER = "textproc concat"
 _CHARGE_FILTER = "textproc charge"
 _TEXT_FILTER = "textproc text"
 _SIZE_FILTER = "textproc size"
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderLimits:
+    """How much work one render may do before it fails with TemplateError.
+
+    ``max_steps`` (loop iterations, calls, operators, filters, outputs) is deterministic;
+    ``timeout_s`` is wall-clock, checked at every step; ``max_output_chars`` bounds the prompt and
+    every value built on the way (text written anywhere may reach 4x it).
+    """
+
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    max_steps: int = DEFAULT_MAX_STEPS
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("max_output_chars", "max_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InvalidInput(f"RenderLimits.{name} must be a positive int, got {short(value)}")
+        if not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise InvalidInput(f"RenderLimits.timeout_s must be a positive number, got {short(self.timeout_s)}")
 
 
 class RenderBudget:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from textproc.chat import CHATML_TEMPLATE, ChatTemplate, render_chat
+from textproc.chat import CHATML_TEMPLATE, RESERVED_VARIABLES, ChatTemplate, RenderLimits, render_chat
 from textproc.errors import InvalidInput, TemplateError
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -84,7 +84,7 @@ LOOPS = {
 def test_endless_work_fails_within_limits(name: str) -> None:
     start = time.monotonic()
     with pytest.raises(TemplateError, match=r"max_steps=200000|timeout_s=0.5|RecursionError|max_output_chars"):
-        render_chat(LOOPS[name], MESSAGES, max_steps=200_000, timeout_s=0.5)
+        render_chat(LOOPS[name], MESSAGES, limits=RenderLimits(max_steps=200_000, timeout_s=0.5))
     assert time.monotonic() - start < 1.5
 
 
@@ -97,9 +97,9 @@ def test_default_limits_stop_an_endless_loop() -> None:
 
 def test_step_limit_is_deterministic() -> None:
     source = "{% for i in range(1000) %}{{ i }}{% endfor %}"
-    render_chat(source, MESSAGES, max_steps=2_100)  # 1000 iterations + 1000 outputs + range() call
+    render_chat(source, MESSAGES, limits=RenderLimits(max_steps=2_100))  # 1000 iterations + 1000 outputs + range() call
     with pytest.raises(TemplateError, match="max_steps=1900"):
-        render_chat(source, MESSAGES, max_steps=1_900)
+        render_chat(source, MESSAGES, limits=RenderLimits(max_steps=1_900))
 
 
 BOMBS = {
@@ -171,9 +171,9 @@ def test_deeply_nested_input_is_invalid_input() -> None:
 
 def test_output_limit_applies_to_real_templates() -> None:
     messages = [{"role": "user", "content": "ü" * 60_000}]
-    assert len(render_chat(CHATML_TEMPLATE, messages, max_output_chars=70_000)) < 70_000
+    assert len(render_chat(CHATML_TEMPLATE, messages, limits=RenderLimits(max_output_chars=70_000))) < 70_000
     with pytest.raises(TemplateError, match="max_output_chars=50000"):
-        render_chat(CHATML_TEMPLATE, messages, max_output_chars=50_000)
+        render_chat(CHATML_TEMPLATE, messages, limits=RenderLimits(max_output_chars=50_000))
 
 
 def test_errors_name_the_template() -> None:
@@ -190,7 +190,18 @@ def test_errors_name_the_template() -> None:
 
 def test_a_failed_render_leaves_no_state_behind() -> None:
     with pytest.raises(TemplateError):
-        render_chat(LOOPS["nested_range"], MESSAGES, max_steps=1_000)
+        render_chat(LOOPS["nested_range"], MESSAGES, limits=RenderLimits(max_steps=1_000))
     # The same compiled template, and others, render normally afterwards with fresh budgets.
-    assert render_chat("{% for i in range(3000) %}.{% endfor %}", MESSAGES, max_steps=10_000) == "." * 3000
+    assert render_chat("{% for i in range(3000) %}.{% endfor %}", MESSAGES, limits=RenderLimits(max_steps=10_000)) == "." * 3000
     assert render_chat(CHATML_TEMPLATE, MESSAGES).endswith("<|im_start|>assistant\n")
+
+
+def test_limits_cannot_come_from_template_variables() -> None:
+    # A server forwarding a client's chat_template_kwargs must not let it lift the limits.
+    with pytest.raises(InvalidInput, match="limits must be a textproc.chat.RenderLimits"):
+        render_chat(LOOPS["nested_range"], MESSAGES, **{"limits": {"max_steps": 10**12}})
+    with pytest.raises(TemplateError, match="max_steps=2000000|timeout_s=2.0"):
+        render_chat(LOOPS["nested_range"], MESSAGES, **{"max_steps": 10**12, "timeout_s": 1e9})
+    assert {"limits", "template_name", "messages", "tools"} <= RESERVED_VARIABLES
+    with pytest.raises(InvalidInput, match="max_steps must be a positive int"):
+        RenderLimits(max_steps=0)
