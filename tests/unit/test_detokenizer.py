@@ -255,3 +255,23 @@ def test_protocol_object_without_weakref() -> None:
     assert (d.add([0, 1]), d.add([2]), d.add([3]), d.add([1]), d.flush()) == ("a", "", "é", "", "\ufffd")
     d = IncrementalDetokenizer(v, skip_special_tokens=False)
     assert (d.add([0, 1]), d.add([2, 3]), d.flush()) == ("a", "\ufffd<s>\ufffd", "")
+
+
+@pytest.mark.parametrize("name", ["qwen3", "mistral", "gpt2"])
+def test_edge_corpus_one_token_at_a_time(name: str) -> None:
+    """Every named edge case, fed one id per step: deltas == decode, state stays O(1)."""
+    from tests.corpus import EDGE_CASES, REFERENCE_REFUSES
+
+    tok, _ = real_vocab(name)
+    for case, text in EDGE_CASES.items():
+        if case in REFERENCE_REFUSES:
+            continue
+        ids = tok.encode(text[:2000])  # the 10k repeats matter to encoders, not here
+        for skip in (True, False):
+            d = IncrementalDetokenizer(tok, skip_special_tokens=skip, at_start=True)
+            deltas = []
+            for token_id in ids:
+                deltas.append(d.add([token_id]))
+                assert len(d._pending) <= 3, case
+            deltas.append(d.flush())
+            assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip), case
