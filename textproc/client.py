@@ -65,8 +65,9 @@ from textproc.transport import FrameDecoder, encoder, make_socket
 
 __all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas"]
 
-_QUERY_AFTER_S = 3.0  # a stream quiet this long is checked with the detokenizer (Query)
-_RECONCILE_EVERY_S = 1.0
+_QUERY_AFTER_S = 1.5  # a stream quiet this long is checked with the detokenizer (Query)
+_RECONCILE_EVERY_S = 0.5
+_DETOK_WAIT_S = 60.0  # how long a new request waits for a restarting detokenizer
 _ERRORS: dict[str, tuple[type[TextprocError], int]] = {
     "invalid_input": (InvalidInput, 400),
     "template": (TemplateError, 400),
@@ -192,6 +193,9 @@ class TextClient:
         self._calls: dict[str, tuple[int, asyncio.Future[Any]]] = {}
         self._stats_waiters: dict[str, tuple[list[Stats], int, asyncio.Future[None]]] = {}
         self._welcome: asyncio.Future[str] | None = None
+        # set while the detokenizer has answered Hello on the current connection: outputs to
+        # this client are routable only then, so new requests wait for it after a restart
+        self._detok_up: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._counter = 0
         self._closed = False
@@ -268,6 +272,7 @@ class TextClient:
 
     async def _hello(self) -> None:
         assert self._detok is not None
+        self._detok_up = asyncio.Event()
         self._welcome = asyncio.get_running_loop().create_future()
         await self._detok.send(self._encode(Hello()))
         instance = await asyncio.shield(self._welcome)
@@ -413,6 +418,13 @@ class TextClient:
         self._check_open()
         if rid in self._streams or rid in self._calls:
             raise InvalidInput(f"request_id {rid!r} is already in flight on this client")
+        up = self._detok_up
+        if up is not None and not up.is_set():
+            try:
+                await asyncio.wait_for(up.wait(), _DETOK_WAIT_S)
+            except (asyncio.TimeoutError, TimeoutError) as e:
+                raise WorkerDied(f"request {rid!r}: the detokenizer did not come back within "
+                                 f"{_DETOK_WAIT_S:.0f} s") from e
         worker = self._pick_worker()
         stream = _Stream(rid, worker)
         self._streams[rid] = stream
@@ -551,6 +563,8 @@ class TextClient:
                             self._welcome.set_exception(_fail)
                         continue
                     self.detok_instance = frame.instance_id
+                    if self._detok_up is not None:
+                        self._detok_up.set()
                     if self._welcome is not None and not self._welcome.done():
                         self._welcome.set_result(frame.instance_id)
                 case Unknown():
@@ -575,6 +589,8 @@ class TextClient:
                 case ProcessDied(role="worker"):
                     self._on_worker_died(frame)
                 case ProcessDied(role="detokenizer"):
+                    if self._detok_up is not None:
+                        self._detok_up.clear()
                     err = WorkerDied(f"the detokenizer (pid {frame.pid}) exited with code "
                                      f"{frame.exit_code}; in-flight requests were lost")
                     for stream in list(self._streams.values()):
@@ -605,6 +621,9 @@ class TextClient:
         """Ask the detokenizer about quiet accepted streams; those it does not know fail."""
         while True:
             await asyncio.sleep(_RECONCILE_EVERY_S)
+            up = self._detok_up
+            if up is not None and not up.is_set() and self._detok is not None:
+                await self._detok.send(self._encode(Hello()))  # in case the Ready event was missed
             cutoff = time.monotonic() - _QUERY_AFTER_S
             quiet = [s.request_id for s in self._streams.values()
                      if not s.pending_at_worker and s.last_seen < cutoff and s.error is None]

@@ -350,28 +350,19 @@ def test_malformed_frames_on_every_socket_are_counted_and_harmless(service: Serv
         assert f"malformed frame #1 on {name}" in log, f"no log line for {name}"
 
 
-def _stub_generated(service: Service, request_id: str, *, wait_s: float = 3.0) -> int:
-    """How many tokens the stub generated for ``request_id`` (from its --stats-file)."""
+def _stub_generated(service: Service, request_id: str, *, wait_s: float = 5.0) -> int:
+    """Tokens the stub generated for ``request_id``, once its --stats-file lists it as aborted."""
     deadline = time.monotonic() + wait_s
+    stats: Any = None
     while True:
         try:
             stats = service.stub_stats()
-            found = _find_request(stats, request_id)
-            if found is not None:
-                return found
-        except (OSError, ValueError):
+            entry = stats["requests"].get(request_id)
+            if entry is not None and request_id in stats["aborted"]:
+                return int(entry["generated"])
+        except (OSError, ValueError, KeyError):
             pass
         if time.monotonic() > deadline:
-            raise AssertionError(f"no stub stats for {request_id!r} in {service.stats_file}")
+            raise AssertionError(f"stub stats do not show {request_id!r} aborted: "
+                                 f"{None if stats is None else stats.get('requests', {}).get(request_id)}")
         time.sleep(0.1)
-
-
-def _find_request(stats: Any, request_id: str) -> int | None:
-    requests = stats.get("requests", {}) if isinstance(stats, dict) else {}
-    entry = requests.get(request_id)
-    if entry is None:
-        return None
-    if isinstance(entry, dict):
-        return int(entry.get("generated", entry.get("tokens", entry.get("n_generated", 0))))
-    return int(entry)
-
