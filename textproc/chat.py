@@ -42,8 +42,10 @@ __all__ = [
 ]
 
 # Keyword arguments of render_chat / ChatTemplate.render: never template variables.
+# (template and messages are positional-only, so those names pass through to the template, where
+# transformers' own `messages` always wins; servers should refuse them anyway.)
 RESERVED_VARIABLES = frozenset(
-    {"template", "messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
      "template_name", "limits"}
 )
 
@@ -95,6 +97,7 @@ class ChatTemplate:
     def render(
         self,
         messages: Sequence[Mapping[str, Any]],
+        /,
         tools: Sequence[Mapping[str, Any]] | None = None,
         *,
         add_generation_prompt: bool = True,
@@ -105,6 +108,8 @@ class ChatTemplate:
     ) -> str:
         """Render the prompt; see :func:`render_chat` for the arguments and the contract."""
         limits = _check_limits(limits)
+        if "messages" in variables:
+            raise InvalidInput("'messages' is the conversation argument, not a template variable")
         compiled = self.compile()
         chat = _prepare_messages(messages)
         if continue_final_message and add_generation_prompt:
@@ -168,6 +173,7 @@ class ChatTemplate:
 def render_chat(
     template: str | Mapping[str, str] | Sequence[Mapping[str, str]] | ChatTemplate | os.PathLike[str],
     messages: Sequence[Mapping[str, Any]],
+    /,
     tools: Sequence[Mapping[str, Any]] | None = None,
     *,
     add_generation_prompt: bool = True,

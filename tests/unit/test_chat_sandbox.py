@@ -203,5 +203,9 @@ def test_limits_cannot_come_from_template_variables() -> None:
     with pytest.raises(TemplateError, match="max_steps=2000000|timeout_s=2.0"):
         render_chat(LOOPS["nested_range"], MESSAGES, **{"max_steps": 10**12, "timeout_s": 1e9})
     assert {"limits", "template_name", "messages", "tools"} <= RESERVED_VARIABLES
+    # template and messages are positional-only: as variables they cannot collide with them
+    assert render_chat("{{ template }}", MESSAGES, **{"template": "x"}) == "x"
+    with pytest.raises(InvalidInput, match="'messages' is the conversation argument"):
+        render_chat("x", MESSAGES, **{"messages": []})
     with pytest.raises(InvalidInput, match="max_steps must be a positive int"):
         RenderLimits(max_steps=0)
