@@ -61,7 +61,7 @@ _RENDER_ERRORS = (
     LookupError,
     ArithmeticError,
     AttributeError,
-    RecursionError,
+    RuntimeError,  # RecursionError from endless macro recursion, NotImplementedError
     MemoryError,
 )
 
