@@ -113,7 +113,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, s
     integrated = _serve_has_http_flag()
     args = [f"--stub-arg=--step-ms={STEP_MS}"]
     if integrated:
-        args += ["--http", "127.0.0.1:0"]
+        args += ["--http", "127.0.0.1:0", f"--http-arg=--max-body-bytes={1 << 20}"]
     service = Service(root, model, workers=1, args=args).start()
     frontend = None
     try:
@@ -315,7 +315,7 @@ def test_errors(stack: tuple[Service, str], client: openai.OpenAI) -> None:
         client.chat.completions.create(model="gpt-4o", messages=user("x"))
     assert _error(missing.value)["code"] == "model_not_found"
     big = httpx.post(stack[1] + "/v1/chat/completions", timeout=30, json={
-        "model": MODEL, "messages": user("x" * (17 << 20))})
+        "model": MODEL, "messages": user("x" * (2 << 20))})
     assert big.status_code == 413 and "limit" in big.json()["error"]["message"]
     raw = httpx.post(stack[1] + "/v1/chat/completions", content=b"{not json", timeout=10)
     assert raw.status_code == 400 and "not valid JSON" in raw.json()["error"]["message"]
@@ -397,6 +397,35 @@ def _stub_entry(service: Service, request_id: str) -> dict[str, Any] | None:
     return dict(entry) if isinstance(entry, dict) else None
 
 
+def test_template_kwargs_and_forced_tool_choice(stack: tuple[Service, str],
+                                                client: openai.OpenAI) -> None:
+    """chat_template_kwargs reach the template; required / named tool_choice reach the engine
+    as a constraint (the stub counts constrained requests)."""
+    service, url = stack
+    plain = client.chat.completions.create(model=MODEL, messages=user("hi"))
+    no_think = client.chat.completions.create(
+        model=MODEL, messages=user("hi"), extra_body={"chat_template_kwargs":
+                                                      {"enable_thinking": False}})
+    assert plain.usage is not None and no_think.usage is not None
+    rendered = httpx.post(url + "/tokenize", timeout=10, json={
+        "messages": user("hi"), "chat_template_kwargs": {"enable_thinking": False}}).json()
+    assert no_think.usage.prompt_tokens == rendered["count"] > plain.usage.prompt_tokens
+
+    def constrained() -> int:
+        return int(service.stub_stats()["constrained_requests"])
+
+    before = constrained()
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        resp = client.chat.completions.create(model=MODEL, messages=user(call), tools=[WEATHER],
+                                              tool_choice=choice)  # type: ignore[arg-type]
+        assert resp.choices[0].finish_reason == "tool_calls"
+    deadline = time.monotonic() + 5  # the stats file is rewritten every 0.5 s
+    while constrained() < before + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert constrained() == before + 2
+
+
 def test_too_many_requests_429(stack: tuple[Service, str]) -> None:
     """A second frontend on the same service, limited to one request in flight."""
     service, _ = stack
@@ -466,3 +495,4 @@ def _stub_ids(service: Service) -> set[str]:
         return set(service.stub_stats().get("requests", {}))
     except (OSError, ValueError):
         return set()
+

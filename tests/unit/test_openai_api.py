@@ -507,3 +507,51 @@ def test_parse_address() -> None:
     for bad in ("8000", "host:", "host:http", "h:70000"):
         with pytest.raises(InvalidInput, match="is not HOST:PORT"):
             parse_address(bad)
+
+
+def test_client_backend_passes_every_parameter() -> None:
+    """The TextClient adapter: API parameters -> TextClient keywords, events -> Outputs."""
+    from textproc.client import TextEvent, Usage
+    from textproc.http.client_backend import ClientBackend
+
+    seen: dict[str, Any] = {}
+    closed: list[str] = []
+
+    class FakeClient:
+        detok_instance = "d1"
+
+        def chat(self, messages: Any, **kwargs: Any) -> AsyncIterator[TextEvent]:
+            seen.update(kwargs, messages=messages)
+
+            async def events() -> AsyncIterator[TextEvent]:
+                try:
+                    yield TextEvent(kwargs["request_id"], [{"content": "a"}], None, None, None)
+                    yield TextEvent(kwargs["request_id"], [], "stop", "END", Usage(3, 2))
+                finally:
+                    closed.append(kwargs["request_id"])
+
+            return events()
+
+    backend = ClientBackend("/nonexistent")
+    backend.client = FakeClient()  # type: ignore[assignment]
+    params = chat(tools=[WEATHER], tool_choice="required", stop=["END"], max_tokens=9,
+                  min_tokens=1, temperature=0.2, top_p=0.9, seed=11, ignore_eos=True,
+                  include_stop_str_in_output=True, skip_special_tokens=False,
+                  chat_template_kwargs={"enable_thinking": False})
+
+    async def go() -> list[Output]:
+        return [out async for out in backend.chat(params, request_id="chatcmpl-x")]
+
+    outs = asyncio.run(go())
+    assert [(o.fragments, o.finish_reason, o.prompt_tokens, o.completion_tokens, o.stop)
+            for o in outs] == [([{"content": "a"}], None, 0, 0, None), ([], "stop", 3, 2, "END")]
+    assert closed == ["chatcmpl-x"]
+    assert seen["messages"] == [{"role": "user", "content": "hi"}]
+    assert seen["tools"][0]["function"]["name"] == "get_weather"
+    assert (seen["tool_choice"], seen["stop"], seen["max_tokens"], seen["min_tokens"]) == (
+        "required", ["END"], 9, 1)
+    assert seen["sampling"] == {"temperature": 0.2, "top_p": 0.9, "seed": 11}
+    assert seen["include_stop"] and seen["ignore_eos"] and not seen["skip_special_tokens"]
+    assert seen["chat_template_kwargs"] == {"enable_thinking": False}
+    assert seen["request_id"] == "chatcmpl-x"
+    assert backend.health() == (True, "")
