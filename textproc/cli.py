@@ -52,6 +52,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--tcp-port-base", type=int, default=0, help="0: free ports")
     p.add_argument("--max-frame-bytes", type=int, default=None)
     p.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for each process to be Ready")
+    p.add_argument("--http", nargs="?", const="127.0.0.1:8000", default=None, metavar="HOST:PORT",
+                   help="also serve the OpenAI HTTP API (python -m textproc.http) on HOST:PORT "
+                        "(default 127.0.0.1:8000 when given without a value)")
+    p.add_argument("--http-arg", action="append", default=[], metavar="FLAG",
+                   help="extra flag for the HTTP frontend, repeatable (e.g. --http-arg=--max-running=512)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (tests)")
 
 
@@ -111,6 +116,8 @@ def _serve(args: argparse.Namespace) -> int:
             stub_mode=args.stub_mode,
             stub_args=tuple(args.stub_arg),
             stub_stats_file=args.stub_stats_file,
+            http=args.http,
+            http_args=tuple(args.http_arg),
         )
     except InvalidInput as e:
         print(f"textproc serve: {e}", file=sys.stderr)

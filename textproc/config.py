@@ -217,8 +217,12 @@ class ServeConfig:
     stub_mode: Literal["echo", "replay", "random"] = "echo"
     stub_args: tuple[str, ...] = field(default=())  # extra engine_stub flags, passed through
     stub_stats_file: str | None = None
+    http: str | None = None  # HOST:PORT: also run the OpenAI HTTP frontend (python -m textproc.http)
+    http_args: tuple[str, ...] = field(default=())  # extra flags for the HTTP frontend
 
     def __post_init__(self) -> None:
+        if self.http is not None and (":" not in self.http or not self.http.rsplit(":", 1)[1].isdigit()):
+            raise InvalidInput(f"http must be HOST:PORT, e.g. 127.0.0.1:8000, got {short(self.http)}")
         if self.engine not in ("stub", "external"):
             raise InvalidInput(f"engine must be 'stub' or 'external', got {short(self.engine)}")
         if self.endpoints not in ("ipc", "tcp"):

@@ -72,7 +72,7 @@ class _Child:
 
     @property
     def name(self) -> str:
-        return self.role if self.role in ("detokenizer", "engine") else f"{self.role}-{self.index}"
+        return self.role if self.role != "worker" else f"{self.role}-{self.index}"
 
 
 class Supervisor:
@@ -141,6 +141,13 @@ class Supervisor:
             self._spawn(child)
         self._wait_ready(time.monotonic() + service.startup_timeout_s)
         self._write_files()
+        if cfg.http is not None:  # a client of the running service, so started last
+            http = _Child("http", 0, [sys.executable, "-m", "textproc.http", "--runtime-dir",
+                                      str(self.runtime_dir), "--http", cfg.http, "--parent-pid",
+                                      str(me), "--log-level", service.log_level, *cfg.http_args])
+            self.children.append(http)
+            self._spawn(http)
+            self._write_files()
         if cfg.engine == "external":
             _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
                       "PUSH to %s", ep.engine_in, ep.engine_out)
@@ -175,7 +182,7 @@ class Supervisor:
         if self.endpoints is not None:
             remove_ipc_files(self.endpoints)
         if self.runtime_dir is not None:
-            for name in (ENDPOINTS_FILE, PROCESSES_FILE):
+            for name in (ENDPOINTS_FILE, PROCESSES_FILE, "http.json"):
                 (self.runtime_dir / name).unlink(missing_ok=True)
             if self._created_dir:
                 shutil.rmtree(self.runtime_dir, ignore_errors=True)
