@@ -1,0 +1,208 @@
+"""The service's socket-free parts: config validation, frame round trips, the detokenizer's state
+machine (early outputs, stop-string aborts, client aborts, engine restarts) and the worker's
+request builder. No processes here; these run in well under a second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from textproc.config import Endpoints, ServeConfig, ServiceConfig, ipc_endpoints, tcp_endpoints
+from textproc.detokenizer_process import Detokenizer, coalesce_deltas
+from textproc.errors import InvalidInput
+from textproc.pipeline import OutputPipeline
+from textproc.protocol import (
+    ChatRequest,
+    EngineHello,
+    EngineRequest,
+    EngineStep,
+    FrontInFrame,
+    Outputs,
+    RequestOutput,
+    StepOutput,
+    Submit,
+    WorkerInFrame,
+    unpack_ids,
+)
+from textproc.tokenizer import Tokenizer
+from textproc.workers import RequestBuilder
+
+
+@pytest.fixture(scope="module")
+def tok(toy_model: Path) -> Tokenizer:
+    return Tokenizer.from_dir(toy_model)
+
+
+def _config(toy_model: Path, **kw: object) -> ServiceConfig:
+    return ServiceConfig(model_dir=str(toy_model), **kw)  # type: ignore[arg-type]
+
+
+# -- config ------------------------------------------------------------------------------------
+
+def test_config_validates_every_field_and_round_trips(toy_model: Path) -> None:
+    cfg = _config(toy_model, n_workers=3, max_model_len=100)
+    assert ServiceConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(InvalidInput, match=r"n_workers must be in \[1, 256\], got 0"):
+        _config(toy_model, n_workers=0)
+    with pytest.raises(InvalidInput, match="early_output_age_s must be a finite number, got nan"):
+        _config(toy_model, early_output_age_s=float("nan"))
+    with pytest.raises(InvalidInput, match="max_model_len must be an int, got True"):
+        _config(toy_model, max_model_len=True)
+    with pytest.raises(InvalidInput, match=r"unknown service config keys \['bogus'\]"):
+        ServiceConfig.from_json('{"model_dir": "m", "bogus": 1}')
+    with pytest.raises(InvalidInput, match="engine must be 'stub' or 'external', got 'gpu'"):
+        ServeConfig(service=cfg, engine="gpu")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="http must be HOST:PORT"):
+        ServeConfig(service=cfg, http="localhost")
+
+
+def test_endpoints_validate_and_round_trip() -> None:
+    ep = ipc_endpoints("/tmp/rt", 2)
+    assert ep.workers == ("ipc:///tmp/rt/worker-0", "ipc:///tmp/rt/worker-1")
+    assert Endpoints.from_dict(ep.to_dict()) == ep
+    tcp = tcp_endpoints("127.0.0.1", list(range(5000, 5008)), 2)
+    assert tcp.engine_out == "tcp://127.0.0.1:5005" and tcp.workers[1] == "tcp://127.0.0.1:5007"
+    with pytest.raises(InvalidInput, match="over the 100-byte limit of unix socket paths"):
+        ipc_endpoints("/tmp/" + "d" * 120, 1)
+    with pytest.raises(InvalidInput, match="tcp endpoints need 7 distinct ports"):
+        tcp_endpoints("127.0.0.1", [5000] * 7, 1)
+    with pytest.raises(InvalidInput, match="endpoints must all differ"):
+        Endpoints(**{**ep.to_dict(), "workers": ("ipc:///tmp/rt/events",)})
+    with pytest.raises(InvalidInput, match=r"missing keys \['events'\]"):
+        d = ep.to_dict()
+        del d["events"]
+        Endpoints.from_dict(d)
+
+
+def test_unions_reject_malformed_frames() -> None:
+    dec = msgspec.msgpack.Decoder(WorkerInFrame)
+    good = ChatRequest("r", [{"role": "user", "content": "hi"}], stop=["x"])
+    assert dec.decode(msgspec.msgpack.encode(good)) == good
+    for bad in [b"\xc1", msgspec.msgpack.encode(["Nope", 1]), msgspec.msgpack.encode(["ChatRequest"]),
+                msgspec.msgpack.encode(["ChatRequest", "r", "not-a-list"])]:
+        with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)):
+            dec.decode(bad)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.msgpack.Decoder(FrontInFrame).decode(msgspec.msgpack.encode(good))
+
+
+def test_coalesce_deltas() -> None:
+    deltas = [{"content": "a"}, {"content": "b"}, {"reasoning_content": "r"},
+              {"tool_calls": [{"index": 0}]}, {"content": "c"}]
+    assert coalesce_deltas(deltas) == [{"content": "ab"}, {"reasoning_content": "r"},
+                                       {"tool_calls": [{"index": 0}]}, {"content": "c"}]
+
+
+# -- detokenizer state machine -------------------------------------------------------------------
+
+def _submit(rid: str, client: bytes = b"c1", **kw: object) -> Submit:
+    req = msgspec.msgpack.encode(EngineRequest(rid, b"\x01\x00\x00\x00", 50))
+    return Submit(rid, client, 1, 50, req, **kw)  # type: ignore[arg-type]
+
+
+def _outputs(core: Detokenizer) -> dict[bytes, list[RequestOutput]]:
+    out, core.outbox = core.outbox, {}
+    return out
+
+
+def test_detokenizer_streams_matches_the_pipeline_and_aborts_on_stop(toy_model: Path, tok: Tokenizer) -> None:
+    core = Detokenizer(tok, _config(toy_model))
+    text = "alpha beta STOP gamma delta"
+    ids = tok.encode(text)
+    assert core.on_submit(_submit("a", stop=["STOP"])) is not None
+    assert core.on_submit(_submit("b", client=b"c2")) is not None
+    got: dict[str, list[RequestOutput]] = {"a": [], "b": []}
+    for i, token_id in enumerate(ids + [tok.eos_token_id]):
+        last = i == len(ids)
+        core.on_step(EngineStep(i, [StepOutput("a", [token_id]),
+                                    StepOutput("b", [token_id], "stop" if last else None)]))
+        out = _outputs(core)
+        assert all(len(v) <= 1 for v in out.values())  # one output per request per step
+        for items in out.values():
+            for item in items:
+                got[item.request_id].append(item)
+    ref = OutputPipeline(tok, stops=["STOP"])
+    ref_text = "".join(d.get("content", "") for d in ref.feed(ids))
+    a_text = "".join(d.get("content", "") for o in got["a"] for d in o.deltas)
+    assert a_text == ref_text == "alpha beta "
+    assert (got["a"][-1].finish_reason, got["a"][-1].stop) == ("stop", "STOP")
+    assert "".join(d["content"] for o in got["b"] for d in o.deltas) == text
+    assert got["b"][-1].completion_tokens == len(ids) + 1
+    assert core.counters["stop_string_aborts"] == 1 and core.engine_aborts == ["a"]
+    assert core.live == {}  # state freed on finish
+    # late outputs for a finished request are dropped, not buffered
+    core.on_step(EngineStep(99, [StepOutput("a", [1])]))
+    assert core.early == {} and _outputs(core) == {}
+
+
+def test_detokenizer_buffers_early_outputs_then_replays_or_expires(toy_model: Path, tok: Tokenizer) -> None:
+    core = Detokenizer(tok, _config(toy_model, max_early_outputs=2, early_output_age_s=1.0))
+    ids = tok.encode("hello world")
+    core.on_step(EngineStep(1, [StepOutput("early", ids[:1]), StepOutput("x", [1]),
+                                StepOutput("y", [1])]))
+    assert set(core.early) == {"early", "x"}  # capped at 2: "y" dropped and aborted
+    assert core.engine_aborts == ["y"]
+    core.on_step(EngineStep(2, [StepOutput("early", ids[1:], "stop")]))
+    core.on_submit(_submit("early"))
+    out = _outputs(core)[b"c1"]
+    assert "".join(d["content"] for o in out for d in o.deltas) == "hello world"
+    assert out[-1].finish_reason == "stop"
+    core.engine_aborts.clear()
+    core.expire_early(now=10**9)
+    assert core.early == {} and core.engine_aborts == ["x"]
+
+
+def test_detokenizer_client_abort_duplicate_and_engine_restart(toy_model: Path, tok: Tokenizer) -> None:
+    core = Detokenizer(tok, _config(toy_model))
+    core.on_hello(EngineHello("engine-1"))
+    core.on_submit(_submit("r1"))
+    core.on_submit(_submit("r2"))
+    assert core.on_submit(_submit("r1", client=b"c2")) is None
+    dup = _outputs(core)[b"c2"][0]
+    assert dup.error_kind == "invalid_input" and "duplicate request_id 'r1'" in (dup.error or "")
+    core.on_abort(b"someone-else", ["r1"])  # not theirs: ignored
+    assert "r1" in core.live
+    core.on_abort(b"c1", ["r1"])
+    assert "r1" not in core.live and core.engine_aborts == ["r1"]
+    assert core.on_hello(EngineHello("engine-2")) is True
+    failed = _outputs(core)[b"c1"]
+    assert [(o.request_id, o.finish_reason, o.error_kind) for o in failed] == [
+        ("r2", "error", "engine_restarted")]
+    assert core.live == {}
+
+
+def test_detokenizer_fails_a_request_with_ids_outside_the_vocabulary(toy_model: Path, tok: Tokenizer) -> None:
+    core = Detokenizer(tok, _config(toy_model))
+    core.on_submit(_submit("bad"))
+    core.on_submit(_submit("good"))
+    core.on_step(EngineStep(1, [StepOutput("bad", [10**7]), StepOutput("good", tok.encode("ok"), "length")]))
+    out = {o.request_id: o for o in _outputs(core)[b"c1"]}
+    assert out["bad"].finish_reason == "error" and out["bad"].error_kind == "engine_error"
+    assert "10000000" in (out["bad"].error or "")
+    assert out["good"].finish_reason == "length" and out["good"].deltas == [{"content": "ok"}]
+    assert core.engine_aborts == ["bad"]
+
+
+# -- worker request builder ---------------------------------------------------------------------
+
+def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokenizer) -> None:
+    builder = RequestBuilder(tok, _config(toy_model, max_model_len=512))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    req = ChatRequest("r", [{"role": "user", "content": "hi"}], tools=tools,
+                      tool_choice={"type": "function", "function": {"name": "f"}},
+                      stop=["x"], max_tokens=10, sampling={"temperature": 0.5, "seed": 3},
+                      chat_template_kwargs={"enable_thinking": True})
+    submit, n_prompt = builder.chat(req, b"client")
+    engine = msgspec.msgpack.decode(submit.engine_request, type=EngineRequest)
+    prompt = builder.render(req.messages, tools, chat_template_kwargs={"enable_thinking": True})
+    assert unpack_ids(engine.prompt_token_ids) == tok.encode(prompt) and n_prompt == len(tok.encode(prompt))
+    assert engine.max_tokens == 10 and engine.sampling == {"temperature": 0.5, "seed": 3}
+    assert engine.constraint is not None and tok.eos_token_id in engine.stop_token_ids
+    assert submit.client_id == b"client" and submit.stop == ["x"]
+    assert submit.reasoning and submit.tools and submit.starts_in_reasoning
+    # max_tokens defaults to what max_model_len leaves
+    submit, n_prompt = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
+    assert submit.max_tokens == 512 - n_prompt and not submit.starts_in_reasoning
