@@ -110,6 +110,10 @@ class Tokenizer:
         self._splitter: Splitter | None = (
             make_splitter(pre_tokenizer.simple_pattern) if pre_tokenizer.simple_pattern is not None else None
         )
+        self._cache_get = self._cache.__getitem__
+        self._added_search = added.raw_search
+        # encode() inlines the common shape: no normalized added tokens, one findall split
+        self._fast_split = self._splitter if not added.has_normalized else None
         self._id_to_token: list[str | None] | None = None
         self._token_bytes: list[bytes] | None = None
         self._token_bytes_skip: list[bytes] | None = None
@@ -197,8 +201,8 @@ class Tokenizer:
             vocab_len,
             normalizer,
         )
-        if isinstance(model, BPE):
-            model.validate()
+        # the BPE merge table is built on first encode (a bad merge raises TokenizerFileError
+        # then, naming $.model.merges[i]); call Tokenizer.validate() to do it eagerly
         return cls(
             source=source,
             model=model,
@@ -209,6 +213,11 @@ class Tokenizer:
             post=post,
             config=config or DirConfig(),
         )
+
+    def validate(self) -> None:
+        """Finish the lazy parts of loading now (the BPE merge table): errors surface here."""
+        if isinstance(self._model, BPE):
+            self._model.validate()
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -221,14 +230,25 @@ class Tokenizer:
             raise InvalidInput(f"text must be a str, got {type(text).__name__} {short(text)}")
         if not text.isascii() and _SURROGATE.search(text) is not None:
             raise InvalidInput(f"text contains a lone surrogate: {short(text)}; encode it as valid UTF-16/UTF-8 first")
-        added = self._added
-        if added.has_raw:
+        added_search = self._added_search
+        if added_search is not None and added_search(text) is not None:
             ids: list[int] = []
-            for seg, token_id, at0 in added.split_raw(text):
+            for seg, token_id, at0 in self._added.split_raw(text):
                 if token_id >= 0:
                     ids.append(token_id)
                 else:
                     ids += self._encode_gap(seg, at0)
+        elif self._fast_split is not None and text:
+            # the common shape, inlined: normalizer -> one findall -> piece cache
+            if self._normalizer is not None:
+                text = self._normalizer(text)
+            if self._pre.prefix_space and not text.startswith(" "):
+                text = " " + text
+            pieces = self._fast_split(text)
+            if pieces is None:
+                ids = self._encode_segment_general(text, True)
+            else:
+                ids = list(chain.from_iterable(map(self._cache_get, pieces)))
         else:
             ids = self._encode_gap(text, True)
         if add_special_tokens and (self._post_prefix or self._post_suffix):
@@ -266,9 +286,12 @@ class Tokenizer:
                 text = " " + text
             pieces = splitter(text)
             if pieces is not None:
-                return list(chain.from_iterable(map(self._cache.__getitem__, pieces)))
+                return list(chain.from_iterable(map(self._cache_get, pieces)))
+        return self._encode_segment_general(text, at0)
+
+    def _encode_segment_general(self, text: str, at0: bool) -> list[int]:
         pieces = self._pre.split(text, at0)
-        return list(chain.from_iterable(map(self._cache.__getitem__, pieces)))
+        return list(chain.from_iterable(map(self._cache_get, pieces)))
 
     # -- vocabulary --------------------------------------------------------------------------
 

@@ -124,6 +124,11 @@ class AddedVocab:
         return self
 
     @property
+    def raw_search(self) -> Callable[[str], object] | None:
+        """``search`` of the non-normalized added tokens' matcher (None when there are none)."""
+        return self._raw_re.search if self._raw_re is not None else None
+
+    @property
     def has_raw(self) -> bool:
         return self._raw_re is not None
 

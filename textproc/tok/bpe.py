@@ -13,7 +13,10 @@ symbols (O(n log n)). The table is built on first use, so loading stays fast.
 
 from __future__ import annotations
 
+import gc
 import heapq
+from itertools import repeat
+from operator import add, lshift, mul, or_
 from typing import Any
 
 from textproc.errors import InvalidInput
@@ -23,8 +26,10 @@ __all__ = ["BPE"]
 
 _MASK = 0xFFFFFFFF
 _INF = 1 << 80
-# words at least this long use the heap
+# words at least this long use chunks (or the heap)
 _HEAP_FROM = 96
+# symbols per chunk of a long word
+_CHUNK = 32
 
 
 class BPE:
@@ -57,6 +62,9 @@ class BPE:
         self._merges: dict[int, int] | None = None
         self._stride = max(vocab.values(), default=0) + 1
         self._char_ids: dict[str, int] | None = None
+        # (left * stride + right) -> whether BPE(text(left) + text(right)) == [left, right]
+        self._compat: dict[int, bool] = {}
+        self._id_text: list[str] | None = None
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -71,9 +79,11 @@ class BPE:
                     f"{path}.dropout",
                 )
         vocab = ctx.get(model, "vocab", path, dict)
-        for token, token_id in vocab.items():
-            if type(token_id) is not int or token_id < 0:
-                ctx.fail(f"expected a non-negative integer id, got {token_id!r}", f"{path}.vocab[{token!r}]")
+        # C-level checks first; the slow loop only runs to name the bad entry
+        if not set(map(type, vocab.values())) <= {int} or min(vocab.values(), default=0) < 0:
+            for token, token_id in vocab.items():
+                if type(token_id) is not int or token_id < 0:
+                    ctx.fail(f"expected a non-negative integer id, got {token_id!r}", f"{path}.vocab[{token!r}]")
         merges = ctx.get(model, "merges", path, list, [])
         unk = ctx.get(model, "unk_token", path, str, None)
         return cls(
@@ -100,6 +110,49 @@ class BPE:
         return table
 
     def _build_table(self) -> dict[int, int]:
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # ~150k new ints and tuples: nothing to collect, no need to scan
+        try:
+            table = self._build_table_fast()
+            if table is None:
+                table = self._build_table_checked()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        self._raw_merges = []
+        return table
+
+    def _build_table_fast(self) -> dict[int, int] | None:
+        """The table built with C-level maps; None if anything is off (then the checked path names it)."""
+        merges = self._raw_merges
+        if not merges:
+            return {}
+        kinds = set(map(type, merges))
+        if kinds == {str}:
+            pairs = list(map(str.split, merges, repeat(" ")))
+        elif kinds == {list}:
+            pairs = merges
+        else:
+            return None
+        if set(map(len, pairs)) != {2}:
+            return None
+        left, right = zip(*pairs)
+        if not set(map(type, left)) | set(map(type, right)) <= {str}:
+            return None
+        vocab = self.vocab
+        plen = len(self.prefix) if self.prefix else 0
+        merged = map(add, left, right) if not plen else (a + b[plen:] for a, b in pairs)
+        try:
+            ids_left = list(map(vocab.__getitem__, left))
+            ids_right = list(map(vocab.__getitem__, right))
+            ids_new = list(map(vocab.__getitem__, merged))
+        except KeyError:
+            return None
+        keys = map(add, map(mul, ids_left, repeat(self._stride)), ids_right)
+        values = map(or_, map(lshift, range(len(pairs)), repeat(32)), ids_new)
+        return dict(zip(keys, values))
+
+    def _build_table_checked(self) -> dict[int, int]:
         vocab = self.vocab
         stride = self._stride
         plen = len(self.prefix) if self.prefix else 0
@@ -122,7 +175,6 @@ class BPE:
                 missing = a if ia is None else b if ib is None else a + b[plen:]
                 ctx.fail(f"merge {merge!r} uses token {missing!r} missing from the vocab", f"{path}[{rank}]")
             table[ia * stride + ib] = (rank << 32) | new
-        self._raw_merges = []
         return table
 
     # -- tokenizing --------------------------------------------------------------------------
@@ -181,10 +233,17 @@ class BPE:
             ids = list(map(char_ids.__getitem__, word))
         except KeyError:
             ids = self._initial(word)
+            one_to_one = False
+        else:
+            one_to_one = True
         if len(ids) < 2:
             return ids
         if len(ids) < _HEAP_FROM:
             return self._merge_small(ids)
+        if one_to_one:
+            chunked = self._merge_chunked(word, ids)
+            if chunked is not None:
+                return chunked
         return self._merge_heap(ids)
 
     def _make_char_ids(self) -> dict[str, int]:
@@ -211,50 +270,121 @@ class BPE:
                 ranks[i] = get(new * stride + ids[i + 1], _INF)
         return ids
 
+    def _compatible(self, left: int, right: int) -> bool:
+        """True when BPE of the two tokens' text gives exactly ``[left, right]``.
+
+        Then no merge crosses a boundary where chunk results end in ``left`` and start with
+        ``right``: before the first crossing merge both chunks evolve as if alone, and the
+        pair at the boundary evolves exactly as in the run on ``left + right`` alone.
+        """
+        key = left * self._stride + right
+        known = self._compat.get(key)
+        if known is None:
+            text = self._token_text()
+            char_ids = self._char_ids
+            assert char_ids is not None
+            ids = list(map(char_ids.__getitem__, text[left] + text[right]))
+            known = self._merge_small(ids) == [left, right]
+            if len(self._compat) > 100_000:
+                self._compat.clear()
+            self._compat[key] = known
+        return known
+
+    def _token_text(self) -> list[str]:
+        text = self._id_text
+        if text is None:
+            text = [""] * self._stride
+            for token, token_id in self.vocab.items():
+                text[token_id] = token
+            self._id_text = text
+        return text
+
+    def _merge_chunked(self, word: str, ids: list[int]) -> list[int] | None:
+        """Exact BPE of a long 1:1 word, chunk by chunk, repairing incompatible boundaries.
+
+        A contiguous run of tokens of an exact result is the exact BPE of its text, and
+        results whose boundaries are all compatible concatenate to the exact result (see
+        :meth:`_compatible`). So each chunk of ``_CHUNK`` symbols is merged alone; at an
+        incompatible boundary the last ``t`` tokens before it and the first ``t`` after it
+        are merged again as one window, growing ``t`` until both window edges are
+        compatible. Returns None (use the heap) if a window passes ``_HEAP_FROM`` symbols.
+        """
+        n = len(ids)
+        text = self._token_text()
+        merge_small = self._merge_small
+        compatible = self._compatible
+        out: list[int] = []
+        pos = 0
+        while pos < n:
+            end = min(pos + _CHUNK, n)
+            right = merge_small(ids[pos:end])
+            if out and not compatible(out[-1], right[0]):
+                t = 1
+                while True:
+                    nl = min(t, len(out))
+                    nr = min(t, len(right))
+                    start = pos - sum([len(text[x]) for x in out[-nl:]])
+                    stop = pos + sum([len(text[x]) for x in right[:nr]])
+                    if stop - start >= _HEAP_FROM:
+                        return None
+                    window = merge_small(ids[start:stop])
+                    if (nl == len(out) or compatible(out[-nl - 1], window[0])) and (
+                        nr == len(right) or compatible(window[-1], right[nr])
+                    ):
+                        del out[-nl:]
+                        out += window
+                        right = right[nr:]
+                        break
+                    t *= 2
+            out += right
+            pos = end
+        return out
+
     def _merge_heap(self, ids: list[int]) -> list[int]:
-        """HF's Word::merge_all: heap of (rank, position) over a linked list of symbols."""
+        """HF's Word::merge_all: a heap of (rank, position) over a linked list of symbols.
+
+        ``pair[i]`` is the table value of the pair starting at symbol ``i`` (``_INF`` when
+        there is none or ``i`` was merged away), so a stale heap entry is one whose rank no
+        longer equals ``pair[i] >> 32``: one list lookup instead of a dict lookup.
+        """
         get = self._table().get
         stride = self._stride
         n = len(ids)
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prv = list(range(-1, n - 1))
-        alive = [True] * n
+        pair = list(map(get, map(add, map(mul, ids[:-1], repeat(stride)), ids[1:]), repeat(_INF)))
+        pair.append(_INF)
         # heap item: rank << 32 | position (rank first, then leftmost)
-        heap: list[int] = []
-        for i in range(n - 1):
-            v = get(ids[i] * stride + ids[i + 1])
-            if v is not None:
-                heap.append(((v >> 32) << 32) | i)
+        heap = [((v >> 32) << 32) | i for i, v in enumerate(pair) if v != _INF]
         heapq.heapify(heap)
         pop, push = heapq.heappop, heapq.heappush
         while heap:
             item = pop(heap)
             pos = item & _MASK
-            if not alive[pos]:
-                continue
-            right = nxt[pos]
-            if right == -1:
-                continue
-            v = get(ids[pos] * stride + ids[right])
-            if v is None or (v >> 32) != (item >> 32):
-                continue
+            v = pair[pos]
+            if (v ^ item) >> 32:
+                continue  # stale: the pair at pos changed or pos was merged away
             new = v & _MASK
             ids[pos] = new
-            alive[right] = False
+            right = nxt[pos]
+            pair[right] = _INF
             after = nxt[right]
             nxt[pos] = after
             if after != -1:
                 prv[after] = pos
+                w = get(new * stride + ids[after], _INF)
+                pair[pos] = w
+                if w != _INF:
+                    push(heap, ((w >> 32) << 32) | pos)
+            else:
+                pair[pos] = _INF
             before = prv[pos]
             if before != -1:
-                w = get(ids[before] * stride + new)
-                if w is not None:
+                w = get(ids[before] * stride + new, _INF)
+                pair[before] = w
+                if w != _INF:
                     push(heap, ((w >> 32) << 32) | before)
-            if after != -1:
-                w = get(new * stride + ids[after])
-                if w is not None:
-                    push(heap, ((w >> 32) << 32) | pos)
         out = []
         i = 0
         while i != -1:

@@ -6,6 +6,7 @@ handed. Every failure is a :class:`TokenizerFileError` naming the file (and JSON
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +26,16 @@ def read_json(path: Path) -> Any:
         data = path.read_bytes()
     except OSError as e:
         raise TokenizerFileError(f"cannot read {path}: {e.strerror or e}") from e
+    # a big tokenizer.json is ~1M containers: collections during the parse cost more than it
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TokenizerFileError(f"{path} is not valid JSON: {e}") from e
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 @dataclass

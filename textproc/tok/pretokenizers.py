@@ -19,6 +19,7 @@ from typing import Any
 import regex
 
 from textproc.tok.bytelevel import BYTE_TO_CHAR_TABLE
+from textproc.tok.fastsplit import VersionedPattern
 from textproc.tok.jsonpath import Ctx
 from textproc.tok.normalizers import compile_pattern
 from textproc.tok.uchars import WS_CLASS
@@ -46,7 +47,7 @@ _DIGIT_RE = regex.compile(r"[\p{Nd}\p{Nl}\p{No}]")
 _PUNCT_RE = regex.compile(r"[\p{P}!-/:-@\[-`{-~]")
 
 
-def _find(pattern: regex.Pattern[str], text: str, invert: bool) -> Spans:
+def _find(pattern: regex.Pattern[str] | VersionedPattern, text: str, invert: bool) -> Spans:
     """tokenizers' Pattern::find_matches: matches and the gaps between them."""
     if not text:
         return [(0, 0, False)]
@@ -97,7 +98,7 @@ def _apply_behavior(spans: Spans, behavior: str) -> list[tuple[int, int]]:
     return [(s, e) for s, e in out]
 
 
-def _split_step(pattern: regex.Pattern[str], behavior: str, invert: bool) -> Step:
+def _split_step(pattern: regex.Pattern[str] | VersionedPattern, behavior: str, invert: bool) -> Step:
     def step(pieces: list[str], at0: bool) -> tuple[list[str], bool]:
         out: list[str] = []
         new_at0 = False
@@ -189,11 +190,12 @@ def _collect(ctx: Ctx, spec: Any, path: str, pre: PreTokenizer) -> None:
     if kind == "Split":
         pat = ctx.get(obj, "pattern", path, dict)
         pattern = compile_pattern(ctx, pat, f"{path}.pattern")
+        versioned = VersionedPattern(pattern)
         behavior = ctx.get(obj, "behavior", path, str)
         if behavior not in BEHAVIORS:
             ctx.fail(f"unknown behavior {behavior!r}; allowed: {', '.join(BEHAVIORS)}", f"{path}.behavior")
         invert = ctx.get(obj, "invert", path, bool, False)
-        steps.append(_split_step(pattern, behavior, invert))
+        steps.append(_split_step(versioned, behavior, invert))
         pre.shape.append(("split", (pattern.pattern, behavior, invert)))
         return
     if kind == "ByteLevel":
@@ -203,7 +205,7 @@ def _collect(ctx: Ctx, spec: Any, path: str, pre: PreTokenizer) -> None:
             steps.append(_prefix_space_step)
             pre.shape.append(("prefix_space", None))
         if use_regex:
-            steps.append(_split_step(regex.compile(BYTE_LEVEL_PATTERN), "Isolated", False))
+            steps.append(_split_step(VersionedPattern(regex.compile(BYTE_LEVEL_PATTERN)), "Isolated", False))
             pre.shape.append(("split", (BYTE_LEVEL_PATTERN, "Isolated", False)))
         steps.append(_byte_map_step)
         pre.shape.append(("byte_map", None))
