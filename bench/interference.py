@@ -25,11 +25,22 @@ Set-ups, in one run:
 - ``b-inproc-hf``: the same with HF ``tokenizers`` (Rust encode, ``DecodeStream`` per stream)
   and textproc's ``StopChecker`` (another in-process baseline);
 - ``c-textproc``: the text units are separate processes (what textproc's workers and
-  detokenizer do), the engine only talks to its EngineLink.
+  detokenizer do), the engine only talks to its EngineLink;
+- ``c-service`` (``--service``, on by default in full runs): the real thing. ``textproc serve
+  --engine external --workers N`` runs the tokenizer workers and the detokenizer, a load
+  generator process keeps 256 chat streams open through ``TextClient`` (the long mixed-text
+  prompts as user messages, stop strings, reasoning/tool parsing on, max_tokens 200), and the
+  engine loop serves them: per step it takes new requests and aborts from its EngineLink, does
+  the same fixed work, and emits one pre-tokenized mixed-text token per running request (finish
+  "length" at max_tokens), so the detokenizer has real text to stream. Its engine streams vary
+  with the load (reported as ``streams``).
 
-``pinned``: the engine thread is pinned to CPU 0 and every text unit (thread or process) and the
-sink to the other CPUs, so only the interpreter lock can slow the engine (design.md "What fast
-means"); ``unpinned``: no affinity, CPU contention included. The vocabulary is Qwen3 from
+``pinned``: the engine thread is pinned to CPU 0 and every text unit (thread or process), the
+sink and the service's processes to the other CPUs, so only the interpreter lock can slow the
+engine (design.md "What fast means"); with ``--rt`` (default; needs CAP_SYS_NICE) the engine
+thread also runs SCHED_FIFO while it steps, so on a machine shared with other jobs CPU 0 is
+really its own (the kernel's RT throttling still leaves others 5%). ``unpinned``: no affinity,
+normal scheduling, CPU contention included. The vocabulary is Qwen3 from
 ``.cache/models/qwen3`` (``scripts/fetch_fixtures.py``), or the toy test model if missing.
 """
 
@@ -170,6 +181,24 @@ def _pin(cpus: set[int] | None) -> None:
         os.sched_setaffinity(0, cpus)
 
 
+RT = {"enabled": False}  # main() turns it on for pinned runs when --rt is allowed here
+
+
+def _engine_thread(cpus: set[int] | None) -> set[int]:
+    """Pin the calling (engine) thread; pinned + --rt: SCHED_FIFO, i.e. the core is its own."""
+    before = os.sched_getaffinity(0)
+    _pin(cpus)
+    if cpus is not None and RT["enabled"]:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    return before
+
+
+def _engine_thread_done(before: set[int]) -> None:
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    os.sched_setaffinity(0, before)
+
+
 def _worker(model_dir: str, impl: str, unit: int, commands: Any, results: Any, stop: Any) -> None:
     """A text unit as a process (set-up c): waits for ("run", cpus) / ("exit",)."""
     work = TextWork(Path(model_dir), impl)
@@ -208,14 +237,187 @@ def _sink(engine_in: str, engine_out: str, stop: Any, cpus: set[int] | None) -> 
     ctx.term()
 
 
+# --- the real service (c-service) ------------------------------------------------------------
+
+SERVICE_STREAMS = 256
+SERVICE_MAX_TOKENS = 200
+
+
+def _load_generator(runtime_dir: str, prompts: list[str], streams: int, stop: Any,
+                    results: Any) -> None:
+    """Keep ``streams`` chats open against the service until ``stop``; report counts."""
+    import asyncio
+
+    import uvloop
+
+    from textproc.client import TextClient
+
+    async def run() -> dict[str, int]:
+        counts = {"requests": 0, "chars": 0, "errors": 0}
+        async with await TextClient.connect(runtime_dir, timeout_s=60) as client:
+
+            async def one(k: int) -> None:
+                i = k
+                while not stop.is_set():
+                    msg = [{"role": "user", "content": prompts[i % len(prompts)]}]
+                    i += streams
+                    try:
+                        async for event in client.chat(msg, stop=STOPS,
+                                                       max_tokens=SERVICE_MAX_TOKENS):
+                            counts["chars"] += len(event.text)
+                            if stop.is_set():
+                                break
+                        counts["requests"] += 1
+                    except Exception:  # noqa: BLE001 - count and keep the load going
+                        counts["errors"] += 1
+                        await asyncio.sleep(0.05)
+
+            results.put(("started", -1))
+            t0 = time.monotonic()
+            await asyncio.gather(*(one(k) for k in range(streams)))
+            counts["seconds"] = time.monotonic() - t0  # type: ignore[assignment]
+        return counts
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        counts = runner.run(run())
+    results.put(("counts", counts))
+
+
+class Service:
+    """``textproc serve --engine external`` plus its pids, for pinning."""
+
+    def __init__(self, model_dir: Path, workers: int) -> None:
+        import subprocess
+
+        self.root = Path(tempfile.mkdtemp(prefix="tp-interf-svc-"))
+        self.runtime_dir = self.root / "rt"
+        self.log = open(self.root / "serve.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(model_dir),
+             "--workers", str(workers), "--engine", "external", "--runtime-dir",
+             str(self.runtime_dir), "--max-model-len", "32768"],
+            cwd=REPO_ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while not (self.runtime_dir / "endpoints.json").is_file():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("textproc serve did not start: "
+                                   + (self.root / "serve.log").read_text(errors="replace")[-2000:])
+            time.sleep(0.1)
+        info = json.loads((self.runtime_dir / "endpoints.json").read_text())
+        self.engine_in = info["endpoints"]["engine_in"]
+        self.engine_out = info["endpoints"]["engine_out"]
+
+    def pids(self) -> list[int]:
+        procs = json.loads((self.runtime_dir / "processes.json").read_text())
+        out = [self.proc.pid]
+        for value in procs.values():
+            if isinstance(value, int):
+                out.append(value)
+            elif isinstance(value, dict):
+                out.extend(v for v in value.values() if isinstance(v, int))
+        return [p for p in out if p]
+
+    def pin(self, cpus: set[int]) -> None:
+        for pid in self.pids():
+            try:
+                os.sched_setaffinity(pid, cpus)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except Exception:  # noqa: BLE001
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+class ServiceEngine:
+    """The engine serving real requests: one pre-tokenized token per running request per step.
+
+    Its running set persists across runs, so requests started in one set-up still finish (or
+    are aborted by the clients closing) while it keeps stepping.
+    """
+
+    def __init__(self, link: Any, output_ids: list[int]) -> None:
+        self.link = link
+        self.output_ids = output_ids
+        self.running: dict[str, list[int]] = {}  # request_id -> [position, tokens left]
+        self.counter = 0
+
+    def step(self, units: int) -> int:
+        from engine_stub.stub import busy_work
+
+        link = self.link
+        running = self.running
+        n_ids = len(self.output_ids)
+        for req in link.poll_requests():
+            self.counter += 1
+            running[req.request_id] = [(self.counter * 613) % n_ids, req.max_tokens]
+        for rid in link.poll_aborts():
+            running.pop(rid, None)
+        if not running:
+            link.wait(0.01)
+            return 0
+        busy_work(units)
+        outputs: list[tuple[str, list[int], str | None]] = []
+        done = []
+        for rid, st in running.items():
+            token = self.output_ids[st[0] % n_ids]
+            st[0] += 1
+            st[1] -= 1
+            if st[1] <= 0:
+                outputs.append((rid, [token], "length"))
+                done.append(rid)
+            else:
+                outputs.append((rid, [token], None))
+        for rid in done:
+            del running[rid]
+        link.send_outputs(outputs)
+        return len(outputs)
+
+    def run(self, units: int, n_steps: int, cpus: set[int] | None,
+            warm_streams: int) -> dict[str, Any]:
+        all_cpus = _engine_thread(cpus)
+        warm_deadline = time.monotonic() + 30
+        while len(self.running) < warm_streams and time.monotonic() < warm_deadline:
+            self.step(units)
+        perf = time.perf_counter
+        times: list[float] = []
+        streams: list[int] = []
+        t_start = perf()
+        while len(times) < n_steps:
+            t0 = perf()
+            n = self.step(units)
+            if n:
+                times.append(perf() - t0)
+                streams.append(n)
+        elapsed = perf() - t_start
+        _engine_thread_done(all_cpus)
+        times.sort()
+        return {
+            "step_ms_p50": statistics.median(times) * 1e3,
+            "step_ms_p99": times[min(len(times) - 1, round(0.99 * (len(times) - 1)))] * 1e3,
+            "step_ms_mean": statistics.fmean(times) * 1e3,
+            "engine_tokens_per_s": sum(streams) / elapsed,
+            "streams": statistics.median(streams),
+            "seconds": elapsed,
+        }
+
+
 # --- the engine ------------------------------------------------------------------------------
 
 
 def engine_run(link: Any, units: int, n_steps: int, cpus: set[int] | None) -> dict[str, Any]:
     from engine_stub.stub import busy_work
 
-    all_cpus = os.sched_getaffinity(0)
-    _pin(cpus)
+    all_cpus = _engine_thread(cpus)
     rids = [f"stream-{i}" for i in range(ENGINE_STREAMS)]
     perf = time.perf_counter
     times = []
@@ -229,7 +431,7 @@ def engine_run(link: Any, units: int, n_steps: int, cpus: set[int] | None) -> di
         link.send_outputs([(rid, [token], None) for rid in rids])
         times.append(perf() - t0)
     elapsed = perf() - t_start
-    os.sched_setaffinity(0, all_cpus)
+    _engine_thread_done(all_cpus)
     times.sort()
     return {
         "step_ms_p50": statistics.median(times) * 1e3,
@@ -238,6 +440,11 @@ def engine_run(link: Any, units: int, n_steps: int, cpus: set[int] | None) -> di
         "engine_tokens_per_s": ENGINE_STREAMS * n_steps / elapsed,
         "seconds": elapsed,
     }
+
+
+def prompt_tokens(works: dict[str, TextWork]) -> float:
+    work = works["textproc"]
+    return statistics.fmean(len(work.encode(p)) for p in work.prompts)
 
 
 def machine() -> dict[str, Any]:
@@ -259,7 +466,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-unpinned", action="store_true")
     parser.add_argument("--no-pinned", action="store_true")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF tokenizers baseline")
+    parser.add_argument("--rt", action=argparse.BooleanOptionalAction, default=True,
+                        help="pinned: run the engine thread SCHED_FIFO so CPU 0 is its own on a "
+                             "shared machine (needs CAP_SYS_NICE; skipped if not allowed)")
+    parser.add_argument("--service", action=argparse.BooleanOptionalAction, default=None,
+                        help="also drive the real service (c-service); default: on unless --quick")
     args = parser.parse_args(argv)
+    use_service = args.service if args.service is not None else not args.quick
     steps = args.steps or (120 if args.quick else 1000)
     n_cpu = len(os.sched_getaffinity(0))
     modes = []
@@ -270,9 +483,18 @@ def main(argv: list[str] | None = None) -> int:
     setups = ["a-none", "b-inproc", "c-textproc"]
     if not args.no_hf and not args.quick:
         setups.insert(2, "b-inproc-hf")
+    if use_service:
+        setups.append("c-service")
     model_dir = _model_dir(args.model_dir)
     engine_cpus = {0}
     text_cpus = set(range(1, n_cpu)) or {0}
+    if args.rt and "pinned" in modes:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            RT["enabled"] = True
+        except (OSError, AttributeError):
+            print("(--rt not allowed here: pinned runs share CPU 0 with other processes)")
     info = machine()
     print(f"engine interference: {steps} steps/set-up, {args.step_ms} ms GIL work/step, "
           f"{args.units} text units, {ENGINE_STREAMS} engine streams; model {model_dir.name}; "
@@ -297,19 +519,28 @@ def main(argv: list[str] | None = None) -> int:
         w.start()
     rows: list[dict[str, Any]] = []
     link = EngineLink.connect(engine_in, engine_out)
+    service: Service | None = None
+    service_link: Any = None
+    service_engine: ServiceEngine | None = None
     try:
+        if use_service:
+            print("starting textproc serve --engine external ...", flush=True)
+            service = Service(model_dir, args.units)
+            service_link = EngineLink.connect(service.engine_in, service.engine_out)
         print("loading text work in this process and in the workers ...", flush=True)
         works = {"textproc": TextWork(model_dir, "textproc")}
         if "b-inproc-hf" in setups:
             works["hf"] = TextWork(model_dir, "hf")
+        if service_link is not None:
+            service_engine = ServiceEngine(service_link, works["textproc"].output_ids)
         for _ in workers:
             kind, _unit = results.get(timeout=120)
             assert kind == "ready", kind
         from engine_stub.stub import calibrate_busy
 
-        _pin(engine_cpus if "pinned" in modes else None)
+        before = _engine_thread(engine_cpus if "pinned" in modes else None)
         units = calibrate_busy(args.step_ms)
-        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        _engine_thread_done(before)
         print(f"busy units per step: {units}", flush=True)
         print(f"{'set-up':<13} {'cpus':<9} {'p50 ms':>7} {'p99 ms':>7} {'mean':>7} {'tok/s':>8} "
               f"{'p50 +%':>7} {'p99 +%':>7} {'enc tok/s':>10} {'detok tok/s':>11}", flush=True)
@@ -347,6 +578,37 @@ def main(argv: list[str] | None = None) -> int:
                     for c in per_thread:
                         for k, v in c.items():
                             counts[k] = counts.get(k, 0) + v
+                elif setup == "c-service":
+                    assert service is not None
+                    service.pin(text_cpus if pinned else set(range(os.cpu_count() or 1)))
+                    gen_stop = ctx.Event()
+                    gen_results: Any = ctx.Queue()
+                    gen = ctx.Process(target=_load_generator, args=(
+                        str(service.runtime_dir), works["textproc"].prompts, SERVICE_STREAMS,
+                        gen_stop, gen_results), daemon=True)
+                    gen.start()
+                    if pinned and gen.pid:
+                        os.sched_setaffinity(gen.pid, text_cpus)
+                    kind, _unit = gen_results.get(timeout=120)
+                    assert service_engine is not None
+                    row = service_engine.run(units, steps, engine_cpus if pinned else None,
+                                             int(SERVICE_STREAMS * 0.8))
+                    gen_stop.set()
+                    # keep serving (unmeasured) so the generator's streams can end
+                    end = time.monotonic() + 30
+                    got: Any = None
+                    while time.monotonic() < end and got is None:
+                        service_engine.step(0)
+                        try:
+                            got = gen_results.get_nowait()
+                        except queue.Empty:
+                            pass
+                    gen.join(timeout=10)
+                    if gen.is_alive():
+                        gen.kill()
+                    if got is not None:
+                        counts = dict(got[1])
+                    gen_results.close()
                 else:
                     worker_stop.clear()
                     for q in commands:
@@ -366,8 +628,17 @@ def main(argv: list[str] | None = None) -> int:
                 row.update({"bench": "interference", "setup": setup, "cpus": mode,
                             "steps": steps, "step_work_ms": args.step_ms, "busy_units": units,
                             "text_units": args.units, "model": model_dir.name,
+                            "engine_sched_fifo": pinned and RT["enabled"],
                             "encode_tokens_per_s": counts.get("encoded", 0) / secs,
                             "detok_tokens_per_s": counts.get("detokenized", 0) / secs})
+                if setup == "c-service":
+                    # over the load generator's life: prompts the workers encoded for completed
+                    # requests; every engine token went through the detokenizer
+                    life = float(counts.get("seconds", 0)) or secs
+                    row["client_counts"] = counts
+                    row["client_requests_per_s"] = counts.get("requests", 0) / life
+                    row["encode_tokens_per_s"] = counts.get("requests", 0) * prompt_tokens(works) / life
+                    row["detok_tokens_per_s"] = row["engine_tokens_per_s"]
                 if base is None:
                     base = row
                 row["p50_vs_none_pct"] = (row["step_ms_p50"] / base["step_ms_p50"] - 1) * 100
@@ -380,6 +651,10 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     finally:
         link.close()
+        if service_link is not None:
+            service_link.close()
+        if service is not None:
+            service.close()
         for q in commands:
             q.put(("exit",))
         worker_stop.set()
