@@ -140,7 +140,7 @@ class TextEvent:
 
 class _Stream:
     __slots__ = ("request_id", "worker", "items", "waiter", "error", "accepted", "last_seen",
-                 "pending_at_worker", "prompt_tokens")
+                 "pending_at_worker", "prompt_tokens", "unknown_seen")
 
     def __init__(self, request_id: str, worker: int) -> None:
         self.request_id = request_id
@@ -152,6 +152,7 @@ class _Stream:
         self.pending_at_worker = True
         self.last_seen = time.monotonic()
         self.prompt_tokens = 0
+        self.unknown_seen = 0  # Query answers saying the detokenizer does not know it
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -548,6 +549,7 @@ class TextClient:
                             continue
                         stream.items.append(item)
                         stream.last_seen = now
+                        stream.unknown_seen = 0
                         if stream.pending_at_worker:  # the detokenizer has it: a worker death
                             stream.pending_at_worker = False  # no longer concerns it
                             self._worker_pending[stream.worker].discard(item.request_id)
@@ -570,7 +572,10 @@ class TextClient:
                 case Unknown():
                     for rid in frame.request_ids:
                         stream = streams.get(rid)
-                        if stream is not None and not stream.pending_at_worker:
+                        if stream is None or stream.pending_at_worker:
+                            continue
+                        stream.unknown_seen += 1
+                        if stream.unknown_seen >= 2:  # twice, 0.5 s apart: really lost
                             stream.fail(WorkerDied(
                                 f"request {rid!r} was lost: the detokenizer holds no state for "
                                 "it (it restarted, or the request never reached it)"))

@@ -54,6 +54,9 @@ __all__ = ["Detokenizer", "run_detokenizer", "coalesce_deltas"]
 _log = logging.getLogger("textproc.detokenizer")
 _DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
 _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
+# engine steps handled before looking at Submits and clients again: a step can hold thousands
+# of requests, and Submits must not wait behind a long backlog of steps
+_ENGINE_DRAIN_BATCH = 4
 _ENGINE_REASONS = {"stop", "length", "abort", "error"}
 _PIPELINE_REASONS = frozenset({"stop", "length", "abort"})
 
@@ -154,15 +157,43 @@ class Detokenizer:
         return submit.engine_request
 
     def on_step(self, step: EngineStep) -> None:
-        self.counters["engine_steps"] += 1
+        counters = self.counters
+        counters["engine_steps"] += 1
         live = self.live
+        outbox = self.outbox
+        n_tokens = 0
         for out in step.outputs:
             rid = out.request_id
             req = live.get(rid)
-            if req is not None:
-                self._feed(rid, req, out.token_ids, out.finish_reason)
-            elif rid not in self.done:
-                self._buffer_early(out)
+            if req is None:
+                if rid not in self.done:
+                    self._buffer_early(out)
+                continue
+            token_ids = out.token_ids
+            if out.finish_reason is not None or req.state.is_finished:
+                self._feed(rid, req, token_ids, out.finish_reason)
+                continue
+            # hot path: a running request's next tokens (no finish, no error)
+            n = len(token_ids)
+            n_tokens += n
+            req.completion_tokens += n
+            try:
+                deltas = req.state.feed(token_ids)
+            except Exception:
+                req.completion_tokens -= n
+                n_tokens -= n
+                self._feed(rid, req, token_ids, None)  # the slow path reports the error
+                continue
+            if req.state.is_finished:  # a stop string matched
+                self._finish(rid, req, deltas, None)
+            elif deltas:
+                item = RequestOutput(rid, deltas if len(deltas) == 1 else coalesce_deltas(deltas))
+                box = outbox.get(req.client_id)
+                if box is None:
+                    outbox[req.client_id] = [item]
+                else:
+                    box.append(item)
+        counters["tokens_in"] += n_tokens
 
     def on_hello(self, hello: EngineHello) -> bool:
         """A (re)started engine. Returns True when it is a new instance (all live requests fail)."""
@@ -265,6 +296,15 @@ class Detokenizer:
                             f"{type(e).__name__}: {e}", abort_engine=engine_reason is None,
                        kind="internal")
             return
+        self._finish(rid, req, deltas, engine_reason, counted=True)
+
+    def _finish(self, rid: str, req: _Request, deltas: list[dict[str, Any]],
+                engine_reason: str | None, *, counted: bool = False) -> None:
+        """The request ended (stop string or engine finish): send the last output, free it."""
+        state = req.state
+        if not counted and engine_reason is None:
+            self.engine_aborts.append(rid)
+            self.counters["stop_string_aborts"] += 1
         del self.live[rid]
         self._mark_done(rid)
         self.counters["requests_finished"] += 1
@@ -401,9 +441,9 @@ class _Loop:
                     _log.error("supervisor %d is gone; exiting", self.runtime.parent_pid)
                     return
 
-    def _drain_submits(self) -> None:
+    def _drain_submits(self, limit: int = _DRAIN_BATCH) -> None:
         decode = self.submit_decoder.decode
-        for _ in range(_DRAIN_BATCH):
+        for _ in range(limit):
             try:
                 data = self.detok_in.recv(zmq.NOBLOCK, copy=True)
             except zmq.Again:
@@ -430,7 +470,7 @@ class _Loop:
 
     def _drain_engine(self) -> None:
         decode = self.engine_decoder.decode
-        for _ in range(_DRAIN_BATCH):
+        for _ in range(_ENGINE_DRAIN_BATCH):
             try:
                 data = self.engine_out.recv(zmq.NOBLOCK, copy=True)
             except zmq.Again:
@@ -470,6 +510,9 @@ class _Loop:
                 case Abort():
                     self.core.on_abort(client_id, frame.request_ids)
                 case Query():
+                    # Submits for these ids were sent before the client saw Accepted: take
+                    # everything waiting on detok-in first, so the answer cannot race them
+                    self._drain_submits(limit=1 << 30)
                     self._send_front(client_id, self.encode(Unknown(self.core.unknown(frame.request_ids))))
                 case StatsRequest():
                     counters = self.core.all_counters()
