@@ -108,3 +108,44 @@ def test_sigint_stops_everything(tmp_path: Path, toy_model: Path) -> None:
     assert service.proc is not None
     service.proc.send_signal(signal.SIGINT)
     service.stop()  # asserts that no process and no socket file is left
+
+
+def test_engine_restart_fails_in_flight_requests_then_serves(tmp_path: Path, toy_model: Path) -> None:
+    service = Service(tmp_path / "s", toy_model, workers=1, args=["--stub-arg=--step-ms=5"]).start()
+    try:
+        async def main() -> None:
+            async with await TextClient.connect(service.runtime_dir) as client:
+                await asyncio.wait_for(_drive(client, 2, 2, "warm"), 30)
+                old = service.refresh_pids()["engine"]
+                load = asyncio.ensure_future(_drive(client, 50, 200, "engine-kill"))
+                await asyncio.sleep(0.5)
+                os.kill(old, signal.SIGKILL)
+                t_kill = time.monotonic()
+                results = await asyncio.wait_for(load, 30)
+                assert time.monotonic() - t_kill < 15
+                errors = [r for r in results if isinstance(r, Exception)]
+                assert errors and all(isinstance(e, WorkerDied) for e in errors), results[:3]
+                assert all("engine restarted" in str(e) for e in errors), errors[:3]
+                _wait_restarted(service, "engine", old)
+                after = await asyncio.wait_for(_drive(client, 10, 5, "after-engine"), 30)
+                assert after == [f"w{i} " * 5 for i in range(10)], after
+
+        run(main)
+    finally:
+        service.stop()
+
+
+def test_serve_reports_a_missing_model_and_a_startup_timeout(tmp_path: Path, toy_model: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "textproc.cli", "serve", "--model-dir",
+                          str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"no tokenizer.json in {tmp_path / 'nothing'}" in out.stderr
+    rt = tmp_path / "rt"
+    out = subprocess.run([sys.executable, "-m", "textproc.cli", "serve", "--model-dir",
+                          str(toy_model), "--workers", "1", "--runtime-dir", str(rt),
+                          "--startup-timeout", "0.2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "waited 0 s for Ready from" in out.stderr and "worker-0" in out.stderr, out.stderr
+    assert not rt.exists(), "the runtime dir it created was left behind"

@@ -344,6 +344,8 @@ def test_malformed_frames_on_every_socket_are_counted_and_harmless(service: Serv
     assert detok["frames_malformed.detok-front"] >= n_garbage + 1, detok
     assert detok["frames_malformed.detok-in"] >= n_garbage + 2, detok
     assert detok["frames_malformed.engine-out"] >= n_garbage, detok
+    # the Submit for a client that never connected: its output was unroutable -> aborted
+    assert detok["outputs_unroutable"] >= 1 and detok["requests_aborted"] >= 1, detok
     assert dict(service.refresh_pids()) == pids_before, "a process restarted"
     log = service.log(tail=None)
     for name in ["worker-0", "detok-front", "detok-in", "engine-out", "control"]:
