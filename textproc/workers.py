@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import zmq
@@ -342,13 +343,16 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
     counters = {"requests": 0, "failures": 0, "prompt_tokens": 0, "submit_blocked": 0}
     poller = zmq.Poller()
     poller.register(front, zmq.POLLIN)
-    idle_polls = 0
+    next_parent_check = time.monotonic() + 1.0
     while not runtime.should_stop:
-        if not poller.poll(200):
-            idle_polls += 1
-            if idle_polls % 5 == 0 and not runtime.parent_alive():
+        ready = poller.poll(200)
+        now = time.monotonic()
+        if now >= next_parent_check:  # by time, so a busy worker notices too
+            next_parent_check = now + 1.0
+            if not runtime.parent_alive():
                 _log.error("supervisor %d is gone; exiting", runtime.parent_pid)
                 return
+        if not ready:
             continue
         parts = front.recv_multipart(copy=True)
         if len(parts) != 2:
