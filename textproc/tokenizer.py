@@ -308,8 +308,8 @@ class Tokenizer:
             if isinstance(self._model, Unigram):
                 for token_id, (piece, _score) in enumerate(self._model.pieces):
                     table[token_id] = piece
-            for token_id, tok in self._added.id_to_token.items():
-                table[token_id] = tok.content
+            for token_id, text in self._added.id_to_text.items():
+                table[token_id] = text
             self._id_to_token = table
         return table
 
@@ -328,9 +328,13 @@ class Tokenizer:
         return None
 
     def _bytes_of(self, token_id: int, token: str) -> bytes:
+        if self._decoder.is_byte_level:
+            # like HF's ByteLevel decoder, added tokens included: mapped when every character
+            # is in the byte alphabet, else their UTF-8
+            return byte_level_token_bytes(token)
         if token_id in self._added.id_to_token:
             return token.encode("utf-8")
-        if self._decoder.is_byte_level or (self._pre.byte_level and "ByteLevel" in self._decoder.kinds):
+        if self._pre.byte_level and "ByteLevel" in self._decoder.kinds:
             return byte_level_token_bytes(token)
         m = _BYTE_TOKEN.fullmatch(token)
         if m is not None and "ByteFallback" in self._decoder.kinds:

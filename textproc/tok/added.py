@@ -51,6 +51,8 @@ class AddedVocab:
         self.content_to_id: dict[str, int] = {}
         self.id_to_token: dict[int, AddedToken] = {}
         self.special_contents: set[str] = set()
+        # id -> the text HF's id_to_token and decode give (normalized content if normalized)
+        self.id_to_text: dict[int, str] = {}
         self._raw_re: Any = None
         self._norm_re: Any = None
         self._raw_ids: dict[str, int] = {}
@@ -83,11 +85,8 @@ class AddedVocab:
             )
             if "id" in obj:
                 ctx.get(obj, "id", p, int)
-        special_order: list[AddedToken] = []
-        classic_order: list[AddedToken] = []
         for tok in tokens:
-            if tok.special and tok.content and tok.content not in self.special_contents:
-                special_order.append(tok)
+            if tok.special and tok.content:
                 self.special_contents.add(tok.content)
         for tok in tokens:
             if not tok.content or tok in self.id_to_token.values():
@@ -105,18 +104,19 @@ class AddedVocab:
                     new_id = model_vocab_size
             self.content_to_id[tok.content] = new_id
             self.id_to_token[new_id] = tok
-            if tok.content not in self.special_contents:
-                classic_order.append(tok)
         raw: list[str] = []
         norm: list[str] = []
-        for tok in special_order + classic_order:
-            token_id = self.content_to_id[tok.content]
+        # a content added twice keeps only its last flags (HF replaces the AddedToken by id)
+        for token_id, tok in self.id_to_token.items():
             if tok.normalized:
                 content = normalizer(tok.content) if normalizer is not None else tok.content
+                # HF's id_to_token / decode give the normalized content of such a token
+                self.id_to_text[token_id] = content
                 if content:
                     norm.append(content)
                     self._norm_ids.setdefault(content, token_id)
             else:
+                self.id_to_text[token_id] = tok.content
                 raw.append(tok.content)
                 self._raw_ids.setdefault(tok.content, token_id)
         self._raw_re = _matcher(raw)
@@ -183,7 +183,10 @@ class AddedVocab:
         for start, stop, token_id in matches:
             if prev < start:
                 out.append((text[prev:start], -1, at0 and prev == 0))
-            out.append((text[start:stop], token_id, at0 and start == 0))
+            # like HF: a match inside whitespace a previous rstrip took is emitted again
+            # (rstrip only), or becomes an empty slice that is dropped (with lstrip)
+            if start < stop:
+                out.append((text[start:stop], token_id, at0 and start == 0))
             prev = stop
         if prev < len(text):
             out.append((text[prev:], -1, at0 and prev == 0))
