@@ -268,8 +268,10 @@ def _load_generator(runtime_dir: str, prompts: list[str], streams: int, stop: An
                             if stop.is_set():
                                 break
                         counts["requests"] += 1
-                    except Exception:  # noqa: BLE001 - count and keep the load going
+                    except Exception as exc:  # noqa: BLE001 - count and keep the load going
                         counts["errors"] += 1
+                        key = f"error {type(exc).__name__}: {str(exc)[:60]}"
+                        counts[key] = counts.get(key, 0) + 1
                         await asyncio.sleep(0.05)
 
             results.put(("started", -1))
@@ -466,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-unpinned", action="store_true")
     parser.add_argument("--no-pinned", action="store_true")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF tokenizers baseline")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every set-up this many times, interleaved; summary = medians")
     parser.add_argument("--rt", action=argparse.BooleanOptionalAction, default=True,
                         help="pinned: run the engine thread SCHED_FIFO so CPU 0 is its own on a "
                              "shared machine (needs CAP_SYS_NICE; skipped if not allowed)")
@@ -486,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     if use_service:
         setups.append("c-service")
     model_dir = _model_dir(args.model_dir)
+    if not (model_dir / "tokenizer.json").is_file():
+        parser.error(f"--model-dir {str(model_dir)!r} has no tokenizer.json")
     engine_cpus = {0}
     text_cpus = set(range(1, n_cpu)) or {0}
     if args.rt and "pinned" in modes:
@@ -544,111 +550,112 @@ def main(argv: list[str] | None = None) -> int:
         print(f"busy units per step: {units}", flush=True)
         print(f"{'set-up':<13} {'cpus':<9} {'p50 ms':>7} {'p99 ms':>7} {'mean':>7} {'tok/s':>8} "
               f"{'p50 +%':>7} {'p99 +%':>7} {'enc tok/s':>10} {'detok tok/s':>11}", flush=True)
-        for mode in modes:
-            pinned = mode == "pinned"
-            base: dict[str, Any] | None = None
-            for setup in setups:
-                counts: dict[str, int] = {}
-                row: dict[str, Any]
-                if setup == "a-none":
-                    row = engine_run(link, units, steps, engine_cpus if pinned else None)
-                elif setup.startswith("b-"):
-                    work = works["hf" if setup.endswith("hf") else "textproc"]
-                    stop = threading.Event()
-                    started = threading.Barrier(args.units + 1)
-                    per_thread: list[dict[str, int]] = [{} for _ in range(args.units)]
+        for rep in range(args.repeat):
+            for mode in modes:
+                pinned = mode == "pinned"
+                base: dict[str, Any] | None = None
+                for setup in setups:
+                    counts: dict[str, int] = {}
+                    row: dict[str, Any]
+                    if setup == "a-none":
+                        row = engine_run(link, units, steps, engine_cpus if pinned else None)
+                    elif setup.startswith("b-"):
+                        work = works["hf" if setup.endswith("hf") else "textproc"]
+                        stop = threading.Event()
+                        started = threading.Barrier(args.units + 1)
+                        per_thread: list[dict[str, int]] = [{} for _ in range(args.units)]
 
-                    def body(u: int, work: TextWork = work, stop: threading.Event = stop,
-                             started: threading.Barrier = started,
-                             per_thread: list[dict[str, int]] = per_thread) -> None:
-                        _pin(text_cpus if pinned else None)
+                        def body(u: int, work: TextWork = work, stop: threading.Event = stop,
+                                 started: threading.Barrier = started,
+                                 per_thread: list[dict[str, int]] = per_thread) -> None:
+                            _pin(text_cpus if pinned else None)
+                            started.wait()
+                            text_loop(work, stop, per_thread[u], u)
+
+                        threads = [threading.Thread(target=body, args=(u,), daemon=True)
+                                   for u in range(args.units)]
+                        for t in threads:
+                            t.start()
                         started.wait()
-                        text_loop(work, stop, per_thread[u], u)
-
-                    threads = [threading.Thread(target=body, args=(u,), daemon=True)
-                               for u in range(args.units)]
-                    for t in threads:
-                        t.start()
-                    started.wait()
-                    time.sleep(0.1)
-                    row = engine_run(link, units, steps, engine_cpus if pinned else None)
-                    stop.set()
-                    for t in threads:
-                        t.join(timeout=60)
-                    for c in per_thread:
-                        for k, v in c.items():
-                            counts[k] = counts.get(k, 0) + v
-                elif setup == "c-service":
-                    assert service is not None
-                    service.pin(text_cpus if pinned else set(range(os.cpu_count() or 1)))
-                    gen_stop = ctx.Event()
-                    gen_results: Any = ctx.Queue()
-                    gen = ctx.Process(target=_load_generator, args=(
-                        str(service.runtime_dir), works["textproc"].prompts, SERVICE_STREAMS,
-                        gen_stop, gen_results), daemon=True)
-                    gen.start()
-                    if pinned and gen.pid:
-                        os.sched_setaffinity(gen.pid, text_cpus)
-                    kind, _unit = gen_results.get(timeout=120)
-                    assert service_engine is not None
-                    row = service_engine.run(units, steps, engine_cpus if pinned else None,
-                                             int(SERVICE_STREAMS * 0.8))
-                    gen_stop.set()
-                    # keep serving (unmeasured) so the generator's streams can end
-                    end = time.monotonic() + 30
-                    got: Any = None
-                    while time.monotonic() < end and got is None:
-                        service_engine.step(0)
-                        try:
-                            got = gen_results.get_nowait()
-                        except queue.Empty:
-                            pass
-                    gen.join(timeout=10)
-                    if gen.is_alive():
-                        gen.kill()
-                    if got is not None:
-                        counts = dict(got[1])
-                    gen_results.close()
-                else:
-                    worker_stop.clear()
-                    for q in commands:
-                        q.put(("run", text_cpus if pinned else None))
-                    for _ in workers:
-                        kind, _unit = results.get(timeout=60)
-                        assert kind == "started", kind
-                    time.sleep(0.1)
-                    row = engine_run(link, units, steps, engine_cpus if pinned else None)
-                    worker_stop.set()
-                    for _ in workers:
-                        kind, c = results.get(timeout=60)
-                        assert kind == "counts", kind
-                        for k, v in c.items():
-                            counts[k] = counts.get(k, 0) + v
-                secs = row["seconds"]
-                row.update({"bench": "interference", "setup": setup, "cpus": mode,
-                            "steps": steps, "step_work_ms": args.step_ms, "busy_units": units,
-                            "text_units": args.units, "model": model_dir.name,
-                            "engine_sched_fifo": pinned and RT["enabled"],
-                            "encode_tokens_per_s": counts.get("encoded", 0) / secs,
-                            "detok_tokens_per_s": counts.get("detokenized", 0) / secs})
-                if setup == "c-service":
-                    # over the load generator's life: prompts the workers encoded for completed
-                    # requests; every engine token went through the detokenizer
-                    life = float(counts.get("seconds", 0)) or secs
-                    row["client_counts"] = counts
-                    row["client_requests_per_s"] = counts.get("requests", 0) / life
-                    row["encode_tokens_per_s"] = counts.get("requests", 0) * prompt_tokens(works) / life
-                    row["detok_tokens_per_s"] = row["engine_tokens_per_s"]
-                if base is None:
-                    base = row
-                row["p50_vs_none_pct"] = (row["step_ms_p50"] / base["step_ms_p50"] - 1) * 100
-                row["p99_vs_none_pct"] = (row["step_ms_p99"] / base["step_ms_p99"] - 1) * 100
-                rows.append(row)
-                print(f"{setup:<13} {mode:<9} {row['step_ms_p50']:>7.2f} {row['step_ms_p99']:>7.2f} "
-                      f"{row['step_ms_mean']:>7.2f} {row['engine_tokens_per_s']:>8.0f} "
-                      f"{row['p50_vs_none_pct']:>+7.1f} {row['p99_vs_none_pct']:>+7.1f} "
-                      f"{row['encode_tokens_per_s']:>10.0f} {row['detok_tokens_per_s']:>11.0f}",
-                      flush=True)
+                        time.sleep(0.1)
+                        row = engine_run(link, units, steps, engine_cpus if pinned else None)
+                        stop.set()
+                        for t in threads:
+                            t.join(timeout=60)
+                        for c in per_thread:
+                            for k, v in c.items():
+                                counts[k] = counts.get(k, 0) + v
+                    elif setup == "c-service":
+                        assert service is not None
+                        service.pin(text_cpus if pinned else set(range(os.cpu_count() or 1)))
+                        gen_stop = ctx.Event()
+                        gen_results: Any = ctx.Queue()
+                        gen = ctx.Process(target=_load_generator, args=(
+                            str(service.runtime_dir), works["textproc"].prompts, SERVICE_STREAMS,
+                            gen_stop, gen_results), daemon=True)
+                        gen.start()
+                        if pinned and gen.pid:
+                            os.sched_setaffinity(gen.pid, text_cpus)
+                        kind, _unit = gen_results.get(timeout=120)
+                        assert service_engine is not None
+                        row = service_engine.run(units, steps, engine_cpus if pinned else None,
+                                                 int(SERVICE_STREAMS * 0.8))
+                        gen_stop.set()
+                        # keep serving (unmeasured) so the generator's streams can end
+                        end = time.monotonic() + 30
+                        got: Any = None
+                        while time.monotonic() < end and got is None:
+                            service_engine.step(0)
+                            try:
+                                got = gen_results.get_nowait()
+                            except queue.Empty:
+                                pass
+                        gen.join(timeout=10)
+                        if gen.is_alive():
+                            gen.kill()
+                        if got is not None:
+                            counts = dict(got[1])
+                        gen_results.close()
+                    else:
+                        worker_stop.clear()
+                        for q in commands:
+                            q.put(("run", text_cpus if pinned else None))
+                        for _ in workers:
+                            kind, _unit = results.get(timeout=60)
+                            assert kind == "started", kind
+                        time.sleep(0.1)
+                        row = engine_run(link, units, steps, engine_cpus if pinned else None)
+                        worker_stop.set()
+                        for _ in workers:
+                            kind, c = results.get(timeout=60)
+                            assert kind == "counts", kind
+                            for k, v in c.items():
+                                counts[k] = counts.get(k, 0) + v
+                    secs = row["seconds"]
+                    row.update({"bench": "interference", "setup": setup, "cpus": mode, "rep": rep,
+                                "steps": steps, "step_work_ms": args.step_ms, "busy_units": units,
+                                "text_units": args.units, "model": model_dir.name,
+                                "engine_sched_fifo": pinned and RT["enabled"],
+                                "encode_tokens_per_s": counts.get("encoded", 0) / secs,
+                                "detok_tokens_per_s": counts.get("detokenized", 0) / secs})
+                    if setup == "c-service":
+                        # over the load generator's life: prompts the workers encoded for completed
+                        # requests; every engine token went through the detokenizer
+                        life = float(counts.get("seconds", 0)) or secs
+                        row["client_counts"] = counts
+                        row["client_requests_per_s"] = counts.get("requests", 0) / life
+                        row["encode_tokens_per_s"] = counts.get("requests", 0) * prompt_tokens(works) / life
+                        row["detok_tokens_per_s"] = row["engine_tokens_per_s"]
+                    if base is None:
+                        base = row
+                    row["p50_vs_none_pct"] = (row["step_ms_p50"] / base["step_ms_p50"] - 1) * 100
+                    row["p99_vs_none_pct"] = (row["step_ms_p99"] / base["step_ms_p99"] - 1) * 100
+                    rows.append(row)
+                    print(f"{setup:<13} {mode:<9} {row['step_ms_p50']:>7.2f} {row['step_ms_p99']:>7.2f} "
+                          f"{row['step_ms_mean']:>7.2f} {row['engine_tokens_per_s']:>8.0f} "
+                          f"{row['p50_vs_none_pct']:>+7.1f} {row['p99_vs_none_pct']:>+7.1f} "
+                          f"{row['encode_tokens_per_s']:>10.0f} {row['detok_tokens_per_s']:>11.0f}",
+                          flush=True)
     finally:
         link.close()
         if service_link is not None:
@@ -667,8 +674,24 @@ def main(argv: list[str] | None = None) -> int:
         for q in [*commands, results]:
             q.close()
             q.join_thread()
-    print("(+% = step time vs a-none in the same cpus mode; target for c-textproc: p50 +1%, "
-          "p99 +5%)")
+    if args.repeat > 1:
+        print(f"median over {args.repeat} runs:")
+        for mode in modes:
+            for setup in setups:
+                mine = [r for r in rows if r["setup"] == setup and r["cpus"] == mode]
+                if not mine:
+                    continue
+                med = {k: statistics.median(r[k] for r in mine) for k in (
+                    "step_ms_p50", "step_ms_p99", "engine_tokens_per_s", "p50_vs_none_pct",
+                    "p99_vs_none_pct", "encode_tokens_per_s", "detok_tokens_per_s")}
+                rows.append({"bench": "interference-summary", "setup": setup, "cpus": mode,
+                             "runs": len(mine), **med})
+                print(f"{setup:<13} {mode:<9} {med['step_ms_p50']:>7.2f} {med['step_ms_p99']:>7.2f} "
+                      f"{'':>7} {med['engine_tokens_per_s']:>8.0f} {med['p50_vs_none_pct']:>+7.1f} "
+                      f"{med['p99_vs_none_pct']:>+7.1f} {med['encode_tokens_per_s']:>10.0f} "
+                      f"{med['detok_tokens_per_s']:>11.0f}")
+    print("(+% = step time vs a-none in the same cpus mode and run; target for c-textproc: p50 "
+          "+1%, p99 +5%)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             for r in rows:

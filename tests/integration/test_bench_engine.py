@@ -37,11 +37,19 @@ def test_enginelink_bench_quick(tmp_path: Path) -> None:
 
 def test_interference_bench_quick(tmp_path: Path, toy_model: Path) -> None:
     out = _run("interference.py", "--quick", "--steps", "20", "--units", "1", "--step-ms", "2",
-               "--model-dir", str(toy_model), "--json", str(tmp_path / "r.json"))
+               "--repeat", "2", "--model-dir", str(toy_model), "--json", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
-    rows = [json.loads(line) for line in (tmp_path / "r.json").read_text().splitlines()]
-    assert [r["setup"] for r in rows] == ["a-none", "b-inproc", "c-textproc"]
+    lines = (tmp_path / "r.json").read_text().splitlines()
+    rows = [r for r in map(json.loads, lines) if r["bench"] == "interference"]
+    assert [r["setup"] for r in rows] == ["a-none", "b-inproc", "c-textproc"] * 2
+    summary = [r for r in map(json.loads, lines) if r["bench"] == "interference-summary"]
+    assert [r["runs"] for r in summary] == [2, 2, 2]
     for r in rows:
         assert r["step_ms_p50"] > 0 and r["engine_tokens_per_s"] > 0
     assert rows[0]["encode_tokens_per_s"] == 0
     assert rows[1]["encode_tokens_per_s"] > 0 and rows[2]["detok_tokens_per_s"] > 0
+
+
+def test_interference_bench_bad_model_dir(tmp_path: Path) -> None:
+    out = _run("interference.py", "--quick", "--model-dir", str(tmp_path))
+    assert out.returncode == 2 and "has no tokenizer.json" in out.stderr
