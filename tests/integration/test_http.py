@@ -140,6 +140,7 @@ def user(text: str) -> list[dict[str, Any]]:
 
 def test_models_health_metrics(stack: tuple[Service, str], client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
     health = httpx.get(stack[1] + "/health", timeout=10)
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     metrics = httpx.get(stack[1] + "/metrics", timeout=10)
@@ -274,7 +275,7 @@ def test_reasoning_content(client: openai.OpenAI) -> None:
     assert reasoning == "The user wants 2+2. That is 4."
 
 
-def test_completions(client: openai.OpenAI) -> None:
+def test_completions(stack: tuple[Service, str], client: openai.OpenAI) -> None:
     resp = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=50)
     assert resp.object == "text_completion" and resp.id.startswith("cmpl-")
     assert resp.choices[0].text == "Once upon a time"
@@ -285,6 +286,12 @@ def test_completions(client: openai.OpenAI) -> None:
     chunks = list(client.completions.create(model=MODEL, prompt="one two three four",
                                             stream=True, stop=[" three"], max_tokens=50))
     assert "".join(c.choices[0].text for c in chunks) == "one two"
+    ids = httpx.post(stack[1] + "/tokenize", json={"prompt": "Hello world"}, timeout=10).json()
+    by_ids = client.completions.create(model=MODEL, prompt=ids["tokens"], max_tokens=50)
+    assert by_ids.choices[0].text == "Hello world"
+    assert by_ids.usage is not None and by_ids.usage.prompt_tokens == ids["count"]
+    echoed = client.completions.create(model=MODEL, prompt="Hi", echo=True, max_tokens=50)
+    assert echoed.choices[0].text == "HiHi"
 
 
 def _error(exc: openai.APIStatusError) -> dict[str, Any]:
@@ -457,7 +464,6 @@ def test_detokenizer_death_is_503_then_recovers(stack: tuple[Service, str],
                                                 client: openai.OpenAI) -> None:
     """Runs last: kill -9 the detokenizer under a long request; it fails with 503, quickly."""
     service, url = stack
-    started = time.monotonic()
     result: dict[str, Any] = {}
 
     def long_request() -> None:
@@ -467,18 +473,26 @@ def test_detokenizer_death_is_503_then_recovers(stack: tuple[Service, str],
         except Exception as exc:  # reported by the assert below
             result["error"] = exc
 
-    thread = threading.Thread(target=long_request)
+    before = _stub_ids(service)
+    thread = threading.Thread(target=long_request, daemon=True)
     thread.start()
-    time.sleep(0.5)  # well inside the ~6 s the answer would take
-    detok = service.refresh_pids()["detokenizer"]
-    os.kill(detok, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while True:  # kill only once the request is generating (the detokenizer holds it)
+        stats = service.stub_stats()["requests"]
+        if any(e["generated"] > 0 and e["finish_reason"] is None
+               for rid, e in stats.items() if rid not in before):
+            break
+        assert time.monotonic() < deadline, "the long request never started generating"
+        time.sleep(0.05)
+    killed_at = time.monotonic()
+    os.kill(service.refresh_pids()["detokenizer"], signal.SIGKILL)
     thread.join(20)
     assert not thread.is_alive()
     resp = result.get("response")
     assert resp is not None, result
     assert resp.status_code == 503, resp.text
     assert "detokenizer" in resp.json()["error"]["message"]
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - killed_at < 10
     deadline = time.monotonic() + 20  # restarted by the supervisor; new requests succeed
     while True:
         try:

@@ -193,7 +193,7 @@ def test_completion_prompt_forms() -> None:
 
 def test_tokenize_detokenize_requests() -> None:
     req = parse_tokenize_request(b'{"prompt": "hi"}', served_models=MODELS)
-    assert req.prompt == "hi" and req.add_special_tokens
+    assert req.prompt == "hi" and req.add_special_tokens is None
     assert "exactly one" in rejected(b'{"prompt": "a", "messages": []}', kind="tokenize").message
     assert "exactly one" in rejected(b"{}", kind="tokenize").message
     assert parse_detokenize_request(b'{"tokens": [1, 2]}', served_models=MODELS).tokens == [1, 2]
@@ -437,6 +437,8 @@ def test_app_completions_models_tokenize_metrics() -> None:
     assert texts == [" world", ""]
     models = request(backend, "GET", "/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["qwen3"]
+    assert request(backend, "GET", "/v1/models/qwen3").json()["id"] == "qwen3"
+    assert request(backend, "GET", "/v1/models/gpt-4").status_code == 404
     tok = request(backend, "POST", "/tokenize", json={"prompt": "ab"}).json()
     assert tok == {"count": 2, "max_model_len": 4096, "tokens": [97, 98]}
     assert request(backend, "POST", "/detokenize", json={"tokens": [97, 98]}).json() == {

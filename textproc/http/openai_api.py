@@ -277,9 +277,8 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     prompt: str | None = None
     messages: list[Message] | None = None
     tools: list[ToolDef] | None = None
-    add_special_tokens: bool = True
+    add_special_tokens: bool | None = None  # None: True for a prompt, False for messages
     add_generation_prompt: bool = True
-    continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
 
 

@@ -444,6 +444,20 @@ class _Api:
         return _json(models_body(self.backend.served_models, self.started,
                                  max_model_len=self.backend.max_model_len))
 
+    async def model(self, request: Request) -> Response:
+        name = request.path_params["model"]
+        body = models_body(self.backend.served_models, self.started,
+                           max_model_len=self.backend.max_model_len)
+        for entry in body["data"]:
+            if entry["id"] == name:
+                self.metrics.count_request("/v1/models/{model}", 200)
+                return _json(entry)
+        self.metrics.count_request("/v1/models/{model}", 404)
+        return _error(ApiError(
+            f"model {name!r} does not exist; served: "
+            f"{', '.join(map(repr, self.backend.served_models))}",
+            status=404, param="model", code="model_not_found"))
+
     async def tokenize(self, request: Request) -> Response:
         return await self._guard("/tokenize", request, self._tokenize)
 
@@ -455,7 +469,9 @@ class _Api:
             text=req.prompt,
             messages=messages,
             tools=tokenize_tools(req),
-            add_special_tokens=req.add_special_tokens,
+            # like vLLM: a chat template already writes its special tokens
+            add_special_tokens=(req.add_special_tokens if req.add_special_tokens is not None
+                                else messages is None),
             add_generation_prompt=req.add_generation_prompt,
             chat_template_kwargs=dict(req.chat_template_kwargs or {}),
         )
@@ -515,6 +531,7 @@ def build_app(
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
+        Route("/v1/models/{model:path}", api.model, methods=["GET"]),
         Route("/tokenize", api.tokenize, methods=["POST"]),
         Route("/detokenize", api.detokenize, methods=["POST"]),
         Route("/health", api.health, methods=["GET"]),
