@@ -47,6 +47,20 @@ _log = logging.getLogger("textproc.supervisor")
 ENDPOINTS_FILE = "endpoints.json"
 PROCESSES_FILE = "processes.json"
 _POLL_MS = 50
+_LINUX = sys.platform.startswith("linux")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the supervisor dies, even by kill -9.
+
+    textproc's own children also watch ``os.getppid()``; this covers the engine stub and the
+    HTTP frontend as well, whatever they do.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 _MAX_RESTART_DELAY_S = 5.0
 
 
@@ -193,7 +207,8 @@ class Supervisor:
 
     def _spawn(self, child: _Child) -> None:
         child.ready = False
-        child.process = subprocess.Popen(child.command, stdin=subprocess.DEVNULL)
+        child.process = subprocess.Popen(child.command, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent if _LINUX else None)
         child.started_at = time.monotonic()
         child.restart_at = None
         _log.info("started %s (pid %d)", child.name, child.process.pid)

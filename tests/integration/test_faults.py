@@ -149,3 +149,23 @@ def test_serve_reports_a_missing_model_and_a_startup_timeout(tmp_path: Path, toy
     assert out.returncode == 1, out.stderr
     assert "waited 0 s for Ready from" in out.stderr and "worker-0" in out.stderr, out.stderr
     assert not rt.exists(), "the runtime dir it created was left behind"
+
+
+def test_kill_9_supervisor_leaves_no_orphans(tmp_path: Path, toy_model: Path) -> None:
+    service = Service(tmp_path / "s", toy_model, workers=1).start()
+    assert service.proc is not None
+    children = {k: v for k, v in service.all_pids().items() if k != "supervisor"}
+    service.proc.kill()
+    service.proc.wait(10)
+    deadline = time.monotonic() + 10
+    from tests.integration.service import _alive
+
+    left = dict(children)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = {k: pid for k, pid in left.items() if _alive(pid)}
+    for pid in left.values():
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"orphans after kill -9 of the supervisor: {left}"
+    service.proc = None  # nothing left to stop; socket files stay (documented)
+    service._log.close()
