@@ -18,7 +18,10 @@ blocks so machine load hits them alike):
 - ``encode+raw``: ``raw`` plus ``msgspec.msgpack.Encoder().encode`` of the step: the floor of any
   msgpack framing;
 - ``link``: EngineLink (decode + validate + unpack prompt ids to ``list[int]`` + encode + send);
-- ``ratio`` = link / raw (target <= 1.5) and ``ratio_enc`` = link / encode+raw.
+- ``ratio`` = link / raw (target <= 1.5) and ``ratio_enc`` = link / encode+raw;
+- ``recv raw/link``: the receive half (raw drain vs ``poll_requests + poll_aborts``: decode,
+  validate, unpack) and ``send raw/link``: the send half (raw send of ready bytes vs
+  ``send_outputs``: encode + send), medians.
 
 It also prints the cost of unpacking a 1,024-token prompt to ``list[int]`` (what EngineLink
 does) vs keeping the ``array('I')``.
@@ -102,15 +105,18 @@ class RawEngine:
         self.push.setsockopt(zmq.SNDHWM, 10_000)
         self.push.connect(engine_out)
 
-    def step(self, data: bytes) -> int:
+    def step(self, data: bytes, split: list[float] | None = None) -> int:
         recv = self.pull.recv
         n = 0
+        t0 = time.perf_counter()
         while True:
             try:
                 recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
             n += 1
+        if split is not None:
+            split.append(time.perf_counter() - t0)
         self.push.send(data, zmq.NOBLOCK)
         return n
 
@@ -157,6 +163,8 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
         peer_link.recv_step()  # EngineHello
         times: dict[str, list[float]] = {"raw": [], "encode+raw": [], "link": []}
         state = {m: {"req": 0.0, "abort": 0.0} for m in times}
+        raw_recv: list[float] = []
+        link_poll: list[float] = []
         received = {m: 0 for m in times}
         link_in = link._in  # noqa: SLF001 - only to wait for arrivals outside the timed part
         assert link_in is not None
@@ -177,7 +185,7 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                             _wait_arrival(poll)
                         if mode == "raw":
                             t0 = perf()
-                            received[mode] += raw.step(step_bytes)
+                            received[mode] += raw.step(step_bytes, raw_recv)
                             t1 = perf()
                         elif mode == "encode+raw":
                             t0 = perf()
@@ -187,8 +195,10 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                             t0 = perf()
                             got = link.poll_requests()
                             aborted = link.poll_aborts()
+                            tp = perf()
                             link.send_outputs(outputs)
                             t1 = perf()
+                            link_poll.append(tp - t0)
                             received[mode] += len(got) + len(aborted)
                         times[mode].append(t1 - t0)
                         peer.recv_step()
@@ -212,6 +222,12 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
     for mode, values in times.items():
         row[f"{mode}_us_p50"] = statistics.median(values) * 1e6
         row[f"{mode}_us_mean"] = statistics.fmean(values) * 1e6
+    row["raw_recv_us_p50"] = statistics.median(raw_recv) * 1e6
+    row["link_poll_us_p50"] = statistics.median(link_poll) * 1e6
+    link_send = [t - p for t, p in zip(times["link"], link_poll)]
+    row["link_send_us_p50"] = statistics.median(link_send) * 1e6
+    raw_send = [t - r for t, r in zip(times["raw"], raw_recv)]
+    row["raw_send_us_p50"] = statistics.median(raw_send) * 1e6
     row["ratio_p50"] = row["link_us_p50"] / row["raw_us_p50"]
     row["ratio_mean"] = row["link_us_mean"] / row["raw_us_mean"]
     row["ratio_enc_p50"] = row["link_us_p50"] / row["encode+raw_us_p50"]
@@ -252,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"EngineLink cost per step, {steps} steps per mode; {info['cpus']} cpus, "
           f"load {info['load_avg_1m']:.1f}, zmq {info['zmq']}", flush=True)
     header = (f"{'active':>6} {'bytes':>7} {'raw p50':>8} {'enc+raw':>8} {'link p50':>9} "
-              f"{'ratio':>6} {'raw mean':>9} {'link mean':>10} {'ratio':>6} {'vs enc':>7}")
+              f"{'ratio':>6} {'raw mean':>9} {'link mean':>10} {'ratio':>6} {'vs enc':>7} "
+              f"{'recv raw/link':>14} {'send raw/link':>14}")
     print(header)
     rows: list[dict[str, Any]] = []
     for n in actives:
@@ -260,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         print(f"{n:>6} {r['step_bytes']:>7} {r['raw_us_p50']:>8.1f} {r['encode+raw_us_p50']:>8.1f} "
               f"{r['link_us_p50']:>9.1f} {r['ratio_p50']:>6.2f} {r['raw_us_mean']:>9.1f} "
-              f"{r['link_us_mean']:>10.1f} {r['ratio_mean']:>6.2f} {r['ratio_enc_p50']:>7.2f}",
-              flush=True)
+              f"{r['link_us_mean']:>10.1f} {r['ratio_mean']:>6.2f} {r['ratio_enc_p50']:>7.2f} "
+              f"{r['raw_recv_us_p50']:>6.1f}/{r['link_poll_us_p50']:<7.1f} "
+              f"{r['raw_send_us_p50']:>6.1f}/{r['link_send_us_p50']:<7.1f}", flush=True)
     u = unpack_cost(200 if args.quick else 2000)
     rows.append(u)
     print(f"unpack {PROMPT_TOKENS}-token prompt: list[int] {u['list_us']:.2f} us, "
