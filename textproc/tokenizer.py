@@ -133,7 +133,7 @@ class Tokenizer:
         self.byte_fallback_ids: frozenset[int] = frozenset()
         if "ByteFallback" in decoder.kinds:
             self.byte_fallback_ids = frozenset(
-                i for t, i in model.vocab.items() if _BYTE_TOKEN.fullmatch(t) and i not in added.id_to_token
+                i for t, i in model.vocab.items() if _BYTE_TOKEN.fullmatch(t)
             )
         vocab_tokens = set(model.vocab)
         self.vocab_size: int = len(vocab_tokens) + sum(1 for c in added.content_to_id if c not in vocab_tokens)
@@ -332,13 +332,13 @@ class Tokenizer:
             # like HF's ByteLevel decoder, added tokens included: mapped when every character
             # is in the byte alphabet, else their UTF-8
             return byte_level_token_bytes(token)
+        m = _BYTE_TOKEN.fullmatch(token)
+        if m is not None and "ByteFallback" in self._decoder.kinds:
+            return bytes([int(m.group(1), 16)])
         if token_id in self._added.id_to_token:
             return token.encode("utf-8")
         if self._pre.byte_level and "ByteLevel" in self._decoder.kinds:
             return byte_level_token_bytes(token)
-        m = _BYTE_TOKEN.fullmatch(token)
-        if m is not None and "ByteFallback" in self._decoder.kinds:
-            return bytes([int(m.group(1), 16)])
         space = self._decoder.space_char
         if space is not None:
             token = token.replace(space, " ")

@@ -1,0 +1,231 @@
+"""Loading: refusals name the component, JSON path, file and what is supported; model dirs;
+tiktoken rank files; the Unicode-version and lone-surrogate decisions; the byte contract."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import regex
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.unit.test_tokenizer_support import QWEN_PATTERN, assert_parity, hf_from_obj, mixed_texts, trained_obj
+from textproc.errors import InvalidInput, TokenizerFileError
+from textproc.tok.bytelevel import byte_level_bytes
+from textproc.tok.fastsplit import NEWER_RANGES, ascii_pattern, has_newer
+from textproc.tokenizer import Tokenizer
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+
+def _write(tmp_path: Path, obj: Any, name: str = "tokenizer.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(obj), encoding="utf-8")
+    return path
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda o: o.__setitem__("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits"}, {"type": "WhitespaceSplit"}, {"type": "UnicodeScripts"}]}),
+         r"unsupported pre_tokenizer type 'UnicodeScripts' at \$\.pre_tokenizer\.pretokenizers\[2\] in .*tokenizer\.json; supported: Split, ByteLevel"),
+        (lambda o: o.__setitem__("normalizer", {"type": "Precompiled", "precompiled_charsmap": "AAAA"}),
+         r"unsupported normalizer type 'Precompiled' at \$\.normalizer in .*; supported: NFC"),
+        (lambda o: o.__setitem__("normalizer", {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}),
+         r"'BertNormalizer' at \$\.normalizer\.normalizers\[1\]"),
+        (lambda o: o.__setitem__("decoder", {"type": "WordPiece", "prefix": "##"}),
+         r"unsupported decoder type 'WordPiece' at \$\.decoder in .*; supported: ByteLevel"),
+        (lambda o: o.__setitem__("post_processor", {"type": "Frobnicate"}),
+         r"unsupported post_processor type 'Frobnicate' at \$\.post_processor"),
+        (lambda o: o["model"].__setitem__("type", "WordPiece"),
+         r"unsupported model type 'WordPiece' at \$\.model in .*; supported: BPE, Unigram"),
+        (lambda o: o["model"].__setitem__("dropout", 0.1),
+         r"BPE dropout 0\.1 is random and not supported; allowed: null or 0 at \$\.model\.dropout"),
+        (lambda o: o.__setitem__("truncation", {"max_length": 5}), r"truncation .* at \$\.truncation"),
+        (lambda o: o["model"].__setitem__("vocab", ["a"]), r"expected an object, got \['a'\] at \$\.model\.vocab"),
+        (lambda o: o["model"]["vocab"].__setitem__("zz", "7"), r"expected a non-negative integer id, got '7' at \$\.model\.vocab\['zz'\]"),
+        (lambda o: o["added_tokens"][0].pop("content"), r"missing field 'content' at \$\.added_tokens\[0\]"),
+        (lambda o: o["added_tokens"][1].__setitem__("special", "yes"), r"expected a boolean, got 'yes' at \$\.added_tokens\[1\]\.special"),
+        (lambda o: o["pre_tokenizer"]["pretokenizers"][0].__setitem__("behavior", "Sideways"),
+         r"unknown behavior 'Sideways'; allowed: Removed, Isolated.* at \$\.pre_tokenizer\.pretokenizers\[0\]\.behavior"),
+        (lambda o: o["pre_tokenizer"]["pretokenizers"][0].__setitem__("pattern", {"Regex": "(unclosed"}),
+         r"invalid regex '\(unclosed' .* at \$\.pre_tokenizer\.pretokenizers\[0\]\.pattern\.Regex"),
+        (lambda o: o.pop("model"), r"missing field 'model' at \$ in"),
+    ],
+)
+def test_unsupported_or_malformed_components_are_refused(tmp_path: Path, mutate: Any, match: str) -> None:
+    obj = trained_obj("qwen")
+    mutate(obj)
+    path = _write(tmp_path, obj)
+    with pytest.raises(TokenizerFileError, match=match):
+        Tokenizer.from_file(path)
+
+
+def test_bad_merge_is_refused_with_its_index(tmp_path: Path) -> None:
+    obj = trained_obj("qwen")
+    obj["model"]["merges"][3] = ["Ġthe", "nope-not-a-token"]
+    tok = Tokenizer.from_file(_write(tmp_path, obj))
+    with pytest.raises(TokenizerFileError, match=r"uses token 'nope-not-a-token' missing from the vocab at \$\.model\.merges\[3\]"):
+        tok.validate()
+    obj["model"]["merges"][3] = "a b c"
+    with pytest.raises(TokenizerFileError, match=r"expected a pair of tokens, got 'a b c' at \$\.model\.merges\[3\]"):
+        Tokenizer.from_file(_write(tmp_path, obj)).encode("hello there")
+
+
+def test_truncated_and_non_json_files(tmp_path: Path) -> None:
+    text = json.dumps(trained_obj("qwen"))
+    path = tmp_path / "tokenizer.json"
+    path.write_text(text[: len(text) // 2], encoding="utf-8")
+    with pytest.raises(TokenizerFileError, match=r"tokenizer\.json is not valid JSON"):
+        Tokenizer.from_file(path)
+    path.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(TokenizerFileError, match="not valid JSON"):
+        Tokenizer.from_file(path)
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(TokenizerFileError, match=r"expected an object, got \[1, 2\] at \$ in"):
+        Tokenizer.from_file(path)
+    with pytest.raises(TokenizerFileError, match="cannot read"):
+        Tokenizer.from_file(tmp_path / "missing.json")
+    with pytest.raises(TokenizerFileError, match="no tokenizer.json in"):
+        Tokenizer.from_dir(tmp_path / "nowhere")
+
+
+# -- model directories ------------------------------------------------------------------------
+
+
+def test_from_dir_reads_config_special_tokens_and_chat_templates(tmp_path: Path) -> None:
+    _write(tmp_path, trained_obj("qwen"))
+    config = {
+        "eos_token": {"content": "<|im_end|>", "lstrip": False},
+        "bos_token": None,
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "chat_template": [{"name": "default", "template": "{{ messages }}"}, {"name": "tool_use", "template": "T"}],
+    }
+    _write(tmp_path, config, "tokenizer_config.json")
+    tok = Tokenizer.from_dir(tmp_path)
+    assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == tok.token_to_id("<|im_end|>") == 1501
+    assert tok.bos_token is None and tok.bos_token_id is None
+    assert tok.pad_token == "<|endoftext|>"
+    assert tok.chat_template == {"default": "{{ messages }}", "tool_use": "T"}
+    assert tok.special_tokens_map == {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    (tmp_path / "chat_template.jinja").write_text("{{ jinja }}", encoding="utf-8")
+    assert Tokenizer.from_dir(tmp_path).chat_template == {"default": "{{ jinja }}", "tool_use": "T"}
+    config["chat_template"] = "{{ plain }}"
+    _write(tmp_path, config, "tokenizer_config.json")
+    assert Tokenizer.from_dir(tmp_path).chat_template == "{{ jinja }}"
+    config["eos_token"] = 5
+    _write(tmp_path, config, "tokenizer_config.json")
+    with pytest.raises(TokenizerFileError, match=r"expected a token string or \{'content': \.\.\.\}, got 5 at \$\.eos_token in .*tokenizer_config\.json"):
+        Tokenizer.from_dir(tmp_path)
+
+
+# -- tiktoken rank files ----------------------------------------------------------------------
+
+
+def test_from_tiktoken_matches_tiktoken(tmp_path: Path) -> None:
+    tiktoken = pytest.importorskip("tiktoken")
+    obj = trained_obj("qwen")
+    # the trainer numbers tokens in merge order, so ids are valid tiktoken ranks
+    ranks = {}
+    for token, token_id in obj["model"]["vocab"].items():
+        data = byte_level_bytes(token)
+        if data is not None and token_id > 0:
+            ranks[data] = token_id - 1  # id 0 is <|endoftext|>
+    path = tmp_path / "toy.tiktoken"
+    path.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in sorted(ranks.items(), key=lambda x: x[1])))
+    specials = {"<|endoftext|>": len(ranks), "<|im_start|>": len(ranks) + 1}
+    enc = tiktoken.Encoding("toy", pat_str=QWEN_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
+    tok = Tokenizer.from_tiktoken(path, QWEN_PATTERN, specials, nfc=True)
+    for text in mixed_texts(31, 150) + ["<|endoftext|> hi<|im_start|>"]:
+        text = unicodedata.normalize("NFC", text)
+        assert tok.encode(text) == enc.encode(text, allowed_special="all"), repr(text)
+        assert tok.decode(tok.encode(text)) == text
+
+
+# -- decisions --------------------------------------------------------------------------------
+
+
+def test_lone_surrogate_is_invalid_input_like_the_reference() -> None:
+    tok = Tokenizer.from_json(trained_obj("qwen"))
+    ref = hf_from_obj(trained_obj("qwen"))
+    with pytest.raises(Exception):  # noqa: B017 - the reference cannot take it either
+        ref.encode("a\ud800b")
+    with pytest.raises(InvalidInput, match="lone surrogate"):
+        tok.encode("a\ud800b")
+    with pytest.raises(InvalidInput, match="must be a str"):
+        tok.encode(b"bytes")  # type: ignore[arg-type]
+
+
+def test_unicode_17_characters_split_as_the_reference_sees_them() -> None:
+    # letters/numbers the regex module knows (Unicode 17) but the reference does not (16)
+    newer = [chr(a) for a, _b in NEWER_RANGES]
+    assert all(has_newer("x" + c) for c in newer) and not has_newer("abc 中文 😀 \u0557")
+    texts = [f"ab{c}cd {c}{c} 12{c}3 {c}'s x{c}" for c in newer] + ["".join(newer)]
+    for kind in ("qwen", "gpt2"):
+        assert_parity(trained_obj(kind), texts, label=f"unicode-17 {kind}")
+
+
+@pytest.mark.parametrize("pattern", [QWEN_PATTERN, GPT2_PATTERN, CL100K_PATTERN])
+@given(text=st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_ascii_rewrite_gives_the_same_pieces(pattern: str, text: str) -> None:
+    fast = ascii_pattern(pattern)
+    assert fast is not None
+    assert re.compile(fast, re.ASCII).findall(text) == regex.findall(pattern, text)
+
+
+def test_ascii_rewrite_refuses_what_it_cannot_prove() -> None:
+    assert ascii_pattern(r"\w+|\p{Greek}") is None
+    assert ascii_pattern(r"[\S]") is None
+
+
+def test_decode_skips_unknown_ids_like_the_reference() -> None:
+    obj = trained_obj("qwen")
+    tok, ref = Tokenizer.from_json(obj), hf_from_obj(obj)
+    ids = [5, 10_000_000, 7, 1501]
+    assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+    assert tok.token_bytes(10_000_000) == b"" and tok.id_to_token(10_000_000) is None
+
+
+@pytest.mark.parametrize("kind", ["qwen", "gpt2"])
+def test_byte_level_decode_is_joined_token_bytes(kind: str) -> None:
+    obj = trained_obj(kind)
+    tok, ref = Tokenizer.from_json(obj), hf_from_obj(obj)
+    rng = random.Random(5)
+    table = tok.vocab_bytes()
+    assert len(table) == tok.vocab_size and table[tok.token_to_id("<|im_start|>")] == b""
+    for _ in range(300):
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(0, 12))]
+        for skip in (False, True):
+            joined = b"".join(tok.token_bytes(i, skip_special_tokens=skip) for i in ids)
+            assert tok.decode(ids, skip_special_tokens=skip) == joined.decode("utf-8", "replace") == ref.decode(
+                ids, skip_special_tokens=skip
+            )
+    assert tok.decode_strip_leading == 0 and tok.byte_fallback_ids == frozenset()
+
+
+def test_sentencepiece_token_bytes_and_fallback_ids() -> None:
+    obj = trained_obj("sp_bpe")
+    tok = Tokenizer.from_json(obj)
+    assert tok.token_bytes(tok.token_to_id("<0x0A>")) == b"\n"
+    piece = next(t for t in obj["model"]["vocab"] if t.startswith("▁") and len(t) > 2)
+    assert tok.token_bytes(tok.token_to_id(piece)) == piece.replace("▁", " ").encode()
+    assert tok.byte_fallback_ids == {tok.token_to_id(f"<0x{b:02X}>") for b in range(256)}
+    assert tok.decode_strip_leading == 1
+    assert tok.token_bytes(tok.token_to_id("<s>"), skip_special_tokens=True) == b""
