@@ -285,6 +285,7 @@ class FakeBackend:
         self.error = error
         self.serving = serving
         self.delay_s = delay_s
+        self.first_delay_s = 0.0
         self.calls: list[tuple[str, Any]] = []
         self.aborted: list[str] = []
         self.finished: list[str] = []
@@ -302,6 +303,7 @@ class FakeBackend:
         try:
             if self.error is not None:
                 raise self.error
+            await asyncio.sleep(self.first_delay_s)
             yield Output([], prompt_tokens=5)
             for out in self.script:
                 await asyncio.sleep(self.delay_s)
@@ -557,3 +559,43 @@ def test_client_backend_passes_every_parameter() -> None:
     assert seen["chat_template_kwargs"] == {"enable_thinking": False}
     assert seen["request_id"] == "chatcmpl-x"
     assert backend.health() == (True, "")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_disconnect_while_queued_or_generating_aborts(stream: bool) -> None:
+    """The client leaves before the first output (queued) or while a whole answer is being
+    collected: the backend stream is cancelled at once, not when the answer is done."""
+    for first_delay_s, delay_s in ((5.0, 0.0), (0.0, 0.5)):
+        backend = FakeBackend([Output([{"content": "t"}])] * 20 + [
+            Output([], finish_reason="stop")], delay_s=delay_s)
+        backend.first_delay_s = first_delay_s
+        app = build_app(backend)
+        sent: list[Any] = []
+        body = chat_body(stream=stream)
+
+        async def go() -> float:
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await asyncio.sleep(0.1)
+                return {"type": "http.disconnect"}
+
+            async def send(message: Any) -> None:
+                sent.append(message)
+
+            scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+                     "http_version": "1.1", "method": "POST", "scheme": "http",
+                     "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+                     "root_path": "", "query_string": b"", "headers": [],
+                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+            started = asyncio.get_running_loop().time()
+            await asyncio.wait_for(app(scope, receive, send), 5)
+            return asyncio.get_running_loop().time() - started
+
+        elapsed = asyncio.run(go())
+        assert elapsed < 1.0, (first_delay_s, delay_s)
+        assert len(backend.aborted) == 1 and not backend.finished
+        metrics = app.state.api.metrics
+        assert metrics.aborted_by_client == 1 and metrics.running == 0

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -57,6 +57,7 @@ from textproc.http.openai_api import (
 
 __all__ = ["HttpLimits", "build_app", "EventStream"]
 
+T = TypeVar("T")
 _log = logging.getLogger("textproc.http")
 _JSON = msgspec.json.Encoder()
 
@@ -164,8 +165,11 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _until_disconnect(request: Request, work: Awaitable[Response]) -> Response | None:
-    """Await ``work``; cancel it (aborting its request) and return None if the client leaves."""
+async def _until_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """Await ``work``; if the client leaves first, cancel it (which aborts its request).
+
+    Returns ``(True, result)``, or ``(False, None)`` when the client went away.
+    """
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
     try:
@@ -175,8 +179,13 @@ async def _until_disconnect(request: Request, work: Awaitable[Response]) -> Resp
         if not task.done():
             task.cancel()
             await asyncio.wait({task})
-            return None
-    return task.result()
+            return False, None
+    return True, task.result()
+
+
+def _client_gone() -> ApiError:
+    # nginx's 499 "client closed request": nobody reads it, the metrics count it
+    return ApiError("the client closed the connection", status=499, code="client_closed")
 
 
 class _Run:
@@ -269,7 +278,8 @@ class _Api:
         finally:
             self.metrics.count_request(endpoint, status)
 
-    async def _start(self, call: Callable[[], AsyncIterator[Output]]) -> tuple[_Run, Output]:
+    async def _start(self, request: Request,
+                     call: Callable[[], AsyncIterator[Output]]) -> tuple[_Run, Output]:
         """Submit a generation request and wait until the service accepts or refuses it."""
         self._check_serving()
         if self.metrics.running >= self.limits.max_running:
@@ -281,12 +291,15 @@ class _Api:
         self.metrics.running += 1
         run = _Run(self, call(), time.perf_counter())
         try:
-            first = await run.next()
+            connected, first = await _until_disconnect(request, run.next())
         except BaseException:
             await run.close()
             raise
         if first is None:
             await run.close()
+            if not connected:
+                self._aborted()
+                raise _client_gone()
             raise ApiError(_NO_FINISH, status=500, type="server_error")
         return run, first
 
@@ -301,12 +314,12 @@ class _Api:
         if stream:
             return EventStream(events(), on_disconnect=self._aborted, cleanup=run.close)
         try:
-            response = await _until_disconnect(request, whole())
+            connected, response = await _until_disconnect(request, whole())
         finally:
             await run.close()
-        if response is None:
+        if not connected or response is None:
             self._aborted()
-            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+            raise _client_gone()
         return response
 
     # ------------------------------------------------------------ chat
@@ -317,7 +330,8 @@ class _Api:
     async def _chat(self, request: Request, body: bytes) -> Response:
         params = parse_chat_request(body, served_models=self.backend.served_models)
         rid = new_id("chatcmpl")
-        run, first = await self._start(lambda: self.backend.chat(params, request_id=rid))
+        run, first = await self._start(
+            request, lambda: self.backend.chat(params, request_id=rid))
         return await self._respond(
             request, run, params.stream,
             lambda: self._chat_events(params, rid, run, first),
@@ -380,7 +394,8 @@ class _Api:
     async def _complete(self, request: Request, body: bytes) -> Response:
         params = parse_completion_request(body, served_models=self.backend.served_models)
         rid = new_id("cmpl")
-        run, first = await self._start(lambda: self.backend.complete(params, request_id=rid))
+        run, first = await self._start(
+            request, lambda: self.backend.complete(params, request_id=rid))
         return await self._respond(
             request, run, params.stream,
             lambda: self._completion_events(params, rid, run, first),
