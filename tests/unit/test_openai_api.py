@@ -599,3 +599,19 @@ def test_disconnect_while_queued_or_generating_aborts(stream: bool) -> None:
         assert len(backend.aborted) == 1 and not backend.finished
         metrics = app.state.api.metrics
         assert metrics.aborted_by_client == 1 and metrics.running == 0
+
+
+def test_api_key_required_when_set() -> None:
+    backend = FakeBackend([Output([{"content": "x"}], finish_reason="stop")])
+
+    async def go(headers: dict[str, str], path: str = "/v1/models") -> httpx.Response:
+        app = build_app(backend, api_key="s3cret")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get(path, headers=headers)
+
+    denied = asyncio.run(go({}))
+    assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+    assert asyncio.run(go({"Authorization": "Bearer nope"})).status_code == 401
+    assert asyncio.run(go({"Authorization": "Bearer s3cret"})).status_code == 200
+    assert asyncio.run(go({}, "/health")).status_code == 200

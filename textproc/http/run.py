@@ -52,12 +52,14 @@ def run_http(
     parent_pid: int = 0,
     log_level: str = "INFO",
     http_file: str | Path | None = None,
+    api_key: str | None = None,
 ) -> int:
     """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0.
 
     Blocks until SIGINT/SIGTERM (uvicorn's graceful shutdown) or until ``parent_pid`` exits.
     Once bound, writes ``{"host", "port", "pid"}`` to ``http_file`` (default
-    ``<runtime_dir>/http.json``) and removes it at shutdown.
+    ``<runtime_dir>/http.json``) and removes it at shutdown. With ``api_key`` the API needs
+    ``Authorization: Bearer <api_key>``; without one, binding a non-loopback host logs a warning.
     """
     import uvicorn
 
@@ -91,7 +93,11 @@ def run_http(
             await backend.close()
             address_file.unlink(missing_ok=True)
 
-    app = build_app(backend, limits=limits, metrics=Metrics(), lifespan=lifespan)
+    if api_key is None and host not in ("127.0.0.1", "::1", "localhost"):
+        _log.warning("serving the API on %s without an API key: anyone who can reach it can "
+                     "use it (pass --api-key-file)", host)
+    app = build_app(backend, limits=limits, metrics=Metrics(), lifespan=lifespan,
+                    api_key=api_key)
     config = uvicorn.Config(
         app,
         host=host,
@@ -142,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--parent-pid", type=int, default=0)
     p.add_argument("--http-file", default=None,
                    help=f"where to write the bound address (default RUNTIME_DIR/{HTTP_FILE})")
+    p.add_argument("--api-key-file", default=None,
+                   help="file holding the API key clients must send as 'Authorization: Bearer'")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args(argv)
@@ -149,6 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         host, port = parse_address(args.http)
     except InvalidInput as e:
         p.error(str(e))
+    api_key = None
+    if args.api_key_file:
+        try:
+            api_key = Path(args.api_key_file).read_text().strip()
+        except OSError as e:
+            p.error(f"--api-key-file {args.api_key_file}: {e.strerror}")
+        if not api_key:
+            p.error(f"--api-key-file {args.api_key_file} is empty")
     return run_http(
         args.runtime_dir,
         host=host,
@@ -160,4 +176,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         parent_pid=args.parent_pid,
         log_level=args.log_level,
         http_file=args.http_file,
+        api_key=api_key,
     )

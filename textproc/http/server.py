@@ -15,6 +15,7 @@ the Abort. Non-streamed requests are watched the same way while they wait for th
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from dataclasses import dataclass
@@ -23,10 +24,11 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from textproc.http.backend import Backend, Output
 from textproc.http.metrics import CONTENT_TYPE, Metrics
@@ -533,14 +535,42 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                            code="not_found" if exc.status_code == 404 else None))
 
 
+class _BearerAuth:
+    """ASGI middleware: every route but /health and /metrics needs ``Authorization: Bearer KEY``."""
+
+    OPEN_PATHS = ("/health", "/metrics")
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        response = _error(ApiError(
+            "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
+            status=401, code="invalid_api_key"))
+        await response(scope, receive, send)
+
+
 def build_app(
     backend: Backend,
     *,
     limits: HttpLimits | None = None,
     metrics: Metrics | None = None,
     lifespan: Any = None,
+    api_key: str | None = None,
 ) -> Starlette:
-    """The Starlette app serving the OpenAI API over ``backend``."""
+    """The Starlette app serving the OpenAI API over ``backend``.
+
+    With ``api_key``, every route except /health and /metrics answers 401 unless the request
+    carries ``Authorization: Bearer <api_key>`` (what the openai client sends).
+    """
     api = _Api(backend, limits or HttpLimits(), metrics or Metrics())
     routes = [
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
@@ -552,8 +582,9 @@ def build_app(
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
     ]
+    middleware = [Middleware(_BearerAuth, api_key=api_key)] if api_key else []
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
-                    lifespan=lifespan)
+                    middleware=middleware, lifespan=lifespan)
     app.state.api = api
     return app
 
