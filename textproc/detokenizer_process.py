@@ -14,6 +14,7 @@ instance fails every live request. Never raises out of the loop for one bad fram
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -353,6 +354,10 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: 
 
     tokenizer = Tokenizer.from_dir(config.model_dir)
     core = Detokenizer(tokenizer, config)
+    # the vocabulary's millions of long-lived objects: keep them out of every GC pass
+    # (measured in the detokenizer: ~1.5x more request-steps per second on Qwen3)
+    gc.collect()
+    gc.freeze()
     instance_id = uuid.uuid4().hex
     ctx: zmq.Context[Any] = zmq.Context()
     opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}

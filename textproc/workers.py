@@ -10,6 +10,7 @@ Never raises out of the loop for one bad frame or request.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -317,6 +318,10 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     from textproc.tokenizer import Tokenizer
 
     builder = RequestBuilder(Tokenizer.from_dir(config.model_dir), config)
+    # the vocabulary's millions of long-lived objects: keep them out of every GC pass
+    # (measured in the detokenizer: ~1.5x more request-steps per second on Qwen3)
+    gc.collect()
+    gc.freeze()
     ctx: zmq.Context[Any] = zmq.Context()
     opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}
     front = make_socket(ctx, zmq.ROUTER, **opts)
