@@ -355,7 +355,7 @@ class TextClient:
             await asyncio.wait_for(done, timeout_s)
         except (asyncio.TimeoutError, TimeoutError) as e:
             have = sorted(f"{s.role}-{s.index}" for s in got)
-            raise StartupTimeout(f"waited {timeout_s} s for Stats from every process; got {have}") from e
+            raise TextprocError(f"waited {timeout_s} s for Stats from every process; got {have}") from e
         finally:
             self._stats_waiters.pop(rid, None)
         return sorted(got, key=lambda s: (s.role, s.index))
