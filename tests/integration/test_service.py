@@ -174,15 +174,27 @@ def test_client_cancel_aborts_in_the_engine(service: Service, tok: Tokenizer) ->
                 if got > 20:
                     break
             await stream.aclose()  # type: ignore[attr-defined]
+
+            async def consume() -> None:  # a consumer task that gets cancelled mid-stream
+                async for _ in client.chat([{"role": "user", "content": content}],
+                                           request_id="cancel-task"):
+                    pass
+
+            task = asyncio.ensure_future(consume())
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
             await asyncio.sleep(0.5)
             stats = {s.role: s.counters for s in await client.stats()}
             return stats["detokenizer"]["requests_aborted"]
 
     aborted = run(main)
-    assert aborted >= 1
-    generated = _stub_generated(service, "cancel-me")
+    assert aborted >= 2
     n_answer = len(tok.encode(content)) + 1
-    assert generated < n_answer // 2, f"engine generated {generated} of {n_answer} tokens"
+    for rid in ("cancel-me", "cancel-task"):
+        generated = _stub_generated(service, rid)
+        assert generated < n_answer // 2, f"{rid}: engine generated {generated} of {n_answer} tokens"
 
 
 def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> None:
