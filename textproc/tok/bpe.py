@@ -60,6 +60,7 @@ class BPE:
         self.prefix = prefix
         self.suffix = suffix
         self._merges: dict[int, int] | None = None
+        self._get: Any = None  # the merge table's bound get, once built
         self._stride = max(vocab.values(), default=0) + 1
         self._char_ids: dict[str, int] | None = None
         # (left * stride + right) -> whether BPE(text(left) + text(right)) == [left, right]
@@ -252,9 +253,11 @@ class BPE:
         return {t: i for t, i in self.vocab.items() if len(t) == 1}
 
     def _merge_small(self, ids: list[int]) -> list[int]:
-        get = self._table().get
+        get = self._get
+        if get is None:
+            get = self._get = self._table().get
         stride = self._stride
-        ranks = [get(ids[i] * stride + ids[i + 1], _INF) for i in range(len(ids) - 1)]
+        ranks = list(map(get, map(add, map(mul, ids[:-1], repeat(stride)), ids[1:]), repeat(_INF)))
         while ranks:
             best = min(ranks)
             if best == _INF:
@@ -279,6 +282,8 @@ class BPE:
         """
         key = left * self._stride + right
         known = self._compat.get(key)
+        if known is None and key in self._table():
+            known = False  # the pair itself merges
         if known is None:
             text = self._token_text()
             char_ids = self._char_ids
