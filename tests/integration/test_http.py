@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.service import REPO, Service, build_toy_model
+from tests.integration.service import REPO, Service, _alive, build_toy_model
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,14 +43,8 @@ WEATHER = {
 }
 
 
-def _serve_has_http_flag() -> bool:
-    out = subprocess.run([sys.executable, "-m", "textproc.cli", "serve", "--help"],
-                         capture_output=True, text=True, cwd=REPO, timeout=30)
-    return "--http" in out.stdout
-
-
 class HttpFrontend:
-    """``python -m textproc.http`` on a free port for a running service (when serve has no --http)."""
+    """Another ``python -m textproc.http`` on a free port for a running service."""
 
     def __init__(self, service: Service, *args: str) -> None:
         self.service = service
@@ -110,23 +104,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, s
     the HTTP layer does not care which vocabulary is behind it."""
     root = tmp_path_factory.mktemp("http")
     model = build_toy_model(root / MODEL)
-    integrated = _serve_has_http_flag()
-    args = [f"--stub-arg=--step-ms={STEP_MS}"]
-    if integrated:
-        args += ["--http", "127.0.0.1:0", f"--http-arg=--max-body-bytes={1 << 20}"]
+    args = [f"--stub-arg=--step-ms={STEP_MS}", "--http", "127.0.0.1:0",
+            f"--http-arg=--max-body-bytes={1 << 20}"]
     service = Service(root, model, workers=1, args=args).start()
-    frontend = None
+    http_pid = 0
     try:
-        if integrated:
-            url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
-        else:
-            frontend = HttpFrontend(service, "--max-body-bytes", str(1 << 20))
-            url = frontend.start()
+        url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        http_pid = json.loads((service.runtime_dir / "http.json").read_text())["pid"]
         yield service, url
     finally:
-        if frontend is not None:
-            frontend.stop()
         service.stop()
+    assert http_pid and not _alive(http_pid), "the HTTP frontend outlived the service"
 
 
 @pytest.fixture(scope="module")
