@@ -1,0 +1,389 @@
+"""json_schema_to_regex / tool_call_pattern: strings sampled from the regex validate against the
+schema (jsonschema), valid instances serialised with json.dumps(ensure_ascii=False) match, and
+invalid ones do not."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import uuid
+from typing import Any
+
+import random
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit._regex_sampler import sample
+
+from textproc.constraints import json_schema_to_regex, tool_call_pattern
+from textproc.errors import InvalidInput
+from textproc.parsing import parse_tool_calls
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "weather": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "minLength": 1, "maxLength": 12, "description": "City name"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        },
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "user": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "age": {"type": "integer", "minimum": 0},
+                    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "minItems": 1, "maxItems": 3},
+                },
+                "required": ["name", "tags"],
+            },
+            "active": {"type": "boolean"},
+            "score": {"type": "number"},
+            "note": {"type": ["string", "null"], "maxLength": 5},
+        },
+        "required": ["user", "active"],
+    },
+    "all_optional": {
+        "type": "object",
+        "properties": {k: {"type": "integer", "maximum": 99} for k in "abcde"},
+    },
+    "any_of": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "integer"}, {"type": "null"}]},
+    "one_of_tagged": {
+        "oneOf": [
+            {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind", "x"]},
+            {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]},
+        ]
+    },
+    "tree": {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "value": {"type": "integer"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+                },
+                "required": ["value"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    "patterns": {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+            "word": {"type": "string", "pattern": "ab+c"},
+            "quoted": {"type": "string", "pattern": '^(?:[a-c"\\\\\\n]|\\t)*$'},
+            "not_digits": {"type": "string", "pattern": "^[^0-9]{0,4}$"},
+            "spaced": {"type": "string", "pattern": "^\\S+\\s\\S+$"},
+        },
+        "required": ["code", "word", "quoted", "not_digits", "spaced"],
+    },
+    "enum_values": {"enum": [1, "two", None, True, {"a": [1, 2]}, 'é"\n', 2.5]},
+    "int_range": {"type": "integer", "minimum": -37, "exclusiveMaximum": 1205},
+    "no_params": {"type": "object", "properties": {}},
+    "any_object": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "free_object": {"type": "object"},
+    "free_array": {"type": "array", "maxItems": 2},
+    "formats": {
+        "type": "object",
+        "properties": {"day": {"type": "string", "format": "date"}, "id": {"type": "string", "format": "uuid"}},
+        "required": ["day", "id"],
+    },
+    "bool_schemas": {
+        "type": "object",
+        "properties": {"anything": True, "never": False, "n": {"type": "null"}},
+    },
+}
+
+
+def resolve(schema: Any, root: dict[str, Any]) -> Any:
+    while isinstance(schema, dict) and "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"][2:].split("/"):
+            target = target[part]
+        schema = target
+    return schema
+
+
+DISPUTED = set("\x1c\x1d\x1e\x1f\x85\ufeff\r\u2028\u2029")
+FEW = min(settings.default.max_examples, 30)  # per schema; there are many schemas
+JSON_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=6)
+
+
+def any_json(depth: int) -> st.SearchStrategy[Any]:
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | JSON_TEXT
+    if depth == 0:
+        return scalars
+    inner = any_json(depth - 1)
+    return scalars | st.lists(inner, max_size=3) | st.dictionaries(JSON_TEXT, inner, max_size=3)
+
+
+def instances(schema: Any, root: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
+    """Valid instances of the supported subset, keys in schema order, no extra keys."""
+    schema = resolve(schema, root)
+    if schema is True:
+        return any_json(2)
+    if "anyOf" in schema or "oneOf" in schema:
+        return st.one_of([instances(s, root, depth) for s in schema.get("anyOf") or schema["oneOf"]])
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    types = schema.get("type")
+    if isinstance(types, list):
+        return st.one_of([instances({**schema, "type": t}, root, depth) for t in types])
+    if types == "object":
+        props = {k: v for k, v in schema.get("properties", {}).items() if v is not False}
+        if not props:
+            if schema.get("additionalProperties") is not None:
+                return st.dictionaries(JSON_TEXT, instances(schema["additionalProperties"], root), max_size=3)
+            return st.dictionaries(JSON_TEXT, any_json(1), max_size=3) if "properties" not in schema else st.just({})
+        required = schema.get("required", [])
+        if depth > 2:  # stop recursion through optional members
+            props = {k: v for k, v in props.items() if k in required}
+        fixed = st.fixed_dictionaries(
+            {k: instances(v, root, depth + 1) for k, v in props.items() if k in required},
+            optional={k: instances(v, root, depth + 1) for k, v in props.items() if k not in required},
+        )
+        return fixed.map(lambda d: {k: d[k] for k in props if k in d})
+    if types == "array":
+        max_items = schema.get("maxItems", 3)
+        if depth > 2:
+            max_items = min(max_items, schema.get("minItems", 0))
+        return st.lists(instances(schema.get("items", True), root, depth + 1), min_size=schema.get("minItems", 0), max_size=max_items)
+    if types == "string":
+        if schema.get("format") == "date":
+            return st.dates().map(datetime.date.isoformat)
+        if schema.get("format") == "uuid":
+            return st.uuids().map(str)
+        if "pattern" in schema:
+            pattern = schema["pattern"]
+            # Python's "$" also matches before a final newline, and Python and ECMA disagree on
+            # some whitespace; the regex allows only what both accept
+            return st.randoms(use_true_random=False).map(lambda r: sample(pattern, r)).filter(
+                lambda s: (not s.endswith("\n") or "\\n" in pattern) and not DISPUTED.intersection(s)
+            )
+        return st.text(
+            st.characters(blacklist_categories=["Cs"]),
+            min_size=schema.get("minLength", 0),
+            max_size=schema.get("maxLength", 8),
+        )
+    if types == "integer":
+        lo = schema.get("minimum")
+        hi = schema.get("maximum", schema.get("exclusiveMaximum", 0) - 1 if "exclusiveMaximum" in schema else None)
+        return st.integers(lo, hi)
+    if types == "number":
+        return st.floats(allow_nan=False, allow_infinity=False) | st.integers()
+    if types == "boolean":
+        return st.booleans()
+    if types == "null":
+        return st.none()
+    return any_json(2)
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, re.Pattern[str]]:
+    return {name: re.compile(json_schema_to_regex(schema)) for name, schema in SCHEMAS.items()}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_sampled_strings_validate(name: str, seed: int, compiled: dict[str, re.Pattern[str]]) -> None:
+    rng = random.Random(seed)
+    validator = jsonschema.Draft202012Validator(SCHEMAS[name])
+    for _ in range(150):
+        text = sample(compiled[name].pattern, rng)
+        assert compiled[name].fullmatch(text)  # the sampler is right
+        validator.validate(json.loads(text))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@settings(
+    max_examples=FEW,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(data=st.data())
+def test_valid_instances_match(name: str, compiled: dict[str, re.Pattern[str]], data: st.DataObject) -> None:
+    schema = SCHEMAS[name]
+    value = data.draw(instances(schema, schema))
+    jsonschema.validate(value, schema)  # the generator itself is right
+    text = json.dumps(value, ensure_ascii=False)
+    assert compiled[name].fullmatch(text), text
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@settings(max_examples=FEW, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=any_json(2))
+def test_arbitrary_values_match_only_when_valid(name: str, compiled: dict[str, re.Pattern[str]], value: Any) -> None:
+    if compiled[name].fullmatch(json.dumps(value, ensure_ascii=False)):
+        jsonschema.validate(value, SCHEMAS[name])
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("weather", {"city": ""}),
+        ("weather", {"city": "x" * 13}),
+        ("weather", {"unit": "celsius"}),
+        ("weather", {"city": "a", "unit": "kelvin"}),
+        ("weather", {"city": "a", "days": 15}),
+        ("weather", {"city": "a", "days": 0}),
+        ("weather", {"city": "a", "extra": 1}),
+        ("nested", {"user": {"name": "a", "tags": []}, "active": True}),
+        ("nested", {"user": {"name": "a", "tags": ["x"], "age": -1}, "active": True}),
+        ("nested", {"user": {"name": "a", "tags": ["x"]}, "active": "yes"}),
+        ("nested", {"user": {"name": "a", "tags": ["x"]}, "active": True, "note": "toolong"}),
+        ("any_of", "four"),
+        ("any_of", 1.5),
+        ("one_of_tagged", {"kind": "c", "x": 1}),
+        ("tree", {"value": 1, "children": [{"children": []}]}),
+        ("patterns", {"code": "AB-12", "word": "abc", "quoted": "", "not_digits": "", "spaced": "a b"}),
+        ("patterns", {"code": "AB-123", "word": "ac", "quoted": "", "not_digits": "", "spaced": "a b"}),
+        ("patterns", {"code": "AB-123", "word": "abc", "quoted": "d", "not_digits": "", "spaced": "a b"}),
+        ("patterns", {"code": "AB-123", "word": "abc", "quoted": "", "not_digits": "a1", "spaced": "a b"}),
+        ("patterns", {"code": "AB-123", "word": "abc", "quoted": "", "not_digits": "", "spaced": "a  b"}),
+        ("enum_values", 2),
+        ("enum_values", {"a": [1]}),
+        ("int_range", -38),
+        ("int_range", 1205),
+        ("no_params", []),
+        ("any_object", {"a": "x"}),
+        ("free_array", [1, 2, 3]),
+        ("formats", {"day": 20240101, "id": str(uuid.UUID(int=5))}),
+        ("bool_schemas", {"never": 1}),
+    ],
+)
+def test_invalid_instances_do_not_match(name: str, value: Any, compiled: dict[str, re.Pattern[str]]) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, SCHEMAS[name])
+    assert not compiled[name].fullmatch(json.dumps(value, ensure_ascii=False))
+
+
+def test_serialisation_is_json_dumps_default() -> None:
+    regex = re.compile(json_schema_to_regex(SCHEMAS["weather"]))
+    assert regex.fullmatch('{"city": "Zürich", "days": 3}')
+    assert not regex.fullmatch('{"city":"Zürich","days":3}')  # separators are fixed
+    assert not regex.fullmatch('{"days": 3, "city": "Zürich"}')  # schema order
+    assert regex.fullmatch('{"city": "Z\\u00fcrich"}')  # escapes are fine
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(None, None), (0, 0), (-5, 5), (7, 130), (-1000, -10), (99, None), (None, -3), (1, 1000), (12, 12)])
+def test_integer_ranges_exact(lo: int | None, hi: int | None) -> None:
+    schema: dict[str, Any] = {"type": "integer"}
+    if lo is not None:
+        schema["minimum"] = lo
+    if hi is not None:
+        schema["maximum"] = hi
+    regex = re.compile(json_schema_to_regex(schema))
+    low = (lo if lo is not None else -2000) - 300
+    high = (hi if hi is not None else 2000) + 300
+    for n in [*range(low, high), 10**12, -(10**12)]:
+        inside = (lo is None or n >= lo) and (hi is None or n <= hi)
+        assert bool(regex.fullmatch(str(n))) == inside, n
+    assert not regex.fullmatch("01")
+    assert bool(regex.fullmatch("-0")) == (lo is None and hi is None)  # -0 only where any integer goes
+
+
+def test_recursion_is_bounded() -> None:
+    regex = re.compile(json_schema_to_regex(SCHEMAS["tree"], max_recursion=2))
+    assert regex.fullmatch('{"value": 1, "children": [{"value": 2}]}')
+    assert not regex.fullmatch('{"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]}')
+    with pytest.raises(InvalidInput, match="accepts no value within 3 levels of \\$ref recursion"):
+        json_schema_to_regex({"$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/a"}, "minItems": 1}}, "$ref": "#/$defs/a"})
+
+
+@pytest.mark.parametrize(
+    ("schema", "match"),
+    [
+        ({"type": "object", "properties": {"a": {"type": "string", "uniqueItems": True}}}, r"keyword 'uniqueItems' at \$\.properties\.a"),
+        ({"type": "array", "items": {"not": {}}}, r"keyword 'not' at \$\.items"),
+        ({"type": "number", "minimum": 0}, r"'minimum' at \$\.minimum is supported only for type 'integer'"),
+        ({"type": "string", "format": "email"}, r"format 'email' at \$\.format; supported: date"),
+        ({"type": "string", "pattern": "(?=a)b"}, r"pattern '\(\?=a\)b' at \$\.pattern: a group with '\(\?'"),
+        ({"type": "string", "pattern": "a\\1"}, r"the escape \\1"),
+        ({"type": "string", "pattern": "a^b"}, r"anchor '\^'"),
+        ({"type": "string", "pattern": "^a$", "maxLength": 3}, "minLength/maxLength together with pattern"),
+        ({"$ref": "other.json#/x"}, r"\$ref 'other.json#/x' at \$\.\$ref; only local"),
+        ({"$ref": "#/$defs/missing"}, "points to nothing"),
+        ({"type": "strin"}, r"type 'strin' at \$\.type; supported"),
+        ({"type": "string", "minItems": 1}, r"keyword 'minItems' at \$\.minItems does not apply to type 'string'"),
+        ({"type": "object", "properties": {}, "required": ["a"]}, r"required properties \['a'\] at \$\.required"),
+        ({"allOf": [{}, {}]}, "allOf with 2 schemas"),
+        ({"anyOf": [{}], "type": "object"}, "'anyOf' together with \\['type'\\]"),
+        ({"type": "string", "maxLength": -1}, "maxLength -1 at \\$.maxLength must be a non-negative integer"),
+        ("nope", "must be an object or a boolean"),
+    ],
+)
+def test_unsupported_input_names_keyword_and_path(schema: Any, match: str) -> None:
+    with pytest.raises(InvalidInput, match=match):
+        json_schema_to_regex(schema)
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": SCHEMAS["weather"]}},
+    {"type": "function", "function": {"name": "ping"}},
+    {"name": "tree_sum", "parameters": SCHEMAS["tree"]},
+]
+
+
+def test_tool_call_pattern_named_and_required() -> None:
+    named = re.compile(tool_call_pattern(TOOLS, "get_weather"))
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+    ping = '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
+    assert named.fullmatch(call)
+    assert not named.fullmatch(ping)
+    required = re.compile(tool_call_pattern(TOOLS))
+    assert required.fullmatch(call) and required.fullmatch(ping)
+    assert required.fullmatch(call + "\n" + ping)
+    single = re.compile(tool_call_pattern(TOOLS, parallel=False))
+    assert single.fullmatch(ping) and not single.fullmatch(ping + "\n" + ping)
+    assert not required.fullmatch('<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_forced_output_parses_back_to_a_valid_call(seed: int) -> None:
+    pattern = tool_call_pattern(TOOLS[:2])
+    text = sample(pattern, random.Random(seed))
+    assert re.fullmatch(pattern, text)
+    content, calls = parse_tool_calls(text)
+    assert content == "\n" * (len(calls) - 1)
+    schemas = {"get_weather": SCHEMAS["weather"], "ping": {"type": "object", "properties": {}, "additionalProperties": False}}
+    for call in calls:
+        jsonschema.validate(json.loads(call["function"]["arguments"]), schemas[call["function"]["name"]])
+
+
+def test_tool_call_pattern_errors() -> None:
+    with pytest.raises(InvalidInput, match=r"unknown tool 'nope'; known tools: \['get_weather', 'ping', 'tree_sum'\]"):
+        tool_call_pattern(TOOLS, "nope")
+    with pytest.raises(InvalidInput, match=r"tools\[0\] must be"):
+        tool_call_pattern([{"type": "function", "function": {}}])
+    with pytest.raises(InvalidInput, match=r"tool 'bad' parameters: unsupported JSON Schema keyword 'if'"):
+        tool_call_pattern([{"type": "function", "function": {"name": "bad", "parameters": {"if": {}}}}])
+    with pytest.raises(InvalidInput, match="non-empty list"):
+        tool_call_pattern([])
+
+
+def test_template_rendered_calls_match_and_parse_back() -> None:
+    """The chat template's own tool-call text (tojson) matches the pattern and parses back."""
+    chat = pytest.importorskip("textproc.chat")
+    args = {"city": "Zü \"c\"", "unit": "celsius", "days": 3}
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": args}}]},
+    ]
+    rendered = chat.render_chat(chat.CHATML_TEMPLATE, messages, tools=TOOLS[:2], add_generation_prompt=False)
+    start = rendered.index("<tool_call>", rendered.index("<|im_start|>assistant"))
+    end = rendered.index("</tool_call>", start) + len("</tool_call>")
+    assert re.fullmatch(tool_call_pattern(TOOLS, "get_weather"), rendered[start:end])
+    content, calls = parse_tool_calls(rendered[start:end])
+    assert content == "" and json.loads(calls[0]["function"]["arguments"]) == args
+    assert calls[0]["function"]["arguments"] == json.dumps(args, ensure_ascii=False)
