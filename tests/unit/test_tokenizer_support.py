@@ -154,10 +154,14 @@ def trained(kind: str) -> str:
         hf.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="always")])
         byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
         trainer = trainers.UnigramTrainer(
-            vocab_size=800, show_progress=False, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
-            unk_token="<unk>", byte_fallback=True,
+            vocab_size=1500, show_progress=False, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
+            unk_token="<unk>",
         )
-        hf.train_from_iterator(mixed_texts(4, 1500), trainer)
+        # ordinary words only, so rare characters are left to byte fallback / unk
+        hf.train_from_iterator([" ".join(WORDS + PUNCT)] * 50 + [t for t in mixed_texts(4, 600) if t.isascii()], trainer)
+        obj = json.loads(hf.to_str())
+        obj["model"]["byte_fallback"] = True
+        return json.dumps(obj)
     else:
         raise ValueError(kind)
     return str(hf.to_str())
