@@ -45,6 +45,7 @@ class TagStreamer:
         self._tags: tuple[str, ...] = ()
         self._pattern: re.Pattern[str] | None = None
         self._max_hold = 0
+        self._tail: re.Pattern[str] | None = None
         self.set_tags(tags)
 
     @property
@@ -62,6 +63,9 @@ class TagStreamer:
         ordered = sorted(self._tags, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(t) for t in ordered)) if ordered else None
         self._max_hold = max((len(t) for t in self._tags), default=1) - 1
+        # a proper prefix of a tag at the very end; the leftmost match is the longest
+        prefixes = sorted({t[:k] for t in self._tags for k in range(1, len(t))}, key=len, reverse=True)
+        self._tail = re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")\Z") if prefixes else None
 
     def push(self, text: str) -> None:
         """Append text to scan with ``next_event``."""
@@ -113,9 +117,7 @@ class TagStreamer:
 
     def _hold_length(self, buf: str, pos: int) -> int:
         # longest suffix of buf[pos:] that is a proper prefix of a tag
-        for k in range(min(self._max_hold, len(buf) - pos), 0, -1):
-            tail = buf[len(buf) - k :]
-            for tag in self._tags:
-                if tag.startswith(tail):
-                    return k
-        return 0
+        if self._tail is None:
+            return 0
+        match = self._tail.search(buf, max(pos, len(buf) - self._max_hold))
+        return 0 if match is None else len(buf) - match.start()
