@@ -134,6 +134,10 @@ def test_models_health_metrics(stack: tuple[Service, str], client: openai.OpenAI
     metrics = httpx.get(stack[1] + "/metrics", timeout=10)
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert "# TYPE textproc_stage_seconds histogram" in metrics.text
+    # every service process's counters, fetched through the TextClient
+    assert 'textproc_process_events_total{role="worker",index="0",counter="requests"}' \
+        in metrics.text
+    assert 'textproc_process_events_total{role="detokenizer",index="0"' in metrics.text
 
 
 def test_chat_non_streaming_echo(stack: tuple[Service, str], client: openai.OpenAI) -> None:

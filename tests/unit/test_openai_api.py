@@ -334,6 +334,9 @@ class FakeBackend:
     def queue_depths(self) -> Mapping[str, int]:
         return {"worker-0": 0}
 
+    async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
+        return [("worker", 0, {"requests": 4, "pid": 99}), ("detokenizer", 0, {"tokens_in": 7})]
+
     def health(self) -> tuple[bool, str]:
         return self.serving, "" if self.serving else "the detokenizer is restarting"
 
@@ -447,6 +450,9 @@ def test_app_completions_models_tokenize_metrics() -> None:
         "prompt": "ab"}
     text = request(backend, "GET", "/metrics").text
     assert "textproc_requests_running 0" in text
+    assert ('textproc_process_events_total{role="worker",index="0",counter="requests"} 4'
+            in text)
+    assert 'counter="pid"' not in text
 
 
 def test_event_stream_disconnect_cancels_and_aborts() -> None:

@@ -68,6 +68,10 @@ class Backend(Protocol):
 
     def queue_depths(self) -> Mapping[str, int]: ...
 
+    async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
+        """(role, index, counters) of every service process; empty when they do not answer."""
+        ...
+
     def health(self) -> tuple[bool, str]:
         """(serving, why not): False while the service is down or still starting."""
         ...

@@ -8,6 +8,7 @@ Closing an Output stream closes the TextClient stream, which aborts the request 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
@@ -16,7 +17,10 @@ from textproc.errors import StartupTimeout, TextprocError, WorkerDied
 from textproc.http.backend import Output
 from textproc.http.openai_api import ApiError, ChatParams, CompletionParams
 
-__all__ = ["ClientBackend", "api_error"]
+__all__ = ["ClientBackend", "api_error", "STATS_TIMEOUT_S"]
+
+_log = logging.getLogger("textproc.http")
+STATS_TIMEOUT_S = 1.0  # /metrics waits this long for every process's counters
 
 
 def api_error(exc: TextprocError) -> ApiError:
@@ -151,6 +155,16 @@ class ClientBackend:
         # TextClient keeps the ids pending at each worker (not yet Accepted)
         pending: list[set[str]] = getattr(client, "_worker_pending", []) if client else []
         return {f"worker-{i}": len(ids) for i, ids in enumerate(pending)}
+
+    async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
+        if self.client is None or self._closed:
+            return []
+        try:
+            stats = await self.client.stats(timeout_s=STATS_TIMEOUT_S)
+        except TextprocError as exc:  # a process is restarting: scrape again later
+            _log.warning("process counters unavailable: %s", exc)
+            return []
+        return [(s.role, s.index, s.counters) for s in stats]
 
     def health(self) -> tuple[bool, str]:
         if self._closed:

@@ -9,7 +9,7 @@ Histograms are cumulative in the output as Prometheus requires (``le`` buckets, 
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 __all__ = ["Histogram", "Metrics", "CONTENT_TYPE", "LATENCY_BUCKETS_S", "STAGES"]
 
@@ -81,8 +81,16 @@ class Metrics:
         if hist is not None and seconds >= 0:
             hist.observe(seconds)
 
-    def render(self, queue_depths: Mapping[str, int] | None = None) -> str:
-        """The text exposition format, one metric family after another."""
+    def render(
+        self,
+        queue_depths: Mapping[str, int] | None = None,
+        processes: Sequence[tuple[str, int, Mapping[str, int]]] = (),
+    ) -> str:
+        """The text exposition format, one metric family after another.
+
+        ``processes``: (role, index, counters) of each service process (TextClient.stats()),
+        exported as ``textproc_process_events_total{role, index, counter}``.
+        """
         out: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -113,6 +121,14 @@ class Metrics:
                "Requests pending at each tokenizer worker, as this frontend sees them.")
         for worker, depth in sorted((queue_depths or {}).items()):
             out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
+        family("textproc_process_events_total", "counter",
+               "Counters of each service process (worker, detokenizer), for all its clients; "
+               "they restart from 0 when the process is restarted.")
+        for role, index, counters in processes:
+            for name, value in sorted(counters.items()):
+                if name != "pid":
+                    out.append(f'textproc_process_events_total{{role="{_label(role)}",'
+                               f'index="{index}",counter="{_label(name)}"}} {value}')
         family("textproc_stage_seconds", "histogram",
                "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
                "service); first_token and request (measured by the HTTP frontend).")

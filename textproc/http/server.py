@@ -513,7 +513,8 @@ class _Api:
                      status)
 
     async def metrics_text(self, request: Request) -> Response:
-        return Response(self.metrics.render(self.backend.queue_depths()),
+        processes = await self.backend.process_counters()
+        return Response(self.metrics.render(self.backend.queue_depths(), processes),
                         media_type=CONTENT_TYPE)
 
 
