@@ -19,6 +19,8 @@ import unicodedata
 from collections.abc import Iterable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.corpus import (
     EDGE_CASES,
@@ -29,7 +31,7 @@ from tests.corpus import (
 )
 from tests.parity.references import CASE_NAMES, REAL_CASES, Case, get_case
 
-FAST_BYTES = 120_000
+FAST_BYTES = 100_000
 FULL_BYTES = 4_000_000
 MAX_REPORTED = 8
 
@@ -214,6 +216,31 @@ def test_qwen3_tiktoken_loader_matches_tiktoken() -> None:
         text = unicodedata.normalize("NFC", text)
         assert list(tok.encode(text)) == case.second_encode(text), label
         assert list(tok.encode(text)) == list(case.ours.encode(text)), label
+
+
+_FRAGMENTS = sorted({piece for text in EDGE_CASES.values() for piece in text.split(" ")
+                     if piece and len(piece) < 40 and not any(0xD800 <= ord(c) < 0xE000 for c in piece)})
+_TEXTS = st.lists(
+    st.one_of(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=12),
+        st.sampled_from(_FRAGMENTS),
+        st.sampled_from([" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "\u0301", "\u0338", "1", "é"]),
+    ),
+    max_size=12,
+).map("".join)
+
+
+@pytest.mark.parametrize("case_name", CASE_NAMES)
+def test_random_text(case_name: str) -> None:
+    """Random mixes of corpus fragments, whitespace, marks and arbitrary characters."""
+    case = get_case(case_name)
+
+    @given(_TEXTS)
+    def check(text: str) -> None:
+        problem = _check_ids(case, "hypothesis", text) or _check_decode(case, "hypothesis", text)
+        assert problem is None, problem
+
+    check()
 
 
 # ------------------------------------------------------------------------------------------
