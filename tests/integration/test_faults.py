@@ -169,3 +169,30 @@ def test_kill_9_supervisor_leaves_no_orphans(tmp_path: Path, toy_model: Path) ->
     assert not left, f"orphans after kill -9 of the supervisor: {left}"
     service.proc = None  # nothing left to stop; socket files stay (documented)
     service._log.close()
+
+
+def test_external_engine_connects_to_the_printed_endpoints(tmp_path: Path, toy_model: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    service = Service(tmp_path / "s", toy_model, workers=1, engine="external").start()
+    engine: subprocess.Popen[bytes] | None = None
+    try:
+        line = next(ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"'))
+        addresses = json.loads(line)
+        engine = subprocess.Popen([sys.executable, "-m", "engine_stub", "--engine-in",
+                                   addresses["engine_in"], "--engine-out", addresses["engine_out"],
+                                   "--model-dir", str(toy_model)], stdin=subprocess.DEVNULL)
+
+        async def main() -> list[Any]:
+            async with await TextClient.connect(service.runtime_dir) as client:
+                # sent before or after the engine connects: queued in the detokenizer meanwhile
+                return await asyncio.wait_for(_drive(client, 5, 3, "ext"), 60)
+
+        assert run(main) == [f"w{i} " * 3 for i in range(5)]
+    finally:
+        if engine is not None:
+            engine.terminate()
+            engine.wait(10)
+        service.stop()
