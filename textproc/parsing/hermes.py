@@ -19,6 +19,7 @@ Streaming rule (the one-shot parse is the same code fed once, so both agree):
 * After the object closes, whitespace and then the close tag are expected; anything else
   ends the call leniently (it is valid) and the text continues as ordinary text.
 
+With an empty ``close_tag`` the call ends with its object (used inside other formats).
 Accepted members are exactly ``name`` (a non-empty string) and ``arguments`` (an object),
 each at most once; any other key is malformed.
 """
@@ -176,8 +177,22 @@ class HermesCall:
         step.is_closed = True
         return step
 
+    @property
+    def is_complete(self) -> bool:
+        """True once the call object closed (the call is valid)."""
+        return self._object_done
+
+    @property
+    def n_calls(self) -> int:
+        """Tool calls this body produced (its header went out)."""
+        return 1 if self.has_header else 0
+
     def _after_object(self, text: str, pos: int, step: CallStep) -> CallStep:
         tag = self.close_tag
+        if not tag:  # no close tag in this format: the call ends with its object
+            step.rest = text[pos:]
+            step.is_closed = True
+            return step
         n = len(text)
         while pos < n:
             c = text[pos]

@@ -19,9 +19,23 @@ from typing import Any
 
 from textproc.errors import InvalidInput, short
 from textproc.parsing.hermes import HermesCall
+from textproc.parsing.mistral import MistralCalls
 from textproc.parsing.tags import TagStreamer
 
-__all__ = ["OutputParser", "parse_output", "parse_tool_calls", "openai_tool_call", "merge_deltas"]
+__all__ = [
+    "OutputParser",
+    "parse_output",
+    "parse_tool_calls",
+    "openai_tool_call",
+    "merge_deltas",
+    "TOOL_FORMATS",
+]
+
+# tool_format -> default (open, close) tags
+TOOL_FORMATS = {
+    "hermes": ("<tool_call>", "</tool_call>"),
+    "mistral": ("[TOOL_CALLS]", ""),
+}
 
 
 class OutputParser:
@@ -38,6 +52,9 @@ class OutputParser:
       an open think block, so the text is reasoning until ``</think>``.
     - ``tools``: recognise tool calls in content (never inside reasoning). A malformed or
       unterminated call comes back as content, see :mod:`textproc.parsing.hermes`.
+      ``tool_format``: ``"hermes"`` (Qwen, Hermes: ``<tool_call>{...}</tool_call>``) or
+      ``"mistral"`` (``[TOOL_CALLS][{...}, ...]``, :mod:`textproc.parsing.mistral`);
+      ``tool_tags`` defaults to the format's tags.
     - ``request_id``: tool-call ids are ``call_<request_id>_<index>`` (``call_<index>`` if
       empty), so streamed and one-shot parses agree; pass it to keep ids unique across turns.
 
@@ -57,11 +74,20 @@ class OutputParser:
         tools: bool = False,
         starts_in_reasoning: bool = False,
         think_tags: tuple[str, str] = ("<think>", "</think>"),
-        tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+        tool_tags: tuple[str, str] | None = None,
+        tool_format: str = "hermes",
         request_id: str = "",
     ) -> None:
+        if tool_format not in TOOL_FORMATS:
+            raise InvalidInput(f"tool_format={short(tool_format)}; supported: {', '.join(TOOL_FORMATS)}")
+        if tool_tags is None:
+            tool_tags = TOOL_FORMATS[tool_format]
         for label, pair in (("think_tags", think_tags), ("tool_tags", tool_tags)):
-            if len(pair) != 2 or not all(isinstance(t, str) and t for t in pair):
+            if len(pair) != 2 or not all(isinstance(t, str) for t in pair) or not pair[0]:
+                raise InvalidInput(
+                    f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
+                )
+            if not pair[1] and (label == "think_tags" or tool_format == "hermes"):
                 raise InvalidInput(
                     f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
                 )
@@ -69,6 +95,7 @@ class OutputParser:
         self.tools = tools
         self.think_tags = think_tags
         self.tool_tags = tool_tags
+        self.tool_format = tool_format
         self.request_id = request_id
         self._in_reasoning = reasoning and starts_in_reasoning
         self._content_tags: list[str] = []
@@ -77,7 +104,7 @@ class OutputParser:
         if tools:
             self._content_tags.append(tool_tags[0])
         self._streamer = TagStreamer(self._mode_tags())
-        self._call: HermesCall | None = None
+        self._call: HermesCall | MistralCalls | None = None
         self._n_calls = 0
         self._finished = False
 
@@ -144,19 +171,25 @@ class OutputParser:
             elif tag == self.think_tags[0] and self.reasoning:
                 self._in_reasoning = True
                 streamer.set_tags([self.think_tags[1]])
+            elif self.tool_format == "mistral":
+                self._call = MistralCalls(
+                    first_index=self._n_calls, make_id=self._call_id, open_tag=self.tool_tags[0]
+                )
+                return True
             else:
-                call_id = f"call_{self.request_id}_{self._n_calls}" if self.request_id else f"call_{self._n_calls}"
                 self._call = HermesCall(
                     index=self._n_calls,
-                    call_id=call_id,
+                    call_id=self._call_id(self._n_calls),
                     open_tag=self.tool_tags[0],
                     close_tag=self.tool_tags[1],
                 )
                 return True
 
-    def _end_call(self, call: HermesCall) -> None:
-        if call.has_header:
-            self._n_calls += 1
+    def _call_id(self, index: int) -> str:
+        return f"call_{self.request_id}_{index}" if self.request_id else f"call_{index}"
+
+    def _end_call(self, call: HermesCall | MistralCalls) -> None:
+        self._n_calls += call.n_calls
         self._call = None
 
 
@@ -234,7 +267,8 @@ def parse_output(
     tools: bool = False,
     starts_in_reasoning: bool = False,
     think_tags: tuple[str, str] = ("<think>", "</think>"),
-    tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+    tool_tags: tuple[str, str] | None = None,
+    tool_format: str = "hermes",
     request_id: str = "",
 ) -> dict[str, Any]:
     """One-shot parse: what ``merge_deltas`` of a streamed :class:`OutputParser` gives."""
@@ -244,6 +278,7 @@ def parse_output(
         starts_in_reasoning=starts_in_reasoning,
         think_tags=think_tags,
         tool_tags=tool_tags,
+        tool_format=tool_format,
         request_id=request_id,
     )
     return merge_deltas(parser.feed(text) + parser.finish())
@@ -252,7 +287,8 @@ def parse_output(
 def parse_tool_calls(
     text: str,
     *,
-    tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+    tool_tags: tuple[str, str] | None = None,
+    tool_format: str = "hermes",
     request_id: str = "",
 ) -> tuple[str, list[dict[str, Any]]]:
     """One-shot: ``(content, tool calls)`` of a complete output (no reasoning split).
@@ -260,7 +296,9 @@ def parse_tool_calls(
     >>> parse_tool_calls('hi<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')
     ('hi', [{'id': 'call_0', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}])
     """
-    merged = parse_output(text, tools=True, tool_tags=tool_tags, request_id=request_id)
+    merged = parse_output(
+        text, tools=True, tool_tags=tool_tags, tool_format=tool_format, request_id=request_id
+    )
     return merged["content"], merged["tool_calls"]
 
 
