@@ -10,23 +10,18 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 import httpx
 import pytest
 
+from textproc.http.api_types import ApiError, ChatParams, CompletionParams
+from textproc.http.asgi import EventStream
 from textproc.http.backend import Output
 from textproc.http.metrics import Histogram, Metrics
 from textproc.http.openai_api import (
-    SSE_DONE,
-    ApiError,
-    ChatAccumulator,
-    ChatParams,
-    CompletionParams,
-    chat_chunk,
-    merge_fragments,
     parse_chat_request,
     parse_completion_request,
     parse_detokenize_request,
     parse_tokenize_request,
-    sse_event,
 )
-from textproc.http.server import EventStream, HttpLimits, build_app
+from textproc.http.responses import SSE_DONE, ChatAccumulator, chat_chunk, merge_fragments, sse_event
+from textproc.http.server import HttpLimits, build_app
 
 pytestmark = pytest.mark.timeout(30)
 

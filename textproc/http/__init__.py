@@ -1,9 +1,11 @@
 """The OpenAI-compatible HTTP frontend (issue 5): its own process, a TextClient user.
 
-Modules: ``openai_api`` (pure request validation and response shaping), ``backend`` (the
-Protocol the server needs from the service), ``metrics`` (Prometheus text), ``server`` (the
-Starlette app, SSE, limits, disconnect -> abort), ``client_backend`` (TextClient adapter) and
-``run`` (``run_http``, the process entry). Importing this package imports none of them.
+Modules: ``api_types`` (request Structs, validated parameters, ApiError), ``openai_api`` (pure
+request validation), ``responses`` (pure response shaping and SSE framing), ``backend`` (the
+Protocol the server needs from the service), ``metrics`` (Prometheus text), ``asgi`` (SSE
+response, disconnect watching, body limit, API key), ``server`` (routes and the life of a
+request), ``client_backend`` (the TextClient adapter) and ``run`` (``run_http``, the process
+entry; ``python -m textproc.http``). Importing this package imports none of them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
 
-from textproc.http.openai_api import ChatParams, CompletionParams
+from textproc.http.api_types import ChatParams, CompletionParams
 
 __all__ = ["Backend", "Output"]
 

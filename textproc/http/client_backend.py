@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 from textproc.client import TextClient, TextEvent
 from textproc.errors import StartupTimeout, TextprocError, WorkerDied
 from textproc.http.backend import Output
-from textproc.http.openai_api import ApiError, ChatParams, CompletionParams
+from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 
 __all__ = ["ClientBackend", "api_error", "STATS_TIMEOUT_S"]
 

@@ -1,11 +1,9 @@
-"""OpenAI API wire shapes for the HTTP frontend: request validation and response shaping.
+"""OpenAI API request validation for the HTTP frontend: body bytes -> validated parameters.
 
-Owns the JSON bodies of ``/v1/chat/completions``, ``/v1/completions``, ``/tokenize`` and
-``/detokenize`` (msgspec Structs, decoded and validated in one pass) and the bodies sent back
-(``chat.completion``, ``chat.completion.chunk``, ``text_completion``, the error object, SSE
-framing). Pure functions and small accumulators only: no I/O, no sockets, no event loop, so every
-rule here is unit-tested without a process. The server module (``textproc.http.server``) turns
-these into HTTP responses.
+Owns every rule a request body must follow beyond its types (``api_types``): the served model
+(404), n=1, message and tool shapes, tool_choice against tools, stop lists, unsupported features
+(logprobs, response_format, suffix, batches of prompts). Pure functions: no I/O, no sockets, no
+event loop, so every rule is unit-tested without a process.
 
 Invariant: every rejected body raises :class:`ApiError` whose message names the bad value, where
 it is (``param``, a JSON path like ``messages[2].role``) and what is allowed.
@@ -15,51 +13,38 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import uuid
-from typing import Annotated, Any, Literal, Sequence
+from typing import Any, Sequence
 
 import msgspec
 
-from textproc.errors import TextprocError, short
+from textproc.errors import short
+from textproc.http.api_types import (
+    ApiError,
+    AssistantMessage,
+    ChatCompletionRequest,
+    ChatParams,
+    CompletionParams,
+    CompletionRequest,
+    Content,
+    DetokenizeRequest,
+    DeveloperMessage,
+    Message,
+    NamedToolChoice,
+    StreamOptions,
+    SystemMessage,
+    TokenizeRequest,
+    ToolDef,
+    ToolMessage,
+    UserMessage,
+)
 
 __all__ = [
-    "ApiError",
-    "TextPart",
-    "SystemMessage",
-    "DeveloperMessage",
-    "UserMessage",
-    "AssistantMessage",
-    "ToolMessage",
-    "Message",
-    "ToolDef",
-    "NamedToolChoice",
-    "StreamOptions",
-    "ChatCompletionRequest",
-    "CompletionRequest",
-    "TokenizeRequest",
-    "DetokenizeRequest",
-    "ChatParams",
-    "CompletionParams",
     "parse_chat_request",
     "parse_completion_request",
     "parse_tokenize_request",
     "parse_detokenize_request",
-    "new_id",
-    "usage_body",
-    "merge_fragments",
-    "ChatAccumulator",
-    "chat_chunk",
-    "chat_response",
-    "completion_chunk",
-    "completion_response",
-    "models_body",
-    "sse_event",
-    "SSE_DONE",
-    "usage_chunk",
     "tokenize_messages",
     "tokenize_tools",
-    "now",
     "MAX_STOP_STRINGS",
 ]
 
@@ -76,260 +61,6 @@ _SAMPLING_FIELDS = (
     "seed",
     "logit_bias",
 )
-
-
-class ApiError(TextprocError):
-    """A request the API refuses, with the HTTP status and OpenAI error fields it maps to.
-
-    >>> ApiError("bad", param="n").body()["error"]["param"]
-    'n'
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type
-        self.param = param
-        self.code = code
-
-    def body(self) -> dict[str, Any]:
-        """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-
-# ---------------------------------------------------------------- request bodies (msgspec)
-
-Int1 = Annotated[int, msgspec.Meta(ge=1)]
-Int0 = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class TextPart(msgspec.Struct, tag="text", tag_field="type"):
-    """A content part; only text parts are accepted (no images or audio)."""
-
-    text: str
-
-
-Content = str | list[TextPart]
-
-
-class FunctionCall(msgspec.Struct, omit_defaults=True):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
-
-
-class ToolCall(msgspec.Struct, omit_defaults=True):
-    function: FunctionCall
-    id: str | None = None
-    type: Literal["function"] = "function"
-
-
-class SystemMessage(msgspec.Struct, tag="system", tag_field="role", omit_defaults=True):
-    content: Content
-    name: str | None = None
-
-
-class DeveloperMessage(msgspec.Struct, tag="developer", tag_field="role", omit_defaults=True):
-    content: Content
-    name: str | None = None
-
-
-class UserMessage(msgspec.Struct, tag="user", tag_field="role", omit_defaults=True):
-    content: Content
-    name: str | None = None
-
-
-class AssistantMessage(msgspec.Struct, tag="assistant", tag_field="role", omit_defaults=True):
-    content: Content | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    reasoning_content: str | None = None
-
-
-class ToolMessage(msgspec.Struct, tag="tool", tag_field="role", omit_defaults=True):
-    content: Content
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
-
-
-class FunctionDef(msgspec.Struct, omit_defaults=True):
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ToolDef(msgspec.Struct):
-    """``{"type": "function", "function": {"name", "description", "parameters"}}``."""
-
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class NamedFunction(msgspec.Struct):
-    name: str
-
-
-class NamedToolChoice(msgspec.Struct):
-    """``{"type": "function", "function": {"name": ...}}``: force a call to this tool."""
-
-    type: Literal["function"]
-    function: NamedFunction
-
-
-class StreamOptions(msgspec.Struct):
-    include_usage: bool = False
-
-
-class ResponseFormat(msgspec.Struct):
-    type: str
-
-
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    """The body of ``POST /v1/chat/completions``; unknown fields are ignored (like vLLM)."""
-
-    model: str
-    messages: list[Message]
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: Int1 | None = None
-    max_completion_tokens: Int1 | None = None
-    n: int = 1
-    stop: str | list[str] | None = None
-    tools: list[ToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
-    top_k: int | None = None
-    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
-    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
-    seed: int | None = None
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
-    response_format: ResponseFormat | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    documents: list[dict[str, Any]] | None = None
-    min_tokens: Int0 = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
-    user: str | None = None
-
-
-class CompletionRequest(msgspec.Struct, kw_only=True):
-    """The body of ``POST /v1/completions`` (legacy API: ``max_tokens`` defaults to 16)."""
-
-    model: str
-    prompt: str | list[str | int | list[int]]  # text, token ids, or a batch of one
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: Int1 | None = 16
-    n: int = 1
-    best_of: int | None = None
-    echo: bool = False
-    suffix: str | None = None
-    stop: str | list[str] | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
-    top_k: int | None = None
-    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
-    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
-    seed: int | None = None
-    logit_bias: dict[str, float] | None = None
-    logprobs: int | None = None
-    min_tokens: Int0 = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
-    user: str | None = None
-
-
-class TokenizeRequest(msgspec.Struct, kw_only=True):
-    """``POST /tokenize``: either ``prompt`` or ``messages`` (rendered with the chat template)."""
-
-    model: str | None = None
-    prompt: str | None = None
-    messages: list[Message] | None = None
-    tools: list[ToolDef] | None = None
-    add_special_tokens: bool | None = None  # None: True for a prompt, False for messages
-    add_generation_prompt: bool = True
-    chat_template_kwargs: dict[str, Any] | None = None
-
-
-class DetokenizeRequest(msgspec.Struct, kw_only=True):
-    """``POST /detokenize``."""
-
-    tokens: list[Int0]
-    model: str | None = None
-    skip_special_tokens: bool = False
-
-
-# ---------------------------------------------------------------- validated parameters
-
-
-class ChatParams(msgspec.Struct, kw_only=True):
-    """A validated chat request, in the plain shapes the chat template and TextClient take."""
-
-    model: str
-    messages: list[dict[str, Any]]
-    stream: bool
-    include_usage: bool
-    max_tokens: int | None
-    stop: list[str]
-    tools: list[dict[str, Any]] | None
-    tool_choice: str | dict[str, Any]  # "none" | "auto" | "required" | {"type", "function": {"name"}}
-    sampling: dict[str, Any]
-    chat_template_kwargs: dict[str, Any]
-    add_generation_prompt: bool
-    continue_final_message: bool
-    documents: list[dict[str, Any]] | None
-    min_tokens: int
-    ignore_eos: bool
-    skip_special_tokens: bool
-    include_stop_str_in_output: bool
-
-
-class CompletionParams(msgspec.Struct, kw_only=True):
-    """A validated completion request."""
-
-    model: str
-    prompt: str | list[int]
-    stream: bool
-    include_usage: bool
-    max_tokens: int | None
-    echo: bool
-    stop: list[str]
-    sampling: dict[str, Any]
-    min_tokens: int
-    ignore_eos: bool
-    skip_special_tokens: bool
-    include_stop_str_in_output: bool
 
 
 _PATH = re.compile(r" - at `\$\.?(.*)`$")
@@ -678,228 +409,3 @@ def parse_detokenize_request(body: bytes, *, served_models: Sequence[str]) -> De
     req: DetokenizeRequest = _decode(body, DetokenizeRequest, "detokenize")
     _check_model(req.model, served_models)
     return req
-
-
-# ---------------------------------------------------------------- response shaping
-
-
-def new_id(prefix: str) -> str:
-    """A fresh response id, e.g. ``chatcmpl-`` + 32 hex digits."""
-    return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def merge_fragments(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Join runs of text fragments with the same single key, so a step becomes few chunks.
-
-    Tool-call fragments are kept apart (their order and indexes matter).
-
-    >>> merge_fragments([{"content": "a"}, {"content": "b"}, {"reasoning_content": "c"}])
-    [{'content': 'ab'}, {'reasoning_content': 'c'}]
-    """
-    out: list[dict[str, Any]] = []
-    for frag in fragments:
-        if len(frag) == 1 and out and len(out[-1]) == 1:
-            (key, value), = frag.items()
-            if key in out[-1] and isinstance(value, str) and key != "tool_calls":
-                out[-1] = {key: out[-1][key] + value}
-                continue
-        out.append(dict(frag))
-    return out
-
-
-class ChatAccumulator:
-    """Folds streamed delta fragments into the final assistant message of a non-streamed reply.
-
-    The message equals what a client gets by concatenating the streamed chunks: content and
-    reasoning_content joined, tool calls merged by ``index`` (arguments concatenated).
-    """
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-
-    def feed(self, fragments: Sequence[dict[str, Any]]) -> None:
-        for frag in fragments:
-            if (text := frag.get("content")) is not None:
-                self.content.append(text)
-            if (text := frag.get("reasoning_content")) is not None:
-                self.reasoning.append(text)
-            for call in frag.get("tool_calls") or ():
-                index = int(call.get("index", len(self.tool_calls)))
-                slot = self.tool_calls.setdefault(
-                    index,
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                fn = call.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] = fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
-
-    @property
-    def has_tool_calls(self) -> bool:
-        return bool(self.tool_calls)
-
-    def message(self) -> dict[str, Any]:
-        content = "".join(self.content)
-        msg: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.reasoning:
-            msg["reasoning_content"] = "".join(self.reasoning)
-        if self.tool_calls:
-            calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-            for call in calls:
-                if call["id"] is None:
-                    call["id"] = new_id("call")
-            msg["tool_calls"] = calls
-            if not content.strip():
-                msg["content"] = None  # OpenAI sends null content with tool calls
-        return msg
-
-
-def chat_chunk(
-    response_id: str,
-    created: int,
-    model: str,
-    delta: dict[str, Any],
-    *,
-    finish_reason: str | None = None,
-    include_usage: bool = False,
-    usage: dict[str, int] | None = None,
-) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage)."""
-    chunk: dict[str, Any] = {
-        "id": response_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        ],
-    }
-    if include_usage or usage is not None:
-        chunk["usage"] = usage
-    return chunk
-
-
-def usage_chunk(
-    response_id: str, created: int, model: str, usage: dict[str, int], *, chat: bool = True
-) -> dict[str, Any]:
-    """The last chunk when ``stream_options.include_usage``: no choices, the request's usage."""
-    return {
-        "id": response_id,
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage,
-    }
-
-
-def now() -> int:
-    """``created``: Unix seconds."""
-    return int(time.time())
-
-
-def chat_response(
-    response_id: str,
-    created: int,
-    model: str,
-    message: dict[str, Any],
-    finish_reason: str,
-    usage: dict[str, int],
-) -> dict[str, Any]:
-    """A whole ``chat.completion``."""
-    return {
-        "id": response_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
-        ],
-        "usage": usage,
-    }
-
-
-def completion_chunk(
-    response_id: str,
-    created: int,
-    model: str,
-    text: str,
-    *,
-    finish_reason: str | None = None,
-    include_usage: bool = False,
-    usage: dict[str, int] | None = None,
-) -> dict[str, Any]:
-    """One streamed ``text_completion`` chunk."""
-    chunk: dict[str, Any] = {
-        "id": response_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        ],
-    }
-    if include_usage or usage is not None:
-        chunk["usage"] = usage
-    return chunk
-
-
-def completion_response(
-    response_id: str,
-    created: int,
-    model: str,
-    text: str,
-    finish_reason: str,
-    usage: dict[str, int],
-) -> dict[str, Any]:
-    """A whole ``text_completion``."""
-    return {
-        "id": response_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        ],
-        "usage": usage,
-    }
-
-
-def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None) -> dict[
-    str, Any
-]:
-    """``GET /v1/models``."""
-    data = []
-    for name in served_models:
-        entry: dict[str, Any] = {
-            "id": name,
-            "object": "model",
-            "created": created,
-            "owned_by": "textproc",
-        }
-        if max_model_len is not None:
-            entry["max_model_len"] = max_model_len
-        data.append(entry)
-    return {"object": "list", "data": data}
-
-
-_ENCODER = msgspec.json.Encoder()
-SSE_DONE = b"data: [DONE]\n\n"
-
-
-def sse_event(obj: Any) -> bytes:
-    """One server-sent event: ``data: {json}\\n\\n`` (compact JSON never contains a newline)."""
-    return b"data: " + _ENCODER.encode(obj) + b"\n\n"

@@ -1,43 +1,49 @@
 """The OpenAI-compatible HTTP frontend: a Starlette app over a Backend, served by uvicorn on uvloop.
 
-Owns routes, limits (body size -> 413, requests in flight -> 429, service down -> 503), SSE
-streaming and the client-disconnect -> abort rule. Request bodies are validated and responses
-shaped by ``textproc.http.openai_api`` (pure); this module only moves them. It never touches the
-service's sockets itself: everything goes through a ``Backend`` (the TextClient adapter in
-``textproc.http.client_backend`` in production).
-
-Disconnects: each streamed response runs the producer and a watcher of ``http.disconnect`` as
-two plain asyncio tasks; when the client goes away the producer is cancelled once (asyncio
-semantics, not a level-triggered cancel scope), so the backend stream's ``finally`` can still send
-the Abort. Non-streamed requests are watched the same way while they wait for the result.
+Owns the routes and the life of one generation request: limits (body size -> 413, requests in
+flight -> 429, service down -> 503), accounting in the metrics, and closing the backend stream
+when the request ends or the client leaves (which aborts it in the engine). Bodies are validated
+by ``openai_api`` and shaped by ``responses`` (pure); SSE and disconnect watching live in
+``asgi``. It never touches the service's sockets itself: everything goes through a ``Backend``
+(the TextClient adapter in ``client_backend`` in production).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from textproc.http.api_types import ApiError, ChatParams, CompletionParams
+from textproc.http.asgi import (
+    BearerAuth,
+    EventStream,
+    error_response,
+    json_response,
+    read_body,
+    until_disconnect,
+)
 from textproc.http.backend import Backend, Output
 from textproc.http.metrics import CONTENT_TYPE, Metrics
 from textproc.http.openai_api import (
+    parse_chat_request,
+    parse_completion_request,
+    parse_detokenize_request,
+    parse_tokenize_request,
+    tokenize_messages,
+    tokenize_tools,
+)
+from textproc.http.responses import (
     SSE_DONE,
-    ApiError,
     ChatAccumulator,
-    ChatParams,
-    CompletionParams,
     chat_chunk,
     chat_response,
     completion_chunk,
@@ -46,22 +52,14 @@ from textproc.http.openai_api import (
     models_body,
     new_id,
     now,
-    parse_chat_request,
-    parse_completion_request,
-    parse_detokenize_request,
-    parse_tokenize_request,
     sse_event,
-    tokenize_messages,
-    tokenize_tools,
     usage_body,
     usage_chunk,
 )
 
-__all__ = ["HttpLimits", "build_app", "EventStream"]
+__all__ = ["HttpLimits", "build_app"]
 
-T = TypeVar("T")
 _log = logging.getLogger("textproc.http")
-_JSON = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,119 +68,6 @@ class HttpLimits:
 
     max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
     max_running: int = 4096  # generation requests in flight; more get 429
-
-
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_JSON.encode(body), status_code=status, media_type="application/json",
-                    headers=headers)
-
-
-def _error(exc: ApiError) -> Response:
-    headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
-    return _json(exc.body(), exc.status, headers)
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-class EventStream(Response):
-    """An ASGI ``text/event-stream`` response that cancels its producer when the client leaves.
-
-    ``cleanup`` always runs once at the end (after the last event, an error or a disconnect);
-    ``on_disconnect`` runs before it if the client went away before the last event was sent.
-    """
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        events: AsyncIterator[bytes],
-        *,
-        on_disconnect: Callable[[], None],
-        cleanup: Callable[[], Awaitable[None]],
-    ) -> None:
-        # not Response.__init__: it would add "content-length: 0"
-        self.events = events
-        self.on_disconnect = on_disconnect
-        self.cleanup = cleanup
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": self.raw_headers})
-            producer = asyncio.ensure_future(self._produce(send))
-            watcher = asyncio.ensure_future(_wait_disconnect(receive))
-            try:
-                await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                watcher.cancel()
-                if not producer.done():
-                    producer.cancel()
-                    await asyncio.wait({producer})
-                    self.on_disconnect()
-                elif isinstance(producer.exception(), OSError):
-                    self.on_disconnect()  # the transport failed while writing: a disconnect
-                else:
-                    producer.result()
-        finally:
-            await self.cleanup()
-
-    async def _produce(self, send: Send) -> None:
-        try:
-            async for data in self.events:
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            aclose = getattr(self.events, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(
-            f"request body is {int(declared)} bytes, over the {limit}-byte limit",
-            status=413, code="request_too_large",
-        )
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(f"request body is over the {limit}-byte limit", status=413,
-                           code="request_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _until_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, T | None]:
-    """Await ``work``; if the client leaves first, cancel it (which aborts its request).
-
-    Returns ``(True, result)``, or ``(False, None)`` when the client went away.
-    """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task})
-            return False, None
-    return True, task.result()
 
 
 def _client_gone() -> ApiError:
@@ -266,16 +151,16 @@ class _Api:
     ) -> Response:
         status = 500
         try:
-            body = await _read_body(request, self.limits.max_body_bytes)
+            body = await read_body(request, self.limits.max_body_bytes)
             response = await handler(request, body)
             status = response.status_code
             return response
         except ApiError as exc:
             status = exc.status
-            return _error(exc)
+            return error_response(exc)
         except Exception:
             _log.exception("unexpected error serving %s", endpoint)
-            return _error(ApiError("internal server error; see the server log", status=500,
+            return error_response(ApiError("internal server error; see the server log", status=500,
                                    type="server_error", code="internal_error"))
         finally:
             self.metrics.count_request(endpoint, status)
@@ -293,7 +178,7 @@ class _Api:
         self.metrics.running += 1
         run = _Run(self, call(), time.perf_counter())
         try:
-            connected, first = await _until_disconnect(request, run.next())
+            connected, first = await until_disconnect(request, run.next())
         except BaseException:
             await run.close()
             raise
@@ -316,7 +201,7 @@ class _Api:
         if stream:
             return EventStream(events(), on_disconnect=self._aborted, cleanup=run.close)
         try:
-            connected, response = await _until_disconnect(request, whole())
+            connected, response = await until_disconnect(request, whole())
         finally:
             await run.close()
         if not connected or response is None:
@@ -351,7 +236,7 @@ class _Api:
                 if out.finish_reason == "error":
                     raise _generation_error(out)
                 reason = _chat_reason(out.finish_reason, acc.has_tool_calls)
-                return _json(chat_response(rid, now(), params.model, acc.message(), reason,
+                return json_response(chat_response(rid, now(), params.model, acc.message(), reason,
                                            usage_body(out.prompt_tokens, out.completion_tokens)))
             out = await run.next()
         raise ApiError(_NO_FINISH, status=500, type="server_error")
@@ -414,7 +299,7 @@ class _Api:
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise _generation_error(out)
-                return _json(completion_response(
+                return json_response(completion_response(
                     rid, now(), params.model, "".join(texts), out.finish_reason,
                     usage_body(out.prompt_tokens, out.completion_tokens)))
             out = await run.next()
@@ -458,7 +343,7 @@ class _Api:
 
     async def models(self, request: Request) -> Response:
         self.metrics.count_request("/v1/models", 200)
-        return _json(models_body(self.backend.served_models, self.started,
+        return json_response(models_body(self.backend.served_models, self.started,
                                  max_model_len=self.backend.max_model_len))
 
     async def model(self, request: Request) -> Response:
@@ -468,9 +353,9 @@ class _Api:
         for entry in body["data"]:
             if entry["id"] == name:
                 self.metrics.count_request("/v1/models/{model}", 200)
-                return _json(entry)
+                return json_response(entry)
         self.metrics.count_request("/v1/models/{model}", 404)
-        return _error(ApiError(
+        return error_response(ApiError(
             f"model {name!r} does not exist; served: "
             f"{', '.join(map(repr, self.backend.served_models))}",
             status=404, param="model", code="model_not_found"))
@@ -492,7 +377,7 @@ class _Api:
             add_generation_prompt=req.add_generation_prompt,
             chat_template_kwargs=dict(req.chat_template_kwargs or {}),
         )
-        return _json({"count": len(ids), "max_model_len": self.backend.max_model_len,
+        return json_response({"count": len(ids), "max_model_len": self.backend.max_model_len,
                       "tokens": ids})
 
     async def detokenize(self, request: Request) -> Response:
@@ -503,13 +388,13 @@ class _Api:
         self._check_serving()
         text = await self.backend.detokenize(list(req.tokens),
                                              skip_special_tokens=req.skip_special_tokens)
-        return _json({"prompt": text})
+        return json_response({"prompt": text})
 
     async def health(self, request: Request) -> Response:
         serving, why = self.backend.health()
         status = 200 if serving else 503
         self.metrics.count_request("/health", status)
-        return _json({"status": "ok"} if serving else {"status": "unavailable", "reason": why},
+        return json_response({"status": "ok"} if serving else {"status": "unavailable", "reason": why},
                      status)
 
     async def metrics_text(self, request: Request) -> Response:
@@ -532,31 +417,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"method {request.method} is not allowed on {request.url.path}"
     else:
         message = str(exc.detail)
-    return _error(ApiError(message, status=exc.status_code,
+    return error_response(ApiError(message, status=exc.status_code,
                            code="not_found" if exc.status_code == 404 else None))
-
-
-class _BearerAuth:
-    """ASGI middleware: every route but /health and /metrics needs ``Authorization: Bearer KEY``."""
-
-    OPEN_PATHS = ("/health", "/metrics")
-
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(given, self.expected):
-            await self.app(scope, receive, send)
-            return
-        response = _error(ApiError(
-            "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
-            status=401, code="invalid_api_key"))
-        await response(scope, receive, send)
 
 
 def build_app(
@@ -583,7 +445,7 @@ def build_app(
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
     ]
-    middleware = [Middleware(_BearerAuth, api_key=api_key)] if api_key else []
+    middleware = [Middleware(BearerAuth, api_key=api_key)] if api_key else []
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
                     middleware=middleware, lifespan=lifespan)
     app.state.api = api

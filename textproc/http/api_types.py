@@ -1,0 +1,295 @@
+"""OpenAI request bodies as msgspec Structs, the validated parameters, and ApiError.
+
+Owns the typed shapes of ``/v1/chat/completions``, ``/v1/completions``, ``/tokenize`` and
+``/detokenize`` bodies (decoded and type-checked by msgspec in one pass; unknown fields are
+ignored, like vLLM) and of the validated parameters the server hands to the backend. Declarations
+only: the rules live in ``textproc.http.openai_api``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from textproc.errors import TextprocError
+
+__all__ = [
+    "ApiError",
+    "TextPart",
+    "Content",
+    "FunctionCall",
+    "ToolCall",
+    "SystemMessage",
+    "DeveloperMessage",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolMessage",
+    "Message",
+    "FunctionDef",
+    "ToolDef",
+    "NamedFunction",
+    "NamedToolChoice",
+    "StreamOptions",
+    "ResponseFormat",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "TokenizeRequest",
+    "DetokenizeRequest",
+    "ChatParams",
+    "CompletionParams",
+]
+
+
+class ApiError(TextprocError):
+    """A request the API refuses, with the HTTP status and OpenAI error fields it maps to.
+
+    >>> ApiError("bad", param="n").body()["error"]["param"]
+    'n'
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+# ---------------------------------------------------------------- request bodies (msgspec)
+
+Int1 = Annotated[int, msgspec.Meta(ge=1)]
+Int0 = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class TextPart(msgspec.Struct, tag="text", tag_field="type"):
+    """A content part; only text parts are accepted (no images or audio)."""
+
+    text: str
+
+
+Content = str | list[TextPart]
+
+
+class FunctionCall(msgspec.Struct, omit_defaults=True):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(msgspec.Struct, omit_defaults=True):
+    function: FunctionCall
+    id: str | None = None
+    type: Literal["function"] = "function"
+
+
+class SystemMessage(msgspec.Struct, tag="system", tag_field="role", omit_defaults=True):
+    content: Content
+    name: str | None = None
+
+
+class DeveloperMessage(msgspec.Struct, tag="developer", tag_field="role", omit_defaults=True):
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(msgspec.Struct, tag="user", tag_field="role", omit_defaults=True):
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(msgspec.Struct, tag="assistant", tag_field="role", omit_defaults=True):
+    content: Content | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | None = None
+
+
+class ToolMessage(msgspec.Struct, tag="tool", tag_field="role", omit_defaults=True):
+    content: Content
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+class FunctionDef(msgspec.Struct, omit_defaults=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(msgspec.Struct):
+    """``{"type": "function", "function": {"name", "description", "parameters"}}``."""
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(msgspec.Struct):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct):
+    """``{"type": "function", "function": {"name": ...}}``: force a call to this tool."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ResponseFormat(msgspec.Struct):
+    type: str
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+    """The body of ``POST /v1/chat/completions``; unknown fields are ignored (like vLLM)."""
+
+    model: str
+    messages: list[Message]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: Int1 | None = None
+    max_completion_tokens: Int1 | None = None
+    n: int = 1
+    stop: str | list[str] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    top_k: int | None = None
+    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    seed: int | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    documents: list[dict[str, Any]] | None = None
+    min_tokens: Int0 = 0
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    user: str | None = None
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True):
+    """The body of ``POST /v1/completions`` (legacy API: ``max_tokens`` defaults to 16)."""
+
+    model: str
+    prompt: str | list[str | int | list[int]]  # text, token ids, or a batch of one
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: Int1 | None = 16
+    n: int = 1
+    best_of: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    stop: str | list[str] | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    top_k: int | None = None
+    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    seed: int | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = None
+    min_tokens: Int0 = 0
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    user: str | None = None
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /tokenize``: either ``prompt`` or ``messages`` (rendered with the chat template)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    tools: list[ToolDef] | None = None
+    add_special_tokens: bool | None = None  # None: True for a prompt, False for messages
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /detokenize``."""
+
+    tokens: list[Int0]
+    model: str | None = None
+    skip_special_tokens: bool = False
+
+
+# ---------------------------------------------------------------- validated parameters
+
+
+class ChatParams(msgspec.Struct, kw_only=True):
+    """A validated chat request, in the plain shapes the chat template and TextClient take."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    stop: list[str]
+    tools: list[dict[str, Any]] | None
+    tool_choice: str | dict[str, Any]  # "none" | "auto" | "required" | {"type", "function": {"name"}}
+    sampling: dict[str, Any]
+    chat_template_kwargs: dict[str, Any]
+    add_generation_prompt: bool
+    continue_final_message: bool
+    documents: list[dict[str, Any]] | None
+    min_tokens: int
+    ignore_eos: bool
+    skip_special_tokens: bool
+    include_stop_str_in_output: bool
+
+
+class CompletionParams(msgspec.Struct, kw_only=True):
+    """A validated completion request."""
+
+    model: str
+    prompt: str | list[int]
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    echo: bool
+    stop: list[str]
+    sampling: dict[str, Any]
+    min_tokens: int
+    ignore_eos: bool
+    skip_special_tokens: bool
+    include_stop_str_in_output: bool

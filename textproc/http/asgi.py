@@ -1,0 +1,171 @@
+"""ASGI pieces of the HTTP frontend: JSON and error responses, the SSE response that notices a
+client leaving, waiting with a disconnect watcher, body reading with a size limit, API-key check.
+
+Owns the rule that a client going away cancels the work done for it: each streamed response runs
+its producer and a watcher of ``http.disconnect`` as two plain asyncio tasks, and cancels the
+producer once when the client goes away (asyncio semantics, not a level-triggered cancel scope),
+so the backend stream's ``finally`` can still send the Abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from textproc.http.api_types import ApiError
+
+__all__ = [
+    "json_response",
+    "error_response",
+    "wait_disconnect",
+    "until_disconnect",
+    "read_body",
+    "EventStream",
+    "BearerAuth",
+]
+
+T = TypeVar("T")
+_JSON = msgspec.json.Encoder()
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_JSON.encode(body), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def error_response(exc: ApiError) -> Response:
+    """OpenAI's error object with the error's status (Retry-After: 1 on 429 and 503)."""
+    headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
+    return json_response(exc.body(), exc.status, headers)
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class EventStream(Response):
+    """An ASGI ``text/event-stream`` response that cancels its producer when the client leaves.
+
+    ``cleanup`` always runs once at the end (after the last event, an error or a disconnect);
+    ``on_disconnect`` runs before it if the client went away before the last event was sent.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        *,
+        on_disconnect: Callable[[], None],
+        cleanup: Callable[[], Awaitable[None]],
+    ) -> None:
+        # not Response.__init__: it would add "content-length: 0"
+        self.events = events
+        self.on_disconnect = on_disconnect
+        self.cleanup = cleanup
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": self.raw_headers})
+            producer = asyncio.ensure_future(self._produce(send))
+            watcher = asyncio.ensure_future(wait_disconnect(receive))
+            try:
+                await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+                if not producer.done():
+                    producer.cancel()
+                    await asyncio.wait({producer})
+                    self.on_disconnect()
+                elif isinstance(producer.exception(), OSError):
+                    self.on_disconnect()  # the transport failed while writing: a disconnect
+                else:
+                    producer.result()
+        finally:
+            await self.cleanup()
+
+    async def _produce(self, send: Send) -> None:
+        try:
+            async for data in self.events:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            aclose = getattr(self.events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            f"request body is {int(declared)} bytes, over the {limit}-byte limit",
+            status=413, code="request_too_large",
+        )
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(f"request body is over the {limit}-byte limit", status=413,
+                           code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """Await ``work``; if the client leaves first, cancel it (which aborts its request).
+
+    Returns ``(True, result)``, or ``(False, None)`` when the client went away.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(wait_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+            return False, None
+    return True, task.result()
+
+
+class BearerAuth:
+    """ASGI middleware: every route but /health and /metrics needs ``Authorization: Bearer KEY``."""
+
+    OPEN_PATHS = ("/health", "/metrics")
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        response = error_response(ApiError(
+            "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
+            status=401, code="invalid_api_key"))
+        await response(scope, receive, send)

@@ -1,0 +1,252 @@
+"""OpenAI API response bodies for the HTTP frontend: completions, chunks, usage, SSE framing.
+
+Owns the JSON the server sends back (``chat.completion``, ``chat.completion.chunk``,
+``text_completion``, ``/v1/models``) and the server-sent-event framing (``data: {json}\\n\\n`` ...
+``data: [DONE]\\n\\n``). Pure functions and one accumulator: no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Sequence
+
+import msgspec
+
+__all__ = [
+    "new_id",
+    "now",
+    "usage_body",
+    "merge_fragments",
+    "ChatAccumulator",
+    "chat_chunk",
+    "usage_chunk",
+    "chat_response",
+    "completion_chunk",
+    "completion_response",
+    "models_body",
+    "sse_event",
+    "SSE_DONE",
+]
+
+
+def new_id(prefix: str) -> str:
+    """A fresh response id, e.g. ``chatcmpl-`` + 32 hex digits."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def merge_fragments(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Join runs of text fragments with the same single key, so a step becomes few chunks.
+
+    Tool-call fragments are kept apart (their order and indexes matter).
+
+    >>> merge_fragments([{"content": "a"}, {"content": "b"}, {"reasoning_content": "c"}])
+    [{'content': 'ab'}, {'reasoning_content': 'c'}]
+    """
+    out: list[dict[str, Any]] = []
+    for frag in fragments:
+        if len(frag) == 1 and out and len(out[-1]) == 1:
+            (key, value), = frag.items()
+            if key in out[-1] and isinstance(value, str) and key != "tool_calls":
+                out[-1] = {key: out[-1][key] + value}
+                continue
+        out.append(dict(frag))
+    return out
+
+
+class ChatAccumulator:
+    """Folds streamed delta fragments into the final assistant message of a non-streamed reply.
+
+    The message equals what a client gets by concatenating the streamed chunks: content and
+    reasoning_content joined, tool calls merged by ``index`` (arguments concatenated).
+    """
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+
+    def feed(self, fragments: Sequence[dict[str, Any]]) -> None:
+        for frag in fragments:
+            if (text := frag.get("content")) is not None:
+                self.content.append(text)
+            if (text := frag.get("reasoning_content")) is not None:
+                self.reasoning.append(text)
+            for call in frag.get("tool_calls") or ():
+                index = int(call.get("index", len(self.tool_calls)))
+                slot = self.tool_calls.setdefault(
+                    index,
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if call.get("id"):
+                    slot["id"] = call["id"]
+                fn = call.get("function") or {}
+                if fn.get("name"):
+                    slot["function"]["name"] = fn["name"]
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+    def message(self) -> dict[str, Any]:
+        content = "".join(self.content)
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reasoning:
+            msg["reasoning_content"] = "".join(self.reasoning)
+        if self.tool_calls:
+            calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+            for call in calls:
+                if call["id"] is None:
+                    call["id"] = new_id("call")
+            msg["tool_calls"] = calls
+            if not content.strip():
+                msg["content"] = None  # OpenAI sends null content with tool calls
+        return msg
+
+
+def chat_chunk(
+    response_id: str,
+    created: int,
+    model: str,
+    delta: dict[str, Any],
+    *,
+    finish_reason: str | None = None,
+    include_usage: bool = False,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage)."""
+    chunk: dict[str, Any] = {
+        "id": response_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        ],
+    }
+    if include_usage or usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+def usage_chunk(
+    response_id: str, created: int, model: str, usage: dict[str, int], *, chat: bool = True
+) -> dict[str, Any]:
+    """The last chunk when ``stream_options.include_usage``: no choices, the request's usage."""
+    return {
+        "id": response_id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage,
+    }
+
+
+def now() -> int:
+    """``created``: Unix seconds."""
+    return int(time.time())
+
+
+def chat_response(
+    response_id: str,
+    created: int,
+    model: str,
+    message: dict[str, Any],
+    finish_reason: str,
+    usage: dict[str, int],
+) -> dict[str, Any]:
+    """A whole ``chat.completion``."""
+    return {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        ],
+        "usage": usage,
+    }
+
+
+def completion_chunk(
+    response_id: str,
+    created: int,
+    model: str,
+    text: str,
+    *,
+    finish_reason: str | None = None,
+    include_usage: bool = False,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """One streamed ``text_completion`` chunk."""
+    chunk: dict[str, Any] = {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        ],
+    }
+    if include_usage or usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+def completion_response(
+    response_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    usage: dict[str, int],
+) -> dict[str, Any]:
+    """A whole ``text_completion``."""
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        ],
+        "usage": usage,
+    }
+
+
+def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None) -> dict[
+    str, Any
+]:
+    """``GET /v1/models``."""
+    data = []
+    for name in served_models:
+        entry: dict[str, Any] = {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "textproc",
+        }
+        if max_model_len is not None:
+            entry["max_model_len"] = max_model_len
+        data.append(entry)
+    return {"object": "list", "data": data}
+
+
+_ENCODER = msgspec.json.Encoder()
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def sse_event(obj: Any) -> bytes:
+    """One server-sent event: ``data: {json}\\n\\n`` (compact JSON never contains a newline)."""
+    return b"data: " + _ENCODER.encode(obj) + b"\n\n"
