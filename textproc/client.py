@@ -68,6 +68,7 @@ __all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas"]
 _QUERY_AFTER_S = 1.5  # a stream quiet this long is checked with the detokenizer (Query)
 _RECONCILE_EVERY_S = 0.5
 _DETOK_WAIT_S = 60.0  # how long a new request waits for a restarting detokenizer
+_QUERY_ANSWER_S = 10.0  # a detokenizer that leaves a Query unanswered this long is gone
 _ERRORS: dict[str, tuple[type[TextprocError], int]] = {
     "invalid_input": (InvalidInput, 400),
     "template": (TemplateError, 400),
@@ -197,6 +198,7 @@ class TextClient:
         # set while the detokenizer has answered Hello on the current connection: outputs to
         # this client are routable only then, so new requests wait for it after a restart
         self._detok_up: asyncio.Event | None = None
+        self._query_sent_at: float | None = None  # oldest unanswered Query
         self._tasks: list[asyncio.Task[None]] = []
         self._counter = 0
         self._closed = False
@@ -565,11 +567,13 @@ class TextClient:
                             self._welcome.set_exception(_fail)
                         continue
                     self.detok_instance = frame.instance_id
+                    self._query_sent_at = None
                     if self._detok_up is not None:
                         self._detok_up.set()
                     if self._welcome is not None and not self._welcome.done():
                         self._welcome.set_result(frame.instance_id)
                 case Unknown():
+                    self._query_sent_at = None
                     for rid in frame.request_ids:
                         stream = streams.get(rid)
                         if stream is None or stream.pending_at_worker:
@@ -596,6 +600,7 @@ class TextClient:
                 case ProcessDied(role="detokenizer"):
                     if self._detok_up is not None:
                         self._detok_up.clear()
+                    self._query_sent_at = None
                     err = WorkerDied(f"the detokenizer (pid {frame.pid}) exited with code "
                                      f"{frame.exit_code}; in-flight requests were lost")
                     for stream in list(self._streams.values()):
@@ -632,7 +637,21 @@ class TextClient:
             cutoff = time.monotonic() - _QUERY_AFTER_S
             quiet = [s.request_id for s in self._streams.values()
                      if not s.pending_at_worker and s.last_seen < cutoff and s.error is None]
-            if quiet and self._detok is not None:
+            now = time.monotonic()
+            if self._query_sent_at is not None and now - self._query_sent_at > _QUERY_ANSWER_S:
+                # no answer: the detokenizer (or the whole service) is gone without a
+                # ProcessDied event, e.g. the supervisor was killed too
+                self._query_sent_at = None
+                err = WorkerDied(f"the detokenizer has not answered for {_QUERY_ANSWER_S:.0f} s; "
+                                 "in-flight requests were lost")
+                for stream in list(self._streams.values()):  # none can finish without it
+                    stream.fail(err)
+                continue
+            if not quiet:
+                self._query_sent_at = None  # nothing waits on the answer
+            elif self._detok is not None:
+                if self._query_sent_at is None:
+                    self._query_sent_at = now
                 for i in range(0, len(quiet), 4096):
                     await self._detok.send(self._encode(Query(quiet[i:i + 4096])))
 

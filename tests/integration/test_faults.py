@@ -151,24 +151,40 @@ def test_serve_reports_a_missing_model_and_a_startup_timeout(tmp_path: Path, toy
     assert not rt.exists(), "the runtime dir it created was left behind"
 
 
-def test_kill_9_supervisor_leaves_no_orphans(tmp_path: Path, toy_model: Path) -> None:
-    service = Service(tmp_path / "s", toy_model, workers=1).start()
-    assert service.proc is not None
-    children = {k: v for k, v in service.all_pids().items() if k != "supervisor"}
-    service.proc.kill()
-    service.proc.wait(10)
-    deadline = time.monotonic() + 10
+def test_kill_9_supervisor_leaves_no_orphans_and_no_hung_requests(tmp_path: Path, toy_model: Path) -> None:
     from tests.integration.service import _alive
 
-    left = dict(children)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = {k: pid for k, pid in left.items() if _alive(pid)}
-    for pid in left.values():
-        os.kill(pid, signal.SIGKILL)
+    service = Service(tmp_path / "s", toy_model, workers=1,
+                      args=["--stub-arg=--step-ms=20"]).start()
+    assert service.proc is not None
+    proc = service.proc
+    children = {k: v for k, v in service.all_pids().items() if k != "supervisor"}
+
+    async def main() -> tuple[list[Any], float]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            load = asyncio.ensure_future(_drive(client, 20, 200, "orphan"))
+            await asyncio.sleep(0.5)
+            proc.kill()
+            t_kill = time.monotonic()
+            results = await asyncio.wait_for(load, 40)
+            return results, time.monotonic() - t_kill
+
+    try:
+        results, ended_s = run(main)
+    finally:
+        proc.wait(10)
+        service.proc = None  # nothing left to stop; socket files stay (documented)
+        service._log.close()
+        deadline = time.monotonic() + 10
+        left = dict(children)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = {k: pid for k, pid in left.items() if _alive(pid)}
+        for pid in left.values():
+            os.kill(pid, signal.SIGKILL)
     assert not left, f"orphans after kill -9 of the supervisor: {left}"
-    service.proc = None  # nothing left to stop; socket files stay (documented)
-    service._log.close()
+    assert all(isinstance(r, WorkerDied) for r in results), results[:3]
+    assert ended_s < 20, f"requests took {ended_s:.1f} s to fail after the service died"
 
 
 def test_external_engine_connects_to_the_printed_endpoints(tmp_path: Path, toy_model: Path) -> None:
