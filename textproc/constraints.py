@@ -128,6 +128,7 @@ def tool_call_pattern(
     *,
     parallel: bool = True,
     tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+    prefix: str = "",
 ) -> str:
     """The regex of a forced tool-call output in the Hermes/Qwen format.
 
@@ -138,6 +139,10 @@ def tool_call_pattern(
     ``parallel`` one or more calls separated by ``"\\n"`` as Qwen's template writes them.
     ``tools`` are OpenAI tools ``{"type": "function", "function": {"name", "parameters"}}``
     (a bare ``{"name", "parameters"}`` is accepted too).
+
+    ``prefix`` is literal text forced before the calls. When the prompt ends inside an open
+    think block (``prompt_starts_in_reasoning``), pass ``prefix="</think>\n\n"``: otherwise
+    the forced calls would be parsed as reasoning.
     """
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
         raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
@@ -168,8 +173,8 @@ def tool_call_pattern(
         calls.append(head + args + _lit(f"}}\n{close_tag}"))
     one = _group(calls)
     if name is not None or not parallel:
-        return one
-    return f"{one}(?:\\n{one})*"
+        return _lit(prefix) + one
+    return f"{_lit(prefix)}{one}(?:\\n{one})*"
 
 
 class _Compiler:

@@ -347,6 +347,8 @@ def test_tool_call_pattern_named_and_required() -> None:
     single = re.compile(tool_call_pattern(TOOLS, parallel=False))
     assert single.fullmatch(ping) and not single.fullmatch(ping + "\n" + ping)
     assert not required.fullmatch('<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>')
+    thinking = re.compile(tool_call_pattern(TOOLS, "ping", prefix="</think>\n\n"))
+    assert thinking.fullmatch("</think>\n\n" + ping) and not thinking.fullmatch(ping)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

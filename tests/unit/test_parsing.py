@@ -449,3 +449,11 @@ def test_streamed_equals_one_shot_for_any_text(
     one_shot = parse_output(text, **opts)
     deltas, _ = stream(text, sizes, **opts)
     assert merge_deltas(deltas) == one_shot
+
+
+def test_forced_call_after_closing_a_prefilled_think_block() -> None:
+    """tool_call_pattern(prefix="</think>\\n\\n") output parses as a call when the prompt
+    ended inside <think>."""
+    text = '</think>\n\n<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
+    got = parse_output(text, **BOTH, starts_in_reasoning=True)
+    assert got == {"reasoning_content": "", "content": "\n\n", "tool_calls": [call("ping", "{}")]}
