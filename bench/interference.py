@@ -18,6 +18,12 @@ OutputPipeline`` (incremental detokenizer -> stop strings -> reasoning/tool pars
 stream when its 400 tokens are used up. Each "text unit" runs this loop as fast as it can
 (a heavy, saturating load); there are ``--units`` of them (default 2).
 
+The b and c set-ups alternate blocks of 50 loaded steps with 50 quiet steps (the text units
+paused, blocked on an event) and report both, so ``paired +%`` compares the engine with and
+without the load under the same machine conditions (on a shared VM the speed of a core drifts
+by tens of percent between runs; the ``+%`` column against the separate ``a-none`` run
+includes that drift). c-service is not paired (its load cannot pause mid-request).
+
 Set-ups, in one run:
 
 - ``a-none``: no text load;
@@ -148,8 +154,14 @@ class TextWork:
         self.output_ids = self.encode(output_text)
 
 
-def text_loop(work: TextWork, stop: Any, counts: dict[str, int], unit: int) -> None:
-    """Encode prompts and feed 128 output streams one token each, until ``stop`` is set."""
+def text_loop(work: TextWork, stop: Any, counts: dict[str, int], unit: int,
+              go: Any = None, ack: Any = None) -> None:
+    """Encode prompts and feed 128 output streams one token each, until ``stop`` is set.
+
+    While ``go`` is clear the unit blocks on it (``ack`` set; no wake-ups, no interpreter lock
+    taken), so the engine can time quiet blocks between loaded ones under the same machine
+    conditions.
+    """
     ids = work.output_ids
     n_ids = len(ids) - STREAM_TOKENS
     streams = []
@@ -161,6 +173,11 @@ def text_loop(work: TextWork, stop: Any, counts: dict[str, int], unit: int) -> N
     encode = work.encode
     prompts = work.prompts
     while not stop.is_set():
+        if go is not None and not go.is_set():
+            ack.set()
+            go.wait()
+            ack.clear()
+            continue
         encoded += len(encode(prompts[i % len(prompts)]))
         i += 1
         for st in streams:
@@ -199,7 +216,8 @@ def _engine_thread_done(before: set[int]) -> None:
     os.sched_setaffinity(0, before)
 
 
-def _worker(model_dir: str, impl: str, unit: int, commands: Any, results: Any, stop: Any) -> None:
+def _worker(model_dir: str, impl: str, unit: int, commands: Any, results: Any, stop: Any,
+            go: Any, ack: Any) -> None:
     """A text unit as a process (set-up c): waits for ("run", cpus) / ("exit",)."""
     work = TextWork(Path(model_dir), impl)
     results.put(("ready", unit))
@@ -210,7 +228,8 @@ def _worker(model_dir: str, impl: str, unit: int, commands: Any, results: Any, s
         _pin(cmd[1])
         counts: dict[str, int] = {}
         results.put(("started", unit))
-        text_loop(work, stop, counts, unit)
+        text_loop(work, stop, counts, unit, go, ack)
+        ack.clear()
         _pin(set(range(os.cpu_count() or 1)))
         results.put(("counts", counts))
 
@@ -416,32 +435,77 @@ class ServiceEngine:
 # --- the engine ------------------------------------------------------------------------------
 
 
-def engine_run(link: Any, units: int, n_steps: int, cpus: set[int] | None) -> dict[str, Any]:
+def _wait_acks(acks: list[Any], want: bool, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(a.is_set() != want for a in acks):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"text units did not {'pause' if want else 'resume'} in {timeout_s} s")
+        time.sleep(0.001)
+
+
+def _stats(times: list[float]) -> tuple[float, float, float]:
+    times = sorted(times)
+    p99 = times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
+    return statistics.median(times) * 1e3, p99 * 1e3, statistics.fmean(times) * 1e3
+
+
+def engine_run(link: Any, units: int, n_steps: int, cpus: set[int] | None,
+               go: Any = None, acks: list[Any] | None = None, block: int = 50) -> dict[str, Any]:
+    """``n_steps`` timed steps; with ``go``: alternate blocks of quiet and loaded steps.
+
+    Leaves ``go`` set (units running) when it returns.
+    """
     from engine_stub.stub import busy_work
 
     all_cpus = _engine_thread(cpus)
     rids = [f"stream-{i}" for i in range(ENGINE_STREAMS)]
     perf = time.perf_counter
-    times = []
-    t_start = perf()
-    for step in range(n_steps):
-        t0 = perf()
-        link.poll_requests()
-        link.poll_aborts()
-        busy_work(units)
-        token = 1000 + step % 5000
-        link.send_outputs([(rid, [token], None) for rid in rids])
-        times.append(perf() - t0)
-    elapsed = perf() - t_start
+    loaded: list[float] = []
+    quiet: list[float] = []
+    counter = [0]
+
+    def run_block(n: int, into: list[float]) -> float:
+        t_block = perf()
+        for _ in range(n):
+            t0 = perf()
+            link.poll_requests()
+            link.poll_aborts()
+            busy_work(units)
+            counter[0] += 1
+            token = 1000 + counter[0] % 5000
+            link.send_outputs([(rid, [token], None) for rid in rids])
+            into.append(perf() - t0)
+        return perf() - t_block
+
+    elapsed = 0.0
+    quiet_elapsed = 0.0
+    if go is None:
+        elapsed = run_block(n_steps, loaded)
+    else:
+        assert acks is not None
+        while len(loaded) < n_steps:
+            n = min(block, n_steps - len(loaded))
+            go.clear()
+            _wait_acks(acks, True)
+            quiet_elapsed += run_block(n, quiet)
+            go.set()
+            _wait_acks(acks, False)
+            time.sleep(0.005)  # let the load ramp up again
+            elapsed += run_block(n, loaded)
     _engine_thread_done(all_cpus)
-    times.sort()
-    return {
-        "step_ms_p50": statistics.median(times) * 1e3,
-        "step_ms_p99": times[min(len(times) - 1, round(0.99 * (len(times) - 1)))] * 1e3,
-        "step_ms_mean": statistics.fmean(times) * 1e3,
-        "engine_tokens_per_s": ENGINE_STREAMS * n_steps / elapsed,
+    p50, p99, mean = _stats(loaded)
+    row: dict[str, Any] = {
+        "step_ms_p50": p50, "step_ms_p99": p99, "step_ms_mean": mean,
+        "engine_tokens_per_s": ENGINE_STREAMS * len(loaded) / elapsed,
         "seconds": elapsed,
     }
+    if quiet:
+        q50, q99, qmean = _stats(quiet)
+        row.update({"quiet_ms_p50": q50, "quiet_ms_p99": q99, "quiet_ms_mean": qmean,
+                    "quiet_tokens_per_s": ENGINE_STREAMS * len(quiet) / quiet_elapsed,
+                    "p50_vs_quiet_pct": (p50 / q50 - 1) * 100,
+                    "p99_vs_quiet_pct": (p99 / q99 - 1) * 100})
+    return row
 
 
 def prompt_tokens(works: dict[str, TextWork]) -> float:
@@ -518,8 +582,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = [ctx.Queue() for _ in range(args.units)]
     results: Any = ctx.Queue()
     worker_stop = ctx.Event()
+    worker_go = ctx.Event()
+    worker_go.set()
+    worker_acks = [ctx.Event() for _ in range(args.units)]
     workers = [ctx.Process(target=_worker, args=(str(model_dir), "textproc", u, commands[u],
-                                                 results, worker_stop), daemon=True)
+                                                 results, worker_stop, worker_go,
+                                                 worker_acks[u]), daemon=True)
                for u in range(args.units)]
     for w in workers:
         w.start()
@@ -549,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         _engine_thread_done(before)
         print(f"busy units per step: {units}", flush=True)
         print(f"{'set-up':<13} {'cpus':<9} {'p50 ms':>7} {'p99 ms':>7} {'mean':>7} {'tok/s':>8} "
-              f"{'p50 +%':>7} {'p99 +%':>7} {'enc tok/s':>10} {'detok tok/s':>11}", flush=True)
+              f"{'p50 +%':>7} {'p99 +%':>7} {'enc tok/s':>10} {'detok tok/s':>11} "
+              f"{'quiet p50/p99':>14} {'paired +%':>15}", flush=True)
         for rep in range(args.repeat):
             for mode in modes:
                 pinned = mode == "pinned"
@@ -562,15 +631,20 @@ def main(argv: list[str] | None = None) -> int:
                     elif setup.startswith("b-"):
                         work = works["hf" if setup.endswith("hf") else "textproc"]
                         stop = threading.Event()
+                        go = threading.Event()
+                        go.set()
+                        acks = [threading.Event() for _ in range(args.units)]
                         started = threading.Barrier(args.units + 1)
                         per_thread: list[dict[str, int]] = [{} for _ in range(args.units)]
 
                         def body(u: int, work: TextWork = work, stop: threading.Event = stop,
                                  started: threading.Barrier = started,
-                                 per_thread: list[dict[str, int]] = per_thread) -> None:
+                                 per_thread: list[dict[str, int]] = per_thread,
+                                 go: threading.Event = go,
+                                 acks: list[threading.Event] = acks) -> None:
                             _pin(text_cpus if pinned else None)
                             started.wait()
-                            text_loop(work, stop, per_thread[u], u)
+                            text_loop(work, stop, per_thread[u], u, go, acks[u])
 
                         threads = [threading.Thread(target=body, args=(u,), daemon=True)
                                    for u in range(args.units)]
@@ -578,8 +652,10 @@ def main(argv: list[str] | None = None) -> int:
                             t.start()
                         started.wait()
                         time.sleep(0.1)
-                        row = engine_run(link, units, steps, engine_cpus if pinned else None)
+                        row = engine_run(link, units, steps, engine_cpus if pinned else None,
+                                         go, acks)
                         stop.set()
+                        go.set()
                         for t in threads:
                             t.join(timeout=60)
                         for c in per_thread:
@@ -624,8 +700,10 @@ def main(argv: list[str] | None = None) -> int:
                             kind, _unit = results.get(timeout=60)
                             assert kind == "started", kind
                         time.sleep(0.1)
-                        row = engine_run(link, units, steps, engine_cpus if pinned else None)
+                        row = engine_run(link, units, steps, engine_cpus if pinned else None,
+                                         worker_go, worker_acks)
                         worker_stop.set()
+                        worker_go.set()
                         for _ in workers:
                             kind, c = results.get(timeout=60)
                             assert kind == "counts", kind
@@ -654,7 +732,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{setup:<13} {mode:<9} {row['step_ms_p50']:>7.2f} {row['step_ms_p99']:>7.2f} "
                           f"{row['step_ms_mean']:>7.2f} {row['engine_tokens_per_s']:>8.0f} "
                           f"{row['p50_vs_none_pct']:>+7.1f} {row['p99_vs_none_pct']:>+7.1f} "
-                          f"{row['encode_tokens_per_s']:>10.0f} {row['detok_tokens_per_s']:>11.0f}",
+                          f"{row['encode_tokens_per_s']:>10.0f} {row['detok_tokens_per_s']:>11.0f} "
+                          + (f"{row['quiet_ms_p50']:>6.2f}/{row['quiet_ms_p99']:<7.2f} "
+                             f"{row['p50_vs_quiet_pct']:>+6.1f}/{row['p99_vs_quiet_pct']:<+7.1f}"
+                             if "quiet_ms_p50" in row else ""),
                           flush=True)
     finally:
         link.close()
@@ -665,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         for q in commands:
             q.put(("exit",))
         worker_stop.set()
+        worker_go.set()
         stop_all.set()
         for p in [*workers, sink]:
             p.join(timeout=10)
@@ -681,17 +763,23 @@ def main(argv: list[str] | None = None) -> int:
                 mine = [r for r in rows if r["setup"] == setup and r["cpus"] == mode]
                 if not mine:
                     continue
-                med = {k: statistics.median(r[k] for r in mine) for k in (
-                    "step_ms_p50", "step_ms_p99", "engine_tokens_per_s", "p50_vs_none_pct",
-                    "p99_vs_none_pct", "encode_tokens_per_s", "detok_tokens_per_s")}
+                keys = ["step_ms_p50", "step_ms_p99", "engine_tokens_per_s", "p50_vs_none_pct",
+                        "p99_vs_none_pct", "encode_tokens_per_s", "detok_tokens_per_s"]
+                if all("quiet_ms_p50" in r for r in mine):
+                    keys += ["quiet_ms_p50", "quiet_ms_p99", "p50_vs_quiet_pct", "p99_vs_quiet_pct"]
+                med = {k: statistics.median(r[k] for r in mine) for k in keys}
                 rows.append({"bench": "interference-summary", "setup": setup, "cpus": mode,
                              "runs": len(mine), **med})
                 print(f"{setup:<13} {mode:<9} {med['step_ms_p50']:>7.2f} {med['step_ms_p99']:>7.2f} "
                       f"{'':>7} {med['engine_tokens_per_s']:>8.0f} {med['p50_vs_none_pct']:>+7.1f} "
                       f"{med['p99_vs_none_pct']:>+7.1f} {med['encode_tokens_per_s']:>10.0f} "
-                      f"{med['detok_tokens_per_s']:>11.0f}")
-    print("(+% = step time vs a-none in the same cpus mode and run; target for c-textproc: p50 "
-          "+1%, p99 +5%)")
+                      f"{med['detok_tokens_per_s']:>11.0f} "
+                      + (f"{med['quiet_ms_p50']:>6.2f}/{med['quiet_ms_p99']:<7.2f} "
+                         f"{med['p50_vs_quiet_pct']:>+6.1f}/{med['p99_vs_quiet_pct']:<+7.1f}"
+                         if "quiet_ms_p50" in med else ""))
+    print("(+% = step time vs a-none in the same cpus mode and run; paired +% = loaded blocks vs "
+          "quiet blocks (text units paused) interleaved in the same run, every 50 steps; target "
+          "for c-textproc: p50 +1%, p99 +5%)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             for r in rows:
