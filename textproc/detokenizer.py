@@ -30,6 +30,7 @@ Two replacement rules, because ``tokenizers`` has two:
 from __future__ import annotations
 
 import codecs
+import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,6 +184,15 @@ class IncrementalDetokenizer:
         table = tables.skip if skip_special_tokens else tables.keep
         at_start = True
         for token_id in prompt_ids:
+            try:
+                if token_id.__class__ is bool:
+                    raise TypeError("bool")
+                token_id = operator.index(token_id)  # ints and numpy integers, not floats/str
+            except TypeError as e:
+                raise InvalidInput(
+                    f"prompt token id {short(token_id)} in IncrementalDetokenizer.for_prompt is "
+                    f"not an int; allowed: ints 0..{len(table) - 1}"
+                ) from e
             if not (0 <= token_id < len(table)) or table[token_id]:
                 at_start = False
                 break
@@ -196,17 +206,25 @@ class IncrementalDetokenizer:
     def add(self, token_ids: Sequence[int]) -> str:
         """Feed newly generated ids; return the text they complete (maybe "")."""
         table = self._table
-        try:
-            if self._bf is not None:
-                data = self._add_byte_fallback(token_ids)
-            elif len(token_ids) == 1:
-                data = table[token_ids[0]]
-            else:
-                data = b"".join([table[i] for i in token_ids])
-        except (IndexError, TypeError) as e:
-            self._raise_bad_ids(token_ids, e)
-        if token_ids and min(token_ids) < 0:
-            self._raise_bad_ids(token_ids, None)
+        # negative ids would index from the end and bools as 0/1: both are refused, not decoded
+        if len(token_ids) == 1 and self._bf is None:  # the common step: one id
+            token_id = token_ids[0]
+            try:
+                data = table[token_id]
+            except (IndexError, TypeError) as e:
+                self._raise_bad_ids(token_ids, e)
+            if token_id < 0 or token_id.__class__ is bool:
+                self._raise_bad_ids(token_ids, None)
+        else:
+            try:
+                if self._bf is not None:
+                    data = self._add_byte_fallback(token_ids)
+                else:
+                    data = b"".join([table[i] for i in token_ids])
+            except (IndexError, TypeError) as e:
+                self._raise_bad_ids(token_ids, e)
+            if token_ids and (min(token_ids) < 0 or bool in map(type, token_ids)):
+                self._raise_bad_ids(token_ids, None)
         if self._pending:
             data = self._pending + data
         # the C decoder behind codecs' incremental one: "replace" per maximal invalid subpart,
@@ -268,7 +286,8 @@ class IncrementalDetokenizer:
         return text[i:]
 
     def _raise_bad_ids(self, token_ids: Sequence[int], cause: BaseException | None) -> NoReturn:
-        bad = [i for i in token_ids if not isinstance(i, int) or not 0 <= i < self._n]
+        bad = [i for i in token_ids
+               if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self._n]
         raise InvalidInput(
             f"token id {short(bad[0] if bad else token_ids)} out of range in "
             f"IncrementalDetokenizer.add({short(list(token_ids))}); "

@@ -24,6 +24,7 @@ same holdback, since a stop may start there).
 from __future__ import annotations
 
 import functools
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ __all__ = ["MAX_STOPS", "MAX_STOP_CHARS", "StopChecker", "StopMatcher"]
 
 MAX_STOPS = 4096  # distinct stop strings per request
 MAX_STOP_CHARS = 1024  # characters per stop string (the holdback is at most this minus one)
+# Proper prefixes up to this length are kept in a set (a hash lookup per candidate tail); longer
+# tails are looked up by bisection in the sorted stops, so memory stays O(total characters).
+_SHORT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +46,8 @@ class _StopSet:
     stops: frozenset[str]
     by_last: dict[str, tuple[int, ...]]  # last char -> lengths of stops ending with it, longest first
     last_chars: frozenset[str]
-    prefixes: frozenset[str]  # every proper, non-empty prefix of a stop
+    prefixes: frozenset[str]  # proper prefixes of at most _SHORT characters
+    ordered: tuple[str, ...]  # the stops sorted: the ones starting with x follow bisect_left(x)
     first_chars: frozenset[str]
     hold_max: int  # longest stop length - 1
 
@@ -54,16 +59,19 @@ def _compiled(stops: tuple[object, ...], max_stops: int, max_stop_chars: int) ->
 
 
 def _compile(stops: tuple[str, ...]) -> _StopSet:
+    # O(total characters) in time and memory: a set of every prefix would cost O(length**2)
+    # per stop (64 stops of 1,024 characters: 38 MB and 0.4 s per distinct stop list)
     by_last: dict[str, set[int]] = {}
     prefixes: set[str] = set()
     for s in stops:
         by_last.setdefault(s[-1], set()).add(len(s))
-        prefixes.update(s[:k] for k in range(1, len(s)))
+        prefixes.update(s[:k] for k in range(1, min(len(s), _SHORT + 1)))
     return _StopSet(
         stops=frozenset(stops),
         by_last={c: tuple(sorted(ls, reverse=True)) for c, ls in by_last.items()},
         last_chars=frozenset(by_last),
         prefixes=frozenset(prefixes),
+        ordered=tuple(sorted(stops)),
         first_chars=frozenset(s[0] for s in stops),
         hold_max=max((len(s) for s in stops), default=1) - 1,
     )
@@ -233,10 +241,23 @@ class StopChecker:
     def _hold_length(window: str, stop_set: _StopSet) -> int:
         # longest suffix of window that is a proper prefix of some stop (< longest stop)
         start = max(0, len(window) - stop_set.hold_max)
-        first_chars, prefixes = stop_set.first_chars, stop_set.prefixes
+        first_chars, prefixes, ordered = stop_set.first_chars, stop_set.prefixes, stop_set.ordered
+        n = len(ordered)
+        short_from = len(window) - _SHORT
         for i in range(start, len(window)):
-            if window[i] in first_chars and window[i:] in prefixes:
-                return len(window) - i
+            if window[i] in first_chars:
+                tail = window[i:]
+                if i >= short_from:
+                    if tail in prefixes:
+                        return len(window) - i
+                    continue
+                # the stops starting with tail are contiguous in sorted order, from bisect_left;
+                # tail must be a proper prefix: skip a stop equal to it (the next one is longer)
+                j = bisect_left(ordered, tail)
+                if j < n and ordered[j] == tail:
+                    j += 1
+                if j < n and ordered[j].startswith(tail):
+                    return len(window) - i
         return 0
 
 
