@@ -107,7 +107,7 @@ def run_http(
         log_level=log_level.lower(),
         log_config=None,  # uvicorn's loggers propagate to the root handler set up above
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
     )
     server = uvicorn.Server(config)
     server.run()
@@ -141,11 +141,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="the OpenAI-compatible HTTP frontend of textproc")
     p.add_argument("--runtime-dir", required=True, help="a running service's runtime dir")
     p.add_argument("--http", default=DEFAULT_HTTP, help=f"HOST:PORT (default {DEFAULT_HTTP})")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--max-body-bytes", type=int, default=None)
-    p.add_argument("--max-running", type=int, default=None)
-    p.add_argument("--connect-timeout", type=float, default=60.0)
-    p.add_argument("--parent-pid", type=int, default=0)
+    p.add_argument("--served-model-name", default=None,
+                   help="the model name clients send (default: the model directory's name)")
+    p.add_argument("--max-body-bytes", type=int, default=None,
+                   help="larger request bodies get 413 (default 16 MiB)")
+    p.add_argument("--max-running", type=int, default=None,
+                   help="generation requests in flight before 429 (default 4096)")
+    p.add_argument("--connect-timeout", type=float, default=60.0,
+                   help="seconds to wait for the service's endpoints.json and detokenizer")
+    p.add_argument("--parent-pid", type=int, default=0,
+                   help="exit when this process (the supervisor) is gone")
     p.add_argument("--http-file", default=None,
                    help=f"where to write the bound address (default RUNTIME_DIR/{HTTP_FILE})")
     p.add_argument("--api-key-file", default=None,
