@@ -327,8 +327,9 @@ class EngineLink:
                 continue
             try:
                 frame = decode(data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                self._malformed(f"undecodable frame of {len(data)} bytes: {exc}")
+            except (msgspec.MsgspecError, RecursionError, ValueError) as exc:
+                # RecursionError: msgspec gives up on frames nested ~1000 deep (2 KB is enough)
+                self._malformed(f"undecodable frame of {len(data)} bytes: {exc!r}"[:300])
                 continue
             match frame:
                 case EngineRequest():

@@ -157,6 +157,9 @@ MALFORMED = [
     ENC.encode(["EngineAbort", "not-a-list"]),
     ENC.encode({"type": "EngineRequest"}),
     ENC.encode(EngineStep(0, [])),  # an engine-out frame on engine-in
+    # sampling nested 3000 maps deep: msgspec raises RecursionError, not DecodeError
+    b"\x96" + ENC.encode("EngineRequest") + ENC.encode("deep") + ENC.encode(b"\x01\x00\x00\x00")
+    + ENC.encode(3) + ENC.encode([]) + b"\x81\xa1k" * 3000 + b"\xc0",
 ]
 
 
