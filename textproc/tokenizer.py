@@ -49,9 +49,12 @@ __all__ = ["Tokenizer"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-# pieces at most this long are cached; the cache is cleared when it passes _CACHE_MAX entries
+# pieces at most this long are cached freely; the cache is cleared when it passes _CACHE_MAX entries
 _CACHE_PIECE_MAX = 128
 _CACHE_MAX = 200_000
+# longer pieces are cached too, up to this size and this many characters in all
+_LONG_PIECE_MAX = 1 << 16
+_LONG_CHARS_MAX = 4_000_000
 _LATIN1 = "latin-1"
 
 
@@ -62,14 +65,24 @@ class _PieceCache(dict[str, list[int]]):
         super().__init__()
         self._word_ids = model.word_ids
         self._table = table
+        self._long_chars = 0  # characters held in cached pieces longer than _CACHE_PIECE_MAX
 
     def __missing__(self, piece: str) -> list[int]:
         table = self._table
         word = piece.encode("utf-8").decode(_LATIN1).translate(table) if table is not None else piece
         ids = self._word_ids(word)
-        if len(piece) <= _CACHE_PIECE_MAX:
+        size = len(piece)
+        if size <= _CACHE_PIECE_MAX:
             if len(self) >= _CACHE_MAX:
                 self.clear()
+                self._long_chars = 0
+            self[piece] = ids
+        elif size <= _LONG_PIECE_MAX:
+            # long pieces (runs of one character, minified code) are costly to merge again
+            self._long_chars += size
+            if self._long_chars > _LONG_CHARS_MAX:
+                self.clear()
+                self._long_chars = size
             self[piece] = ids
         return ids
 

@@ -229,3 +229,18 @@ def test_sentencepiece_token_bytes_and_fallback_ids() -> None:
     assert tok.byte_fallback_ids == {tok.token_to_id(f"<0x{b:02X}>") for b in range(256)}
     assert tok.decode_strip_leading == 1
     assert tok.token_bytes(tok.token_to_id("<s>"), skip_special_tokens=True) == b""
+
+
+_PARTS = st.sampled_from(
+    [" the", " Quick", "x", " ", "  ", "\n", "\r\n", " \n ", "'s", "'LL", "42", ".", ", ", "!?", "é", " é", "中文",
+     "😀", "\u00a0", "\t", " ab'cd", "ñ", "Ω ", " ΩA", "a" * 40 + " b", " " * 50, "-- x", "\u3000x"]
+)
+
+
+@pytest.mark.parametrize("pattern", [QWEN_PATTERN, GPT2_PATTERN])
+@given(parts=st.lists(_PARTS, max_size=80))
+def test_segmented_split_of_mixed_text_gives_the_same_pieces(pattern: str, parts: list[str]) -> None:
+    from textproc.tok.fastsplit import make_splitter
+
+    text = "".join(parts)
+    assert make_splitter(pattern)(text) == regex.findall(pattern, text)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import random
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.test_tokenizer_support import assert_parity, mixed_texts, trained_obj
+from textproc.tok.bpe import BPE
+from textproc.tok.bytelevel import to_byte_level
+from textproc.tokenizer import Tokenizer
 
 
 @pytest.mark.parametrize("kind", ["qwen", "gpt2", "gpt2_prefix"])
@@ -66,3 +74,35 @@ def test_continuing_subword_prefix_and_end_of_word_suffix() -> None:
         import json
 
         assert_parity(json.loads(hf.to_str()), mixed_texts(18, 150), label=f"prefix={prefix} suffix={suffix}")
+
+
+def test_long_words_match_reference() -> None:
+    # long words take the chunked path (chunk results joined at compatible boundaries)
+    rng = random.Random(3)
+    texts = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(20_000)),
+        "".join(rng.choice("abcdeABCDE") for _ in range(5_000)),
+        "".join(chr(rng.randint(0x4E00, 0x4F00)) for _ in range(3_000)),
+        "".join(rng.choice(["the", "an", "tokenizer", "é", "ß"]) for _ in range(3_000)),
+        "ab" * 5000 + "x",
+    ]
+    for kind in ("qwen", "gpt2", "sp_bpe"):
+        assert_parity(trained_obj(kind), texts, label=f"long words {kind}")
+
+
+@given(st.text(alphabet="abcdefgh éß中", min_size=96, max_size=400))
+def test_chunked_merge_equals_heap_merge(word: str) -> None:
+    tok = _qwen_tokenizer()
+    model = tok._model
+    assert isinstance(model, BPE)
+    mapped = to_byte_level(word.replace(" ", ""))
+    ids = model._initial(mapped)
+    if len(ids) < 2:
+        return
+    chunked = model._merge_chunked(mapped, list(ids))
+    assert chunked is None or chunked == model._merge_heap(list(ids)) == model._merge_small(list(ids))
+
+
+@functools.cache
+def _qwen_tokenizer() -> Tokenizer:
+    return Tokenizer.from_json(trained_obj("qwen"))

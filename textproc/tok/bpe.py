@@ -28,8 +28,9 @@ _MASK = 0xFFFFFFFF
 _INF = 1 << 80
 # words at least this long use chunks (or the heap)
 _HEAP_FROM = 96
-# symbols per chunk of a long word
+# symbols per chunk of a long word; largest repair window before the whole-word heap
 _CHUNK = 32
+_WINDOW_MAX = 4096
 
 
 class BPE:
@@ -65,6 +66,8 @@ class BPE:
         self._char_ids: dict[str, int] | None = None
         # (left * stride + right) -> whether BPE(text(left) + text(right)) == [left, right]
         self._compat: dict[int, bool] = {}
+        # chunk text -> its exact BPE ids (long words only)
+        self._chunk_cache: dict[str, list[int]] = {}
         self._id_text: list[str] | None = None
 
     # -- loading -----------------------------------------------------------------------------
@@ -287,7 +290,8 @@ class BPE:
         if known is None:
             text = self._token_text()
             char_ids = self._char_ids
-            assert char_ids is not None
+            if char_ids is None:
+                char_ids = self._char_ids = self._make_char_ids()
             ids = list(map(char_ids.__getitem__, text[left] + text[right]))
             known = self._merge_small(ids) == [left, right]
             if len(self._compat) > 100_000:
@@ -312,17 +316,35 @@ class BPE:
         :meth:`_compatible`). So each chunk of ``_CHUNK`` symbols is merged alone; at an
         incompatible boundary the last ``t`` tokens before it and the first ``t`` after it
         are merged again as one window, growing ``t`` until both window edges are
-        compatible. Returns None (use the heap) if a window passes ``_HEAP_FROM`` symbols.
+        compatible. Returns None (use the heap) when windows grow past ``_WINDOW_MAX`` symbols
+        or re-merging passes 8x the word (so the worst case stays O(n log n)).
         """
         n = len(ids)
         text = self._token_text()
         merge_small = self._merge_small
         compatible = self._compatible
+        cache = self._chunk_cache
+        if len(cache) > 50_000:
+            cache.clear()
+
+        budget = [8 * n]  # symbols merged again in windows, before giving up on chunks
+
+        def merged(start: int, stop: int) -> list[int]:
+            # chunks of repetitive words ("=====", "字字字") repeat: cache by their text
+            key = word[start:stop]
+            result = cache.get(key)
+            if result is None:
+                part = ids[start:stop]
+                result = merge_small(part) if len(part) < _HEAP_FROM else self._merge_heap(part)
+                cache[key] = result
+                budget[0] -= len(part)
+            return result
+
         out: list[int] = []
         pos = 0
         while pos < n:
             end = min(pos + _CHUNK, n)
-            right = merge_small(ids[pos:end])
+            right = merged(pos, end)
             if out and not compatible(out[-1], right[0]):
                 t = 1
                 while True:
@@ -330,9 +352,9 @@ class BPE:
                     nr = min(t, len(right))
                     start = pos - sum([len(text[x]) for x in out[-nl:]])
                     stop = pos + sum([len(text[x]) for x in right[:nr]])
-                    if stop - start >= _HEAP_FROM:
+                    if budget[0] < 0 or stop - start > _WINDOW_MAX:
                         return None
-                    window = merge_small(ids[start:stop])
+                    window = merged(start, stop)
                     if (nl == len(out) or compatible(out[-nl - 1], window[0])) and (
                         nr == len(right) or compatible(window[-1], right[nr])
                     ):

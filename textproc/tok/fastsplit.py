@@ -91,6 +91,21 @@ _PROP = re.compile(r"\\([pP])\{(\^?)([A-Za-z_]+)\}")
 _SAFE_ESCAPES = set("rntfv") | set("\\'\"-.[](){}*+?|^$/ &#:<>=!,;@%~`_")
 
 
+# Patterns for which a match always ends before a space followed by an ASCII letter (the
+# letter-run alternatives stop at the space, the punctuation ones cannot take a space after
+# their first character, and a whitespace run ends before that space because of \s+(?!\S)),
+# and whose matches do not look behind: the text can be cut there and each part split alone.
+_SEGMENTABLE_PATTERNS = frozenset(
+    {
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+        r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    }
+)
+_LONG_ASCII_RUN = re.compile(r"[\x00-\x7f]{48,}")
+_SAFE_CUT = re.compile(r" [A-Za-z]")
+_MIN_ASCII_SEGMENT = 32
+
+
 def _rewrite(pattern: str, in_class_map: Callable[[str, bool], str | None], out_class_map: Callable[[str, bool], str | None], escapes: Callable[[str, bool], str | None]) -> str | None:
     """Rewrite escapes of ``pattern`` token by token; None if something is not understood."""
     out: list[str] = []
@@ -252,6 +267,39 @@ def make_splitter(pattern: str) -> Splitter:
             return [m.group() for m in versioned.reference().finditer(text)]
         return full_find(text)
 
+    if ascii_find is not None and pattern in _SEGMENTABLE_PATTERNS:
+        fast_ascii = ascii_find
+        runs = _LONG_ASCII_RUN.finditer
+        cut = _SAFE_CUT.search
+
+        def split_segmented(text: str) -> list[str]:
+            """Long ASCII stretches of a mixed text go to ``re``, cut where a match must end."""
+            if text.isascii():
+                return fast_ascii(text)
+            if has_newer(text):
+                return [m.group() for m in versioned.reference().finditer(text)]
+            pieces: list[str] = []
+            done = 0
+            for run in runs(text):
+                first = cut(text, run.start(), run.end())
+                if first is None:
+                    continue
+                q1 = first.start()
+                q2 = text.rfind(" ", q1, run.end() - 1)
+                while q2 > q1 and not ("a" <= text[q2 + 1] <= "z" or "A" <= text[q2 + 1] <= "Z"):
+                    q2 = text.rfind(" ", q1, q2)
+                if q2 - q1 < _MIN_ASCII_SEGMENT:
+                    continue
+                if done < q1:
+                    pieces += full_find(text[done:q1])
+                pieces += fast_ascii(text[q1:q2])
+                done = q2
+            if done == 0:
+                return full_find(text)
+            pieces += full_find(text[done:])
+            return pieces
+
+        return split_segmented
     if pattern in _COVERING_PATTERNS:
         return split_covering
 
