@@ -7,7 +7,8 @@ Each ``Case`` pairs a ``textproc.Tokenizer`` with its reference, HF ``tokenizers
 tokenizer.json, plus an optional second reference (tiktoken on NFC text for Qwen, tiktoken for
 GPT-2 and cl100k, sentencepiece for Mistral). The trained tokenizers are built here with ``tokenizers``
 on corpus text: a Qwen-style byte-level BPE (split regex + NFC + added tokens), a GPT-2-style
-byte-level BPE, and a SentencePiece-style BPE with byte fallback (Metaspace, ``<0xNN>`` pieces).
+byte-level BPE, a SentencePiece-style BPE with byte fallback (Metaspace, ``<0xNN>`` pieces),
+and a T5-style Unigram (NFKC, Metaspace, ``</s>`` appended by TemplateProcessing).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ CL100K_TIKTOKEN_PATTERN = (
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 REAL_CASES = ("qwen3", "mistral", "gpt2", "cl100k", "deepseek")
-TRAINED_CASES = ("trained-qwen", "trained-gpt2", "trained-spm")
+TRAINED_CASES = ("trained-qwen", "trained-gpt2", "trained-spm", "trained-unigram")
 CASE_NAMES = REAL_CASES + TRAINED_CASES
 
 SP_CONTROL_STRINGS = ("<s>", "</s>", "<unk>")
@@ -113,6 +114,17 @@ def trained_json(name: str) -> str:
         return tok.to_str()
     if name == "trained-spm":
         return _trained_spm_json()
+    if name == "trained-unigram":
+        tok = tokenizers.Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=2000, special_tokens=["<pad>", "</s>", "<unk>"],
+                                          unk_token="<unk>", show_progress=False)
+        tok.train_from_iterator(_train_corpus(), trainer)
+        tok.post_processor = tokenizers.processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)])
+        return tok.to_str()
     raise KeyError(name)
 
 

@@ -14,6 +14,8 @@ position, and a shrunk substring that still reproduces it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import unicodedata
 from collections.abc import Iterable
@@ -29,7 +31,15 @@ from tests.corpus import (
     first_difference,
     mixed_corpus_items,
 )
-from tests.parity.references import CASE_NAMES, REAL_CASES, Case, get_case
+from tests.models import MODELS_DIR
+from tests.parity.references import (
+    CASE_NAMES,
+    REAL_CASES,
+    TRAINED_CASES,
+    Case,
+    get_case,
+    trained_json,
+)
 
 FAST_BYTES = 100_000
 FULL_BYTES = 4_000_000
@@ -138,9 +148,23 @@ def _run(case: Case, items: Iterable[tuple[str, str]], *, second: bool) -> None:
             if problem is not None:
                 problems.append(problem)
     if problems:
+        problems.append(_saved_vocab_note(case))
         shown = "\n".join(problems[:MAX_REPORTED])
         more = f"\n... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
         pytest.fail(f"{len(problems)} mismatches on {n} strings:\n{shown}{more}", pytrace=False)
+
+
+def _saved_vocab_note(case: Case) -> str:
+    """Trained vocabularies vary between runs (tokenizers' trainers are not deterministic), so a
+    mismatch saves the one that showed it, to reproduce with Tokenizer.from_file."""
+    if case.name not in TRAINED_CASES:
+        return ""
+    text = trained_json(case.name)
+    path = MODELS_DIR.parent / "parity-failures" / (
+        f"{case.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return f"(trained vocabulary saved to {path})"
 
 
 def _fast(case_name: str) -> list[tuple[str, str]]:
@@ -238,9 +262,37 @@ def test_random_text(case_name: str) -> None:
     @given(_TEXTS)
     def check(text: str) -> None:
         problem = _check_ids(case, "hypothesis", text) or _check_decode(case, "hypothesis", text)
-        assert problem is None, problem
+        assert problem is None, f"{problem} {_saved_vocab_note(case)}"
 
     check()
+
+
+def test_unigram_equal_score_paths() -> None:
+    """Pinned repro (found by the trained-unigram case): segmentations whose scores are equal up
+    to float rounding. tokenizers sums best-path scores left to right in f64 and keeps the first
+    best candidate; the ids depend on exactly that."""
+    pieces = [["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["▁", -1.204627448589612],
+              ["▁=", -5.715260860112222], ["=", -6.433993973982883],
+              ["▁==", -7.521694764057664], ["=============", -10.000530232488181]]
+    obj = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                          "split": True},
+        "post_processor": None,
+        "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                    "split": True},
+        "model": {"type": "Unigram", "unk_id": 2, "vocab": pieces, "byte_fallback": False},
+    }
+    import tokenizers
+
+    from textproc.tokenizer import Tokenizer
+
+    hf = tokenizers.Tokenizer.from_str(json.dumps(obj))
+    ours = Tokenizer.from_json(obj, source="unigram-ties")
+    for n in (17, 23, 25, 30, 31, 36, 1, 13, 14, 26):
+        text = "=" * n
+        assert ours.encode(text) == hf.encode(text).ids, f"{n} x '='"
 
 
 # ------------------------------------------------------------------------------------------
