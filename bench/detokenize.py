@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""Detokenizer throughput: one detokenizer process vs a DecodeStream loop (issue 6, item 4).
+
+    .venv/bin/python bench/detokenize.py [--quick] [--json PATH] [--streams 1,64,1024,4096]
+        [--tokens N] [--profile DIR] [--model-dir DIR]
+
+The detokenizer process is started exactly as the supervisor starts it (``python -m
+textproc.cli _child detokenizer 0 --config ... --endpoints ...``, ipc sockets in a temp dir);
+this process plays every other part on its sockets: the worker (``Submit`` frames on
+``detok-in``), the engine (``EngineHello``, then ``EngineStep`` frames on ``engine-out``, each
+carrying one new token for every stream, encoded beforehand; ``engine-in`` is drained) and the
+client (a DEALER on ``detok-front``: Hello, then it reads ``Outputs``). Steps are sent as fast
+as the sockets take them; after the last one a final step ends every stream with
+``finish_reason="length"``; the clock stops when every stream's last output has arrived.
+
+Output tokens: the Qwen encoding of ``<think>`` + mixed text + ``</think>`` + mixed text (the
+generated corpus of ``tests/corpus.py``: prose, code, 20+ scripts, emoji), each stream from a
+different offset into the content part. Modes:
+
+- ``plain``: no stop strings, no parsing (``reasoning=False, tools=False``);
+- ``stops+parse``: 3 stop strings that never match (so every token is checked and the streams
+  run to the end), ``reasoning=True`` (the ``<think>`` part becomes ``reasoning_content``) and
+  ``tools=True`` (content is scanned for ``<tool_call>``).
+
+Columns: ``textproc`` = tokens/s through the process (wall clock, first step sent -> last output
+read), ``CPU tok/s`` = tokens per CPU second of the detokenizer process (from /proc; less
+disturbed by other load on a shared machine), ``core`` = the same ``Detokenizer`` core fed the
+same step frames in this process (decode the step, ``on_step``, encode the Outputs; no sockets),
+``DecodeStream`` = ``tokenizers.decoders.DecodeStream.step`` per token per stream in this
+process (both in tokens per CPU second of this process: ``time.process_time``, one thread), plus ``StopChecker.feed`` of each chunk in ``stops+parse`` mode (HF has no parser; that
+part is textproc only), ``vs DS`` = textproc CPU tok/s / DecodeStream CPU tok/s. Target (issue 6): 500,000 tokens/s at
+1,024 streams with stops and parsing on.
+
+``--profile DIR``: run ``py-spy record`` on the detokenizer process for each case and print its
+top functions by own time (needs py-spy: ``pip install py-spy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    REPO_ROOT,
+    Progress,
+    cpu_seconds,
+    describe,
+    machine,
+    mixed_text,
+    model_dir,
+    print_table,
+    write_json,
+)
+
+import msgspec  # noqa: E402
+import zmq  # noqa: E402
+
+from textproc.config import ServiceConfig, ipc_endpoints  # noqa: E402
+from textproc.protocol import (  # noqa: E402
+    EngineHello,
+    EngineRequest,
+    EngineStep,
+    FrontOutFrame,
+    Hello,
+    Outputs,
+    Ready,
+    StepOutput,
+    Submit,
+    Welcome,
+    pack_ids,
+)
+
+__all__ = ["main"]
+
+STOP_CANDIDATES = ["<|STOP|>", "END OF ANSWER", "\n@@@@\n", "~~~~~~", "\x00STOP"]
+CLIENT_ID = b"cbench-detok0001"
+
+
+class Workload:
+    """Token ids: a reasoning prefix then a content cycle; stream i starts at its own offset."""
+
+    def __init__(self, model: Path, n_chars: int) -> None:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        self.hf = HFTokenizer.from_file(str(model / "tokenizer.json"))
+        text = mixed_text(n_chars + 4000, seed=5)
+        reasoning, content = text[:3000], text[3000:n_chars + 3000]
+        self.prefix = self.hf.encode("<think>\n" + reasoning + "\n</think>\n\n",
+                                     add_special_tokens=False).ids
+        self.content = self.hf.encode(content, add_special_tokens=False).ids
+        self.stops = [s for s in STOP_CANDIDATES if s not in text][:3]
+
+    def ids(self, stream: int, start: int, n: int) -> list[int]:
+        p, c = self.prefix, self.content
+        off = (stream * 7919) % len(c)
+        out = []
+        for k in range(start, start + n):
+            out.append(p[k] if k < len(p) else c[(off + k - len(p)) % len(c)])
+        return out
+
+
+class DetokProcess:
+    """The detokenizer child + this process's sockets in the worker, engine and client roles."""
+
+    def __init__(self, model: Path, profile_to: Path | None = None) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="tp-bench-detok-"))
+        self.endpoints = ipc_endpoints(str(self.root), 1)
+        config = ServiceConfig(model_dir=str(model), n_workers=1, log_level="WARNING")
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.control = self._sock(zmq.PULL, bind=self.endpoints.control)
+        cmd = [sys.executable, "-m", "textproc.cli", "_child", "detokenizer", "0",
+               "--config", config.to_json(), "--endpoints", json.dumps(self.endpoints.to_dict()),
+               "--parent-pid", str(os.getpid())]
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        self.dec = msgspec.msgpack.Decoder(Ready)
+        self._wait_ready("detokenizer")
+        self.submit = self._sock(zmq.PUSH, connect=self.endpoints.detok_in)
+        self.engine_in = self._sock(zmq.PULL, connect=self.endpoints.engine_in)
+        self.engine_out = self._sock(zmq.PUSH, connect=self.endpoints.engine_out)
+        self.front = self._sock(zmq.DEALER, connect=self.endpoints.detok_front)
+        self.enc = msgspec.msgpack.Encoder()
+        self.front_dec = msgspec.msgpack.Decoder(FrontOutFrame)
+        self.engine_out.send(self.enc.encode(EngineHello("bench-engine")))
+        self._wait_ready("engine")
+        self.front.send(self.enc.encode(Hello()))
+        if not self.front.poll(30_000):
+            raise RuntimeError("no Welcome from the detokenizer")
+        assert isinstance(self.front_dec.decode(self.front.recv()), Welcome)
+        self.profiler: subprocess.Popen[bytes] | None = None
+        self.profile_to = profile_to
+
+    def _sock(self, kind: int, *, bind: str | None = None, connect: str | None = None) -> Any:
+        s = self.ctx.socket(kind)
+        s.linger = 0
+        s.sndhwm = 0
+        s.rcvhwm = 0
+        if kind == zmq.DEALER:
+            s.setsockopt(zmq.ROUTING_ID, CLIENT_ID)
+        if bind:
+            s.bind(bind)
+        if connect:
+            s.connect(connect)
+        return s
+
+    def _wait_ready(self, role: str) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the detokenizer exited with {self.proc.returncode}")
+            if self.control.poll(200):
+                if self.dec.decode(self.control.recv()).role == role:
+                    return
+        raise RuntimeError(f"no Ready({role}) from the detokenizer within 120 s")
+
+    def drain_engine_in(self) -> int:
+        n = 0
+        while True:
+            try:
+                self.engine_in.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return n
+            n += 1
+
+    def start_profile(self, name: str) -> None:
+        if self.profile_to is None:
+            return
+        spy = Path(sys.executable).parent / "py-spy"
+        self.profile_to.mkdir(parents=True, exist_ok=True)
+        self.profiler = subprocess.Popen(
+            [str(spy), "record", "--pid", str(self.pid), "--rate", "250", "--format", "raw",
+             "--output", str(self.profile_to / f"{name}.txt"), "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # let it attach
+
+    def stop_profile(self) -> Path | None:
+        if self.profiler is None:
+            return None
+        self.profiler.send_signal(signal.SIGINT)
+        try:
+            self.profiler.wait(30)
+        except subprocess.TimeoutExpired:
+            self.profiler.kill()
+        self.profiler = None
+        outs = sorted(self.profile_to.glob("*.txt"), key=lambda p: p.stat().st_mtime) \
+            if self.profile_to else []
+        return outs[-1] if outs else None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for s in (self.control, self.submit, self.engine_in, self.engine_out, self.front):
+            s.close(0)
+        self.ctx.term()
+
+
+def _case_frames(work: Workload, streams: int, steps: int, tag: str) -> tuple[list[str], list[bytes]]:
+    enc = msgspec.msgpack.Encoder()
+    rids = [f"{tag}-{i}" for i in range(streams)]
+    per_stream = [work.ids(i, 0, steps) for i in range(streams)]
+    frames = []
+    for k in range(steps):
+        frames.append(enc.encode(EngineStep(k, [StepOutput(rid, [per_stream[i][k]])
+                                                for i, rid in enumerate(rids)])))
+    frames.append(enc.encode(EngineStep(steps, [StepOutput(rid, [], "length") for rid in rids])))
+    return rids, frames
+
+
+def _submits(rids: list[str], mode: str, work: Workload) -> list[bytes]:
+    enc = msgspec.msgpack.Encoder()
+    on = mode != "plain"
+    out = []
+    for rid in rids:
+        er = enc.encode(EngineRequest(rid, pack_ids([1, 2, 3]), 1 << 30))
+        out.append(enc.encode(Submit(rid, CLIENT_ID, 3, 1 << 30, er,
+                                     stop=work.stops if on else [], reasoning=on, tools=on)))
+    return out
+
+
+def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode: str,
+                tag: str) -> dict[str, Any]:
+    rids, frames = _case_frames(work, streams, steps, tag)
+    for data in _submits(rids, mode, work):
+        dp.submit.send(data)
+    # wait until every request reached the engine side (registered in the detokenizer)
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < streams and time.monotonic() < deadline:
+        if dp.engine_in.poll(200):
+            got += dp.drain_engine_in()
+    if got < streams:
+        raise RuntimeError(f"only {got}/{streams} requests reached engine-in")
+    dp.start_profile(f"{mode}-{streams}")
+    progress = Progress(f"{mode} {streams} streams")
+    finished = 0
+    frames_in = 0
+    text0: list[str] = []
+    reasons: collections.Counter[str] = collections.Counter()
+    decode = dp.front_dec.decode
+    send = dp.engine_out.send
+    recv = dp.front.recv
+    cpu0 = cpu_seconds(dp.pid)
+    t0 = time.perf_counter()
+    i = 0
+    n = len(frames)
+    while finished < streams:
+        if i < n:
+            for _ in range(min(16, n - i)):
+                send(frames[i], copy=False)
+                i += 1
+        elif not dp.front.poll(60_000):
+            raise RuntimeError(f"{finished}/{streams} streams finished; no output for 60 s")
+        while True:
+            try:
+                data = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            frames_in += 1
+            frame = decode(data)
+            if isinstance(frame, Outputs):
+                for item in frame.items:
+                    if item.request_id == rids[0]:
+                        for d in item.deltas:
+                            text0.append(d.get("content", "") + d.get("reasoning_content", ""))
+                    if item.finish_reason is not None:
+                        finished += 1
+                        reasons[item.finish_reason] += 1
+        progress(f"steps sent {i}/{n}, finished {finished}/{streams}")
+    wall = time.perf_counter() - t0
+    cpu = cpu_seconds(dp.pid) - cpu0
+    profile = dp.stop_profile()
+    dp.drain_engine_in()
+    tokens = streams * steps
+    ref = work.hf.decode(work.ids(0, 0, steps), skip_special_tokens=(mode == "plain"))
+    if mode != "plain":
+        ref = ref.replace("<think>", "", 1).replace("</think>", "", 1)
+    got = "".join(text0)
+    # the parser drops the whitespace around the think tags: compare without whitespace there
+    same = got == ref if mode == "plain" else "".join(got.split()) == "".join(ref.split())
+    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+            "detok_cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else None,
+            "outputs_frames": frames_in, "finish_reasons": dict(reasons), "stream0_text_ok": same,
+            "profile": str(profile) if profile else None}
+
+
+def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -> float:
+    """The Detokenizer core in this process: decode step frame, on_step, encode Outputs."""
+    from textproc.detokenizer_process import Detokenizer
+    from textproc.protocol import EngineOutFrame
+    from textproc.tokenizer import Tokenizer
+    from textproc.transport import encoder
+
+    tok = _core_tokenizer(model)
+    core = Detokenizer(tok, ServiceConfig(model_dir=str(model), n_workers=1))
+    rids, frames = _case_frames(work, streams, steps, "core")
+    sub_dec = msgspec.msgpack.Decoder(Submit)
+    for data in _submits(rids, mode, work):
+        core.on_submit(sub_dec.decode(data))
+    dec = msgspec.msgpack.Decoder(EngineOutFrame)
+    enc = encoder().encode
+    t0 = time.process_time()
+    for data in frames:
+        core.on_step(dec.decode(data))
+        outbox, core.outbox = core.outbox, {}
+        for items in outbox.values():
+            enc(Outputs(items))
+        core.engine_aborts = []
+    cpu = time.process_time() - t0
+    del Tokenizer
+    return streams * steps / cpu
+
+
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _core_tokenizer(model: Path) -> Any:
+    from textproc.tokenizer import Tokenizer
+
+    if str(model) not in _TOKENIZERS:
+        _TOKENIZERS[str(model)] = Tokenizer.from_dir(model)
+    return _TOKENIZERS[str(model)]
+
+
+def run_decodestream(work: Workload, streams: int, steps: int, mode: str) -> float:
+    from tokenizers.decoders import DecodeStream
+
+    from textproc.stops import StopChecker
+
+    hf = work.hf
+    per_stream = [work.ids(i, 0, steps) for i in range(streams)]
+    dss = [DecodeStream(skip_special_tokens=(mode == "plain")) for _ in range(streams)]
+    checkers = [StopChecker(work.stops) for _ in range(streams)] if mode != "plain" else None
+    t0 = time.process_time()
+    for k in range(steps):
+        for i in range(streams):
+            chunk = dss[i].step(hf, per_stream[i][k])
+            if chunk and checkers is not None:
+                checkers[i].feed(chunk)
+    cpu = time.process_time() - t0
+    return streams * steps / cpu
+
+
+def summarize_profile(path: Path, top: int = 12) -> list[tuple[str, float, float]]:
+    """py-spy raw (collapsed) stacks -> [(function (file), % own, % inclusive)] by own time."""
+    import re
+
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        own[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    if not total:
+        return []
+    return [(name, 100 * n / total, 100 * incl[name] / total) for name, n in own.most_common(top)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer tokens per case (< 1 min)")
+    p.add_argument("--json", type=Path, help="append one JSON line per result here")
+    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p.add_argument("--streams", help="comma list (default 1,64,1024,4096)")
+    p.add_argument("--modes", default="plain,stops+parse")
+    p.add_argument("--tokens", type=int, help="tokens per case (default 20,000 quick / 300,000)")
+    p.add_argument("--max-steps", type=int, help="cap on steps per case (default 2,000 / 10,000)")
+    p.add_argument("--no-reference", action="store_true", help="skip the core and DecodeStream columns")
+    p.add_argument("--profile", type=Path, help="py-spy the detokenizer process, raw stacks here")
+    args = p.parse_args(argv)
+    model = model_dir(args.model_dir)
+    streams_list = [int(x) for x in (args.streams or "1,64,1024,4096").split(",")]
+    modes = args.modes.split(",")
+    total = args.tokens or (20_000 if args.quick else 300_000)
+    max_steps = args.max_steps or (2_000 if args.quick else 10_000)
+    info = machine()
+    print(f"detokenize: {describe(info)}", flush=True)
+    work = Workload(model, 60_000)
+    dp = DetokProcess(model, args.profile)
+    rows: list[dict[str, Any]] = []
+    profiles: dict[str, list[tuple[str, float, float]]] = {}
+    try:
+        for streams in streams_list:
+            steps = max(10, min(max_steps, total // streams))
+            for mode in modes:
+                tag = f"{mode}-{streams}"
+                r = run_process(dp, work, streams, steps, mode, tag)
+                row: dict[str, Any] = {"bench": "detokenize", "streams": streams, "mode": mode,
+                                       "steps": steps, **r, "load_avg_1m": os.getloadavg()[0]}
+                if not args.no_reference:
+                    row["core_tokens_per_s"] = run_core(model, work, streams, steps, mode)
+                    row["decodestream_tokens_per_s"] = run_decodestream(work, streams, steps, mode)
+                    row["vs_decodestream"] = (r["tokens_per_cpu_s"] or 0) / row["decodestream_tokens_per_s"]
+                rows.append(row)
+                print(f"  {streams:>5} streams {mode:<12} {r['tokens_per_s']:>10,.0f} tok/s "
+                      f"(CPU {row['tokens_per_cpu_s'] or 0:,.0f}), text ok={r['stream0_text_ok']}",
+                      flush=True)
+                if r["profile"]:
+                    profiles[tag] = summarize_profile(Path(r["profile"]))
+    finally:
+        dp.close()
+    print()
+    print_table(rows, [("streams", "streams", "d"), ("mode", "mode", ""), ("steps", "steps", "d"),
+                       ("tokens", "tokens", "d"), ("textproc tok/s", "tokens_per_s", ",.0f"),
+                       ("CPU tok/s", "tokens_per_cpu_s", ",.0f"),
+                       ("core CPU tok/s", "core_tokens_per_s", ",.0f"),
+                       ("DecodeStream CPU tok/s", "decodestream_tokens_per_s", ",.0f"),
+                       ("vs DS", "vs_decodestream", ".2f"), ("text ok", "stream0_text_ok", ""),
+                       ("load", "load_avg_1m", ".1f")])
+    print("(target: 500,000 tok/s at 1,024 streams, stops+parse)")
+    for tag, top in profiles.items():
+        print(f"\npy-spy, detokenizer process, {tag}: % of samples, own / inclusive")
+        for name, share, inclusive in top:
+            print(f"  {share:5.1f}% {inclusive:5.1f}%  {name}")
+    for r in rows:
+        if r.get("profile"):
+            r["profile_top"] = profiles.get(f"{r['mode']}-{r['streams']}")
+    write_json(args.json, rows, info)
+    return 0 if all(r["stream0_text_ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
