@@ -359,8 +359,8 @@ class _Compiler:
         item = self.compile(schema.get("items", True), f"{path}.items")
         if hi == 0 or item is None:
             return r"\[\]" if lo == 0 else None
-        rest = _repeat(max(lo - 1, 0), None if hi is None else hi - 1)
-        body = f"{item}(?:, {item}){rest}" if rest != "" else item
+        more_hi = None if hi is None else hi - 1  # items after the first
+        body = item if more_hi == 0 else f"{item}(?:, {item}){_repeat(max(lo - 1, 0), more_hi)}"
         return rf"\[{body}\]" if lo > 0 else rf"\[(?:{body})?\]"
 
     def string(self, schema: Mapping[str, Any], path: str) -> str | None:
@@ -549,7 +549,9 @@ class _PatternTranslator:
         src = self.src
         while self.pos < stop and src[self.pos] not in "|)":
             atom = self.atom(stop)
-            items.append(atom + self.quantifier(stop))
+            quantifier = self.quantifier(stop)
+            # an atom can be several regex units (an escape like \\" is two): group it
+            items.append(f"(?:{atom}){quantifier}" if quantifier and len(atom) > 1 else atom + quantifier)
         return "".join(items)
 
     def quantifier(self, stop: int) -> str:

@@ -144,6 +144,8 @@ def instances(schema: Any, root: dict[str, Any], depth: int = 0) -> st.SearchStr
     if types == "object":
         props = {k: v for k, v in schema.get("properties", {}).items() if v is not False}
         if not props:
+            if "properties" in schema:
+                return st.just({})
             if schema.get("additionalProperties") is not None:
                 return st.dictionaries(JSON_TEXT, instances(schema["additionalProperties"], root), max_size=3)
             return st.dictionaries(JSON_TEXT, any_json(1), max_size=3) if "properties" not in schema else st.just({})
@@ -389,3 +391,77 @@ def test_template_rendered_calls_match_and_parse_back() -> None:
     content, calls = parse_tool_calls(rendered[start:end])
     assert content == "" and json.loads(calls[0]["function"]["arguments"]) == args
     assert calls[0]["function"]["arguments"] == json.dumps(args, ensure_ascii=False)
+
+
+# -- random schemas ------------------------------------------------------------------------
+
+PATTERNS = ["^[a-z]{1,3}$", "x+", "^(?:ab|c)*$", '^[^0-9"]{0,2}$', "^\\d{2}$", '^"\\\\?$']
+
+
+def _leaf() -> st.SearchStrategy[dict[str, Any]]:
+    def int_schema(lo: int | None, span: int | None) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "integer"}
+        if lo is not None:
+            schema["minimum"] = lo
+        if span is not None:
+            schema["maximum"] = (lo or 0) + span
+        return schema
+
+    def str_schema(lo: int, span: int | None) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "string", "minLength": lo}
+        if span is not None:
+            schema["maxLength"] = lo + span
+        return schema
+
+    return st.one_of(
+        st.sampled_from([{"type": "boolean"}, {"type": "null"}, {"type": "number"}, {"type": "string", "format": "date"}]),
+        st.builds(int_schema, st.none() | st.integers(-300, 300), st.none() | st.integers(0, 400)),
+        st.builds(str_schema, st.integers(0, 3), st.none() | st.integers(0, 4)),
+        st.sampled_from(PATTERNS).map(lambda p: {"type": "string", "pattern": p}),
+        st.lists(st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3), min_size=1, max_size=4, unique_by=json.dumps).map(lambda v: {"enum": v}),
+        st.text(max_size=3).map(lambda v: {"const": v}),
+    )
+
+
+def _schema(depth: int) -> st.SearchStrategy[dict[str, Any]]:
+    if depth == 0:
+        return _leaf()
+    inner = _schema(depth - 1)
+
+    def obj(props: dict[str, dict[str, Any]], required_mask: list[bool], closed: bool) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "object", "properties": props}
+        schema["required"] = [k for k, r in zip(props, required_mask) if r]
+        if closed:
+            schema["additionalProperties"] = False
+        return schema
+
+    def arr(items: dict[str, Any], lo: int, span: int | None) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "array", "items": items, "minItems": lo}
+        if span is not None:
+            schema["maxItems"] = lo + span
+        return schema
+
+    return st.one_of(
+        _leaf(),
+        st.builds(obj, st.dictionaries(st.text(max_size=3), inner, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4), st.booleans()),
+        st.builds(arr, inner, st.integers(0, 2), st.none() | st.integers(0, 3)),
+        st.lists(inner, min_size=1, max_size=3).map(lambda s: {"anyOf": s}),
+    )
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(_schema(2), st.randoms(use_true_random=False), st.data())
+def test_random_schemas_sampled_strings_validate_and_instances_match(
+    schema: dict[str, Any], rng: random.Random, data: st.DataObject
+) -> None:
+    jsonschema.Draft202012Validator.check_schema(schema)
+    regex = json_schema_to_regex(schema)
+    compiled = re.compile(regex)
+    validator = jsonschema.Draft202012Validator(schema)
+    for _ in range(10):
+        text = sample(regex, rng)
+        assert compiled.fullmatch(text)
+        validator.validate(json.loads(text))
+    value = data.draw(instances(schema, schema))
+    validator.validate(value)
+    assert compiled.fullmatch(json.dumps(value, ensure_ascii=False))
