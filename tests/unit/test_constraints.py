@@ -414,7 +414,10 @@ def _leaf() -> st.SearchStrategy[dict[str, Any]]:
         return schema
 
     return st.one_of(
-        st.sampled_from([{"type": "boolean"}, {"type": "null"}, {"type": "number"}, {"type": "string", "format": "date"}]),
+        st.sampled_from(
+            [{"type": "boolean"}, {"type": "null"}, {"type": "number"}, {"type": "string", "format": "date"},
+             {"type": ["string", "null"], "maxLength": 2}, {"type": ["integer", "boolean"]}, {}, {"type": "object"}]
+        ),
         st.builds(int_schema, st.none() | st.integers(-300, 300), st.none() | st.integers(0, 400)),
         st.builds(str_schema, st.integers(0, 3), st.none() | st.integers(0, 4)),
         st.sampled_from(PATTERNS).map(lambda p: {"type": "string", "pattern": p}),
