@@ -457,3 +457,44 @@ def test_forced_call_after_closing_a_prefilled_think_block() -> None:
     text = '</think>\n\n<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
     got = parse_output(text, **BOTH, starts_in_reasoning=True)
     assert got == {"reasoning_content": "", "content": "\n\n", "tool_calls": [call("ping", "{}")]}
+
+
+@pytest.mark.parametrize("template", ["qwen3", "qwq"])
+def test_real_template_tool_call_turn_parses_back(template: str) -> None:
+    """What a real template writes for an assistant turn with reasoning and two tool calls is
+    what the model is trained to emit: parse it back, streamed and one-shot, and match the
+    forced-call pattern."""
+    import re
+
+    from tests.templates import template_source
+    from textproc.chat import render_chat
+    from textproc.constraints import tool_call_pattern
+
+    args = {"city": 'Zürich "c" </tool_call>', "days": [3, None]}
+    calls = [
+        {"type": "function", "function": {"name": "get_weather", "arguments": args}},
+        {"type": "function", "function": {"name": "ping", "arguments": {}}},
+    ]
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "array", "items": {"type": ["integer", "null"]}}}}}},
+        {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "Let me check.", "reasoning_content": "need a tool", "tool_calls": calls},
+        {"role": "tool", "content": "sunny"},
+    ]
+    prompt = render_chat(template_source(template), messages, tools=tools)
+    start = prompt.index("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")
+    turn = prompt[start : prompt.index("<|im_end|>", start)]
+    got = parse_output(turn, **BOTH)
+    assert got["content"].strip() == "Let me check."
+    assert got["reasoning_content"].strip() in ("need a tool", "")  # qwq drops past reasoning
+    assert [c["function"]["name"] for c in got["tool_calls"]] == ["get_weather", "ping"]
+    assert got["tool_calls"][0]["function"]["arguments"] == json.dumps(args, ensure_ascii=False)
+    assert got["tool_calls"][1]["function"]["arguments"] == "{}"
+    deltas, _ = stream(turn, [1], **BOTH)
+    assert merge_deltas(deltas) == got
+    blocks = turn[turn.index("<tool_call>") :]
+    assert re.fullmatch(tool_call_pattern(tools), blocks), blocks
