@@ -3,7 +3,8 @@
 Owns argument parsing, the only environment reads (``TEXTPROC_LOG_LEVEL``) and the exit codes;
 it is the only module that exits the interpreter. Subcommands: ``serve`` (the service),
 ``text`` (the text core on the command line, ``textproc.demo``), ``bench`` (runs
-``bench/<name>.py`` by path; textproc never imports ``bench``), ``keys`` (not yet), and the
+``bench/<name>.py`` by path, ``-`` in NAME read as ``_``; textproc never imports ``bench``),
+``keys`` (ZeroMQ CURVE key pairs for ``serve --curve-dir``), and the
 internal ``_child`` that the supervisor uses to start a worker or the detokenizer.
 """
 
@@ -48,7 +49,19 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="extra flag for engine_stub, repeatable (e.g. --stub-arg=--step-ms=5)")
     p.add_argument("--stub-stats-file", help="engine_stub writes its per-request stats here")
     p.add_argument("--runtime-dir", help="directory for ipc sockets and endpoints.json (default: a new private temp dir)")
-    p.add_argument("--tcp-host", default="127.0.0.1")
+    p.add_argument("--tcp-host", default="127.0.0.1",
+                   help="host for --endpoints tcp (default 127.0.0.1); any other than loopback "
+                        "needs --curve-dir")
+    p.add_argument("--curve-dir", metavar="DIR",
+                   help="CURVE keys made by `textproc keys --dir DIR`: every socket the service "
+                        "binds is a CURVE server and admits only DIR/authorized_clients/* keys")
+    p.add_argument("--max-live-requests", type=int, default=None,
+                   help="requests the detokenizer holds at once; more are refused with 503")
+    p.add_argument("--max-live-per-client", type=int, default=None,
+                   help="live requests of one client (e.g. the HTTP frontend) at once; more are "
+                        "refused with 429")
+    p.add_argument("--hwm", type=int, default=None,
+                   help="ZeroMQ send/receive high-water mark of every socket, in messages")
     p.add_argument("--tcp-port-base", type=int, default=0, help="0: free ports")
     p.add_argument("--max-frame-bytes", type=int, default=None)
     p.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for each process to be Ready")
@@ -77,12 +90,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     _serve_parser(sub)
     sub.add_parser("text", help="the text core on the command line (tokenize, render, detokenize)")
     sub.add_parser("bench", help="run a benchmark script from bench/")
-    sub.add_parser("keys", help="make ZeroMQ CURVE keys (not implemented yet)")
+    keys = sub.add_parser("keys", help="make ZeroMQ CURVE key pairs (server + client) for --curve-dir")
+    keys.add_argument("--dir", default="textproc-keys",
+                      help="directory to write the keys into (default ./textproc-keys, mode 0700)")
+    keys.add_argument("--force", action="store_true", help="overwrite existing key files")
     args = parser.parse_args(args_list)
     if args.command == "keys":
-        print("textproc keys: not implemented yet (issue 7)", file=sys.stderr)
-        return 2
+        return _keys(args)
     return _serve(args)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from textproc.transport import write_curve_keys
+
+    try:
+        paths = write_curve_keys(args.dir, overwrite=args.force)
+    except (InvalidInput, OSError) as e:
+        print(f"textproc keys: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote CURVE keys (ZeroMQ certificate format, mode 0600) to {args.dir}:\n"
+          f"  service:  textproc serve --curve-dir {args.dir} ...  (uses {paths['server_secret'].name}"
+          f" and {paths['authorized_client'].parent.name}/)\n"
+          f"  clients and engines need: {paths['client_secret']} and {paths['server_public']}\n"
+          f"  more clients: put their public *.key files into {paths['authorized_client'].parent}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -107,6 +138,11 @@ def _serve(args: argparse.Namespace) -> int:
                 max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
                 startup_timeout_s=args.startup_timeout,
                 log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO",
+                curve_dir=str(Path(args.curve_dir).absolute()) if args.curve_dir else None,
+                **{name: value for name, value in (
+                    ("max_live_requests", args.max_live_requests),
+                    ("max_live_per_client", args.max_live_per_client),
+                    ("hwm", args.hwm)) if value is not None},
             ),
             engine=args.engine,
             endpoints=args.endpoints,
@@ -125,7 +161,11 @@ def _serve(args: argparse.Namespace) -> int:
     supervisor = Supervisor(config)
     supervisor.install_signal_handlers()
     try:
-        supervisor.start()
+        try:
+            supervisor.start()
+        except InvalidInput as e:  # bad key files, CURVE with an engine that cannot use it
+            print(f"textproc serve: {e}", file=sys.stderr)
+            return 2
         ep = supervisor.endpoints
         assert ep is not None
         _log.info("textproc ready: runtime dir %s (endpoints.json), %d workers, detok-front %s, "
@@ -172,9 +212,10 @@ def _bench(argv: list[str]) -> int:
     names = sorted(p.stem for p in bench_dir.glob("*.py") if not p.stem.startswith("_")) \
         if bench_dir.is_dir() else []
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: textproc bench NAME [ARGS...]; benchmarks: " + (", ".join(names) or "none yet"))
+        print("usage: textproc bench NAME [ARGS...] (NAME: - or _); benchmarks: "
+              + (", ".join(names) or "none yet"))
         return 0 if argv else 2
-    script = bench_dir / f"{argv[0]}.py"
+    script = bench_dir / f"{argv[0].replace('-', '_')}.py"
     if not script.is_file():
         print(f"textproc bench: unknown benchmark {argv[0]!r}; available: {', '.join(names) or 'none'}",
               file=sys.stderr)

@@ -61,18 +61,21 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
-from textproc.transport import FrameDecoder, encoder, make_socket
+from textproc.transport import CurveClientKeys, FrameDecoder, encoder, load_client_keys, make_socket
 
-__all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas"]
+__all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas", "DEFAULT_CALL_TIMEOUT_S"]
 
 _QUERY_AFTER_S = 1.5  # a stream quiet this long is checked with the detokenizer (Query)
 _RECONCILE_EVERY_S = 0.5
 _DETOK_WAIT_S = 60.0  # how long a new request waits for a restarting detokenizer
 _QUERY_ANSWER_S = 10.0  # a detokenizer that leaves a Query unanswered this long is gone
+DEFAULT_CALL_TIMEOUT_S = 60.0  # a worker that has not answered a call / accepted a stream by then
 _ERRORS: dict[str, tuple[type[TextprocError], int]] = {
     "invalid_input": (InvalidInput, 400),
     "template": (TemplateError, 400),
     "overloaded": (TextprocError, 503),
+    "rate_limited": (TextprocError, 429),
+    "timeout": (TextprocError, 504),
     "engine_restarted": (WorkerDied, 503),
     "engine_error": (TextprocError, 500),
     "internal": (TextprocError, 500),
@@ -181,9 +184,13 @@ class TextClient:
     unique among live requests of the whole service.
     """
 
-    def __init__(self, info: dict[str, Any], runtime_dir: Path) -> None:
+    def __init__(self, info: dict[str, Any], runtime_dir: Path, *,
+                 curve: CurveClientKeys | None = None,
+                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
         self.info = info
         self.runtime_dir = runtime_dir
+        self.curve = curve
+        self.call_timeout_s = call_timeout_s
         self.client_id = b"c" + os.urandom(15)
         self.detok_instance: str | None = None
         self._ctx: zmq.asyncio.Context | None = None
@@ -209,11 +216,19 @@ class TextClient:
     # -- construction --------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, runtime_dir: str | os.PathLike[str], *, timeout_s: float = 30.0) -> TextClient:
+    async def connect(cls, runtime_dir: str | os.PathLike[str], *, timeout_s: float = 30.0,
+                      curve_client_key: str | os.PathLike[str] | None = None,
+                      curve_server_key: str | os.PathLike[str] | None = None,
+                      call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> TextClient:
         """Connect to the service whose ``endpoints.json`` is (or soon will be) in ``runtime_dir``.
 
         Waits up to ``timeout_s`` for the file and for the detokenizer's Welcome; raises
-        StartupTimeout naming what it waited for.
+        StartupTimeout naming what it waited for. A service started with CURVE keys
+        (``endpoints.json`` has ``curve``) needs a client key pair: ``curve_client_key`` (a
+        ``*.key_secret`` file whose public key the service allows) and ``curve_server_key``
+        (``server.key``); both default to what ``endpoints.json`` names (the service's own key
+        pair, readable only by its user). ``call_timeout_s`` bounds how long tokenize /
+        detokenize / render and a stream's acceptance wait for a worker (per call overridable).
         """
         path = Path(runtime_dir) / "endpoints.json"
         deadline = time.monotonic() + timeout_s
@@ -231,7 +246,8 @@ class TextClient:
             got = info.get("protocol_version") if isinstance(info, dict) else short(info)
             raise ProtocolError(f"{path}: service speaks protocol {got!r}, this client "
                                 f"{PROTOCOL_VERSION}; upgrade the older side")
-        client = cls(info, Path(runtime_dir))
+        curve = _client_curve(info, path, curve_client_key, curve_server_key)
+        client = cls(info, Path(runtime_dir), curve=curve, call_timeout_s=call_timeout_s)
         try:
             await client.start(max(0.1, deadline - time.monotonic()))
         except BaseException:
@@ -246,7 +262,8 @@ class TextClient:
         max_frame = int(self.info.get("max_frame_bytes", 64 << 20))
         ctx = zmq.asyncio.Context()
         self._ctx = ctx
-        opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": 100_000}
+        opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": 100_000,
+                                "curve_client": self.curve}
         for address in ep.workers:
             sock = make_socket(ctx, zmq.DEALER, routing_id=self.client_id, **opts)
             sock.connect(address)
@@ -289,21 +306,28 @@ class TextClient:
              chat_template_kwargs: dict[str, Any] | None = None, skip_special_tokens: bool = True,
              sampling: dict[str, Any] | None = None, request_id: str | None = None,
              add_generation_prompt: bool = True, continue_final_message: bool = False,
-             stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> AsyncIterator[TextEvent]:
-        """Stream a chat completion: async iterator of TextEvent; close it early to abort."""
+             stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
+             timeout_s: float | None = None) -> AsyncIterator[TextEvent]:
+        """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        ``timeout_s`` (default ``call_timeout_s``) bounds the wait for the worker to accept the
+        request; a stuck worker then fails the stream with a TextprocError (kind ``timeout``,
+        status 504) naming the worker. Generation itself has no deadline.
+        """
         rid = request_id if request_id is not None else self._next_id()
         frame = ChatRequest(rid, messages, tools, tool_choice, _stops(stop), max_tokens,
                             min_tokens, include_stop, dict(chat_template_kwargs or {}),
                             skip_special_tokens, dict(sampling or {}), add_generation_prompt,
                             continue_final_message, list(stop_token_ids), ignore_eos)
-        return self._generate(rid, frame)
+        return self._generate(rid, frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
                  max_tokens: int | None = None, min_tokens: int = 0, include_stop: bool = False,
                  skip_special_tokens: bool = True, sampling: dict[str, Any] | None = None,
                  request_id: str | None = None, add_special_tokens: bool = True,
-                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> AsyncIterator[TextEvent]:
-        """Stream a completion of ``prompt`` (text, or token ids)."""
+                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
+                 timeout_s: float | None = None) -> AsyncIterator[TextEvent]:
+        """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s`` as in ``chat``."""
         rid = request_id if request_id is not None else self._next_id()
         if isinstance(prompt, str):
             text, ids = prompt, None
@@ -312,31 +336,39 @@ class TextClient:
         frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
                                   include_stop, skip_special_tokens, dict(sampling or {}),
                                   add_special_tokens, list(stop_token_ids), ignore_eos)
-        return self._generate(rid, frame)
+        return self._generate(rid, frame, timeout_s)
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
                        tools: list[dict[str, Any]] | None = None, add_special_tokens: bool = False,
                        add_generation_prompt: bool = True,
-                       chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
-        """Token ids of ``text``, or of the chat prompt rendered from ``messages``."""
+                       chat_template_kwargs: dict[str, Any] | None = None,
+                       timeout_s: float | None = None) -> list[int]:
+        """Token ids of ``text``, or of the chat prompt rendered from ``messages``.
+
+        ``timeout_s`` (default ``call_timeout_s``): a worker that has not answered by then
+        fails the call with a TextprocError (kind ``timeout``, status 504) naming it.
+        """
         result = await self._call(TokenizeRequest(self._next_id(), text, messages, tools,
                                                   add_special_tokens, add_generation_prompt,
-                                                  dict(chat_template_kwargs or {})))
+                                                  dict(chat_template_kwargs or {})), timeout_s)
         assert isinstance(result, TokenizeResult)
         return unpack_ids(result.token_ids)
 
     async def render(self, messages: list[dict[str, Any]], *,
                      tools: list[dict[str, Any]] | None = None,
-                     chat_template_kwargs: dict[str, Any] | None = None) -> tuple[str, list[int]]:
+                     chat_template_kwargs: dict[str, Any] | None = None,
+                     timeout_s: float | None = None) -> tuple[str, list[int]]:
         """The rendered chat prompt and its ids, as a worker makes them for ``chat``."""
         result = await self._call(TokenizeRequest(self._next_id(), None, messages, tools, False,
-                                                  True, dict(chat_template_kwargs or {})))
+                                                  True, dict(chat_template_kwargs or {})), timeout_s)
         assert isinstance(result, TokenizeResult)
         return result.prompt or "", unpack_ids(result.token_ids)
 
-    async def detokenize(self, token_ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+    async def detokenize(self, token_ids: Sequence[int], *, skip_special_tokens: bool = True,
+                         timeout_s: float | None = None) -> str:
+        """The text of ``token_ids``; ``timeout_s`` as in ``tokenize``."""
         result = await self._call(DetokenizeRequest(self._next_id(), pack_ids(list(token_ids)),
-                                                    skip_special_tokens))
+                                                    skip_special_tokens), timeout_s)
         assert isinstance(result, DetokenizeResult)
         return result.text
 
@@ -417,7 +449,14 @@ class TextClient:
                 best = i
         return best
 
-    async def _generate(self, rid: str, frame: ChatRequest | CompletionRequest) -> AsyncIterator[TextEvent]:
+    def _timeout_error(self, worker: int, rid: str, what: str, timeout_s: float) -> TextprocError:
+        address = self.info.get("endpoints", {}).get("workers", ["?"] * (worker + 1))[worker]
+        return _error("timeout", f"worker {worker} ({address}) did not answer {what} for request "
+                                 f"{rid!r} within {timeout_s:g} s; it is alive but stuck or "
+                                 "overloaded (retry, or raise timeout_s)")
+
+    async def _generate(self, rid: str, frame: ChatRequest | CompletionRequest,
+                        timeout_s: float | None) -> AsyncIterator[TextEvent]:
         self._check_open()
         if rid in self._streams or rid in self._calls:
             raise InvalidInput(f"request_id {rid!r} is already in flight on this client")
@@ -433,12 +472,22 @@ class TextClient:
         self._streams[rid] = stream
         self._worker_pending[worker].add(rid)
         finished = False
+        limit = self.call_timeout_s if timeout_s is None else timeout_s
+        accept_by = time.monotonic() + limit
         try:
             await self._workers[worker].send(self._encode(frame))
             while True:
                 if not stream.items and stream.error is None:
                     stream.waiter = asyncio.get_running_loop().create_future()
-                    await stream.waiter
+                    if stream.pending_at_worker:  # a stuck worker must not hold it forever
+                        try:
+                            await asyncio.wait_for(stream.waiter, max(0.0, accept_by - time.monotonic()))
+                        except (asyncio.TimeoutError, TimeoutError):
+                            if stream.pending_at_worker and not stream.items:
+                                stream.fail(self._timeout_error(
+                                    worker, rid, "(Accepted for a generation request)", limit))
+                    else:
+                        await stream.waiter
                     stream.waiter = None
                 if stream.items:
                     event = self._take(stream)
@@ -476,16 +525,23 @@ class TextClient:
         usage = Usage(last.prompt_tokens, last.completion_tokens) if last.finish_reason else None
         return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage)
 
-    async def _call(self, frame: TokenizeRequest | DetokenizeRequest) -> Any:
+    async def _call(self, frame: TokenizeRequest | DetokenizeRequest, timeout_s: float | None) -> Any:
         self._check_open()
         worker = self._pick_worker()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid = frame.request_id
         self._calls[rid] = (worker, fut)
         self._worker_pending[worker].add(rid)
+        limit = self.call_timeout_s if timeout_s is None else timeout_s
         try:
             await self._workers[worker].send(self._encode(frame))
-            return await fut
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), limit)
+            except (asyncio.TimeoutError, TimeoutError):
+                if fut.done():
+                    return fut.result()
+                what = type(frame).__name__.replace("Request", "Result")
+                raise self._timeout_error(worker, rid, f"({what})", limit) from None
         finally:
             self._calls.pop(rid, None)
             self._worker_pending[worker].discard(rid)
@@ -654,6 +710,25 @@ class TextClient:
                     self._query_sent_at = now
                 for i in range(0, len(quiet), 4096):
                     await self._detok.send(self._encode(Query(quiet[i:i + 4096])))
+
+
+def _client_curve(info: dict[str, Any], path: Path, client_key: str | os.PathLike[str] | None,
+                  server_key: str | os.PathLike[str] | None) -> CurveClientKeys | None:
+    """The CURVE keys for a service described by ``info`` (None when it runs without CURVE)."""
+    curve = info.get("curve")
+    if curve is None and client_key is None:
+        return None
+    if curve is not None and not isinstance(curve, dict):
+        raise ProtocolError(f"{path}: 'curve' must be an object, got {short(curve)}")
+    curve = curve or {}
+    client_key = client_key if client_key is not None else curve.get("client_key_file")
+    if client_key is None:
+        raise InvalidInput(f"the service in {path.parent} uses CURVE: pass curve_client_key (a "
+                           "*.key_secret file made by `textproc keys`)")
+    server_public = curve.get("server_public_key")
+    return load_client_keys(
+        client_secret_file=client_key, server_public_file=server_key,
+        server_public=server_public.encode() if isinstance(server_public, str) else None)
 
 
 def _stops(stop: str | Sequence[str] | None) -> list[str]:

@@ -165,8 +165,13 @@ class ServiceConfig:
     startup_timeout_s: float = 60.0  # how long to wait for each child's Ready
     stop_timeout_s: float = 5.0  # terminate -> kill grace period at shutdown
     log_level: str = "INFO"
+    max_live_per_client: int = 16_384  # live requests of one client (routing id) at once
+    curve_dir: str | None = None  # `textproc keys` directory: every bound socket is a CURVE server
 
     def __post_init__(self) -> None:
+        if self.curve_dir is not None and (not isinstance(self.curve_dir, str) or not self.curve_dir):
+            raise InvalidInput(f"curve_dir must be a directory path or None, got {short(self.curve_dir)}")
+        _check_int("max_live_per_client", self.max_live_per_client, low=1)
         if not isinstance(self.model_dir, str) or not self.model_dir:
             raise InvalidInput(f"model_dir must be a non-empty path, got {short(self.model_dir)}")
         _check_int("n_workers", self.n_workers, low=1, high=256)
@@ -234,3 +239,21 @@ class ServeConfig:
         _check_int("tcp_port_base", self.tcp_port_base, low=0, high=65535 - 300)
         if not self.tcp_host or not isinstance(self.tcp_host, str):
             raise InvalidInput(f"tcp_host must be a host name or address, got {short(self.tcp_host)}")
+        if self.endpoints == "tcp" and self.service.curve_dir is None and not _is_loopback(self.tcp_host):
+            raise InvalidInput(
+                f"refusing to bind tcp host {self.tcp_host!r} without authentication: anyone who "
+                "can reach it could submit requests and read outputs. Make CURVE keys with "
+                "`textproc keys --dir DIR` and pass --curve-dir DIR (clients and the engine need "
+                "DIR/client.key_secret and DIR/server.key), or bind 127.0.0.1")
+
+
+def _is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1); a name that is not is not."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -48,7 +48,15 @@ from textproc.protocol import (
     Unknown,
     Welcome,
 )
-from textproc.transport import ChildRuntime, FrameDecoder, close_sockets, encoder, make_socket
+from textproc.transport import (
+    ChildRuntime,
+    FrameDecoder,
+    close_sockets,
+    encoder,
+    load_server_keys,
+    make_socket,
+    start_authenticator,
+)
 
 __all__ = ["Detokenizer", "run_detokenizer", "coalesce_deltas"]
 
@@ -103,6 +111,7 @@ class Detokenizer:
         self.tokenizer = tokenizer
         self.config = config
         self.live: dict[str, _Request] = {}
+        self.per_client: dict[bytes, int] = {}  # live requests per client (max_live_per_client)
         self.early: dict[str, tuple[float, list[StepOutput]]] = {}
         self.done: OrderedDict[str, None] = OrderedDict()
         self.outbox: dict[bytes, list[RequestOutput]] = {}
@@ -135,6 +144,12 @@ class Detokenizer:
                                    f"max_live_requests={self.config.max_live_requests}",
                            "overloaded")
             return None
+        n_client = self.per_client.get(submit.client_id, 0)
+        if n_client >= self.config.max_live_per_client:
+            self._fail_new(submit, f"too many requests: this client has {n_client} live requests, "
+                                   f"max_live_per_client={self.config.max_live_per_client}; retry "
+                                   "after some finish", "rate_limited")
+            return None
         try:
             state = OutputPipeline(
                 self.tokenizer, stops=submit.stop, include_stop=submit.include_stop,
@@ -149,6 +164,7 @@ class Detokenizer:
         self.done.pop(rid, None)
         req = _Request(submit.client_id, state, submit.prompt_tokens)
         self.live[rid] = req
+        self.per_client[submit.client_id] = n_client + 1
         buffered = self.early.pop(rid, None)
         if buffered is not None:
             for out in buffered[1]:
@@ -219,6 +235,7 @@ class Detokenizer:
             if req is None or req.client_id != client_id:
                 continue  # finished already, or not this client's (never abort others' work)
             del self.live[rid]
+            self._release(client_id)
             self._mark_done(rid)
             self.counters["requests_aborted"] += 1
             self.engine_aborts.append(rid)
@@ -241,12 +258,14 @@ class Detokenizer:
         for rid in request_ids:
             req = self.live.pop(rid, None)
             if req is not None:
+                self._release(req.client_id)
                 self._mark_done(rid)
                 self.counters["requests_aborted"] += 1
                 self.engine_aborts.append(rid)
 
     def all_counters(self) -> dict[str, int]:
-        return {**self.counters, "live_requests": len(self.live), "early_requests": len(self.early)}
+        return {**self.counters, "live_requests": len(self.live), "early_requests": len(self.early),
+                "live_clients": len(self.per_client), "done_ids_kept": len(self.done)}
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -307,6 +326,7 @@ class Detokenizer:
             self.engine_aborts.append(rid)
             self.counters["stop_string_aborts"] += 1
         del self.live[rid]
+        self._release(req.client_id)
         self._mark_done(rid)
         self.counters["requests_finished"] += 1
         self._emit(req, RequestOutput(rid, coalesce_deltas(deltas), state.finish_reason,
@@ -324,6 +344,7 @@ class Detokenizer:
         req = self.live.pop(rid, None)
         if req is None:
             return
+        self._release(req.client_id)
         self._mark_done(rid)
         self.counters["requests_failed"] += 1
         if abort_engine:
@@ -337,6 +358,13 @@ class Detokenizer:
         box = self.outbox.setdefault(submit.client_id, [])
         box.append(RequestOutput(submit.request_id, [], "error", None, submit.prompt_tokens, 0,
                                  message, kind))
+
+    def _release(self, client_id: bytes) -> None:
+        n = self.per_client[client_id] - 1
+        if n:
+            self.per_client[client_id] = n
+        else:
+            del self.per_client[client_id]
 
     def _mark_done(self, rid: str) -> None:
         done = self.done
@@ -361,11 +389,15 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: 
     instance_id = uuid.uuid4().hex
     ctx: zmq.Context[Any] = zmq.Context()
     opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}
-    detok_in = make_socket(ctx, zmq.PULL, **opts)
-    engine_in = make_socket(ctx, zmq.PUSH, **opts)
-    engine_out = make_socket(ctx, zmq.PULL, **opts)
-    front = make_socket(ctx, zmq.ROUTER, **opts)
-    control = make_socket(ctx, zmq.PUSH, **opts)
+    keys = load_server_keys(config.curve_dir) if config.curve_dir else None
+    auth = start_authenticator(ctx, keys) if keys is not None else None
+    bound: dict[str, Any] = {**opts, "curve_server": keys}
+    detok_in = make_socket(ctx, zmq.PULL, **bound)
+    engine_in = make_socket(ctx, zmq.PUSH, **bound)
+    engine_out = make_socket(ctx, zmq.PULL, **bound)
+    front = make_socket(ctx, zmq.ROUTER, **bound)
+    control = make_socket(ctx, zmq.PUSH, **opts,
+                          curve_client=keys.as_client() if keys is not None else None)
     sockets = [detok_in, engine_in, engine_out, front, control]
     try:
         detok_in.bind(endpoints.detok_in)
@@ -380,6 +412,8 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: 
         _Loop(core, runtime, instance_id, detok_in, engine_in, engine_out, front, control).run()
     finally:
         close_sockets(sockets)
+        if auth is not None:
+            auth.stop()
         ctx.term()
     return 0
 
@@ -525,6 +559,7 @@ class _Loop:
                         counters.update(dec.counters())
                     counters["outputs_frames_sent"] = self.outputs_sent
                     counters["outputs_unroutable"] = self.unroutable
+                    counters["engine_backlog"] = len(self.engine_backlog)
                     counters["pid"] = os.getpid()
                     stats = Stats(frame.request_id, "detokenizer", 0, counters)
                     self._send_front(client_id, self.encode(stats))

@@ -30,18 +30,22 @@ import msgspec
 import zmq
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
-from textproc.errors import StartupTimeout, WorkerDied
+from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.transport import (
+    CURVE_FILES,
+    CurveServerKeys,
     FrameDecoder,
     close_sockets,
     encoder,
+    load_server_keys,
     make_socket,
     pick_free_ports,
     remove_ipc_files,
 )
 
-__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command"]
+__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command",
+           "engine_link_supports_curve"]
 
 _log = logging.getLogger("textproc.supervisor")
 ENDPOINTS_FILE = "endpoints.json"
@@ -62,6 +66,15 @@ def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 _MAX_RESTART_DELAY_S = 5.0
+
+
+def engine_link_supports_curve() -> bool:
+    """Whether ``EngineLink`` (and so ``engine_stub``) takes CURVE client keys yet."""
+    import inspect
+
+    from textproc.engine import EngineLink
+
+    return "curve" in inspect.signature(EngineLink.__init__).parameters
 
 
 def child_command(role: str, index: int, config_json: str, endpoints_json: str,
@@ -105,12 +118,21 @@ class Supervisor:
         self._stop_requested = False
         self._closed = False
         self._finalizer: weakref.finalize[Any, Supervisor] | None = None
+        self._curve: CurveServerKeys | None = None
+        self._auth: Any = None  # the ZAP handler (zmq.auth ThreadAuthenticator) with CURVE
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
         cfg = self.config
         service = cfg.service
+        if service.curve_dir is not None:  # bad key files stop the start here, with their name
+            self._curve = load_server_keys(service.curve_dir)
+            if cfg.engine == "stub" and not engine_link_supports_curve():
+                raise InvalidInput(
+                    "--curve-dir with --engine stub: this EngineLink takes no CURVE keys yet, "
+                    "so the stub could not connect; use --engine external with an engine that "
+                    "applies textproc.transport.apply_curve_client to its sockets")
         if cfg.runtime_dir is None:
             self.runtime_dir = Path(tempfile.mkdtemp(prefix="textproc-"))
             self._created_dir = True
@@ -118,7 +140,7 @@ class Supervisor:
             self.runtime_dir = Path(cfg.runtime_dir).absolute()
             self._created_dir = not self.runtime_dir.exists()
             self.runtime_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.runtime_dir, 0o700)
+        _check_private_dir(self.runtime_dir)
         self._finalizer = weakref.finalize(self, _cleanup, self.children, self._sockets,
                                            self.runtime_dir, self._created_dir)
         if cfg.endpoints == "ipc":
@@ -129,7 +151,12 @@ class Supervisor:
             self.endpoints = tcp_endpoints(cfg.tcp_host, ports, service.n_workers)
         ep = self.endpoints
         self._ctx = zmq.Context()
-        opts: dict[str, Any] = {"max_frame_bytes": service.max_frame_bytes, "hwm": service.hwm}
+        if self._curve is not None:
+            from textproc.transport import start_authenticator
+
+            self._auth = start_authenticator(self._ctx, self._curve)
+        opts: dict[str, Any] = {"max_frame_bytes": service.max_frame_bytes, "hwm": service.hwm,
+                                "curve_server": self._curve}
         self._control = make_socket(self._ctx, zmq.PULL, **opts)
         self._events = make_socket(self._ctx, zmq.PUB, **opts)
         self._sockets += [self._control, self._events]
@@ -150,6 +177,9 @@ class Supervisor:
                     "--mode", cfg.stub_mode]
             if cfg.stub_stats_file:
                 stub += ["--stats-file", cfg.stub_stats_file]
+            if service.curve_dir is not None:  # the stub connects with the service's key pair
+                stub += ["--curve-client-key", str(Path(service.curve_dir) / CURVE_FILES["server_secret"]),
+                         "--curve-server-key", str(Path(service.curve_dir) / CURVE_FILES["server_public"])]
             self.children.append(_Child("engine", 0, stub + list(cfg.stub_args)))
         for child in self.children:
             self._spawn(child)
@@ -191,6 +221,8 @@ class Supervisor:
         timeout = self.config.service.stop_timeout_s
         _stop_children(self.children, timeout)
         close_sockets(self._sockets)
+        if self._auth is not None:
+            self._auth.stop()
         if self._ctx is not None:
             self._ctx.term()
         if self.endpoints is not None:
@@ -305,6 +337,13 @@ class Supervisor:
             "supervisor_pid": os.getpid(),
             "endpoints": self.endpoints.to_dict(),
         }
+        if self._curve is not None and service.curve_dir is not None:
+            # local clients (who can read this 0700 directory) use the service's key pair by
+            # default; remote ones bring client.key_secret + server.key
+            info["curve"] = {
+                "server_public_key": self._curve.public.decode(),
+                "client_key_file": str(Path(service.curve_dir).absolute() / CURVE_FILES["server_secret"]),
+            }
         pids: dict[str, Any] = {"supervisor": os.getpid(), "workers": {}}
         for child in self.children:
             pid = child.process.pid if child.process is not None else None
@@ -316,6 +355,24 @@ class Supervisor:
             tmp = self.runtime_dir / (name + ".tmp")
             tmp.write_bytes(msgspec.json.encode(obj))
             os.replace(tmp, self.runtime_dir / name)
+
+
+def _check_private_dir(path: Path) -> None:
+    """Make ``path`` mode 0700 and check it is a real directory owned by this user.
+
+    The ipc socket files in it are the service's only access control without CURVE: a
+    directory another user owns or can enter would let them connect.
+    """
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise InvalidInput(f"runtime dir {path} is not a directory (or is a symlink)")
+    if st.st_uid != os.getuid():
+        raise InvalidInput(f"runtime dir {path} is owned by uid {st.st_uid}, not by this user "
+                           f"({os.getuid()}); use a directory of your own")
+    os.chmod(path, 0o700)
+    mode = os.lstat(path).st_mode & 0o777
+    if mode != 0o700:
+        raise InvalidInput(f"runtime dir {path} has mode {mode:04o} after chmod 0700")
 
 
 def _stop_children(children: list[_Child], timeout_s: float) -> None:

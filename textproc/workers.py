@@ -37,7 +37,15 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
-from textproc.transport import ChildRuntime, FrameDecoder, close_sockets, encoder, make_socket
+from textproc.transport import (
+    ChildRuntime,
+    FrameDecoder,
+    close_sockets,
+    encoder,
+    load_server_keys,
+    make_socket,
+    start_authenticator,
+)
 
 __all__ = ["RequestBuilder", "run_worker", "MAX_REQUEST_ID_CHARS"]
 
@@ -324,9 +332,12 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     gc.freeze()
     ctx: zmq.Context[Any] = zmq.Context()
     opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}
-    front = make_socket(ctx, zmq.ROUTER, **opts)
-    detok = make_socket(ctx, zmq.PUSH, **opts)
-    control = make_socket(ctx, zmq.PUSH, **opts)
+    keys = load_server_keys(config.curve_dir) if config.curve_dir else None
+    auth = start_authenticator(ctx, keys) if keys is not None else None
+    client_keys = keys.as_client() if keys is not None else None
+    front = make_socket(ctx, zmq.ROUTER, **opts, curve_server=keys)
+    detok = make_socket(ctx, zmq.PUSH, **opts, curve_client=client_keys)
+    control = make_socket(ctx, zmq.PUSH, **opts, curve_client=client_keys)
     try:
         front.bind(endpoints.workers[index])
         detok.connect(endpoints.detok_in)
@@ -336,6 +347,8 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
         _serve(builder, runtime, index, front, detok)
     finally:
         close_sockets([front, detok, control])
+        if auth is not None:
+            auth.stop()
         ctx.term()
     return 0
 
