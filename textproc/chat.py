@@ -93,6 +93,15 @@ class ChatTemplate:
             raise TemplateError(f"chat template {self.name}: syntax error at line {e.lineno}: {e.message}") from e
         except jinja2.exceptions.TemplateError as e:
             raise TemplateError(f"chat template {self.name}: {e}") from e
+        except SyntaxError as e:
+            # jinja's parser lets some invalid templates through to Python's compile():
+            # {% break %} / {% continue %} outside a for loop (top level, set/filter/macro blocks)
+            raise TemplateError(f"chat template {self.name}: invalid template: {e.msg}") from e
+        except (RecursionError, MemoryError) as e:
+            # deeply nested blocks or expressions ('[' * 200, '1 + 1 + ...' 20k times)
+            raise TemplateError(
+                f"chat template {self.name}: too deeply nested to compile ({type(e).__name__})"
+            ) from e
 
     def render(
         self,
