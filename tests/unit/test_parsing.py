@@ -134,6 +134,16 @@ def test_malformed_after_name_keeps_call_and_returns_rest_as_content() -> None:
     assert got["content"] == ', "arguments": [1]}</tool_call>'
 
 
+def test_arguments_as_a_json_string() -> None:
+    text = '<tool_call>{"name": "f", "arguments": "{\\"a\\": \\"</tool_call>\\"}"}</tool_call>'
+    assert parse_tool_calls(text) == ("", [call("f", '{"a": "</tool_call>"}')])
+    deltas, _ = stream(text, [1], tools=True)
+    assert [d["tool_calls"][0]["function"]["arguments"] for d in deltas] == ["", '{"a": "</tool_call>"}']
+    # a string that does not hold a JSON object is malformed
+    content, calls = parse_tool_calls('<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>')
+    assert calls == [call("f", "")] and content == ', "arguments": "[1]"}</tool_call>'
+
+
 def test_unterminated_calls() -> None:
     assert parse_tool_calls('a<tool_call>{"name": "f') == ('a<tool_call>{"name": "f', [])
     assert parse_tool_calls('<tool_call>{"name": "f", "arguments": {"q": "ab') == (
@@ -349,7 +359,9 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
     n = draw(st.integers(0, 5))
     for i in range(n):
         kind = draw(
-            st.sampled_from(["content", "think", "call", "call", "args_first", "bad_early", "bad_late", "lenient"])
+            st.sampled_from(
+                ["content", "think", "call", "call", "args_first", "string_args", "bad_early", "bad_late", "lenient"]
+            )
         )
         last = i == n - 1
         if kind == "content":
@@ -360,7 +372,7 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
             r = draw(REASONING_TEXT)
             parts.append(f"<think>{r}</think>")
             exp.reasoning.append(r)
-        elif kind in ("call", "args_first", "lenient"):
+        elif kind in ("call", "args_first", "lenient", "string_args"):
             name = draw(st.sampled_from(["f", "get_weather", "名前", 'q"x']))
             args = draw(ARGS)
             args_text = _dumps(draw, args)
@@ -368,6 +380,8 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
             name_text = json.dumps(name, ensure_ascii=draw(st.booleans()))
             if kind == "args_first":
                 body = f'{{"arguments": {args_text}{sep}"name": {name_text}}}'
+            elif kind == "string_args":  # arguments as a string holding JSON
+                body = f'{{"name": {name_text}{sep}"arguments": {json.dumps(args_text, ensure_ascii=draw(st.booleans()))}}}'
             else:
                 body = f'{{"name": {name_text}{sep}"arguments":{draw(WS)}{args_text}{draw(WS)}}}'
             if kind == "lenient":  # no close tag: the call ends at its object

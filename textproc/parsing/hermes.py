@@ -20,18 +20,27 @@ Streaming rule (the one-shot parse is the same code fed once, so both agree):
   ends the call leniently (it is valid) and the text continues as ordinary text.
 
 With an empty ``close_tag`` the call ends with its object (used inside other formats).
-Accepted members are exactly ``name`` (a non-empty string) and ``arguments`` (an object),
-each at most once; any other key is malformed.
+Accepted members are exactly ``name`` (a non-empty string) and ``arguments`` (an object,
+or a string holding a JSON object, as some models write it: that one is sent decoded, in
+one fragment, once the string is complete), each at most once; any other key is malformed.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from textproc.parsing.json_scan import DONE, ERROR, KEY, NEED_MORE, VALUE, VALUE_END, JsonScanner
 
 __all__ = ["CallStep", "HermesCall", "header_delta", "arguments_delta"]
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 _WS = " \t\n\r"
 
@@ -122,12 +131,19 @@ class HermesCall:
                 if self._key == "name" and c != '"':
                     return self._fail(base + pos, step)
                 if self._key == "arguments":
-                    if c != "{":
+                    if c == '"':  # arguments as a JSON string: checked and sent when complete
+                        self._has_args = True
+                    elif c != "{":
                         return self._fail(base + pos, step)
-                    self._in_args = True
-                    self._has_args = True
+                    else:
+                        self._in_args = True
+                        self._has_args = True
             elif event == VALUE_END:
-                if self._key == "arguments":
+                if self._key == "arguments" and not self._in_args:
+                    if not _is_json_object(scanner.string):
+                        return self._fail(base + pos, step)
+                    self._emit_args(scanner.string, base + pos, step)
+                elif self._key == "arguments":
                     self._in_args = False
                 elif self._key == "name":
                     if not scanner.string:
