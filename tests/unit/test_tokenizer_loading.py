@@ -244,3 +244,23 @@ def test_segmented_split_of_mixed_text_gives_the_same_pieces(pattern: str, parts
 
     text = "".join(parts)
     assert make_splitter(pattern)(text) == regex.findall(pattern, text)
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD", "NFKC", "NFKD"])
+def test_unicode_normalizers_match_the_reference_on_every_code_point(form: str) -> None:
+    from tokenizers import normalizers
+
+    from textproc.tok.jsonpath import Ctx
+    from textproc.tok.normalizers import build_normalizer
+
+    ref = getattr(normalizers, form)()
+    ours = build_normalizer(Ctx("<test>"), {"type": form}, "$.normalizer")
+    assert ours is not None
+    chars = [chr(c) for c in range(0x80, 0x110000) if not 0xD800 <= c < 0xE000]
+    for i in range(0, len(chars), 4096):
+        # each character alone (joined by a separator neither form touches) and in context
+        block = "|".join(chars[i : i + 4096])
+        assert ours(block) == ref.normalize_str(block), f"{form} block {i:#x}"
+        for glue in ("e\u0301", "a\u0316", "\u0301"):
+            mixed = glue.join(chars[i : i + 4096 : 3])
+            assert ours(mixed) == ref.normalize_str(mixed), f"{form} {glue!r} block {i:#x}"

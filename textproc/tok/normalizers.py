@@ -2,13 +2,16 @@
 
 Supported: NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip, Sequence. Anything else
 (Precompiled, BertNormalizer, StripAccents, ...) is refused with the JSON path.
-Unicode normalization uses Python's ``unicodedata`` (Unicode 14 in Python 3.11); characters
-assigned later have no decompositions there (they are rare and documented in the tokenizer
-module docstring).
+Unicode normalization uses Python's ``unicodedata`` (Unicode 14 in Python 3.11), corrected
+to the reference where the two disagree: every code point was normalized with ``tokenizers``
+0.23 in all four forms; 73 characters with a newer compatibility decomposition (and U+11938
+for NFD) are left alone by the reference, so they are kept as they are here too, and so are 98
+combining marks the reference's tables do not reorder.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any, Literal
@@ -40,10 +43,47 @@ def compile_pattern(ctx: Ctx, obj: Any, path: str) -> regex.Pattern[str]:
     ctx.fail(f"expected {{'String': ...}} or {{'Regex': ...}}, got {pat!r}", path)
 
 
+# Characters whose decomposition the reference's tables lack but Python's unicodedata has
+# (found by normalizing every code point with tokenizers 0.23): the reference leaves them
+# as they are, and they neither compose nor reorder with neighbours there, so the text is
+# normalized around them.
+_COMPAT_KEPT = (
+    [0x32FF, 0xA7F2, 0xA7F3, 0xA7F4, 0xAB69, 0x1F16C]
+    + [c for c in range(0x10781, 0x107BB) if c not in (0x10786, 0x107B1)]
+    + list(range(0x1FBF0, 0x1FBFA))
+)
+# combining marks the reference's tables treat as class 0 (no reordering)
+_MARKS_KEPT = [
+    2045, 2200, 2201, 2202, 2203, 2204, 2205, 2206, 2207, 2250, 2251, 2252, 2253, 2254, 2255,
+    2256, 2257, 2258, 2259, 2558, 3132, 3387, 3388, 3770, 5909, 6847, 6848, 6849, 6850, 6851,
+    6852, 6853, 6854, 6855, 6856, 6857, 6858, 6859, 6860, 6861, 6862, 7670, 7671, 7672, 7673,
+    7674, 43052, 68900, 68901, 68902, 68903, 69291, 69292, 69446, 69447, 69448, 69449, 69450,
+    69451, 69452, 69453, 69454, 69455, 69456, 69506, 69507, 69508, 69509, 69744, 70459, 70750,
+    71737, 71738, 71997, 71998, 72003, 72160, 72244, 72263, 72345, 73026, 73028, 73029, 73111,
+    94192, 94193, 123184, 123185, 123186, 123187, 123188, 123189, 123190, 123566, 123628, 123629,
+    123630, 123631,
+]
+_KEPT: dict[str, list[int]] = {
+    "NFC": _MARKS_KEPT,
+    "NFD": [0x11938] + _MARKS_KEPT,
+    "NFKC": _COMPAT_KEPT + _MARKS_KEPT,
+    "NFKD": _COMPAT_KEPT + [0x11938] + _MARKS_KEPT,
+}
+
+
 def _unicode(form: Literal["NFC", "NFD", "NFKC", "NFKD"]) -> Normalizer:
+    kept = _KEPT[form]
+    kept_set = frozenset(chr(c) for c in kept)
+    splitter = re.compile("([" + "".join(sorted(kept_set)) + "])")
+    # prefilter: a BMP class is a bitmap test in re; astral characters go to the exact set test
+    maybe = re.compile("[" + "".join(chr(c) for c in kept if c < 0x10000) + "\U00010000-\U0010ffff]")
+
     def norm(text: str) -> str:
         if text.isascii():
             return text
+        if maybe.search(text) is not None and not kept_set.isdisjoint(text):
+            parts = splitter.split(text)
+            return "".join(p if i % 2 else unicodedata.normalize(form, p) for i, p in enumerate(parts))
         return unicodedata.normalize(form, text)
 
     return norm
