@@ -40,7 +40,10 @@ from typing import Any
 
 from textproc.errors import InvalidInput, short
 
-__all__ = ["json_schema_to_regex", "tool_call_pattern"]
+__all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_BOUND"]
+
+MAX_COUNT = 1 << 20  # largest minLength/maxLength/minItems/maxItems and pattern {n,m} count
+MAX_BOUND = 10**308  # largest |minimum| / |maximum| (JSON numbers beyond are not portable)
 
 # one character inside a JSON string: unescaped, a short escape or a non-surrogate \\u escape
 _CHAR = (
@@ -375,7 +378,7 @@ class _Compiler:
                 raise InvalidInput(f"pattern together with format at {path} is not supported")
         if "format" in schema:
             fmt = schema["format"]
-            if fmt not in _FORMATS:
+            if not isinstance(fmt, str) or fmt not in _FORMATS:
                 raise InvalidInput(f"format {short(fmt)} at {path}.format; supported: {', '.join(_FORMATS)}")
             return f'"{_FORMATS[fmt]}"'
         if "pattern" in schema:
@@ -392,8 +395,15 @@ class _Compiler:
             if key not in schema:
                 continue
             bound = schema[key]
-            if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
-                raise InvalidInput(f"{key} {short(bound)} at {path}.{key} must be a finite number")
+            if (
+                isinstance(bound, bool)
+                or not isinstance(bound, (int, float))
+                or (isinstance(bound, float) and not math.isfinite(bound))
+                or abs(bound) > MAX_BOUND
+            ):
+                raise InvalidInput(
+                    f"{key} {short(bound)} at {path}.{key} must be a finite number within +-1e308"
+                )
             if key.endswith("inimum"):
                 value = math.floor(bound) + 1 if key.startswith("exclusive") else math.ceil(bound)
                 lo = value if lo is None else max(lo, value)
@@ -421,8 +431,10 @@ def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
     if key not in schema:
         return None
     value = schema[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > MAX_COUNT:
+        raise InvalidInput(
+            f"{key} {short(value)} at {path}.{key} must be an integer from 0 to {MAX_COUNT}"
+        )
     return value
 
 
@@ -568,6 +580,9 @@ class _PatternTranslator:
             parts = inner.split(",")
             if not (1 <= len(parts) <= 2 and parts[0].isdigit() and all(p.isdigit() for p in parts[1:] if p)):
                 raise self.fail("'{' that is not a {n}, {n,} or {n,m} quantifier")
+            counts = [int(p) for p in parts if p]
+            if max(counts) > MAX_COUNT or (len(counts) == 2 and counts[0] > counts[1]):
+                raise self.fail(f"a quantifier {{{inner}}} with min > max or a count above {MAX_COUNT}")
             self.pos = close + 1
             q = "{" + inner + "}"
         else:

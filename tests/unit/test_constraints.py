@@ -321,8 +321,13 @@ def test_recursion_is_bounded() -> None:
         ({"type": "object", "properties": {}, "required": ["a"]}, r"required properties \['a'\] at \$\.required"),
         ({"allOf": [{}, {}]}, "allOf with 2 schemas"),
         ({"anyOf": [{}], "type": "object"}, "'anyOf' together with \\['type'\\]"),
-        ({"type": "string", "maxLength": -1}, "maxLength -1 at \\$.maxLength must be a non-negative integer"),
+        ({"type": "string", "maxLength": -1}, "maxLength -1 at \\$.maxLength must be an integer from 0 to"),
         ("nope", "must be an object or a boolean"),
+        ({"type": "string", "format": ["date"]}, r"format \['date'\] at \$\.format; supported"),
+        ({"type": "string", "maxLength": 2**33}, r"maxLength 8589934592 at \$\.maxLength must be an integer from 0 to 1048576"),
+        ({"type": "array", "minItems": 2**70}, r"minItems .* at \$\.minItems must be an integer from 0 to"),
+        ({"type": "integer", "maximum": 10**400}, r"maximum .* at \$\.maximum must be a finite number within"),
+        ({"type": "string", "pattern": "a{2,1}"}, r"a quantifier \{2,1\} with min > max"),
     ],
 )
 def test_unsupported_input_names_keyword_and_path(schema: Any, match: str) -> None:
