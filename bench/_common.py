@@ -97,21 +97,19 @@ def mixed_text(n_chars: int, seed: int = 0) -> str:
         size *= 2
 
 
-def make_prompts(count_tokens: Callable[[str], int], n_tokens: int, count: int,
-                 seed: int = 0) -> list[str]:
-    """``count`` different prompts of about ``n_tokens`` tokens each, cut from the mixed corpus."""
-    sample = mixed_text(200_000, seed=seed + 1000)[:200_000]
-    chars_per_token = len(sample) / max(1, count_tokens(sample))
-    width = max(1, int(n_tokens * chars_per_token))
-    text = mixed_text(width * count + 1, seed=seed)
-    prompts = [text[i * width:(i + 1) * width] for i in range(count)]
-    # one correction pass so the average is close to n_tokens
-    got = sum(count_tokens(p) for p in prompts[: min(count, 8)]) / min(count, 8)
-    if got > 0 and abs(got - n_tokens) / n_tokens > 0.05:
-        width = max(1, int(width * n_tokens / got))
-        text = mixed_text(width * count + 1, seed=seed)
-        prompts = [text[i * width:(i + 1) * width] for i in range(count)]
-    return prompts
+def make_prompts(hf_tokenizer: Any, n_tokens: int, count: int, seed: int = 0) -> list[str]:
+    """``count`` different prompts of ``n_tokens`` tokens each (+-1% after re-encoding), cut at
+    token boundaries (``tokenizers`` offsets) from the mixed corpus."""
+    need = n_tokens * count
+    n_chars = max(20_000, need * 4)
+    while True:
+        text = mixed_text(n_chars, seed=seed)
+        enc = hf_tokenizer.encode(text, add_special_tokens=False)
+        if len(enc.ids) >= need:
+            break
+        n_chars *= 2
+    offsets = enc.offsets
+    return [text[offsets[i * n_tokens][0]:offsets[(i + 1) * n_tokens - 1][1]] for i in range(count)]
 
 
 def letter_ids(hf_tokenizer: Any, letters: str = "abcdefghijklmnopqrstuvwxyz") -> list[int]:

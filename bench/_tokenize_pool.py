@@ -1,0 +1,183 @@
+"""Tokenizer pool throughput: the service's workers vs HF ``tokenizers`` with all threads (issue 6, item 3).
+
+The code of ``bench/tokenize.py`` (which only starts it: see there why).
+
+    .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--model-dir DIR]
+
+Prompts: cut from the generated mixed corpus of ``tests/corpus.py`` (prose, code, 20+ scripts,
+emoji, digits...), ``long`` ~8,000 tokens and ``short`` ~50 tokens (Qwen vocabulary), every prompt
+different.
+
+- ``tokenizers``: ``Tokenizer.encode_batch(prompts, add_special_tokens=False)`` in this process,
+  all Rayon threads (= cores), wall time of the whole batch; the ids are the reference.
+- ``textproc``: ``textproc serve --engine external --workers W`` (no engine needed: a
+  ``TokenizeRequest`` ends at the worker); this process drives it with
+  ``TextClient.tokenize(text)`` from one asyncio (uvloop) client, ``--concurrency`` requests in
+  flight (default 8 per worker for long prompts, 64 per worker for short), least-busy worker
+  first. Wall time from the first send to the last answer. Pass 1 runs on freshly started workers
+  (empty word caches), pass 2 repeats the same prompts (warm). ``identical`` compares every
+  returned id list with ``tokenizers``'.
+
+Also printed: the workers' CPU seconds (from /proc) per million tokens, which does not depend on
+what else runs on the machine, and ``vs HF`` = textproc tokens/s / tokenizers tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    Progress,
+    Serve,
+    describe,
+    machine,
+    make_prompts,
+    model_dir,
+    print_table,
+    write_json,
+)
+
+__all__ = ["main"]
+
+
+def _hf(model: Path) -> Any:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    return HFTokenizer.from_file(str(model / "tokenizer.json"))
+
+
+def hf_batch(hf: Any, prompts: list[str], reps: int) -> tuple[float, list[list[int]]]:
+    best = float("inf")
+    ids: list[list[int]] = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        encs = hf.encode_batch(prompts, add_special_tokens=False)
+        best = min(best, time.perf_counter() - t0)
+        ids = [e.ids for e in encs]
+    return best, ids
+
+
+async def _drive(runtime_dir: Path, prompts: list[str], concurrency: int, passes: int,
+                 progress: Progress, on_warm: Any) -> tuple[list[float], list[list[int]]]:
+    from textproc.client import TextClient
+
+    async with await TextClient.connect(runtime_dir, timeout_s=60) as client:
+        # every worker answers a few small requests first (connections up, first-call costs paid)
+        for _ in range(3):
+            await asyncio.gather(*(client.tokenize("warm up, 123 ü") for _ in range(2 * client.n_workers)))
+        on_warm()
+        walls: list[float] = []
+        results: list[list[int]] = [[] for _ in prompts]
+        for p in range(passes):
+            next_i = 0
+            done = 0
+
+            async def one() -> None:
+                nonlocal next_i, done
+                while next_i < len(prompts):
+                    i = next_i
+                    next_i += 1
+                    results[i] = await client.tokenize(prompts[i])
+                    done += 1
+                    progress(f"pass {p + 1}: {done}/{len(prompts)}")
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(concurrency)))
+            walls.append(time.perf_counter() - t0)
+        return walls, results
+
+
+def run_service(model: Path, workers: int, prompts: list[str], concurrency: int,
+                ref_ids: list[list[int]]) -> dict[str, Any]:
+    import uvloop
+
+    serve = Serve(model, workers=workers, engine="external")
+    cpu0: dict[str, float] = {}
+    try:
+        progress = Progress(f"{workers} workers")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            walls, ids = runner.run(_drive(serve.runtime_dir, prompts, concurrency, 2, progress,
+                                           lambda: cpu0.update(serve.cpu())))
+        cpu1 = serve.cpu()
+    finally:
+        serve.close()
+    worker_cpu = sum(cpu1[k] - cpu0.get(k, 0.0) for k in cpu1 if k.startswith("worker"))
+    return {"walls": walls, "identical": ids == ref_ids, "worker_cpu_s": worker_cpu}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="few prompts, N workers only (< 1 min)")
+    p.add_argument("--json", type=Path, help="append one JSON line per result here")
+    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p.add_argument("--workers", help="comma list (default 1..cores)")
+    p.add_argument("--long", type=int, help="number of ~8k-token prompts")
+    p.add_argument("--short", type=int, help="number of ~50-token prompts")
+    p.add_argument("--long-tokens", type=int, default=8000)
+    p.add_argument("--short-tokens", type=int, default=50)
+    p.add_argument("--concurrency", type=int, help="requests in flight (default 8/64 per worker)")
+    args = p.parse_args(argv)
+    model = model_dir(args.model_dir)
+    cores = os.cpu_count() or 1
+    workers = [int(x) for x in args.workers.split(",")] if args.workers else \
+        [cores] if args.quick else list(range(1, cores + 1))
+    n_long = args.long or (4 if args.quick else 32)
+    n_short = args.short or (200 if args.quick else 4000)
+    info = machine()
+    print(f"tokenize: {describe(info)}", flush=True)
+    hf = _hf(model)
+
+    cases = {
+        "long": make_prompts(hf, args.long_tokens, n_long, seed=11),
+        "short": make_prompts(hf, args.short_tokens, n_short, seed=12),
+    }
+    rows: list[dict[str, Any]] = []
+    for case, prompts in cases.items():
+        hf_s, ref = hf_batch(hf, prompts, 2 if args.quick else 3)
+        tokens = sum(len(x) for x in ref)
+        hf_row = {"bench": "tokenize", "case": case, "impl": "tokenizers encode_batch",
+                  "threads": cores, "requests": len(prompts), "tokens": tokens,
+                  "wall_s": hf_s, "tokens_per_s": tokens / hf_s, "requests_per_s": len(prompts) / hf_s}
+        rows.append(hf_row)
+        print(f"{case}: {len(prompts)} prompts, {tokens} tokens; tokenizers encode_batch "
+              f"{tokens / hf_s / 1e6:.3f} M tok/s", flush=True)
+        for w in workers:
+            conc = args.concurrency or (8 * w if case == "long" else 64 * w)
+            r = run_service(model, w, prompts, conc, ref)
+            for label, wall in zip(("first", "warm"), r["walls"]):
+                row = {"bench": "tokenize", "case": case, "impl": f"textproc {label}",
+                       "workers": w, "concurrency": conc, "requests": len(prompts),
+                       "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+                       "requests_per_s": len(prompts) / wall,
+                       "vs_hf": (tokens / wall) / hf_row["tokens_per_s"],
+                       "identical": r["identical"],
+                       "worker_cpu_s_per_mtok": r["worker_cpu_s"] / (2 * tokens) * 1e6,
+                       "load_avg_1m": os.getloadavg()[0]}
+                rows.append(row)
+            print(f"  {w} workers: first {rows[-2]['tokens_per_s'] / 1e6:.3f}, warm "
+                  f"{rows[-1]['tokens_per_s'] / 1e6:.3f} M tok/s, identical={r['identical']}",
+                  flush=True)
+    print()
+    for r in rows:
+        r["mtok_s"] = r["tokens_per_s"] / 1e6
+    print_table(rows, [("case", "case", ""), ("impl", "impl", ""), ("workers", "workers", "d"),
+                       ("threads", "threads", "d"), ("requests", "requests", "d"),
+                       ("tokens", "tokens", "d"), ("M tok/s", "mtok_s", ".3f"),
+                       ("req/s", "requests_per_s", ".1f"), ("vs HF", "vs_hf", ".2f"),
+                       ("worker CPU-s/Mtok", "worker_cpu_s_per_mtok", ".2f"),
+                       ("identical", "identical", ""), ("load", "load_avg_1m", ".1f")])
+    print("(vs HF = textproc tokens/s / tokenizers encode_batch tokens/s on the same prompts; "
+          "worker CPU-s/Mtok averages both passes)")
+    write_json(args.json, rows, info)
+    ok = all(r.get("identical", True) for r in rows)
+    if not ok:
+        print("ERROR: textproc ids differ from tokenizers' on some prompt", file=sys.stderr)
+    return 0 if ok else 1
+

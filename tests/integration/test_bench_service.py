@@ -1,0 +1,92 @@
+"""Smoke tests of the service benchmarks (bench/tokenize, detokenize, e2e, long_prompt).
+
+Each runs its ``--quick`` mode on tiny settings against the real Qwen vocabulary (skipped when it
+is missing) and checks the JSON it writes: the service's results match the references (same ids
+as ``tokenizers``, same text as ``tokenizers``' decode), every request completed, timings are
+positive. Also: ``bench/tokenize.py`` must not shadow the standard library's ``tokenize``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.service import REPO
+from tests.models import model_dir
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _run(script: str, tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+    qwen = model_dir("qwen3")
+    out_json = tmp_path / f"{script}.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--quick", "--model-dir", str(qwen),
+         "--json", str(out_json), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out_json.read_text().splitlines()]
+    assert rows and all(r["machine"]["nproc"] >= 1 and "load_avg" in r["machine"] for r in rows)
+    return rows
+
+
+def test_tokenize_bench(tmp_path: Path) -> None:
+    rows = _run("tokenize.py", tmp_path, "--workers", "1", "--long", "2", "--short", "20",
+                "--long-tokens", "400")
+    hf = [r for r in rows if r["impl"] == "tokenizers encode_batch"]
+    tp = [r for r in rows if r["impl"].startswith("textproc")]
+    assert [r["case"] for r in hf] == ["long", "short"]
+    assert len(tp) == 4 and all(r["identical"] is True for r in tp)
+    for r in rows:
+        assert r["tokens_per_s"] > 0 and r["requests_per_s"] > 0
+    long_tokens = hf[0]["tokens"]
+    assert 2 * 390 <= long_tokens <= 2 * 410  # prompts of --long-tokens each
+
+
+def test_detokenize_bench(tmp_path: Path) -> None:
+    rows = _run("detokenize.py", tmp_path, "--streams", "1,16", "--tokens", "480",
+                "--max-steps", "60")
+    assert [(r["streams"], r["mode"]) for r in rows] == [
+        (1, "plain"), (1, "stops+parse"), (16, "plain"), (16, "stops+parse")]
+    for r in rows:
+        assert r["stream0_text_ok"] is True, r
+        assert r["finish_reasons"] == {"length": r["streams"]}  # stops never match
+        assert r["tokens"] == r["streams"] * r["steps"]
+        assert r["tokens_per_s"] > 0 and r["decodestream_tokens_per_s"] > 0
+        assert r["core_tokens_per_s"] > 0
+
+
+def test_e2e_bench(tmp_path: Path) -> None:
+    rows = _run("e2e.py", tmp_path, "--rates", "20", "--duration", "1.5", "--max-tokens", "4",
+                "--workers", "1", "--step-ms", "5")
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["endpoints"] == "ipc" and r["errors"] == 0
+    assert r["completed"] == r["requests"] > 5
+    # the client can only see a token after the engine sent it
+    assert 0 < r["delay_ms_p50"] <= r["delay_ms_p99"]
+    assert r["ttft_ms_p50"] >= r["engine_ttft_ms_p50"] > 0
+
+
+def test_long_prompt_bench(tmp_path: Path) -> None:
+    rows = _run("long_prompt.py", tmp_path, "--sizes", "2000", "--reps", "1", "--workers", "1")
+    assert len(rows) == 1
+    r = rows[0]
+    assert 1980 <= r["prompt_tokens"] <= 2020
+    assert r["ttft_ms"] > 0 and r["hf_wall_ms"] > 0 and r["textproc_encode_cpu_ms"] > 0
+    assert 0 < r["textproc_ms"] <= r["ttft_ms"] + 1e-6
+
+
+def test_bench_tokenize_does_not_shadow_stdlib() -> None:
+    code = ("import sys; sys.path.insert(0, 'bench'); import logging, linecache, tokenize, "
+            "traceback; assert tokenize.generate_tokens and tokenize.open, tokenize.__file__; "
+            "assert not tokenize.__file__.startswith(sys.path[0]), tokenize.__file__; "
+            "traceback.format_stack(); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
