@@ -1,0 +1,355 @@
+"""Regex building blocks for constraints: JSON string characters, literal text, integer
+ranges and the translation of a JSON Schema ``pattern`` into a regex over serialised JSON.
+
+Split out of :mod:`textproc.constraints` (which owns the schema walk). Every function here
+returns regex text in the common subset of Python ``re``/``regex`` syntax (no lookarounds, no
+backreferences), and keeps the invariant that what it matches is exactly (or a subset of)
+what it describes, written as ``json.dumps(ensure_ascii=False)`` writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from textproc.errors import InvalidInput, short
+
+__all__ = ["MAX_COUNT", "CHAR", "lit", "group", "repeat", "int_range", "translate_pattern"]
+
+MAX_COUNT = 1 << 20  # largest minLength/maxLength/minItems/maxItems and pattern {n,m} count
+# one character inside a JSON string: unescaped, a short escape or a non-surrogate \\u escape
+CHAR = (
+    r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
+    r"|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
+)
+
+_META = set(".^$*+?{}[]\\|()")
+
+
+def lit(text: str) -> str:
+    """Regex for literal text (escapes only regex metacharacters, so it stays readable)."""
+    return "".join("\\" + c if c in _META else ("\\n" if c == "\n" else c) for c in text)
+
+
+def group(alternatives: Sequence[str]) -> str:
+    """One regex matching any of the alternatives (no group for a single one)."""
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def repeat(lo: int, hi: int | None) -> str:
+    """The quantifier for lo..hi repetitions (hi None: unbounded); "" for exactly one."""
+    if hi is None:
+        return "*" if lo == 0 else ("+" if lo == 1 else f"{{{lo},}}")
+    if lo == hi:
+        return "" if lo == 1 else f"{{{lo}}}"
+    return "?" if (lo, hi) == (0, 1) else f"{{{lo},{hi}}}"
+
+
+def translate_pattern(pattern: str, path: str) -> str:
+    """A plain regex over decoded text -> a regex over its JSON-serialised form (no quotes);
+    InvalidInput naming ``path`` for anything that is not plain."""
+    return _PatternTranslator(pattern, path).translate()
+
+
+# -- integer ranges ------------------------------------------------------------------------
+
+
+def int_range(lo: int | None, hi: int | None) -> list[str]:
+    """Alternatives matching exactly the canonical integers in [lo, hi] (None: unbounded)."""
+    out: list[str] = []
+    if lo is None or lo < 0:  # negative part: "-" and a magnitude in [max(1, -hi), -lo]
+        mag_lo = 1 if hi is None or hi >= 0 else -hi
+        out.append("-" + group(_nonneg_range(mag_lo, None if lo is None else -lo)))
+    if hi is None or hi >= 0:
+        out.extend(_nonneg_range(max(lo or 0, 0), hi))
+    return out
+
+
+def _nonneg_range(lo: int, hi: int | None) -> list[str]:
+    if hi is None:
+        digits = len(str(lo))
+        return _nonneg_range(lo, 10**digits - 1) + [f"[1-9][0-9]{{{digits},}}"]
+    out: list[str] = []
+    while lo <= hi:
+        top = min(hi, 10 ** len(str(lo)) - 1)  # same number of digits
+        out.extend(_same_length(str(lo), str(top)))
+        lo = top + 1
+    return out
+
+
+def _digit(a: str, b: str) -> str:
+    return a if a == b else f"[{a}-{b}]"
+
+
+def _same_length(a: str, b: str) -> list[str]:
+    """Alternatives for the numbers a..b, strings of the same length, a <= b."""
+    n = len(a)
+    if n == 1:
+        return [_digit(a, b)]
+    if a[0] == b[0]:
+        return [a[0] + group(_same_length(a[1:], b[1:]))]
+    out = []
+    first = int(a[0])
+    if a[1:] != "0" * (n - 1):
+        out.append(a[0] + group(_same_length(a[1:], "9" * (n - 1))))
+        first += 1
+    last = int(b[0])
+    tail = None
+    if b[1:] != "9" * (n - 1):
+        tail = b[0] + group(_same_length("0" * (n - 1), b[1:]))
+        last -= 1
+    if first <= last:
+        out.append(_digit(str(first), str(last)) + f"[0-9]{repeat(n - 1, n - 1)}")
+    if tail is not None:
+        out.append(tail)
+    return out
+
+
+# -- string patterns -----------------------------------------------------------------------
+
+# whitespace for \s: in both ECMA-262 and Python's str regex (jsonschema checks with Python re)
+_SPACE_BOTH = [(9, 13), (32, 32), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+               (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]  # fmt: skip
+# whitespace in either (complement is \S in both)
+_SPACE_ANY = _SPACE_BOTH + [(0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)]
+_DOT_EXCLUDED = [(10, 10), (13, 13), (0x2028, 0x2029)]
+_CLASS_ESCAPES = {"d": [(48, 57)], "w": [(48, 57), (65, 90), (95, 95), (97, 122)], "s": _SPACE_BOTH}
+CHAR_ESCAPES = {"t": 9, "n": 10, "r": 13, "f": 12, "v": 11, "0": 0}
+
+
+class _PatternTranslator:
+    """A plain regex over decoded text -> a regex over its JSON-serialised form (no quotes)."""
+
+    def __init__(self, pattern: str, path: str) -> None:
+        self.src = pattern
+        self.path = path
+        self.pos = 0
+
+    def fail(self, what: str) -> InvalidInput:
+        return InvalidInput(
+            f"pattern {short(self.src)} at {self.path}: {what} at offset {self.pos} is not supported "
+            f"(plain regexes only: literals, classes, ., \\d \\w \\s \\S, groups, |, quantifiers)"
+        )
+
+    def translate(self) -> str:
+        src = self.src
+        start = src.startswith("^")
+        end = src.endswith("$") and not src.endswith("\\$")
+        self.pos = 1 if start else 0
+        stop = len(src) - 1 if end else len(src)
+        body = self.alternation(stop)
+        if self.pos != stop:
+            raise self.fail(f"unexpected {src[self.pos]!r}")
+        prefix = "" if start else f"{CHAR}*"
+        suffix = "" if end else f"{CHAR}*"
+        return f"{prefix}(?:{body}){suffix}"
+
+    def alternation(self, stop: int) -> str:
+        branches = [self.sequence(stop)]
+        while self.pos < stop and self.src[self.pos] == "|":
+            self.pos += 1
+            branches.append(self.sequence(stop))
+        return "|".join(branches)
+
+    def sequence(self, stop: int) -> str:
+        items = []
+        src = self.src
+        while self.pos < stop and src[self.pos] not in "|)":
+            atom = self.atom(stop)
+            quantifier = self.quantifier(stop)
+            # an atom can be several regex units (an escape like \\" is two): group it
+            items.append(f"(?:{atom}){quantifier}" if quantifier and len(atom) > 1 else atom + quantifier)
+        return "".join(items)
+
+    def quantifier(self, stop: int) -> str:
+        src = self.src
+        if self.pos >= stop:
+            return ""
+        c = src[self.pos]
+        if c in "*+?":
+            self.pos += 1
+            q = c
+        elif c == "{":
+            close = src.find("}", self.pos)
+            inner = src[self.pos + 1 : close] if close != -1 and close < stop else ""
+            parts = inner.split(",")
+            if not (1 <= len(parts) <= 2 and parts[0].isdigit() and all(p.isdigit() for p in parts[1:] if p)):
+                raise self.fail("'{' that is not a {n}, {n,} or {n,m} quantifier")
+            counts = [int(p) for p in parts if p]
+            if max(counts) > MAX_COUNT or (len(counts) == 2 and counts[0] > counts[1]):
+                raise self.fail(f"a quantifier {{{inner}}} with min > max or a count above {MAX_COUNT}")
+            self.pos = close + 1
+            q = "{" + inner + "}"
+        else:
+            return ""
+        if self.pos < stop and src[self.pos] == "?":
+            self.pos += 1  # lazy: same language
+        elif self.pos < stop and src[self.pos] in "*+?{":
+            raise self.fail("a quantifier after a quantifier")
+        return q
+
+    def atom(self, stop: int) -> str:
+        src = self.src
+        c = src[self.pos]
+        if c == "(":
+            if src.startswith("(?:", self.pos):
+                self.pos += 3
+            elif src.startswith("(?", self.pos):
+                raise self.fail("a group with '(?' (lookaround, named group or flags)")
+            else:
+                self.pos += 1
+            inner = self.alternation(stop)
+            if self.pos >= stop or src[self.pos] != ")":
+                raise self.fail("an unclosed group")
+            self.pos += 1
+            return f"(?:{inner})"
+        if c == "[":
+            ranges, negated = self.char_class(stop)
+            return _emit_set(ranges, negated)
+        if c == ".":
+            self.pos += 1
+            return _emit_set(_DOT_EXCLUDED, True)
+        if c in "*+?{":
+            raise self.fail(f"a quantifier {c!r} with nothing to repeat")
+        if c in "^$":
+            raise self.fail(f"an anchor {c!r} inside the pattern")
+        if c == "\\":
+            ranges, negated = self.escape(in_class=False)
+            return _emit_set(ranges, negated)
+        self.pos += 1
+        return _emit_set([(ord(c), ord(c))], False)
+
+    def escape(self, *, in_class: bool) -> tuple[list[tuple[int, int]], bool]:
+        src = self.src
+        if self.pos + 1 >= len(src):
+            raise self.fail("a trailing backslash")
+        c = src[self.pos + 1]
+        self.pos += 2
+        if c in _CLASS_ESCAPES:
+            return list(_CLASS_ESCAPES[c]), False
+        if c == "S":
+            return list(_SPACE_ANY), True
+        if c in CHAR_ESCAPES:
+            code = CHAR_ESCAPES[c]
+            return [(code, code)], False
+        if c in "xu":
+            width = 2 if c == "x" else 4
+            digits = src[self.pos : self.pos + width]
+            if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise self.fail(f"a malformed \\{c} escape")
+            self.pos += width
+            code = int(digits, 16)
+            return [(code, code)], False
+        if c.isalnum():
+            self.pos -= 2
+            raise self.fail(f"the escape \\{c}")
+        return [(ord(c), ord(c))], False
+
+    def char_class(self, stop: int) -> tuple[list[tuple[int, int]], bool]:
+        src = self.src
+        self.pos += 1
+        negated = src.startswith("^", self.pos)
+        if negated:
+            self.pos += 1
+        ranges: list[tuple[int, int]] = []
+        first = True
+        while True:
+            if self.pos >= stop:
+                raise self.fail("an unclosed '['")
+            c = src[self.pos]
+            if c == "]" and not first:
+                self.pos += 1
+                return ranges, negated
+            first = False
+            if c == "\\":
+                got, neg = self.escape(in_class=True)
+                if neg or len(got) != 1 or got[0][0] != got[0][1]:
+                    if neg:
+                        raise self.fail("\\S inside a character class")
+                    ranges.extend(got)
+                    continue
+                lo = got[0][0]
+            elif c == "[":
+                raise self.fail("a nested '[' (set operations)")
+            else:
+                lo = ord(c)
+                self.pos += 1
+            if src.startswith("-", self.pos) and self.pos + 1 < stop and src[self.pos + 1] != "]":
+                self.pos += 1
+                if src[self.pos] == "\\":
+                    got, neg = self.escape(in_class=True)
+                    if neg or len(got) != 1 or got[0][0] != got[0][1]:
+                        raise self.fail("a class escape as a range end")
+                    hi = got[0][0]
+                else:
+                    hi = ord(src[self.pos])
+                    self.pos += 1
+                if hi < lo:
+                    raise self.fail("a range out of order")
+                ranges.append((lo, hi))
+            else:
+                ranges.append((lo, lo))
+
+
+def _normalise(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _contains(ranges: list[tuple[int, int]], code: int) -> bool:
+    return any(lo <= code <= hi for lo, hi in ranges)
+
+
+_NEEDS_ESCAPE = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]  # what json.dumps escapes
+
+
+def _class_char(code: int) -> str:
+    c = chr(code)
+    if code < 0x20 or 0x7F <= code <= 0x9F:
+        return f"\\x{code:02x}"
+    if not c.isprintable():
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    return "\\" + c if c in "\\]^-[" else c
+
+
+def _emit_set(ranges: list[tuple[int, int]], negated: bool) -> str:
+    """Regex over JSON-serialised text for one decoded character in the set (or its complement),
+    each character written as json.dumps(ensure_ascii=False) writes it."""
+    ranges = _normalise(ranges)
+    escapes = [c for c in [*range(0x20), 0x22, 0x5C] if _contains(ranges, c) != negated]
+    alternatives = []
+    if negated:
+        excluded = _normalise(ranges + _NEEDS_ESCAPE)
+        body = "".join(
+            _class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in excluded
+        )
+        alternatives.append(f"[^{body}]")
+    else:
+        safe: list[tuple[int, int]] = []
+        for lo, hi in ranges:  # ranges minus the characters json.dumps escapes
+            for bad_lo, bad_hi in _NEEDS_ESCAPE:
+                if bad_hi < lo or bad_lo > hi:
+                    continue
+                if lo < bad_lo:
+                    safe.append((lo, bad_lo - 1))
+                lo = max(lo, bad_hi + 1)
+                if lo > hi:
+                    break
+            if lo <= hi:
+                safe.append((lo, hi))
+        if len(safe) == 1 and safe[0][0] == safe[0][1]:
+            alternatives.append(lit(chr(safe[0][0])))
+        elif safe:
+            body = "".join(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in safe)
+            alternatives.append(f"[{body}]")
+    alternatives.extend(lit(json.dumps(chr(c))[1:-1]) for c in escapes)
+    if not alternatives:
+        raise InvalidInput(f"a character set {ranges!r} that no JSON string character fits")
+    return group(alternatives)
