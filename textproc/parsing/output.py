@@ -117,6 +117,8 @@ class OutputParser:
         """Fragments for the new text (adjacent fragments of one kind are joined)."""
         if self._finished:
             raise InvalidInput("OutputParser.feed() called after finish()")
+        if self._call is None and self._streamer.is_plain(text):  # most deltas
+            return [{self._text_key(): text}] if text else []
         out = _Fragments()
         while True:
             call = self._call

@@ -45,6 +45,7 @@ class TagStreamer:
         self._tags: tuple[str, ...] = ()
         self._pattern: re.Pattern[str] | None = None
         self._max_hold = 0
+        self._first_chars = ""
         self._tail: re.Pattern[str] | None = None
         self.set_tags(tags)
 
@@ -63,9 +64,20 @@ class TagStreamer:
         ordered = sorted(self._tags, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(t) for t in ordered)) if ordered else None
         self._max_hold = max((len(t) for t in self._tags), default=1) - 1
+        self._first_chars = "".join(sorted({t[0] for t in self._tags}))
         # a proper prefix of a tag at the very end; the leftmost match is the longest
         prefixes = sorted({t[:k] for t in self._tags for k in range(1, len(t))}, key=len, reverse=True)
         self._tail = re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")\Z") if prefixes else None
+
+    def is_plain(self, text: str) -> bool:
+        """True when nothing is held and ``text`` cannot start a tag: it may be released whole
+        without scanning (the fast path of a parser)."""
+        if self._pos < len(self._buf):
+            return False
+        for c in self._first_chars:
+            if c in text:
+                return False
+        return True
 
     def push(self, text: str) -> None:
         """Append text to scan with ``next_event``."""
