@@ -56,13 +56,14 @@ def bytes_to_unicode() -> dict[int, str]:
 
 BYTES_TO_UNICODE: dict[int, str] = bytes_to_unicode()
 UNICODE_TO_BYTES: dict[str, int] = {c: b for b, c in BYTES_TO_UNICODE.items()}
-_BYTE_CHARS: tuple[str, ...] = tuple(BYTES_TO_UNICODE[b] for b in range(256))
+
+
+_LATIN1_TO_BYTE_CHARS: dict[int, str] = {b: BYTES_TO_UNICODE[b] for b in range(256)}
 
 
 def token_to_unicode(token: bytes) -> str:
     """The byte-level unicode string of ``token`` (as written in tokenizer.json)."""
-    chars = _BYTE_CHARS
-    return "".join([chars[b] for b in token])
+    return token.decode("latin-1").translate(_LATIN1_TO_BYTE_CHARS)
 
 
 def parse_tiktoken_ranks(data: bytes, *, source: str = "<bytes>") -> dict[bytes, int]:
@@ -125,18 +126,26 @@ def load_tiktoken_ranks(path: str | Path) -> dict[bytes, int]:
 
 def _bpe_below(token: bytes, limit: int, ranks: Mapping[bytes, int]) -> list[bytes]:
     """BPE of ``token``'s bytes using only ranks strictly below ``limit`` (tiktoken's rule)."""
+    get = ranks.get
     parts = [token[i : i + 1] for i in range(len(token))]
-    while len(parts) > 1:
-        best_rank = limit
-        best_index = -1
-        for i in range(len(parts) - 1):
-            rank = ranks.get(parts[i] + parts[i + 1])
-            if rank is not None and rank < best_rank:
-                best_rank = rank
-                best_index = i
-        if best_index < 0:
+    # rank of each adjacent pair (``limit`` when absent or not below it)
+    pair_ranks = []
+    for i in range(len(parts) - 1):
+        rank = get(parts[i] + parts[i + 1])
+        pair_ranks.append(rank if rank is not None and rank < limit else limit)
+    while pair_ranks:
+        best = min(pair_ranks)
+        if best >= limit:
             break
-        parts[best_index : best_index + 2] = [parts[best_index] + parts[best_index + 1]]
+        i = pair_ranks.index(best)
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        del pair_ranks[i]
+        if i > 0:
+            rank = get(parts[i - 1] + parts[i])
+            pair_ranks[i - 1] = rank if rank is not None and rank < limit else limit
+        if i < len(parts) - 1:
+            rank = get(parts[i] + parts[i + 1])
+            pair_ranks[i] = rank if rank is not None and rank < limit else limit
     return parts
 
 
@@ -152,6 +161,9 @@ def _split_all(
     unreachable: list[bytes] = []
     for token, rank in ranks.items():
         if len(token) < 2:
+            continue
+        if len(token) == 2:  # the only pair is the token itself: never below its own rank
+            found.append((rank, token[:1], token[1:]))
             continue
         parts = _bpe_below(token, rank, ranks)
         if len(parts) == 2:
