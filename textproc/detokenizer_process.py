@@ -160,6 +160,11 @@ class Detokenizer:
         except TextprocError as e:
             self._fail_new(submit, f"request {rid!r}: {e}", "invalid_input")
             return None
+        except Exception as e:  # a bug in the output setup fails this request, not the process
+            _log.exception("request %r: output pipeline setup failed", rid)
+            self._fail_new(submit, f"request {rid!r}: internal error in the detokenizer: "
+                                   f"{type(e).__name__}: {e}", "internal")
+            return None
         self.counters["requests_submitted"] += 1
         self.done.pop(rid, None)
         req = _Request(submit.client_id, state, submit.prompt_tokens)
