@@ -2,7 +2,7 @@
 
 The code of ``bench/tokenize.py`` (which only starts it: see there why).
 
-    .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--model-dir DIR]
+    .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
 
 Prompts: cut from the generated mixed corpus of ``tests/corpus.py`` (prose, code, 20+ scripts,
 emoji, digits...), ``long`` ~8,000 tokens and ``short`` ~50 tokens (Qwen vocabulary), every prompt
@@ -112,6 +112,40 @@ def run_service(model: Path, workers: int, prompts: list[str], concurrency: int,
     return {"walls": walls, "identical": ids == ref_ids, "worker_cpu_s": worker_cpu}
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> bool:
+    """Tokens/s against workers, per case: textproc first/warm pass, tokenizers as a line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: install the bench extra for --plot)", file=sys.stderr)
+        return False
+    cases = [c for c in ("long", "short") if any(r["case"] == c for r in rows)]
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 3.8), squeeze=False)
+    for ax, case in zip(axes[0], cases):
+        for impl, style in (("textproc first", "o-"), ("textproc warm", "s-")):
+            pts = sorted((r["workers"], r["tokens_per_s"] / 1e6) for r in rows
+                         if r["case"] == case and r["impl"] == impl)
+            if pts:
+                ax.plot([w for w, _ in pts], [v for _, v in pts], style, label=impl)
+        for r in rows:
+            if r["case"] == case and r["impl"].startswith("tokenizers"):
+                ax.axhline(r["tokens_per_s"] / 1e6, color="grey", linestyle="--",
+                           label=f"tokenizers encode_batch ({r['threads']} threads)")
+        ax.set_xlabel("tokenizer workers")
+        ax.set_ylabel("M prompt tokens/s")
+        ax.set_title(f"{case} prompts")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="few prompts, N workers only (< 1 min)")
@@ -123,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-tokens", type=int, default=8000)
     p.add_argument("--short-tokens", type=int, default=50)
     p.add_argument("--concurrency", type=int, help="requests in flight (default 8/64 per worker)")
+    p.add_argument("--plot", type=Path, help="PNG: tokens/s against workers")
     args = p.parse_args(argv)
     model = model_dir(args.model_dir)
     cores = os.cpu_count() or 1
@@ -175,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("identical", "identical", ""), ("load", "load_avg_1m", ".1f")])
     print("(vs HF = textproc tokens/s / tokenizers encode_batch tokens/s on the same prompts; "
           "worker CPU-s/Mtok averages both passes)")
+    if args.plot and plot(rows, args.plot):
+        print(f"plot: {args.plot}")
     write_json(args.json, rows, info)
     ok = all(r.get("identical", True) for r in rows)
     if not ok:

@@ -25,7 +25,8 @@ different offset into the content part. Modes:
 Columns: ``textproc`` = tokens/s through the process (wall clock, first step sent -> last output
 read), ``CPU tok/s`` = tokens per CPU second of the detokenizer process (from /proc; less
 disturbed by other load on a shared machine), ``core`` = the same ``Detokenizer`` core fed the
-same step frames in this process (decode the step, ``on_step``, encode the Outputs; no sockets),
+same step frames in this process (decode the step, ``on_step``, encode the Outputs; no sockets;
+``gc.freeze()`` first, as the process does),
 ``DecodeStream`` = ``tokenizers.decoders.DecodeStream.step`` per token per stream in this
 process (both in tokens per CPU second of this process: ``time.process_time``, one thread), plus ``StopChecker.feed`` of each chunk in ``stops+parse`` mode (HF has no parser; that
 part is textproc only), ``vs DS`` = textproc CPU tok/s / DecodeStream CPU tok/s. Target (issue 6): 500,000 tokens/s at
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
 import signal
@@ -286,7 +288,8 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
     profile = dp.stop_profile()
     dp.drain_engine_in()
     tokens = streams * steps
-    ref = work.hf.decode(work.ids(0, 0, steps), skip_special_tokens=(mode == "plain"))
+    # Submit.skip_special_tokens is on (the default); <think> / </think> are not special in Qwen
+    ref = work.hf.decode(work.ids(0, 0, steps), skip_special_tokens=True)
     if mode != "plain":
         ref = ref.replace("<think>", "", 1).replace("</think>", "", 1)
     got = "".join(text0)
@@ -313,6 +316,9 @@ def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -
         core.on_submit(sub_dec.decode(data))
     dec = msgspec.msgpack.Decoder(EngineOutFrame)
     enc = encoder().encode
+    # like the detokenizer process: the vocabulary's objects out of every GC pass
+    gc.collect()
+    gc.freeze()
     t0 = time.process_time()
     for data in frames:
         core.on_step(dec.decode(data))
@@ -321,6 +327,7 @@ def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -
             enc(Outputs(items))
         core.engine_aborts = []
     cpu = time.process_time() - t0
+    gc.unfreeze()
     del Tokenizer
     return streams * steps / cpu
 
@@ -343,7 +350,7 @@ def run_decodestream(work: Workload, streams: int, steps: int, mode: str) -> flo
 
     hf = work.hf
     per_stream = [work.ids(i, 0, steps) for i in range(streams)]
-    dss = [DecodeStream(skip_special_tokens=(mode == "plain")) for _ in range(streams)]
+    dss = [DecodeStream(skip_special_tokens=True) for _ in range(streams)]
     checkers = [StopChecker(work.stops) for _ in range(streams)] if mode != "plain" else None
     t0 = time.process_time()
     for k in range(steps):

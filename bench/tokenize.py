@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tokenizer pool throughput: the service's workers vs HF ``tokenizers`` (issue 6, item 3).
 
-    .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--model-dir DIR]
+    .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
 
 What it measures and how: ``bench/_tokenize_pool.py`` (the code lives there).
 
