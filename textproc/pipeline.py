@@ -66,6 +66,8 @@ class OutputPipeline:
         "is_finished",
         "finish_reason",
         "stop_reason",
+        "_fast_key",
+        "_danger",
     )
 
     def __init__(
@@ -99,6 +101,12 @@ class OutputPipeline:
         self.is_finished = False
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
+        # the fast path: while no stage holds anything, a delta that contains none of the
+        # characters that could start or end a stop string or start a tag goes out as it is,
+        # ``{self._fast_key: text}``; None while some stage holds text (then every stage runs)
+        self._danger = _danger_chars(self._stops, self._parser)
+        self._fast_key: str | None = None
+        self._update_fast_key()
 
     @property
     def matched_stop(self) -> str | None:
@@ -117,23 +125,44 @@ class OutputPipeline:
         before = self.n_tokens
         n = len(token_ids)
         self.n_tokens = before + n
-        stops = self._stops
-        cut = self._min_tokens - before
-        if 0 < cut < n:
-            # tokens up to min_tokens and the ones after go to the stop checker separately,
-            # so eligibility does not depend on how the engine grouped them
-            text = stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
-            if not stops.is_finished:
-                text += stops.feed(self._detok.add(token_ids[cut:]), n_tokens=n - cut)
+        key = self._fast_key
+        if key is not None:
+            # nothing held anywhere and stops are eligible (so no min_tokens cut is due)
+            text = self._detok.add(token_ids)
+            if not text:
+                return []
+            if self._danger.isdisjoint(text):
+                return [{key: text}]
+            text = self._stops.feed(text, n_tokens=n)
         else:
-            text = stops.feed(self._detok.add(token_ids), n_tokens=n)
-        if stops.is_finished:
+            stops = self._stops
+            cut = self._min_tokens - before
+            if 0 < cut < n:
+                # tokens up to min_tokens and the ones after go to the stop checker separately,
+                # so eligibility does not depend on how the engine grouped them
+                text = stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
+                if not stops.is_finished:
+                    text += stops.feed(self._detok.add(token_ids[cut:]), n_tokens=n - cut)
+            else:
+                text = stops.feed(self._detok.add(token_ids), n_tokens=n)
+        if self._stops.is_finished:
+            self._fast_key = None
             return self._end(text, "stop")
-        if not text:
-            return []
-        if self._parser is None:
-            return [{"content": text}]
-        return self._parser.feed(text)
+        parser = self._parser
+        if parser is None:
+            out = [{"content": text}] if text else []
+        else:
+            out = parser.feed(text) if text else []
+        self._update_fast_key()
+        return out
+
+    def _update_fast_key(self) -> None:
+        if not self._stops.is_idle:
+            self._fast_key = None
+        elif self._parser is None:
+            self._fast_key = "content"
+        else:
+            self._fast_key = self._parser.idle_key
 
     def finish(self, finish_reason: str = "stop", *, stop_token_id: int | None = None) -> list[dict[str, Any]]:
         """The engine ended the request: flush every stage, set ``finish_reason``; the rest.
@@ -146,6 +175,7 @@ class OutputPipeline:
             raise InvalidInput(
                 f"finish_reason {short(finish_reason)} is not one of {sorted(FINISH_REASONS)}"
             )
+        self._fast_key = None
         if self.is_finished:
             return []
         if finish_reason == "abort":
@@ -176,6 +206,23 @@ class OutputPipeline:
                 reason = "tool_calls"
         self.finish_reason = reason
         return out
+
+
+_DANGER: dict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = {}
+
+
+def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> frozenset[str]:
+    # characters that could start or end a stop string or start a tag (in any parser mode);
+    # shared per distinct combination, so the set costs nothing per request
+    stop_chars = stops.boundary_chars
+    tag_chars = parser.tag_chars if parser is not None else frozenset()
+    key = (stop_chars, tag_chars)
+    chars = _DANGER.get(key)
+    if chars is None:
+        if len(_DANGER) >= 1024:
+            _DANGER.clear()
+        chars = _DANGER[key] = stop_chars | tag_chars
+    return chars
 
 
 def _join(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ MAX_STOP_CHARS = 1024  # characters per stop string (the holdback is at most thi
 # Proper prefixes up to this length are kept in a set (a hash lookup per candidate tail); longer
 # tails are looked up by bisection in the sorted stops, so memory stays O(total characters).
 _SHORT = 16
+_NO_CHARS: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class _StopSet:
     ordered: tuple[str, ...]  # the stops sorted: the ones starting with x follow bisect_left(x)
     first_chars: frozenset[str]
     hold_max: int  # longest stop length - 1
+    boundary_chars: frozenset[str]  # first_chars | last_chars
 
 
 @functools.lru_cache(maxsize=256)
@@ -74,6 +76,7 @@ def _compile(stops: tuple[str, ...]) -> _StopSet:
         ordered=tuple(sorted(stops)),
         first_chars=frozenset(s[0] for s in stops),
         hold_max=max((len(s) for s in stops), default=1) - 1,
+        boundary_chars=frozenset(s[0] for s in stops) | frozenset(by_last),
     )
 
 
@@ -168,6 +171,20 @@ class StopChecker:
     def finish_reason(self) -> str | None:
         """"stop" once a stop string (or a reported stop token) ended the text, else None."""
         return "stop" if self.stop_reason is not None else None
+
+    @property
+    def is_idle(self) -> bool:
+        """True when ``feed`` of a text holding none of ``boundary_chars`` would return it
+        unchanged and change no state: nothing is held (not even search context) and stops
+        are eligible (or there are none)."""
+        if self._set is None:
+            return not self.is_finished
+        return not self._held and self._eligible and not self.is_finished
+
+    @property
+    def boundary_chars(self) -> frozenset[str]:
+        """The characters that start or end some stop string (empty without stops)."""
+        return self._set.boundary_chars if self._set is not None else _NO_CHARS
 
     @property
     def held_text(self) -> str:

@@ -113,6 +113,23 @@ class OutputParser:
         """True once a tool call's header was sent: the finish reason becomes "tool_calls"."""
         return self._n_calls > 0 or (self._call is not None and self._call.has_header)
 
+    @property
+    def idle_key(self) -> str | None:
+        """``"content"`` / ``"reasoning_content"`` while nothing is held and no call is open,
+        else None. While idle, ``feed(text)`` of a text holding none of :attr:`tag_chars` is
+        ``[{idle_key: text}]`` and changes no state (the pipeline's fast path)."""
+        if self._call is not None or self._finished or not self._streamer.is_empty:
+            return None
+        return self._text_key()
+
+    @property
+    def tag_chars(self) -> frozenset[str]:
+        """The first characters of every tag this parser looks for, in any mode."""
+        chars = {t[0] for t in self._content_tags}
+        if self.reasoning:
+            chars.add(self.think_tags[1][0])
+        return frozenset(chars)
+
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Fragments for the new text (adjacent fragments of one kind are joined)."""
         if self._finished:

@@ -69,6 +69,11 @@ class TagStreamer:
         prefixes = sorted({t[:k] for t in self._tags for k in range(1, len(t))}, key=len, reverse=True)
         self._tail = re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")\Z") if prefixes else None
 
+    @property
+    def is_empty(self) -> bool:
+        """True when no text is buffered (nothing held back, nothing left to scan)."""
+        return self._pos >= len(self._buf)
+
     def is_plain(self, text: str) -> bool:
         """True when nothing is held and ``text`` cannot start a tag: it may be released whole
         without scanning (the fast path of a parser)."""
