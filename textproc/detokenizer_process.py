@@ -499,7 +499,7 @@ class _Loop:
             # (one decode per request, ~1 us; the packed prompt ids are not unpacked)
             try:
                 inner = self.engine_request_decoder.decode(submit.engine_request)
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
                 self.submit_decoder.count_malformed(f"Submit.engine_request: {e}",
                                                    data=submit.engine_request, peer="worker")
                 continue

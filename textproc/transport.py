@@ -89,6 +89,9 @@ class FrameDecoder(Generic[T]):
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             self.count_malformed(f"{type(e).__name__}: {e}", data=data, peer=peer)
             return None
+        except RecursionError:  # a small frame nested ~1000 deep inside an Any field
+            self.count_malformed("nested too deep to decode", data=data, peer=peer)
+            return None
 
     def count_malformed(self, why: str, *, data: bytes | memoryview = b"", peer: str = "") -> None:
         """Count one malformed frame on this socket and log it (rate-limited)."""
