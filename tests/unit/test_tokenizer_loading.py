@@ -262,5 +262,38 @@ def test_unicode_normalizers_match_the_reference_on_every_code_point(form: str) 
         block = "|".join(chars[i : i + 4096])
         assert ours(block) == ref.normalize_str(block), f"{form} block {i:#x}"
         for glue in ("e\u0301", "a\u0316", "\u0301"):
-            mixed = glue.join(chars[i : i + 4096 : 3])
+            mixed = glue.join(chars[i : i + 4096 : 9])
             assert ours(mixed) == ref.normalize_str(mixed), f"{form} {glue!r} block {i:#x}"
+
+
+def _probe_chars() -> list[str]:
+    # every exception of the tables plus a stride over all code points
+    from textproc.tok import uchars
+
+    cps = set(range(0, 0x110000, 17)) | {int(c) for c in uchars.LOWER_EXTRA}
+    for table in (uchars._WORD_REMOVE, uchars._PUNCT_ADD, uchars._PUNCT_REMOVE, uchars._NUM_REMOVE):
+        for a, b in table:
+            cps.update(range(a, b + 1))
+    return [chr(c) for c in sorted(cps) if not 0xD800 <= c < 0xE000]
+
+
+@pytest.mark.parametrize("kind", ["Whitespace", "Punctuation", "Digits", "BertPreTokenizer", "Lowercase"])
+def test_character_classes_match_the_reference(kind: str) -> None:
+    from tokenizers import normalizers, pre_tokenizers
+
+    from textproc.tok.jsonpath import Ctx
+    from textproc.tok.normalizers import build_normalizer
+    from textproc.tok.pretokenizers import build_pretokenizer
+
+    chars = _probe_chars()
+    if kind == "Lowercase":
+        ours = build_normalizer(Ctx("<test>"), {"type": kind}, "$")
+        assert ours is not None
+        text = "Σ".join(chars)
+        assert ours(text) == normalizers.Lowercase().normalize_str(text)
+        return
+    ref = getattr(pre_tokenizers, kind)()
+    pre = build_pretokenizer(Ctx("<test>"), {"type": kind}, "$")
+    for i in range(0, len(chars), 2000):
+        text = "a".join(chars[i : i + 2000])
+        assert pre.split(text, True) == [p for p, _ in ref.pre_tokenize_str(text)], f"{kind} block {i}"

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import regex
 
 from textproc.tok.jsonpath import Ctx
-from textproc.tok.uchars import WHITESPACE
+from textproc.tok.uchars import LOWER_EXTRA, WHITESPACE
 
 __all__ = ["Normalizer", "build_normalizer", "SUPPORTED_NORMALIZERS", "compile_pattern"]
 
@@ -90,7 +90,11 @@ def _unicode(form: Literal["NFC", "NFD", "NFKC", "NFKD"]) -> Normalizer:
 
 
 def _lowercase(text: str) -> str:
-    # Rust lowercases char by char: no final-sigma context rule (Python's str.lower has one)
+    # Rust lowercases char by char: no final-sigma context rule (Python's str.lower has one);
+    # and its tables know case pairs Python 3.11's do not (LOWER_EXTRA)
+    if text.isascii():
+        return text.lower()
+    text = text.translate(LOWER_EXTRA)
     if "Σ" not in text:
         return text.lower()
     return "".join([c.lower() for c in text])

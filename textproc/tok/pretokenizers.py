@@ -22,7 +22,7 @@ from textproc.tok.bytelevel import BYTE_TO_CHAR_TABLE
 from textproc.tok.fastsplit import VersionedPattern
 from textproc.tok.jsonpath import Ctx
 from textproc.tok.normalizers import compile_pattern
-from textproc.tok.uchars import WS_CLASS
+from textproc.tok.uchars import NUM_CLASS, PUNCT_CLASS, WORD_CLASS, WS_CLASS
 
 __all__ = ["PreTokenizer", "Step", "build_pretokenizer", "BYTE_LEVEL_PATTERN", "SUPPORTED_PRETOKENIZERS"]
 
@@ -40,11 +40,10 @@ BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Con
 BYTE_LEVEL_PATTERN = (
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 )
-_WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}"
-_WHITESPACE_RE = regex.compile(f"[{_WORD}]+|[^{_WORD}{WS_CLASS}]+")
+_WHITESPACE_RE = regex.compile(f"{WORD_CLASS}+|[^{WORD_CLASS}{WS_CLASS}]+", regex.V1)
 _WS_CHAR_RE = regex.compile(f"[{WS_CLASS}]")
-_DIGIT_RE = regex.compile(r"[\p{Nd}\p{Nl}\p{No}]")
-_PUNCT_RE = regex.compile(r"[\p{P}!-/:-@\[-`{-~]")
+_DIGIT_RE = regex.compile(NUM_CLASS, regex.V1)
+_PUNCT_RE = regex.compile(PUNCT_CLASS, regex.V1)
 
 
 def _find(pattern: regex.Pattern[str] | VersionedPattern, text: str, invert: bool) -> Spans:
