@@ -10,8 +10,11 @@ Engine-facing frames (the only ones an engine sees, through ``textproc.engine.En
 * ``engine-in`` socket (textproc binds PUSH, the engine connects PULL): ``EngineRequest`` and
   ``EngineAbort`` on ONE socket, so an abort can never overtake the request it aborts.
 * ``engine-out`` socket (textproc binds PULL, the engine connects PUSH): ``EngineHello`` once at
-  start (a new ``instance_id`` tells textproc the engine restarted), then one ``EngineStep`` per
-  engine step carrying every request that produced tokens or finished in that step.
+  start (a new ``instance_id`` tells textproc the engine restarted), then one step frame per
+  engine step carrying every request that produced tokens or finished in that step: either
+  ``EngineStepPacked`` (columnar, protocol 2: request ids, all new ids packed, counts packed,
+  sparse finish reasons; what ``EngineLink`` sends by default) or ``EngineStep`` (one
+  ``StepOutput`` per request; still accepted from older engines).
 
 Token ids of prompts travel packed (``pack_ids``: little-endian uint32), not as lists of ints.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from itertools import accumulate
 from typing import Any, Sequence
 
 import msgspec
@@ -32,6 +36,8 @@ __all__ = [
     "StepOutput",
     "EngineStep",
     "EngineHello",
+    "EngineStepPacked",
+    "step_entries",
     "EngineInFrame",
     "EngineOutFrame",
     "pack_ids",
@@ -63,7 +69,7 @@ __all__ = [
     "EventFrame",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: EngineStepPacked
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
 
 _LITTLE = sys.byteorder == "little"
@@ -133,8 +139,75 @@ class EngineHello(msgspec.Struct, tag=True, array_like=True):
     protocol_version: int = PROTOCOL_VERSION
 
 
+class EngineStepPacked(msgspec.Struct, tag=True, array_like=True):
+    """One engine step in columns: what ``EngineStep`` says, ~4x cheaper to encode and decode.
+
+    ``request_ids[i]`` produced ``counts[i]`` new ids, the next ones in ``token_ids``
+    (``token_ids`` holds every request's new ids one after the other). ``counts`` is
+    ``pack_ids`` of the per-request counts, or empty when every request produced exactly one
+    id (the common decode step). ``finished`` maps an index into ``request_ids`` to its finish
+    reason ("stop", "length", "abort", "error"); requests not in it are still running.
+    ``step_entries`` unpacks and checks a frame.
+    """
+
+    step: int
+    request_ids: list[str]
+    token_ids: bytes  # pack_ids(all new ids, request after request)
+    counts: bytes = b""  # pack_ids(per-request counts); b"": one id per request
+    finished: dict[int, str] = {}  # index into request_ids -> finish reason
+
+
+def step_entries(
+    frame: EngineStepPacked,
+) -> tuple[list[str], list[Sequence[int]], list[str | None]]:
+    """``(request_ids, new ids per request, finish reason per request)`` of a packed step.
+
+    Raises ValueError naming the inconsistency when the columns do not fit together (token
+    bytes not a multiple of 4, ``len(counts) != len(request_ids)``, counts not summing to the
+    number of ids, a ``finished`` index outside ``request_ids``).
+    """
+    rids = frame.request_ids
+    n = len(rids)
+    tokens = unpack_ids(frame.token_ids)  # ValueError: not a multiple of 4 bytes
+    ids: list[Sequence[int]]
+    if not frame.counts:
+        if len(tokens) != n:
+            raise ValueError(
+                f"EngineStepPacked step {frame.step}: no counts, so one id per request is "
+                f"expected, got {len(tokens)} ids for {n} request ids"
+            )
+        ids = list(zip(tokens))
+    else:
+        if len(frame.counts) % 4:
+            raise ValueError(
+                f"EngineStepPacked step {frame.step}: counts must be packed uint32 (a multiple "
+                f"of 4 bytes), got {len(frame.counts)} bytes"
+            )
+        counts = unpack_ids(frame.counts)
+        if len(counts) != n:
+            raise ValueError(
+                f"EngineStepPacked step {frame.step}: {len(counts)} counts for {n} request ids"
+            )
+        ends = list(accumulate(counts))
+        if (ends[-1] if ends else 0) != len(tokens):
+            raise ValueError(
+                f"EngineStepPacked step {frame.step}: counts sum to {ends[-1] if ends else 0} "
+                f"but token_ids holds {len(tokens)} ids"
+            )
+        ids = list(map(tokens.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+    reasons: list[str | None] = [None] * n
+    for index, reason in frame.finished.items():
+        if not 0 <= index < n:
+            raise ValueError(
+                f"EngineStepPacked step {frame.step}: finished index {index} outside the "
+                f"{n} request ids"
+            )
+        reasons[index] = reason
+    return rids, ids, reasons
+
+
 EngineInFrame = EngineRequest | EngineAbort
-EngineOutFrame = EngineStep | EngineHello
+EngineOutFrame = EngineStep | EngineHello | EngineStepPacked
 
 
 # ---------------------------------------------------------------------------------------------
