@@ -3,7 +3,7 @@
 Owns the per-request output state of every live request and the four sockets around it:
 ``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH, EngineRequest/EngineAbort to the
 engine: one socket, so an abort never overtakes its request), ``engine-out`` (PULL, EngineHello /
-EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/StatsRequest
+EngineStepPacked / EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/StatsRequest
 in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id).
 
 Invariants: per engine step the work is O(new tokens); each client gets at most one Outputs frame
@@ -20,13 +20,15 @@ import os
 import time
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 import zmq
 
 from textproc.config import Endpoints, ServiceConfig
-from textproc.errors import TextprocError
+from textproc.errors import ProtocolError, TextprocError
 from textproc.pipeline import OutputPipeline
 from textproc.protocol import (
     PROTOCOL_VERSION,
@@ -36,6 +38,7 @@ from textproc.protocol import (
     EngineOutFrame,
     EngineRequest,
     EngineStep,
+    EngineStepPacked,
     FrontInFrame,
     Hello,
     Outputs,
@@ -47,6 +50,7 @@ from textproc.protocol import (
     Submit,
     Unknown,
     Welcome,
+    step_entries,
 )
 from textproc.transport import (
     ChildRuntime,
@@ -68,6 +72,8 @@ _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 _ENGINE_DRAIN_BATCH = 4
 _ENGINE_REASONS = {"stop", "length", "abort", "error"}
 _PIPELINE_REASONS = frozenset({"stop", "length", "abort"})
+_RID, _IDS, _REASON = (attrgetter("request_id"), attrgetter("token_ids"),
+                       attrgetter("finish_reason"))  # EngineStep entries as columns
 
 
 def coalesce_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,22 +184,32 @@ class Detokenizer:
                 self._feed(rid, req, out.token_ids, out.finish_reason)
         return submit.engine_request
 
-    def on_step(self, step: EngineStep) -> None:
+    def on_step(self, step: EngineStep | EngineStepPacked) -> None:
+        """Feed one engine step; raises ProtocolError (nothing done) for a packed step whose
+        columns do not fit together."""
+        entries: Iterable[tuple[str, Sequence[int], str | None]]
+        if type(step) is EngineStepPacked:
+            try:
+                entries = zip(*step_entries(step))
+            except ValueError as e:
+                raise ProtocolError(str(e)) from e
+        else:
+            assert isinstance(step, EngineStep)
+            outs = step.outputs
+            entries = zip(map(_RID, outs), map(_IDS, outs), map(_REASON, outs))
         counters = self.counters
         counters["engine_steps"] += 1
         live = self.live
         outbox = self.outbox
         n_tokens = 0
-        for out in step.outputs:
-            rid = out.request_id
+        for rid, token_ids, reason in entries:
             req = live.get(rid)
             if req is None:
                 if rid not in self.done:
-                    self._buffer_early(out)
+                    self._buffer_early(StepOutput(rid, list(token_ids), reason))
                 continue
-            token_ids = out.token_ids
-            if out.finish_reason is not None or req.state.is_finished:
-                self._feed(rid, req, token_ids, out.finish_reason)
+            if reason is not None or req.state.is_finished:
+                self._feed(rid, req, token_ids, reason)
                 continue
             # hot path: a running request's next tokens (no finish, no error)
             n = len(token_ids)
@@ -288,7 +304,8 @@ class Detokenizer:
         entry[1].append(out)
         self.counters["early_outputs_buffered"] += 1
 
-    def _feed(self, rid: str, req: _Request, token_ids: list[int], engine_reason: str | None) -> None:
+    def _feed(self, rid: str, req: _Request, token_ids: Sequence[int],
+              engine_reason: str | None) -> None:
         state = req.state
         req.completion_tokens += len(token_ids)
         self.counters["tokens_in"] += len(token_ids)
@@ -521,8 +538,12 @@ class _Loop:
                 return
             frame = decode(data, peer="engine")
             match frame:
-                case EngineStep():
-                    self.core.on_step(frame)
+                case EngineStep() | EngineStepPacked():
+                    try:
+                        self.core.on_step(frame)
+                    except ProtocolError as e:
+                        self.engine_decoder.count_malformed(str(e), data=data, peer="engine")
+                        continue
                     self._flush()  # one Outputs frame per client per engine step
                 case EngineHello():
                     _log.info("engine connected: instance %s", frame.instance_id)
