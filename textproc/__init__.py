@@ -32,6 +32,8 @@ __all__ = [
     "OutputParser",
     "parse_tool_calls",
     "openai_tool_call",
+    "merge_deltas",
+    "parse_output",
     "json_schema_to_regex",
     "tool_call_pattern",
 ]
@@ -58,6 +60,8 @@ _WHERE = {
     "OutputParser": "textproc.parsing",
     "parse_tool_calls": "textproc.parsing",
     "openai_tool_call": "textproc.parsing",
+    "merge_deltas": "textproc.parsing",
+    "parse_output": "textproc.parsing",
     "json_schema_to_regex": "textproc.constraints",
     "tool_call_pattern": "textproc.constraints",
 }
