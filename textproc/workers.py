@@ -97,17 +97,20 @@ class RequestBuilder:
                              continue_final_message=req.continue_final_message,
                              chat_template_kwargs=req.chat_template_kwargs)
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
-        constraint = None
-        if tool_choice == "required" or forced_name is not None:
-            from textproc.constraints import tool_call_pattern
-
-            constraint = tool_call_pattern(tools, forced_name)
         reasoning = self.has_think
         starts_in_reasoning = False
         if reasoning:
             from textproc.chat import prompt_starts_in_reasoning
 
             starts_in_reasoning = prompt_starts_in_reasoning(prompt)
+        constraint = None
+        if tool_choice == "required" or forced_name is not None:
+            from textproc.constraints import tool_call_pattern
+
+            # A prompt that leaves the model inside <think> must close it first, or the
+            # forced call would be parsed as reasoning.
+            prefix = "</think>\n\n" if starts_in_reasoning else ""
+            constraint = tool_call_pattern(tools, forced_name, prefix=prefix)
         parse_tools = bool(tools) and tool_choice != "none"
         return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
