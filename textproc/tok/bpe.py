@@ -7,8 +7,13 @@ lowest rank first, leftmost on ties. ``ignore_merges`` looks the whole piece up 
 
 Merge table shape: ``(left_id * stride + right_id) -> (rank << 32) | merged_id``, so one
 ``min()`` over a list of ints picks the lowest-rank, leftmost pair. Short words use that list
-(O(n) per merge, in C); long words use a heap of candidate merges over a linked list of
-symbols (O(n log n)). The table is built on first use, so loading stays fast.
+(O(n) per merge, in C). Long words are merged in chunks of 32 symbols joined where the two
+boundary tokens are *compatible* (BPE of their text alone gives them back unchanged): before
+any merge crosses a boundary, each side evolves as if alone, and the pair at the boundary
+evolves exactly as in the run on the two tokens alone, so compatible boundaries never merge
+and the joined result is exact; incompatible ones are re-merged in a window. HF's own
+algorithm (a heap of candidate merges over a linked list of symbols, O(n log n)) is the
+fallback. The table is built on first use, so loading stays fast.
 """
 
 from __future__ import annotations
