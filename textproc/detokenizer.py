@@ -34,7 +34,7 @@ import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, cast
 
 from textproc.errors import InvalidInput, short
 
@@ -75,6 +75,10 @@ class _Tables:
     byte_fallback: frozenset[int]  # ids of "<0xNN>" tokens (ByteFallback decoder)
     special: frozenset[int]
     strip: int  # leading " " a decode from the very start strips
+    # token id -> text when its bytes are complete valid UTF-8 (most tokens), else None: with no
+    # pending bytes such a token's text is its own decode, whatever comes before or after
+    skip_str: list[str | None]
+    keep_str: list[str | None]
 
 
 # tokenizer -> tables; building them costs one vocab_bytes() call (~0.1-1 s for 150k ids)
@@ -101,13 +105,27 @@ def _build_tables(tokenizer: DetokenizerVocab) -> _Tables:
     for token_id in special:
         if 0 <= token_id < len(keep):
             keep[token_id] = tokenizer.token_bytes(token_id, skip_special_tokens=False)
+    skip_str = [_as_text(b) for b in skip]
+    keep_str = list(skip_str)
+    for token_id in special:
+        if 0 <= token_id < len(keep):
+            keep_str[token_id] = _as_text(keep[token_id])
     return _Tables(
         skip=skip,
         keep=keep,
         byte_fallback=frozenset(tokenizer.byte_fallback_ids),
         special=special,
         strip=int(tokenizer.decode_strip_leading),
+        skip_str=skip_str,
+        keep_str=keep_str,
     )
+
+
+def _as_text(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _tables_for(tokenizer: DetokenizerVocab) -> _Tables:
@@ -146,7 +164,7 @@ class IncrementalDetokenizer:
     ('', '😀', '')
     """
 
-    __slots__ = ("_table", "_n", "_bf", "_skipped", "_pending", "_run", "_strip")
+    __slots__ = ("_table", "_strs", "_n", "_bf", "_skipped", "_pending", "_run", "_strip")
 
     def __init__(
         self,
@@ -157,6 +175,7 @@ class IncrementalDetokenizer:
     ) -> None:
         tables = _tables_for(tokenizer)
         self._table = tables.skip if skip_special_tokens else tables.keep
+        self._strs = tables.skip_str if skip_special_tokens else tables.keep_str
         self._n = len(self._table)
         self._bf: frozenset[int] | None = tables.byte_fallback or None
         # skipped special tokens are invisible to the decoder: they don't end a byte run
@@ -203,8 +222,31 @@ class IncrementalDetokenizer:
         """True while bytes of an incomplete character or an open byte run are held."""
         return bool(self._run) or bool(self._pending)
 
+    @property
+    def text_table(self) -> list[str | None] | None:
+        """Token id -> text (None for a token that is not complete UTF-8 by itself), usable
+        while this returns it: nothing is held, no leading space to strip, no byte-fallback
+        runs. Then ``add([i])`` for an int ``0 <= i < len(table)`` with ``table[i]`` not None
+        is exactly ``table[i]`` and changes no state (the pipeline's fast path)."""
+        if self._pending or self._strip or self._bf is not None:
+            return None
+        return self._strs
+
     def add(self, token_ids: Sequence[int]) -> str:
         """Feed newly generated ids; return the text they complete (maybe "")."""
+        if not self._pending and not self._strip and self._bf is None:
+            # nothing held: tokens that are complete UTF-8 by themselves decode on their own
+            strs = self._strs
+            try:
+                parts = [strs[i] for i in token_ids]
+            except (IndexError, TypeError):
+                pass  # the general path below reports it
+            else:
+                if None not in parts and (
+                    not parts or (min(token_ids) >= 0 and bool not in map(type, token_ids))
+                ):
+                    texts = cast("list[str]", parts)
+                    return texts[0] if len(texts) == 1 else "".join(texts)
         table = self._table
         # negative ids would index from the end and bools as 0/1: both are refused, not decoded
         if len(token_ids) == 1 and self._bf is None:  # the common step: one id

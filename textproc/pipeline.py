@@ -68,6 +68,7 @@ class OutputPipeline:
         "stop_reason",
         "_fast_key",
         "_danger",
+        "_strs",
     )
 
     def __init__(
@@ -106,6 +107,7 @@ class OutputPipeline:
         # ``{self._fast_key: text}``; None while some stage holds text (then every stage runs)
         self._danger = _danger_chars(self._stops, self._parser)
         self._fast_key: str | None = None
+        self._strs: list[str | None] | None = None  # the detokenizer's text_table while usable
         self._update_fast_key()
 
     @property
@@ -128,7 +130,18 @@ class OutputPipeline:
         key = self._fast_key
         if key is not None:
             # nothing held anywhere and stops are eligible (so no min_tokens cut is due)
-            text = self._detok.add(token_ids)
+            text = None
+            strs = self._strs
+            if strs is not None and n == 1:  # one id whose bytes are a complete text
+                token_id = token_ids[0]
+                if token_id.__class__ is int and token_id >= 0:
+                    try:
+                        text = strs[token_id]
+                    except IndexError:
+                        pass  # detok.add reports it
+            if text is None:
+                text = self._detok.add(token_ids)
+                self._strs = self._detok.text_table
             if not text:
                 return []
             if self._danger.isdisjoint(text):
@@ -157,6 +170,7 @@ class OutputPipeline:
         return out
 
     def _update_fast_key(self) -> None:
+        self._strs = self._detok.text_table
         if not self._stops.is_idle:
             self._fast_key = None
         elif self._parser is None:
