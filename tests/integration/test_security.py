@@ -99,8 +99,14 @@ def _stats_counter(stats: list[Any], role: str, index: int, name: str) -> int:
 
 def _serve_external(tmp_path: Path, toy_model: Path, args: list[str]) -> tuple[Service, dict[str, str]]:
     service = Service(tmp_path / "s", toy_model, workers=1, engine="external", args=args).start()
-    line = next(ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"'))
-    return service, json.loads(line)
+    deadline = time.monotonic() + 20  # printed right after processes.json is written
+    while True:
+        lines = [ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"')]
+        if lines or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert lines, f"no engine endpoints line:\n{service.log()}"
+    return service, json.loads(lines[0])
 
 
 def test_keys_command_writes_private_zmq_certificates(tmp_path: Path) -> None:
@@ -151,7 +157,8 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
     client_keys = load_client_keys(client_secret_file=keys_dir / "client.key_secret",
                                    server_public_file=keys_dir / "server.key")
     service, addresses = _serve_external(
-        tmp_path, toy_model, ["--endpoints", "tcp", "--curve-dir", str(keys_dir)])
+        tmp_path, toy_model, ["--endpoints", "tcp", "--curve-dir", str(keys_dir),
+                              "--http", "127.0.0.1:0"])
     intruder_engine = _EchoEngine(addresses["engine_in"], addresses["engine_out"], None, [0])
     engine = _EchoEngine(addresses["engine_in"], addresses["engine_out"], client_keys,
                          _answer_ids(toy_model))
@@ -189,6 +196,7 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
                             apply_curve_client(sock, keys)
                         sock.connect(address)
                         sock.send(_enc.encode(frame))  # queued; never delivered
+                        sock.send(b"\xc1 not msgpack")  # would count as malformed if it arrived
                         socks.append(sock)
                     sub = ctx.socket(zmq.SUB)
                     sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -204,12 +212,14 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
                     sock.close(0)
                 ctx.term()
                 after = await client.stats()
-                # the intruders' frames never reached a handler: only our own StatsRequests moved
-                for role, index, counter in (("worker", 0, "frames_received.worker-0"),
-                                             ("detokenizer", 0, "frames_received.detok-front")):
-                    moved = _stats_counter(after, role, index, counter) - _stats_counter(before, role, index, counter)
-                    expected = 21 if role == "worker" else 1  # 2 x 10 chats + 1 StatsRequest
-                    assert moved == expected, (role, counter, moved)
+                # the intruders' frames never reached a handler: nothing malformed arrived, and
+                # the worker saw exactly our 20 chats + 1 StatsRequest
+                for role, sock_name in (("worker", "worker-0"), ("detokenizer", "detok-front")):
+                    counter = f"frames_malformed.{sock_name}"
+                    assert _stats_counter(after, role, 0, counter) == _stats_counter(before, role, 0, counter) == 0
+                moved = _stats_counter(after, "worker", 0, "frames_received.worker-0") - \
+                    _stats_counter(before, "worker", 0, "frames_received.worker-0")
+                assert moved == 21, moved
                 assert _stats_counter(after, "worker", 0, "requests") - \
                     _stats_counter(before, "worker", 0, "requests") == 21
 
@@ -225,8 +235,18 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
                 assert [ev.text async for ev in local.chat([{"role": "user", "content": "a"}])] == [ANSWER]
 
         run(main)
+        # the supervised HTTP frontend is a local client: it got the service's key by itself
+        from tests.integration.test_faults import _http_url
+
+        url, _ = _http_url(service, None)
+        import httpx
+
+        body = {"model": toy_model.name, "messages": [{"role": "user", "content": "via http"}]}
+        resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["message"]["content"] == ANSWER
         assert intruder_engine.requests == 0, "an engine without the key was given requests"
-        assert engine.requests == 21
+        assert engine.requests == 22
     finally:
         engine.stop.set()
         intruder_engine.stop.set()
