@@ -1,7 +1,8 @@
 """EngineLink against plain pyzmq peers: hello, request/abort order, malformed frames, step bytes.
 
 The textproc side is bound here with bare pyzmq (PUSH for engine-in, PULL for engine-out), so
-these tests check the wire contract of ``textproc.protocol`` and nothing else of textproc.
+these tests check the wire contract of ``textproc.protocol``; the last ones feed packed steps
+through the detokenizer's state machine (``Detokenizer.on_step``) beside the same EngineStep.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from textproc.protocol import (
     EngineOutFrame,
     EngineRequest,
     EngineStep,
+    EngineStepPacked,
     StepOutput,
     pack_ids,
+    step_entries,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -82,6 +85,15 @@ def link(peer: Peer) -> Iterator[EngineLink]:
     assert hello == EngineHello(lk.instance_id)
     yield lk
     lk.close()
+
+
+def entries_of(frame: Any) -> list[tuple[str, list[int], str | None]]:
+    """Either step frame as (request_id, new ids, finish_reason) per request."""
+    if isinstance(frame, EngineStep):
+        return [(o.request_id, o.token_ids, o.finish_reason) for o in frame.outputs]
+    assert isinstance(frame, EngineStepPacked), frame
+    rids, ids, reasons = step_entries(frame)
+    return [(r, list(i), f) for r, i, f in zip(rids, ids, reasons)]
 
 
 def poll_until(fn: Any, *, timeout_s: float = 5.0) -> Any:
@@ -197,11 +209,85 @@ def test_invalid_request_is_answered_with_an_error_step(
     assert poll_until(lambda: link.poll_requests() or link.malformed_frames) == 1
     assert link.rejected_requests == 1
     step = peer.recv()
-    assert step == EngineStep(0, [StepOutput(frame.request_id, [], "error")])
+    assert step == EngineStepPacked(0, [frame.request_id], b"", pack_ids([0]), {0: "error"})
     assert why in caplog.text and frame.request_id in caplog.text
 
 
-def test_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, link: EngineLink) -> None:
+def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, link: EngineLink) -> None:
+    # the tuple fast path (no Structs built) writes exactly the bytes of the Struct
+    entries = [("r1", [1, 2], None), ("r2", [], "stop"), ("r3", [2**32 - 1], "length"), ("r4", [5])]
+    link.send_outputs(entries[:3])
+    want = EngineStepPacked(0, ["r1", "r2", "r3"], pack_ids([1, 2, 2**32 - 1]), pack_ids([2, 0, 1]),
+                            {1: "stop", 2: "length"})
+    assert peer.recv_raw() == ENC.encode(want)
+    # one id per request and nothing finished: no counts, no finished map
+    link.send_outputs([("a", [7], None), ("b", (8,), None)])
+    assert peer.recv_raw() == ENC.encode(EngineStepPacked(1, ["a", "b"], pack_ids([7, 8])))
+    link.send_outputs([("a", [9])])  # 2-tuples: same bytes as with reason None
+    assert peer.recv_raw() == ENC.encode(EngineStepPacked(2, ["a"], pack_ids([9])))
+    link.send_outputs([StepOutput("r1", [3]), entries[3], ("r2", [], "abort")])  # mixed: normalised
+    assert peer.recv_raw() == ENC.encode(
+        EngineStepPacked(3, ["r1", "r4", "r2"], pack_ids([3, 5]), pack_ids([1, 1, 0]), {2: "abort"}))
+    link.send_outputs([])
+    assert peer.recv_raw() == ENC.encode(EngineStepPacked(4, [], b""))
+    link.send_step(["x", "y"], array("I", [1, 2]), counts=[0, 2], finished={0: "stop"})
+    assert peer.recv_raw() == ENC.encode(
+        EngineStepPacked(5, ["x", "y"], pack_ids([1, 2]), pack_ids([0, 2]), {0: "stop"}))
+    assert link.steps_sent == 6
+
+
+def test_send_step_takes_arrays_bytes_lists_and_numpy(peer: Peer, link: EngineLink) -> None:
+    want = [("a", [7], None), ("b", [8], "length")]
+    link.send_step(("a", "b"), pack_ids([7, 8]), finished={1: "length"})
+    link.send_step(["a", "b"], [7, 8], finished={1: "length"})
+    link.send_step(["a", "b"], array("I", [7, 8]), counts=array("I", [1, 1]), finished={1: "length"})
+    for _ in range(3):
+        assert entries_of(peer.recv()) == want
+    np = pytest.importorskip("numpy")
+    link.send_step(["a", "b"], np.array([7, 8], dtype=np.uint32), finished={1: "length"})
+    link.send_step(["a", "b"], np.array([7, 8], dtype=np.int64), counts=np.ones(2, np.int32),
+                   finished={1: "length"})
+    for _ in range(2):
+        assert entries_of(peer.recv()) == want
+
+
+@pytest.mark.parametrize(
+    ("args", "kw", "why"),
+    [
+        ((["a", "b"], [1]), {}, "1 token_ids for 2 request_ids without counts"),
+        ((["a"], [1, 2]), {"counts": [1, 1]}, "2 counts for 1 request_ids"),
+        ((["a"], b"\x01\x00\x00"), {}, "multiple of 4 bytes"),
+        ((["a"], [-1]), {}, r"token_ids is \[-1\]; expected uint32 ids"),
+        ((["a"], [1.5]), {}, "expected uint32 ids"),
+    ],
+)
+def test_send_step_checks_lengths(link: EngineLink, args: Any, kw: Any, why: str) -> None:
+    with pytest.raises(InvalidInput, match=why):
+        link.send_step(*args, **kw)
+    assert link.steps_sent == 0
+
+
+def test_checked_send_step_checks_sums_and_reasons(peer: Peer) -> None:
+    with EngineLink(peer.engine_in, peer.engine_out, check_outputs=True) as lk:
+        with pytest.raises(InvalidInput, match="counts sum to 3 but token_ids holds 2 ids"):
+            lk.send_step(["a", "b"], [1, 2], counts=[1, 2])
+        with pytest.raises(InvalidInput, match="finished entry 2: 'stop'; expected an index"):
+            lk.send_step(["a", "b"], [1, 2], finished={2: "stop"})
+        with pytest.raises(InvalidInput, match="finished entry 0: 'done'"):
+            lk.send_step(["a", "b"], [1, 2], finished={0: "done"})
+        with pytest.raises(InvalidInput, match=r"request_ids\[1\] is 7; expected str"):
+            lk.send_step(["a", 7], [1, 2])  # type: ignore[list-item]
+
+
+def test_unchecked_send_outputs_still_refuses_ids_outside_uint32(link: EngineLink) -> None:
+    with pytest.raises(InvalidInput, match=r"send_outputs entry 1 is \('r', \[-1\], None\)"):
+        link.send_outputs([("ok", [1], None), ("r", [-1], None)])
+    assert link.steps_sent == 0
+
+
+def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: Peer) -> None:
+    link = EngineLink.connect(peer.engine_in, peer.engine_out, step_format="legacy")
+    peer.recv()
     entries = [("r1", [1, 2], None), ("r2", [], "stop"), ("r3", [2**31], "length")]
     link.send_outputs(entries)
     want = ENC.encode(EngineStep(0, [StepOutput(*e) for e in entries]))
@@ -211,14 +297,22 @@ def test_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, link: EngineL
     # 2-tuples omit the reason: not the same bytes, the same frame
     link.send_outputs([("r1", [4])])
     assert peer.recv() == EngineStep(2, [StepOutput("r1", [4], None)])
-    assert link.steps_sent == 3
+    link.send_step(["r1", "r2"], [5, 6], finished={1: "stop"})  # columns -> EngineStep too
+    assert peer.recv() == EngineStep(3, [StepOutput("r1", [5]), StepOutput("r2", [6], "stop")])
+    assert link.steps_sent == 4
+    link.close()
+    with pytest.raises(InvalidInput, match="step_format must be one of"):
+        EngineLink("ipc:///x", "ipc:///y", step_format="columns")  # type: ignore[arg-type]
 
 
-def test_send_outputs_converts_other_iterables(peer: Peer, link: EngineLink) -> None:
-    link.send_outputs((e for e in [("g", array("I", [7, 8]), None), ("h", range(2), "stop")]))
-    assert peer.recv() == EngineStep(0, [StepOutput("g", [7, 8]), StepOutput("h", [0, 1], "stop")])
-    link.send_outputs([])
-    assert peer.recv() == EngineStep(1, [])
+@pytest.mark.parametrize("step_format", ["packed", "legacy"])
+def test_send_outputs_converts_other_iterables(peer: Peer, step_format: Any) -> None:
+    with EngineLink(peer.engine_in, peer.engine_out, step_format=step_format) as link:
+        peer.recv()
+        link.send_outputs((e for e in [("g", array("I", [7, 8]), None), ("h", range(2), "stop")]))
+        assert entries_of(peer.recv()) == [("g", [7, 8], None), ("h", [0, 1], "stop")]
+        link.send_outputs([])
+        assert entries_of(peer.recv()) == []
 
 
 @pytest.mark.parametrize(
@@ -232,7 +326,7 @@ def test_checked_link_names_a_bad_output_entry(peer: Peer, entry: Any) -> None:
             lk.send_outputs([("ok", [1], None), entry])
         lk.send_outputs([StepOutput("ok", [2]), ("x", (3,), "stop")])
         assert isinstance(peer.recv(), EngineHello)
-        assert peer.recv() == EngineStep(0, [StepOutput("ok", [2]), StepOutput("x", [3], "stop")])
+        assert entries_of(peer.recv()) == [("ok", [2], None), ("x", [3], "stop")]
 
 
 def test_unchecked_link_does_not_validate_the_hot_path(peer: Peer, link: EngineLink) -> None:
@@ -310,3 +404,86 @@ def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: Peer) -> No
         assert lk.malformed_frames == 1
     finally:
         lk.close()
+
+
+# -- packed steps through the detokenizer's state machine ------------------------------------------
+
+def _detok_outputs(tok: Any, toy_model: Path, frames: list[Any]) -> tuple[Any, list[Any]]:
+    from textproc.config import ServiceConfig
+    from textproc.detokenizer_process import Detokenizer
+    from textproc.protocol import Submit
+
+    core = Detokenizer(tok, ServiceConfig(model_dir=str(toy_model)))
+    for rid in ("a", "b", "c"):
+        engine_request = ENC.encode(EngineRequest(rid, pack_ids([1]), 50))
+        core.on_submit(Submit(rid, b"client", 1, 50, engine_request, stop=["STOP"] if rid == "a" else []))
+    got: list[Any] = []
+    for frame in frames:
+        core.on_step(OUT.decode(ENC.encode(frame)))
+        got.append(core.outbox)
+        core.outbox = {}
+    return core, got
+
+
+def test_packed_steps_give_the_same_outputs_as_engine_steps(toy_model: Path) -> None:
+    from textproc.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(toy_model)
+    ids = tok.encode("alpha beta STOP gamma")
+    steps = [  # a: one id per step, stops on the stop string; b: bursts; c: engine finish
+        [("a", ids[i:i + 1], None) for i in range(len(ids))],
+        [("b", ids[:2], None), ("b", ids[2:], None), ("b", [], "length")],
+        [("c", ids[:1], None), ("c", ids[1:2], "stop")],
+    ]
+    per_step: list[list[tuple[str, list[int], str | None]]] = []
+    for k in range(max(map(len, steps))):
+        per_step.append([s[k] for s in steps if k < len(s)] + [("ghost", [1], None)])
+    legacy = [EngineStep(k, [StepOutput(*e) for e in es]) for k, es in enumerate(per_step)]
+    packed = []
+    for k, es in enumerate(per_step):
+        counts = [len(e[1]) for e in es]
+        packed.append(EngineStepPacked(
+            k, [e[0] for e in es], pack_ids([t for e in es for t in e[1]]),
+            b"" if counts == [1] * len(es) else pack_ids(counts),
+            {i: e[2] for i, e in enumerate(es) if e[2] is not None}))
+    core_l, out_l = _detok_outputs(tok, toy_model, legacy)
+    core_p, out_p = _detok_outputs(tok, toy_model, packed)
+    assert out_p == out_l
+    text = {"a": "", "b": "", "c": ""}
+    finish = {}
+    for box in out_p:
+        for item in box.get(b"client", []):
+            text[item.request_id] += "".join(d.get("content", "") for d in item.deltas)
+            if item.finish_reason:
+                finish[item.request_id] = (item.finish_reason, item.completion_tokens)
+    assert text == {"a": "alpha beta ", "b": "alpha beta STOP gamma", "c": tok.decode(ids[:2])}
+    assert finish["a"][0] == "stop" and finish["c"] == ("stop", 2)
+    assert finish["b"] == ("length", len(ids))
+    assert core_p.engine_aborts == core_l.engine_aborts == ["a"]  # stop string -> engine abort
+    assert set(core_p.early) == set(core_l.early) == {"ghost"}  # unknown id: buffered
+    assert core_p.counters == core_l.counters and core_p.live == {}
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        (EngineStepPacked(1, ["a", "b"], pack_ids([1])), "one id per request is expected"),
+        (EngineStepPacked(1, ["a"], pack_ids([1, 2]), pack_ids([1, 1])), "2 counts for 1"),
+        (EngineStepPacked(1, ["a", "b"], pack_ids([1, 2]), pack_ids([1, 2])),
+         "counts sum to 3 but token_ids holds 2"),
+        (EngineStepPacked(1, ["a"], b"\x01\x00\x00"), "multiple of 4 bytes"),
+        (EngineStepPacked(1, ["a"], pack_ids([1]), b"\x01"), "counts must be packed uint32"),
+        (EngineStepPacked(1, ["a"], pack_ids([1]), b"", {1: "stop"}), "finished index 1 outside"),
+    ],
+)
+def test_malformed_packed_step_is_refused_whole(toy_model: Path, frame: Any, why: str) -> None:
+    from textproc.errors import ProtocolError
+    from textproc.tokenizer import Tokenizer
+
+    with pytest.raises(ValueError, match=why):
+        step_entries(frame)
+    core, _ = _detok_outputs(Tokenizer.from_dir(toy_model), toy_model, [])
+    before = dict(core.counters)
+    with pytest.raises(ProtocolError, match=why):
+        core.on_step(frame)
+    assert core.counters == before and core.outbox == {} and set(core.live) == {"a", "b", "c"}

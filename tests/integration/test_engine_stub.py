@@ -28,7 +28,10 @@ from textproc.protocol import (
     EngineOutFrame,
     EngineRequest,
     EngineStep,
+    EngineStepPacked,
+    StepOutput,
     pack_ids,
+    step_entries,
 )
 from textproc.tokenizer import Tokenizer
 
@@ -36,6 +39,14 @@ pytestmark = pytest.mark.timeout(60)
 
 ENC = msgspec.msgpack.Encoder()
 OUT = msgspec.msgpack.Decoder(EngineOutFrame)
+
+
+def as_step(frame: Any) -> Any:
+    """A packed step (what EngineLink sends) as the equivalent EngineStep; other frames as is."""
+    if not isinstance(frame, EngineStepPacked):
+        return frame
+    rids, ids, reasons = step_entries(frame)
+    return EngineStep(frame.step, [StepOutput(r, list(i), f) for r, i, f in zip(rids, ids, reasons)])
 
 
 class Stub:
@@ -75,7 +86,7 @@ class Stub:
     def recv(self, timeout_s: float = 10.0) -> Any:
         if not self.pull.poll(int(timeout_s * 1000)):
             raise AssertionError(f"engine_stub sent nothing for {timeout_s} s; log:\n{self.log()}")
-        return OUT.decode(self.pull.recv())
+        return as_step(OUT.decode(self.pull.recv()))
 
     def collect(self, request_ids: list[str], timeout_s: float = 20.0) -> None:
         """Read steps until every id in ``request_ids`` has a finish reason."""
@@ -243,7 +254,7 @@ def test_abort_stops_generation_and_shows_in_stats(make_stub: Any, tok: Tokenize
     # nothing more for it: drain what was in flight, then silence
     seen = got
     while stub.pull.poll(300):
-        frame = OUT.decode(stub.pull.recv())
+        frame = as_step(OUT.decode(stub.pull.recv()))
         seen += sum(len(o.token_ids) for o in frame.outputs if o.request_id == "long")
         assert all(o.finish_reason != "abort" for o in frame.outputs)  # dropped, not reported
     assert seen == n
