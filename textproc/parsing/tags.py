@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import functools
 import re
 
 from textproc.errors import InvalidInput, short
@@ -19,6 +20,30 @@ __all__ = ["TagStreamer", "TagEvent"]
 
 # ("text", released text) or ("tag", the tag found)
 TagEvent = tuple[Literal["text", "tag"], str]
+
+
+_Compiled = tuple[tuple[str, ...], "re.Pattern[str] | None", int, str, "re.Pattern[str] | None"]
+
+
+def _validate_tags(tags: tuple[object, ...]) -> None:
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, str) or not tag:
+            raise InvalidInput(f"tag {short(tag)} at tags[{i}] must be a non-empty string")
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_tags(tags: tuple[str, ...]) -> _Compiled:
+    # shared by every streamer with these tags: a parser switches tag sets at each mode change
+    _validate_tags(tags)
+    # longest first, so a tag that is a prefix of another at the same place loses
+    ordered = sorted(tags, key=len, reverse=True)
+    pattern = re.compile("|".join(re.escape(t) for t in ordered)) if ordered else None
+    max_hold = max((len(t) for t in tags), default=1) - 1
+    first_chars = "".join(sorted({t[0] for t in tags}))
+    # a proper prefix of a tag at the very end; the leftmost match is the longest
+    prefixes = sorted({t[:k] for t in tags for k in range(1, len(t))}, key=len, reverse=True)
+    tail = re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")\Z") if prefixes else None
+    return tags, pattern, max_hold, first_chars, tail
 
 
 class TagStreamer:
@@ -56,18 +81,13 @@ class TagStreamer:
 
     def set_tags(self, tags: Sequence[str]) -> None:
         """Search for ``tags`` from now on (the held tail is re-examined on the next call)."""
-        for i, tag in enumerate(tags):
-            if not isinstance(tag, str) or not tag:
-                raise InvalidInput(f"tag {short(tag)} at tags[{i}] must be a non-empty string")
-        self._tags = tuple(tags)
-        # longest first, so a tag that is a prefix of another at the same place loses
-        ordered = sorted(self._tags, key=len, reverse=True)
-        self._pattern = re.compile("|".join(re.escape(t) for t in ordered)) if ordered else None
-        self._max_hold = max((len(t) for t in self._tags), default=1) - 1
-        self._first_chars = "".join(sorted({t[0] for t in self._tags}))
-        # a proper prefix of a tag at the very end; the leftmost match is the longest
-        prefixes = sorted({t[:k] for t in self._tags for k in range(1, len(t))}, key=len, reverse=True)
-        self._tail = re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")\Z") if prefixes else None
+        key = tuple(tags)
+        try:
+            compiled = _compile_tags(key)
+        except TypeError:  # an unhashable entry: let validation name it
+            _validate_tags(key)
+            raise
+        self._tags, self._pattern, self._max_hold, self._first_chars, self._tail = compiled
 
     @property
     def is_empty(self) -> bool:
