@@ -303,29 +303,40 @@ def _engine_main(argv: list[str]) -> int:
     record: dict[str, list[Any]] = {}
     steps: list[float] = []
     keep = a.timings is not None
+
+    def take(link: Any) -> None:
+        # requests and aborts that arrived: stamped now, they join the next step
+        new = link.poll_requests()
+        aborted = link.poll_aborts()
+        now = perf()
+        for req in new:
+            entry = [now, step, 0, req.max_tokens]
+            running[req.request_id] = entry
+            if keep:
+                record[req.request_id] = entry
+        for rid in aborted:
+            running.pop(rid, None)
+
     with EngineLink.connect(a.engine_in, a.engine_out) as link:
         step = 0
         next_step = perf()
         while not stop[0]:
-            new = link.poll_requests()
-            aborted = link.poll_aborts()
-            now = perf()
-            for req in new:
-                entry = [now, step, 0, req.max_tokens]
-                running[req.request_id] = entry
-                if keep:
-                    record[req.request_id] = entry
-            for rid in aborted:
-                running.pop(rid, None)
+            take(link)
             if not running:
                 link.wait(0.05)
                 next_step = perf()
                 continue
-            if step_s:
+            # the step's own time; requests arriving meanwhile are stamped when they arrive
+            # (to the ms), so the wait for the step boundary counts as the engine's time
+            while step_s and not stop[0]:
                 delay = next_step - perf()
-                if delay > 0:
-                    time.sleep(delay)
-                next_step = max(next_step + step_s, perf())
+                if delay <= 0:
+                    break
+                if link.wait(delay):
+                    take(link)
+            next_step = max(next_step + step_s, perf())
+            for entry in running.values():
+                entry[1] = step if entry[2] == 0 else entry[1]  # first step = this one
             outputs = []
             done = []
             for rid, entry in running.items():

@@ -18,8 +18,9 @@ different.
   (empty word caches), pass 2 repeats the same prompts (warm). ``identical`` compares every
   returned id list with ``tokenizers``'.
 
-Also printed: the workers' CPU seconds (from /proc) per million tokens, which does not depend on
-what else runs on the machine, and ``vs HF`` = textproc tokens/s / tokenizers tokens/s.
+Also printed: tokens per CPU second (the workers' CPU from /proc for textproc, every thread of
+this process for ``tokenizers``), which depends less on what else runs on the machine, and
+``vs HF`` = textproc tokens/s / tokenizers tokens/s (wall clock).
 """
 
 from __future__ import annotations
@@ -53,15 +54,17 @@ def _hf(model: Path) -> Any:
     return HFTokenizer.from_file(str(model / "tokenizer.json"))
 
 
-def hf_batch(hf: Any, prompts: list[str], reps: int) -> tuple[float, list[list[int]]]:
-    best = float("inf")
+def hf_batch(hf: Any, prompts: list[str], reps: int) -> tuple[float, float, list[list[int]]]:
+    """Best wall and best CPU seconds (all threads of this process) over ``reps`` batches."""
+    best = best_cpu = float("inf")
     ids: list[list[int]] = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         encs = hf.encode_batch(prompts, add_special_tokens=False)
         best = min(best, time.perf_counter() - t0)
+        best_cpu = min(best_cpu, time.process_time() - c0)
         ids = [e.ids for e in encs]
-    return best, ids
+    return best, best_cpu, ids
 
 
 async def _drive(runtime_dir: Path, prompts: list[str], concurrency: int, passes: int,
@@ -91,6 +94,7 @@ async def _drive(runtime_dir: Path, prompts: list[str], concurrency: int, passes
             t0 = time.perf_counter()
             await asyncio.gather(*(one() for _ in range(concurrency)))
             walls.append(time.perf_counter() - t0)
+            on_warm()
         return walls, results
 
 
@@ -99,17 +103,20 @@ def run_service(model: Path, workers: int, prompts: list[str], concurrency: int,
     import uvloop
 
     serve = Serve(model, workers=workers, engine="external")
-    cpu0: dict[str, float] = {}
+    snaps: list[float] = []  # workers' CPU seconds after the warm-up and after each pass
+
+    def snap() -> None:
+        snaps.append(sum(v for k, v in serve.cpu().items() if k.startswith("worker")))
+
     try:
         progress = Progress(f"{workers} workers")
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             walls, ids = runner.run(_drive(serve.runtime_dir, prompts, concurrency, 2, progress,
-                                           lambda: cpu0.update(serve.cpu())))
-        cpu1 = serve.cpu()
+                                           snap))
     finally:
         serve.close()
-    worker_cpu = sum(cpu1[k] - cpu0.get(k, 0.0) for k in cpu1 if k.startswith("worker"))
-    return {"walls": walls, "identical": ids == ref_ids, "worker_cpu_s": worker_cpu}
+    cpu = [b - a for a, b in zip(snaps, snaps[1:])]
+    return {"walls": walls, "identical": ids == ref_ids, "worker_cpu_s": cpu}
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -175,25 +182,27 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows: list[dict[str, Any]] = []
     for case, prompts in cases.items():
-        hf_s, ref = hf_batch(hf, prompts, 2 if args.quick else 3)
+        hf_s, hf_cpu, ref = hf_batch(hf, prompts, 2 if args.quick else 3)
         tokens = sum(len(x) for x in ref)
         hf_row = {"bench": "tokenize", "case": case, "impl": "tokenizers encode_batch",
                   "threads": cores, "requests": len(prompts), "tokens": tokens,
-                  "wall_s": hf_s, "tokens_per_s": tokens / hf_s, "requests_per_s": len(prompts) / hf_s}
+                  "wall_s": hf_s, "tokens_per_s": tokens / hf_s, "requests_per_s": len(prompts) / hf_s,
+                  "cpu_s": hf_cpu, "tokens_per_cpu_s": tokens / hf_cpu,
+                  "load_avg_1m": os.getloadavg()[0]}
         rows.append(hf_row)
         print(f"{case}: {len(prompts)} prompts, {tokens} tokens; tokenizers encode_batch "
               f"{tokens / hf_s / 1e6:.3f} M tok/s", flush=True)
         for w in workers:
             conc = args.concurrency or (8 * w if case == "long" else 64 * w)
             r = run_service(model, w, prompts, conc, ref)
-            for label, wall in zip(("first", "warm"), r["walls"]):
+            for label, wall, cpu in zip(("first", "warm"), r["walls"], r["worker_cpu_s"]):
                 row = {"bench": "tokenize", "case": case, "impl": f"textproc {label}",
                        "workers": w, "concurrency": conc, "requests": len(prompts),
                        "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
                        "requests_per_s": len(prompts) / wall,
                        "vs_hf": (tokens / wall) / hf_row["tokens_per_s"],
                        "identical": r["identical"],
-                       "worker_cpu_s_per_mtok": r["worker_cpu_s"] / (2 * tokens) * 1e6,
+                       "cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else None,
                        "load_avg_1m": os.getloadavg()[0]}
                 rows.append(row)
             print(f"  {w} workers: first {rows[-2]['tokens_per_s'] / 1e6:.3f}, warm "
@@ -202,14 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for r in rows:
         r["mtok_s"] = r["tokens_per_s"] / 1e6
+        r["mtok_cpu_s"] = r["tokens_per_cpu_s"] / 1e6 if r.get("tokens_per_cpu_s") else None
     print_table(rows, [("case", "case", ""), ("impl", "impl", ""), ("workers", "workers", "d"),
                        ("threads", "threads", "d"), ("requests", "requests", "d"),
                        ("tokens", "tokens", "d"), ("M tok/s", "mtok_s", ".3f"),
                        ("req/s", "requests_per_s", ".1f"), ("vs HF", "vs_hf", ".2f"),
-                       ("worker CPU-s/Mtok", "worker_cpu_s_per_mtok", ".2f"),
+                       ("M tok/CPU-s", "mtok_cpu_s", ".3f"),
                        ("identical", "identical", ""), ("load", "load_avg_1m", ".1f")])
-    print("(vs HF = textproc tokens/s / tokenizers encode_batch tokens/s on the same prompts; "
-          "worker CPU-s/Mtok averages both passes)")
+    print("(vs HF = textproc tokens/s / tokenizers encode_batch tokens/s on the same prompts, wall "
+          "clock; M tok/CPU-s = tokens per CPU second of the workers (textproc, from /proc) or of "
+          "this process's threads (tokenizers): less disturbed by other load)")
     if args.plot and plot(rows, args.plot):
         print(f"plot: {args.plot}")
     write_json(args.json, rows, info)

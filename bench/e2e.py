@@ -25,7 +25,10 @@ Per request, with ``perf_counter`` (CLOCK_MONOTONIC, shared by all processes):
   textproc adds to every token (the output path, including the client's own loop);
 - ``ITL added`` = client inter-token gap - engine inter-step gap for the same tokens.
 
-Percentiles p50/p99 over all requests (TTFT) or all tokens (delay, ITL) of a level. Target
+Percentiles p50/p99 over all requests (TTFT) or all tokens (delay, ITL) of a level. The
+``floor`` line: a pyzmq REQ/REP round trip to an echo process, paced, on the same machine at the
+same time: what any hop between processes costs there (TTFT added crosses 5 hops: client ->
+worker -> detokenizer -> engine -> detokenizer -> client; a token's delay 2). Target
 (issue 6): under 2 ms added at p99 at 500 requests/s. ``--plot`` writes a PNG of the latency
 distributions per level (needs matplotlib, the ``bench`` extra).
 """
@@ -236,6 +239,67 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
     return rows
 
 
+_ECHO = """
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.REP)
+s.bind(sys.argv[1])
+print("ready", flush=True)
+while True:
+    m = s.recv()
+    if m == b"quit":
+        s.send(b"")
+        break
+    s.send(m)
+"""
+
+
+def hop_floor(kind: str, n: int, interval_s: float = 0.005) -> dict[str, Any]:
+    """Round trips of a 100-byte message to an echo process (pyzmq REQ/REP), paced like light
+    load: the machine's floor for one process hop and back (wake-ups, scheduling, zmq)."""
+    import subprocess
+    import tempfile
+
+    import zmq
+
+    with tempfile.TemporaryDirectory(prefix="tp-bench-hop-") as root:
+        if kind == "tcp":
+            from textproc.transport import pick_free_ports
+
+            address = f"tcp://127.0.0.1:{pick_free_ports('127.0.0.1', 1)[0]}"
+        else:
+            address = f"ipc://{root}/echo"
+        child = subprocess.Popen([sys.executable, "-c", _ECHO, address], stdout=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL)
+        assert child.stdout is not None
+        child.stdout.readline()
+        ctx: zmq.Context[Any] = zmq.Context()
+        sock = ctx.socket(zmq.REQ)
+        sock.linger = 0
+        sock.connect(address)
+        msg = b"x" * 100
+        rtts: list[float] = []
+        try:
+            for i in range(n + 20):
+                t0 = time.perf_counter()
+                sock.send(msg)
+                if not sock.poll(10_000):
+                    raise RuntimeError(f"no echo from {address}")
+                sock.recv()
+                if i >= 20:
+                    rtts.append(time.perf_counter() - t0)
+                time.sleep(interval_s)
+            sock.send(b"quit")
+            sock.poll(2000)
+        finally:
+            sock.close(0)
+            ctx.term()
+            child.wait(10) if child.poll() is None else None
+    return {"bench": "e2e-hop-floor", "endpoints": kind, "round_trips": n,
+            "rtt_ms_p50": pct(rtts, 50) * 1000, "rtt_ms_p99": pct(rtts, 99) * 1000,
+            "load_avg_1m": os.getloadavg()[0]}
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     try:
         import matplotlib
@@ -295,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     prompts = make_prompts(hf, 50, 500, seed=21)
     ids = letter_ids(hf)
     rows: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     for kind in kinds:
+        floors.append(hop_floor(kind, 100 if args.quick else 1000))
         rows += run_endpoints(model, kind, args.workers, rates, duration, max_tokens,
                               args.step_ms, prompts, ids, int(rates[0]))
     print()
@@ -310,13 +376,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(ms; engine step {args.step_ms:g} ms, {max_tokens} tokens per request; TTFT+ = TTFT - "
           "engine TTFT, delay = token at client - step sent by engine, ITL+ = client gap - engine "
           "gap; target: < 2 ms added at p99 at 500 req/s)")
+    for f in floors:
+        print(f"floor, {f['endpoints']}: pyzmq REQ/REP round trip to another process, "
+              f"p50 {f['rtt_ms_p50']:.3f} ms, p99 {f['rtt_ms_p99']:.3f} ms (load {f['load_avg_1m']:.1f}); "
+              "TTFT+ crosses 5 process hops (2.5 round trips), delay 2 hops")
     if args.plot:
         if plot(rows, args.plot):
             print(f"plot: {args.plot}")
     for r in rows:
         r.pop("_ttft_added", None)
         r.pop("_delay", None)
-    write_json(args.json, rows, info)
+    write_json(args.json, rows + floors, info)
     return 0
 
 

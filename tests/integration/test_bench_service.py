@@ -64,13 +64,15 @@ def test_detokenize_bench(tmp_path: Path) -> None:
 def test_e2e_bench(tmp_path: Path) -> None:
     rows = _run("e2e.py", tmp_path, "--rates", "20", "--duration", "1.5", "--max-tokens", "4",
                 "--workers", "1", "--step-ms", "5")
-    assert len(rows) == 1
-    r = rows[0]
+    assert [r["bench"] for r in rows] == ["e2e", "e2e-hop-floor"]
+    r, floor = rows
+    assert 0 < floor["rtt_ms_p50"] <= floor["rtt_ms_p99"]
     assert r["endpoints"] == "ipc" and r["errors"] == 0
     assert r["completed"] == r["requests"] > 5
     # the client can only see a token after the engine sent it
     assert 0 < r["delay_ms_p50"] <= r["delay_ms_p99"]
     assert r["ttft_ms_p50"] >= r["engine_ttft_ms_p50"] > 0
+    assert r["ttft_added_ms_p50"] > 0
 
 
 def test_long_prompt_bench(tmp_path: Path) -> None:
