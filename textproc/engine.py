@@ -7,16 +7,18 @@ Owns the engine's two sockets (``textproc.protocol`` describes the frames):
 * ``engine_out``: PUSH, connected; ``EngineHello`` first (and again after every reconnect, with
   the same ``instance_id``, so a restarted textproc side learns who it talks to), then one step
   frame per call of :meth:`EngineLink.send_step` (columns: request ids, new ids, counts, finish
-  reasons; the cheapest) or :meth:`EngineLink.send_outputs` (per-request tuples). Both send the
-  columnar ``EngineStepPacked`` (protocol 2); ``EngineLink(step_format="legacy")`` sends the
-  per-request ``EngineStep`` of protocol 1 instead.
+  reasons; the cheapest) or :meth:`EngineLink.send_outputs` (per-request tuples). With the
+  default ``step_format="auto"`` ``send_step`` sends the columnar ``EngineStepPacked``
+  (protocol 2) and ``send_outputs`` the per-request ``EngineStep`` (protocol 1: the tuples
+  encode as they are, cheaper than turning them into columns); ``"packed"`` / ``"legacy"``
+  send that frame from both.
 
 Must not import the text core and must never block the engine loop: every receive is
 non-blocking, sends are non-blocking (a step that cannot be queued because textproc is gone for
 longer than the send buffer covers is dropped and counted, never waited for), and a malformed
 incoming frame is counted in ``malformed_frames`` and logged, never raised. A request frame that
 decodes but breaks a rule (empty prompt, ``max_tokens < 1``, ...) is answered at once with an
-``EngineStep`` carrying ``(request_id, [], "error")`` so the caller does not wait forever.
+step frame carrying ``(request_id, [], "error")`` so the caller does not wait forever.
 
 Invariant: requests and aborts come out in the order textproc sent them. Both pollers read the
 same socket (``poll_aborts`` right after ``poll_requests`` reuses its drain); an abort that
@@ -25,11 +27,11 @@ arrives for a request not yet handed to the engine removes that request from the
 
 Cost (bench/enginelink.py): an idle drain is one zmq call; ``send_step`` encodes ready columns
 (request ids list, token ids as ``array('I')`` / numpy uint32 / packed bytes) with no per-entry
-Python work, so a step costs about one raw send of the same bytes; ``send_outputs`` first turns
-the tuples into columns with C-level iteration (zip, map, array), ~2-4x the cost of msgpack
-encoding the nested tuples as they are (what ``step_format="legacy"`` does), in exchange for a
-frame textproc decodes ~20x faster. Each new request adds a decode, a few checks and a memcpy of
-its packed prompt ids (no per-token Python objects unless asked for).
+Python work (1,024 requests: send half 36 us vs 23 us for a raw send of the bytes); with
+``step_format="packed"`` ``send_outputs`` first turns the tuples into columns (zip, map, array:
+~3x the cost of msgpack-encoding the nested tuples as they are, what "auto"/"legacy" do), in
+exchange for a frame textproc decodes ~20x faster. Each new request adds a decode, a few checks
+and a memcpy of its packed prompt ids (no per-token Python objects unless asked for).
 """
 
 from __future__ import annotations
@@ -86,9 +88,11 @@ StepEntry = Union[
 ]
 
 
-# "packed": EngineStepPacked (protocol 2, the default); "legacy": EngineStep (protocol 1)
-StepFormat = Literal["packed", "legacy"]
-_STEP_FORMATS = ("packed", "legacy")
+# which frame send_step / send_outputs send: "auto" (default): send_step EngineStepPacked,
+# send_outputs EngineStep (each the cheapest for its input); "packed": EngineStepPacked
+# (protocol 2) from both; "legacy": EngineStep (protocol 1) from both
+StepFormat = Literal["auto", "packed", "legacy"]
+_STEP_FORMATS = ("auto", "packed", "legacy")
 _PACKED_TAG = EngineStepPacked.__name__
 _NO_FINISHED: dict[int, str] = {}
 
@@ -180,7 +184,7 @@ class EngineLink:
         resend_hello_on_reconnect: bool = True,
         check_outputs: bool = False,
         prompt_ids_as_list: bool = False,
-        step_format: StepFormat = "packed",
+        step_format: StepFormat = "auto",
     ) -> None:
         if step_format not in _STEP_FORMATS:
             raise InvalidInput(
@@ -394,7 +398,7 @@ class EngineLink:
         self._malformed(f"request_id={short(request_id)}: {problem}")
         self.rejected_requests += 1
         if request_id:
-            if self.step_format == "packed":
+            if self.step_format != "legacy":
                 self._send_packed([request_id], b"", b"\0\0\0\0", {0: "error"})
             else:
                 self._send_step([(request_id, [], "error")])
@@ -467,20 +471,22 @@ class EngineLink:
 
         Each entry is ``(request_id, new_token_ids, finish_reason)`` (finish_reason None while
         the request runs; "stop" for a stop token / EOS, "length", "abort" or "error"), a
-        2-tuple without the reason, or a ``StepOutput``. The tuples are turned into the
-        ``EngineStepPacked`` columns with C-level iteration (an engine that holds columns
-        already should call :meth:`send_step`); with ``step_format="legacy"`` lists and tuples
-        of lists of ints are encoded as they are into an ``EngineStep``. Other iterables and id
-        sequences (``array``, ``range``, numpy) work too. A token id outside uint32 raises
-        ``InvalidInput`` naming the entry; other wrong entries reach textproc and fail that
-        request there, unless ``EngineLink(check_outputs=True)``: then every entry is checked
-        and a bad one raises ``InvalidInput`` naming it.
+        2-tuple without the reason, or a ``StepOutput``. By default (``step_format`` "auto" or
+        "legacy") lists and tuples of lists of ints are encoded as they are into an
+        ``EngineStep``, with no per-entry Python work; with ``step_format="packed"`` they are
+        turned into ``EngineStepPacked`` columns (zip, map, array; costs the engine more, saves
+        textproc more; an engine that holds columns already should call :meth:`send_step`).
+        Other iterables and id sequences (``array``, ``range``, numpy) are converted first. The
+        hot path trusts its input (a wrong entry reaches textproc and fails that request
+        there; in "packed" a token id outside uint32 raises ``InvalidInput``); with
+        ``EngineLink(check_outputs=True)`` every entry is checked and a bad one raises
+        ``InvalidInput`` naming it.
         """
         if type(outputs) is not list and type(outputs) is not tuple:
             outputs = list(outputs)
         if self.check_outputs:
             outputs = _normalise(outputs)
-        if self.step_format == "legacy":
+        if self.step_format != "packed":
             self._send_step(outputs)
             return
         try:

@@ -213,8 +213,17 @@ def test_invalid_request_is_answered_with_an_error_step(
     assert why in caplog.text and frame.request_id in caplog.text
 
 
-def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, link: EngineLink) -> None:
+@pytest.fixture
+def packed_link(peer: Peer) -> Iterator[EngineLink]:
+    lk = EngineLink.connect(peer.engine_in, peer.engine_out, step_format="packed")
+    assert peer.recv() == EngineHello(lk.instance_id)
+    yield lk
+    lk.close()
+
+
+def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, packed_link: EngineLink) -> None:
     # the tuple fast path (no Structs built) writes exactly the bytes of the Struct
+    link = packed_link
     entries = [("r1", [1, 2], None), ("r2", [], "stop"), ("r3", [2**32 - 1], "length"), ("r4", [5])]
     link.send_outputs(entries[:3])
     want = EngineStepPacked(0, ["r1", "r2", "r3"], pack_ids([1, 2, 2**32 - 1]), pack_ids([2, 0, 1]),
@@ -279,10 +288,21 @@ def test_checked_send_step_checks_sums_and_reasons(peer: Peer) -> None:
             lk.send_step(["a", 7], [1, 2])  # type: ignore[list-item]
 
 
-def test_unchecked_send_outputs_still_refuses_ids_outside_uint32(link: EngineLink) -> None:
+def test_unchecked_packed_send_outputs_still_refuses_ids_outside_uint32(packed_link: EngineLink) -> None:
+    link = packed_link
     with pytest.raises(InvalidInput, match=r"send_outputs entry 1 is \('r', \[-1\], None\)"):
         link.send_outputs([("ok", [1], None), ("r", [-1], None)])
     assert link.steps_sent == 0
+
+
+def test_auto_sends_engine_step_from_send_outputs_and_packed_from_send_step(
+    peer: Peer, link: EngineLink
+) -> None:
+    link.send_outputs([("r1", [1, 2], None), ("r2", [], "stop")])
+    assert peer.recv_raw() == ENC.encode(
+        EngineStep(0, [StepOutput("r1", [1, 2]), StepOutput("r2", [], "stop")]))
+    link.send_step(["r1"], [3])
+    assert peer.recv_raw() == ENC.encode(EngineStepPacked(1, ["r1"], pack_ids([3])))
 
 
 def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: Peer) -> None:
@@ -305,7 +325,7 @@ def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: Peer) -> Non
         EngineLink("ipc:///x", "ipc:///y", step_format="columns")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("step_format", ["packed", "legacy"])
+@pytest.mark.parametrize("step_format", ["auto", "packed", "legacy"])
 def test_send_outputs_converts_other_iterables(peer: Peer, step_format: Any) -> None:
     with EngineLink(peer.engine_in, peer.engine_out, step_format=step_format) as link:
         peer.recv()
