@@ -265,6 +265,9 @@ class BPE:
         if get is None:
             get = self._get = self._table().get
         stride = self._stride
+        if len(ids) == 2:
+            v = get(ids[0] * stride + ids[1])
+            return ids if v is None else [v & _MASK]
         ranks = list(map(get, map(add, map(mul, ids[:-1], repeat(stride)), ids[1:]), repeat(_INF)))
         while ranks:
             best = min(ranks)
