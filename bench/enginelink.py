@@ -10,18 +10,21 @@ plain pyzmq over ipc, sends the step's arrivals: N/256 new requests per step (fr
 accumulated: an average output of 256 tokens) with 1,024-token prompts, 2 stop ids and a
 sampling dict, and N/2048 aborts per step; then it reads the step frame.
 
-Columns, per-step microseconds (median and mean over ``--steps`` steps, modes interleaved in
-blocks so machine load hits them alike):
+Columns, per-step microseconds (median over ``--steps`` steps, modes interleaved in blocks so
+machine load hits them alike), each link mode beside a raw send of the bytes IT sends:
 
 - ``raw``: the same engine-in frames drained with ``recv(NOBLOCK)`` until EAGAIN, and the step's
-  bytes (encoded beforehand) sent with one ``send`` on sockets set up like EngineLink's;
-- ``encode+raw``: ``raw`` plus ``msgspec.msgpack.Encoder().encode`` of the step: the floor of any
-  msgpack framing;
-- ``link``: EngineLink (decode + validate + unpack prompt ids to ``list[int]`` + encode + send);
-- ``ratio`` = link / raw (target <= 1.5) and ``ratio_enc`` = link / encode+raw;
-- ``recv raw/link``: the receive half (raw drain vs ``poll_requests + poll_aborts``: decode,
-  validate, unpack) and ``send raw/link``: the send half (raw send of ready bytes vs
-  ``send_outputs``: encode + send), medians.
+  ``EngineStep`` bytes (encoded beforehand) sent with one ``send`` on sockets set up like
+  EngineLink's; ``rawpk``: the same with the ``EngineStepPacked`` bytes;
+- ``legacy``: EngineLink(step_format="legacy" / the "auto" default) ``send_outputs(tuples)`` ->
+  EngineStep, ratio vs ``raw``;
+- ``packed``: EngineLink(step_format="packed") ``send_outputs(tuples)`` -> EngineStepPacked
+  (tuples turned into columns), ratio vs ``rawpk``;
+- ``columns``: ``send_step(request_ids, array('I') ids)`` -> EngineStepPacked (the engine holds
+  columns), ratio vs ``rawpk``;
+- every link mode also does ``poll_requests() + poll_aborts()`` (decode, validate, prompt ids as
+  ``array('I')``); ``send us`` splits off the send half (raw send of ready bytes vs the link's
+  encode + send). Target: ratio <= 1.5.
 
 It also prints the cost of unpacking a 1,024-token prompt to ``list[int]`` (what EngineLink
 does) vs keeping the ``array('I')``.
@@ -50,7 +53,12 @@ import msgspec  # noqa: E402
 import zmq  # noqa: E402
 
 from textproc.engine import EngineLink  # noqa: E402
-from textproc.protocol import EngineAbort, EngineRequest, pack_ids  # noqa: E402
+from textproc.protocol import (  # noqa: E402
+    EngineAbort,
+    EngineRequest,
+    EngineStepPacked,
+    pack_ids,
+)
 
 __all__ = ["main", "run"]
 
@@ -131,11 +139,16 @@ def _wait_arrival(sock_poll: Any) -> None:
     time.sleep(0.0003)
 
 
+MODES = ("raw", "raw_packed", "legacy", "packed", "columns")
+
+
 def run(n_active: int, steps: int) -> dict[str, Any]:
     enc = msgspec.msgpack.Encoder()
     rids = [uuid.uuid4().hex for _ in range(n_active)]
     outputs = [(rid, [1000 + i % 50_000], None) for i, rid in enumerate(rids)]
+    column_ids = array("I", [1000 + i % 50_000 for i in range(n_active)])
     step_bytes = enc.encode(("EngineStep", 0, outputs))
+    packed_bytes = enc.encode(EngineStepPacked(0, rids, pack_ids(column_ids)))
     prompt = pack_ids([(i * 7919) % 150_000 for i in range(PROMPT_TOKENS)])
     counter = [0]
 
@@ -156,58 +169,70 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="tp-bench-") as root:
         ctx: zmq.Context[Any] = zmq.Context()
-        peer_link, peer_raw, peer_enc = (Peer(ctx, root, n) for n in ("link", "raw", "enc"))
-        link = EngineLink.connect(peer_link.engine_in, peer_link.engine_out)
-        raw = RawEngine(peer_raw.engine_in, peer_raw.engine_out)
-        rawenc = RawEngine(peer_enc.engine_in, peer_enc.engine_out)
-        peer_link.recv_step()  # EngineHello
-        times: dict[str, list[float]] = {"raw": [], "encode+raw": [], "link": []}
-        state = {m: {"req": 0.0, "abort": 0.0} for m in times}
-        raw_recv: list[float] = []
-        link_poll: list[float] = []
-        received = {m: 0 for m in times}
-        link_in = link._in  # noqa: SLF001 - only to wait for arrivals outside the timed part
-        assert link_in is not None
+        peers = {m: Peer(ctx, root, m.replace("_", "-")) for m in MODES}
+        raws = {m: RawEngine(peers[m].engine_in, peers[m].engine_out)
+                for m in ("raw", "raw_packed")}
+        links = {
+            "legacy": EngineLink.connect(peers["legacy"].engine_in, peers["legacy"].engine_out,
+                                         step_format="legacy"),
+            "packed": EngineLink.connect(peers["packed"].engine_in, peers["packed"].engine_out,
+                                         step_format="packed"),
+            "columns": EngineLink.connect(peers["columns"].engine_in,
+                                          peers["columns"].engine_out),
+        }
+        for m in links:
+            peers[m].recv_step()  # EngineHello
+        times: dict[str, list[float]] = {m: [] for m in MODES}
+        recv_part: dict[str, list[float]] = {m: [] for m in MODES}
+        state = {m: {"req": 0.0, "abort": 0.0} for m in MODES}
+        received = {m: 0 for m in MODES}
         perf = time.perf_counter
         try:
             done = 0
             while done < steps:
                 block = min(BLOCK, steps - done)
-                for mode in ("raw", "encode+raw", "link"):
-                    peer = {"raw": peer_raw, "encode+raw": peer_enc, "link": peer_link}[mode]
+                for mode in MODES:
+                    peer = peers[mode]
+                    raw = raws.get(mode)
+                    link = links.get(mode)
+                    if raw is not None:
+                        poll = raw.pull.poll
+                    else:
+                        assert link is not None and link._in is not None  # noqa: SLF001
+                        poll = link._in.poll  # noqa: SLF001 - wait outside the timed part
+                    data = step_bytes if mode == "raw" else packed_bytes
                     for _ in range(block):
                         frames = arrivals(state[mode])
                         for f in frames:
                             peer.push.send(f)
                         if frames:
-                            poll = {"raw": raw.pull.poll, "encode+raw": rawenc.pull.poll,
-                                    "link": link_in.poll}[mode]
                             _wait_arrival(poll)
-                        if mode == "raw":
+                        if raw is not None:
                             t0 = perf()
-                            received[mode] += raw.step(step_bytes, raw_recv)
-                            t1 = perf()
-                        elif mode == "encode+raw":
-                            t0 = perf()
-                            received[mode] += rawenc.step(enc.encode(("EngineStep", 0, outputs)))
+                            received[mode] += raw.step(data, recv_part[mode])
                             t1 = perf()
                         else:
+                            assert link is not None
                             t0 = perf()
                             got = link.poll_requests()
                             aborted = link.poll_aborts()
                             tp = perf()
-                            link.send_outputs(outputs)
+                            if mode == "columns":
+                                link.send_step(rids, column_ids)
+                            else:
+                                link.send_outputs(outputs)
                             t1 = perf()
-                            link_poll.append(tp - t0)
+                            recv_part[mode].append(tp - t0)
                             received[mode] += len(got) + len(aborted)
                         times[mode].append(t1 - t0)
                         peer.recv_step()
                 done += block
         finally:
-            link.close()
-            raw.close()
-            rawenc.close()
-            for p in (peer_link, peer_raw, peer_enc):
+            for lk in links.values():
+                lk.close()
+            for r in raws.values():
+                r.close()
+            for p in peers.values():
                 p.push.close(0)
                 p.pull.close(0)
             ctx.term()
@@ -216,22 +241,20 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
         "active": n_active,
         "steps": steps,
         "step_bytes": len(step_bytes),
+        "packed_bytes": len(packed_bytes),
         "arrivals_per_step": n_active * ARRIVALS_PER_ACTIVE,
         "frames_in": received,
     }
-    for mode, values in times.items():
-        row[f"{mode}_us_p50"] = statistics.median(values) * 1e6
-        row[f"{mode}_us_mean"] = statistics.fmean(values) * 1e6
-    row["raw_recv_us_p50"] = statistics.median(raw_recv) * 1e6
-    row["link_poll_us_p50"] = statistics.median(link_poll) * 1e6
-    link_send = [t - p for t, p in zip(times["link"], link_poll)]
-    row["link_send_us_p50"] = statistics.median(link_send) * 1e6
-    raw_send = [t - r for t, r in zip(times["raw"], raw_recv)]
-    row["raw_send_us_p50"] = statistics.median(raw_send) * 1e6
-    row["ratio_p50"] = row["link_us_p50"] / row["raw_us_p50"]
-    row["ratio_mean"] = row["link_us_mean"] / row["raw_us_mean"]
-    row["ratio_enc_p50"] = row["link_us_p50"] / row["encode+raw_us_p50"]
-    row["ratio_enc_mean"] = row["link_us_mean"] / row["encode+raw_us_mean"]
+    for mode in MODES:
+        row[f"{mode}_us_p50"] = statistics.median(times[mode]) * 1e6
+        row[f"{mode}_us_mean"] = statistics.fmean(times[mode]) * 1e6
+        row[f"{mode}_recv_us_p50"] = statistics.median(recv_part[mode]) * 1e6
+        row[f"{mode}_send_us_p50"] = statistics.median(
+            [t - r for t, r in zip(times[mode], recv_part[mode])]) * 1e6
+    # each link mode against the raw send of the bytes it sends
+    for mode, base in (("legacy", "raw"), ("packed", "raw_packed"), ("columns", "raw_packed")):
+        row[f"{mode}_ratio_p50"] = row[f"{mode}_us_p50"] / row[f"{base}_us_p50"]
+        row[f"{mode}_ratio_mean"] = row[f"{mode}_us_mean"] / row[f"{base}_us_mean"]
     return row
 
 
@@ -267,24 +290,29 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(f"EngineLink cost per step, {steps} steps per mode; {info['cpus']} cpus, "
           f"load {info['load_avg_1m']:.1f}, zmq {info['zmq']}", flush=True)
-    header = (f"{'active':>6} {'bytes':>7} {'raw p50':>8} {'enc+raw':>8} {'link p50':>9} "
-              f"{'ratio':>6} {'raw mean':>9} {'link mean':>10} {'ratio':>6} {'vs enc':>7} "
-              f"{'recv raw/link':>14} {'send raw/link':>14}")
+    header = (f"{'active':>6} {'bytes':>13} {'raw':>6} {'legacy':>7} {'ratio':>6} "
+              f"{'rawpk':>6} {'packed':>7} {'ratio':>6} {'columns':>8} {'ratio':>6}   "
+              f"{'send us: raw/legacy rawpk/packed/columns':>42}")
     print(header)
     rows: list[dict[str, Any]] = []
     for n in actives:
         r = run(n, steps)
         rows.append(r)
-        print(f"{n:>6} {r['step_bytes']:>7} {r['raw_us_p50']:>8.1f} {r['encode+raw_us_p50']:>8.1f} "
-              f"{r['link_us_p50']:>9.1f} {r['ratio_p50']:>6.2f} {r['raw_us_mean']:>9.1f} "
-              f"{r['link_us_mean']:>10.1f} {r['ratio_mean']:>6.2f} {r['ratio_enc_p50']:>7.2f} "
-              f"{r['raw_recv_us_p50']:>6.1f}/{r['link_poll_us_p50']:<7.1f} "
-              f"{r['raw_send_us_p50']:>6.1f}/{r['link_send_us_p50']:<7.1f}", flush=True)
+        sizes = f"{r['step_bytes']}/{r['packed_bytes']}"
+        print(f"{n:>6} {sizes:>13} {r['raw_us_p50']:>6.1f} {r['legacy_us_p50']:>7.1f} "
+              f"{r['legacy_ratio_p50']:>6.2f} {r['raw_packed_us_p50']:>6.1f} "
+              f"{r['packed_us_p50']:>7.1f} {r['packed_ratio_p50']:>6.2f} "
+              f"{r['columns_us_p50']:>8.1f} {r['columns_ratio_p50']:>6.2f}   "
+              f"{r['raw_send_us_p50']:>6.1f}/{r['legacy_send_us_p50']:<6.1f} "
+              f"{r['raw_packed_send_us_p50']:>6.1f}/{r['packed_send_us_p50']:.1f}/"
+              f"{r['columns_send_us_p50']:.1f}", flush=True)
     u = unpack_cost(200 if args.quick else 2000)
     rows.append(u)
     print(f"unpack {PROMPT_TOKENS}-token prompt: list[int] {u['list_us']:.2f} us, "
           f"array {u['array_us']:.2f} us")
-    print("(microseconds per step; ratio = link / raw, target <= 1.5; vs enc = link / encode+raw)")
+    print("(median microseconds per step; ratio = link mode / raw send of the bytes it sends, "
+          "target <= 1.5; legacy = EngineStep from send_outputs, packed = EngineStepPacked "
+          "from send_outputs tuples, columns = send_step)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             for r in rows:
