@@ -14,8 +14,10 @@ as the sockets take them; after the last one a final step ends every stream with
 ``finish_reason="length"``; the clock stops when every stream's last output has arrived.
 
 Output tokens: the Qwen encoding of ``<think>`` + mixed text + ``</think>`` + mixed text (the
-generated corpus of ``tests/corpus.py``: prose, code, 20+ scripts, emoji), each stream from a
-different offset into the content part. Modes:
+generated corpus of ``tests/corpus.py``: prose, code, 20+ scripts, emoji; its own think and
+tool-call tags removed), each stream from a different offset into the content part. ``text ok``:
+stream 0's text (content + reasoning) equals ``tokenizers``' decode of its ids (in
+``stops+parse`` mode up to the whitespace the parser drops around the think tags). Modes:
 
 - ``plain``: no stop strings, no parsing (``reasoning=False, tools=False``);
 - ``stops+parse``: 3 stop strings that never match (so every token is checked and the streams
@@ -86,6 +88,7 @@ __all__ = ["main"]
 
 STOP_CANDIDATES = ["<|STOP|>", "END OF ANSWER", "\n@@@@\n", "~~~~~~", "\x00STOP"]
 CLIENT_ID = b"cbench-detok0001"
+TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
 class Workload:
@@ -96,6 +99,10 @@ class Workload:
 
         self.hf = HFTokenizer.from_file(str(model / "tokenizer.json"))
         text = mixed_text(n_chars + 4000, seed=5)
+        # the corpus has chat-like pieces with think / tool-call tags: drop them, so the only
+        # tags the parser meets are the reasoning block below (and the text check holds)
+        for tag in TAGS:
+            text = text.replace(tag, "")
         reasoning, content = text[:3000], text[3000:n_chars + 3000]
         self.prefix = self.hf.encode("<think>\n" + reasoning + "\n</think>\n\n",
                                      add_special_tokens=False).ids
