@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from textproc.config import ServiceConfig
 from textproc.detokenizer_process import Detokenizer
 from textproc.engine import EngineLink
-from textproc.errors import InvalidInput, TextprocError
+from textproc.errors import InvalidInput, ProtocolError, TextprocError
 from textproc.protocol import (
     Abort,
     Accepted,
@@ -43,6 +43,7 @@ from textproc.protocol import (
     EngineOutFrame,
     EngineRequest,
     EngineStep,
+    EngineStepPacked,
     EventFrame,
     Failure,
     FrontInFrame,
@@ -116,6 +117,9 @@ EXAMPLES: dict[str, list[Any]] = {
         EngineHello("inst-1"),
         EngineStep(0, [StepOutput("r1", [5, 6]), StepOutput("r1", [7], "stop")]),
         EngineStep(1, [StepOutput("r2", [], "length"), StepOutput("rX", [1, 2, 3])]),
+        EngineStepPacked(2, ["r1", "r2"], pack_ids([5, 6])),
+        EngineStepPacked(3, ["r1", "r2", "r3"], pack_ids([5, 6, 7, 8]), pack_ids([1, 0, 3]),
+                         {0: "stop", 2: "length"}),
     ],
     "front_in": [Hello(), Abort(["r1", "r2"]), Query(["r1"]), StatsRequest("s")],
     "engine_in": [EngineRequest("r1", _TOK_IDS, 8, [1], {"temperature": 0.0}, "a+", 1, True),
@@ -300,8 +304,22 @@ def _detok_traffic(draw: st.DrawFn) -> list[tuple[str, bytes]]:
                                draw(st.sampled_from([None, None, "stop", "length", "abort",
                                                      "error", "bogus"])))
                     for _ in range(draw(st.integers(0, 3)))]
-            frame: Any = EngineStep(draw(st.integers(0, 9)), outs) if draw(st.integers(0, 5)) else \
-                EngineHello(draw(st.sampled_from(["i1", "i2"])))
+            kind = draw(st.integers(0, 5))
+            frame: Any
+            if kind == 0:
+                frame = EngineHello(draw(st.sampled_from(["i1", "i2"])))
+            elif kind <= 2:
+                frame = EngineStep(draw(st.integers(0, 9)), outs)
+            else:  # the packed form of the same step, sometimes with columns that do not fit
+                all_ids = [i for o in outs for i in o.token_ids if 0 <= i < 2**32]
+                counts = [len([i for i in o.token_ids if 0 <= i < 2**32]) for o in outs]
+                if draw(st.integers(0, 4)) == 0:
+                    counts = draw(st.lists(st.integers(0, 5), max_size=4))
+                finished = {i: o.finish_reason for i, o in enumerate(outs) if o.finish_reason}
+                if draw(st.integers(0, 4)) == 0:
+                    finished[draw(st.integers(-2, 6))] = "stop"
+                frame = EngineStepPacked(draw(st.integers(0, 9)), [o.request_id for o in outs],
+                                         pack_ids(all_ids), pack_ids(counts), finished)
             items.append((socket, ENC.encode(frame)))
         else:
             items.append((socket, ENC.encode(Abort(draw(st.lists(st.sampled_from(["r1", "r2", "x"]),
@@ -321,8 +339,11 @@ def test_detokenizer_core_survives_any_traffic(toy: tuple[Tokenizer, ServiceConf
             _loop_submit(core, decoders[socket], raw)
         elif socket == "engine_out":
             frame = decoders[socket].decode(raw, peer="engine")
-            if isinstance(frame, EngineStep):
-                core.on_step(frame)
+            if isinstance(frame, (EngineStep, EngineStepPacked)):
+                try:  # the loop counts a packed step whose columns do not fit as malformed
+                    core.on_step(frame)
+                except ProtocolError as e:
+                    assert isinstance(frame, EngineStepPacked) and str(e)
             elif isinstance(frame, EngineHello):
                 core.on_hello(frame)
         else:
@@ -428,7 +449,7 @@ def test_engine_link_counts_garbage_and_keeps_order(link: tuple[_TextprocSide, E
     assert lk.malformed_frames - before == bad
     while side.pull.poll(0):  # error steps for rejected requests decode as EngineStep
         frame = msgspec.msgpack.decode(side.pull.recv(), type=EngineOutFrame)
-        assert isinstance(frame, (EngineStep, EngineHello))
+        assert isinstance(frame, (EngineStep, EngineStepPacked, EngineHello))
 
 
 def test_engine_link_oversized_frame_is_counted(link: tuple[_TextprocSide, EngineLink]) -> None:
@@ -441,7 +462,8 @@ def test_engine_link_oversized_frame_is_counted(link: tuple[_TextprocSide, Engin
     assert lk.malformed_frames == before + 1
 
 
-# -- known bugs --------------------------------------------------------------------------------
+# -- regressions: a 2 KB frame nested 2000 deep raised RecursionError out of the decoders (found
+#    here; fixed in transport.FrameDecoder by SERVICE and in EngineLink by ENGINE) ------------------
 
 def _deep_sampling_frame(tag: str, depth: int) -> bytes:
     """A frame whose ``sampling`` (dict[str, Any]) holds a list nested ``depth`` deep."""
@@ -453,18 +475,12 @@ def _deep_sampling_frame(tag: str, depth: int) -> bytes:
     return b"\x96" + head[1:] + b"\x81\xa1k" + nested
 
 
-@pytest.mark.xfail(strict=True, reason="FrameDecoder.decode lets msgspec's RecursionError through "
-                   "for a frame nested >= 1000 deep inside an Any field (a 2 KB frame); the worker "
-                   "and detokenizer loops call it outside try, so one such frame kills the process (owner: SERVICE, transport.py)")
 def test_frame_decoder_deep_nesting_is_malformed() -> None:
     decoder: FrameDecoder[Any] = FrameDecoder(WorkerInFrame, socket_name="worker-0")
     assert decoder.decode(_deep_sampling_frame("ChatRequest", 2000)) is None
     assert decoder.malformed == 1
 
 
-@pytest.mark.xfail(strict=True, reason="EngineLink._drain catches only DecodeError/ValidationError: "
-                   "a 2 KB frame nested 2000 deep raises RecursionError out of poll_requests into the "
-                   "engine loop (owner: ENGINE, engine.py)")
 def test_engine_link_deep_nesting_is_malformed(link: tuple[_TextprocSide, EngineLink]) -> None:
     side, lk = link
     before = lk.malformed_frames
@@ -474,8 +490,8 @@ def test_engine_link_deep_nesting_is_malformed(link: tuple[_TextprocSide, Engine
     assert got == ["after-deep"] and lk.malformed_frames == before + 1
 
 
-def test_deep_frame_is_what_the_xfail_tests_think() -> None:
-    # a shallow version of the same bytes decodes, so the xfails fail for the depth alone
+def test_deep_frame_is_what_the_regression_tests_think() -> None:
+    # a shallow version of the same bytes decodes, so those tests are about the depth alone
     assert isinstance(msgspec.msgpack.decode(_deep_sampling_frame("ChatRequest", 3), type=WorkerInFrame),
                       ChatRequest)
     assert isinstance(msgspec.msgpack.decode(_deep_sampling_frame("EngineRequest", 3), type=EngineInFrame),

@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzz import FUZZ_TEXTS, SMALL_KINDS, hostile_text, json_values, small_tokenizer_json
+from tests.models import available_models, model_dir
 from textproc import Tokenizer
 from textproc.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput
@@ -42,6 +43,17 @@ def _tok(kind: str) -> Tokenizer:
     if kind not in _TOKS:
         _TOKS[kind] = Tokenizer.from_json(small_tokenizer_json(kind))
     return _TOKS[kind]
+
+
+REAL = [name for name in ("qwen3", "mistral", "gpt2") if name in available_models()]
+
+
+def _real(name: str) -> Tokenizer:
+    path = model_dir(name)  # skips when the fixture is not built
+    key = f"real:{name}"
+    if key not in _TOKS:
+        _TOKS[key] = Tokenizer.from_dir(path)
+    return _TOKS[key]
 
 
 def _splits(text: str, cuts: list[int]) -> list[str]:
@@ -224,6 +236,27 @@ def test_encode_hostile_text(kind: str, text: str, special: bool) -> None:
     assert streamed == tok.decode(ids)
 
 
+@pytest.mark.skipif(not REAL, reason="no real vocabulary built; run scripts/fetch_fixtures.py")
+@given(name=st.sampled_from(REAL or ["qwen3"]), text=hostile_text, bad=_bad_ids, data=st.data())
+def test_real_vocabularies_hostile_text_and_ids(name: str, text: str, bad: Any, data: st.DataObject) -> None:
+    tok = _real(name)
+    try:
+        ids = tok.encode(text)
+    except InvalidInput as e:
+        assert "surrogate" in str(e)
+        ids = tok.encode(FUZZ_TEXTS[1])
+    detok = IncrementalDetokenizer(tok, skip_special_tokens=False, at_start=True)
+    streamed = "".join(detok.add([i]) for i in ids) + detok.flush()
+    assert streamed == tok.decode(ids)
+    at = data.draw(st.integers(0, len(ids)))
+    with pytest.raises(InvalidInput, match="out of range"):
+        IncrementalDetokenizer(tok).add(ids[:at] + [bad] + ids[at:])
+    if type(bad) is int and bad >= tok.vocab_size:
+        with pytest.raises(InvalidInput):
+            OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True).feed([*ids, bad])
+        assert tok.decode([*ids, bad]) == tok.decode(ids)
+
+
 @pytest.mark.parametrize("value", [b"bytes", 5, None, ["a"], 3.5])
 def test_encode_refuses_non_text(value: Any) -> None:
     with pytest.raises(InvalidInput, match="must be a str"):
@@ -292,12 +325,15 @@ def test_pipeline_on_encoded_model_output(text: str, kind: str, cuts: list[int],
         return
     pipe = OutputPipeline(tok, stops=stops, reasoning=True, tools=True, at_start=True)
     deltas: list[dict[str, Any]] = []
+    fed = 0
     for part in _splits(ids, cuts):  # type: ignore[arg-type]
+        if not pipe.is_finished:
+            fed += len(part)
         deltas += pipe.feed(part)
     deltas += pipe.finish("length")
     _check_deltas(deltas)
     assert pipe.finish_reason in ("stop", "length", "tool_calls")
-    assert pipe.n_tokens == len(ids)
+    assert pipe.n_tokens == fed  # every token up to the step that ended it
 
 
 def test_fuzz_texts_are_plain() -> None:
