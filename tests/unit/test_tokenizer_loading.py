@@ -4,6 +4,7 @@ tiktoken rank files; the Unicode-version and lone-surrogate decisions; the byte 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import random
 import re
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 import regex
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_tokenizer_support import QWEN_PATTERN, assert_parity, hf_from_obj, mixed_texts, trained_obj
@@ -297,3 +298,63 @@ def test_character_classes_match_the_reference(kind: str) -> None:
     for i in range(0, len(chars), 2000):
         text = "a".join(chars[i : i + 2000])
         assert pre.split(text, True) == [p for p, _ in ref.pre_tokenize_str(text)], f"{kind} block {i}"
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("vocab", "merges") and prefix[-1:] == ("model",):
+                out.append(prefix + (k,))
+                continue
+            out += _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:3]):
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+@functools.cache
+def _small_obj_json() -> str:
+    obj = trained_obj("sp_bpe")
+    obj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\s+"}, "behavior": "MergedWithNext", "invert": False},
+        {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": True}]}
+    obj["post_processor"] = POST_TEMPLATE
+    return json.dumps(obj)
+
+
+POST_TEMPLATE = {
+    "type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+}
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 2))
+@given(data=st.data())
+def test_mutated_files_raise_tokenizer_file_error_or_work(data: st.DataObject) -> None:
+    obj = json.loads(_small_obj_json())
+    paths = [p for p in _paths(obj) if p]
+    path = data.draw(st.sampled_from(paths))
+    parent = obj
+    for key in path[:-1]:
+        parent = parent[key]
+    action = data.draw(st.sampled_from(["delete", "null", "int", "str", "list", "dict", "bool"]))
+    replacement = {"null": None, "int": 7, "str": "x", "list": [1], "dict": {"a": 1}, "bool": True}.get(action)
+    if action == "delete":
+        if isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent.pop(path[-1])
+    else:
+        parent[path[-1]] = replacement
+    try:
+        tok = Tokenizer.from_json(obj, source="mutated.json")
+        tok.validate()
+        tok.decode(tok.encode("Hello wörld <s> 12 中", add_special_tokens=True))
+    except TokenizerFileError as e:
+        assert "mutated.json" in str(e)
+    except InvalidInput:
+        pass  # e.g. an unk_token the mutation removed from the vocabulary
