@@ -273,13 +273,14 @@ def test_kill_every_process_kind_under_load(tmp_path: Path, toy_model: Path) -> 
                         pids = service.refresh_pids()
                         key = kind.removesuffix("-sigterm")
                         pid = pids["workers"]["0"] if key == "worker-0" else pids[key]
-                        words = 30
+                        words = 12
+                        t_round = time.monotonic()
                         tasks = [asyncio.ensure_future(_timed(_client_stream(client, i, words, f"{kind}{rnd}")))
                                  for i in range(60)]
                         tasks += [asyncio.ensure_future(_timed(_http_stream(http, url_now, model, i, words)))
                                   for i in range(12)]
                         # a worker while it still holds requests; the others mid-stream
-                        await asyncio.sleep(0.05 if key == "worker-0" else 0.4)
+                        await asyncio.sleep(0.03 if key == "worker-0" else 0.3)
                         os.kill(pid, signal.SIGTERM if kind.endswith("sigterm") else signal.SIGKILL)
                         t_kill = time.monotonic()
                         results = await asyncio.gather(*tasks)
@@ -311,6 +312,7 @@ def test_kill_every_process_kind_under_load(tmp_path: Path, toy_model: Path) -> 
                             *(_client_stream(client, i, 3, f"after-{kind}{rnd}") for i in range(8)),
                             *(_http_stream(http, url, model, i, 3) for i in range(2))), 40)
                         assert again == [reference(_content(i, 3)) for i in [*range(8), *range(2)]]
+                        print(f"  ({kind}: {time.monotonic() - t_round:.1f} s with restart and re-check)")
 
         run(main)
     finally:

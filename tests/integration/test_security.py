@@ -255,28 +255,22 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
         service.stop()
 
 
-def test_ipc_runtime_dir_is_private_and_cleaned_up(tmp_path: Path, toy_model: Path) -> None:
+def test_private_ipc_dir_and_frame_size_limits_on_every_socket(tmp_path: Path, toy_model: Path) -> None:
+    """The runtime dir is 0700 (an existing, too open one is tightened) and holds the sockets,
+    which are gone after shutdown; frames over --max-frame-bytes never reach a handler."""
+    limit = 64 * 1024
     rt = tmp_path / "s" / "rt"
     rt.mkdir(parents=True)
-    rt.chmod(0o755)  # an existing, too open directory is tightened
-    service = Service(tmp_path / "s", toy_model, workers=1).start()
-    try:
-        assert stat.S_IMODE(rt.stat().st_mode) == 0o700
-        info = json.loads((rt / "endpoints.json").read_text())
-        sockets = [a[len("ipc://"):] for a in [*info["endpoints"]["workers"], info["endpoints"]["detok_front"],
-                                              info["endpoints"]["engine_in"], info["endpoints"]["control"]]]
-        assert sockets and all(Path(p).parent == rt and stat.S_ISSOCK(os.stat(p).st_mode) for p in sockets)
-    finally:
-        service.stop()  # asserts no process and no file is left in rt
-    assert not any(Path(p).exists() for p in sockets)
-
-
-def test_frames_over_the_size_limit_are_dropped_on_every_socket(tmp_path: Path, toy_model: Path) -> None:
-    limit = 64 * 1024
+    rt.chmod(0o755)
     service = Service(tmp_path / "s", toy_model, workers=1,
                       args=["--max-frame-bytes", str(limit)]).start()
+    sockets: list[str] = []
     try:
+        assert stat.S_IMODE(rt.stat().st_mode) == 0o700
         ep = json.loads((service.runtime_dir / "endpoints.json").read_text())["endpoints"]
+        sockets = [a[len("ipc://"):] for a in [*ep["workers"], ep["detok_front"], ep["detok_in"],
+                                              ep["engine_in"], ep["engine_out"], ep["control"], ep["events"]]]
+        assert all(Path(p).parent == rt and stat.S_ISSOCK(os.stat(p).st_mode) for p in sockets)
         assert json.loads((service.runtime_dir / "endpoints.json").read_text())["max_frame_bytes"] == limit
         big = b"\x00" * (limit + 1)
 
@@ -315,7 +309,8 @@ def test_frames_over_the_size_limit_are_dropped_on_every_socket(tmp_path: Path, 
 
         run(main)
     finally:
-        service.stop()
+        service.stop()  # asserts no process and no file is left in rt
+    assert sockets and not any(Path(p).exists() for p in sockets)
 
 
 _FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle",
