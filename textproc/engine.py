@@ -340,47 +340,54 @@ class EngineLink:
         if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
             return
         recv = sock.recv
-        decode = self._decoder.decode
-        unpack = _unpack_list if self.prompt_ids_as_list else _unpack_array
+        getsockopt = sock.getsockopt
         while True:
             try:
                 data = recv(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 break
-            if len(data) > self.max_frame_bytes:
-                self._malformed(
-                    f"frame of {len(data)} bytes is over max_frame_bytes={self.max_frame_bytes}"
-                )
-                continue
-            try:
-                frame = decode(data)
-            except (msgspec.MsgspecError, RecursionError, ValueError) as exc:
-                # RecursionError: msgspec gives up on frames nested ~1000 deep (2 KB is enough)
-                self._malformed(f"undecodable frame of {len(data)} bytes: {exc!r}"[:300])
-                continue
-            match frame:
-                case EngineRequest():
-                    problem = _check(frame)
-                    if problem is not None:
-                        self._reject(frame.request_id, problem)
-                        continue
-                    self._requests.append(
-                        IncomingRequest(
-                            frame.request_id,
-                            unpack(frame.prompt_token_ids),
-                            frame.max_tokens,
-                            frame.stop_token_ids,
-                            frame.sampling,
-                            frame.constraint,
-                            frame.min_tokens,
-                            frame.ignore_eos,
-                        )
+            self._take(data)
+            # EVENTS again instead of a recv that raises zmq.Again: ~10 us less per drain
+            if not int(getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                break
+
+    def _take(self, data: bytes) -> None:
+        """Decode, check and queue one engine-in frame (a bad one is counted, never raised)."""
+        if len(data) > self.max_frame_bytes:
+            self._malformed(
+                f"frame of {len(data)} bytes is over max_frame_bytes={self.max_frame_bytes}"
+            )
+            return
+        try:
+            frame = self._decoder.decode(data)
+        except (msgspec.MsgspecError, RecursionError, ValueError) as exc:
+            # RecursionError: msgspec gives up on frames nested ~1000 deep (2 KB is enough)
+            self._malformed(f"undecodable frame of {len(data)} bytes: {exc!r}"[:300])
+            return
+        match frame:
+            case EngineRequest():
+                problem = _check(frame)
+                if problem is not None:
+                    self._reject(frame.request_id, problem)
+                    return
+                unpack = _unpack_list if self.prompt_ids_as_list else _unpack_array
+                self._requests.append(
+                    IncomingRequest(
+                        frame.request_id,
+                        unpack(frame.prompt_token_ids),
+                        frame.max_tokens,
+                        frame.stop_token_ids,
+                        frame.sampling,
+                        frame.constraint,
+                        frame.min_tokens,
+                        frame.ignore_eos,
                     )
-                case EngineAbort(request_ids=ids):
-                    if self._requests:
-                        gone = set(ids)
-                        self._requests = [r for r in self._requests if r.request_id not in gone]
-                    self._aborts.extend(ids)
+                )
+            case EngineAbort(request_ids=ids):
+                if self._requests:
+                    gone = set(ids)
+                    self._requests = [r for r in self._requests if r.request_id not in gone]
+                self._aborts.extend(ids)
 
     def _malformed(self, what: str) -> None:
         self.malformed_frames += 1
