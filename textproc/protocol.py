@@ -13,8 +13,9 @@ Engine-facing frames (the only ones an engine sees, through ``textproc.engine.En
   start (a new ``instance_id`` tells textproc the engine restarted), then one step frame per
   engine step carrying every request that produced tokens or finished in that step: either
   ``EngineStepPacked`` (columnar, protocol 2: request ids, all new ids packed, counts packed,
-  sparse finish reasons; what ``EngineLink`` sends by default) or ``EngineStep`` (one
-  ``StepOutput`` per request; still accepted from older engines).
+  sparse finish reasons; what ``EngineLink.send_step`` sends) or ``EngineStep`` (one
+  ``StepOutput`` per request; what ``EngineLink.send_outputs`` sends by default, and older
+  engines).
 
 Token ids of prompts travel packed (``pack_ids``: little-endian uint32), not as lists of ints.
 """
