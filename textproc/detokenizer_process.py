@@ -242,9 +242,11 @@ class Detokenizer:
         if previous is None or previous == hello.instance_id:
             return previous is None
         self.counters["engine_restarts"] += 1
+        # abort them in the new engine too: requests sent while no engine was connected went
+        # to it before its hello arrived (an abort of an id it does not know is harmless)
         for rid in list(self.live):
             self._fail(rid, f"request {rid!r}: the engine restarted (instance {previous} -> "
-                            f"{hello.instance_id}); the request was lost", abort_engine=False,
+                            f"{hello.instance_id}); the request was lost", abort_engine=True,
                        kind="engine_restarted")
         self.early.clear()
         return True

@@ -172,6 +172,8 @@ def test_detokenizer_client_abort_duplicate_and_engine_restart(toy_model: Path, 
     assert [(o.request_id, o.finish_reason, o.error_kind) for o in failed] == [
         ("r2", "error", "engine_restarted")]
     assert core.live == {}
+    # the new engine may hold r2 already (sent while no engine was connected): aborted there too
+    assert core.engine_aborts == ["r1", "r2"]
 
 
 def test_detokenizer_fails_a_request_with_ids_outside_the_vocabulary(toy_model: Path, tok: Tokenizer) -> None:
