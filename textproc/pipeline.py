@@ -68,6 +68,8 @@ class OutputPipeline:
         "stop_reason",
         "_fast_key",
         "_danger",
+        "_stop_chars",
+        "_tag_chars",
         "_strs",
     )
 
@@ -105,7 +107,7 @@ class OutputPipeline:
         # the fast path: while no stage holds anything, a delta that contains none of the
         # characters that could start or end a stop string or start a tag goes out as it is,
         # ``{self._fast_key: text}``; None while some stage holds text (then every stage runs)
-        self._danger = _danger_chars(self._stops, self._parser)
+        self._danger, self._stop_chars, self._tag_chars = _danger_chars(self._stops, self._parser)
         self._fast_key: str | None = None
         self._strs: list[str | None] | None = None  # the detokenizer's text_table while usable
         self._update_fast_key()
@@ -146,7 +148,18 @@ class OutputPipeline:
                 return []
             if self._danger.isdisjoint(text):
                 return [{key: text}]
+            # run only the stage(s) the text concerns: an idle stage given text without its
+            # characters would return it unchanged and change nothing
+            if self._stop_chars.isdisjoint(text):
+                assert self._parser is not None  # the character is a tag's
+                out = self._parser.feed(text)
+                self._fast_key = self._parser.idle_key
+                return out
+            tag_hit = not self._tag_chars.isdisjoint(text)
             text = self._stops.feed(text, n_tokens=n)
+            if not tag_hit and not self._stops.is_finished:
+                self._fast_key = key if self._stops.is_idle else None
+                return [{key: text}] if text else []
         else:
             stops = self._stops
             cut = self._min_tokens - before
@@ -222,21 +235,22 @@ class OutputPipeline:
         return out
 
 
-_DANGER: dict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = {}
+_CharSets = tuple[frozenset[str], frozenset[str], frozenset[str]]
+_DANGER: dict[tuple[frozenset[str], frozenset[str]], _CharSets] = {}
 
 
-def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> frozenset[str]:
-    # characters that could start or end a stop string or start a tag (in any parser mode);
-    # shared per distinct combination, so the set costs nothing per request
+def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> _CharSets:
+    # (any, stop, tag): characters that could start or end a stop string, or start a tag (in
+    # any parser mode); shared per distinct combination, so the sets cost nothing per request
     stop_chars = stops.boundary_chars
     tag_chars = parser.tag_chars if parser is not None else frozenset()
     key = (stop_chars, tag_chars)
-    chars = _DANGER.get(key)
-    if chars is None:
+    sets = _DANGER.get(key)
+    if sets is None:
         if len(_DANGER) >= 1024:
             _DANGER.clear()
-        chars = _DANGER[key] = stop_chars | tag_chars
-    return chars
+        sets = _DANGER[key] = (stop_chars | tag_chars, stop_chars, tag_chars)
+    return sets
 
 
 def _join(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ same holdback, since a stop may start there).
 from __future__ import annotations
 
 import functools
+import re
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ MAX_STOP_CHARS = 1024  # characters per stop string (the holdback is at most thi
 # tails are looked up by bisection in the sorted stops, so memory stays O(total characters).
 _SHORT = 16
 _NO_CHARS: frozenset[str] = frozenset()
+_TAIL_REGEX_MAX = 1024  # proper prefixes in one tail regex (more: the loop with set/bisect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,9 @@ class _StopSet:
     first_chars: frozenset[str]
     hold_max: int  # longest stop length - 1
     boundary_chars: frozenset[str]  # first_chars | last_chars
+    # a proper prefix of a stop at the very end of the text (leftmost match = longest); only
+    # when every proper prefix is in ``prefixes`` and there are few of them
+    tail: re.Pattern[str] | None
 
 
 @functools.lru_cache(maxsize=256)
@@ -68,6 +73,11 @@ def _compile(stops: tuple[str, ...]) -> _StopSet:
     for s in stops:
         by_last.setdefault(s[-1], set()).add(len(s))
         prefixes.update(s[:k] for k in range(1, min(len(s), _SHORT + 1)))
+    hold_max = max((len(s) for s in stops), default=1) - 1
+    tail = None
+    if hold_max <= _SHORT and prefixes and len(prefixes) <= _TAIL_REGEX_MAX:
+        ordered_prefixes = sorted(prefixes, key=len, reverse=True)
+        tail = re.compile("(?:" + "|".join(map(re.escape, ordered_prefixes)) + r")\Z")
     return _StopSet(
         stops=frozenset(stops),
         by_last={c: tuple(sorted(ls, reverse=True)) for c, ls in by_last.items()},
@@ -75,8 +85,9 @@ def _compile(stops: tuple[str, ...]) -> _StopSet:
         prefixes=frozenset(prefixes),
         ordered=tuple(sorted(stops)),
         first_chars=frozenset(s[0] for s in stops),
-        hold_max=max((len(s) for s in stops), default=1) - 1,
+        hold_max=hold_max,
         boundary_chars=frozenset(s[0] for s in stops) | frozenset(by_last),
+        tail=tail,
     )
 
 
@@ -258,6 +269,10 @@ class StopChecker:
     def _hold_length(window: str, stop_set: _StopSet) -> int:
         # longest suffix of window that is a proper prefix of some stop (< longest stop)
         start = max(0, len(window) - stop_set.hold_max)
+        tail_re = stop_set.tail
+        if tail_re is not None:
+            match = tail_re.search(window, start)
+            return 0 if match is None else len(window) - match.start()
         first_chars, prefixes, ordered = stop_set.first_chars, stop_set.prefixes, stop_set.ordered
         n = len(ordered)
         short_from = len(window) - _SHORT
