@@ -208,3 +208,14 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
     # max_tokens defaults to what max_model_len leaves
     submit, n_prompt = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
     assert submit.max_tokens == 512 - n_prompt and not submit.starts_in_reasoning
+
+
+def test_bench_dispatch_maps_dashes_to_underscores(capsys: pytest.CaptureFixture[str]) -> None:
+    from textproc.cli import main
+
+    if not (Path(__file__).resolve().parents[2] / "bench" / "long_prompt.py").is_file():
+        pytest.skip("bench/long_prompt.py not there yet")
+    assert main(["bench", "long-prompt", "--help"]) == 0
+    assert "long_prompt.py" in capsys.readouterr().out
+    assert main(["bench", "no-such-bench"]) == 2
+    assert "unknown benchmark 'no-such-bench'" in capsys.readouterr().err
