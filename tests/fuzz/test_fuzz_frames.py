@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import pytest
 import zmq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from textproc.config import ServiceConfig
@@ -500,3 +500,118 @@ def test_deep_frame_is_what_the_regression_tests_think() -> None:
 
 def test_invalid_input_is_a_textproc_error() -> None:
     assert issubclass(InvalidInput, TextprocError)
+
+
+# -- structured requests: every field of a well-formed frame random (reaches render/encode/limits)
+
+_field_text = st.one_of(st.text(max_size=10), st.sampled_from(["", "<|im_end|>", "<think>", "\n\n", "x" * 40]))
+_msg = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool", "", "bogus"]),
+                           "content": st.one_of(_field_text, msgpack_values)},
+                          optional={"tool_calls": st.one_of(msgpack_values, st.just(
+                              [{"type": "function", "function": {"name": "get", "arguments": '{"q": "x"}'}}])),
+                              "reasoning_content": _field_text}),
+    st.dictionaries(st.text(max_size=6), msgpack_values, max_size=3),
+)
+_tool = st.one_of(
+    st.just(_TOOLS[0]),
+    st.fixed_dictionaries({"type": st.sampled_from(["function", "x"]), "function": st.fixed_dictionaries(
+        {"name": _field_text}, optional={"parameters": msgpack_values, "description": _field_text})}),
+    st.dictionaries(st.text(max_size=5), msgpack_values, max_size=2),
+)
+_ints = st.one_of(st.integers(-3, 300), st.integers(-(2**63), 2**63 - 1))
+
+
+def _mostly(valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``valid`` about 5 times in 6, so most requests get past the first check."""
+    return st.integers(0, 5).flatmap(lambda k: invalid if k == 0 else valid)
+
+
+_good_msgs = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"]),
+                                              "content": st.text(max_size=20)}), min_size=1, max_size=3)
+
+
+@st.composite
+def _chat_requests(draw: st.DrawFn) -> ChatRequest:
+    tools = draw(_mostly(st.one_of(st.none(), st.just(_TOOLS)), st.lists(_tool, max_size=2)))
+    return ChatRequest(
+        draw(_mostly(st.just("r1"), st.one_of(st.text(max_size=4), st.just("x" * 300)))),
+        draw(_mostly(_good_msgs, st.lists(_msg, max_size=4))),
+        tools,
+        draw(_mostly(st.sampled_from(["none", "auto", "required"] + (
+            [{"type": "function", "function": {"name": "get"}}] if tools == _TOOLS else [])),
+            st.one_of(st.just("bogus"), st.dictionaries(st.text(max_size=5), msgpack_values, max_size=2)))),
+        draw(_mostly(st.lists(st.text(min_size=1, max_size=6), max_size=3), st.lists(_field_text, max_size=10))),
+        draw(_mostly(st.one_of(st.none(), st.integers(1, 100)), _ints)),
+        draw(_mostly(st.integers(0, 2), _ints)),
+        draw(st.booleans()),
+        draw(_mostly(st.sampled_from([{}, {"enable_thinking": False}, {"enable_thinking": True}]),
+                     st.dictionaries(st.one_of(st.sampled_from(["messages", "tools", "1x", "a b"]),
+                                               st.text(max_size=5)), msgpack_values, max_size=2))),
+        draw(st.booleans()),
+        draw(_mostly(st.sampled_from([{}, {"temperature": 0.7, "seed": 3}]),
+                     st.dictionaries(st.text(max_size=6), msgpack_values, max_size=3))),
+        draw(_mostly(st.just(True), st.booleans())),
+        draw(_mostly(st.just(False), st.booleans())),
+        draw(_mostly(st.lists(st.integers(0, 50), max_size=2), st.lists(_ints, max_size=3))),
+        draw(st.booleans()),
+    )
+
+
+@st.composite
+def _completion_requests(draw: st.DrawFn) -> CompletionRequest:
+    use_ids = draw(st.booleans())
+    ids = draw(_mostly(st.lists(st.integers(0, 500), min_size=1, max_size=6).map(pack_ids),
+                       st.one_of(st.binary(max_size=24), st.lists(st.integers(0, 2**32 - 1), max_size=6).map(pack_ids)))
+               ) if use_ids else None
+    return CompletionRequest(
+        draw(_mostly(st.just("r1"), st.text(max_size=4))),
+        "" if use_ids and draw(st.integers(0, 5)) else draw(_mostly(st.text(min_size=1, max_size=30),
+                                                                   st.one_of(_field_text, st.just("word " * 300)))),
+        ids,
+        draw(_mostly(st.lists(st.text(min_size=1, max_size=6), max_size=3), st.lists(_field_text, max_size=10))),
+        draw(_mostly(st.one_of(st.none(), st.integers(1, 100)), _ints)),
+        draw(_mostly(st.integers(0, 2), _ints)),
+        draw(st.booleans()), draw(st.booleans()),
+        draw(_mostly(st.just({}), st.dictionaries(st.text(max_size=6), msgpack_values, max_size=3))),
+        draw(st.booleans()),
+        draw(_mostly(st.lists(st.integers(0, 50), max_size=2), st.lists(_ints, max_size=3))),
+        draw(st.booleans()),
+    )
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.one_of(_chat_requests(), _completion_requests()))
+def test_structured_requests_fail_with_textproc_errors(toy: tuple[Tokenizer, ServiceConfig],
+                                                       req: ChatRequest | CompletionRequest) -> None:
+    tok, config = toy
+    # what a client can send is what survives the wire: encode, then decode like the worker
+    raw = ENC.encode(req)
+    frame = _decode_counted(FrameDecoder(WorkerInFrame, socket_name="worker-0"), raw, WorkerInFrame)
+    if frame is None:
+        return
+    try:
+        submit = _serve_one(RequestBuilder(tok, config), frame)
+    except TextprocError as e:
+        assert str(e)
+        event(f"refused: {type(e).__name__}")
+        return
+    event("accepted")
+    inner = msgspec.msgpack.decode(submit.engine_request, type=EngineRequest)
+    assert 1 <= submit.prompt_tokens and submit.prompt_tokens + inner.max_tokens <= config.max_model_len
+    assert 0 <= inner.min_tokens <= inner.max_tokens
+    assert all(0 <= t < tok.vocab_size for t in inner.stop_token_ids)
+    assert len(submit.stop) <= config.max_stops
+    if inner.constraint is not None:
+        import regex
+
+        regex.compile(inner.constraint)
+
+
+def test_invalid_utf8_and_surrogates_in_frames_are_counted() -> None:
+    decoder: FrameDecoder[Any] = FrameDecoder(WorkerInFrame, socket_name="worker-0")
+    good = ENC.encode(ChatRequest("r1", [{"role": "user", "content": "HELLO"}]))
+    assert isinstance(decoder.decode(good), ChatRequest)
+    for bad in (b"HE\xff\xfeO", b"HE\xed\xa0\x80", b"\xc0\x80LLO", b"HELL\xe2"):
+        assert decoder.decode(good.replace(b"HELLO", bad)) is None
+    assert decoder.malformed == 4 and decoder.received == 5
