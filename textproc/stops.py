@@ -57,6 +57,7 @@ class _StopSet:
     # a proper prefix of a stop at the very end of the text (leftmost match = longest); only
     # when every proper prefix is in ``prefixes`` and there are few of them
     tail: re.Pattern[str] | None
+    last_re: re.Pattern[str]  # one character of last_chars
 
 
 @functools.lru_cache(maxsize=256)
@@ -88,7 +89,12 @@ def _compile(stops: tuple[str, ...]) -> _StopSet:
         hold_max=hold_max,
         boundary_chars=frozenset(s[0] for s in stops) | frozenset(by_last),
         tail=tail,
+        last_re=re.compile("[" + "".join(sorted(map(_escape_in_class, by_last))) + "]"),
     )
+
+
+def _escape_in_class(c: str) -> str:
+    return "\\" + c if c in "\\]^-[" else c
 
 
 def _validate(stops: tuple[object, ...], max_stops: int, max_stop_chars: int) -> tuple[str, ...]:
@@ -219,13 +225,20 @@ class StopChecker:
             # candidate end indexes (exclusive) in window: only characters this delta added
             # (held characters were checked when they came, or were not eligible then)
             by_last, stops = stop_set.by_last, stop_set.stops
-            for end in range(len(held) + 1, len(window) + 1):
-                lengths = by_last.get(window[end - 1])
-                if lengths is None:
-                    continue
-                for n in lengths:  # longest first: among stops ending here, the one starting first
-                    if n <= end and window[end - n : end] in stops:
-                        return self._stop(window, len(held), end - n, end)
+            if len(text) <= 8:
+                for end in range(len(held) + 1, len(window) + 1):
+                    lengths = by_last.get(window[end - 1])
+                    if lengths is None:
+                        continue
+                    for n in lengths:  # longest first: among stops ending here, the one starting first
+                        if n <= end and window[end - n : end] in stops:
+                            return self._stop(window, len(held), end - n, end)
+            else:  # longer deltas: visit only the characters that end some stop
+                for match in stop_set.last_re.finditer(window, len(held)):
+                    end = match.end()
+                    for n in by_last[match.group()]:
+                        if n <= end and window[end - n : end] in stops:
+                            return self._stop(window, len(held), end - n, end)
         hold_max = stop_set.hold_max
         # fast path: no character near the end can start a stop
         if not hold_max or stop_set.first_chars.isdisjoint(window[-hold_max:]):
