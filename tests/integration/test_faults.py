@@ -4,7 +4,8 @@ Each test runs its own service (they kill processes or change endpoints). Every 
 request must end (result or a clear error) within a few seconds of a kill, nothing may hang, a
 completed stream's text must equal the in-process core's (complete, in order, no duplicates),
 and new requests must succeed afterwards. ``TEXTPROC_FAULT_ROUNDS`` (default 2) sets how many
-rounds of kills ``test_kill_every_process_kind_under_load`` runs; the counts are printed (-s).
+rounds of kills ``test_kill_every_process_kind_under_load`` runs (``-m slow`` adds a 10-round run); the
+counts are printed (-s).
 """
 
 from __future__ import annotations
@@ -256,6 +257,20 @@ def _http_url(service: Service, old_pid: int | None, timeout_s: float = 30) -> t
 def test_kill_every_process_kind_under_load(tmp_path: Path, toy_model: Path) -> None:
     """kill -9 a worker, the detokenizer, the engine stub, the HTTP frontend, and SIGTERM-restart
     the engine, each under load of TextClient and HTTP streams, ``FAULT_ROUNDS`` times."""
+    _kill_rounds(tmp_path, toy_model, FAULT_ROUNDS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_kill_every_process_kind_many_rounds(tmp_path: Path, toy_model: Path,
+                                             request: pytest.FixtureRequest) -> None:
+    """The same, 10 rounds (50 kills): only with ``-m slow``."""
+    if "slow" not in (request.config.getoption("-m") or ""):
+        pytest.skip("10 rounds of kills: run with -m slow (or TEXTPROC_FAULT_ROUNDS=N)")
+    _kill_rounds(tmp_path, toy_model, 10)
+
+
+def _kill_rounds(tmp_path: Path, toy_model: Path, rounds: int) -> None:
     reference = _reference(toy_model)
     service = Service(tmp_path / "s", toy_model, workers=2,
                       args=["--stub-arg=--step-ms=5", "--http", "127.0.0.1:0"]).start()
@@ -267,7 +282,7 @@ def test_kill_every_process_kind_under_load(tmp_path: Path, toy_model: Path) -> 
                     httpx.AsyncClient(timeout=httpx.Timeout(_HANG_S, connect=5)) as http:
                 model = (await http.get(url + "/v1/models")).json()["data"][0]["id"]
                 await asyncio.wait_for(_drive(client, 4, 2, "warm"), 30)
-                for rnd in range(FAULT_ROUNDS):
+                for rnd in range(rounds):
                     for kind in _KINDS:
                         url_now = url
                         pids = service.refresh_pids()
