@@ -6,7 +6,17 @@ engine token ids, frames on sockets, model output). The rule each test checks: t
 gives a defined result or raises the one textproc error that boundary documents (with a message
 that says where); any other exception (KeyError, TypeError, IndexError, RecursionError...) is a
 bug. Example counts come from the TEXTPROC_MAX_EXAMPLES hypothesis profile in tests/conftest.py;
-a deeper run: ``TEXTPROC_MAX_EXAMPLES=5000 .venv/bin/python -m pytest tests/fuzz``.
+a deeper run: ``TEXTPROC_MAX_EXAMPLES=5000 .venv/bin/python -m pytest tests/fuzz`` (also runs
+the 1M-entry vocabulary case, else ``-m slow``). Coverage-guided long runs with atheris are a
+separate command: ``scripts/fuzz_atheris.py`` (its docstring).
+
+Files: ``test_fuzz_tokenizer_files`` (tokenizer.json / config files), ``test_fuzz_frames`` (every
+socket's decoder, the worker's RequestBuilder, the detokenizer core, EngineLink on ipc),
+``test_fuzz_chat`` (templates, payloads, messages/tools), ``test_fuzz_constraints`` (JSON schemas,
+tools), ``test_fuzz_stream`` (stops, engine ids, hostile text, parsers), and
+``test_fuzz_atheris_targets`` (keeps the atheris targets runnable). Bugs in files owned by
+others are pinned by ``xfail(strict=True)`` tests naming the owner; fixed ones became plain
+regression tests.
 """
 
 from __future__ import annotations
