@@ -4,8 +4,7 @@
     .venv/bin/python bench/long_prompt.py [--quick] [--json PATH] [--sizes 8000,32000,128000]
         [--reps N] [--model-dir DIR]
 
-(``textproc bench long-prompt`` needs the CLI to map ``-`` to ``_``; ``textproc bench
-long_prompt`` works as is.)
+(also ``textproc bench long-prompt``: the CLI maps ``-`` to ``_``.)
 
 Set-up: ``textproc serve --engine external --workers N --max-model-len 140000`` and the fake
 engine of ``bench/_common.py`` (no step delay: a request's single token is sent in the engine's

@@ -92,3 +92,11 @@ def test_bench_tokenize_does_not_shadow_stdlib() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+@pytest.mark.parametrize("name", ["tokenize", "detokenize", "e2e", "long-prompt", "long_prompt"])
+def test_textproc_bench_runs_each(name: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "textproc.cli", "bench", name, "--help"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--quick" in proc.stdout and "--json" in proc.stdout
