@@ -9,14 +9,16 @@ One run, the same inputs for every implementation. Cases (Qwen vocabulary from
 - ``mixed-first``: the mixed corpus (tests/corpus.py, NFC-normalized, without its 50,000-char
   words, which have their own case), first pass on freshly
   loaded tokenizers (empty word caches);
-- ``mixed-warm``: the same corpus again (best of ``--reps`` passes after the first);
-- ``repetitive``: English prose from a small set of sentences (word-cache hits);
+- ``mixed-warm``: the same documents again (best of ``--reps`` passes after the first);
+- ``repetitive``: English prose from 20 sentences, new documents (new sentence orders) every
+  pass after one warm-up pass of others (word-cache hits, no whole-document hits);
 - ``unique-words``: random words never seen before (no cache hits; new words every pass);
-- ``long-word``: one 50,000-character word without spaces;
+- ``long-word``: a 50,000-character word without spaces, a new one every pass;
 - ``load``: time to load the Qwen tokenizer (textproc ``Tokenizer.from_dir`` in a fresh
   interpreter, excluding interpreter start; HF ``Tokenizer.from_file``; tiktoken reading the
   rank file and building the ``Encoding``);
-- ``gpt2-mixed`` and ``mistral-mixed`` (full run only, when those vocabularies exist).
+- ``gpt2-mixed-first`` and ``mistral-mixed-first`` (full run only, when those vocabularies
+  exist): the mixed corpus, one pass on freshly loaded tokenizers.
 
 Each case prints tokens/s per implementation, the ratios textproc/tokenizers and
 textproc/tiktoken, and ``identical_ids`` (textproc ids == tokenizers ids == tiktoken ids).
@@ -133,7 +135,8 @@ class Impls:
 
 
 def run_case(case: str, impls: dict[str, Encode | None], passes: Sequence[Sequence[str]],
-             *, warmup: bool, vocab: str = "qwen3") -> dict[str, Any]:
+             *, warmup: bool, vocab: str = "qwen3",
+             warmup_texts: Sequence[str] | None = None) -> dict[str, Any]:
     """Time each implementation over ``passes`` (best pass counts); one warm-up pass first if
     ``warmup``. Ids of the first pass are compared."""
     result: dict[str, Any] = {"case": case, "vocab": vocab, "n_bytes": sum(len(t.encode()) for t in passes[0]),
@@ -144,6 +147,8 @@ def run_case(case: str, impls: dict[str, Encode | None], passes: Sequence[Sequen
             continue
         if warmup:
             _time_pass(encode, passes[0])
+        if warmup_texts is not None:
+            _time_pass(encode, warmup_texts)
         best, best_wall = float("inf"), float("inf")
         for i, texts in enumerate(passes):
             seconds, wall, out = _time_pass(encode, texts)
@@ -194,6 +199,11 @@ def _mixed(size: int) -> list[str]:
 
     items = mixed_corpus_items(size) if size >= 1_000_000 else fast_items(size)
     return [text for label, text in items if not label.startswith("long_word:")]
+
+
+def _long_word(seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(50_000))
 
 
 def _load_times(path: Path) -> dict[str, Any]:
@@ -261,7 +271,6 @@ def main(argv: list[str] | None = None) -> int:
         print("qwen3 vocabulary missing: run .venv/bin/python scripts/fetch_fixtures.py",
               file=sys.stderr)
         return 2
-    from tests.corpus import mixed_corpus_items
 
     info = machine()
     print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  python={info['python']}"
@@ -272,18 +281,22 @@ def main(argv: list[str] | None = None) -> int:
     texts = [unicodedata.normalize("NFC", t) for t in _mixed(size)]
     results.append(run_case("mixed-first", impls, [texts], warmup=False))
     results.append(run_case("mixed-warm", impls, [texts] * reps, warmup=False))
-    results.append(run_case("repetitive", impls, [_repetitive_text(small, 1)] * reps, warmup=True))
+    # the same 20 sentences in new orders: every pass has new documents but known words
+    rep_passes = [_repetitive_text(small, 10 + i) for i in range(reps + 1)]
+    results.append(run_case("repetitive", impls, rep_passes[1:], warmup=False,
+                            warmup_texts=rep_passes[0]))
     # random 4-12 letter words: none is in any word cache yet, and every pass has new ones
     unique_passes = [_unique_words(small, 100 + i) for i in range(reps)]
     results.append(run_case("unique-words", impls, unique_passes, warmup=False))
-    long_word = [t for label, t in mixed_corpus_items(size) if label == "long_word:latin"]
-    results.append(run_case("long-word", impls, [long_word] * reps, warmup=False))
+    # a different 50,000-char word in every pass (no piece cache can hold it already)
+    long_passes = [[_long_word(1000 + i)] for i in range(reps)]
+    results.append(run_case("long-word", impls, long_passes, warmup=False))
     if not args.quick:
         for name in ("gpt2", "mistral"):
             if (MODELS_DIR / name / "tokenizer.json").is_file():
                 other = Impls(name)
                 pair = {"textproc": other.textproc(), "tokenizers": other.hf()}
-                results.append(run_case(f"{name}-mixed", pair, [_mixed(size)] * reps,
+                results.append(run_case(f"{name}-mixed-first", pair, [_mixed(size)],
                                         warmup=False, vocab=name))
     results.append(_load_times(qwen.path))
     for result in results:
