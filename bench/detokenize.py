@@ -35,7 +35,8 @@ part is textproc only), ``vs DS`` = textproc CPU tok/s / DecodeStream CPU tok/s.
 1,024 streams with stops and parsing on.
 
 ``--profile DIR``: run ``py-spy record`` on the detokenizer process for each case and print its
-top functions by own time (needs py-spy: ``pip install py-spy``).
+top functions by own time (needs py-spy: ``pip install py-spy``). ``--send-costs``: only time one
+Outputs send the way the detokenizer does it against alternatives (see ``send_costs``).
 """
 
 from __future__ import annotations
@@ -391,6 +392,72 @@ def summarize_profile(path: Path, top: int = 12) -> list[tuple[str, float, float
     return [(name, 100 * n / total, 100 * incl[name] / total) for name, n in own.most_common(top)]
 
 
+_DRAIN = """
+import sys, zmq
+c = zmq.Context().socket(zmq.DEALER)
+c.setsockopt(zmq.ROUTING_ID, sys.argv[2].encode())
+c.rcvhwm = 0
+c.connect(sys.argv[1])
+c.send(b"hi")
+while True:
+    if len(c.recv(copy=False)) == 1:
+        break
+"""
+
+
+def send_costs() -> list[dict[str, Any]]:
+    """What one Outputs send costs the detokenizer: ROUTER -> a DEALER in another process (ipc),
+    ``send_multipart`` (as ``_send_front`` does) vs two ``send`` calls with int flags, copy on/off,
+    for a small (300 B) and a big (200 KB, ~4,096 streams) frame. CPU of all threads of this
+    process (pyzmq's zero-copy completion thread included), best of 3."""
+    root = tempfile.mkdtemp(prefix="tp-bench-send-")
+    address = f"ipc://{root}/front"
+    ctx: zmq.Context[Any] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    router.sndhwm = 0
+    router.linger = 0
+    router.bind(address)
+    cid = "cbench-send-0001"
+    child = subprocess.Popen([sys.executable, "-c", _DRAIN, address, cid], stdin=subprocess.DEVNULL)
+    rows: list[dict[str, Any]] = []
+    try:
+        if not router.poll(30_000):
+            raise RuntimeError("the drain process did not connect")
+        router.recv_multipart()
+        cid_b = cid.encode()
+        nb, nbm = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
+        ways = {
+            "send_multipart copy=False": lambda d: router.send_multipart([cid_b, d], flags=zmq.NOBLOCK, copy=False),
+            "send_multipart copy=True": lambda d: router.send_multipart([cid_b, d], flags=zmq.NOBLOCK, copy=True),
+            "2 x send, int flags, copy=True": lambda d: (router.send(cid_b, nbm), router.send(d, nb)),
+            "2 x send, int flags, copy=False": lambda d: (router.send(cid_b, nbm), router.send(d, nb, copy=False)),
+        }
+        for size, n in ((300, 20_000), (200_000, 1_000)):
+            data = os.urandom(size)
+            for name, fn in ways.items():
+                best_wall = best_cpu = float("inf")
+                for _ in range(3):
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    for _ in range(n):
+                        fn(data)
+                    best_wall = min(best_wall, (time.perf_counter() - t0) / n)
+                    best_cpu = min(best_cpu, (time.process_time() - c0) / n)
+                    time.sleep(0.2)
+                rows.append({"bench": "detokenize-send", "way": name, "bytes": size,
+                             "us_wall": best_wall * 1e6, "us_cpu": best_cpu * 1e6,
+                             "load_avg_1m": os.getloadavg()[0]})
+        router.send_multipart([cid_b, b"x"])
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        router.close(0)
+        ctx.term()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer tokens per case (< 1 min)")
@@ -402,7 +469,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, help="cap on steps per case (default 2,000 / 10,000)")
     p.add_argument("--no-reference", action="store_true", help="skip the core and DecodeStream columns")
     p.add_argument("--profile", type=Path, help="py-spy the detokenizer process, raw stacks here")
+    p.add_argument("--send-costs", action="store_true",
+                   help="only the cost of one Outputs send (send_multipart vs 2 sends, copy on/off)")
     args = p.parse_args(argv)
+    if args.send_costs:
+        info = machine()
+        print(f"detokenize --send-costs: {describe(info)}", flush=True)
+        rows = send_costs()
+        print_table(rows, [("way", "way", ""), ("bytes", "bytes", "d"), ("us wall", "us_wall", ".2f"),
+                           ("us CPU", "us_cpu", ".2f"), ("load", "load_avg_1m", ".1f")])
+        write_json(args.json, rows, info)
+        return 0
     model = model_dir(args.model_dir)
     streams_list = [int(x) for x in (args.streams or "1,64,1024,4096").split(",")]
     modes = args.modes.split(",")

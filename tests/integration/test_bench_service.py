@@ -100,3 +100,14 @@ def test_textproc_bench_runs_each(name: str) -> None:
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--quick" in proc.stdout and "--json" in proc.stdout
+
+
+def test_detokenize_send_costs(tmp_path: Path) -> None:
+    out_json = tmp_path / "send.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "detokenize.py"), "--send-costs",
+                           "--json", str(out_json)], cwd=REPO, capture_output=True, text=True,
+                          timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out_json.read_text().splitlines()]
+    assert len(rows) == 8 and {r["bytes"] for r in rows} == {300, 200_000}
+    assert all(r["us_cpu"] > 0 and r["us_wall"] > 0 for r in rows)
