@@ -66,6 +66,7 @@ __all__ = ["Detokenizer", "run_detokenizer", "coalesce_deltas"]
 
 _log = logging.getLogger("textproc.detokenizer")
 _DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
+_DONE_IDS_TICKS = 120  # ... and for at most this many housekeeping ticks (0.5 s each: 60 s)
 _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 # engine steps handled before looking at Submits and clients again: a step can hold thousands
 # of requests, and Submits must not wait behind a long backlog of steps
@@ -119,7 +120,8 @@ class Detokenizer:
         self.live: dict[str, _Request] = {}
         self.per_client: dict[bytes, int] = {}  # live requests per client (max_live_per_client)
         self.early: dict[str, tuple[float, list[StepOutput]]] = {}
-        self.done: OrderedDict[str, None] = OrderedDict()
+        self.done: OrderedDict[str, int] = OrderedDict()  # id -> housekeeping tick it ended
+        self.tick = 0
         self.outbox: dict[bytes, list[RequestOutput]] = {}
         self.engine_aborts: list[str] = []
         self.engine_instance: str | None = None
@@ -392,9 +394,20 @@ class Detokenizer:
 
     def _mark_done(self, rid: str) -> None:
         done = self.done
-        done[rid] = None
+        done[rid] = self.tick
         if len(done) > _DONE_IDS_KEPT:
             done.popitem(last=False)
+
+    def housekeeping(self) -> None:
+        """Every 0.5 s: forget finished ids older than 60 s (late outputs come within steps), so
+        the memory they hold is bounded by time, not only by count."""
+        self.tick += 1
+        done, oldest = self.done, self.tick - _DONE_IDS_TICKS
+        while done:
+            rid = next(iter(done))
+            if done[rid] > oldest:
+                break
+            del done[rid]
 
 
 def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: int = 0) -> int:
@@ -497,6 +510,7 @@ class _Loop:
             now = time.monotonic()
             if now >= next_housekeeping:
                 next_housekeeping = now + 0.5
+                core.housekeeping()
                 if core.early:
                     core.expire_early(now)
                     self._flush()

@@ -219,3 +219,18 @@ def test_bench_dispatch_maps_dashes_to_underscores(capsys: pytest.CaptureFixture
     assert "long_prompt.py" in capsys.readouterr().out
     assert main(["bench", "no-such-bench"]) == 2
     assert "unknown benchmark 'no-such-bench'" in capsys.readouterr().err
+
+
+def test_detokenizer_forgets_finished_ids_after_60_s(toy_model: Path, tok: Tokenizer) -> None:
+    core = Detokenizer(tok, _config(toy_model))
+    core.on_submit(_submit("old"))
+    core.on_abort(b"c1", ["old"])
+    for _ in range(100):  # 50 s
+        core.housekeeping()
+    core.on_submit(_submit("new"))
+    core.on_abort(b"c1", ["new"])
+    assert list(core.done) == ["old", "new"]
+    for _ in range(30):  # 65 s after "old" ended, 15 s after "new"
+        core.housekeeping()
+    assert list(core.done) == ["new"]
+    assert core.all_counters()["done_ids_kept"] == 1
