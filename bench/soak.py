@@ -14,7 +14,9 @@ prints two verdicts:
 
 - memory: flat when no process's RSS grew by more than ``max(8 MB, 5%)`` between the first
   sample after warm-up (1/4 of the run) and the end (a leak of per-request state at thousands
-  of requests per second shows as steady growth; allocator noise does not cross that);
+  of requests per second shows as steady growth; allocator noise does not cross that). The
+  detokenizer's bounded memory of finished ids (60 s, column ``done_ids``) is full after the
+  first minute, so runs shorter than ~4 minutes may still see it fill;
 - state: the detokenizer's ``live_requests``, ``early_requests`` and ``live_clients`` are back
   to 0 and every stream ended (completed, or with the error its kind expects).
 
@@ -176,6 +178,11 @@ async def soak(args: argparse.Namespace, runtime_dir: Path) -> int:
             await asyncio.sleep(min(args.sample_s, max(0.0, duration - (time.monotonic() - t0))))
             if runner.done():
                 break
+            try:
+                counters = next(x for x in await client.stats(timeout_s=10)
+                                if x.role == "detokenizer").counters
+            except TextprocError:
+                counters = {}
             pids = _pids(runtime_dir)
             rss = {name: _rss_kb(pid) or 0 for name, pid in pids.items()}
             samples.append(rss)
@@ -184,9 +191,11 @@ async def soak(args: argparse.Namespace, runtime_dir: Path) -> int:
             last_started, last_t = load.started, now
             if header is None:
                 header = list(rss)
-                print(f"{'t_s':>6} {'req/s':>7} {'started':>8} {'in-flight':>9} " +
+                print(f"{'t_s':>6} {'req/s':>7} {'started':>8} {'in-flight':>9} {'detok_live':>10} "
+                      f"{'done_ids':>8} " +
                       " ".join(f"{n + '_MB':>14}" for n in header), flush=True)
-            print(f"{now - t0:6.0f} {rate:7.0f} {load.started:8d} {client.pending():9d} " +
+            print(f"{now - t0:6.0f} {rate:7.0f} {load.started:8d} {client.pending():9d} "
+                  f"{counters.get('live_requests', -1):10d} {counters.get('done_ids_kept', -1):8d} " +
                   " ".join(f"{rss.get(n, 0) / 1024:14.1f}" for n in header), flush=True)
         load.stop.set()
         await asyncio.wait_for(runner, 120)
