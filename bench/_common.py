@@ -337,7 +337,7 @@ def _engine_main(argv: list[str]) -> int:
             next_step = max(next_step + step_s, perf())
             for entry in running.values():
                 entry[1] = step if entry[2] == 0 else entry[1]  # first step = this one
-            outputs = []
+            outputs: list[tuple[Any, ...]] = []
             done = []
             for rid, entry in running.items():
                 g = entry[2]

@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
@@ -300,9 +300,9 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
     ref = work.hf.decode(work.ids(0, 0, steps), skip_special_tokens=True)
     if mode != "plain":
         ref = ref.replace("<think>", "", 1).replace("</think>", "", 1)
-    got = "".join(text0)
+    text = "".join(text0)
     # the parser drops the whitespace around the think tags: compare without whitespace there
-    same = got == ref if mode == "plain" else "".join(got.split()) == "".join(ref.split())
+    same = text == ref if mode == "plain" else "".join(text.split()) == "".join(ref.split())
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
             "detok_cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else None,
             "outputs_frames": frames_in, "finish_reasons": dict(reasons), "stream0_text_ok": same,
@@ -329,7 +329,9 @@ def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -
     gc.freeze()
     t0 = time.process_time()
     for data in frames:
-        core.on_step(dec.decode(data))
+        frame = dec.decode(data)
+        assert not isinstance(frame, EngineHello)
+        core.on_step(frame)
         outbox, core.outbox = core.outbox, {}
         for items in outbox.values():
             enc(Outputs(items))
@@ -427,7 +429,7 @@ def send_costs() -> list[dict[str, Any]]:
         router.recv_multipart()
         cid_b = cid.encode()
         nb, nbm = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
-        ways = {
+        ways: dict[str, Callable[[bytes], Any]] = {
             "send_multipart copy=False": lambda d: router.send_multipart([cid_b, d], flags=zmq.NOBLOCK, copy=False),
             "send_multipart copy=True": lambda d: router.send_multipart([cid_b, d], flags=zmq.NOBLOCK, copy=True),
             "2 x send, int flags, copy=True": lambda d: (router.send(cid_b, nbm), router.send(d, nb)),
@@ -475,10 +477,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.send_costs:
         info = machine()
         print(f"detokenize --send-costs: {describe(info)}", flush=True)
-        rows = send_costs()
-        print_table(rows, [("way", "way", ""), ("bytes", "bytes", "d"), ("us wall", "us_wall", ".2f"),
+        send_rows = send_costs()
+        print_table(send_rows, [("way", "way", ""), ("bytes", "bytes", "d"), ("us wall", "us_wall", ".2f"),
                            ("us CPU", "us_cpu", ".2f"), ("load", "load_avg_1m", ".1f")])
-        write_json(args.json, rows, info)
+        write_json(args.json, send_rows, info)
         return 0
     model = model_dir(args.model_dir)
     streams_list = [int(x) for x in (args.streams or "1,64,1024,4096").split(",")]
