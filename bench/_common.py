@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,8 +206,9 @@ class Serve:
         deadline = time.monotonic() + timeout_s
         while not (self.runtime_dir / "processes.json").is_file():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log()[-3000:]
                 self.close()
-                raise RuntimeError("textproc serve did not start:\n" + self.log()[-3000:])
+                raise RuntimeError("textproc serve did not start:\n" + log)
             time.sleep(0.05)
         self.info = json.loads((self.runtime_dir / "endpoints.json").read_text())
         self.engine_in: str = self.info["endpoints"]["engine_in"]
@@ -242,6 +244,7 @@ class Serve:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 class FakeEngine:
@@ -275,6 +278,8 @@ class FakeEngine:
             return data
         except (OSError, ValueError):
             return {"requests": {}, "steps": []}
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _engine_main(argv: list[str]) -> int:

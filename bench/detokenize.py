@@ -46,6 +46,7 @@ import collections
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -217,6 +218,7 @@ class DetokProcess:
         for s in (self.control, self.submit, self.engine_in, self.engine_out, self.front):
             s.close(0)
         self.ctx.term()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _case_frames(work: Workload, streams: int, steps: int, tag: str) -> tuple[list[str], list[bytes]]:
@@ -457,6 +459,7 @@ def send_costs() -> list[dict[str, Any]]:
             child.wait()
         router.close(0)
         ctx.term()
+        shutil.rmtree(root, ignore_errors=True)
     return rows
 
 
