@@ -37,6 +37,7 @@ part is textproc only), ``vs DS`` = textproc CPU tok/s / DecodeStream CPU tok/s.
 ``--profile DIR``: run ``py-spy record`` on the detokenizer process for each case and print its
 top functions by own time (needs py-spy: ``pip install py-spy``). ``--send-costs``: only time one
 Outputs send the way the detokenizer does it against alternatives (see ``send_costs``).
+``--floor``: only the least per-token Python work a step can do (see ``run_floor``).
 """
 
 from __future__ import annotations
@@ -374,6 +375,49 @@ def run_decodestream(work: Workload, streams: int, steps: int, mode: str) -> flo
     return streams * steps / cpu
 
 
+def run_floor(model: Path, work: Workload, streams: int, steps: int) -> dict[str, Any]:
+    """The least per-token Python a detokenizer step can do, in this process (CPU): decode the
+    step frame, look each token's text up in a table, build the outputs, encode one frame.
+    ``floor``: ``RequestOutput(rid, [{"content": text}])`` items as today; ``floor-text``: the
+    same with ``(rid, text)`` tuples (a text-only output shape). No stops, no parser, no state."""
+    from textproc.detokenizer import IncrementalDetokenizer
+    from textproc.protocol import EngineOutFrame, RequestOutput
+
+    tt = IncrementalDetokenizer(_core_tokenizer(model)).text_table
+    table = tt() if callable(tt) else tt  # a method or a property, depending on the version
+    if table is None:
+        raise RuntimeError("IncrementalDetokenizer.text_table() gave no table")
+    _, frames = _case_frames(work, streams, steps, "floor")
+    frames = frames[:-1]
+    dec = msgspec.msgpack.Decoder(EngineOutFrame)
+    enc = msgspec.msgpack.Encoder().encode
+    out: dict[str, Any] = {}
+    gc.collect()
+    gc.freeze()
+    for shape in ("floor", "floor-text"):
+        c0 = time.process_time()
+        for data in frames:
+            step = dec.decode(data)
+            assert isinstance(step, EngineStep)
+            if shape == "floor":
+                items: list[Any] = []
+                for o in step.outputs:
+                    text = table[o.token_ids[0]]
+                    if text:
+                        items.append(RequestOutput(o.request_id, [{"content": text}]))
+                enc(Outputs(items))
+            else:
+                pairs = []
+                for o in step.outputs:
+                    text = table[o.token_ids[0]]
+                    if text:
+                        pairs.append((o.request_id, text))
+                enc(("OutputsText", pairs))
+        out[shape] = streams * steps / (time.process_time() - c0)
+    gc.unfreeze()
+    return out
+
+
 def summarize_profile(path: Path, top: int = 12) -> list[tuple[str, float, float]]:
     """py-spy raw (collapsed) stacks -> [(function (file), % own, % inclusive)] by own time."""
     import re
@@ -474,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, help="cap on steps per case (default 2,000 / 10,000)")
     p.add_argument("--no-reference", action="store_true", help="skip the core and DecodeStream columns")
     p.add_argument("--profile", type=Path, help="py-spy the detokenizer process, raw stacks here")
+    p.add_argument("--floor", action="store_true",
+                   help="only the least per-token Python a step can do (see run_floor), per stream count")
     p.add_argument("--send-costs", action="store_true",
                    help="only the cost of one Outputs send (send_multipart vs 2 sends, copy on/off)")
     args = p.parse_args(argv)
@@ -487,6 +533,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = model_dir(args.model_dir)
     streams_list = [int(x) for x in (args.streams or "1,64,1024,4096").split(",")]
+    if args.floor:
+        info = machine()
+        print(f"detokenize --floor: {describe(info)}", flush=True)
+        work = Workload(model, 60_000)
+        total = args.tokens or (20_000 if args.quick else 300_000)
+        floor_rows = []
+        for streams in streams_list:
+            steps = max(10, min(args.max_steps or 10_000, total // streams))
+            f = run_floor(model, work, streams, steps)
+            floor_rows.append({"bench": "detokenize-floor", "streams": streams, "steps": steps,
+                               "floor_tokens_per_cpu_s": f["floor"],
+                               "floor_text_tokens_per_cpu_s": f["floor-text"],
+                               "load_avg_1m": os.getloadavg()[0]})
+        print_table(floor_rows, [("streams", "streams", "d"), ("steps", "steps", "d"),
+                                 ("floor tok/CPU-s", "floor_tokens_per_cpu_s", ",.0f"),
+                                 ("floor-text tok/CPU-s", "floor_text_tokens_per_cpu_s", ",.0f"),
+                                 ("load", "load_avg_1m", ".1f")])
+        write_json(args.json, floor_rows, info)
+        return 0
     modes = args.modes.split(",")
     total = args.tokens or (20_000 if args.quick else 300_000)
     max_steps = args.max_steps or (2_000 if args.quick else 10_000)
