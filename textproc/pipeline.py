@@ -124,53 +124,71 @@ class OutputPipeline:
 
     def feed(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
         """Feed one engine step's new ids; return the fragments ready now."""
+        key = self._fast_key  # not None: nothing held anywhere, stops eligible, not finished
+        if key is not None and len(token_ids) == 1:
+            strs = self._strs  # not None: the detokenizer holds nothing either
+            if strs is not None:
+                token_id = token_ids[0]
+                if token_id.__class__ is int and token_id >= 0:
+                    try:
+                        text = strs[token_id]
+                    except IndexError:
+                        text = None  # _feed_ids reports it
+                    if text is not None:  # one id whose bytes are a complete text
+                        self.n_tokens += 1
+                        if not text:
+                            return []
+                        if self._danger.isdisjoint(text):
+                            return [{key: text}]
+                        return self._feed_text(text, 1, key)
+        return self._feed_ids(token_ids)
+
+    def _feed_ids(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
         if self.is_finished:
             return []
         before = self.n_tokens
         n = len(token_ids)
         self.n_tokens = before + n
         key = self._fast_key
-        if key is not None:
-            # nothing held anywhere and stops are eligible (so no min_tokens cut is due)
-            text = None
-            strs = self._strs
-            if strs is not None and n == 1:  # one id whose bytes are a complete text
-                token_id = token_ids[0]
-                if token_id.__class__ is int and token_id >= 0:
-                    try:
-                        text = strs[token_id]
-                    except IndexError:
-                        pass  # detok.add reports it
-            if text is None:
-                text = self._detok.add(token_ids)
-                self._strs = self._detok.text_table
+        if key is not None:  # min_tokens is behind us: no cut
+            text = self._detok.add(token_ids)
+            self._strs = self._detok.text_table
             if not text:
                 return []
             if self._danger.isdisjoint(text):
                 return [{key: text}]
-            # run only the stage(s) the text concerns: an idle stage given text without its
-            # characters would return it unchanged and change nothing
-            if self._stop_chars.isdisjoint(text):
-                assert self._parser is not None  # the character is a tag's
-                out = self._parser.feed(text)
-                self._fast_key = self._parser.idle_key
-                return out
-            tag_hit = not self._tag_chars.isdisjoint(text)
-            text = self._stops.feed(text, n_tokens=n)
-            if not tag_hit and not self._stops.is_finished:
-                self._fast_key = key if self._stops.is_idle else None
-                return [{key: text}] if text else []
+            return self._feed_text(text, n, key)
+        stops = self._stops
+        cut = self._min_tokens - before
+        if 0 < cut < n:
+            # tokens up to min_tokens and the ones after go to the stop checker separately,
+            # so eligibility does not depend on how the engine grouped them
+            text = stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
+            if not stops.is_finished:
+                text += stops.feed(self._detok.add(token_ids[cut:]), n_tokens=n - cut)
         else:
-            stops = self._stops
-            cut = self._min_tokens - before
-            if 0 < cut < n:
-                # tokens up to min_tokens and the ones after go to the stop checker separately,
-                # so eligibility does not depend on how the engine grouped them
-                text = stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
-                if not stops.is_finished:
-                    text += stops.feed(self._detok.add(token_ids[cut:]), n_tokens=n - cut)
-            else:
-                text = stops.feed(self._detok.add(token_ids), n_tokens=n)
+            text = stops.feed(self._detok.add(token_ids), n_tokens=n)
+        return self._after_stops(text)
+
+    def _feed_text(self, text: str, n: int, key: str) -> list[dict[str, Any]]:
+        # every stage idle, text has a character that may start/end a stop or start a tag: run
+        # only the stage(s) it concerns (an idle stage given text without its characters would
+        # return it unchanged and change nothing)
+        if self._stop_chars.isdisjoint(text):
+            parser = self._parser
+            assert parser is not None  # the character is a tag's
+            out = parser.feed(text)
+            self._fast_key = parser.idle_key
+            return out
+        stops = self._stops
+        tag_hit = not self._tag_chars.isdisjoint(text)
+        text = stops.feed(text, n_tokens=n)
+        if not tag_hit and not stops.is_finished:
+            self._fast_key = key if stops.is_idle else None
+            return [{key: text}] if text else []
+        return self._after_stops(text)
+
+    def _after_stops(self, text: str) -> list[dict[str, Any]]:
         if self._stops.is_finished:
             self._fast_key = None
             return self._end(text, "stop")
