@@ -190,7 +190,7 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
 
     serve = Serve(model, workers=workers, engine="external", endpoints=kind)
     engine = FakeEngine(serve.engine_in, serve.engine_out, ids, step_ms=step_ms)
-    results: list[tuple[float, list[Record], float, float, dict[str, float]]] = []
+    results: list[tuple[float, list[Record], float, float, dict[str, float], float]] = []
 
     def alive() -> str | None:
         if engine.proc.poll() is not None:
@@ -211,7 +211,7 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
                     records, t0, t1 = await _level(client, prompts, rate, duration, max_tokens,
                                                    kind, k + 1, alive)
                     cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
-                    results.append((rate, records, t0, t1, cpu))
+                    results.append((rate, records, t0, t1, cpu, os.getloadavg()[0]))
                     done = sum(1 for r in records if r.error is None and r.counts
                                and r.counts[-1] >= max_tokens)
                     achieved = done / (t1 - t0)
@@ -228,14 +228,14 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
         timings = engine.stop()
         serve.close()
     rows = []
-    for rate, records, t0, t1, cpu in results:
+    for rate, records, t0, t1, cpu, load in results:
         a = analyse(records, timings, max_tokens)
         rows.append({"bench": "e2e", "endpoints": kind, "workers": workers, "offered_rps": rate,
                      "achieved_rps": a["completed"] / (t1 - t0), "duration_s": t1 - t0,
                      "max_tokens": max_tokens, "step_ms": step_ms,
                      "tokens_per_s": a["completed"] * max_tokens / (t1 - t0),
                      "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
-                     "load_avg_1m": os.getloadavg()[0], **a})
+                     "load_avg_1m": load, **a})
     return rows
 
 
