@@ -343,8 +343,6 @@ def _deep(kind_key: str, leaf: dict[str, Any], depth: int) -> dict[str, Any]:
     return node
 
 
-@pytest.mark.xfail(strict=True, reason="deeply nested Sequence components raise RecursionError, "
-                   "not TokenizerFileError (owner: TOKENIZER, textproc/tok/*.py builders)")
 @pytest.mark.parametrize("component,key,leaf", [
     ("normalizer", "normalizers", {"type": "NFC"}),
     ("pre_tokenizer", "pretokenizers", {"type": "ByteLevel", "add_prefix_space": False,
@@ -358,8 +356,6 @@ def test_deeply_nested_components_fail_cleanly(component: str, key: str, leaf: d
         Tokenizer.from_json(obj)
 
 
-@pytest.mark.xfail(strict=True, reason="a deeply nested JSON file raises RecursionError from "
-                   "json.loads in read_json, not TokenizerFileError (owner: TOKENIZER, tok/loader.py)")
 def test_deeply_nested_json_file_fails_cleanly(tmp_path: Path) -> None:
     path = tmp_path / "tokenizer.json"
     path.write_text("[" * 100_000)

@@ -149,12 +149,13 @@ class Decoder:
         return self.kinds == ["ByteLevel"]
 
 
-def _collect(ctx: Ctx, spec: Any, path: str, dec: Decoder) -> None:
+def _collect(ctx: Ctx, spec: Any, path: str, dec: Decoder, depth: int = 0) -> None:
+    ctx.nesting(depth, path)
     obj = ctx.obj(spec, path)
     kind = ctx.get(obj, "type", path, str)
     if kind == "Sequence":
         for i, item in enumerate(ctx.get(obj, "decoders", path, list)):
-            _collect(ctx, item, f"{path}.decoders[{i}]", dec)
+            _collect(ctx, item, f"{path}.decoders[{i}]", dec, depth + 1)
         return
     dec.kinds.append(kind)
     if kind == "ByteLevel":

@@ -10,7 +10,11 @@ from typing import Any, NoReturn
 
 from textproc.errors import TokenizerFileError, short
 
-__all__ = ["Ctx", "MISSING"]
+__all__ = ["Ctx", "MISSING", "MAX_NESTING"]
+
+# Sequence components nested deeper than this are refused (HF's serde_json stops at 128 JSON
+# levels, i.e. 64 Sequences; recursion would otherwise end in RecursionError)
+MAX_NESTING = 64
 
 
 class _Missing:
@@ -44,6 +48,11 @@ class Ctx:
             f"unsupported {kind} type {short(type_name)} at {path} in {self.source}; "
             f"supported: {supported}"
         )
+
+    def nesting(self, depth: int, path: str) -> None:
+        """Refuse a component nested more than :data:`MAX_NESTING` Sequences deep."""
+        if depth > MAX_NESTING:
+            self.fail(f"components nested more than {MAX_NESTING} Sequences deep; allowed: at most {MAX_NESTING}", path)
 
     def check(self, value: Any, kind: type | tuple[type, ...], path: str) -> Any:
         """``value`` if it has type ``kind`` (bool is not an int, int is a float)."""

@@ -33,6 +33,10 @@ def read_json(path: Path) -> Any:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TokenizerFileError(f"{path} is not valid JSON: {e}") from e
+    except RecursionError:
+        raise TokenizerFileError(
+            f"{path} nests JSON arrays/objects too deeply to parse; a tokenizer.json needs only a few levels"
+        ) from None
     finally:
         if gc_was_enabled:
             gc.enable()

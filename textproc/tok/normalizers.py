@@ -113,10 +113,11 @@ def _strip(left: bool, right: bool) -> Normalizer:
     return norm
 
 
-def build_normalizer(ctx: Ctx, spec: Any, path: str) -> Normalizer | None:
+def build_normalizer(ctx: Ctx, spec: Any, path: str, *, depth: int = 0) -> Normalizer | None:
     """The normalizer at ``path`` (None for null / no-op)."""
     if spec is None:
         return None
+    ctx.nesting(depth, path)
     obj = ctx.obj(spec, path)
     kind = ctx.get(obj, "type", path, str)
     if kind == "NFC" or kind == "NFD" or kind == "NFKC" or kind == "NFKD":
@@ -125,7 +126,7 @@ def build_normalizer(ctx: Ctx, spec: Any, path: str) -> Normalizer | None:
         return _lowercase
     if kind == "Sequence":
         items = ctx.get(obj, "normalizers", path, list)
-        parts = [build_normalizer(ctx, s, f"{path}.normalizers[{i}]") for i, s in enumerate(items)]
+        parts = [build_normalizer(ctx, s, f"{path}.normalizers[{i}]", depth=depth + 1) for i, s in enumerate(items)]
         funcs = [p for p in parts if p is not None]
         if not funcs:
             return None

@@ -56,12 +56,13 @@ def _template(ctx: Ctx, obj: dict[str, Any], path: str) -> tuple[list[int], list
     return prefix, suffix
 
 
-def _collect(ctx: Ctx, spec: Any, path: str, out: list[tuple[list[int], list[int]]]) -> None:
+def _collect(ctx: Ctx, spec: Any, path: str, out: list[tuple[list[int], list[int]]], depth: int = 0) -> None:
+    ctx.nesting(depth, path)
     obj = ctx.obj(spec, path)
     kind = ctx.get(obj, "type", path, str)
     if kind == "Sequence":
         for i, item in enumerate(ctx.get(obj, "processors", path, list)):
-            _collect(ctx, item, f"{path}.processors[{i}]", out)
+            _collect(ctx, item, f"{path}.processors[{i}]", out, depth + 1)
     elif kind == "ByteLevel":
         return
     elif kind == "TemplateProcessing":

@@ -174,7 +174,8 @@ class PreTokenizer:
         return pieces
 
 
-def _collect(ctx: Ctx, spec: Any, path: str, pre: PreTokenizer) -> None:
+def _collect(ctx: Ctx, spec: Any, path: str, pre: PreTokenizer, depth: int = 0) -> None:
+    ctx.nesting(depth, path)
     obj = ctx.obj(spec, path)
     kind = ctx.get(obj, "type", path, str)
     steps = pre.steps
@@ -184,7 +185,7 @@ def _collect(ctx: Ctx, spec: Any, path: str, pre: PreTokenizer) -> None:
     if kind == "Sequence":
         items = ctx.get(obj, "pretokenizers", path, list)
         for i, item in enumerate(items):
-            _collect(ctx, item, f"{path}.pretokenizers[{i}]", pre)
+            _collect(ctx, item, f"{path}.pretokenizers[{i}]", pre, depth + 1)
         return
     if kind == "Split":
         pat = ctx.get(obj, "pattern", path, dict)
