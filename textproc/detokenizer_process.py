@@ -62,7 +62,7 @@ from textproc.transport import (
     start_authenticator,
 )
 
-__all__ = ["Detokenizer", "run_detokenizer", "coalesce_deltas"]
+__all__ = ["Detokenizer", "GC_THRESHOLDS", "run_detokenizer", "coalesce_deltas"]
 
 _log = logging.getLogger("textproc.detokenizer")
 _DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
@@ -73,6 +73,12 @@ _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 _ENGINE_DRAIN_BATCH = 4
 _ENGINE_REASONS = {"stop", "length", "abort", "error"}
 _PIPELINE_REASONS = frozenset({"stop", "length", "abort"})
+# A step allocates a few containers per request (decoded StepOutput, RequestOutput, deltas) that
+# are alive together and freed by reference counting: at the default gen0 threshold (700) the
+# collector ran ~7 times per 1,024-request step, with a full pass every few steps over every live
+# pipeline, 23-31% of the CPU of Detokenizer.on_step + Outputs encoding (bench/detok_pipeline.py,
+# gc.callbacks). Collections now run only when 100k objects outlive their step (new requests).
+GC_THRESHOLDS = (100_000, 50, 100)
 _RID, _IDS, _REASON = (attrgetter("request_id"), attrgetter("token_ids"),
                        attrgetter("finish_reason"))  # EngineStep entries as columns
 
@@ -423,6 +429,7 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: 
     # (measured in the detokenizer: ~1.5x more request-steps per second on Qwen3)
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
     instance_id = uuid.uuid4().hex
     ctx: zmq.Context[Any] = zmq.Context()
     opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}
