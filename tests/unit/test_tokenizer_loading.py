@@ -106,6 +106,34 @@ def test_truncated_and_non_json_files(tmp_path: Path) -> None:
         Tokenizer.from_dir(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize("where,token_id,hf_loads", [
+    ("vocab", 2**32, False), ("vocab", 2**40, False), ("vocab", 2**31, True),
+    ("added", 2**32, False), ("added", -1, False),
+])
+def test_out_of_range_and_sparse_ids_are_refused_at_load(where: str, token_id: int, hf_loads: bool) -> None:
+    obj = trained_obj("qwen")
+    if where == "vocab":
+        obj["model"]["vocab"]["zzz-new"] = token_id
+        path = r"\$\.model\.vocab\['zzz-new'\]"
+    else:
+        obj["added_tokens"].append({"id": token_id, "content": "<x>", "special": True, "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": False})
+        path = rf"\$\.added_tokens\[{len(obj['added_tokens']) - 1}\]\.id"
+    # HF refuses ids outside u32; a valid but absurdly sparse id it loads, textproc refuses
+    # (its id tables are dense: 2**31 would need 16 GB)
+    if hf_loads:
+        assert hf_from_obj(obj).decode([token_id]) == "zzz-new"
+    else:
+        with pytest.raises(Exception, match="expected u32"):
+            hf_from_obj(obj)
+    with pytest.raises(TokenizerFileError, match=rf"token id {token_id} is .*allowed: 0\.\.\d+ at {path}"):
+        Tokenizer.from_json(obj)
+    # a gap of ordinary size loads, and decodes like HF
+    obj = trained_obj("qwen")
+    obj["model"]["vocab"]["zzz-new"] = 500_000
+    assert Tokenizer.from_json(obj).decode([500_000, 5]) == hf_from_obj(obj).decode([500_000, 5])
+
+
 # -- model directories ------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import re
 
-from textproc.tok.jsonpath import Ctx
+from textproc.tok.jsonpath import MAX_ID, Ctx, id_limit_reason
 from textproc.tok.uchars import WHITESPACE, WORD_CHAR
 
 __all__ = ["AddedToken", "AddedVocab", "Segment"]
@@ -83,8 +83,8 @@ class AddedVocab:
                     normalized=ctx.get(obj, "normalized", p, bool, True),
                 )
             )
-            if "id" in obj:
-                ctx.get(obj, "id", p, int)
+            if "id" in obj and not 0 <= ctx.get(obj, "id", p, int) <= MAX_ID:
+                ctx.fail(f"token id {obj['id']} is {id_limit_reason(obj['id'], 0)}", f"{p}.id")
         for tok in tokens:
             if tok.special and tok.content:
                 self.special_contents.add(tok.content)

@@ -25,7 +25,7 @@ from operator import add, lshift, mul, or_
 from typing import Any
 
 from textproc.errors import InvalidInput
-from textproc.tok.jsonpath import Ctx
+from textproc.tok.jsonpath import Ctx, id_limit_reason, sparse_id_limit
 
 __all__ = ["BPE"]
 
@@ -93,6 +93,12 @@ class BPE:
             for token, token_id in vocab.items():
                 if type(token_id) is not int or token_id < 0:
                     ctx.fail(f"expected a non-negative integer id, got {token_id!r}", f"{path}.vocab[{token!r}]")
+        top = max(vocab.values(), default=-1)
+        if top > sparse_id_limit(len(vocab)):
+            token = next(t for t, i in vocab.items() if i == top)
+            ctx.fail(
+                f"token id {top} is {id_limit_reason(top, len(vocab))}", f"{path}.vocab[{token!r}]"
+            )
         merges = ctx.get(model, "merges", path, list, [])
         unk = ctx.get(model, "unk_token", path, str, None)
         return cls(

@@ -10,11 +10,32 @@ from typing import Any, NoReturn
 
 from textproc.errors import TokenizerFileError, short
 
-__all__ = ["Ctx", "MISSING", "MAX_NESTING"]
+__all__ = ["Ctx", "MISSING", "MAX_NESTING", "MAX_ID", "sparse_id_limit", "id_limit_reason"]
 
 # Sequence components nested deeper than this are refused (HF's serde_json stops at 128 JSON
 # levels, i.e. 64 Sequences; recursion would otherwise end in RecursionError)
 MAX_NESTING = 64
+
+# token ids are u32 in HF tokenizers (it refuses larger ones); id -> token tables are dense
+# lists, so a vocabulary whose largest id is far beyond its size (a 10-token vocab with id
+# 2**31 would need a 16 GB table) is refused too
+MAX_ID = 2**32 - 1
+_DENSE_SLACK = 1 << 20
+
+
+def sparse_id_limit(count: int) -> int:
+    """The largest token id accepted for a vocabulary of ``count`` tokens."""
+    return min(MAX_ID, max(_DENSE_SLACK, 4 * count))
+
+
+def id_limit_reason(token_id: int, count: int) -> str:
+    """Why ``token_id`` is refused, with what is allowed."""
+    if not 0 <= token_id <= MAX_ID:
+        return f"outside the u32 range HF tokenizers accepts; allowed: 0..{MAX_ID}"
+    return (
+        f"far beyond the vocabulary's {count} tokens (id tables are dense); "
+        f"allowed: 0..{sparse_id_limit(count)}"
+    )
 
 
 class _Missing:
