@@ -13,6 +13,13 @@ releases it as soon as it cannot. Known gap: when a parser-held tag prefix is di
 by a stop-held tail (``"<th"`` then ``"x"`` with a stop ``"x!"``), the tag prefix waits until
 the stop checker releases ``"x"``; the output is unaffected, only delayed by one delta.
 
+Fast path (most steps): while no stage holds anything, one id whose bytes are complete UTF-8
+(the detokenizer's ``text_table``) and whose text has no character that starts or ends a stop
+string or starts a tag goes out as ``{key: text}`` without running the stop checker or the
+parser (each stage says when it is idle: ``StopChecker.is_idle``, ``OutputParser.idle_key``);
+a text with only tag characters skips the stop checker, one with only stop characters the
+parser. Each skipped stage would have returned the text unchanged and kept its state.
+
 Contract (property-tested): for any split of the ids into ``feed`` calls the merged deltas,
 finish reason and matched stop are the same as for one ``feed`` of all ids; with
 ``at_start=True`` they equal ``parse_output(truncate(decode(ids)))``.
