@@ -19,6 +19,8 @@ Decisions kept here (each has a test):
 - **Lone surrogates** (``"\\ud800"``) raise :class:`InvalidInput`; the reference cannot take
   them either (a Rust ``str`` cannot hold one).
 - **Unknown ids** in ``decode`` are skipped, like the reference; ``token_bytes`` gives ``b""``.
+  In ``decode`` and ``token_bytes`` bools are ids 1 and 0 on every path (the reference reads
+  ids through ``__index__``); ``id_to_token`` takes only real ints.
 - **Lazy merge table.** ``from_*`` parses and checks the file; the BPE merge table (151k
   entries for Qwen) is built with C-level maps on the first encode, or by :meth:`validate`.
 - **Speed.** The common byte-level shape (normalizer, one regex split, byte mapping) is
@@ -376,7 +378,7 @@ class Tokenizer:
         """Bytes this token contributes in the middle of a decoded sequence (b"" if unknown)."""
         full, skip = self._byte_tables()
         table = skip if skip_special_tokens else full
-        if type(token_id) is int and 0 <= token_id < len(table):
+        if isinstance(token_id, int) and 0 <= token_id < len(table):
             return table[token_id]
         return b""
 
@@ -397,14 +399,14 @@ class Tokenizer:
             except (IndexError, TypeError):
                 pass
             n = len(table)
-            data = b"".join([table[i] for i in token_ids if type(i) is int and 0 <= i < n])
+            data = b"".join([table[i] for i in token_ids if isinstance(i, int) and 0 <= i < n])
             return data.decode("utf-8", "replace")
         tokens = self._tokens()
         n = len(tokens)
         special = self.special_ids
         strs: list[str] = []
         for i in token_ids:
-            if type(i) is not int or not 0 <= i < n:
+            if not isinstance(i, int) or not 0 <= i < n:
                 continue
             t = tokens[i]
             if t is None or (skip_special_tokens and i in special):

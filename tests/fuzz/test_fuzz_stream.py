@@ -208,9 +208,6 @@ def test_for_prompt_takes_any_prompt_ids(kind: str, prompt: list[Any]) -> None:
     assert (detok.add(ids) + detok.flush()).strip() == tok.decode(ids).strip()
 
 
-@pytest.mark.xfail(strict=True, reason="Tokenizer.decode([True]) decodes id 1 on byte-level vocabularies "
-                   "(as HF tokenizers does) but skips bools on the others (type(i) is not int in the "
-                   "non-byte-level path): differs from HF there (owner: TOKENIZER, tokenizer.py decode)")
 def test_decode_treats_bools_like_hf() -> None:
     for kind in SMALL_KINDS:
         tok = _tok(kind)

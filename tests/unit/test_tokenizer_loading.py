@@ -232,6 +232,19 @@ def test_decode_skips_unknown_ids_like_the_reference() -> None:
     assert tok.token_bytes(10_000_000) == b"" and tok.id_to_token(10_000_000) is None
 
 
+@pytest.mark.parametrize("kind", ["qwen", "sp_bpe", "unigram"])
+def test_bools_are_ids_0_and_1_like_the_reference(kind: str) -> None:
+    # HF takes ids through __index__: True is 1, False is 0, on every decoder path
+    obj = trained_obj(kind)
+    tok, ref = Tokenizer.from_json(obj), hf_from_obj(obj)
+    for ids in ([True, 5], [False], [5, True, False, 7]):
+        assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False) == tok.decode([int(i) for i in ids])
+        assert tok.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+    # id_to_token stays strict (tests/fuzz pins None for bools there), unlike HF
+    assert ref.id_to_token(True) == tok.id_to_token(1) and tok.id_to_token(True) is None
+    assert tok.token_bytes(True) == tok.token_bytes(1)
+
+
 @pytest.mark.parametrize("kind", ["qwen", "gpt2"])
 def test_byte_level_decode_is_joined_token_bytes(kind: str) -> None:
     obj = trained_obj(kind)
