@@ -309,8 +309,6 @@ def _unigram_tie_mismatches() -> list[int]:
 
 # Known textproc bug (reported to the TOKENIZER owner): remove this marker once it is fixed;
 # until then the trained-unigram corpus cases attribute their mismatches to it (see _run).
-@pytest.mark.xfail(reason="KNOWN BUG: textproc Unigram breaks equal-score ties differently "
-                          "from tokenizers", strict=False)
 def test_unigram_equal_score_paths() -> None:
     """Pinned repro: segmentations of '=' runs with equal total scores. tokenizers keeps the
     first best candidate per end position while scanning start positions left to right."""

@@ -134,6 +134,45 @@ def test_out_of_range_and_sparse_ids_are_refused_at_load(where: str, token_id: i
     assert Tokenizer.from_json(obj).decode([500_000, 5]) == hf_from_obj(obj).decode([500_000, 5])
 
 
+def _hf_parsed_scores(texts: list[str]) -> list[float]:
+    """The f64s HF tokenizers reads from these JSON number texts (Unigram scores, written back)."""
+    import tokenizers
+
+    vocab = ",".join(f'["p{i}", {t}]' for i, t in enumerate(texts))
+    text = '{"version": "1.0", "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ' + vocab + "]}}"
+    back = json.loads(tokenizers.Tokenizer.from_str(text).to_str())["model"]["vocab"][1:]
+    return [float(score) for _piece, score in back]
+
+
+def test_scores_are_parsed_like_serde_json_not_correctly_rounded() -> None:
+    from textproc.tok.loader import serde_float
+
+    rng = random.Random(7)
+    texts = ["-10.000530232488181", "0.0", "-0.0", "5", "-3", "1e-5", "-2.5E+3", "123456789012345678901.5",
+             "0.1234567890123456789012345", "-1.7976931348623157e308", "4.9e-324", "1e-400"]
+    for _ in range(400):
+        value = -rng.random() * 10 ** rng.randint(-3, 4)
+        texts += [repr(value), f"{value:.{rng.randint(1, 25)}f}", f"{value:.{rng.randint(1, 20)}e}"]
+    ours = [float(serde_float(t)) for t in texts]
+    assert ours == _hf_parsed_scores(texts)
+    # the point: some differ from Python's correctly rounded float()
+    assert any(o != float(t) for o, t in zip(ours, texts))
+
+
+def test_unigram_ties_follow_hf_scores(tmp_path: Path) -> None:
+    pieces = [["<unk>", 0.0], ["▁", -1.204627448589612], ["▁=", -5.715260860112222],
+              ["=", -6.433993973982883], ["▁==", -7.521694764057664], ["=" * 13, -10.000530232488181]]
+    obj = {"version": "1.0", "normalizer": None, "decoder": None, "added_tokens": [],
+           "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True},
+           "model": {"type": "Unigram", "unk_id": 0, "vocab": pieces, "byte_fallback": False}}
+    ref = hf_from_obj(obj)
+    from_obj = Tokenizer.from_json(obj)
+    from_file = Tokenizer.from_file(_write(tmp_path, obj))
+    for n in range(1, 40):
+        expected = ref.encode("=" * n).ids
+        assert from_obj.encode("=" * n) == expected == from_file.encode("=" * n), n
+
+
 # -- model directories ------------------------------------------------------------------------
 
 

@@ -15,9 +15,86 @@ from typing import Any
 from textproc.errors import TokenizerFileError, short
 from textproc.tok.jsonpath import Ctx
 
-__all__ = ["read_json", "DirConfig", "read_dir_config", "SPECIAL_KEYS"]
+__all__ = ["read_json", "DirConfig", "read_dir_config", "SPECIAL_KEYS", "SerdeFloat", "serde_float", "hf_float"]
 
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+_U64_MAX = 2**64 - 1
+# serde_json's POW10 table: the f64 literals 1e0 ..= 1e308 (correctly rounded, as float() is)
+_POW10 = [float(f"1e{k}") for k in range(309)]
+
+
+class SerdeFloat(float):
+    """A JSON number already parsed the way HF ``tokenizers`` (serde_json) parses it."""
+
+    __slots__ = ()
+
+
+def serde_float(text: str) -> SerdeFloat:
+    """The f64 serde_json (without its ``float_roundtrip`` feature, as ``tokenizers`` builds it)
+    reads from the JSON number ``text``.
+
+    That parser is not correctly rounded: it keeps at most the digits that fit a u64 (later
+    ones only move the exponent, or are dropped after the point), converts them to f64 and then
+    multiplies or divides once by a power of ten, rounding twice. ``-10.000530232488181`` comes
+    out one ulp away from Python's ``float``, and Unigram scores that tie in one and not in the
+    other segment text differently. Short numbers (15 digits, no exponent) are exact in both.
+    """
+    digits = len(text) - (text[0] == "-") - ("." in text)
+    if digits <= 15 and "e" not in text and "E" not in text:
+        return SerdeFloat(text)
+    positive = not text.startswith("-")
+    body = text if positive else text[1:]
+    mantissa, _, exp_text = body.replace("E", "e").partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    significand = 0
+    exponent = 0
+    overflowed = False
+    for c in int_part:
+        if overflowed or significand * 10 + (ord(c) - 48) > _U64_MAX:
+            overflowed = True
+            exponent += 1  # integer digits past a full u64 only scale it
+        else:
+            significand = significand * 10 + (ord(c) - 48)
+    for c in frac_part:
+        if overflowed or significand * 10 + (ord(c) - 48) > _U64_MAX:
+            overflowed = True  # fraction digits past a full u64 are dropped
+            break
+        significand = significand * 10 + (ord(c) - 48)
+        exponent -= 1
+    if exp_text:
+        exp_value = int(exp_text)
+        if exp_value > 2**31 - 1 or exp_value < -(2**31 - 1):
+            if significand != 0 and exp_value > 0:
+                raise ValueError(f"number out of range: {text}")
+            return SerdeFloat(0.0 if positive else -0.0)
+        exponent = max(-(2**31), min(2**31 - 1, exponent + exp_value))
+    f = float(significand)
+    while True:
+        if abs(exponent) <= 308:
+            if exponent >= 0:
+                f *= _POW10[exponent]
+            else:
+                f /= _POW10[-exponent]
+            break
+        if f == 0.0:
+            break
+        if exponent >= 0:
+            raise ValueError(f"number out of range: {text}")
+        f /= 1e308
+        exponent += 308
+    if f == float("inf"):
+        raise ValueError(f"number out of range: {text}")
+    return SerdeFloat(f if positive else -f)
+
+
+def hf_float(value: float) -> float:
+    """``value`` as HF reads it: as parsed if it came from :func:`read_json`, else parsed again
+    from the text ``json.dumps`` writes for it (what HF gets from a dumped dict)."""
+    if type(value) is SerdeFloat or type(value) is int:
+        return float(value)
+    return float(serde_float(repr(float(value))))
 
 
 def read_json(path: Path) -> Any:
@@ -30,9 +107,11 @@ def read_json(path: Path) -> Any:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return json.loads(data)
+        return json.loads(data, parse_float=serde_float)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TokenizerFileError(f"{path} is not valid JSON: {e}") from e
+    except ValueError as e:  # a number serde_json refuses (out of f64 range)
+        raise TokenizerFileError(f"{path}: {e}") from None
     except RecursionError:
         raise TokenizerFileError(
             f"{path} nests JSON arrays/objects too deeply to parse; a tokenizer.json needs only a few levels"

@@ -4,7 +4,9 @@ Same result as ``Unigram::encode_optimized`` + ``tokenize``: every vocabulary pi
 candidate (control tokens included), an unknown character costs ``min_score - 10``, runs of
 unknown characters are fused into one piece (``fuse_unk``), and a piece missing from the
 vocabulary falls back to ``<0xNN>`` byte pieces (``byte_fallback``) or ``unk_id``.
-Scores add in the same order as the reference, so float ties resolve the same way.
+Scores add in the same order as the reference, so float ties resolve the same way; and they
+are the reference's f64 values, which are not always Python's: serde_json rounds twice
+(``textproc.tok.loader.serde_float``), and a score one ulp off turns a tie into a win.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from textproc.errors import InvalidInput
 from textproc.tok.jsonpath import Ctx
+from textproc.tok.loader import hf_float
 
 __all__ = ["Unigram"]
 
@@ -44,7 +47,8 @@ class Unigram:
             if len(item) != 2:
                 ctx.fail(f"expected [piece, score], got {item!r}", p)
             piece = ctx.check(item[0], str, f"{p}[0]")
-            score = float(ctx.check(item[1], float, f"{p}[1]"))
+            # scores as HF's JSON parser reads them: ties depend on the last bit
+            score = hf_float(ctx.check(item[1], float, f"{p}[1]"))
             pieces.append((piece, score))
         unk_id = ctx.get(model, "unk_id", path, int, None)
         if unk_id is not None and not 0 <= unk_id < len(pieces):
