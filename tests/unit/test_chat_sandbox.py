@@ -44,7 +44,7 @@ def test_escape_payloads_fail_fast(name: str) -> None:
     start = time.monotonic()
     with pytest.raises(TemplateError, match=r"^chat template sha256:[0-9a-f]{12}: "):
         render_chat(ESCAPES[name], MESSAGES)
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 1.5  # immediate refusal; the bound leaves room for a loaded machine
 
 
 def test_escape_runs_no_code(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_size_bombs_fail_before_allocating(name: str) -> None:
     start = time.monotonic()
     with pytest.raises(TemplateError, match=r"max_output_chars=8000000|too large|bits|at most 200000"):
         render_chat(BOMBS[name], MESSAGES)
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 1.5  # refused before allocating; room for a loaded machine
 
 
 def test_self_referencing_namespace_fails_cleanly() -> None:
