@@ -75,6 +75,7 @@ class OutputPipeline:
         "stop_reason",
         "_fast_key",
         "_danger",
+        "_danger_str",
         "_stop_chars",
         "_tag_chars",
         "_strs",
@@ -114,7 +115,9 @@ class OutputPipeline:
         # the fast path: while no stage holds anything, a delta that contains none of the
         # characters that could start or end a stop string or start a tag goes out as it is,
         # ``{self._fast_key: text}``; None while some stage holds text (then every stage runs)
-        self._danger, self._stop_chars, self._tag_chars = _danger_chars(self._stops, self._parser)
+        self._danger, self._danger_str, self._stop_chars, self._tag_chars = _danger_chars(
+            self._stops, self._parser
+        )
         self._fast_key: str | None = None
         self._strs: list[str | None] | None = None  # the detokenizer's text_table while usable
         self._update_fast_key()
@@ -162,9 +165,15 @@ class OutputPipeline:
             self._strs = self._detok.text_table
             if not text:
                 return []
-            if self._danger.isdisjoint(text):
-                return [{key: text}]
-            return self._feed_text(text, n, key)
+            danger = self._danger_str
+            if danger is None:  # many characters: one set test per character of the text
+                if self._danger.isdisjoint(text):
+                    return [{key: text}]
+                return self._feed_text(text, n, key)
+            for c in danger:  # few characters (or none): one C substring scan each
+                if c in text:
+                    return self._feed_text(text, n, key)
+            return [{key: text}]
         stops = self._stops
         cut = self._min_tokens - before
         if 0 < cut < n:
@@ -260,13 +269,14 @@ class OutputPipeline:
         return out
 
 
-_CharSets = tuple[frozenset[str], frozenset[str], frozenset[str]]
+_CharSets = tuple[frozenset[str], str | None, frozenset[str], frozenset[str]]
+_DANGER_STR_MAX = 8  # up to this many characters, longer deltas are scanned once per character
 _DANGER: dict[tuple[frozenset[str], frozenset[str]], _CharSets] = {}
 
 
 def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> _CharSets:
-    # (any, stop, tag): characters that could start or end a stop string, or start a tag (in
-    # any parser mode); shared per distinct combination, so the sets cost nothing per request
+    # (any, any as a str if short, stop, tag): characters that could start or end a stop string,
+    # or start a tag (in any parser mode); shared per distinct combination (free per request)
     stop_chars = stops.boundary_chars
     tag_chars = parser.tag_chars if parser is not None else frozenset()
     key = (stop_chars, tag_chars)
@@ -274,7 +284,9 @@ def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> _CharSets:
     if sets is None:
         if len(_DANGER) >= 1024:
             _DANGER.clear()
-        sets = _DANGER[key] = (stop_chars | tag_chars, stop_chars, tag_chars)
+        both = stop_chars | tag_chars
+        short = "".join(sorted(both)) if len(both) <= _DANGER_STR_MAX else None
+        sets = _DANGER[key] = (both, short, stop_chars, tag_chars)
     return sets
 
 
