@@ -16,7 +16,9 @@ prints two verdicts:
   sample after warm-up (1/4 of the run) and the end (a leak of per-request state at thousands
   of requests per second shows as steady growth; allocator noise does not cross that). The
   detokenizer's bounded memory of finished ids (60 s, column ``done_ids``) is full after the
-  first minute, so runs shorter than ~4 minutes may still see it fill;
+  first minute, so runs shorter than ~4 minutes may still see it fill. The engine stub's RSS
+  is printed but not judged: it is a test tool that keeps per-request stats of its last
+  200,000 requests;
 - state: the detokenizer's ``live_requests``, ``early_requests`` and ``live_clients`` are back
   to 0 and every stream ended (completed, or with the error its kind expects).
 
@@ -158,10 +160,13 @@ def _verdict_memory(samples: list[dict[str, int]], warm_index: int) -> tuple[boo
         grew_kb = last[name] - first[name]
         limit_kb = max(8 * 1024, first[name] * 0.05)
         flat = grew_kb <= limit_kb
-        ok &= flat
+        judged = name != "engine"  # the stub is a test tool, not textproc (see below)
+        ok &= flat or not judged
         lines.append(f"  {name:<12} {first[name] / 1024:8.1f} MB -> {last[name] / 1024:8.1f} MB "
                      f"({grew_kb / 1024:+.1f} MB, limit +{limit_kb / 1024:.1f}) "
-                     f"{'flat' if flat else 'GREW'}")
+                     f"{'flat' if flat else 'GREW'}"
+                     + ("" if judged else "  (engine_stub: not judged; it keeps stats of its "
+                        "last 200,000 requests, so it grows until then)"))
     return ok, lines
 
 
