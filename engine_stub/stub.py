@@ -74,6 +74,8 @@ class StubSettings:
     stats_interval_s: float = 0.5
     report_aborts: bool = False
     vocab_size: int | None = None  # random mode without --model-dir
+    curve_client_key: str | None = None  # *.key_secret: CURVE with a service run with --curve-dir
+    curve_server_key: str | None = None  # the service's server.key
 
 
 def busy_work(n: int) -> int:
@@ -110,7 +112,13 @@ class StubEngine:
     def __init__(self, settings: StubSettings, make_state: ScriptMaker) -> None:
         self.settings = settings
         self.make_state = make_state
-        self.link = EngineLink(settings.engine_in, settings.engine_out)
+        curve = None
+        if settings.curve_client_key is not None:
+            from textproc.transport import load_client_keys
+
+            curve = load_client_keys(client_secret_file=settings.curve_client_key,
+                                     server_public_file=settings.curve_server_key)
+        self.link = EngineLink(settings.engine_in, settings.engine_out, curve=curve)
         self.waiting: deque[IncomingRequest] = deque()
         self.running: dict[str, RequestState] = {}
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -322,6 +330,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats-interval-s", type=_non_negative_float, default=0.5)
     p.add_argument("--report-aborts", action="store_true",
                    help='send (request_id, [], "abort") for aborted requests (default: drop them)')
+    p.add_argument("--curve-client-key", metavar="FILE",
+                   help="CURVE key pair (*.key_secret) for a service started with --curve-dir")
+    p.add_argument("--curve-server-key", metavar="FILE", help="the service's public server.key")
     p.add_argument("--vocab-size", type=_positive_int,
                    help="random mode without --model-dir: draw ids from range(N)")
     return p
@@ -337,6 +348,8 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
         parser.error("--mode random needs --model-dir or --vocab-size")
     if a.mode == "replay" and not a.replay_file:
         parser.error("--mode replay needs --replay-file PATH")
+    if (a.curve_client_key is None) != (a.curve_server_key is None):
+        parser.error("--curve-client-key and --curve-server-key go together")
     if a.replay_file and not Path(a.replay_file).is_file():
         parser.error(f"--replay-file {a.replay_file!r} is not a readable file")
     if a.model_dir and not (Path(a.model_dir) / "tokenizer.json").is_file():
@@ -347,6 +360,7 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
         step_busy=a.step_busy, tokens_per_step=a.tokens_per_step, seed=a.seed,
         stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
         report_aborts=a.report_aborts, vocab_size=a.vocab_size,
+        curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key,
     )
 
 

@@ -44,12 +44,15 @@ import weakref
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, compress
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import msgspec
 import zmq
 
 from textproc.errors import InvalidInput, ProtocolError, short
+
+if TYPE_CHECKING:
+    from textproc.transport import CurveClientKeys
 from textproc.protocol import (
     MAX_FRAME_BYTES,
     EngineAbort,
@@ -185,7 +188,10 @@ class EngineLink:
         check_outputs: bool = False,
         prompt_ids_as_list: bool = False,
         step_format: StepFormat = "auto",
+        curve: CurveClientKeys | None = None,
     ) -> None:
+        """``curve``: CURVE client keys for a service started with ``--curve-dir``
+        (``textproc.transport.load_client_keys(client_secret_file=..., server_public_file=...)``)."""
         if step_format not in _STEP_FORMATS:
             raise InvalidInput(
                 f"EngineLink step_format must be one of {_STEP_FORMATS}, got {short(step_format)}"
@@ -199,6 +205,7 @@ class EngineLink:
         self.resend_hello_on_reconnect = resend_hello_on_reconnect
         self.check_outputs = check_outputs
         self.prompt_ids_as_list = prompt_ids_as_list
+        self.curve = curve
         self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
         self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
         self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
@@ -249,6 +256,11 @@ class EngineLink:
             self._sockets.append(sock_out)
             sock_out.setsockopt(zmq.LINGER, 0)
             sock_out.setsockopt(zmq.SNDHWM, self.send_hwm_frames)
+            if self.curve is not None:  # textproc's sockets are CURVE servers: before connect
+                from textproc.transport import apply_curve_client
+
+                apply_curve_client(sock_in, self.curve)
+                apply_curve_client(sock_out, self.curve)
             if self.resend_hello_on_reconnect:
                 self._monitor = sock_out.get_monitor_socket(zmq.EVENT_CONNECTED)
                 self._sockets.append(self._monitor)

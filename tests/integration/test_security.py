@@ -349,3 +349,22 @@ def test_no_pickle_or_marshal_anywhere_in_textproc() -> None:
     # and the scan does find them: a planted example
     planted = ast.parse("import pickle\nx = pickle.loads(b'')\n")
     assert any(isinstance(n, ast.Import) and n.names[0].name == "pickle" for n in ast.walk(planted))
+
+
+def test_curve_with_the_stub_engine(tmp_path: Path, toy_model: Path) -> None:
+    """``serve --engine stub --curve-dir``: the supervisor gives the stub the service's key pair."""
+    keys_dir = tmp_path / "keys"
+    write_curve_keys(keys_dir)
+    service = Service(tmp_path / "s", toy_model, workers=1,
+                      args=["--endpoints", "tcp", "--curve-dir", str(keys_dir)]).start()
+    try:
+        async def main() -> list[str]:
+            async with await TextClient.connect(
+                    service.runtime_dir, curve_client_key=keys_dir / "client.key_secret",
+                    curve_server_key=keys_dir / "server.key") as client:
+                return ["".join([ev.text async for ev in client.chat([{"role": "user", "content": f"echo {i}"}])])
+                        for i in range(3)]
+
+        assert run(main) == ["echo 0", "echo 1", "echo 2"]
+    finally:
+        service.stop()
