@@ -11,7 +11,9 @@ Merge table shape: ``(left_id * stride + right_id) -> (rank << 32) | merged_id``
 boundary tokens are *compatible* (BPE of their text alone gives them back unchanged): before
 any merge crosses a boundary, each side evolves as if alone, and the pair at the boundary
 evolves exactly as in the run on the two tokens alone, so compatible boundaries never merge
-and the joined result is exact; incompatible ones are re-merged in a window. HF's own
+and the joined result is exact; incompatible ones are re-merged in a window. A chunk's last
+token (cut by the chunk end) is dropped and its text starts the next chunk, so chunks meet
+where BPE itself put a boundary and are compatible far more often. HF's own
 algorithm (a heap of candidate merges over a linked list of symbols, O(n log n)) is the
 fallback. The table is built on first use, so loading stays fast.
 """
@@ -359,6 +361,11 @@ class BPE:
         while pos < n:
             end = min(pos + _CHUNK, n)
             right = merged(pos, end)
+            if end < n and len(right) > 1:
+                # the last token was cut by the chunk end: leave its text to the next chunk,
+                # which then starts where BPE put a boundary (so compatible far more often)
+                end -= len(text[right[-1]])
+                right = right[:-1]
             if out and not compatible(out[-1], right[0]):
                 t = 1
                 while True:
