@@ -3,8 +3,8 @@
 A service started with ``--curve-dir`` makes every socket it binds a CURVE server that admits only
 allow-listed client keys. A peer without an allowed key must get nowhere: its frames never reach
 a handler (the processes' frame counters do not move) and it never receives anything. A peer
-with the key is served normally. The engine here is a small echo engine on raw CURVE sockets (the
-stub's EngineLink takes no keys yet; see docs/operations.md).
+with the key is served normally. The first test's engine is a small echo engine on raw CURVE
+sockets (what an engine with its own sockets does); the last one runs the stub (EngineLink).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 import zmq
@@ -239,8 +240,6 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
         from tests.integration.test_faults import _http_url
 
         url, _ = _http_url(service, None)
-        import httpx
-
         body = {"model": toy_model.name, "messages": [{"role": "user", "content": "via http"}]}
         resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
         assert resp.status_code == 200, resp.text
@@ -352,11 +351,14 @@ def test_no_pickle_or_marshal_anywhere_in_textproc() -> None:
 
 
 def test_curve_with_the_stub_engine(tmp_path: Path, toy_model: Path) -> None:
-    """``serve --engine stub --curve-dir``: the supervisor gives the stub the service's key pair."""
+    """``serve --engine stub --curve-dir``: the supervisor gives the stub the service's key pair;
+    the HTTP frontend here uses the client key pair given on its command line."""
     keys_dir = tmp_path / "keys"
     write_curve_keys(keys_dir)
     service = Service(tmp_path / "s", toy_model, workers=1,
-                      args=["--endpoints", "tcp", "--curve-dir", str(keys_dir)]).start()
+                      args=["--endpoints", "tcp", "--curve-dir", str(keys_dir), "--http", "127.0.0.1:0",
+                            f"--http-arg=--curve-client-key={keys_dir / 'client.key_secret'}",
+                            f"--http-arg=--curve-server-key={keys_dir / 'server.key'}"]).start()
     try:
         async def main() -> list[str]:
             async with await TextClient.connect(
@@ -366,5 +368,11 @@ def test_curve_with_the_stub_engine(tmp_path: Path, toy_model: Path) -> None:
                         for i in range(3)]
 
         assert run(main) == ["echo 0", "echo 1", "echo 2"]
+        from tests.integration.test_faults import _http_url
+
+        url, _ = _http_url(service, None)
+        body = {"model": toy_model.name, "messages": [{"role": "user", "content": "via http"}]}
+        resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+        assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "via http"
     finally:
         service.stop()

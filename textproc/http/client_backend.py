@@ -41,8 +41,11 @@ class ClientBackend:
     """A Backend on one TextClient; ``await start()`` inside the serving loop before use."""
 
     def __init__(self, runtime_dir: str | Path, *, served_model_name: str | None = None,
-                 connect_timeout_s: float = 60.0) -> None:
+                 connect_timeout_s: float = 60.0, curve_client_key: str | Path | None = None,
+                 curve_server_key: str | Path | None = None) -> None:
         self.runtime_dir = Path(runtime_dir)
+        self.curve_client_key = curve_client_key  # CURVE keys (a service with --curve-dir on
+        self.curve_server_key = curve_server_key  # another host); default: endpoints.json's
         self.connect_timeout_s = connect_timeout_s
         self._served_model_name = served_model_name
         self._models: list[str] = [served_model_name] if served_model_name else []
@@ -51,7 +54,9 @@ class ClientBackend:
         self._closed = False
 
     async def start(self) -> None:
-        self.client = await TextClient.connect(self.runtime_dir, timeout_s=self.connect_timeout_s)
+        self.client = await TextClient.connect(self.runtime_dir, timeout_s=self.connect_timeout_s,
+                                               curve_client_key=self.curve_client_key,
+                                               curve_server_key=self.curve_server_key)
         info = self.client.info
         if not self._models:
             self._models = [Path(str(info.get("model_dir", "model"))).name or "model"]

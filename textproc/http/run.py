@@ -53,6 +53,8 @@ def run_http(
     log_level: str = "INFO",
     http_file: str | Path | None = None,
     api_key: str | None = None,
+    curve_client_key: str | Path | None = None,
+    curve_server_key: str | Path | None = None,
 ) -> int:
     """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0.
 
@@ -78,7 +80,8 @@ def run_http(
            if v is not None}
     )
     backend = ClientBackend(runtime, served_model_name=served_model_name,
-                            connect_timeout_s=connect_timeout_s)
+                            connect_timeout_s=connect_timeout_s,
+                            curve_client_key=curve_client_key, curve_server_key=curve_server_key)
     server: uvicorn.Server | None = None
 
     @contextlib.asynccontextmanager
@@ -157,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="file holding the API key clients must send as 'Authorization: Bearer'")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--curve-client-key", default=None, metavar="FILE",
+                   help="CURVE key pair (*.key_secret) for a service started with --curve-dir "
+                        "(default: the key endpoints.json names, for a frontend on the same host)")
+    p.add_argument("--curve-server-key", default=None, metavar="FILE",
+                   help="the service's public server.key (default: from endpoints.json)")
     args = p.parse_args(argv)
     try:
         host, port = parse_address(args.http)
@@ -182,4 +190,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_level=args.log_level,
         http_file=args.http_file,
         api_key=api_key,
+        curve_client_key=args.curve_client_key,
+        curve_server_key=args.curve_server_key,
     )
