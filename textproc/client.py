@@ -115,18 +115,22 @@ class TextEvent:
     ``deltas``: OpenAI delta fragments in order ({"content"}, {"reasoning_content"},
     {"tool_calls": [...]}); ``delta`` merges them into one dict. ``finish_reason`` ("stop",
     "length", "tool_calls", "abort"), ``stop`` (the matched stop string) and ``usage`` are set
-    on the last event only.
+    on the last event only. ``timings`` maps a stage to seconds: "template", "tokenize" (worker
+    time) and "queue" (time to reach a worker and come back, less those) on the first event,
+    and "detokenize" (the detokenizer's time for the step that produced this event) on each.
     """
 
-    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage")
+    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings")
 
     def __init__(self, request_id: str, deltas: list[dict[str, Any]], finish_reason: str | None,
-                 stop: str | None, usage: Usage | None) -> None:
+                 stop: str | None, usage: Usage | None,
+                 timings: dict[str, float] | None = None) -> None:
         self.request_id = request_id
         self.deltas = deltas
         self.finish_reason = finish_reason
         self.stop = stop
         self.usage = usage
+        self.timings: dict[str, float] = timings if timings is not None else {}
 
     @property
     def delta(self) -> dict[str, Any]:
@@ -144,7 +148,8 @@ class TextEvent:
 
 class _Stream:
     __slots__ = ("request_id", "worker", "items", "waiter", "error", "accepted", "last_seen",
-                 "pending_at_worker", "prompt_tokens", "unknown_seen")
+                 "pending_at_worker", "prompt_tokens", "unknown_seen", "sent_at", "timings",
+                 "detok_s")
 
     def __init__(self, request_id: str, worker: int) -> None:
         self.request_id = request_id
@@ -157,6 +162,9 @@ class _Stream:
         self.last_seen = time.monotonic()
         self.prompt_tokens = 0
         self.unknown_seen = 0  # Query answers saying the detokenizer does not know it
+        self.sent_at = time.perf_counter()
+        self.timings: dict[str, float] | None = None  # worker stages, handed to the next event
+        self.detok_s = 0.0  # the detokenizer's time for the latest Outputs frame
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -523,7 +531,13 @@ class TextClient:
         if last.finish_reason == "error":
             raise _error(last.error_kind or "internal", last.error or "request failed")
         usage = Usage(last.prompt_tokens, last.completion_tokens) if last.finish_reason else None
-        return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage)
+        timings = stream.timings
+        if timings is None:
+            timings = {"detokenize": stream.detok_s}
+        else:
+            stream.timings = None
+            timings["detokenize"] = stream.detok_s
+        return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage, timings)
 
     async def _call(self, frame: TokenizeRequest | DetokenizeRequest, timeout_s: float | None) -> Any:
         self._check_open()
@@ -563,6 +577,12 @@ class TextClient:
                         stream.pending_at_worker = False
                         stream.prompt_tokens = frame.prompt_tokens
                         stream.last_seen = time.monotonic()
+                        round_trip = time.perf_counter() - stream.sent_at
+                        stream.timings = {
+                            "template": frame.template_s,
+                            "tokenize": frame.tokenize_s,
+                            "queue": max(0.0, round_trip - frame.template_s - frame.tokenize_s),
+                        }
                 case Failure():
                     self._worker_pending[index].discard(frame.request_id)
                     err = _error(frame.kind, frame.message, frame.status)
@@ -606,6 +626,7 @@ class TextClient:
                                 stray.append(item.request_id)
                             continue
                         stream.items.append(item)
+                        stream.detok_s = frame.detok_s
                         stream.last_seen = now
                         stream.unknown_seen = 0
                         if stream.pending_at_worker:  # the detokenizer has it: a worker death

@@ -484,6 +484,7 @@ class _Loop:
         self.encode = encoder().encode
         self.outputs_sent = 0
         self.unroutable = 0
+        self.round_start = time.perf_counter()  # when the current poll round began (detok_s)
         # engine frames waiting for an engine to connect (a PUSH with no peer would block)
         self.engine_backlog: deque[bytes] = deque()
 
@@ -503,6 +504,7 @@ class _Loop:
                 else:
                     poller.unregister(self.engine_in)
             ready = dict(poller.poll(200))
+            self.round_start = time.perf_counter()
             if self.engine_in in ready:
                 self._send_engine_backlog()
             # Submits first: a request's registration should precede its outputs when both wait
@@ -628,8 +630,9 @@ class _Loop:
         core = self.core
         if core.outbox:
             outbox, core.outbox = core.outbox, {}
+            detok_s = time.perf_counter() - self.round_start
             for client_id, items in outbox.items():
-                if self._send_front(client_id, self.encode(Outputs(items))):
+                if self._send_front(client_id, self.encode(Outputs(items, detok_s))):
                     self.outputs_sent += 1
                 else:
                     self.unroutable += 1

@@ -70,7 +70,7 @@ __all__ = [
     "EventFrame",
 ]
 
-PROTOCOL_VERSION = 2  # 2: EngineStepPacked
+PROTOCOL_VERSION = 3  # 2: EngineStepPacked; 3: stage timings on Accepted and Outputs
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
 
 _LITTLE = sys.byteorder == "little"
@@ -293,6 +293,8 @@ class Accepted(msgspec.Struct, tag=True, array_like=True):
 
     request_id: str
     prompt_tokens: int
+    template_s: float = 0.0  # worker time rendering the chat template
+    tokenize_s: float = 0.0  # worker time encoding the prompt
 
 
 class Failure(msgspec.Struct, tag=True, array_like=True):
@@ -405,6 +407,7 @@ class Outputs(msgspec.Struct, tag=True, array_like=True):
     """detokenizer -> client: every output for this client from one engine step, in one frame."""
 
     items: list[RequestOutput]
+    detok_s: float = 0.0  # detokenizer time from reading the engine's step(s) to this frame
 
 
 class Ready(msgspec.Struct, tag=True, array_like=True):

@@ -85,6 +85,9 @@ class RequestBuilder:
         ids += [added[name] for name in _STOP_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
         self.special_vars: dict[str, Any] = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+        # stage timings of the last chat()/completion(), reported on Accepted
+        self.last_template_s = 0.0
+        self.last_tokenize_s = 0.0
 
     # -- chat ----------------------------------------------------------------------------------
 
@@ -92,11 +95,14 @@ class RequestBuilder:
         _check_request_id(req.request_id)
         tools = self._check_tools(req.tools)
         tool_choice, forced_name = self._check_tool_choice(req.tool_choice, tools)
+        t0 = time.perf_counter()
         prompt = self.render(req.messages, tools if tool_choice != "none" else None,
                              add_generation_prompt=req.add_generation_prompt,
                              continue_final_message=req.continue_final_message,
                              chat_template_kwargs=req.chat_template_kwargs)
+        t1 = time.perf_counter()
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        self.last_template_s, self.last_tokenize_s = t1 - t0, time.perf_counter() - t1
         reasoning = self.has_think
         starts_in_reasoning = False
         if reasoning:
@@ -165,7 +171,9 @@ class RequestBuilder:
                 raise InvalidInput(
                     f"prompt has {len(req.prompt)} characters, over the limit of "
                     f"{self.config.max_prompt_chars}")
+            t0 = time.perf_counter()
             prompt_ids = self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+            self.last_tokenize_s = time.perf_counter() - t0
         return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
                             req.stop_token_ids, req.ignore_eos, None,
@@ -392,13 +400,15 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
         try:
             match frame:
                 case ChatRequest() | CompletionRequest():
+                    builder.last_template_s = builder.last_tokenize_s = 0.0
                     if isinstance(frame, ChatRequest):
                         submit, n_prompt = builder.chat(frame, client_id)
                     else:
                         submit, n_prompt = builder.completion(frame, client_id)
                     if _send_submit(detok, encode(submit), counters):
                         counters["prompt_tokens"] += n_prompt
-                        reply = Accepted(frame.request_id, n_prompt)
+                        reply = Accepted(frame.request_id, n_prompt,
+                                         builder.last_template_s, builder.last_tokenize_s)
                     else:
                         reply = Failure(frame.request_id, "overloaded",
                                         f"request {frame.request_id!r}: the detokenizer is not "

@@ -140,6 +140,27 @@ def test_models_health_metrics(stack: tuple[Service, str], client: openai.OpenAI
     assert 'textproc_process_events_total{role="detokenizer",index="0"' in metrics.text
 
 
+def _stage_count(metrics_text: str, stage: str) -> int:
+    prefix = f'textproc_stage_seconds_count{{stage="{stage}"}} '
+    lines = [line for line in metrics_text.splitlines() if line.startswith(prefix)]
+    assert lines, f"no {stage} histogram in /metrics"
+    return int(float(lines[0][len(prefix):]))
+
+
+def test_metrics_stage_histograms_fill_from_service_timings(
+        stack: tuple[Service, str], client: openai.OpenAI) -> None:
+    before = httpx.get(stack[1] + "/metrics", timeout=10).text
+    stages = ("template", "tokenize", "queue", "detokenize")
+    counts = {stage: _stage_count(before, stage) for stage in stages}
+    stream = client.chat.completions.create(model=MODEL, messages=user("one two three"),
+                                            stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    after = httpx.get(stack[1] + "/metrics", timeout=10).text
+    for stage in ("template", "tokenize", "queue"):
+        assert _stage_count(after, stage) == counts[stage] + 1, stage
+    assert _stage_count(after, "detokenize") >= counts["detokenize"] + 2
+
+
 def test_chat_non_streaming_echo(stack: tuple[Service, str], client: openai.OpenAI) -> None:
     text = "Hello there, how are you? 你好 😀"
     resp = client.chat.completions.create(model=MODEL, messages=user(text), seed=7,

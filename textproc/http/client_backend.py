@@ -127,6 +127,7 @@ class ClientBackend:
                     prompt_tokens=usage.prompt_tokens if usage else 0,
                     completion_tokens=usage.completion_tokens if usage else 0,
                     stop=event.stop,
+                    timings_s=event.timings,
                 )
         except TextprocError as exc:
             raise api_error(exc) from exc

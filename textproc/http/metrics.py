@@ -19,9 +19,10 @@ LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
-# per-stage latency histogram labels: the first four are filled from timings the service reports
-# with each request (none yet: the protocol carries no timing fields); "first_token" (submit to
-# the first text) and "request" (submit to finish) are measured by the frontend itself
+# per-stage latency histogram labels: the first four come from TextEvent.timings (template and
+# tokenize: worker time per request; queue: the rest of the way to the worker and back;
+# detokenize: the detokenizer's time per step, observed once per streamed event);
+# "first_token" (submit to the first text) and "request" (submit to finish) are measured here
 STAGES = ("template", "tokenize", "queue", "detokenize", "first_token", "request")
 
 
