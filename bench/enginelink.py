@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
           "target <= 1.5; legacy = EngineStep from send_outputs, packed = EngineStepPacked "
           "from send_outputs tuples, columns = send_step)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
+        with open(args.json, "a", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(json.dumps({**r, "machine": info, "when": time.time()}) + "\n")
     return 0

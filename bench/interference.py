@@ -781,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
           "quiet blocks (text units paused) interleaved in the same run, every 50 steps; target "
           "for c-textproc: p50 +1%, p99 +5%)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
+        with open(args.json, "a", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(json.dumps({**r, "machine": info, "when": time.time()}) + "\n")
     return 0

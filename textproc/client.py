@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import logging
 import time
 import weakref
 from collections import deque
@@ -62,6 +63,8 @@ from textproc.protocol import (
     unpack_ids,
 )
 from textproc.transport import CurveClientKeys, FrameDecoder, encoder, load_client_keys, make_socket
+
+_log = logging.getLogger("textproc.client")
 
 __all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas", "DEFAULT_CALL_TIMEOUT_S"]
 
@@ -220,6 +223,7 @@ class TextClient:
         self._encode = encoder().encode
         self._finalizer: weakref.finalize[Any, TextClient] | None = None
         self.malformed = 0
+        self.aborts_lost = 0  # Abort frames the detokenizer socket would not take
 
     # -- construction --------------------------------------------------------------------------
 
@@ -270,7 +274,8 @@ class TextClient:
         max_frame = int(self.info.get("max_frame_bytes", 64 << 20))
         ctx = zmq.asyncio.Context()
         self._ctx = ctx
-        opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": 100_000,
+        hwm = int(self.info.get("hwm", 100_000))  # the service's --hwm, for clients too
+        opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": hwm,
                                 "curve_client": self.curve}
         for address in ep.workers:
             sock = make_socket(ctx, zmq.DEALER, routing_id=self.client_id, **opts)
@@ -511,10 +516,28 @@ class TextClient:
             self._streams.pop(rid, None)
             self._worker_pending[worker].discard(rid)
             if not finished and not self._closed and self._detok is not None:
-                try:  # the abort must go out even while this task is being cancelled
-                    self._detok.send(self._encode(Abort([rid])), flags=zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
+                # the abort must go out even while this task is being cancelled
+                self._send_abort([rid])
+
+    def _send_abort(self, request_ids: list[str]) -> None:
+        """Send Abort to the detokenizer without waiting. On a zmq.asyncio socket a NOBLOCK send
+        returns a future that holds its error (e.g. Again when the queue is full): consume it and
+        count the loss rather than leave an unretrieved exception behind."""
+        assert self._detok is not None
+        try:
+            sent = self._detok.send(self._encode(Abort(request_ids)), flags=zmq.NOBLOCK)
+        except zmq.ZMQError:  # socket closed under us
+            self.aborts_lost += len(request_ids)
+            return
+        n = len(request_ids)
+
+        def _done(fut: Any) -> None:
+            if not fut.cancelled() and fut.exception() is not None:
+                self.aborts_lost += n
+                _log.warning("could not send Abort for %d request(s) to the detokenizer: %s",
+                             n, fut.exception())
+
+        asyncio.ensure_future(sent).add_done_callback(_done)
 
     def _take(self, stream: _Stream) -> TextEvent:
         """All outputs that arrived since the consumer last looked, merged into one event."""
@@ -634,7 +657,7 @@ class TextClient:
                             self._worker_pending[stream.worker].discard(item.request_id)
                         stream.wake()
                     if stray:  # outputs of requests this client gave up on: stop them
-                        self._detok.send(self._encode(Abort(stray)), flags=zmq.NOBLOCK)
+                        self._send_abort(stray)
                 case Welcome():
                     if frame.protocol_version != PROTOCOL_VERSION:
                         _fail = ProtocolError(

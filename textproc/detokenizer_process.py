@@ -225,10 +225,13 @@ class Detokenizer:
             req.completion_tokens += n
             try:
                 deltas = req.state.feed(token_ids)
-            except Exception:
-                req.completion_tokens -= n
-                n_tokens -= n
-                self._feed(rid, req, token_ids, None)  # the slow path reports the error
+            except Exception as e:  # one request's failure must not stop the others
+                # fail it here: feeding the same ids again could duplicate text the pipeline took
+                kind = "engine_error" if isinstance(e, TextprocError) else "internal"
+                if kind == "internal":
+                    _log.exception("request %r: output pipeline failed", rid)
+                self._fail(rid, f"request {rid!r}: {type(e).__name__}: {e}", abort_engine=True,
+                           kind=kind)
                 continue
             if req.state.is_finished:  # a stop string matched
                 self._finish(rid, req, deltas, None)
@@ -279,6 +282,7 @@ class Detokenizer:
         max_age = self.config.early_output_age_s
         for rid in [rid for rid, (t0, _) in self.early.items() if now - t0 > max_age]:
             _, outs = self.early.pop(rid)
+            self._mark_done(rid)  # later steps for it (before the engine aborts) are ignored
             self.counters["early_outputs_dropped"] += len(outs)
             if outs[-1].finish_reason is None:
                 self.engine_aborts.append(rid)
@@ -549,6 +553,13 @@ class _Loop:
                 self.submit_decoder.count_malformed(
                     f"Submit for {submit.request_id!r} carries an EngineRequest for "
                     f"{inner.request_id!r}", data=data, peer="worker")
+                continue
+            if len(self.engine_backlog) >= self.core.config.max_live_requests:
+                # no engine connected (or engine-in full) for a long time: refuse rather than
+                # queue without bound (aborted requests' bytes would otherwise stay queued)
+                self.core._fail_new(
+                    submit, f"request {submit.request_id!r}: no engine is taking requests "
+                    f"({len(self.engine_backlog)} frames queued for it); retry later", "overloaded")
                 continue
             engine_request = self.core.on_submit(submit)
             if engine_request is not None:

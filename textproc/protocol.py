@@ -301,7 +301,7 @@ class Failure(msgspec.Struct, tag=True, array_like=True):
     """worker -> client: the request was refused or failed; ``status`` is HTTP-like (400, 500...)."""
 
     request_id: str
-    kind: str  # "invalid_input" | "template" | "limit" | "internal"
+    kind: str  # "invalid_input" | "template" | "overloaded" | "internal"
     message: str
     status: int = 400
 

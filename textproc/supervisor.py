@@ -333,6 +333,7 @@ class Supervisor:
             "model_dir": service.model_dir,
             "max_model_len": service.max_model_len,
             "max_frame_bytes": service.max_frame_bytes,
+            "hwm": service.hwm,
             "engine": self.config.engine,
             "supervisor_pid": os.getpid(),
             "endpoints": self.endpoints.to_dict(),

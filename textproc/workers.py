@@ -373,6 +373,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
     decoder: FrameDecoder[WorkerInFrame] = FrameDecoder(WorkerInFrame, socket_name=name)
     encode = builder.encode
     counters = {"requests": 0, "failures": 0, "prompt_tokens": 0, "submit_blocked": 0}
+    gate = _SubmitGate(detok, counters)
     poller = zmq.Poller()
     poller.register(front, zmq.POLLIN)
     next_parent_check = time.monotonic() + 1.0
@@ -405,7 +406,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                         submit, n_prompt = builder.chat(frame, client_id)
                     else:
                         submit, n_prompt = builder.completion(frame, client_id)
-                    if _send_submit(detok, encode(submit), counters):
+                    if gate.send(encode(submit)):
                         counters["prompt_tokens"] += n_prompt
                         reply = Accepted(frame.request_id, n_prompt,
                                          builder.last_template_s, builder.last_tokenize_s)
@@ -439,11 +440,28 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                          frame.request_id, e)
 
 
-def _send_submit(detok: zmq.Socket[Any], data: bytes, counters: dict[str, int]) -> bool:
-    """Send one Submit; False when the detokenizer is down or its queue stays full for 2 s."""
-    # A PUSH blocks when the detokenizer is down or its queue is full: wait a little, then refuse
-    if detok.poll(2000, zmq.POLLOUT):
-        detok.send(data, flags=zmq.NOBLOCK)
-        return True
-    counters["submit_blocked"] += 1
-    return False
+SUBMIT_WAIT_MS = 2000
+
+
+class _SubmitGate:
+    """Sends Submits to the detokenizer; after one wait for it failed, refuses at once for
+    SUBMIT_WAIT_MS instead of stalling every queued request for the full wait."""
+
+    __slots__ = ("detok", "counters", "blocked_until")
+
+    def __init__(self, detok: zmq.Socket[Any], counters: dict[str, int]) -> None:
+        self.detok = detok
+        self.counters = counters
+        self.blocked_until = 0.0  # time.monotonic() before which the detokenizer counts as down
+
+    def send(self, data: bytes) -> bool:
+        """Send one Submit; False when the detokenizer is down or its queue stays full."""
+        # a PUSH blocks when the detokenizer is down or its queue is full: wait, then refuse
+        wait_ms = 0 if time.monotonic() < self.blocked_until else SUBMIT_WAIT_MS
+        if self.detok.poll(wait_ms, zmq.POLLOUT):
+            self.detok.send(data, flags=zmq.NOBLOCK)
+            return True
+        if wait_ms:
+            self.blocked_until = time.monotonic() + SUBMIT_WAIT_MS / 1000
+        self.counters["submit_blocked"] += 1
+        return False

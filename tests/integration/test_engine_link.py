@@ -391,6 +391,38 @@ def test_full_send_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) ->
         lk.close()
 
 
+def test_requests_in_dropped_steps_are_reported_failed(tmp_path: Path) -> None:
+    # nobody binds engine-out yet: steps beyond the queue are dropped; their requests have a hole
+    # in their text, so the link reports them finished with "error" once textproc is reachable
+    lk = EngineLink.connect(f"ipc://{tmp_path}/engine-in", f"ipc://{tmp_path}/engine-out",
+                            send_hwm_frames=4)
+    try:
+        for i in range(20):
+            lk.send_outputs([(f"r{i % 3}", [1], None)])
+        assert lk.dropped_steps >= 3
+        peer = Peer(tmp_path)
+        try:
+            failed: set[str] = set()
+            deadline = time.monotonic() + 10
+            while "next" not in failed and time.monotonic() < deadline:
+                if lk.writable():
+                    lk.send_outputs([("next", [2], "error")])
+                while peer.pull.poll(50):
+                    frame = OUT.decode(peer.pull.recv())
+                    if isinstance(frame, EngineStepPacked):
+                        failed |= {rid for rid, _, reason in zip(*step_entries(frame))
+                                   if reason == "error"}
+                    elif isinstance(frame, EngineStep):
+                        failed |= {o.request_id for o in frame.outputs
+                                   if o.finish_reason == "error"}
+            assert {"r0", "r1", "r2"} <= failed
+            assert lk.lost_requests_reported == 3
+        finally:
+            peer.close()
+    finally:
+        lk.close()
+
+
 def test_hello_is_sent_again_after_textproc_side_restarts(tmp_path: Path) -> None:
     first = Peer(tmp_path)
     lk = EngineLink.connect(first.engine_in, first.engine_out)
