@@ -125,14 +125,28 @@ def chat_chunk(
     usage: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage)."""
+    return _chunk(response_id, "chat.completion.chunk", created, model,
+                  {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason},
+                  include_usage=include_usage, usage=usage)
+
+
+def _chunk(
+    response_id: str,
+    obj: str,
+    created: int,
+    model: str,
+    choice: dict[str, Any],
+    *,
+    include_usage: bool,
+    usage: dict[str, int] | None,
+) -> dict[str, Any]:
+    """A streamed chunk of ``obj`` with the one ``choice``; ``usage`` (maybe null) when asked."""
     chunk: dict[str, Any] = {
         "id": response_id,
-        "object": "chat.completion.chunk",
+        "object": obj,
         "created": created,
         "model": model,
-        "choices": [
-            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        ],
+        "choices": [choice],
     }
     if include_usage or usage is not None:
         chunk["usage"] = usage
@@ -190,18 +204,9 @@ def completion_chunk(
     usage: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One streamed ``text_completion`` chunk."""
-    chunk: dict[str, Any] = {
-        "id": response_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        ],
-    }
-    if include_usage or usage is not None:
-        chunk["usage"] = usage
-    return chunk
+    return _chunk(response_id, "text_completion", created, model,
+                  {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason},
+                  include_usage=include_usage, usage=usage)
 
 
 def completion_response(
