@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from textproc.errors import TokenizerFileError, short
+from textproc.tok.bytelevel import BYTE_TO_CHAR_TABLE, CHAR_TO_BYTE
 
 __all__ = [
     "BYTES_TO_UNICODE",
@@ -39,31 +40,18 @@ __all__ = [
 
 
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table used by byte-level BPE."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    table: dict[int, str] = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return dict(sorted(table.items()))
+    """GPT-2's byte -> printable character table used by byte-level BPE (a fresh copy)."""
+    return dict(BYTE_TO_CHAR_TABLE)
 
 
-BYTES_TO_UNICODE: dict[int, str] = bytes_to_unicode()
-UNICODE_TO_BYTES: dict[str, int] = {c: b for b, c in BYTES_TO_UNICODE.items()}
-
-
-_LATIN1_TO_BYTE_CHARS: dict[int, str] = {b: BYTES_TO_UNICODE[b] for b in range(256)}
+# The one GPT-2 table lives in textproc.tok.bytelevel; these names are kept for callers.
+BYTES_TO_UNICODE: dict[int, str] = BYTE_TO_CHAR_TABLE
+UNICODE_TO_BYTES: dict[str, int] = CHAR_TO_BYTE
 
 
 def token_to_unicode(token: bytes) -> str:
     """The byte-level unicode string of ``token`` (as written in tokenizer.json)."""
-    return token.decode("latin-1").translate(_LATIN1_TO_BYTE_CHARS)
+    return token.decode("latin-1").translate(BYTE_TO_CHAR_TABLE)
 
 
 def parse_tiktoken_ranks(data: bytes, *, source: str = "<bytes>") -> dict[bytes, int]:
