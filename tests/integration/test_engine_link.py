@@ -16,14 +16,13 @@ from typing import Any
 
 import msgspec
 import pytest
-import zmq
 
+from tests.integration.engine_peer import ENC, OUT, EnginePeer, as_step
 from textproc.engine import EngineLink, IncomingRequest
 from textproc.errors import InvalidInput
 from textproc.protocol import (
     EngineAbort,
     EngineHello,
-    EngineOutFrame,
     EngineRequest,
     EngineStep,
     EngineStepPacked,
@@ -34,52 +33,16 @@ from textproc.protocol import (
 
 pytestmark = pytest.mark.timeout(30)
 
-ENC = msgspec.msgpack.Encoder()
-OUT = msgspec.msgpack.Decoder(EngineOutFrame)
-
-
-class Peer:
-    """The textproc side of the two engine sockets, bound with plain pyzmq."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self.engine_in = f"ipc://{tmp_path}/engine-in"
-        self.engine_out = f"ipc://{tmp_path}/engine-out"
-        self.push = self.ctx.socket(zmq.PUSH)
-        self.push.linger = 0
-        self.push.bind(self.engine_in)
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.linger = 0
-        self.pull.bind(self.engine_out)
-
-    def send(self, frame: Any) -> None:
-        self.push.send(frame if isinstance(frame, bytes) else ENC.encode(frame))
-
-    def recv(self, timeout_s: float = 5.0) -> Any:
-        if not self.pull.poll(int(timeout_s * 1000)):
-            raise AssertionError(f"nothing on {self.engine_out} within {timeout_s} s")
-        return OUT.decode(self.pull.recv())
-
-    def recv_raw(self, timeout_s: float = 5.0) -> bytes:
-        if not self.pull.poll(int(timeout_s * 1000)):
-            raise AssertionError(f"nothing on {self.engine_out} within {timeout_s} s")
-        return self.pull.recv()
-
-    def close(self) -> None:
-        self.push.close(0)
-        self.pull.close(0)
-        self.ctx.term()
-
 
 @pytest.fixture
-def peer(tmp_path: Path) -> Iterator[Peer]:
-    p = Peer(tmp_path)
+def peer(tmp_path: Path) -> Iterator[EnginePeer]:
+    p = EnginePeer(tmp_path)
     yield p
     p.close()
 
 
 @pytest.fixture
-def link(peer: Peer) -> Iterator[EngineLink]:
+def link(peer: EnginePeer) -> Iterator[EngineLink]:
     lk = EngineLink.connect(peer.engine_in, peer.engine_out)
     hello = peer.recv()
     assert hello == EngineHello(lk.instance_id)
@@ -89,11 +52,9 @@ def link(peer: Peer) -> Iterator[EngineLink]:
 
 def entries_of(frame: Any) -> list[tuple[str, list[int], str | None]]:
     """Either step frame as (request_id, new ids, finish_reason) per request."""
-    if isinstance(frame, EngineStep):
-        return [(o.request_id, o.token_ids, o.finish_reason) for o in frame.outputs]
-    assert isinstance(frame, EngineStepPacked), frame
-    rids, ids, reasons = step_entries(frame)
-    return [(r, list(i), f) for r, i, f in zip(rids, ids, reasons)]
+    step = as_step(frame)
+    assert isinstance(step, EngineStep), frame
+    return [(o.request_id, o.token_ids, o.finish_reason) for o in step.outputs]
 
 
 def poll_until(fn: Any, *, timeout_s: float = 5.0) -> Any:
@@ -107,7 +68,7 @@ def poll_until(fn: Any, *, timeout_s: float = 5.0) -> Any:
         time.sleep(0.002)
 
 
-def test_hello_first_with_a_fresh_instance_id_each_link(peer: Peer) -> None:
+def test_hello_first_with_a_fresh_instance_id_each_link(peer: EnginePeer) -> None:
     a = EngineLink.connect(peer.engine_in, peer.engine_out)
     b = EngineLink.connect(peer.engine_in, peer.engine_out, instance_id="fixed")
     try:
@@ -119,7 +80,7 @@ def test_hello_first_with_a_fresh_instance_id_each_link(peer: Peer) -> None:
         b.close()
 
 
-def test_request_fields_arrive_unpacked(peer: Peer, link: EngineLink) -> None:
+def test_request_fields_arrive_unpacked(peer: EnginePeer, link: EngineLink) -> None:
     ids = [0, 1, 151643, 2**32 - 1]
     peer.send(EngineRequest("r1", pack_ids(ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True))
     peer.send(EngineRequest("r2", pack_ids([9]), 1))
@@ -134,7 +95,7 @@ def test_request_fields_arrive_unpacked(peer: Peer, link: EngineLink) -> None:
     assert link.poll_requests() == [] and link.poll_aborts() == []
 
 
-def test_prompt_ids_as_list_option(peer: Peer) -> None:
+def test_prompt_ids_as_list_option(peer: EnginePeer) -> None:
     with EngineLink(peer.engine_in, peer.engine_out, prompt_ids_as_list=True) as lk:
         peer.send(EngineRequest("r1", pack_ids([3, 2**32 - 1]), 7))
         got = poll_until(lk.poll_requests)
@@ -142,7 +103,7 @@ def test_prompt_ids_as_list_option(peer: Peer) -> None:
         assert type(got[0].prompt_token_ids) is list
 
 
-def test_aborts_keep_order_with_requests(peer: Peer, link: EngineLink) -> None:
+def test_aborts_keep_order_with_requests(peer: EnginePeer, link: EngineLink) -> None:
     peer.send(EngineRequest("a", pack_ids([1]), 3))
     assert [r.request_id for r in poll_until(link.poll_requests)] == ["a"]
     peer.send(EngineAbort(["a"]))
@@ -176,7 +137,7 @@ MALFORMED = [
 
 
 def test_malformed_frames_are_counted_and_logged_never_raised(
-    peer: Peer, link: EngineLink, caplog: pytest.LogCaptureFixture
+    peer: EnginePeer, link: EngineLink, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="textproc.engine")
     for data in MALFORMED:
@@ -201,7 +162,7 @@ def test_malformed_frames_are_counted_and_logged_never_raised(
     ],
 )
 def test_invalid_request_is_answered_with_an_error_step(
-    peer: Peer, link: EngineLink, frame: EngineRequest, why: str, caplog: pytest.LogCaptureFixture
+    peer: EnginePeer, link: EngineLink, frame: EngineRequest, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="textproc.engine")
     peer.send(frame)
@@ -214,14 +175,14 @@ def test_invalid_request_is_answered_with_an_error_step(
 
 
 @pytest.fixture
-def packed_link(peer: Peer) -> Iterator[EngineLink]:
+def packed_link(peer: EnginePeer) -> Iterator[EngineLink]:
     lk = EngineLink.connect(peer.engine_in, peer.engine_out, step_format="packed")
     assert peer.recv() == EngineHello(lk.instance_id)
     yield lk
     lk.close()
 
 
-def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, packed_link: EngineLink) -> None:
+def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: EnginePeer, packed_link: EngineLink) -> None:
     # the tuple fast path (no Structs built) writes exactly the bytes of the Struct
     link = packed_link
     entries = [("r1", [1, 2], None), ("r2", [], "stop"), ("r3", [2**32 - 1], "length"), ("r4", [5])]
@@ -245,7 +206,7 @@ def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: Peer, packed
     assert link.steps_sent == 6
 
 
-def test_send_step_takes_arrays_bytes_lists_and_numpy(peer: Peer, link: EngineLink) -> None:
+def test_send_step_takes_arrays_bytes_lists_and_numpy(peer: EnginePeer, link: EngineLink) -> None:
     want = [("a", [7], None), ("b", [8], "length")]
     link.send_step(("a", "b"), pack_ids([7, 8]), finished={1: "length"})
     link.send_step(["a", "b"], [7, 8], finished={1: "length"})
@@ -276,7 +237,7 @@ def test_send_step_checks_lengths(link: EngineLink, args: Any, kw: Any, why: str
     assert link.steps_sent == 0
 
 
-def test_checked_send_step_checks_sums_and_reasons(peer: Peer) -> None:
+def test_checked_send_step_checks_sums_and_reasons(peer: EnginePeer) -> None:
     with EngineLink(peer.engine_in, peer.engine_out, check_outputs=True) as lk:
         with pytest.raises(InvalidInput, match="counts sum to 3 but token_ids holds 2 ids"):
             lk.send_step(["a", "b"], [1, 2], counts=[1, 2])
@@ -296,7 +257,7 @@ def test_unchecked_packed_send_outputs_still_refuses_ids_outside_uint32(packed_l
 
 
 def test_auto_sends_engine_step_from_send_outputs_and_packed_from_send_step(
-    peer: Peer, link: EngineLink
+    peer: EnginePeer, link: EngineLink
 ) -> None:
     link.send_outputs([("r1", [1, 2], None), ("r2", [], "stop")])
     assert peer.recv_raw() == ENC.encode(
@@ -305,7 +266,7 @@ def test_auto_sends_engine_step_from_send_outputs_and_packed_from_send_step(
     assert peer.recv_raw() == ENC.encode(EngineStepPacked(1, ["r1"], pack_ids([3])))
 
 
-def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: Peer) -> None:
+def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: EnginePeer) -> None:
     link = EngineLink.connect(peer.engine_in, peer.engine_out, step_format="legacy")
     peer.recv()
     entries = [("r1", [1, 2], None), ("r2", [], "stop"), ("r3", [2**31], "length")]
@@ -326,7 +287,7 @@ def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: Peer) -> Non
 
 
 @pytest.mark.parametrize("step_format", ["auto", "packed", "legacy"])
-def test_send_outputs_converts_other_iterables(peer: Peer, step_format: Any) -> None:
+def test_send_outputs_converts_other_iterables(peer: EnginePeer, step_format: Any) -> None:
     with EngineLink(peer.engine_in, peer.engine_out, step_format=step_format) as link:
         peer.recv()
         link.send_outputs((e for e in [("g", array("I", [7, 8]), None), ("h", range(2), "stop")]))
@@ -340,7 +301,7 @@ def test_send_outputs_converts_other_iterables(peer: Peer, step_format: Any) -> 
     [("r", [1], 5), ("r", [1], "done"), (7, [1], None), ("r", ["x"], None), ("r", [-1], None),
      ("r",), "rr", ("r", [1], None, 4)],
 )
-def test_checked_link_names_a_bad_output_entry(peer: Peer, entry: Any) -> None:
+def test_checked_link_names_a_bad_output_entry(peer: EnginePeer, entry: Any) -> None:
     with EngineLink(peer.engine_in, peer.engine_out, check_outputs=True) as lk:
         with pytest.raises(InvalidInput, match=r"send_outputs entry 1 is .*expected \(request_id: str"):
             lk.send_outputs([("ok", [1], None), entry])
@@ -349,13 +310,13 @@ def test_checked_link_names_a_bad_output_entry(peer: Peer, entry: Any) -> None:
         assert entries_of(peer.recv()) == [("ok", [2], None), ("x", [3], "stop")]
 
 
-def test_unchecked_link_does_not_validate_the_hot_path(peer: Peer, link: EngineLink) -> None:
+def test_unchecked_link_does_not_validate_the_hot_path(peer: EnginePeer, link: EngineLink) -> None:
     link.send_outputs([(7, [1], None)])  # trusted: textproc's decoder rejects it, not the engine
     with pytest.raises(msgspec.ValidationError):
         OUT.decode(peer.recv_raw())
 
 
-def test_close_is_idempotent_and_use_after_close_is_an_error(peer: Peer) -> None:
+def test_close_is_idempotent_and_use_after_close_is_an_error(peer: EnginePeer) -> None:
     lk = EngineLink(peer.engine_in, peer.engine_out)
     with pytest.raises(InvalidInput, match="before start"):
         lk.poll_requests()
@@ -400,7 +361,7 @@ def test_requests_in_dropped_steps_are_reported_failed(tmp_path: Path) -> None:
         for i in range(20):
             lk.send_outputs([(f"r{i % 3}", [1], None)])
         assert lk.dropped_steps >= 3
-        peer = Peer(tmp_path)
+        peer = EnginePeer(tmp_path)
         try:
             failed: set[str] = set()
             deadline = time.monotonic() + 10
@@ -424,12 +385,12 @@ def test_requests_in_dropped_steps_are_reported_failed(tmp_path: Path) -> None:
 
 
 def test_hello_is_sent_again_after_textproc_side_restarts(tmp_path: Path) -> None:
-    first = Peer(tmp_path)
+    first = EnginePeer(tmp_path)
     lk = EngineLink.connect(first.engine_in, first.engine_out)
     try:
         assert first.recv() == EngineHello(lk.instance_id)
         first.close()
-        second = Peer(tmp_path)  # same addresses, a new process in real life
+        second = EnginePeer(tmp_path)  # same addresses, a new process in real life
         try:
             deadline = time.monotonic() + 10
             while not second.pull.poll(50):
@@ -444,7 +405,7 @@ def test_hello_is_sent_again_after_textproc_side_restarts(tmp_path: Path) -> Non
         lk.close()
 
 
-def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: Peer) -> None:
+def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: EnginePeer) -> None:
     # (zmq MAXMSGSIZE on a connecting socket would drop the connection for good)
     lk = EngineLink.connect(peer.engine_in, peer.engine_out, max_frame_bytes=4096)
     try:

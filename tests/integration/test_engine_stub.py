@@ -17,52 +17,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
-import zmq
 
+from tests.integration.engine_peer import ENC, OUT, EnginePeer, as_step
 from tests.integration.service import REPO
 from textproc.protocol import (
     EngineAbort,
     EngineHello,
-    EngineOutFrame,
     EngineRequest,
     EngineStep,
-    EngineStepPacked,
-    StepOutput,
     pack_ids,
-    step_entries,
 )
 from textproc.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.timeout(60)
 
-ENC = msgspec.msgpack.Encoder()
-OUT = msgspec.msgpack.Decoder(EngineOutFrame)
 
-
-def as_step(frame: Any) -> Any:
-    """A packed step (what EngineLink sends) as the equivalent EngineStep; other frames as is."""
-    if not isinstance(frame, EngineStepPacked):
-        return frame
-    rids, ids, reasons = step_entries(frame)
-    return EngineStep(frame.step, [StepOutput(r, list(i), f) for r, i, f in zip(rids, ids, reasons)])
-
-
-class Stub:
+class Stub(EnginePeer):
     """``python -m engine_stub`` with the textproc side bound here; collects its steps."""
 
     def __init__(self, tmp_path: Path, model_dir: Path | None, *args: str) -> None:
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self.engine_in = f"ipc://{tmp_path}/engine-in"
-        self.engine_out = f"ipc://{tmp_path}/engine-out"
+        super().__init__(tmp_path)
         self.stats_path = tmp_path / "stats.json"
-        self.push = self.ctx.socket(zmq.PUSH)
-        self.push.linger = 0
-        self.push.bind(self.engine_in)
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.linger = 0
-        self.pull.bind(self.engine_out)
         cmd = [sys.executable, "-m", "engine_stub", "--engine-in", self.engine_in,
                "--engine-out", self.engine_out, "--stats-file", str(self.stats_path),
                "--stats-interval-s", "0.1", *args]
@@ -77,16 +53,14 @@ class Stub:
         assert isinstance(hello, EngineHello), hello
         self.hello = hello
 
-    def send(self, frame: Any) -> None:
-        self.push.send(frame if isinstance(frame, bytes) else ENC.encode(frame))
-
     def request(self, request_id: str, prompt: list[int], max_tokens: int = 100, **kw: Any) -> None:
         self.send(EngineRequest(request_id, pack_ids(prompt), max_tokens, **kw))
 
+    def silence(self, timeout_s: float) -> str:
+        return f"engine_stub sent nothing for {timeout_s} s; log:\n{self.log()}"
+
     def recv(self, timeout_s: float = 10.0) -> Any:
-        if not self.pull.poll(int(timeout_s * 1000)):
-            raise AssertionError(f"engine_stub sent nothing for {timeout_s} s; log:\n{self.log()}")
-        return as_step(OUT.decode(self.pull.recv()))
+        return as_step(super().recv(timeout_s))
 
     def collect(self, request_ids: list[str], timeout_s: float = 20.0) -> None:
         """Read steps until every id in ``request_ids`` has a finish reason."""
@@ -132,9 +106,7 @@ class Stub:
         finally:
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
-            self.push.close(0)
-            self.pull.close(0)
-            self.ctx.term()
+            self.close()
         return code
 
 
