@@ -126,8 +126,10 @@ class ChatTemplate:
                 "continue_final_message and add_generation_prompt are not compatible: pass "
                 "add_generation_prompt=False to continue the final message"
             )
-        tool_schemas = _prepare_tools(tools)
-        docs = _prepare_documents(documents)
+        tool_schemas = _prepare_dict_list(tools, "tools", "JSON-schema dicts", "JSON-schema dict")
+        docs = _prepare_dict_list(
+            documents, "documents", "dicts with 'title' and 'text'", "dict with 'title' and 'text'"
+        )
         final_text: str | None = None
         if continue_final_message:
             final_text = _tag_final_message(chat, continue_final_message, self.source)
@@ -440,27 +442,18 @@ def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     return chat
 
 
-def _prepare_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[Any] | None:
-    if tools is None:
+def _prepare_dict_list(
+    value: Sequence[Mapping[str, Any]] | None, name: str, items: str, item: str
+) -> list[Any] | None:
+    """A plain copy of ``tools``/``documents``: a list of dicts (``items``/``item`` say which)."""
+    if value is None:
         return None
-    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
-        raise InvalidInput(f"tools must be a list of JSON-schema dicts, got {short(tools)}")
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, Mapping):
-            raise InvalidInput(f"tools[{i}] must be a JSON-schema dict, got {short(tool)}")
-    result: list[Any] = _plain(list(tools))
-    return result
-
-
-def _prepare_documents(documents: Sequence[Mapping[str, Any]] | None) -> list[Any] | None:
-    if documents is None:
-        return None
-    if isinstance(documents, (str, bytes, Mapping)) or not isinstance(documents, Sequence):
-        raise InvalidInput(f"documents must be a list of dicts with 'title' and 'text', got {short(documents)}")
-    for i, document in enumerate(documents):
-        if not isinstance(document, Mapping):
-            raise InvalidInput(f"documents[{i}] must be a dict with 'title' and 'text', got {short(document)}")
-    result: list[Any] = _plain(list(documents))
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise InvalidInput(f"{name} must be a list of {items}, got {short(value)}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, Mapping):
+            raise InvalidInput(f"{name}[{i}] must be a {item}, got {short(entry)}")
+    result: list[Any] = _plain(list(value))
     return result
 
 
