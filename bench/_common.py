@@ -160,14 +160,21 @@ def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]])
         print("  ".join(c.rjust(w) if j else c.rjust(w) for c, w in zip(line, widths)), flush=True)
 
 
-def write_json(path: Path | None, rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
-    """Append one JSON object per row (with the machine description) to ``path``."""
+def write_json(path: Path | None, rows: list[dict[str, Any]], info: dict[str, Any], *,
+               stamp: bool = False) -> None:
+    """Append one JSON object per row (with the machine description) to ``path``.
+
+    ``stamp`` adds ``"when"``: the Unix time each row is written.
+    """
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         for r in rows:
-            fh.write(json.dumps({**r, "machine": info}) + "\n")
+            extra: dict[str, Any] = {"machine": info}
+            if stamp:
+                extra["when"] = time.time()
+            fh.write(json.dumps({**r, **extra}) + "\n")
 
 
 class Progress:

@@ -33,7 +33,6 @@ does) vs keeping the ``array('I')``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -48,6 +47,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import write_json  # noqa: E402
 
 import msgspec  # noqa: E402
 import zmq  # noqa: E402
@@ -319,10 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     print("(median microseconds per step; ratio = link mode / raw send of the bytes it sends, "
           "target <= 1.5; legacy = EngineStep from send_outputs, packed = EngineStepPacked "
           "from send_outputs tuples, columns = send_step)")
-    if args.json:
-        with open(args.json, "a", encoding="utf-8") as fh:
-            for r in rows:
-                fh.write(json.dumps({**r, "machine": info, "when": time.time()}) + "\n")
+    write_json(args.json, rows, info, stamp=True)
     return 0
 
 

@@ -69,6 +69,9 @@ from typing import Any, Callable
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import write_json  # noqa: E402
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -780,10 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     print("(+% = step time vs a-none in the same cpus mode and run; paired +% = loaded blocks vs "
           "quiet blocks (text units paused) interleaved in the same run, every 50 steps; target "
           "for c-textproc: p50 +1%, p99 +5%)")
-    if args.json:
-        with open(args.json, "a", encoding="utf-8") as fh:
-            for r in rows:
-                fh.write(json.dumps({**r, "machine": info, "when": time.time()}) + "\n")
+    write_json(args.json, rows, info, stamp=True)
     return 0
 
 
