@@ -225,20 +225,18 @@ class StopChecker:
             # candidate end indexes (exclusive) in window: only characters this delta added
             # (held characters were checked when they came, or were not eligible then)
             by_last, stops = stop_set.by_last, stop_set.stops
+            ends: Iterable[int]
             if len(text) <= 8:
-                for end in range(len(held) + 1, len(window) + 1):
-                    lengths = by_last.get(window[end - 1])
-                    if lengths is None:
-                        continue
-                    for n in lengths:  # longest first: among stops ending here, the one starting first
-                        if n <= end and window[end - n : end] in stops:
-                            return self._stop(window, len(held), end - n, end)
+                ends = range(len(held) + 1, len(window) + 1)
             else:  # longer deltas: visit only the characters that end some stop
-                for match in stop_set.last_re.finditer(window, len(held)):
-                    end = match.end()
-                    for n in by_last[match.group()]:
-                        if n <= end and window[end - n : end] in stops:
-                            return self._stop(window, len(held), end - n, end)
+                ends = (m.end() for m in stop_set.last_re.finditer(window, len(held)))
+            for end in ends:
+                lengths = by_last.get(window[end - 1])
+                if lengths is None:
+                    continue
+                for n in lengths:  # longest first: among stops ending here, the one starting first
+                    if n <= end and window[end - n : end] in stops:
+                        return self._stop(window, len(held), end - n, end)
         hold_max = stop_set.hold_max
         # fast path: no character near the end can start a stop
         if not hold_max or stop_set.first_chars.isdisjoint(window[-hold_max:]):
