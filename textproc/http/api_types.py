@@ -80,6 +80,12 @@ class ApiError(TextprocError):
 
 Int1 = Annotated[int, msgspec.Meta(ge=1)]
 Int0 = Annotated[int, msgspec.Meta(ge=0)]
+# sampling ranges shared by chat and completion requests
+_Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
+_TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+_MinP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+_Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
+_Positive = Annotated[float, msgspec.Meta(gt=0.0)]
 
 
 class TextPart(msgspec.Struct, tag="text", tag_field="type"):
@@ -180,13 +186,13 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    temperature: _Temperature | None = None
+    top_p: _TopP | None = None
     top_k: int | None = None
-    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
-    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    min_p: _MinP | None = None
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
+    repetition_penalty: _Positive | None = None
     seed: int | None = None
     logit_bias: dict[str, float] | None = None
     logprobs: bool | None = None
@@ -216,13 +222,13 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     echo: bool = False
     suffix: str | None = None
     stop: str | list[str] | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    temperature: _Temperature | None = None
+    top_p: _TopP | None = None
     top_k: int | None = None
-    min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
-    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
-    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    min_p: _MinP | None = None
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
+    repetition_penalty: _Positive | None = None
     seed: int | None = None
     logit_bias: dict[str, float] | None = None
     logprobs: int | None = None
