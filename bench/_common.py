@@ -33,6 +33,7 @@ if str(REPO_ROOT) not in sys.path:
 
 __all__ = [
     "REPO_ROOT",
+    "cpu_model",
     "machine",
     "model_dir",
     "mixed_text",
@@ -50,19 +51,22 @@ __all__ = [
 FETCH_HINT = ".venv/bin/python scripts/fetch_fixtures.py"
 
 
-def machine() -> dict[str, Any]:
-    """nproc, CPU model, Python, load average and UTC time: printed and stored with each result."""
-    cpu = platform.processor() or ""
+def cpu_model(default: str) -> str:
+    """The first ``model name`` in /proc/cpuinfo, else ``default``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return default
+
+
+def machine() -> dict[str, Any]:
+    """nproc, CPU model, Python, load average and UTC time: printed and stored with each result."""
     return {
         "nproc": os.cpu_count(),
-        "cpu": cpu,
+        "cpu": cpu_model(platform.processor() or ""),
         "python": platform.python_version(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),

@@ -52,6 +52,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cpu_model  # noqa: E402
 
 MODELS_DIR = REPO_ROOT / ".cache" / "models"
 QWEN_PATTERN = (
@@ -63,15 +66,8 @@ Encode = Callable[[str], list[int]]
 
 
 def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+    return {"nproc": os.cpu_count(), "cpu": cpu_model("unknown"),
+            "python": platform.python_version(),
             "loadavg_1m": round(os.getloadavg()[0], 2),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
