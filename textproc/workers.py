@@ -421,11 +421,9 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                 case StatsRequest():
                     reply = Stats(frame.request_id, "worker", index,
                                   {**counters, **decoder.counters(), "pid": os.getpid()})
-        except InvalidInput as e:
-            reply = Failure(frame.request_id, "invalid_input", str(e), 400)
         except TemplateError as e:
             reply = Failure(frame.request_id, "template", str(e), 400)
-        except TextprocError as e:
+        except TextprocError as e:  # InvalidInput and the other textproc errors
             reply = Failure(frame.request_id, "invalid_input", str(e), 400)
         except Exception as e:  # one request's bug must not take the worker down
             _log.exception("request %r failed in worker %d", frame.request_id, index)
