@@ -589,19 +589,13 @@ class _Loop:
                     pass
 
     def _drain_front(self) -> None:
-        decode = self.front_decoder.decode
+        decode_routed = self.front_decoder.decode_routed
         for _ in range(_DRAIN_BATCH):
             try:
                 parts = self.front.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 return
-            if len(parts) != 2:
-                self.front_decoder.count_malformed(
-                    f"expected [client id, frame], got {len(parts)} parts",
-                    data=parts[-1], peer=parts[0].hex())
-                continue
-            client_id, data = parts
-            frame = decode(data, peer=client_id.hex())
+            client_id, frame = decode_routed(parts)
             match frame:
                 case Hello():
                     if frame.protocol_version != PROTOCOL_VERSION:

@@ -93,6 +93,16 @@ class FrameDecoder(Generic[T]):
             self.count_malformed("nested too deep to decode", data=data, peer=peer)
             return None
 
+    def decode_routed(self, parts: list[bytes]) -> tuple[bytes, T | None]:
+        """``[client id, frame]`` as received on a ROUTER: the client id and the struct, or
+        None (counted and logged) for a frame that does not decode or a wrong part count."""
+        if len(parts) != 2:
+            self.count_malformed(f"expected [client id, frame], got {len(parts)} parts",
+                                 data=parts[-1], peer=parts[0].hex())
+            return parts[0], None
+        client_id, data = parts
+        return client_id, self.decode(data, peer=client_id.hex())
+
     def count_malformed(self, why: str, *, data: bytes | memoryview = b"", peer: str = "") -> None:
         """Count one malformed frame on this socket and log it (rate-limited)."""
         self.malformed += 1

@@ -387,13 +387,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                 return
         if not ready:
             continue
-        parts = front.recv_multipart(copy=True)
-        if len(parts) != 2:
-            decoder.count_malformed(f"expected [client id, frame], got {len(parts)} parts",
-                                    data=parts[-1], peer=parts[0].hex())
-            continue
-        client_id, data = parts
-        frame = decoder.decode(data, peer=client_id.hex())
+        client_id, frame = decoder.decode_routed(front.recv_multipart(copy=True))
         if frame is None:
             continue
         counters["requests"] += 1
