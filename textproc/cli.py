@@ -121,7 +121,9 @@ def _serve(args: argparse.Namespace) -> int:
     from textproc.supervisor import Supervisor
 
     level = os.environ.get("TEXTPROC_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO",
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        level = "INFO"
+    logging.basicConfig(level=level,
                         format="%(asctime)s supervisor[%(process)d] %(levelname)s %(name)s: %(message)s")
     model_dir = Path(args.model_dir) if args.model_dir else _default_model_dir()
     if not (model_dir / "tokenizer.json").is_file():
@@ -137,7 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
                 max_model_len=args.max_model_len,
                 max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
                 startup_timeout_s=args.startup_timeout,
-                log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO",
+                log_level=level,
                 curve_dir=str(Path(args.curve_dir).absolute()) if args.curve_dir else None,
                 **{name: value for name, value in (
                     ("max_live_requests", args.max_live_requests),
