@@ -44,6 +44,8 @@ __all__ = [
     "cpu_seconds",
     "pct",
     "print_table",
+    "pyplot",
+    "save_figure",
     "write_json",
     "Progress",
 ]
@@ -179,6 +181,26 @@ def write_json(path: Path | None, rows: list[dict[str, Any]], info: dict[str, An
             if stamp:
                 extra["when"] = time.time()
             fh.write(json.dumps({**r, **extra}) + "\n")
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or None (with a hint on stderr) without it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: install the bench extra for --plot)", file=sys.stderr)
+        return None
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out ``fig`` and write it to ``path`` (parents made) at 90 dpi."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
 
 
 class Progress:

@@ -42,6 +42,8 @@ from _common import (  # noqa: E402
     make_prompts,
     model_dir,
     print_table,
+    pyplot,
+    save_figure,
     write_json,
 )
 
@@ -121,13 +123,8 @@ def run_service(model: Path, workers: int, prompts: list[str], concurrency: int,
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     """Tokens/s against workers, per case: textproc first/warm pass, tokenizers as a line."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no matplotlib: install the bench extra for --plot)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return False
     cases = [c for c in ("long", "short") if any(r["case"] == c for r in rows)]
     fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 3.8), squeeze=False)
@@ -147,9 +144,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path)
     return True
 
 

@@ -57,6 +57,8 @@ from _common import (  # noqa: E402
     model_dir,
     pct,
     print_table,
+    pyplot,
+    save_figure,
     write_json,
 )
 
@@ -301,13 +303,8 @@ def hop_floor(kind: str, n: int, interval_s: float = 0.005) -> dict[str, Any]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no matplotlib: install the bench extra for --plot)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return False
     kinds = sorted({r["endpoints"] for r in rows})
     fig, axes = plt.subplots(len(kinds), 2, figsize=(11, 3.6 * len(kinds)), squeeze=False)
@@ -326,9 +323,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
             ax.axvline(2.0, color="grey", linestyle=":", linewidth=1)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path)
     return True
 
 
