@@ -125,12 +125,13 @@ def chat_chunk(
     usage: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage)."""
-    return _chunk(response_id, "chat.completion.chunk", created, model,
-                  {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason},
-                  include_usage=include_usage, usage=usage)
+    return _one_choice(response_id, "chat.completion.chunk", created, model,
+                       {"index": 0, "delta": delta, "logprobs": None,
+                        "finish_reason": finish_reason},
+                       include_usage=include_usage, usage=usage)
 
 
-def _chunk(
+def _one_choice(
     response_id: str,
     obj: str,
     created: int,
@@ -140,7 +141,8 @@ def _chunk(
     include_usage: bool,
     usage: dict[str, int] | None,
 ) -> dict[str, Any]:
-    """A streamed chunk of ``obj`` with the one ``choice``; ``usage`` (maybe null) when asked."""
+    """One ``obj`` (a streamed chunk or a whole response) with the one ``choice``; ``usage``
+    (maybe null) when ``include_usage`` or given."""
     chunk: dict[str, Any] = {
         "id": response_id,
         "object": obj,
@@ -181,16 +183,10 @@ def chat_response(
     usage: dict[str, int],
 ) -> dict[str, Any]:
     """A whole ``chat.completion``."""
-    return {
-        "id": response_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
-        ],
-        "usage": usage,
-    }
+    return _one_choice(response_id, "chat.completion", created, model,
+                       {"index": 0, "message": message, "logprobs": None,
+                        "finish_reason": finish_reason},
+                       include_usage=True, usage=usage)
 
 
 def completion_chunk(
@@ -204,9 +200,9 @@ def completion_chunk(
     usage: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One streamed ``text_completion`` chunk."""
-    return _chunk(response_id, "text_completion", created, model,
-                  {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason},
-                  include_usage=include_usage, usage=usage)
+    return _one_choice(response_id, "text_completion", created, model,
+                       {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason},
+                       include_usage=include_usage, usage=usage)
 
 
 def completion_response(
@@ -218,16 +214,9 @@ def completion_response(
     usage: dict[str, int],
 ) -> dict[str, Any]:
     """A whole ``text_completion``."""
-    return {
-        "id": response_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        ],
-        "usage": usage,
-    }
+    return _one_choice(response_id, "text_completion", created, model,
+                       {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason},
+                       include_usage=True, usage=usage)
 
 
 def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None) -> dict[
