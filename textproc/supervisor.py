@@ -120,6 +120,7 @@ class Supervisor:
         self._finalizer: weakref.finalize[Any, Supervisor] | None = None
         self._curve: CurveServerKeys | None = None
         self._auth: Any = None  # the ZAP handler (zmq.auth ThreadAuthenticator) with CURVE
+        self._ready_decoder: FrameDecoder[Ready] = FrameDecoder(Ready, socket_name="control")
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -284,14 +285,6 @@ class Supervisor:
                     child.extra["ready_pid"] = ready.pid
         self._publish(ready)
         return ready
-
-    @property
-    def _ready_decoder(self) -> FrameDecoder[Ready]:
-        decoder: FrameDecoder[Ready] | None = getattr(self, "_decoder", None)
-        if decoder is None:
-            decoder = FrameDecoder(Ready, socket_name="control")
-            self._decoder = decoder
-        return decoder
 
     def _publish(self, frame: Ready | ProcessDied) -> None:
         assert self._events is not None
