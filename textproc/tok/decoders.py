@@ -12,7 +12,7 @@ from typing import Any
 
 import regex
 
-from textproc.tok.bytelevel import CHAR_TO_BYTE
+from textproc.tok.bytelevel import byte_level_bytes
 from textproc.tok.jsonpath import Ctx
 from textproc.tok.normalizers import compile_pattern
 
@@ -24,14 +24,8 @@ SUPPORTED_DECODERS = "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, 
 
 def byte_level_token_bytes(token: str) -> bytes:
     """HF ByteLevel decoder for one token: mapped bytes, or the raw UTF-8 if any char is outside."""
-    get = CHAR_TO_BYTE.get
-    out = bytearray()
-    for c in token:
-        b = get(c)
-        if b is None:
-            return token.encode("utf-8", "surrogatepass")
-        out.append(b)
-    return bytes(out)
+    data = byte_level_bytes(token)
+    return token.encode("utf-8", "surrogatepass") if data is None else data
 
 
 def _byte_level(tokens: list[str]) -> list[str]:
