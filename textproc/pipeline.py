@@ -208,11 +208,7 @@ class OutputPipeline:
         if self._stops.is_finished:
             self._fast_key = None
             return self._end(text, "stop")
-        parser = self._parser
-        if parser is None:
-            out = [{"content": text}] if text else []
-        else:
-            out = parser.feed(text) if text else []
+        out = self._parse(text)
         self._update_fast_key()
         return out
 
