@@ -88,6 +88,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def reap(pids: dict[str, int], *, timeout_s: float, poll_s: float) -> dict[str, int]:
+    """Wait up to ``timeout_s`` for these processes to exit; SIGKILL the ones still alive and
+    return them (name -> pid) so the caller can assert there were none."""
+    deadline = time.monotonic() + timeout_s
+    left = {name: pid for name, pid in pids.items() if pid and _alive(pid)}
+    while left and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        left = {name: pid for name, pid in left.items() if _alive(pid)}
+    for pid in left.values():
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
 class Service:
     """``textproc serve`` in a subprocess with its runtime dir and log file under ``root``."""
 
@@ -166,13 +179,7 @@ class Service:
                 raise AssertionError(f"textproc serve (pid {proc.pid}) ignored SIGTERM for "
                                      f"{timeout_s} s:\n{self.log()}")
         self._log.close()
-        deadline = time.monotonic() + 5
-        left = {name: pid for name, pid in pids.items() if pid and _alive(pid)}
-        while left and time.monotonic() < deadline:
-            time.sleep(0.05)
-            left = {name: pid for name, pid in left.items() if _alive(pid)}
-        for pid in left.values():
-            os.kill(pid, signal.SIGKILL)
+        left = reap(pids, timeout_s=5, poll_s=0.05)
         assert not left, f"processes still running after shutdown: {left}\n{self.log()}"
         leftovers = [p.name for p in self.runtime_dir.glob("*")] if self.runtime_dir.exists() else []
         assert not leftovers, f"files left in {self.runtime_dir}: {leftovers}"

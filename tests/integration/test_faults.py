@@ -95,7 +95,7 @@ def test_serve_reports_a_missing_model_and_a_startup_timeout(tmp_path: Path, toy
 
 
 def test_kill_9_supervisor_leaves_no_orphans_and_no_hung_requests(tmp_path: Path, toy_model: Path) -> None:
-    from tests.integration.service import _alive
+    from tests.integration.service import reap
 
     service = Service(tmp_path / "s", toy_model, workers=1,
                       args=["--stub-arg=--step-ms=20"]).start()
@@ -118,13 +118,7 @@ def test_kill_9_supervisor_leaves_no_orphans_and_no_hung_requests(tmp_path: Path
         proc.wait(10)
         service.proc = None  # nothing left to stop; socket files stay (documented)
         service._log.close()
-        deadline = time.monotonic() + 10
-        left = dict(children)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = {k: pid for k, pid in left.items() if _alive(pid)}
-        for pid in left.values():
-            os.kill(pid, signal.SIGKILL)
+        left = reap(children, timeout_s=10, poll_s=0.1)
     assert not left, f"orphans after kill -9 of the supervisor: {left}"
     assert all(isinstance(r, WorkerDied) for r in results), results[:3]
     assert ended_s < 20, f"requests took {ended_s:.1f} s to fail after the service died"
