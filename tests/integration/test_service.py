@@ -113,6 +113,16 @@ async def _collect(stream: Any) -> list[TextEvent]:
     return [event async for event in stream]
 
 
+async def _chat_cases(client: TextClient, cases: list[dict[str, Any]], prefix: str,
+                      timeout_s: float) -> list[list[TextEvent]]:
+    """Every case as one concurrent chat (request id ``{prefix}-{i}``); all events of each."""
+    streams = [client.chat(c["messages"], tools=c.get("tools"), stop=c.get("stop"),
+                           include_stop=c.get("include_stop", False),
+                           chat_template_kwargs=c["kwargs"], request_id=f"{prefix}-{i}")
+               for i, c in enumerate(cases)]
+    return await asyncio.wait_for(asyncio.gather(*map(_collect, streams)), timeout_s)
+
+
 # -- tests --------------------------------------------------------------------------------------
 
 def test_1000_concurrent_chats_equal_the_in_process_core(service: Service, tok: Tokenizer) -> None:
@@ -121,11 +131,7 @@ def test_1000_concurrent_chats_equal_the_in_process_core(service: Service, tok: 
 
     async def main() -> list[list[TextEvent]]:
         async with await TextClient.connect(service.runtime_dir, timeout_s=30) as client:
-            streams = [client.chat(c["messages"], tools=c.get("tools"), stop=c.get("stop"),
-                                   include_stop=c.get("include_stop", False),
-                                   chat_template_kwargs=c["kwargs"], request_id=f"mix-{i}")
-                       for i, c in enumerate(cases)]
-            return await asyncio.wait_for(asyncio.gather(*map(_collect, streams)), 120)
+            return await _chat_cases(client, cases, "mix", 120)
 
     t0 = time.monotonic()
     results = run(main)

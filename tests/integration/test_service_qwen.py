@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from pathlib import Path
 from typing import Iterator
@@ -10,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from tests.integration.service import Service, run
-from tests.integration.test_service import _case, _collect, _expected
+from tests.integration.test_service import _case, _chat_cases, _expected
 from tests.models import model_dir
 from textproc.client import TextClient, TextEvent
 from textproc.parsing import merge_deltas
@@ -40,11 +39,7 @@ def test_300_concurrent_chats_on_qwen3_equal_the_in_process_core(service: Servic
 
     async def main() -> list[list[TextEvent]]:
         async with await TextClient.connect(service.runtime_dir, timeout_s=60) as client:
-            streams = [client.chat(c["messages"], tools=c.get("tools"), stop=c.get("stop"),
-                                   include_stop=c.get("include_stop", False),
-                                   chat_template_kwargs=c["kwargs"], request_id=f"q-{i}")
-                       for i, c in enumerate(cases)]
-            return await asyncio.wait_for(asyncio.gather(*map(_collect, streams)), 150)
+            return await _chat_cases(client, cases, "q", 150)
 
     for i, (case, events) in enumerate(zip(cases, run(main))):
         want = _expected(tok, case, f"q-{i}")
