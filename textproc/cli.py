@@ -117,11 +117,11 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from textproc.config import DEFAULT_MAX_FRAME_BYTES, ServeConfig, ServiceConfig
+    from textproc.config import DEFAULT_MAX_FRAME_BYTES, LOG_LEVELS, ServeConfig, ServiceConfig
     from textproc.supervisor import Supervisor
 
     level = os.environ.get("TEXTPROC_LOG_LEVEL", "INFO").upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+    if level not in LOG_LEVELS:
         level = "INFO"
     logging.basicConfig(level=level,
                         format="%(asctime)s supervisor[%(process)d] %(levelname)s %(name)s: %(message)s")

@@ -19,6 +19,7 @@ from textproc.errors import InvalidInput, short
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "IPC_PATH_MAX_BYTES",
+    "LOG_LEVELS",
     "Endpoints",
     "ServiceConfig",
     "ServeConfig",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024  # equals protocol.MAX_FRAME_BYTES
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # ServiceConfig.log_level values
 IPC_PATH_MAX_BYTES = 100  # sun_path is 108 bytes on Linux, 104 on macOS; keep a margin
 _SCHEMES = ("ipc://", "tcp://")
 
@@ -186,7 +188,7 @@ class ServiceConfig:
         _check_float("early_output_age_s", self.early_output_age_s, low=0.0)
         _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
         _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
-        if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        if self.log_level not in LOG_LEVELS:
             raise InvalidInput(
                 f"log_level must be DEBUG, INFO, WARNING or ERROR, got {short(self.log_level)}"
             )
