@@ -38,7 +38,7 @@ from _common import describe, machine, mixed_text, model_dir, print_table, write
 import msgspec  # noqa: E402
 
 from textproc.config import ServiceConfig  # noqa: E402
-from textproc.pipeline import OutputPipeline  # noqa: E402
+from textproc.core.pipeline import OutputPipeline  # noqa: E402
 from textproc.protocol import (  # noqa: E402
     EngineOutFrame,
     EngineRequest,
@@ -50,7 +50,7 @@ from textproc.protocol import (  # noqa: E402
     Submit,
     pack_ids,
 )
-from textproc.tokenizer import Tokenizer  # noqa: E402
+from textproc.core.tokenizer import Tokenizer  # noqa: E402
 from textproc.transport import encoder  # noqa: E402
 
 __all__ = ["main"]
@@ -132,7 +132,7 @@ def _frames(work: Work, streams: int, steps: int, k: int, packed: bool) -> tuple
 
 def bench_core(work: Work, model: Path, streams: int, steps: int, k: int, mode: str,
                repeat: int, packed: bool) -> float:
-    from textproc.detokenizer_process import Detokenizer
+    from textproc.service.detokenizer_process import Detokenizer
 
     core = Detokenizer(work.tok, ServiceConfig(model_dir=str(model), n_workers=1))
     rids, frames = _frames(work, streams, steps * repeat, k, packed)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()  # as the detokenizer process does after loading the vocabulary
     if not args.default_gc:
-        from textproc.detokenizer_process import GC_THRESHOLDS
+        from textproc.service.detokenizer_process import GC_THRESHOLDS
 
         gc.set_threshold(*GC_THRESHOLDS)  # ... and these thresholds
     rows: list[dict[str, Any]] = []

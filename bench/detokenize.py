@@ -314,9 +314,9 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
 
 def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -> float:
     """The Detokenizer core in this process: decode step frame, on_step, encode Outputs."""
-    from textproc.detokenizer_process import Detokenizer
+    from textproc.service.detokenizer_process import Detokenizer
     from textproc.protocol import EngineOutFrame
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
     from textproc.transport import encoder
 
     tok = _core_tokenizer(model)
@@ -349,7 +349,7 @@ _TOKENIZERS: dict[str, Any] = {}
 
 
 def _core_tokenizer(model: Path) -> Any:
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     if str(model) not in _TOKENIZERS:
         _TOKENIZERS[str(model)] = Tokenizer.from_dir(model)
@@ -359,7 +359,7 @@ def _core_tokenizer(model: Path) -> Any:
 def run_decodestream(work: Workload, streams: int, steps: int, mode: str) -> float:
     from tokenizers.decoders import DecodeStream
 
-    from textproc.stops import StopChecker
+    from textproc.core.stops import StopChecker
 
     hf = work.hf
     per_stream = [work.ids(i, 0, steps) for i in range(streams)]
@@ -380,7 +380,7 @@ def run_floor(model: Path, work: Workload, streams: int, steps: int) -> dict[str
     step frame, look each token's text up in a table, build the outputs, encode one frame.
     ``floor``: ``RequestOutput(rid, [{"content": text}])`` items as today; ``floor-text``: the
     same with ``(rid, text)`` tuples (a text-only output shape). No stops, no parser, no state."""
-    from textproc.detokenizer import IncrementalDetokenizer
+    from textproc.core.detokenizer import IncrementalDetokenizer
     from textproc.protocol import EngineOutFrame, RequestOutput
 
     tt = IncrementalDetokenizer(_core_tokenizer(model)).text_table

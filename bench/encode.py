@@ -100,7 +100,7 @@ class Impls:
         self.path = MODELS_DIR / name
 
     def textproc(self) -> Encode:
-        from textproc.tokenizer import Tokenizer
+        from textproc.core.tokenizer import Tokenizer
 
         tok = Tokenizer.from_dir(self.path)
         tok.validate()  # build the lazy merge table up front, as the service's workers do
@@ -121,7 +121,7 @@ class Impls:
             return None
         import tiktoken
 
-        from textproc.convert import load_tiktoken_ranks
+        from textproc.core.convert import load_tiktoken_ranks
 
         enc = tiktoken.Encoding("qwen3", pat_str=QWEN_PATTERN,
                                 mergeable_ranks=load_tiktoken_ranks(self.path / "qwen.tiktoken"),
@@ -209,7 +209,7 @@ def _load_times(path: Path) -> dict[str, Any]:
     """Seconds to load the Qwen tokenizer, each in a fresh interpreter (imports excluded)."""
     snippets = {
         "textproc": (
-            "from textproc.tokenizer import Tokenizer",
+            "from textproc.core.tokenizer import Tokenizer",
             f"Tokenizer.from_dir({str(path)!r}).validate()",  # ready to serve, as a worker
         ),
         "tokenizers": (
@@ -217,7 +217,7 @@ def _load_times(path: Path) -> dict[str, Any]:
             f"tokenizers.Tokenizer.from_file({str(path / 'tokenizer.json')!r})",
         ),
         "tiktoken": (
-            "import tiktoken\nfrom textproc.convert import load_tiktoken_ranks",
+            "import tiktoken\nfrom textproc.core.convert import load_tiktoken_ranks",
             f"tiktoken.Encoding('q', pat_str={QWEN_PATTERN!r}, "
             f"mergeable_ranks=load_tiktoken_ranks({str(path / 'qwen.tiktoken')!r}), "
             "special_tokens={})",

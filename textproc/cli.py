@@ -2,7 +2,7 @@
 
 Owns argument parsing, the only environment reads (``TEXTPROC_LOG_LEVEL``) and the exit codes;
 it is the only module that exits the interpreter. Subcommands: ``serve`` (the service),
-``text`` (the text core on the command line, ``textproc.demo``), ``bench`` (runs
+``text`` (the text core on the command line, ``textproc.core.demo``), ``bench`` (runs
 ``bench/<name>.py`` by path, ``-`` in NAME read as ``_``; textproc never imports ``bench``),
 ``keys`` (ZeroMQ CURVE key pairs for ``serve --curve-dir``), and the
 internal ``_child`` that the supervisor uses to start a worker or the detokenizer.
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["text"]:
         import importlib
 
-        demo = importlib.import_module("textproc.demo")  # the STREAM helper's module
+        demo = importlib.import_module("textproc.core.demo")  # the STREAM helper's module
         return int(demo.main(args_list[1:]))
     if args_list[:1] == ["bench"]:
         return _bench(args_list[1:])
@@ -118,7 +118,7 @@ def _keys(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from textproc.config import DEFAULT_MAX_FRAME_BYTES, LOG_LEVELS, ServeConfig, ServiceConfig
-    from textproc.supervisor import Supervisor
+    from textproc.service.supervisor import Supervisor
 
     level = os.environ.get("TEXTPROC_LOG_LEVEL", "INFO").upper()
     if level not in LOG_LEVELS:
@@ -201,10 +201,10 @@ def _child(argv: list[str]) -> int:
     config = ServiceConfig.from_json(args.config)
     endpoints = Endpoints.from_dict(json.loads(args.endpoints), source="--endpoints")
     if args.role == "worker":
-        from textproc.workers import run_worker
+        from textproc.service.worker import run_worker
 
         return run_worker(config, endpoints, args.index, parent_pid=args.parent_pid)
-    from textproc.detokenizer_process import run_detokenizer
+    from textproc.service.detokenizer_process import run_detokenizer
 
     return run_detokenizer(config, endpoints, parent_pid=args.parent_pid)
 

@@ -23,7 +23,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.templates import REAL_TEMPLATES, TEMPLATES_DIR
-from textproc.chat import CHATML_TEMPLATE, RenderLimits, render_chat
+from textproc.core.chat.template import CHATML_TEMPLATE, RenderLimits, render_chat
 from textproc.errors import InvalidInput, TemplateError
 
 LIMITS = RenderLimits(max_steps=200_000, timeout_s=0.5, max_output_chars=200_000)
@@ -32,7 +32,7 @@ LIMITS = RenderLimits(max_steps=200_000, timeout_s=0.5, max_output_chars=200_000
 # harmless and print the same under transformers, so they are allowed.
 _LEAK_MARKS = ("<built-in", "<module ", "__globals__", "<bound method", "<method-wrapper",
                "<slot wrapper", "mappingproxy", "__subclasses__", "<class 'function'>")
-_ALLOWED_CLASSES = {"jinja2.utils.Cycler", "jinja2.utils.Joiner", "textproc.chat_sandbox._TemplateNamespace"}
+_ALLOWED_CLASSES = {"jinja2.utils.Cycler", "jinja2.utils.Joiner", "textproc.core.chat.sandbox._TemplateNamespace"}
 _CLASS_REPR = re.compile(r"<class '([^']+)'>")
 
 

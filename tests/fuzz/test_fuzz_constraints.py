@@ -18,7 +18,7 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from textproc.constraints import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.errors import InvalidInput
 
 _TYPES = ["string", "integer", "number", "boolean", "null", "object", "array", "foo"]

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from textproc.config import ServiceConfig
-from textproc.detokenizer_process import Detokenizer
+from textproc.service.detokenizer_process import Detokenizer
 from textproc.engine import EngineLink
 from textproc.errors import InvalidInput, ProtocolError, TextprocError
 from textproc.protocol import (
@@ -66,9 +66,9 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
-from textproc.tokenizer import Tokenizer
+from textproc.core.tokenizer import Tokenizer
 from textproc.transport import FrameDecoder, encoder
-from textproc.workers import RequestBuilder
+from textproc.service.worker import RequestBuilder
 
 pytestmark = pytest.mark.timeout(120)
 

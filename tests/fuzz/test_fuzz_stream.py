@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 from tests.fuzz import FUZZ_TEXTS, SMALL_KINDS, hostile_text, json_values, small_tokenizer_json
 from tests.models import available_models, model_dir
 from textproc import Tokenizer
-from textproc.detokenizer import IncrementalDetokenizer
+from textproc.core.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput
-from textproc.parsing import OutputParser, merge_deltas, parse_output, parse_tool_calls
-from textproc.pipeline import OutputPipeline
-from textproc.stops import MAX_STOP_CHARS, MAX_STOPS, StopChecker
+from textproc.core.parsing import OutputParser, merge_deltas, parse_output, parse_tool_calls
+from textproc.core.pipeline import OutputPipeline
+from textproc.core.stops import MAX_STOP_CHARS, MAX_STOPS, StopChecker
 
 _TOKS: dict[str, Tokenizer] = {}
 

@@ -46,7 +46,7 @@ def build_toy_model(path: Path) -> Path:
     """A Qwen-like toy tokenizer dir (tokenizer.json + tokenizer_config.json), built in ~0.1 s."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from textproc.chat import CHATML_TEMPLATE
+    from textproc.core.chat.template import CHATML_TEMPLATE
 
     path.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())

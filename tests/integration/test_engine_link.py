@@ -423,7 +423,7 @@ def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: EnginePeer)
 
 def _detok_outputs(tok: Any, toy_model: Path, frames: list[Any]) -> tuple[Any, list[Any]]:
     from textproc.config import ServiceConfig
-    from textproc.detokenizer_process import Detokenizer
+    from textproc.service.detokenizer_process import Detokenizer
     from textproc.protocol import Submit
 
     core = Detokenizer(tok, ServiceConfig(model_dir=str(toy_model)))
@@ -439,7 +439,7 @@ def _detok_outputs(tok: Any, toy_model: Path, frames: list[Any]) -> tuple[Any, l
 
 
 def test_packed_steps_give_the_same_outputs_as_engine_steps(toy_model: Path) -> None:
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(toy_model)
     ids = tok.encode("alpha beta STOP gamma")
@@ -491,7 +491,7 @@ def test_packed_steps_give_the_same_outputs_as_engine_steps(toy_model: Path) -> 
 )
 def test_malformed_packed_step_is_refused_whole(toy_model: Path, frame: Any, why: str) -> None:
     from textproc.errors import ProtocolError
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     with pytest.raises(ValueError, match=why):
         step_entries(frame)

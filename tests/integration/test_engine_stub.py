@@ -28,7 +28,7 @@ from textproc.protocol import (
     EngineStep,
     pack_ids,
 )
-from textproc.tokenizer import Tokenizer
+from textproc.core.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.timeout(60)
 

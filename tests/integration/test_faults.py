@@ -164,8 +164,8 @@ def _content(i: int, words: int) -> str:
 
 def _reference(model_dir: Path) -> Any:
     """The in-process core's text for an echoed message: tokenizer -> OutputPipeline."""
-    from textproc.pipeline import OutputPipeline
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.pipeline import OutputPipeline
+    from textproc.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(str(model_dir))
 

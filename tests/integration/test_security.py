@@ -85,7 +85,7 @@ class _EchoEngine(threading.Thread):
 
 
 def _answer_ids(model_dir: Path) -> list[int]:
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     ids: list[int] = Tokenizer.from_dir(str(model_dir)).encode(ANSWER, add_special_tokens=False)
     return ids

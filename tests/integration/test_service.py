@@ -20,13 +20,13 @@ import pytest
 import zmq
 
 from tests.integration.service import Service, run
-from textproc.chat import prompt_starts_in_reasoning, render_chat
+from textproc.core.chat.template import prompt_starts_in_reasoning, render_chat
 from textproc.client import TextClient, TextEvent
 from textproc.errors import InvalidInput, TemplateError
-from textproc.parsing import merge_deltas, parse_output
+from textproc.core.parsing import merge_deltas, parse_output
 from textproc.protocol import EngineRequest, EngineStep, StepOutput, Submit, TokenizeRequest, pack_ids
-from textproc.stops import StopChecker
-from textproc.tokenizer import Tokenizer
+from textproc.core.stops import StopChecker
+from textproc.core.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from textproc.config import Endpoints, ServeConfig, ServiceConfig, ipc_endpoints, tcp_endpoints
-from textproc.detokenizer_process import Detokenizer, coalesce_deltas
+from textproc.service.detokenizer_process import Detokenizer, coalesce_deltas
 from textproc.errors import InvalidInput
-from textproc.pipeline import OutputPipeline
+from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (
     ChatRequest,
     EngineHello,
@@ -27,8 +27,8 @@ from textproc.protocol import (
     WorkerInFrame,
     unpack_ids,
 )
-from textproc.tokenizer import Tokenizer
-from textproc.workers import RequestBuilder
+from textproc.core.tokenizer import Tokenizer
+from textproc.service.worker import RequestBuilder
 
 
 @pytest.fixture(scope="module")

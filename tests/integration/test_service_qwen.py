@@ -12,8 +12,8 @@ from tests.integration.service import Service, run
 from tests.integration.test_service import _case, _chat_cases, _expected
 from tests.models import model_dir
 from textproc.client import TextClient, TextEvent
-from textproc.parsing import merge_deltas
-from textproc.tokenizer import Tokenizer
+from textproc.core.parsing import merge_deltas
+from textproc.core.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -70,9 +70,9 @@ class Case:
 
 def _tokenizer_class() -> Any:
     try:
-        from textproc.tokenizer import Tokenizer
+        from textproc.core.tokenizer import Tokenizer
     except ImportError as exc:  # the TOKENIZER helper's module has not landed
-        pytest.skip(f"textproc.tokenizer not importable yet: {exc}")
+        pytest.skip(f"textproc.core.tokenizer not importable yet: {exc}")
     return Tokenizer
 
 
@@ -194,7 +194,7 @@ def _load_case(name: str) -> Case:
     if name == "qwen3":
         import tiktoken
 
-        from textproc.convert import load_tiktoken_ranks
+        from textproc.core.convert import load_tiktoken_ranks
 
         specials = {t.content: i for i, t in hf.get_added_tokens_decoder().items()}
         enc = tiktoken.Encoding("qwen3", pat_str=QWEN_PATTERN,
@@ -206,7 +206,7 @@ def _load_case(name: str) -> Case:
     if name == "cl100k":
         import tiktoken
 
-        from textproc.convert import load_tiktoken_ranks
+        from textproc.core.convert import load_tiktoken_ranks
 
         specials = {t.content: i for i, t in hf.get_added_tokens_decoder().items()}
         enc = tiktoken.Encoding("cl100k", pat_str=CL100K_TIKTOKEN_PATTERN,
@@ -218,7 +218,7 @@ def _load_case(name: str) -> Case:
     if name == "gpt2":
         import tiktoken
 
-        from textproc.convert import UNICODE_TO_BYTES
+        from textproc.core.convert import UNICODE_TO_BYTES
 
         vocab = hf.get_vocab(with_added_tokens=False)
         ranks = {bytes(UNICODE_TO_BYTES[c] for c in t): i for t, i in vocab.items()

@@ -229,7 +229,7 @@ def test_strings_the_reference_refuses(case_name: str) -> None:
 def test_qwen3_tiktoken_loader_matches_tiktoken() -> None:
     """Tokenizer.from_tiktoken on the rank file equals tiktoken (on NFC text) and the dir."""
     case = get_case("qwen3")
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     from tests.models import model_dir
 
@@ -290,7 +290,7 @@ def _unigram_tie_mismatches() -> list[int]:
     Unigram vocabulary whose segmentations tie (found by the trained-unigram case)."""
     import tokenizers
 
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     obj = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],

@@ -77,7 +77,7 @@ def textproc_vocab(hf: HFTokenizer) -> Any:
 
 @functools.cache
 def _load(source: str) -> Any:
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     return Tokenizer.from_json(json.loads(source), source="<toy>")
 
@@ -100,6 +100,6 @@ def real_vocab(name: str) -> tuple[Any, HFTokenizer]:
     from tests.models import model_dir
 
     path = model_dir(name)
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     return Tokenizer.from_dir(path), HFTokenizer.from_file(str(path / "tokenizer.json"))

@@ -25,7 +25,7 @@ from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
 from tests.templates import REAL_TEMPLATES, template_source
-from textproc.chat import CHATML_TEMPLATE, ChatTemplate, load_chat_template, render_chat, select_template
+from textproc.core.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template, render_chat, select_template
 from textproc.errors import InvalidInput, TemplateError
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}

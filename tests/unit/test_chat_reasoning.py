@@ -14,7 +14,7 @@ import pytest
 
 from tests.templates import template_source
 from tests.unit.test_chat import CONVERSATIONS, ENDS_WITH_ASSISTANT, SPECIAL_TOKENS, WEATHER_TOOL, hf_render
-from textproc.chat import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
+from textproc.core.chat.template import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
 from textproc.errors import InvalidInput
 
 USER = [{"role": "user", "content": "Why is the sky blue?"}]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from textproc.chat import CHATML_TEMPLATE, RESERVED_VARIABLES, ChatTemplate, RenderLimits, render_chat
+from textproc.core.chat.template import CHATML_TEMPLATE, RESERVED_VARIABLES, ChatTemplate, RenderLimits, render_chat
 from textproc.errors import InvalidInput, TemplateError
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -198,7 +198,7 @@ def test_a_failed_render_leaves_no_state_behind() -> None:
 
 def test_limits_cannot_come_from_template_variables() -> None:
     # A server forwarding a client's chat_template_kwargs must not let it lift the limits.
-    with pytest.raises(InvalidInput, match="limits must be a textproc.chat.RenderLimits"):
+    with pytest.raises(InvalidInput, match="limits must be a textproc.core.chat.template.RenderLimits"):
         render_chat(LOOPS["nested_range"], MESSAGES, **{"limits": {"max_steps": 10**12}})
     with pytest.raises(TemplateError, match="max_steps=2000000|timeout_s=2.0"):
         render_chat(LOOPS["nested_range"], MESSAGES, **{"max_steps": 10**12, "timeout_s": 1e9})

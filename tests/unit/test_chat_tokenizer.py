@@ -17,8 +17,8 @@ from transformers import PreTrainedTokenizerFast
 from tests.models import model_dir
 from tests.templates import template_source
 from tests.unit.test_chat import CONVERSATIONS, WEATHER_TOOL
-from textproc.chat import CHATML_TEMPLATE, render_chat
-from textproc.tokenizer import Tokenizer
+from textproc.core.chat.template import CHATML_TEMPLATE, render_chat
+from textproc.core.tokenizer import Tokenizer
 
 
 @functools.lru_cache(maxsize=None)

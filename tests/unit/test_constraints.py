@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from tests.unit._regex_sampler import sample
 
-from textproc.constraints import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.errors import InvalidInput
-from textproc.parsing import parse_tool_calls
+from textproc.core.parsing import parse_tool_calls
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "weather": {
@@ -383,7 +383,7 @@ def test_tool_call_pattern_errors() -> None:
 
 def test_template_rendered_calls_match_and_parse_back() -> None:
     """The chat template's own tool-call text (tojson) matches the pattern and parses back."""
-    chat = pytest.importorskip("textproc.chat")
+    chat = pytest.importorskip("textproc.core.chat.template")
     args = {"city": "Zü \"c\"", "unit": "celsius", "days": 3}
     messages = [
         {"role": "user", "content": "weather?"},

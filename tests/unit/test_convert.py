@@ -1,4 +1,4 @@
-"""textproc.convert against tiktoken and HF tokenizers: rank files, merges, tokenizer.json."""
+"""textproc.core.convert against tiktoken and HF tokenizers: rank files, merges, tokenizer.json."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
 from tests.models import model_dir
-from textproc.convert import (
+from textproc.core.convert import (
     BYTES_TO_UNICODE,
     load_tiktoken_ranks,
     parse_tiktoken_ranks,
@@ -134,7 +134,7 @@ def test_missing_single_byte_is_refused() -> None:
 @pytest.fixture(scope="module")
 def trained_ranks() -> dict[bytes, int]:
     """Byte-level ranks of a small BPE trained with tokenizers on corpus text."""
-    from textproc.convert import UNICODE_TO_BYTES
+    from textproc.core.convert import UNICODE_TO_BYTES
 
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
@@ -237,7 +237,7 @@ def test_trained_vocab_matches_tiktoken_hypothesis(
 
 def test_gpt2_merges_reproduce_vocab_bpe() -> None:
     """ranks_to_merges on GPT-2's encoder.json gives exactly the merges of vocab.bpe."""
-    from textproc.convert import UNICODE_TO_BYTES
+    from textproc.core.convert import UNICODE_TO_BYTES
 
     obj = json.loads((model_dir("gpt2") / "tokenizer.json").read_text(encoding="utf-8"))
     vocab: dict[str, int] = obj["model"]["vocab"]

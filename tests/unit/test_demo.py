@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.models import model_dir
-from textproc import demo
+from textproc.core import demo
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from tests.unit._stream_vocab import (
     real_vocab,
     textproc_vocab,
 )
-from textproc.detokenizer import IncrementalDetokenizer
+from textproc.core.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput
 
 EXTRA_TEXTS = ["😀👍🏽👨‍👩‍👧", "你好，世界", " leading space", "  two", "ℵ∀∃ ≠ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "é e\u0301"]

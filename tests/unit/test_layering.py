@@ -1,37 +1,95 @@
-"""The text core never imports the process layer (zmq, msgspec, asyncio)."""
+"""The layering rules of style.md, checked by walking the folders (no hand-kept module list).
+
+- ``textproc/core/`` imports only the standard library, ``regex``, ``jinja2``,
+  ``textproc.errors`` and other core modules; never reads ``os.environ``.
+- ``textproc/protocol.py`` and the core never import each other.
+- ``textproc`` never imports ``engine_stub``, ``tests``, ``bench`` or ``scripts``.
+- Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
+  multiprocessing.
+"""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-CORE_MODULES = [
-    "textproc",
-    "textproc.errors",
-    "textproc.tokenizer",
-    "textproc.detokenizer",
-    "textproc.stops",
-    "textproc.pipeline",
-    "textproc.convert",
-    "textproc.demo",
-    "textproc.chat",
-    "textproc.parsing",
-    "textproc.constraints",
-]
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "textproc"
+CORE = PACKAGE / "core"
 FORBIDDEN = ("zmq", "msgspec", "asyncio", "multiprocessing")
+CORE_ALLOWED_THIRD_PARTY = {"regex", "jinja2"}
+CORE_ALLOWED_TEXTPROC = ("textproc.errors", "textproc.core")
 
 
-@pytest.mark.parametrize("module", CORE_MODULES)
-def test_core_module_imports_no_process_layer(module: str) -> None:
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import"
+            found.append((node.lineno, node.module or ""))
+    return found
+
+
+CORE_FILES = sorted(CORE.rglob("*.py"))
+ALL_FILES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_walk_finds_the_core() -> None:
+    names = {_module_name(p) for p in CORE_FILES}
+    assert {"textproc.core.tokenizer", "textproc.core.chat.template", "textproc.core.parsing.output",
+            "textproc.core.constraints.schema", "textproc.core.tok.bpe"} <= names
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=_module_name)
+def test_core_module_imports_only_core_and_allowed(path: Path) -> None:
+    stdlib = sys.stdlib_module_names
+    for lineno, name in _imports(path):
+        top = name.split(".")[0]
+        if top == "textproc":
+            assert name.startswith(CORE_ALLOWED_TEXTPROC), f"{path.name}:{lineno} imports {name}"
+        else:
+            assert top not in FORBIDDEN, f"{path.name}:{lineno} imports {name}"
+            assert top in stdlib or top in CORE_ALLOWED_THIRD_PARTY, f"{path.name}:{lineno} imports {name}"
+    assert "os.environ" not in path.read_text(encoding="utf-8"), f"{path.name} reads the environment"
+
+
+def test_protocol_and_core_never_import_each_other() -> None:
+    for lineno, name in _imports(PACKAGE / "protocol.py"):
+        assert not name.startswith("textproc.core"), f"protocol.py:{lineno} imports {name}"
+    for path in CORE_FILES:
+        for lineno, name in _imports(path):
+            assert name != "textproc.protocol", f"{path.name}:{lineno} imports the protocol"
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=_module_name)
+def test_textproc_never_imports_stub_tests_bench_or_scripts(path: Path) -> None:
+    for lineno, name in _imports(path):
+        assert name.split(".")[0] not in {"engine_stub", "tests", "bench", "scripts"}, (
+            f"{path.name}:{lineno} imports {name}")
+
+
+def test_importing_the_core_loads_no_process_layer() -> None:
+    modules = ["textproc"] + [_module_name(p) for p in CORE_FILES]
     code = (
         "import importlib, sys\n"
-        f"importlib.import_module({module!r})\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
         f"print(','.join(m for m in {FORBIDDEN!r} if m in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "", f"{module} pulled in {out.stdout.strip()}"
+    assert out.stdout.strip() == "", f"the core pulled in {out.stdout.strip()}"

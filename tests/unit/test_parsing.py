@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textproc.errors import InvalidInput
-from textproc.parsing import (
+from textproc.core.parsing import (
     OutputParser,
     TagStreamer,
     merge_deltas,
@@ -481,8 +481,8 @@ def test_real_template_tool_call_turn_parses_back(template: str) -> None:
     import re
 
     from tests.templates import template_source
-    from textproc.chat import render_chat
-    from textproc.constraints import tool_call_pattern
+    from textproc.core.chat.template import render_chat
+    from textproc.core.constraints.schema import tool_call_pattern
 
     args = {"city": 'Zürich "c" </tool_call>', "days": [3, None]}
     calls = [

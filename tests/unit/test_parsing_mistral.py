@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textproc.errors import InvalidInput
-from textproc.parsing import OutputParser, merge_deltas, openai_tool_call, parse_output, parse_tool_calls
+from textproc.core.parsing import OutputParser, merge_deltas, openai_tool_call, parse_output, parse_tool_calls
 
 M = {"tool_format": "mistral"}
 

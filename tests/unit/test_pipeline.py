@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from tests.unit._stream_vocab import byte_level_hf, real_vocab, textproc_vocab
 from tests.unit.test_stops import reference as stop_reference
-from textproc.detokenizer import IncrementalDetokenizer
+from textproc.core.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput
-from textproc.parsing import merge_deltas, parse_output
-from textproc.pipeline import OutputPipeline
+from textproc.core.parsing import merge_deltas, parse_output
+from textproc.core.pipeline import OutputPipeline
 
 FRAGMENTS = [
     "<think>", "</think>", "<tool_call>", "</tool_call>", '{"name": "f", "arguments": {"x": 1}}',

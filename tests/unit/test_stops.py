@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textproc.errors import InvalidInput
-from textproc.stops import MAX_STOP_CHARS, MAX_STOPS, StopChecker
+from textproc.core.stops import MAX_STOP_CHARS, MAX_STOPS, StopChecker
 
 ALPHABET = "ab\n</s>é😀 "
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from tests.unit.test_tokenizer_support import QWEN_PATTERN, assert_parity, hf_from_obj, mixed_texts, trained_obj
 from textproc.errors import InvalidInput, TokenizerFileError
-from textproc.tok.bytelevel import byte_level_bytes
-from textproc.tok.fastsplit import NEWER_RANGES, ascii_pattern, has_newer
-from textproc.tokenizer import Tokenizer
+from textproc.core.tok.bytelevel import byte_level_bytes
+from textproc.core.tok.fastsplit import NEWER_RANGES, ascii_pattern, has_newer
+from textproc.core.tokenizer import Tokenizer
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -145,7 +145,7 @@ def _hf_parsed_scores(texts: list[str]) -> list[float]:
 
 
 def test_scores_are_parsed_like_serde_json_not_correctly_rounded() -> None:
-    from textproc.tok.loader import serde_float
+    from textproc.core.tok.loader import serde_float
 
     rng = random.Random(7)
     texts = ["-10.000530232488181", "0.0", "-0.0", "5", "-3", "1e-5", "-2.5E+3", "123456789012345678901.5",
@@ -321,7 +321,7 @@ _PARTS = st.sampled_from(
 @pytest.mark.parametrize("pattern", [QWEN_PATTERN, GPT2_PATTERN])
 @given(parts=st.lists(_PARTS, max_size=80))
 def test_segmented_split_of_mixed_text_gives_the_same_pieces(pattern: str, parts: list[str]) -> None:
-    from textproc.tok.fastsplit import make_splitter
+    from textproc.core.tok.fastsplit import make_splitter
 
     text = "".join(parts)
     assert make_splitter(pattern)(text) == regex.findall(pattern, text)
@@ -331,8 +331,8 @@ def test_segmented_split_of_mixed_text_gives_the_same_pieces(pattern: str, parts
 def test_unicode_normalizers_match_the_reference_on_every_code_point(form: str) -> None:
     from tokenizers import normalizers
 
-    from textproc.tok.jsonpath import Ctx
-    from textproc.tok.normalizers import build_normalizer
+    from textproc.core.tok.jsonpath import Ctx
+    from textproc.core.tok.normalizers import build_normalizer
 
     ref = getattr(normalizers, form)()
     ours = build_normalizer(Ctx("<test>"), {"type": form}, "$.normalizer")
@@ -349,7 +349,7 @@ def test_unicode_normalizers_match_the_reference_on_every_code_point(form: str) 
 
 def _probe_chars() -> list[str]:
     # every exception of the tables plus a stride over all code points
-    from textproc.tok import uchars
+    from textproc.core.tok import uchars
 
     cps = set(range(0, 0x110000, 17)) | {int(c) for c in uchars.LOWER_EXTRA}
     for table in (uchars._WORD_REMOVE, uchars._PUNCT_ADD, uchars._PUNCT_REMOVE, uchars._NUM_REMOVE):
@@ -362,9 +362,9 @@ def _probe_chars() -> list[str]:
 def test_character_classes_match_the_reference(kind: str) -> None:
     from tokenizers import normalizers, pre_tokenizers
 
-    from textproc.tok.jsonpath import Ctx
-    from textproc.tok.normalizers import build_normalizer
-    from textproc.tok.pretokenizers import build_pretokenizer
+    from textproc.core.tok.jsonpath import Ctx
+    from textproc.core.tok.normalizers import build_normalizer
+    from textproc.core.tok.pretokenizers import build_pretokenizer
 
     chars = _probe_chars()
     if kind == "Lowercase":

@@ -17,7 +17,7 @@ import pytest
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
-from textproc.tokenizer import Tokenizer  # noqa: E402
+from textproc.core.tokenizer import Tokenizer  # noqa: E402
 
 __all__ = ["QWEN_PATTERN", "mixed_texts", "assert_parity", "trained", "hf_from_obj"]
 

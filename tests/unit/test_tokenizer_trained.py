@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.test_tokenizer_support import assert_parity, mixed_texts, trained_obj
-from textproc.tok.bpe import BPE
-from textproc.tok.bytelevel import to_byte_level
-from textproc.tokenizer import Tokenizer
+from textproc.core.tok.bpe import BPE
+from textproc.core.tok.bytelevel import to_byte_level
+from textproc.core.tokenizer import Tokenizer
 
 
 @pytest.mark.parametrize("kind", ["qwen", "gpt2", "gpt2_prefix"])

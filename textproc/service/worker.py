@@ -106,12 +106,12 @@ class RequestBuilder:
         reasoning = self.has_think
         starts_in_reasoning = False
         if reasoning:
-            from textproc.chat import prompt_starts_in_reasoning
+            from textproc.core.chat.template import prompt_starts_in_reasoning
 
             starts_in_reasoning = prompt_starts_in_reasoning(prompt)
         constraint = None
         if tool_choice == "required" or forced_name is not None:
-            from textproc.constraints import tool_call_pattern
+            from textproc.core.constraints.schema import tool_call_pattern
 
             # A prompt that leaves the model inside <think> must close it first, or the
             # forced call would be parsed as reasoning.
@@ -127,7 +127,7 @@ class RequestBuilder:
     def render(self, messages: Any, tools: list[dict[str, Any]] | None, *,
                add_generation_prompt: bool = True, continue_final_message: bool = False,
                chat_template_kwargs: dict[str, Any] | None = None) -> str:
-        from textproc.chat import render_chat
+        from textproc.core.chat.template import render_chat
 
         self._check_messages(messages)
         template = self.tokenizer.chat_template
@@ -334,7 +334,7 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     runtime = ChildRuntime(role="worker", index=index, parent_pid=parent_pid,
                            log_level=config.log_level)
     runtime.start()
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(config.model_dir)
     # build the lazy BPE merge table before Ready, not on the first request (0.3-1 s on Qwen)

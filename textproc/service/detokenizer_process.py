@@ -29,7 +29,7 @@ import zmq
 
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import ProtocolError, TextprocError
-from textproc.pipeline import OutputPipeline
+from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (
     PROTOCOL_VERSION,
     Abort,
@@ -425,7 +425,7 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: 
     runtime = ChildRuntime(role="detokenizer", index=0, parent_pid=parent_pid,
                            log_level=config.log_level)
     runtime.start()
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(config.model_dir)
     core = Detokenizer(tokenizer, config)

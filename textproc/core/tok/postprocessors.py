@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from textproc.tok.jsonpath import Ctx
+from textproc.core.tok.jsonpath import Ctx
 
 __all__ = ["build_postprocessor", "SUPPORTED_POSTPROCESSORS"]
 

@@ -4,7 +4,7 @@ Owns turning an OpenAI-style conversation into the prompt string: picking the te
 (a string, named templates as a dict or tokenizer_config list, or a ``chat_template.jinja``
 file), preparing the inputs the way transformers 5 does (keys whose value is None dropped,
 everything rebuilt from plain JSON types, reasoning fields aliased, ``continue_final_message``
-trimmed), and rendering in the metered sandbox of :mod:`textproc.chat_sandbox`. Also answers
+trimmed), and rendering in the metered sandbox of :mod:`textproc.core.chat.sandbox`. Also answers
 whether a rendered prompt leaves the model inside a reasoning block.
 
 Contract: ``render_chat(t, m, tools, **kw) == tokenizer.apply_chat_template(m, tools=tools,
@@ -25,8 +25,8 @@ from typing import Any
 import jinja2
 import jinja2.exceptions
 
-from textproc.chat_chatml import CHATML_TEMPLATE
-from textproc.chat_sandbox import RenderBudget, RenderLimits, active_budget, compile_template
+from textproc.core.chat.chatml import CHATML_TEMPLATE
+from textproc.core.chat.sandbox import RenderBudget, RenderLimits, active_budget, compile_template
 from textproc.errors import InvalidInput, TemplateError, short
 
 __all__ = [
@@ -350,7 +350,7 @@ def _check_limits(limits: object) -> RenderLimits:
     if limits is None:
         return RenderLimits()
     if not isinstance(limits, RenderLimits):
-        raise InvalidInput(f"limits must be a textproc.chat.RenderLimits, got {short(limits)}")
+        raise InvalidInput(f"limits must be a textproc.core.chat.template.RenderLimits, got {short(limits)}")
     return limits
 
 

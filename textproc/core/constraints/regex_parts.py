@@ -1,7 +1,7 @@
 """Regex building blocks for constraints: JSON string characters, literal text, integer
 ranges and the translation of a JSON Schema ``pattern`` into a regex over serialised JSON.
 
-Split out of :mod:`textproc.constraints` (which owns the schema walk). Every function here
+Split out of :mod:`textproc.core.constraints.schema` (which owns the schema walk). Every function here
 returns regex text in the common subset of Python ``re``/``regex`` syntax (no lookarounds, no
 backreferences), and keeps the invariant that what it matches is exactly (or a subset of)
 what it describes, written as ``json.dumps(ensure_ascii=False)`` writes it.

@@ -2,7 +2,7 @@
 
 Owns the list around the call objects; each object is a :class:`HermesCall` body with no
 close tag, so streaming and malformed-call rules are the Hermes ones (see
-:mod:`textproc.parsing.hermes`): a call streams once its name is complete, text the stream
+:mod:`textproc.core.parsing.hermes`): a call streams once its name is complete, text the stream
 has not shown comes back as content. ``[TOOL_CALLS]`` is a special token in Mistral
 vocabularies, so the detokenizer must keep special tokens for this format to see it. The
 v11 form ``[TOOL_CALLS]name[ARGS]{...}`` is not supported.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from textproc.parsing.hermes import CallStep, HermesCall
+from textproc.core.parsing.hermes import CallStep, HermesCall
 
 __all__ = ["MistralCalls"]
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from textproc.detokenizer import DetokenizerVocab, IncrementalDetokenizer
+from textproc.core.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from textproc.errors import InvalidInput, short
-from textproc.parsing import OutputParser
-from textproc.stops import StopChecker
+from textproc.core.parsing import OutputParser
+from textproc.core.stops import StopChecker
 
 __all__ = ["FINISH_REASONS", "OutputPipeline"]
 
@@ -45,7 +45,7 @@ class OutputPipeline:
     """Detokenize, stop and parse one request's output; ``feed(ids)`` returns delta fragments.
 
     Fragments are ``{"content": s}``, ``{"reasoning_content": s}`` or ``{"tool_calls": [...]}``
-    in OpenAI's streaming format (see :class:`textproc.parsing.OutputParser`). When a stop
+    in OpenAI's streaming format (see :class:`textproc.core.parsing.OutputParser`). When a stop
     string completes, ``feed`` returns the text before it, ``is_finished`` becomes True and the
     caller should abort the request in the engine; later ``feed`` calls return ``[]``.
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import regex
 
-from textproc.tok.bytelevel import BYTE_TO_CHAR_TABLE
-from textproc.tok.fastsplit import VersionedPattern
-from textproc.tok.jsonpath import Ctx
-from textproc.tok.normalizers import compile_pattern
-from textproc.tok.uchars import NUM_CLASS, PUNCT_CLASS, WORD_CLASS, WS_CLASS
+from textproc.core.tok.bytelevel import BYTE_TO_CHAR_TABLE
+from textproc.core.tok.fastsplit import VersionedPattern
+from textproc.core.tok.jsonpath import Ctx
+from textproc.core.tok.normalizers import compile_pattern
+from textproc.core.tok.uchars import NUM_CLASS, PUNCT_CLASS, WORD_CLASS, WS_CLASS
 
 __all__ = ["PreTokenizer", "Step", "build_pretokenizer", "BYTE_LEVEL_PATTERN", "SUPPORTED_PRETOKENIZERS"]
 

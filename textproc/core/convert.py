@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from textproc.errors import TokenizerFileError, short
-from textproc.tok.bytelevel import BYTE_TO_CHAR_TABLE, CHAR_TO_BYTE
+from textproc.core.tok.bytelevel import BYTE_TO_CHAR_TABLE, CHAR_TO_BYTE
 
 __all__ = [
     "BYTES_TO_UNICODE",
@@ -44,7 +44,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return dict(BYTE_TO_CHAR_TABLE)
 
 
-# The one GPT-2 table lives in textproc.tok.bytelevel; these names are kept for callers.
+# The one GPT-2 table lives in textproc.core.tok.bytelevel; these names are kept for callers.
 BYTES_TO_UNICODE: dict[int, str] = BYTE_TO_CHAR_TABLE
 UNICODE_TO_BYTES: dict[str, int] = CHAR_TO_BYTE
 

@@ -169,7 +169,7 @@ def demo_encode(tok: Any, model_dir: Path, size_bytes: int) -> dict[str, Any]:
 
 
 def demo_emoji(tok: Any) -> dict[str, Any]:
-    from textproc.detokenizer import IncrementalDetokenizer
+    from textproc.core.detokenizer import IncrementalDetokenizer
 
     ids = tok.encode(EMOJI_TEXT)
     per_token = [tok.decode([i]) for i in ids]
@@ -188,7 +188,7 @@ def demo_emoji(tok: Any) -> dict[str, Any]:
 
 
 def demo_stop(tok: Any) -> dict[str, Any]:
-    from textproc.pipeline import OutputPipeline
+    from textproc.core.pipeline import OutputPipeline
 
     text = "The answer is 42.\n\nUser: and now something else"
     stops = ["\n\nUser:", "###"]
@@ -238,7 +238,7 @@ ANSWER = (  # after the prompt; "<think>\n" is prepended when the prompt did not
 
 
 def demo_chat(tok: Any) -> tuple[dict[str, Any], str]:
-    from textproc.chat import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
+    from textproc.core.chat.template import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
 
     template = tok.chat_template or CHATML_TEMPLATE
     prompt = render_chat(
@@ -263,9 +263,9 @@ def demo_chat(tok: Any) -> tuple[dict[str, Any], str]:
 
 
 def demo_parse(tok: Any, prompt: str) -> dict[str, Any]:
-    from textproc.chat import prompt_starts_in_reasoning
-    from textproc.parsing import merge_deltas
-    from textproc.pipeline import OutputPipeline
+    from textproc.core.chat.template import prompt_starts_in_reasoning
+    from textproc.core.parsing import merge_deltas
+    from textproc.core.pipeline import OutputPipeline
 
     # Qwen3's template leaves the think block to the model; a template that pre-fills
     # "<think>\n" starts the output inside reasoning: the prompt says which
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from textproc.tokenizer import Tokenizer
+    from textproc.core.tokenizer import Tokenizer
 
     try:
         tok = Tokenizer.from_dir(model_dir)

@@ -2,7 +2,7 @@
 
 Owns the split of generated text into ``reasoning_content`` (inside ``<think>``...``</think>``),
 ``content`` and ``tool_calls`` (Hermes/Qwen ``<tool_call>`` blocks, see
-:mod:`textproc.parsing.hermes`), plus the one-shot forms and the delta merger used by tests and
+:mod:`textproc.core.parsing.hermes`), plus the one-shot forms and the delta merger used by tests and
 clients. It takes only the new text each time and keeps its own history; the work per
 ``feed`` is proportional to the new text (no re-parsing).
 
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from textproc.errors import InvalidInput, short
-from textproc.parsing.hermes import HermesCall
-from textproc.parsing.mistral import MistralCalls
-from textproc.parsing.tags import TagStreamer
+from textproc.core.parsing.hermes import HermesCall
+from textproc.core.parsing.mistral import MistralCalls
+from textproc.core.parsing.tags import TagStreamer
 
 __all__ = [
     "OutputParser",
@@ -51,9 +51,9 @@ class OutputParser:
       are allowed). ``starts_in_reasoning`` (only with ``reasoning``): the prompt ended inside
       an open think block, so the text is reasoning until ``</think>``.
     - ``tools``: recognise tool calls in content (never inside reasoning). A malformed or
-      unterminated call comes back as content, see :mod:`textproc.parsing.hermes`.
+      unterminated call comes back as content, see :mod:`textproc.core.parsing.hermes`.
       ``tool_format``: ``"hermes"`` (Qwen, Hermes: ``<tool_call>{...}</tool_call>``) or
-      ``"mistral"`` (``[TOOL_CALLS][{...}, ...]``, :mod:`textproc.parsing.mistral`);
+      ``"mistral"`` (``[TOOL_CALLS][{...}, ...]``, :mod:`textproc.core.parsing.mistral`);
       ``tool_tags`` defaults to the format's tags.
     - ``request_id``: tool-call ids are ``call_<request_id>_<index>`` (``call_<index>`` if
       empty), so streamed and one-shot parses agree; pass it to keep ids unique across turns.

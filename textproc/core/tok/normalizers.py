@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import regex
 
-from textproc.tok.jsonpath import Ctx
-from textproc.tok.uchars import LOWER_EXTRA, WHITESPACE
+from textproc.core.tok.jsonpath import Ctx
+from textproc.core.tok.uchars import LOWER_EXTRA, WHITESPACE
 
 __all__ = ["Normalizer", "build_normalizer", "SUPPORTED_NORMALIZERS", "compile_pattern"]
 

@@ -6,7 +6,7 @@ unknown characters are fused into one piece (``fuse_unk``), and a piece missing 
 vocabulary falls back to ``<0xNN>`` byte pieces (``byte_fallback``) or ``unk_id``.
 Scores add in the same order as the reference, so float ties resolve the same way; and they
 are the reference's f64 values, which are not always Python's: serde_json rounds twice
-(``textproc.tok.loader.serde_float``), and a score one ulp off turns a tie into a win.
+(``textproc.core.tok.loader.serde_float``), and a score one ulp off turns a tie into a win.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from textproc.errors import InvalidInput
-from textproc.tok.jsonpath import Ctx
-from textproc.tok.loader import hf_float
+from textproc.core.tok.jsonpath import Ctx
+from textproc.core.tok.loader import hf_float
 
 __all__ = ["Unigram"]
 

@@ -8,7 +8,7 @@ One file per concern: ``tags`` (TagStreamer, the holdback rule for tags), ``json
 
 from __future__ import annotations
 
-from textproc.parsing.output import (
+from textproc.core.parsing.output import (
     TOOL_FORMATS,
     OutputParser,
     merge_deltas,
@@ -16,7 +16,7 @@ from textproc.parsing.output import (
     parse_output,
     parse_tool_calls,
 )
-from textproc.parsing.tags import TagStreamer
+from textproc.core.parsing.tags import TagStreamer
 
 __all__ = [
     "TagStreamer",

@@ -2,7 +2,7 @@
 
 Owns ``json_schema_to_regex`` and ``tool_call_pattern`` (the schema walk); the regex pieces
 (string characters, integer ranges, ``pattern`` translation) are in
-:mod:`textproc.constraints_regex`. The regex is what a constrained decoder (in the engine, not
+:mod:`textproc.core.constraints.regex_parts`. The regex is what a constrained decoder (in the engine, not
 here) enforces; this module only builds text.
 
 Serialisation the regex allows: exactly what ``json.dumps(value, ensure_ascii=False)`` writes,
@@ -40,11 +40,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textproc.constraints_regex import CHAR as _CHAR
-from textproc.constraints_regex import MAX_COUNT, int_range, translate_pattern
-from textproc.constraints_regex import group as _group
-from textproc.constraints_regex import lit as _lit
-from textproc.constraints_regex import repeat as _repeat
+from textproc.core.constraints.regex_parts import CHAR as _CHAR
+from textproc.core.constraints.regex_parts import MAX_COUNT, int_range, translate_pattern
+from textproc.core.constraints.regex_parts import group as _group
+from textproc.core.constraints.regex_parts import lit as _lit
+from textproc.core.constraints.regex_parts import repeat as _repeat
 from textproc.errors import InvalidInput, short
 
 __all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_BOUND"]

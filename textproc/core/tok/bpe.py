@@ -27,7 +27,7 @@ from operator import add, lshift, mul, or_
 from typing import Any
 
 from textproc.errors import InvalidInput
-from textproc.tok.jsonpath import Ctx, id_limit_reason, sparse_id_limit
+from textproc.core.tok.jsonpath import Ctx, id_limit_reason, sparse_id_limit
 
 __all__ = ["BPE"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from textproc.errors import TokenizerFileError, short
-from textproc.tok.jsonpath import Ctx
+from textproc.core.tok.jsonpath import Ctx
 
 __all__ = ["read_json", "DirConfig", "read_dir_config", "SPECIAL_KEYS", "SerdeFloat", "serde_float", "hf_float"]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import regex
 
-from textproc.tok.bytelevel import byte_level_bytes
-from textproc.tok.jsonpath import Ctx
-from textproc.tok.normalizers import compile_pattern
+from textproc.core.tok.bytelevel import byte_level_bytes
+from textproc.core.tok.jsonpath import Ctx
+from textproc.core.tok.normalizers import compile_pattern
 
 __all__ = ["Decoder", "Chain", "build_decoder", "SUPPORTED_DECODERS", "byte_level_token_bytes"]
 

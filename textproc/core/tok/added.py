@@ -17,8 +17,8 @@ from typing import Any
 
 import re
 
-from textproc.tok.jsonpath import MAX_ID, Ctx, id_limit_reason
-from textproc.tok.uchars import WHITESPACE, WORD_CHAR
+from textproc.core.tok.jsonpath import MAX_ID, Ctx, id_limit_reason
+from textproc.core.tok.uchars import WHITESPACE, WORD_CHAR
 
 __all__ = ["AddedToken", "AddedVocab", "Segment"]
 
