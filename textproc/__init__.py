@@ -60,7 +60,7 @@ _WHERE = {
     "OutputParser": "textproc.core.parsing",
     "parse_tool_calls": "textproc.core.parsing",
     "openai_tool_call": "textproc.core.parsing",
-    "merge_deltas": "textproc.core.parsing",
+    "merge_deltas": "textproc.core.deltas",
     "parse_output": "textproc.core.parsing",
     "json_schema_to_regex": "textproc.core.constraints",
     "tool_call_pattern": "textproc.core.constraints",

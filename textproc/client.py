@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, NamedTuple, Sequence
 import zmq
 import zmq.asyncio
 
+from textproc.core.deltas import one_delta
 from textproc.errors import (
     InvalidInput,
     ProtocolError,
@@ -66,7 +67,7 @@ from textproc.transport import CurveClientKeys, FrameDecoder, encoder, load_clie
 
 _log = logging.getLogger("textproc.client")
 
-__all__ = ["TextClient", "TextEvent", "Usage", "merge_event_deltas", "DEFAULT_CALL_TIMEOUT_S"]
+__all__ = ["TextClient", "TextEvent", "Usage", "DEFAULT_CALL_TIMEOUT_S"]
 
 _QUERY_AFTER_S = 1.5  # a stream quiet this long is checked with the detokenizer (Query)
 _RECONCILE_EVERY_S = 0.5
@@ -94,24 +95,6 @@ class Usage(NamedTuple):
         return self.prompt_tokens + self.completion_tokens
 
 
-def merge_event_deltas(deltas: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One OpenAI delta dict from fragments: texts concatenated, tool_calls entries in order.
-
-    >>> merge_event_deltas([{"content": "a"}, {"reasoning_content": "r"}, {"content": "b"}])
-    {'content': 'ab', 'reasoning_content': 'r'}
-    """
-    out: dict[str, Any] = {}
-    for delta in deltas:
-        for key, value in delta.items():
-            if key == "tool_calls":
-                out.setdefault("tool_calls", []).extend(value)
-            elif isinstance(value, str) and isinstance(out.get(key), str):
-                out[key] += value
-            else:
-                out[key] = value
-    return out
-
-
 class TextEvent:
     """What one step of a stream brought: delta fragments, and on the last event the end.
 
@@ -137,7 +120,7 @@ class TextEvent:
 
     @property
     def delta(self) -> dict[str, Any]:
-        return merge_event_deltas(self.deltas)
+        return one_delta(self.deltas)
 
     @property
     def text(self) -> str:

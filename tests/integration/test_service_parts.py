@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from textproc.config import Endpoints, ServeConfig, ServiceConfig, ipc_endpoints, tcp_endpoints
-from textproc.service.detokenizer_process import Detokenizer, coalesce_deltas
+from textproc.core.deltas import join_text
+from textproc.service.detokenizer_process import Detokenizer
 from textproc.errors import InvalidInput
 from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (
@@ -89,10 +90,10 @@ def test_unions_reject_malformed_frames() -> None:
         msgspec.msgpack.Decoder(FrontInFrame).decode(msgspec.msgpack.encode(good))
 
 
-def test_coalesce_deltas() -> None:
+def test_join_text() -> None:
     deltas = [{"content": "a"}, {"content": "b"}, {"reasoning_content": "r"},
               {"tool_calls": [{"index": 0}]}, {"content": "c"}]
-    assert coalesce_deltas(deltas) == [{"content": "ab"}, {"reasoning_content": "r"},
+    assert join_text(deltas) == [{"content": "ab"}, {"reasoning_content": "r"},
                                        {"tool_calls": [{"index": 0}]}, {"content": "c"}]
 
 

@@ -20,7 +20,8 @@ from textproc.http.openai_api import (
     parse_detokenize_request,
     parse_tokenize_request,
 )
-from textproc.http.responses import SSE_DONE, ChatAccumulator, chat_chunk, merge_fragments, sse_event
+from textproc.core.deltas import MessageAccumulator, join_text
+from textproc.http.responses import SSE_DONE, chat_chunk, new_id, sse_event
 from textproc.http.server import HttpLimits, build_app
 
 pytestmark = pytest.mark.timeout(30)
@@ -198,16 +199,16 @@ def test_tokenize_detokenize_requests() -> None:
 # ---------------------------------------------------------------- response shaping
 
 
-def test_merge_fragments_keeps_tool_calls_apart() -> None:
+def test_join_text_keeps_tool_calls_apart() -> None:
     call = {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}
     frags = [{"content": "a"}, {"content": "b"}, call, call,
              {"reasoning_content": "r"}, {"reasoning_content": "s"}, {"content": "c"}]
-    assert merge_fragments(frags) == [{"content": "ab"}, call, call,
+    assert join_text(frags) == [{"content": "ab"}, call, call,
                                       {"reasoning_content": "rs"}, {"content": "c"}]
 
 
 def test_accumulator_equals_streamed_concatenation() -> None:
-    acc = ChatAccumulator()
+    acc = MessageAccumulator()
     acc.feed([{"reasoning_content": "think "}, {"reasoning_content": "more"}])
     acc.feed([{"content": "\n"}])
     acc.feed([{"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
@@ -216,7 +217,7 @@ def test_accumulator_equals_streamed_concatenation() -> None:
     acc.feed([{"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}])
     acc.feed([{"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
                                "function": {"name": "now", "arguments": "{}"}}]}])
-    msg = acc.message()
+    msg = acc.message(new_call_id=lambda: new_id("call"))
     assert msg == {
         "role": "assistant",
         "content": None,
@@ -384,10 +385,10 @@ def test_app_chat_whole_and_streamed_agree() -> None:
     assert [e["choices"][0]["finish_reason"] for e in events[:-1]][-1] == "tool_calls"
     assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] == 14
     assert all(e["usage"] is None for e in events[:-1])
-    acc = ChatAccumulator()
+    acc = MessageAccumulator()
     for e in events[1:-1]:
         acc.feed([e["choices"][0]["delta"]])
-    assert acc.message() == choice["message"]
+    assert acc.message(new_call_id=lambda: new_id("call")) == choice["message"]
     assert backend.finished and not backend.aborted
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from textproc.errors import InvalidInput, short
 from textproc.core.parsing import OutputParser
@@ -258,7 +259,7 @@ class OutputPipeline:
         self.stop_reason = self._stops.stop_reason
         out = self._parse(text)
         if self._parser is not None:
-            out = _join(out + self._parser.finish())
+            out = join_text(out + self._parser.finish())
             if reason == "stop" and self._parser.has_tool_calls:
                 reason = "tool_calls"
         self.finish_reason = reason
@@ -284,16 +285,3 @@ def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> _CharSets:
         short = "".join(sorted(both)) if len(both) <= _DANGER_STR_MAX else None
         sets = _DANGER[key] = (both, short, stop_chars, tag_chars)
     return sets
-
-
-def _join(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # adjacent text fragments of one kind become one (feed + finish of the parser)
-    out: list[dict[str, Any]] = []
-    for delta in deltas:
-        if out and len(delta) == 1 and out[-1].keys() == delta.keys():
-            key = next(iter(delta))
-            if key != "tool_calls":
-                out[-1] = {key: out[-1][key] + delta[key]}
-                continue
-        out.append(delta)
-    return out

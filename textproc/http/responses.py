@@ -17,8 +17,6 @@ __all__ = [
     "new_id",
     "now",
     "usage_body",
-    "merge_fragments",
-    "ChatAccumulator",
     "chat_chunk",
     "usage_chunk",
     "chat_response",
@@ -41,77 +39,6 @@ def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
-
-
-def merge_fragments(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Join runs of text fragments with the same single key, so a step becomes few chunks.
-
-    Tool-call fragments are kept apart (their order and indexes matter).
-
-    >>> merge_fragments([{"content": "a"}, {"content": "b"}, {"reasoning_content": "c"}])
-    [{'content': 'ab'}, {'reasoning_content': 'c'}]
-    """
-    out: list[dict[str, Any]] = []
-    for frag in fragments:
-        if len(frag) == 1 and out and len(out[-1]) == 1:
-            (key, value), = frag.items()
-            if key in out[-1] and isinstance(value, str) and key != "tool_calls":
-                out[-1] = {key: out[-1][key] + value}
-                continue
-        out.append(dict(frag))
-    return out
-
-
-class ChatAccumulator:
-    """Folds streamed delta fragments into the final assistant message of a non-streamed reply.
-
-    The message equals what a client gets by concatenating the streamed chunks: content and
-    reasoning_content joined, tool calls merged by ``index`` (arguments concatenated).
-    """
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-
-    def feed(self, fragments: Sequence[dict[str, Any]]) -> None:
-        for frag in fragments:
-            if (text := frag.get("content")) is not None:
-                self.content.append(text)
-            if (text := frag.get("reasoning_content")) is not None:
-                self.reasoning.append(text)
-            for call in frag.get("tool_calls") or ():
-                index = int(call.get("index", len(self.tool_calls)))
-                slot = self.tool_calls.setdefault(
-                    index,
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                fn = call.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] = fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
-
-    @property
-    def has_tool_calls(self) -> bool:
-        return bool(self.tool_calls)
-
-    def message(self) -> dict[str, Any]:
-        content = "".join(self.content)
-        msg: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.reasoning:
-            msg["reasoning_content"] = "".join(self.reasoning)
-        if self.tool_calls:
-            calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-            for call in calls:
-                if call["id"] is None:
-                    call["id"] = new_id("call")
-            msg["tool_calls"] = calls
-            if not content.strip():
-                msg["content"] = None  # OpenAI sends null content with tool calls
-        return msg
 
 
 def chat_chunk(

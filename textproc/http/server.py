@@ -41,14 +41,13 @@ from textproc.http.openai_api import (
     tokenize_messages,
     tokenize_tools,
 )
+from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.responses import (
     SSE_DONE,
-    ChatAccumulator,
     chat_chunk,
     chat_response,
     completion_chunk,
     completion_response,
-    merge_fragments,
     models_body,
     new_id,
     now,
@@ -227,7 +226,7 @@ class _Api:
 
     async def _chat_whole(self, params: ChatParams, rid: str, run: _Run,
                           first: Output) -> Response:
-        acc = ChatAccumulator()
+        acc = MessageAccumulator()
         out: Output | None = first
         while out is not None:
             run.observe(out)
@@ -236,7 +235,7 @@ class _Api:
                 if out.finish_reason == "error":
                     raise _generation_error(out)
                 reason = _chat_reason(out.finish_reason, acc.has_tool_calls)
-                return json_response(chat_response(rid, now(), params.model, acc.message(), reason,
+                return json_response(chat_response(rid, now(), params.model, acc.message(new_call_id=lambda: new_id("call")), reason,
                                            usage_body(out.prompt_tokens, out.completion_tokens)))
             out = await run.next()
         raise ApiError(_NO_FINISH, status=500, type="server_error")
@@ -253,7 +252,7 @@ class _Api:
             out: Output | None = first
             while out is not None:
                 run.observe(out)
-                for frag in merge_fragments(out.fragments):
+                for frag in join_text(out.fragments):
                     saw_tools = saw_tools or "tool_calls" in frag
                     yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage))
                 if out.finish_reason is not None:

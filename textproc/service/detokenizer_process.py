@@ -29,6 +29,7 @@ import zmq
 
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import ProtocolError, TextprocError
+from textproc.core.deltas import join_text
 from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (
     PROTOCOL_VERSION,
@@ -62,7 +63,7 @@ from textproc.transport import (
     start_authenticator,
 )
 
-__all__ = ["Detokenizer", "GC_THRESHOLDS", "run_detokenizer", "coalesce_deltas"]
+__all__ = ["Detokenizer", "GC_THRESHOLDS", "run_detokenizer"]
 
 _log = logging.getLogger("textproc.detokenizer")
 _DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
@@ -81,25 +82,6 @@ _PIPELINE_REASONS = frozenset({"stop", "length", "abort"})
 GC_THRESHOLDS = (100_000, 50, 100)
 _RID, _IDS, _REASON = (attrgetter("request_id"), attrgetter("token_ids"),
                        attrgetter("finish_reason"))  # EngineStep entries as columns
-
-
-def coalesce_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Merge adjacent single-key text deltas of the same kind ({"content": "a"}, {"content": "b"}).
-
-    >>> coalesce_deltas([{"content": "a"}, {"content": "b"}, {"reasoning_content": "c"}])
-    [{'content': 'ab'}, {'reasoning_content': 'c'}]
-    """
-    if len(deltas) < 2:
-        return deltas
-    out: list[dict[str, Any]] = []
-    for delta in deltas:
-        if out and len(delta) == 1 and len(out[-1]) == 1:
-            (key,) = delta
-            if key in ("content", "reasoning_content") and key in out[-1]:
-                out[-1] = {key: out[-1][key] + delta[key]}
-                continue
-        out.append(delta)
-    return out
 
 
 class _Request:
@@ -236,7 +218,7 @@ class Detokenizer:
             if req.state.is_finished:  # a stop string matched
                 self._finish(rid, req, deltas, None)
             elif deltas:
-                item = RequestOutput(rid, deltas if len(deltas) == 1 else coalesce_deltas(deltas))
+                item = RequestOutput(rid, join_text(deltas))
                 box = outbox.get(req.client_id)
                 if box is None:
                     outbox[req.client_id] = [item]
@@ -331,7 +313,7 @@ class Detokenizer:
                     self.counters["stop_string_aborts"] += 1
             elif engine_reason is None:
                 if deltas:
-                    self._emit(req, RequestOutput(rid, coalesce_deltas(deltas)))
+                    self._emit(req, RequestOutput(rid, join_text(deltas)))
                 return
             elif engine_reason in _PIPELINE_REASONS:
                 deltas += state.finish(engine_reason)
@@ -365,7 +347,7 @@ class Detokenizer:
         self._release(req.client_id)
         self._mark_done(rid)
         self.counters["requests_finished"] += 1
-        self._emit(req, RequestOutput(rid, coalesce_deltas(deltas), state.finish_reason,
+        self._emit(req, RequestOutput(rid, join_text(deltas), state.finish_reason,
                                       state.matched_stop, req.prompt_tokens,
                                       req.completion_tokens))
 

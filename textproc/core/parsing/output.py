@@ -2,8 +2,8 @@
 
 Owns the split of generated text into ``reasoning_content`` (inside ``<think>``...``</think>``),
 ``content`` and ``tool_calls`` (Hermes/Qwen ``<tool_call>`` blocks, see
-:mod:`textproc.core.parsing.hermes`), plus the one-shot forms and the delta merger used by tests and
-clients. It takes only the new text each time and keeps its own history; the work per
+:mod:`textproc.core.parsing.hermes`), plus the one-shot forms (fragments are built and merged by
+:mod:`textproc.core.deltas`). It takes only the new text each time and keeps its own history; the work per
 ``feed`` is proportional to the new text (no re-parsing).
 
 Invariant (property-tested): for any split of a text into ``feed`` calls,
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from textproc.core.deltas import Fragments, merge_deltas
 from textproc.errors import InvalidInput, short
 from textproc.core.parsing.hermes import HermesCall
 from textproc.core.parsing.mistral import MistralCalls
@@ -136,7 +137,7 @@ class OutputParser:
             raise InvalidInput("OutputParser.feed() called after finish()")
         if self._call is None and self._streamer.is_plain(text):  # most deltas
             return [{self._text_key(): text}] if text else []
-        out = _Fragments()
+        out = Fragments()
         while True:
             call = self._call
             if call is not None:
@@ -157,7 +158,7 @@ class OutputParser:
         if self._finished:
             return []
         self._finished = True
-        out = _Fragments()
+        out = Fragments()
         call = self._call
         if call is not None:
             step = call.finish()
@@ -175,7 +176,7 @@ class OutputParser:
     def _text_key(self) -> str:
         return "reasoning_content" if self._in_reasoning else "content"
 
-    def _scan_tags(self, text: str, out: _Fragments) -> bool:
+    def _scan_tags(self, text: str, out: Fragments) -> bool:
         """Scan text in content/reasoning mode; True when a tool call opened (body follows)."""
         streamer = self._streamer
         streamer.push(text)
@@ -210,73 +211,6 @@ class OutputParser:
     def _end_call(self, call: HermesCall | MistralCalls) -> None:
         self._n_calls += call.n_calls
         self._call = None
-
-
-class _Fragments:
-    """Output list that joins adjacent fragments of the same kind."""
-
-    __slots__ = ("items",)
-
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
-
-    def text(self, key: str, text: str) -> None:
-        if not text:
-            return
-        items = self.items
-        if items and key in items[-1]:
-            items[-1][key] += text
-        else:
-            items.append({key: text})
-
-    def extend(self, deltas: list[dict[str, Any]]) -> None:
-        items = self.items
-        for delta in deltas:
-            call = delta["tool_calls"][0]
-            if "id" not in call and items and "tool_calls" in items[-1]:
-                last = items[-1]["tool_calls"][-1]
-                if last["index"] == call["index"] and "id" not in last:
-                    last["function"]["arguments"] += call["function"]["arguments"]
-                    continue
-            items.append(delta)
-
-
-def merge_deltas(deltas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Merge delta fragments into ``{"reasoning_content", "content", "tool_calls"}``.
-
-    Tool calls come out whole, ordered by index, in the :func:`openai_tool_call` shape.
-
-    >>> merge_deltas([{"content": "a"}, {"content": "b"}])
-    {'reasoning_content': '', 'content': 'ab', 'tool_calls': []}
-    """
-    reasoning: list[str] = []
-    content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    for delta in deltas:
-        if "reasoning_content" in delta:
-            reasoning.append(delta["reasoning_content"] or "")
-        if "content" in delta:
-            content.append(delta["content"] or "")
-        for part in delta.get("tool_calls") or ():
-            index = part["index"]
-            function = part.get("function") or {}
-            call = calls.get(index)
-            if call is None:
-                call = calls[index] = {
-                    "id": part.get("id"),
-                    "type": part.get("type", "function"),
-                    "function": {"name": function.get("name") or "", "arguments": ""},
-                }
-            elif part.get("id"):
-                call["id"] = part["id"]
-            if function.get("name") and not call["function"]["name"]:
-                call["function"]["name"] = function["name"]
-            call["function"]["arguments"] += function.get("arguments") or ""
-    return {
-        "reasoning_content": "".join(reasoning),
-        "content": "".join(content),
-        "tool_calls": [calls[i] for i in sorted(calls)],
-    }
 
 
 def parse_output(
