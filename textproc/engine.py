@@ -54,6 +54,7 @@ from textproc.errors import InvalidInput, ProtocolError, short
 if TYPE_CHECKING:
     from textproc.transport import CurveClientKeys
 from textproc.protocol import (
+    ENGINE_FINISH_REASONS,
     MAX_FRAME_BYTES,
     EngineAbort,
     EngineHello,
@@ -600,7 +601,7 @@ class EngineLink:
         )
 
 
-FINISH_REASONS = frozenset({None, "stop", "length", "abort", "error"})
+FINISH_REASONS = frozenset({None, *ENGINE_FINISH_REASONS})  # None: the request goes on
 
 
 def _normalise(outputs: Sequence[Any]) -> list[Any]:

@@ -32,6 +32,8 @@ import msgspec
 __all__ = [
     "PROTOCOL_VERSION",
     "MAX_FRAME_BYTES",
+    "ENGINE_FINISH_REASONS",
+    "FINISH_REASONS",
     "EngineRequest",
     "EngineAbort",
     "StepOutput",
@@ -72,6 +74,11 @@ __all__ = [
 
 PROTOCOL_VERSION = 3  # 2: EngineStepPacked; 3: stage timings on Accepted and Outputs
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
+# how an engine may end a request: a stop token / EOS, max_tokens, an abort, an engine failure
+ENGINE_FINISH_REASONS = frozenset({"stop", "length", "abort", "error"})
+# what a client sees: the engine's reasons, plus "tool_calls" (a stop after the output made a
+# tool call; the text core decides it, see textproc.core.pipeline.OutputPipeline.finish)
+FINISH_REASONS = ENGINE_FINISH_REASONS | {"tool_calls"}
 
 _LITTLE = sys.byteorder == "little"
 

@@ -343,7 +343,7 @@ TOOL_SCRIPT = [
                                                  "function": {"name": "get_weather",
                                                               "arguments": ""}}]}]),
     Output([{"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Oslo\"}"}}]}],
-           finish_reason="stop", prompt_tokens=5, completion_tokens=9),
+           finish_reason="tool_calls", prompt_tokens=5, completion_tokens=9),  # as the detokenizer's pipeline reports it
 ]
 
 

@@ -39,6 +39,8 @@ from textproc.core.stops import StopChecker
 __all__ = ["FINISH_REASONS", "OutputPipeline"]
 
 # what an engine may report when a request ends; "stop" = EOS or a stop token id
+# what finish() takes from the engine (an "error" never reaches the text pipeline); finish()
+# turns a "stop" after a tool call into "tool_calls", the one place that rule lives
 FINISH_REASONS = frozenset({"stop", "length", "abort"})
 
 

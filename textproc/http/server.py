@@ -234,7 +234,7 @@ class _Api:
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise _generation_error(out)
-                reason = _chat_reason(out.finish_reason, acc.has_tool_calls)
+                reason = out.finish_reason  # "tool_calls" already decided by the pipeline
                 return json_response(chat_response(rid, now(), params.model, acc.message(new_call_id=lambda: new_id("call")), reason,
                                            usage_body(out.prompt_tokens, out.completion_tokens)))
             out = await run.next()
@@ -245,7 +245,6 @@ class _Api:
         created = now()
         model = params.model
         usage = params.include_usage
-        saw_tools = False
         try:
             yield sse_event(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
                                        include_usage=usage))
@@ -253,12 +252,11 @@ class _Api:
             while out is not None:
                 run.observe(out)
                 for frag in join_text(out.fragments):
-                    saw_tools = saw_tools or "tool_calls" in frag
                     yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage))
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
                         raise _generation_error(out)
-                    reason = _chat_reason(out.finish_reason, saw_tools)
+                    reason = out.finish_reason
                     yield sse_event(chat_chunk(rid, created, model, {}, finish_reason=reason,
                                                include_usage=usage))
                     if usage:
@@ -400,12 +398,6 @@ class _Api:
         processes = await self.backend.process_counters()
         return Response(self.metrics.render(self.backend.queue_depths(), processes),
                         media_type=CONTENT_TYPE)
-
-
-def _chat_reason(reason: str, saw_tool_calls: bool) -> str:
-    if reason == "stop" and saw_tool_calls:
-        return "tool_calls"
-    return reason
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

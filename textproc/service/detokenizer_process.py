@@ -30,8 +30,9 @@ import zmq
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import ProtocolError, TextprocError
 from textproc.core.deltas import join_text
-from textproc.core.pipeline import OutputPipeline
+from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
 from textproc.protocol import (
+    ENGINE_FINISH_REASONS,
     PROTOCOL_VERSION,
     Abort,
     EngineAbort,
@@ -72,8 +73,6 @@ _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 # engine steps handled before looking at Submits and clients again: a step can hold thousands
 # of requests, and Submits must not wait behind a long backlog of steps
 _ENGINE_DRAIN_BATCH = 4
-_ENGINE_REASONS = {"stop", "length", "abort", "error"}
-_PIPELINE_REASONS = frozenset({"stop", "length", "abort"})
 # A step allocates a few containers per request (decoded StepOutput, RequestOutput, deltas) that
 # are alive together and freed by reference counting: at the default gen0 threshold (700) the
 # collector ran ~7 times per 1,024-request step, with a full pass every few steps over every live
@@ -315,13 +314,13 @@ class Detokenizer:
                 if deltas:
                     self._emit(req, RequestOutput(rid, join_text(deltas)))
                 return
-            elif engine_reason in _PIPELINE_REASONS:
+            elif engine_reason in PIPELINE_FINISH_REASONS:
                 deltas += state.finish(engine_reason)
             else:
                 kind = "engine_error"
                 what = (f"the engine reported an error for request {rid!r}" if engine_reason == "error"
                         else f"engine sent unknown finish_reason {engine_reason!r} for request "
-                             f"{rid!r}; expected one of {sorted(_ENGINE_REASONS)}")
+                             f"{rid!r}; expected one of {sorted(ENGINE_FINISH_REASONS)}")
                 self._fail(rid, what, abort_engine=False, kind=kind)
                 return
         except TextprocError as e:  # e.g. a token id outside the vocabulary
