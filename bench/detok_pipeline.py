@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Detokenizer CPU per request-step, in one process, no sockets: the pipeline and the floor.
+"""RequestTable CPU per request-step, in one process, no sockets: the pipeline and the floor.
 
     .venv/bin/python bench/detok_pipeline.py [--quick] [--json PATH] [--streams 1024]
         [--steps N] [--k 1,8] [--model-dir DIR]
@@ -13,7 +13,7 @@ step into its parts, each in CPU microseconds per request-step (``time.process_t
   ``plain`` (no stops, no parser) and ``stops+parse`` (3 stop strings that never match,
   reasoning + tools), with the streams inside the ``<think>`` block (``reasoning``) or after it
   (``content``);
-- ``core``: ``Detokenizer.on_step`` of a decoded ``EngineStep`` plus encoding the ``Outputs``
+- ``core``: ``RequestTable.on_step`` of a decoded ``EngineStep`` plus encoding the ``Outputs``
   frame: the whole per-step work of the process except the sockets (with the process's
   ``gc.freeze()`` and GC thresholds; ``--default-gc`` shows what Python's defaults cost);
 - ``floor``: what any pure-Python detokenizer process with this protocol pays per request-step
@@ -132,9 +132,9 @@ def _frames(work: Work, streams: int, steps: int, k: int, packed: bool) -> tuple
 
 def bench_core(work: Work, model: Path, streams: int, steps: int, k: int, mode: str,
                repeat: int, packed: bool) -> float:
-    from textproc.service.detokenizer_process import Detokenizer
+    from textproc.service.detokenizer_process import RequestTable
 
-    core = Detokenizer(work.tok, ServiceConfig(model_dir=str(model), n_workers=1))
+    core = RequestTable(work.tok, ServiceConfig(model_dir=str(model), n_workers=1))
     rids, frames = _frames(work, streams, steps * repeat, k, packed)
     enc = msgspec.msgpack.Encoder()
     for rid in rids:

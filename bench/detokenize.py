@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Detokenizer throughput: one detokenizer process vs a DecodeStream loop (issue 6, item 4).
+"""RequestTable throughput: one detokenizer process vs a DecodeStream loop (issue 6, item 4).
 
     .venv/bin/python bench/detokenize.py [--quick] [--json PATH] [--streams 1,64,1024,4096]
         [--tokens N] [--profile DIR] [--model-dir DIR]
@@ -26,7 +26,7 @@ stream 0's text (content + reasoning) equals ``tokenizers``' decode of its ids (
 
 Columns: ``textproc`` = tokens/s through the process (wall clock, first step sent -> last output
 read), ``CPU tok/s`` = tokens per CPU second of the detokenizer process (from /proc; less
-disturbed by other load on a shared machine), ``core`` = the same ``Detokenizer`` core fed the
+disturbed by other load on a shared machine), ``core`` = the same ``RequestTable`` core fed the
 same step frames in this process (decode the step, ``on_step``, encode the Outputs; no sockets;
 ``gc.freeze()`` first, as the process does),
 ``DecodeStream`` = ``tokenizers.decoders.DecodeStream.step`` per token per stream in this
@@ -313,14 +313,14 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
 
 
 def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -> float:
-    """The Detokenizer core in this process: decode step frame, on_step, encode Outputs."""
-    from textproc.service.detokenizer_process import Detokenizer
+    """The RequestTable core in this process: decode step frame, on_step, encode Outputs."""
+    from textproc.service.detokenizer_process import RequestTable
     from textproc.protocol import EngineOutFrame
     from textproc.core.tokenizer import Tokenizer
     from textproc.transport import encoder
 
     tok = _core_tokenizer(model)
-    core = Detokenizer(tok, ServiceConfig(model_dir=str(model), n_workers=1))
+    core = RequestTable(tok, ServiceConfig(model_dir=str(model), n_workers=1))
     rids, frames = _case_frames(work, streams, steps, "core")
     sub_dec = msgspec.msgpack.Decoder(Submit)
     for data in _submits(rids, mode, work):

@@ -114,7 +114,7 @@ class StubEngine:
         self.make_state = make_state
         curve = None
         if settings.curve_client_key is not None:
-            from textproc.transport import load_client_keys
+            from textproc.curve import load_client_keys
 
             curve = load_client_keys(client_secret_file=settings.curve_client_key,
                                      server_public_file=settings.curve_server_key)

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from textproc.transport import write_curve_keys
+    from textproc.curve import write_curve_keys
 
     try:
         paths = write_curve_keys(args.dir, overwrite=args.force)

@@ -63,7 +63,8 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
-from textproc.transport import CurveClientKeys, FrameDecoder, encoder, load_client_keys, make_socket
+from textproc.transport import FrameDecoder, close_sockets, encoder, make_socket
+from textproc.curve import CurveClientKeys, load_client_keys
 
 _log = logging.getLogger("textproc.client")
 
@@ -272,8 +273,8 @@ class TextClient:
         assert self._events is not None
         self._events.setsockopt(zmq.SUBSCRIBE, b"")
         self._events.connect(ep.events)
-        self._finalizer = weakref.finalize(self, _close_sockets_sync, ctx,
-                                           [*self._workers, self._detok, self._events])
+        self._finalizer = weakref.finalize(self, close_sockets,
+                                           [*self._workers, self._detok, self._events], ctx)
         loop = asyncio.get_running_loop()
         for i, sock in enumerate(self._workers):
             self._tasks.append(loop.create_task(self._read_worker(i, sock)))
@@ -764,11 +765,3 @@ def _stops(stop: str | Sequence[str] | None) -> list[str]:
     if isinstance(stop, str):
         return [stop]
     return list(stop)
-
-
-def _close_sockets_sync(ctx: zmq.asyncio.Context, sockets: list[Any]) -> None:
-    for sock in sockets:
-        if sock is not None and not sock.closed:
-            sock.close(linger=0)
-    ctx.term()
-

@@ -52,7 +52,8 @@ import zmq
 from textproc.errors import InvalidInput, ProtocolError, short
 
 if TYPE_CHECKING:
-    from textproc.transport import CurveClientKeys
+    from textproc.curve import CurveClientKeys
+from textproc.transport import close_sockets
 from textproc.protocol import (
     ENGINE_FINISH_REASONS,
     MAX_FRAME_BYTES,
@@ -158,15 +159,6 @@ def _check(frame: EngineRequest) -> str | None:
     return None
 
 
-def _close_sockets(context: zmq.Context[Any], sockets: list[zmq.Socket[Any]]) -> None:
-    for sock in sockets:
-        if not sock.closed:
-            sock.close(linger=0)
-    sockets.clear()
-    if not context.closed:
-        context.term()
-
-
 class EngineLink:
     """An engine's connection to textproc: poll requests and aborts, send one frame per step.
 
@@ -193,7 +185,7 @@ class EngineLink:
         curve: CurveClientKeys | None = None,
     ) -> None:
         """``curve``: CURVE client keys for a service started with ``--curve-dir``
-        (``textproc.transport.load_client_keys(client_secret_file=..., server_public_file=...)``)."""
+        (``textproc.curve.load_client_keys(client_secret_file=..., server_public_file=...)``)."""
         if step_format not in _STEP_FORMATS:
             raise InvalidInput(
                 f"EngineLink step_format must be one of {_STEP_FORMATS}, got {short(step_format)}"
@@ -249,7 +241,7 @@ class EngineLink:
             raise InvalidInput(f"EngineLink to {self.engine_in!r} already started")
         context: zmq.Context[Any] = zmq.Context(io_threads=1)
         self._context = context
-        self._finalizer = weakref.finalize(self, _close_sockets, context, self._sockets)
+        self._finalizer = weakref.finalize(self, close_sockets, self._sockets, context)
         try:
             sock_in = context.socket(zmq.PULL)
             self._sockets.append(sock_in)
@@ -263,7 +255,7 @@ class EngineLink:
             sock_out.setsockopt(zmq.LINGER, 0)
             sock_out.setsockopt(zmq.SNDHWM, self.send_hwm_frames)
             if self.curve is not None:  # textproc's sockets are CURVE servers: before connect
-                from textproc.transport import apply_curve_client
+                from textproc.curve import apply_curve_client
 
                 apply_curve_client(sock_in, self.curve)
                 apply_curve_client(sock_out, self.curve)

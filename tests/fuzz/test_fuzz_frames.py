@@ -3,7 +3,7 @@
 Random bytes, random MessagePack values, valid frames with fields replaced by random values,
 wrong or swapped tags, truncated and oversized frames go into ``textproc.transport.FrameDecoder``
 for each socket's union (``textproc.protocol``), then, like the loops in ``workers.py`` and
-``detokenizer_process.py`` do, into ``RequestBuilder`` (worker) and the ``Detokenizer`` state
+``detokenizer_process.py`` do, into ``RequestBuilder`` (worker) and the ``RequestTable`` state
 machine. Allowed: ``decode`` returns a struct of the socket's union, or None with the socket's
 ``malformed`` counter up by exactly one; the builder raises only TextprocError (the worker turns
 it into a Failure); the detokenizer core raises nothing and every frame it queues encodes.
@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from textproc.config import ServiceConfig
-from textproc.service.detokenizer_process import Detokenizer
+from textproc.service.detokenizer_process import RequestTable
 from textproc.engine import EngineLink
 from textproc.errors import InvalidInput, ProtocolError, TextprocError
 from textproc.protocol import (
@@ -68,7 +68,7 @@ from textproc.protocol import (
 )
 from textproc.core.tokenizer import Tokenizer
 from textproc.transport import FrameDecoder, encoder
-from textproc.service.worker import RequestBuilder
+from textproc.service.requests import RequestBuilder
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -266,7 +266,7 @@ def test_worker_requests_fail_with_textproc_errors(toy: tuple[Tokenizer, Service
             encoder().encode(reply)
 
 
-def _loop_submit(core: Detokenizer, decoder: FrameDecoder[Any], raw: bytes) -> None:
+def _loop_submit(core: RequestTable, decoder: FrameDecoder[Any], raw: bytes) -> None:
     """detokenizer_process._Loop._drain_submits for one frame."""
     submit = decoder.decode(raw, peer="worker")
     if submit is None:
@@ -332,7 +332,7 @@ def _detok_traffic(draw: st.DrawFn) -> list[tuple[str, bytes]]:
 def test_detokenizer_core_survives_any_traffic(toy: tuple[Tokenizer, ServiceConfig],
                                                traffic: list[tuple[str, bytes]]) -> None:
     tok, config = toy
-    core = Detokenizer(tok, config)
+    core = RequestTable(tok, config)
     decoders = {s: FrameDecoder(UNIONS[s], socket_name=s) for s in ("submit", "engine_out", "front_in")}
     for socket, raw in traffic:
         if socket == "submit":

@@ -2,7 +2,7 @@
 
 The textproc side is bound here with bare pyzmq (PUSH for engine-in, PULL for engine-out), so
 these tests check the wire contract of ``textproc.protocol``; the last ones feed packed steps
-through the detokenizer's state machine (``Detokenizer.on_step``) beside the same EngineStep.
+through the detokenizer's state machine (``RequestTable.on_step``) beside the same EngineStep.
 """
 
 from __future__ import annotations
@@ -423,10 +423,10 @@ def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: EnginePeer)
 
 def _detok_outputs(tok: Any, toy_model: Path, frames: list[Any]) -> tuple[Any, list[Any]]:
     from textproc.config import ServiceConfig
-    from textproc.service.detokenizer_process import Detokenizer
+    from textproc.service.detokenizer_process import RequestTable
     from textproc.protocol import Submit
 
-    core = Detokenizer(tok, ServiceConfig(model_dir=str(toy_model)))
+    core = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))
     for rid in ("a", "b", "c"):
         engine_request = ENC.encode(EngineRequest(rid, pack_ids([1]), 50))
         core.on_submit(Submit(rid, b"client", 1, 50, engine_request, stop=["STOP"] if rid == "a" else []))

@@ -39,7 +39,7 @@ from textproc.protocol import (
     Hello,
     StepOutput,
 )
-from textproc.transport import CurveClientKeys, apply_curve_client, load_client_keys, write_curve_keys
+from textproc.curve import CurveClientKeys, apply_curve_client, load_client_keys, write_curve_keys
 
 pytestmark = pytest.mark.timeout(120)
 ANSWER = "hello world"

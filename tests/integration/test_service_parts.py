@@ -12,7 +12,7 @@ import pytest
 
 from textproc.config import Endpoints, ServeConfig, ServiceConfig, ipc_endpoints, tcp_endpoints
 from textproc.core.deltas import join_text
-from textproc.service.detokenizer_process import Detokenizer
+from textproc.service.detokenizer_process import RequestTable
 from textproc.errors import InvalidInput
 from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (
@@ -29,7 +29,7 @@ from textproc.protocol import (
     unpack_ids,
 )
 from textproc.core.tokenizer import Tokenizer
-from textproc.service.worker import RequestBuilder
+from textproc.service.requests import RequestBuilder
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +104,13 @@ def _submit(rid: str, client: bytes = b"c1", **kw: object) -> Submit:
     return Submit(rid, client, 1, 50, req, **kw)  # type: ignore[arg-type]
 
 
-def _outputs(core: Detokenizer) -> dict[bytes, list[RequestOutput]]:
+def _outputs(core: RequestTable) -> dict[bytes, list[RequestOutput]]:
     out, core.outbox = core.outbox, {}
     return out
 
 
 def test_detokenizer_streams_matches_the_pipeline_and_aborts_on_stop(toy_model: Path, tok: Tokenizer) -> None:
-    core = Detokenizer(tok, _config(toy_model))
+    core = RequestTable(tok, _config(toy_model))
     text = "alpha beta STOP gamma delta"
     ids = tok.encode(text)
     assert core.on_submit(_submit("a", stop=["STOP"])) is not None
@@ -140,7 +140,7 @@ def test_detokenizer_streams_matches_the_pipeline_and_aborts_on_stop(toy_model: 
 
 
 def test_detokenizer_buffers_early_outputs_then_replays_or_expires(toy_model: Path, tok: Tokenizer) -> None:
-    core = Detokenizer(tok, _config(toy_model, max_early_outputs=2, early_output_age_s=1.0))
+    core = RequestTable(tok, _config(toy_model, max_early_outputs=2, early_output_age_s=1.0))
     ids = tok.encode("hello world")
     core.on_step(EngineStep(1, [StepOutput("early", ids[:1]), StepOutput("x", [1]),
                                 StepOutput("y", [1])]))
@@ -157,7 +157,7 @@ def test_detokenizer_buffers_early_outputs_then_replays_or_expires(toy_model: Pa
 
 
 def test_detokenizer_client_abort_duplicate_and_engine_restart(toy_model: Path, tok: Tokenizer) -> None:
-    core = Detokenizer(tok, _config(toy_model))
+    core = RequestTable(tok, _config(toy_model))
     core.on_hello(EngineHello("engine-1"))
     core.on_submit(_submit("r1"))
     core.on_submit(_submit("r2"))
@@ -178,7 +178,7 @@ def test_detokenizer_client_abort_duplicate_and_engine_restart(toy_model: Path, 
 
 
 def test_detokenizer_fails_a_request_with_ids_outside_the_vocabulary(toy_model: Path, tok: Tokenizer) -> None:
-    core = Detokenizer(tok, _config(toy_model))
+    core = RequestTable(tok, _config(toy_model))
     core.on_submit(_submit("bad"))
     core.on_submit(_submit("good"))
     core.on_step(EngineStep(1, [StepOutput("bad", [10**7]), StepOutput("good", tok.encode("ok"), "length")]))
@@ -198,7 +198,7 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
                       tool_choice={"type": "function", "function": {"name": "f"}},
                       stop=["x"], max_tokens=10, sampling={"temperature": 0.5, "seed": 3},
                       chat_template_kwargs={"enable_thinking": True})
-    submit, n_prompt = builder.chat(req, b"client")
+    submit, n_prompt, _, _ = builder.chat(req, b"client")
     engine = msgspec.msgpack.decode(submit.engine_request, type=EngineRequest)
     prompt = builder.render(req.messages, tools, chat_template_kwargs={"enable_thinking": True})
     assert unpack_ids(engine.prompt_token_ids) == tok.encode(prompt) and n_prompt == len(tok.encode(prompt))
@@ -207,7 +207,7 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
     assert submit.client_id == b"client" and submit.stop == ["x"]
     assert submit.reasoning and submit.tools and submit.starts_in_reasoning
     # max_tokens defaults to what max_model_len leaves
-    submit, n_prompt = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
+    submit, n_prompt, _, _ = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
     assert submit.max_tokens == 512 - n_prompt and not submit.starts_in_reasoning
 
 
@@ -223,7 +223,7 @@ def test_bench_dispatch_maps_dashes_to_underscores(capsys: pytest.CaptureFixture
 
 
 def test_detokenizer_forgets_finished_ids_after_60_s(toy_model: Path, tok: Tokenizer) -> None:
-    core = Detokenizer(tok, _config(toy_model))
+    core = RequestTable(tok, _config(toy_model))
     core.on_submit(_submit("old"))
     core.on_abort(b"c1", ["old"])
     for _ in range(100):  # 50 s

@@ -14,7 +14,6 @@ instance fails every live request. Never raises out of the loop for one bad fram
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import time
@@ -54,17 +53,10 @@ from textproc.protocol import (
     Welcome,
     step_entries,
 )
-from textproc.transport import (
-    ChildRuntime,
-    FrameDecoder,
-    close_sockets,
-    encoder,
-    load_server_keys,
-    make_socket,
-    start_authenticator,
-)
+from textproc.transport import FrameDecoder, encoder
+from textproc.service.bootstrap import ChildRuntime
 
-__all__ = ["Detokenizer", "GC_THRESHOLDS", "run_detokenizer"]
+__all__ = ["RequestTable", "GC_THRESHOLDS", "run_detokenizer"]
 
 _log = logging.getLogger("textproc.detokenizer")
 _DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
@@ -76,7 +68,7 @@ _ENGINE_DRAIN_BATCH = 4
 # A step allocates a few containers per request (decoded StepOutput, RequestOutput, deltas) that
 # are alive together and freed by reference counting: at the default gen0 threshold (700) the
 # collector ran ~7 times per 1,024-request step, with a full pass every few steps over every live
-# pipeline, 23-31% of the CPU of Detokenizer.on_step + Outputs encoding (bench/detok_pipeline.py,
+# pipeline, 23-31% of the CPU of RequestTable.on_step + Outputs encoding (bench/detok_pipeline.py,
 # gc.callbacks). Collections now run only when 100k objects outlive their step (new requests).
 GC_THRESHOLDS = (100_000, 50, 100)
 _RID, _IDS, _REASON = (attrgetter("request_id"), attrgetter("token_ids"),
@@ -93,7 +85,7 @@ class _Request:
         self.completion_tokens = 0
 
 
-class Detokenizer:
+class RequestTable:
     """The detokenizer's state machine, without sockets: frames in, frames to send out.
 
     ``on_submit`` / ``on_step`` / ``on_abort`` return nothing; what they produce collects in
@@ -186,44 +178,16 @@ class Detokenizer:
             assert isinstance(step, EngineStep)
             outs = step.outputs
             entries = zip(map(_RID, outs), map(_IDS, outs), map(_REASON, outs))
-        counters = self.counters
-        counters["engine_steps"] += 1
+        self.counters["engine_steps"] += 1
         live = self.live
-        outbox = self.outbox
-        n_tokens = 0
+        feed = self._feed
         for rid, token_ids, reason in entries:
             req = live.get(rid)
             if req is None:
                 if rid not in self.done:
                     self._buffer_early(StepOutput(rid, list(token_ids), reason))
                 continue
-            if reason is not None or req.state.is_finished:
-                self._feed(rid, req, token_ids, reason)
-                continue
-            # hot path: a running request's next tokens (no finish, no error)
-            n = len(token_ids)
-            n_tokens += n
-            req.completion_tokens += n
-            try:
-                deltas = req.state.feed(token_ids)
-            except Exception as e:  # one request's failure must not stop the others
-                # fail it here: feeding the same ids again could duplicate text the pipeline took
-                kind = "engine_error" if isinstance(e, TextprocError) else "internal"
-                if kind == "internal":
-                    _log.exception("request %r: output pipeline failed", rid)
-                self._fail(rid, f"request {rid!r}: {type(e).__name__}: {e}", abort_engine=True,
-                           kind=kind)
-                continue
-            if req.state.is_finished:  # a stop string matched
-                self._finish(rid, req, deltas, None)
-            elif deltas:
-                item = RequestOutput(rid, join_text(deltas))
-                box = outbox.get(req.client_id)
-                if box is None:
-                    outbox[req.client_id] = [item]
-                else:
-                    box.append(item)
-        counters["tokens_in"] += n_tokens
+            feed(rid, req, token_ids, reason)
 
     def on_hello(self, hello: EngineHello) -> bool:
         """A (re)started engine. Returns True when it is a new instance (all live requests fail)."""
@@ -301,39 +265,43 @@ class Detokenizer:
 
     def _feed(self, rid: str, req: _Request, token_ids: Sequence[int],
               engine_reason: str | None) -> None:
+        """The one path an engine output takes into a live request: new ids, maybe its end."""
         state = req.state
-        req.completion_tokens += len(token_ids)
-        self.counters["tokens_in"] += len(token_ids)
+        n = len(token_ids)
+        req.completion_tokens += n
+        self.counters["tokens_in"] += n
         try:
-            deltas = state.feed(token_ids) if token_ids else []
+            deltas = state.feed(token_ids) if n else []
             if state.is_finished:  # a stop string matched: the engine must stop too
                 if engine_reason is None:
                     self.engine_aborts.append(rid)
                     self.counters["stop_string_aborts"] += 1
-            elif engine_reason is None:
+            elif engine_reason is None:  # the common case: a running request's next tokens
                 if deltas:
                     self._emit(req, RequestOutput(rid, join_text(deltas)))
                 return
             elif engine_reason in PIPELINE_FINISH_REASONS:
                 deltas += state.finish(engine_reason)
             else:
-                kind = "engine_error"
                 what = (f"the engine reported an error for request {rid!r}" if engine_reason == "error"
                         else f"engine sent unknown finish_reason {engine_reason!r} for request "
                              f"{rid!r}; expected one of {sorted(ENGINE_FINISH_REASONS)}")
-                self._fail(rid, what, abort_engine=False, kind=kind)
+                self._fail(rid, what, abort_engine=False, kind="engine_error")
                 return
-        except TextprocError as e:  # e.g. a token id outside the vocabulary
-            self._fail(rid, f"request {rid!r}: {e}", abort_engine=engine_reason is None,
-                       kind="engine_error")
-            return
-        except Exception as e:  # one request's bug must not stop the others
-            _log.exception("request %r: output pipeline failed", rid)
-            self._fail(rid, f"request {rid!r}: internal error in the detokenizer: "
-                            f"{type(e).__name__}: {e}", abort_engine=engine_reason is None,
-                       kind="internal")
+        except Exception as e:  # one request's failure must not stop the others
+            # fail it here: feeding the same ids again could duplicate text the pipeline took
+            self._pipeline_failed(rid, e, abort_engine=engine_reason is None)
             return
         self._finish(rid, req, deltas, engine_reason, counted=True)
+
+    def _pipeline_failed(self, rid: str, e: Exception, *, abort_engine: bool) -> None:
+        """The one error classification for a request's output pipeline."""
+        if isinstance(e, TextprocError):  # e.g. a token id outside the vocabulary
+            self._fail(rid, f"request {rid!r}: {e}", abort_engine=abort_engine, kind="engine_error")
+            return
+        _log.exception("request %r: output pipeline failed", rid)
+        self._fail(rid, f"request {rid!r}: internal error in the detokenizer: "
+                        f"{type(e).__name__}: {e}", abort_engine=abort_engine, kind="internal")
 
     def _finish(self, rid: str, req: _Request, deltas: list[dict[str, Any]],
                 engine_reason: str | None, *, counted: bool = False) -> None:
@@ -403,52 +371,27 @@ class Detokenizer:
 
 def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: int = 0) -> int:
     """The detokenizer process entry: bind, announce Ready, serve until SIGTERM or parent exit."""
-    runtime = ChildRuntime(role="detokenizer", index=0, parent_pid=parent_pid,
-                           log_level=config.log_level)
+    runtime = ChildRuntime(role="detokenizer", index=0, config=config, parent_pid=parent_pid)
     runtime.start()
-    from textproc.core.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer.from_dir(config.model_dir)
-    core = Detokenizer(tokenizer, config)
-    # the vocabulary's millions of long-lived objects: keep them out of every GC pass
-    # (measured in the detokenizer: ~1.5x more request-steps per second on Qwen3)
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    table = RequestTable(runtime.load_tokenizer(), config)
+    runtime.freeze_heap(GC_THRESHOLDS)
     instance_id = uuid.uuid4().hex
-    ctx: zmq.Context[Any] = zmq.Context()
-    opts: dict[str, Any] = {"max_frame_bytes": config.max_frame_bytes, "hwm": config.hwm}
-    keys = load_server_keys(config.curve_dir) if config.curve_dir else None
-    auth = start_authenticator(ctx, keys) if keys is not None else None
-    bound: dict[str, Any] = {**opts, "curve_server": keys}
-    detok_in = make_socket(ctx, zmq.PULL, **bound)
-    engine_in = make_socket(ctx, zmq.PUSH, **bound)
-    engine_out = make_socket(ctx, zmq.PULL, **bound)
-    front = make_socket(ctx, zmq.ROUTER, **bound)
-    control = make_socket(ctx, zmq.PUSH, **opts,
-                          curve_client=keys.as_client() if keys is not None else None)
-    sockets = [detok_in, engine_in, engine_out, front, control]
-    try:
-        detok_in.bind(endpoints.detok_in)
-        engine_in.bind(endpoints.engine_in)
-        engine_out.bind(endpoints.engine_out)
-        front.bind(endpoints.detok_front)
-        control.connect(endpoints.control)
+    with runtime:
+        detok_in = runtime.bind(zmq.PULL, endpoints.detok_in)
+        engine_in = runtime.bind(zmq.PUSH, endpoints.engine_in)
+        engine_out = runtime.bind(zmq.PULL, endpoints.engine_out)
+        front = runtime.bind(zmq.ROUTER, endpoints.detok_front)
+        control = runtime.connect(zmq.PUSH, endpoints.control)
         runtime.send_ready(control)
         _log.info("detokenizer ready: detok-in %s, engine-in %s, engine-out %s, detok-front %s",
                   endpoints.detok_in, endpoints.engine_in, endpoints.engine_out,
                   endpoints.detok_front)
-        _Loop(core, runtime, instance_id, detok_in, engine_in, engine_out, front, control).run()
-    finally:
-        close_sockets(sockets)
-        if auth is not None:
-            auth.stop()
-        ctx.term()
+        _Loop(table, runtime, instance_id, detok_in, engine_in, engine_out, front, control).run()
     return 0
 
 
 class _Loop:
-    def __init__(self, core: Detokenizer, runtime: ChildRuntime, instance_id: str,
+    def __init__(self, core: RequestTable, runtime: ChildRuntime, instance_id: str,
                  detok_in: zmq.Socket[Any], engine_in: zmq.Socket[Any],
                  engine_out: zmq.Socket[Any], front: zmq.Socket[Any],
                  control: zmq.Socket[Any]) -> None:

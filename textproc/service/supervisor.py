@@ -33,16 +33,14 @@ from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.transport import (
-    CURVE_FILES,
-    CurveServerKeys,
     FrameDecoder,
     close_sockets,
     encoder,
-    load_server_keys,
     make_socket,
     pick_free_ports,
     remove_ipc_files,
 )
+from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys
 
 __all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command",
            "engine_link_supports_curve"]
@@ -133,7 +131,7 @@ class Supervisor:
                 raise InvalidInput(
                     "--curve-dir with --engine stub: this EngineLink takes no CURVE keys yet, "
                     "so the stub could not connect; use --engine external with an engine that "
-                    "applies textproc.transport.apply_curve_client to its sockets")
+                    "applies textproc.curve.apply_curve_client to its sockets")
         if cfg.runtime_dir is None:
             self.runtime_dir = Path(tempfile.mkdtemp(prefix="textproc-"))
             self._created_dir = True
@@ -153,7 +151,7 @@ class Supervisor:
         ep = self.endpoints
         self._ctx = zmq.Context()
         if self._curve is not None:
-            from textproc.transport import start_authenticator
+            from textproc.curve import start_authenticator
 
             self._auth = start_authenticator(self._ctx, self._curve)
         opts: dict[str, Any] = {"max_frame_bytes": service.max_frame_bytes, "hwm": service.hwm,

@@ -1,0 +1,322 @@
+"""The request building a tokenizer worker does: client frame -> chat template -> ids -> Submit.
+
+Owns validation of everything a client sends (messages, tools, tool_choice, stop lists, token
+limits, sampling fields): a bad request raises ``InvalidInput`` / ``TemplateError`` naming the
+bad value and what is allowed. A good one becomes ONE ``Submit`` frame for the detokenizer
+(output setup + the encoded ``EngineRequest``). No sockets: the serve loop is
+:mod:`textproc.service.worker`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, NamedTuple
+
+
+from textproc.config import ServiceConfig
+from textproc.errors import InvalidInput, short
+from textproc.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResult,
+    EngineRequest,
+    Submit,
+    TokenizeRequest,
+    TokenizeResult,
+    pack_ids,
+    unpack_ids,
+)
+from textproc.transport import encoder
+
+__all__ = ["Built", "RequestBuilder", "MAX_REQUEST_ID_CHARS"]
+
+_log = logging.getLogger("textproc.worker")
+MAX_REQUEST_ID_CHARS = 256
+_TOOL_CHOICES = ("none", "auto", "required")
+_STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+_RESERVED_TEMPLATE_VARS = frozenset(
+    {"messages", "tools", "add_generation_prompt", "continue_final_message", "documents"}
+)
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_request_id(request_id: str) -> None:
+    if not request_id or len(request_id) > MAX_REQUEST_ID_CHARS:
+        raise InvalidInput(
+            f"request_id {short(request_id)} must be 1-{MAX_REQUEST_ID_CHARS} characters"
+        )
+
+
+class Built(NamedTuple):
+    """A request ready to go: its Submit frame, prompt size and the stage timings (seconds)."""
+
+    submit: Submit
+    prompt_tokens: int
+    template_s: float = 0.0  # chat template rendering
+    tokenize_s: float = 0.0  # encoding the prompt
+
+
+class RequestBuilder:
+    """Turns client frames into engine requests and Submit frames, validating on the way.
+
+    Pure translation with no sockets, so it is unit-testable: ``chat(req, client_id)`` and
+    ``completion(req, client_id)`` return a :class:`Built` or raise InvalidInput /
+    TemplateError whose message says what was wrong with the request.
+    """
+
+    def __init__(self, tokenizer: Any, config: ServiceConfig) -> None:
+        self.tokenizer = tokenizer
+        self.config = config
+        self.encode = encoder().encode
+        added: dict[str, int] = dict(getattr(tokenizer, "added_tokens", {}) or {})
+        self.has_think = "<think>" in added and "</think>" in added
+        self.has_tool_tags = "<tool_call>" in added
+        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        ids += [added[name] for name in _STOP_TOKEN_NAMES if name in added]
+        self.default_stop_ids: list[int] = sorted(set(ids))
+        self.special_vars: dict[str, Any] = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+
+    # -- chat ----------------------------------------------------------------------------------
+
+    def chat(self, req: ChatRequest, client_id: bytes) -> Built:
+        _check_request_id(req.request_id)
+        tools = self._check_tools(req.tools)
+        tool_choice, forced_name = self._check_tool_choice(req.tool_choice, tools)
+        t0 = time.perf_counter()
+        prompt = self.render(req.messages, tools if tool_choice != "none" else None,
+                             add_generation_prompt=req.add_generation_prompt,
+                             continue_final_message=req.continue_final_message,
+                             chat_template_kwargs=req.chat_template_kwargs)
+        t1 = time.perf_counter()
+        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
+        reasoning = self.has_think
+        starts_in_reasoning = False
+        if reasoning:
+            from textproc.core.chat.template import prompt_starts_in_reasoning
+
+            starts_in_reasoning = prompt_starts_in_reasoning(prompt)
+        constraint = None
+        if tool_choice == "required" or forced_name is not None:
+            from textproc.core.constraints.schema import tool_call_pattern
+
+            # A prompt that leaves the model inside <think> must close it first, or the
+            # forced call would be parsed as reasoning.
+            prefix = "</think>\n\n" if starts_in_reasoning else ""
+            constraint = tool_call_pattern(tools, forced_name, prefix=prefix)
+        parse_tools = bool(tools) and tool_choice != "none"
+        return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
+                            req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
+                            req.stop_token_ids, req.ignore_eos, constraint,
+                            reasoning=reasoning, tools=parse_tools,
+                            starts_in_reasoning=starts_in_reasoning,
+                            template_s=template_s, tokenize_s=tokenize_s)
+
+    def render(self, messages: Any, tools: list[dict[str, Any]] | None, *,
+               add_generation_prompt: bool = True, continue_final_message: bool = False,
+               chat_template_kwargs: dict[str, Any] | None = None) -> str:
+        from textproc.core.chat.template import render_chat
+
+        self._check_messages(messages)
+        template = self.tokenizer.chat_template
+        if template is None:
+            raise InvalidInput(
+                f"the model in {self.config.model_dir} has no chat_template; use a completion "
+                "request, or add a chat_template to tokenizer_config.json"
+            )
+        kwargs = dict(chat_template_kwargs or {})
+        bad = [k for k in kwargs if not isinstance(k, str) or not k.isidentifier()
+               or k in _RESERVED_TEMPLATE_VARS]
+        if bad:
+            raise InvalidInput(
+                f"chat_template_kwargs keys {short(bad)} are not allowed; use identifiers other "
+                f"than {sorted(_RESERVED_TEMPLATE_VARS)}"
+            )
+        if add_generation_prompt and continue_final_message:
+            raise InvalidInput("add_generation_prompt and continue_final_message cannot both be true")
+        prompt: str = render_chat(template, messages, tools,
+                                  add_generation_prompt=add_generation_prompt,
+                                  continue_final_message=continue_final_message,
+                                  **{**self.special_vars, **kwargs})
+        if len(prompt) > self.config.max_prompt_chars:
+            raise InvalidInput(
+                f"the rendered prompt has {len(prompt)} characters, over the limit of "
+                f"{self.config.max_prompt_chars}"
+            )
+        return prompt
+
+    # -- completion ----------------------------------------------------------------------------
+
+    def completion(self, req: CompletionRequest, client_id: bytes) -> Built:
+        tokenize_s = 0.0
+        _check_request_id(req.request_id)
+        if req.prompt_token_ids is not None:
+            if req.prompt:
+                raise InvalidInput(
+                    f"request {req.request_id!r}: give prompt or prompt_token_ids, not both")
+            prompt_ids = self._check_ids(req.prompt_token_ids, "prompt_token_ids")
+        else:
+            if len(req.prompt) > self.config.max_prompt_chars:
+                raise InvalidInput(
+                    f"prompt has {len(req.prompt)} characters, over the limit of "
+                    f"{self.config.max_prompt_chars}")
+            t0 = time.perf_counter()
+            prompt_ids = self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+            tokenize_s = time.perf_counter() - t0
+        return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
+                            req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
+                            req.stop_token_ids, req.ignore_eos, None,
+                            reasoning=False, tools=False, starts_in_reasoning=False,
+                            tokenize_s=tokenize_s)
+
+    # -- tokenize / detokenize -----------------------------------------------------------------
+
+    def tokenize(self, req: TokenizeRequest) -> TokenizeResult:
+        _check_request_id(req.request_id)
+        if (req.text is None) == (req.messages is None):
+            raise InvalidInput(f"request {req.request_id!r}: give exactly one of text or messages")
+        if req.messages is not None:
+            tools = self._check_tools(req.tools)
+            prompt = self.render(req.messages, tools or None,
+                                 add_generation_prompt=req.add_generation_prompt,
+                                 chat_template_kwargs=req.chat_template_kwargs)
+            ids = self.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
+            return TokenizeResult(req.request_id, pack_ids(ids), prompt)
+        assert req.text is not None
+        if len(req.text) > self.config.max_prompt_chars:
+            raise InvalidInput(f"text has {len(req.text)} characters, over the limit of "
+                               f"{self.config.max_prompt_chars}")
+        ids = self.tokenizer.encode(req.text, add_special_tokens=req.add_special_tokens)
+        return TokenizeResult(req.request_id, pack_ids(ids))
+
+    def detokenize(self, req: DetokenizeRequest) -> DetokenizeResult:
+        _check_request_id(req.request_id)
+        ids = self._check_ids(req.token_ids, "token_ids", allow_empty=True)
+        text = self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
+        return DetokenizeResult(req.request_id, text)
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _submit(self, request_id: str, client_id: bytes, prompt_ids: list[int],
+                max_tokens: int | None, min_tokens: int, stop: list[str], include_stop: bool,
+                skip_special_tokens: bool, sampling: dict[str, Any], stop_token_ids: list[int],
+                ignore_eos: bool, constraint: str | None, *, reasoning: bool, tools: bool,
+                starts_in_reasoning: bool, template_s: float = 0.0,
+                tokenize_s: float = 0.0) -> Built:
+        n_prompt = len(prompt_ids)
+        limit = self.config.max_model_len
+        if n_prompt == 0:
+            raise InvalidInput(f"request {request_id!r}: the prompt encodes to no tokens")
+        if n_prompt >= limit:
+            raise InvalidInput(
+                f"request {request_id!r}: the prompt has {n_prompt} tokens, the model's "
+                f"max_model_len is {limit}; shorten the prompt")
+        if max_tokens is None:
+            max_tokens = limit - n_prompt
+        elif isinstance(max_tokens, bool) or max_tokens < 1:
+            raise InvalidInput(f"request {request_id!r}: max_tokens={max_tokens!r}; allowed: >= 1")
+        elif n_prompt + max_tokens > limit:
+            raise InvalidInput(
+                f"request {request_id!r}: prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) "
+                f"= {n_prompt + max_tokens} is over max_model_len={limit}; lower max_tokens to "
+                f"at most {limit - n_prompt}")
+        if min_tokens < 0 or min_tokens > max_tokens:
+            raise InvalidInput(
+                f"request {request_id!r}: min_tokens={min_tokens!r}; allowed: 0..max_tokens "
+                f"({max_tokens})")
+        self._check_stops(stop)
+        extra_ids = self._check_stop_token_ids(stop_token_ids)
+        self._check_sampling(sampling)
+        stop_ids = sorted(set(extra_ids if ignore_eos else self.default_stop_ids + extra_ids))
+        engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
+                                       sampling, constraint, min_tokens, ignore_eos)
+        submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
+                        stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
+                        starts_in_reasoning)
+        return Built(submit, n_prompt, template_s, tokenize_s)
+
+    def _check_messages(self, messages: Any) -> None:
+        if not isinstance(messages, list) or not messages:
+            raise InvalidInput(f"messages must be a non-empty list, got {short(messages)}")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise InvalidInput(f"messages[{i}] must be an object, got {short(message)}")
+            role = message.get("role")
+            if not isinstance(role, str) or not role:
+                raise InvalidInput(f"messages[{i}].role must be a non-empty string, got {short(role)}")
+
+    def _check_tools(self, tools: Any) -> list[dict[str, Any]]:
+        if tools is None:
+            return []
+        if not isinstance(tools, list):
+            raise InvalidInput(f"tools must be a list, got {short(tools)}")
+        for i, tool in enumerate(tools):
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            name = fn.get("name") if isinstance(fn, dict) else None
+            if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
+                    not isinstance(name, str) or not name:
+                raise InvalidInput(
+                    f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, ...}}}}, "
+                    f"got {short(tool)}")
+        return tools
+
+    def _check_tool_choice(self, tool_choice: Any,
+                           tools: list[dict[str, Any]]) -> tuple[str, str | None]:
+        names = [t["function"]["name"] for t in tools]
+        if isinstance(tool_choice, str):
+            if tool_choice not in _TOOL_CHOICES:
+                raise InvalidInput(
+                    f"tool_choice {tool_choice!r} is not allowed; use 'none', 'auto', 'required' "
+                    "or {'type': 'function', 'function': {'name': ...}}")
+            if tool_choice == "required" and not tools:
+                raise InvalidInput("tool_choice 'required' needs at least one tool in tools")
+            return tool_choice, None
+        fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str):
+            raise InvalidInput(
+                f"tool_choice {short(tool_choice)} must name a function: "
+                "{'type': 'function', 'function': {'name': ...}}")
+        if name not in names:
+            raise InvalidInput(f"tool_choice names unknown tool {name!r}; tools are {short(names)}")
+        return "named", name
+
+    def _check_stops(self, stop: list[str]) -> None:
+        if len(stop) > self.config.max_stops:
+            raise InvalidInput(f"{len(stop)} stop strings; at most {self.config.max_stops} allowed")
+        for i, s in enumerate(stop):
+            if not s:
+                raise InvalidInput(f"stop[{i}] is empty; stop strings must be non-empty")
+            if len(s) > self.config.max_stop_chars:
+                raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most "
+                                   f"{self.config.max_stop_chars} allowed")
+
+    def _check_stop_token_ids(self, ids: list[int]) -> list[int]:
+        vocab = self.tokenizer.vocab_size
+        for i, t in enumerate(ids):
+            if not 0 <= t < vocab:
+                raise InvalidInput(f"stop_token_ids[{i}]={t!r} is outside the vocabulary "
+                                   f"[0, {vocab})")
+        return list(ids)
+
+    def _check_sampling(self, sampling: dict[str, Any]) -> None:
+        for key, value in sampling.items():
+            if not isinstance(value, _SCALARS) and not (
+                    isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value)):
+                raise InvalidInput(f"sampling[{key!r}]={short(value)}; allowed: numbers, strings, "
+                                   "booleans, null or lists of them")
+
+    def _check_ids(self, data: bytes, what: str, *, allow_empty: bool = False) -> list[int]:
+        try:
+            ids = unpack_ids(data)
+        except ValueError as e:
+            raise InvalidInput(f"{what}: {e}") from e
+        if not ids and not allow_empty:
+            raise InvalidInput(f"{what} is empty")
+        vocab = self.tokenizer.vocab_size
+        bad = [t for t in ids if t >= vocab]
+        if bad:
+            raise InvalidInput(f"{what} has ids outside the vocabulary [0, {vocab}): {short(bad[:10])}")
+        return ids
