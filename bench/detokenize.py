@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""RequestTable throughput: one detokenizer process vs a DecodeStream loop (issue 6, item 4).
+"""Detokenizer throughput: one detokenizer process vs a DecodeStream loop (issue 6, item 4).
 
     .venv/bin/python bench/detokenize.py [--quick] [--json PATH] [--streams 1,64,1024,4096]
         [--tokens N] [--profile DIR] [--model-dir DIR]

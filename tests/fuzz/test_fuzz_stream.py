@@ -168,8 +168,8 @@ def test_bad_ids_into_detokenizer_and_pipeline(kind: str, good: list[int], bad: 
     ids = good[:at] + [bad] + good[at:]
     detok = IncrementalDetokenizer(tok, skip_special_tokens=skip)
     with pytest.raises(InvalidInput, match="out of range") as info:
-        detok.add(ids)
-    assert "IncrementalDetokenizer.add" in str(info.value)
+        detok.feed(ids)
+    assert "IncrementalDetokenizer.feed" in str(info.value)
     pipe = OutputPipeline(tok, skip_special_tokens=skip, stops=["zz"], reasoning=True, tools=True)
     with pytest.raises(InvalidInput):
         pipe.feed(ids)
@@ -205,7 +205,7 @@ def test_for_prompt_takes_any_prompt_ids(kind: str, prompt: list[Any]) -> None:
         return
     ids = tok.encode("hi there")
     # at_start only decides whether a leading space is stripped
-    assert (detok.add(ids) + detok.flush()).strip() == tok.decode(ids).strip()
+    assert (detok.feed(ids) + detok.finish()).strip() == tok.decode(ids).strip()
 
 
 def test_decode_treats_bools_like_hf() -> None:
@@ -229,7 +229,7 @@ def test_encode_hostile_text(kind: str, text: str, special: bool) -> None:
     assert not has_surrogate
     assert all(type(i) is int and 0 <= i < tok.vocab_size for i in ids)
     detok = IncrementalDetokenizer(tok, skip_special_tokens=False, at_start=True)
-    streamed = "".join(detok.add([i]) for i in ids) + detok.flush()
+    streamed = "".join(detok.feed([i]) for i in ids) + detok.finish()
     assert streamed == tok.decode(ids)
 
 
@@ -243,11 +243,11 @@ def test_real_vocabularies_hostile_text_and_ids(name: str, text: str, bad: Any, 
         assert "surrogate" in str(e)
         ids = tok.encode(FUZZ_TEXTS[1])
     detok = IncrementalDetokenizer(tok, skip_special_tokens=False, at_start=True)
-    streamed = "".join(detok.add([i]) for i in ids) + detok.flush()
+    streamed = "".join(detok.feed([i]) for i in ids) + detok.finish()
     assert streamed == tok.decode(ids)
     at = data.draw(st.integers(0, len(ids)))
     with pytest.raises(InvalidInput, match="out of range"):
-        IncrementalDetokenizer(tok).add(ids[:at] + [bad] + ids[at:])
+        IncrementalDetokenizer(tok).feed(ids[:at] + [bad] + ids[at:])
     if type(bad) is int and bad >= tok.vocab_size:
         with pytest.raises(InvalidInput):
             OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True).feed([*ids, bad])

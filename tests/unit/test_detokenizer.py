@@ -83,7 +83,7 @@ def _split(draw: st.DrawFn, ids: Sequence[int]) -> list[list[int]]:
 
 
 def _stream(d: IncrementalDetokenizer, steps: Sequence[Sequence[int]]) -> list[str]:
-    return [d.add(s) for s in steps] + [d.flush()]
+    return [d.feed(s) for s in steps] + [d.finish()]
 
 
 @pytest.mark.parametrize("name", _vocabs())
@@ -138,8 +138,8 @@ def test_matches_decode_stream(name: str, prefill: bool, data: st.DataObject) ->
     for token_id in ids:
         chunk = stream.step(hf, token_id)
         ref.append(chunk or "")
-        mine.append(d.add([token_id]))
-    mine.append(d.flush())
+        mine.append(d.feed([token_id]))
+    mine.append(d.finish())
     assert "".join(mine) == "".join(ref)
     if not tok.byte_fallback_ids:
         # byte-level: never behind DecodeStream at any step (it holds a whole token whose
@@ -154,7 +154,7 @@ def test_emoji_split_across_byte_tokens(name: str) -> None:
     ids = hf.encode("😀 ok", add_special_tokens=False).ids
     assert len(ids) >= 2
     d = IncrementalDetokenizer(tok)
-    deltas = [d.add([i]) for i in ids] + [d.flush()]
+    deltas = [d.feed([i]) for i in ids] + [d.finish()]
     assert "".join(deltas) == "😀 ok"
     assert all("\ufffd" not in x for x in deltas)
     first_nonempty = next(i for i, x in enumerate(deltas) if x)
@@ -166,10 +166,10 @@ def test_invalid_bytes_replaced_where_decode_puts_them_byte_level() -> None:
     ids = {b: hf.token_to_id(c) for c, b in _byte_chars().items()}
     seq = [ids[0xF0], ids[0x9F], ids[0x41], ids[0xFF], ids[0xE4], ids[0xBD]]
     d = IncrementalDetokenizer(tok)
-    out = [d.add([i]) for i in seq]
+    out = [d.feed([i]) for i in seq]
     assert out == ["", "", "\ufffdA", "\ufffd", "", ""]  # F0 9F is one maximal subpart
     assert d.is_holding
-    assert d.flush() == "\ufffd"
+    assert d.finish() == "\ufffd"
     assert "".join(out) + "\ufffd" == hf.decode(seq)
 
 
@@ -181,15 +181,15 @@ def test_byte_fallback_invalid_run_one_replacement_per_token() -> None:
     # a complete character followed by an invalid byte in the same run: all U+FFFD
     seq = [b[0xE4], b[0xBD], b[0xA0], b[0xFF]] + word
     d = IncrementalDetokenizer(tok, at_start=True)
-    out = [d.add([i]) for i in seq] + [d.flush()]
+    out = [d.feed([i]) for i in seq] + [d.finish()]
     assert "".join(out) == hf.decode(seq) == "\ufffd" * 4 + " Hello"
     assert out[:4] == ["", "", "", ""]  # the run is held until a non-byte token ends it
     # a skipped special token does not end a run; a kept one does
     seq = [b[0xE4], eos, b[0xBD], b[0xA0]]
     d = IncrementalDetokenizer(tok, skip_special_tokens=True)
-    assert d.add(seq[:2]) + d.add(seq[2:]) + d.flush() == hf.decode(seq, skip_special_tokens=True)
+    assert d.feed(seq[:2]) + d.feed(seq[2:]) + d.finish() == hf.decode(seq, skip_special_tokens=True)
     d = IncrementalDetokenizer(tok, skip_special_tokens=False)
-    got = d.add(seq[:2]) + d.add(seq[2:]) + d.flush()
+    got = d.feed(seq[:2]) + d.feed(seq[2:]) + d.finish()
     assert got == hf.decode(seq, skip_special_tokens=False) == "\ufffd</s>\ufffd\ufffd"
 
 
@@ -198,9 +198,9 @@ def test_leading_space_rule_sentencepiece() -> None:
     ids = hf.encode("Hello world", add_special_tokens=False).ids
     bos = hf.token_to_id("<s>")
     start = IncrementalDetokenizer(tok, at_start=True)
-    assert "".join(start.add([i]) for i in ids) + start.flush() == "Hello world"
+    assert "".join(start.feed([i]) for i in ids) + start.finish() == "Hello world"
     after = IncrementalDetokenizer(tok, at_start=False)
-    assert "".join(after.add([i]) for i in ids) + after.flush() == " Hello world"
+    assert "".join(after.feed([i]) for i in ids) + after.finish() == " Hello world"
     # a prompt of only BOS contributes no text: the output is the start of the text
     assert IncrementalDetokenizer.for_prompt(tok, [bos])._strip == 1
     assert IncrementalDetokenizer.for_prompt(tok, [bos], skip_special_tokens=False)._strip == 0
@@ -211,9 +211,9 @@ def test_bad_ids_rejected_with_value_and_range() -> None:
     tok, _ = _get("byte_level")
     d = IncrementalDetokenizer(tok)
     with pytest.raises(InvalidInput, match=rf"token id {tok.vocab_size} out of range.*0\.\.{tok.vocab_size - 1}"):
-        d.add([1, tok.vocab_size])
+        d.feed([1, tok.vocab_size])
     with pytest.raises(InvalidInput, match=r"token id -1 out of range"):
-        d.add([-1])
+        d.feed([-1])
 
 
 def test_constructor_is_cheap_and_shares_tables() -> None:
@@ -252,9 +252,9 @@ class _ToyVocab:
 def test_protocol_object_without_weakref() -> None:
     v = _ToyVocab()
     d = IncrementalDetokenizer(v)
-    assert (d.add([0, 1]), d.add([2]), d.add([3]), d.add([1]), d.flush()) == ("a", "", "é", "", "\ufffd")
+    assert (d.feed([0, 1]), d.feed([2]), d.feed([3]), d.feed([1]), d.finish()) == ("a", "", "é", "", "\ufffd")
     d = IncrementalDetokenizer(v, skip_special_tokens=False)
-    assert (d.add([0, 1]), d.add([2, 3]), d.flush()) == ("a", "\ufffd<s>\ufffd", "")
+    assert (d.feed([0, 1]), d.feed([2, 3]), d.finish()) == ("a", "\ufffd<s>\ufffd", "")
 
 
 @pytest.mark.parametrize("name", ["qwen3", "mistral", "gpt2"])
@@ -271,7 +271,7 @@ def test_edge_corpus_one_token_at_a_time(name: str) -> None:
             d = IncrementalDetokenizer(tok, skip_special_tokens=skip, at_start=True)
             deltas = []
             for token_id in ids:
-                deltas.append(d.add([token_id]))
+                deltas.append(d.feed([token_id]))
                 assert len(d._pending) <= 3, case
-            deltas.append(d.flush())
+            deltas.append(d.finish())
             assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip), case

@@ -73,7 +73,7 @@ def _reference(tok: Any, ids: list[int], options: dict[str, Any]) -> tuple[Any, 
     eligible_from = 0
     if options["min_tokens"]:
         d = IncrementalDetokenizer(tok, at_start=True)
-        eligible_from = len(d.add(ids[: options["min_tokens"]]))
+        eligible_from = len(d.feed(ids[: options["min_tokens"]]))
     out, stop = stop_reference(
         text, options["stops"], include_stop=options["include_stop"], eligible_from=eligible_from
     )

@@ -174,7 +174,7 @@ def demo_emoji(tok: Any) -> dict[str, Any]:
     ids = tok.encode(EMOJI_TEXT)
     per_token = [tok.decode([i]) for i in ids]
     d = IncrementalDetokenizer(tok, at_start=True)
-    incremental = [d.add([i]) for i in ids] + [d.flush()]
+    incremental = [d.feed([i]) for i in ids] + [d.finish()]
     return {
         "demo": "decode_emoji",
         "text": EMOJI_TEXT,

@@ -8,7 +8,7 @@ split across tokens. It must not import the process layer and keeps no
 per-request state beyond a few pending bytes.
 
 Invariant (tested as a property on every vocabulary): for any split of any id
-sequence into steps, the concatenated ``add()`` deltas plus ``flush()`` equal
+sequence into steps, the concatenated ``feed()`` deltas plus ``finish()`` equal
 ``tokenizer.decode(all ids, skip_special_tokens=...)`` when ``at_start=True``;
 with ``at_start=False`` they equal it except that the leading space(s) the
 decoder strips at the very start of a text are kept (text after a prompt).
@@ -18,12 +18,12 @@ Two replacement rules, because ``tokenizers`` has two:
 * byte-level and plain vocabularies: the concatenated token bytes are decoded
   with ``errors="replace"`` (one U+FFFD per maximal invalid subpart, the rule of
   Python and of Rust's ``from_utf8_lossy``); an incomplete character at the end
-  is held until it completes or ``flush()`` is called;
+  is held until it completes or ``finish()`` is called;
 * the ``ByteFallback`` decoder (SentencePiece ``<0xNN>`` tokens): a maximal run
   of byte tokens is decoded as a whole; if the run is not valid UTF-8 *every
   token of the run* becomes one U+FFFD. A later byte can therefore turn an
   already complete character of the run into U+FFFD, so a run is held back until
-  a non-byte token ends it (or ``flush()``). Skipped special tokens do not end a
+  a non-byte token ends it (or ``finish()``). Skipped special tokens do not end a
   run (the decoder never sees them).
 """
 
@@ -146,9 +146,9 @@ def _tables_for(tokenizer: DetokenizerVocab) -> _Tables:
 
 
 class IncrementalDetokenizer:
-    """Turns generated token ids into text deltas; ``add()`` returns what is ready now.
+    """Turns generated token ids into text deltas; ``feed()`` returns what is ready now.
 
-    Contract: the chunks from ``add()`` and ``flush()`` concatenate to
+    Contract: the chunks from ``feed()`` and ``finish()`` concatenate to
     ``tokenizer.decode(all ids, skip_special_tokens=skip_special_tokens)`` for
     ``at_start=True``, whatever the split of the ids into calls. With the default
     ``at_start=False`` (output that continues a prompt) the leading space a
@@ -160,7 +160,7 @@ class IncrementalDetokenizer:
 
     >>> tok = Tokenizer.from_dir(".cache/models/gpt2")  # doctest: +SKIP
     >>> d = IncrementalDetokenizer(tok)  # doctest: +SKIP
-    >>> d.add([47249]), d.add([222]), d.flush()  # "😀" is two GPT-2 tokens  # doctest: +SKIP
+    >>> d.feed([47249]), d.feed([222]), d.finish()  # "😀" is two GPT-2 tokens  # doctest: +SKIP
     ('', '😀', '')
     """
 
@@ -226,13 +226,13 @@ class IncrementalDetokenizer:
     def text_table(self) -> list[str | None] | None:
         """Token id -> text (None for a token that is not complete UTF-8 by itself), usable
         while this returns it: nothing is held, no leading space to strip, no byte-fallback
-        runs. Then ``add([i])`` for an int ``0 <= i < len(table)`` with ``table[i]`` not None
+        runs. Then ``feed([i])`` for an int ``0 <= i < len(table)`` with ``table[i]`` not None
         is exactly ``table[i]`` and changes no state (the pipeline's fast path)."""
         if self._pending or self._strip or self._bf is not None:
             return None
         return self._strs
 
-    def add(self, token_ids: Sequence[int]) -> str:
+    def feed(self, token_ids: Sequence[int]) -> str:
         """Feed newly generated ids; return the text they complete (maybe "")."""
         if len(token_ids) == 1 and not self._pending and not self._strip and self._bf is None:
             # nothing held: a token that is complete UTF-8 by itself decodes on its own (several
@@ -276,13 +276,12 @@ class IncrementalDetokenizer:
             return self._strip_leading(text)
         return text
 
-    feed = add
 
-    def flush(self) -> str:
+    def finish(self) -> str:
         """Return the held-back rest: a closed byte run and/or U+FFFD for an incomplete tail.
 
         The detokenizer can be used again afterwards; it continues as a new text
-        segment (no character joins across a flush).
+        segment (no character joins across a finish).
         """
         data = self._pending + self._close_run() if self._run else self._pending
         self._pending = b""
@@ -291,7 +290,6 @@ class IncrementalDetokenizer:
             return self._strip_leading(text)
         return text
 
-    finish = flush
 
     def _add_byte_fallback(self, token_ids: Sequence[int]) -> bytes:
         table, bf, run = self._table, self._bf, self._run
@@ -331,6 +329,6 @@ class IncrementalDetokenizer:
                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self._n]
         raise InvalidInput(
             f"token id {short(bad[0] if bad else token_ids)} out of range in "
-            f"IncrementalDetokenizer.add({short(list(token_ids))}); "
+            f"IncrementalDetokenizer.feed({short(list(token_ids))}); "
             f"allowed: ints 0..{self._n - 1}"
         ) from cause

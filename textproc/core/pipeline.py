@@ -164,7 +164,7 @@ class OutputPipeline:
         self.n_tokens = before + n
         key = self._fast_key
         if key is not None:  # min_tokens is behind us: no cut
-            text = self._detok.add(token_ids)
+            text = self._detok.feed(token_ids)
             self._strs = self._detok.text_table
             if not text:
                 return []
@@ -182,11 +182,11 @@ class OutputPipeline:
         if 0 < cut < n:
             # tokens up to min_tokens and the ones after go to the stop checker separately,
             # so eligibility does not depend on how the engine grouped them
-            text = stops.feed(self._detok.add(token_ids[:cut]), n_tokens=cut)
+            text = stops.feed(self._detok.feed(token_ids[:cut]), n_tokens=cut)
             if not stops.is_finished:
-                text += stops.feed(self._detok.add(token_ids[cut:]), n_tokens=n - cut)
+                text += stops.feed(self._detok.feed(token_ids[cut:]), n_tokens=n - cut)
         else:
-            text = stops.feed(self._detok.add(token_ids), n_tokens=n)
+            text = stops.feed(self._detok.feed(token_ids), n_tokens=n)
         return self._after_stops(text)
 
     def _feed_text(self, text: str, n: int, key: str) -> list[dict[str, Any]]:
@@ -242,7 +242,7 @@ class OutputPipeline:
             self.is_finished = True
             self.finish_reason = "abort"
             return []
-        text = self._stops.feed(self._detok.flush())
+        text = self._stops.feed(self._detok.finish())
         if self._stops.is_finished:
             return self._end(text, "stop")
         if finish_reason == "stop" and stop_token_id is not None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from textproc.errors import InvalidInput, short
 
-__all__ = ["MAX_STOPS", "MAX_STOP_CHARS", "StopChecker", "StopMatcher"]
+__all__ = ["MAX_STOPS", "MAX_STOP_CHARS", "StopChecker"]
 
 MAX_STOPS = 4096  # distinct stop strings per request
 MAX_STOP_CHARS = 1024  # characters per stop string (the holdback is at most this minus one)
@@ -302,6 +302,3 @@ class StopChecker:
                 if j < n and ordered[j].startswith(tail):
                     return len(window) - i
         return 0
-
-
-StopMatcher = StopChecker  # the name used in the style guide's layout
