@@ -38,7 +38,7 @@ import re
 from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from textproc.errors import InvalidInput, TokenizerFileError, short
 from textproc.core.tok.added import AddedVocab
@@ -52,7 +52,7 @@ from textproc.core.tok.postprocessors import build_postprocessor
 from textproc.core.tok.pretokenizers import PreTokenizer, build_pretokenizer
 from textproc.core.tok.unigram import Unigram
 
-__all__ = ["Tokenizer"]
+__all__ = ["Tokenizer", "PromptTokenizer"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -92,6 +92,23 @@ class _PieceCache(dict[str, list[int]]):
                 self._long_chars = size
             self[piece] = ids
         return ids
+
+
+class PromptTokenizer(Protocol):
+    """What building a prompt and checking ids needs from a tokenizer (:class:`Tokenizer` has it).
+
+    The service's request builder takes this, so any tokenizer with these members can serve.
+    """
+
+    vocab_size: int
+    eos_token_id: int | None
+    added_tokens: dict[str, int]  # added token content -> id
+    special_tokens_map: dict[str, str]  # e.g. "eos_token" -> "<|im_end|>", for templates
+    chat_template: str | dict[str, str] | None
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
 
 class Tokenizer:

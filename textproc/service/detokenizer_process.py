@@ -29,6 +29,7 @@ import zmq
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import ProtocolError, TextprocError
 from textproc.core.deltas import join_text
+from textproc.core.detokenizer import DetokenizerVocab
 from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
 from textproc.protocol import (
     ENGINE_FINISH_REASONS,
@@ -93,7 +94,7 @@ class RequestTable:
     flushes both after each batch of frames, so each client gets one Outputs frame per round.
     """
 
-    def __init__(self, tokenizer: Any, config: ServiceConfig) -> None:
+    def __init__(self, tokenizer: DetokenizerVocab, config: ServiceConfig) -> None:
         self.tokenizer = tokenizer
         self.config = config
         self.live: dict[str, _Request] = {}

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 
 from textproc.config import ServiceConfig
+from textproc.core.tokenizer import PromptTokenizer
 from textproc.errors import InvalidInput, short
 from textproc.protocol import (
     ChatRequest,
@@ -66,17 +67,17 @@ class RequestBuilder:
     TemplateError whose message says what was wrong with the request.
     """
 
-    def __init__(self, tokenizer: Any, config: ServiceConfig) -> None:
+    def __init__(self, tokenizer: PromptTokenizer, config: ServiceConfig) -> None:
         self.tokenizer = tokenizer
         self.config = config
         self.encode = encoder().encode
-        added: dict[str, int] = dict(getattr(tokenizer, "added_tokens", {}) or {})
+        added = dict(tokenizer.added_tokens)
         self.has_think = "<think>" in added and "</think>" in added
         self.has_tool_tags = "<tool_call>" in added
         ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         ids += [added[name] for name in _STOP_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
-        self.special_vars: dict[str, Any] = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+        self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
 
     # -- chat ----------------------------------------------------------------------------------
 
