@@ -164,10 +164,12 @@ class EngineLink:
 
     The constructor only stores settings; :meth:`start` (or :meth:`connect`) creates the zmq
     context and sockets and sends ``EngineHello``. Not thread-safe: call it from the engine loop.
+    In an engine loop (``tests/integration/test_engine_link.py`` runs this against a real
+    service)::
 
-    >>> link = EngineLink.connect("ipc:///run/tp/engine-in", "ipc:///run/tp/engine-out")  # doctest: +SKIP
-    >>> for req in link.poll_requests(): ...                                               # doctest: +SKIP
-    >>> link.send_outputs([("req-1", [791], None), ("req-2", [13], "stop")])               # doctest: +SKIP
+        link = EngineLink.connect("ipc:///run/tp/engine-in", "ipc:///run/tp/engine-out")
+        for req in link.poll_requests(): ...
+        link.send_outputs([("req-1", [791], None), ("req-2", [13], "stop")])
     """
 
     def __init__(
@@ -453,7 +455,7 @@ class EngineLink:
         requests keep running. Lengths are always checked (``InvalidInput``); with
         ``check_outputs=True`` also the count sum and the finish reasons.
 
-        >>> link.send_step(["r1", "r2"], array("I", [791, 13]), finished={1: "stop"})  # doctest: +SKIP
+        For example ``link.send_step(["r1", "r2"], array("I", [791, 13]), finished={1: "stop"})``.
         """
         if type(request_ids) is not list and type(request_ids) is not tuple:
             request_ids = list(request_ids)

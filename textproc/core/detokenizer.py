@@ -158,9 +158,10 @@ class IncrementalDetokenizer:
     Held back: the bytes of an incomplete UTF-8 character, and for byte-fallback
     vocabularies an open run of ``<0xNN>`` tokens (see the module docstring).
 
-    >>> tok = Tokenizer.from_dir(".cache/models/gpt2")  # doctest: +SKIP
-    >>> d = IncrementalDetokenizer(tok)  # doctest: +SKIP
-    >>> d.feed([47249]), d.feed([222]), d.finish()  # "😀" is two GPT-2 tokens  # doctest: +SKIP
+    >>> from textproc.core.tokenizer import Tokenizer
+    >>> tok = Tokenizer.from_dir(".cache/models/gpt2")
+    >>> d = IncrementalDetokenizer(tok)
+    >>> d.feed([47249]), d.feed([222]), d.finish()  # "😀" is two GPT-2 tokens
     ('', '😀', '')
     """
 

@@ -62,8 +62,10 @@ class OutputPipeline:
     or later (a character belongs to the token whose arrival released it from the
     detokenizer), whatever the grouping of tokens into ``feed`` calls.
 
-    >>> p = OutputPipeline(tok, stops=["\\n\\n"], at_start=True)  # doctest: +SKIP
-    >>> p.feed(tok.encode("Hi\\n")), p.feed(tok.encode("\\nmore")), p.finish_reason  # doctest: +SKIP
+    >>> from textproc.core.tokenizer import Tokenizer
+    >>> tok = Tokenizer.from_dir(".cache/models/qwen3")
+    >>> p = OutputPipeline(tok, stops=["\\n\\n"], at_start=True)
+    >>> p.feed(tok.encode("Hi\\n")), p.feed(tok.encode("\\nmore")), p.finish_reason
     ([{'content': 'Hi'}], [], 'stop')
     """
 
