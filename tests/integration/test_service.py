@@ -22,7 +22,7 @@ import zmq
 from tests.integration.service import Service, run
 from textproc.core.chat.template import prompt_starts_in_reasoning, render_chat
 from textproc.client import TextClient, TextEvent
-from textproc.errors import InvalidInput, TemplateError
+from textproc.errors import InvalidInput, TemplateError, TextprocError
 from textproc.core.parsing import merge_deltas, parse_output
 from textproc.protocol import EngineRequest, EngineStep, StepOutput, Submit, TokenizeRequest, pack_ids
 from textproc.core.stops import StopChecker
@@ -290,6 +290,33 @@ def test_tokenize_detokenize_and_completion(service: Service, tok: Tokenizer) ->
     assert "".join(e.text for e in events) == tok.decode(tok.encode(text)[:3])
     assert prompt == render_chat(tok.chat_template, [{"role": "user", "content": text}],
                                  add_generation_prompt=True, **tok.special_tokens_map)
+
+
+def test_a_crashed_reader_task_fails_the_client_at_once(service: Service) -> None:
+    """A reader that raises is its own error, right away: pending and later calls get it, not a
+    later 'detokenizer has not answered' or a timeout."""
+
+    async def main() -> tuple[float, str, str]:
+        client = await TextClient.connect(service.runtime_dir)
+        try:
+            def broken(frame: object) -> None:
+                raise RuntimeError("injected reader bug")
+
+            client._readers.inflight.on_stats = broken  # type: ignore[union-attr, method-assign]
+            t0 = time.monotonic()
+            with pytest.raises(TextprocError) as first:
+                await client.stats(timeout_s=30.0)
+            waited = time.monotonic() - t0
+            with pytest.raises(TextprocError) as later:
+                await client.tokenize("hello")
+            return waited, str(first.value), str(later.value)
+        finally:
+            await client.close()
+
+    waited, first, later = run(main)
+    assert waited < 10.0, f"the crash surfaced only after {waited:.1f} s"
+    assert "reader worker-" in first and "injected reader bug" in first
+    assert later == first
 
 
 def test_malformed_frames_on_every_socket_are_counted_and_harmless(service: Service) -> None:

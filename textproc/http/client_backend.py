@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
 from textproc.client import TextClient, TextEvent
-from textproc.errors import StartupTimeout, TextprocError, WorkerDied
+from textproc.errors import TextprocError
 from textproc.http.backend import Output
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 
@@ -27,12 +27,9 @@ def api_error(exc: TextprocError) -> ApiError:
     """The API error for a TextClient failure (status from the worker's Failure when it set one)."""
     if isinstance(exc, ApiError):
         return exc
-    status = getattr(exc, "status", None)
-    if not isinstance(status, int):
-        status = 503 if isinstance(exc, (WorkerDied, StartupTimeout)) else 500
-    kind = getattr(exc, "kind", None)
+    status = exc.status
     if status < 500:
-        return ApiError(str(exc), status=status, code=kind if isinstance(kind, str) else None)
+        return ApiError(str(exc), status=status, code=exc.kind)
     code = "service_unavailable" if status == 503 else "internal_error"
     return ApiError(str(exc), status=status, type="server_error", code=code)
 
@@ -157,10 +154,8 @@ class ClientBackend:
             raise api_error(exc) from exc
 
     def queue_depths(self) -> Mapping[str, int]:
-        client = self.client
-        # TextClient keeps the ids pending at each worker (not yet Accepted)
-        pending: list[set[str]] = getattr(client, "_worker_pending", []) if client else []
-        return {f"worker-{i}": len(ids) for i, ids in enumerate(pending)}
+        depths = self.client.queue_depths() if self.client is not None else []
+        return {f"worker-{i}": n for i, n in enumerate(depths)}
 
     async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
         if self.client is None or self._closed:

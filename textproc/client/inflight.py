@@ -1,0 +1,80 @@
+"""What is in flight on one TextClient: streams, calls, per-worker pending sets, stats waiters.
+
+Owns the tables the sending side (``TextClient``) and the receiving side (``Readers``) share,
+the choice of worker for a new request, and failing what a dead process held. No sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from textproc.client.events import StreamState
+from textproc.errors import TextprocError, WorkerDied
+from textproc.protocol import ProcessDied, Stats
+
+__all__ = ["InFlight"]
+
+
+class InFlight:
+    """The request tables of one client; every entry is removed by whoever added it."""
+
+    def __init__(self, n_workers: int) -> None:
+        self.streams: dict[str, StreamState] = {}
+        self.calls: dict[str, tuple[int, asyncio.Future[Any]]] = {}  # id -> (worker, result)
+        self.worker_pending: list[set[str]] = [set() for _ in range(n_workers)]
+        # stats request id -> (answers so far, answers expected, all arrived)
+        self.stats_waiters: dict[str, tuple[list[Stats], int, asyncio.Future[None]]] = {}
+
+    def __len__(self) -> int:
+        """Requests in flight (streams and calls)."""
+        return len(self.streams) + len(self.calls)
+
+    def queue_depths(self) -> list[int]:
+        """Requests each worker holds right now (sent, not yet answered)."""
+        return [len(p) for p in self.worker_pending]
+
+    def pick_worker(self) -> int:
+        """The worker for a new request: the one holding the fewest."""
+        pending = self.worker_pending
+        best = 0
+        for i in range(1, len(pending)):
+            if len(pending[i]) < len(pending[best]):
+                best = i
+        return best
+
+    def fail_all(self, err: BaseException) -> None:
+        """Fail every stream, call and stats wait (the client closed or broke)."""
+        for stream in self.streams.values():
+            stream.fail(err)
+        for _, fut in self.calls.values():
+            if not fut.done():
+                fut.set_exception(err)
+        for _, _, done in self.stats_waiters.values():
+            if not done.done():
+                done.set_exception(err)
+
+    def on_stats(self, frame: Stats) -> None:
+        waiter = self.stats_waiters.get(frame.request_id)
+        if waiter is not None:
+            got, expected, done = waiter
+            got.append(frame)
+            if len(got) >= expected and not done.done():
+                done.set_result(None)
+
+    def on_worker_died(self, frame: ProcessDied) -> None:
+        """Fail what worker ``frame.index`` held (streams it had not answered, its calls)."""
+        index = frame.index
+        if not 0 <= index < len(self.worker_pending):
+            return
+        for rid in list(self.worker_pending[index]):
+            err: TextprocError = WorkerDied(
+                f"worker {index} (pid {frame.pid}) exited with code {frame.exit_code} "
+                f"while holding request {rid!r}")
+            stream = self.streams.get(rid)
+            if stream is not None and not stream.items:
+                stream.fail(err)
+            call = self.calls.get(rid)
+            if call is not None and not call[1].done():
+                call[1].set_exception(err)
+        self.worker_pending[index].clear()

@@ -1,0 +1,223 @@
+"""The receiving side of a TextClient: one reader task per socket, and the reconciler.
+
+Owns everything that arrives: worker replies (``Accepted``, ``Failure``, results, ``Stats``),
+the detokenizer's ``Outputs`` / ``Welcome`` / ``Unknown`` / ``Stats``, the supervisor's
+events (a process died or is ready again), and the periodic ``Query`` for quiet streams. It
+only fills :class:`~textproc.client.inflight.InFlight` and wakes waiters; sending requests
+is :class:`~textproc.client.textclient.TextClient`'s job. Each reader runs until cancelled;
+one that raises is reported by the client at once (see ``TextClient._reader_done``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq.asyncio
+
+from textproc.client.events import error_from
+from textproc.client.inflight import InFlight
+from textproc.errors import ProtocolError, WorkerDied
+from textproc.protocol import (
+    PROTOCOL_VERSION,
+    Accepted,
+    DetokenizeResult,
+    EventFrame,
+    Failure,
+    FrontOutFrame,
+    Hello,
+    Outputs,
+    ProcessDied,
+    Query,
+    Ready,
+    Stats,
+    TokenizeResult,
+    Unknown,
+    Welcome,
+    WorkerOutFrame,
+)
+from textproc.transport import FrameDecoder
+
+__all__ = ["Readers", "QUERY_AFTER_S", "RECONCILE_EVERY_S", "QUERY_ANSWER_S"]
+
+QUERY_AFTER_S = 1.5  # a stream quiet this long is checked with the detokenizer (Query)
+RECONCILE_EVERY_S = 0.5
+QUERY_ANSWER_S = 10.0  # a detokenizer that leaves a Query unanswered this long is gone
+
+
+class Readers:
+    """The reader coroutines of one client and the detokenizer-connection state they keep.
+
+    ``detok_up`` is set while the detokenizer has answered Hello on the current connection
+    (outputs to this client are routable only then); ``welcome`` resolves to its instance id.
+    """
+
+    def __init__(self, inflight: InFlight, detok: zmq.asyncio.Socket, events: zmq.asyncio.Socket,
+                 encode: Callable[[Any], bytes], send_abort: Callable[[list[str]], None]) -> None:
+        self.inflight = inflight
+        self.detok = detok
+        self.events = events
+        self.encode = encode
+        self.send_abort = send_abort
+        self.detok_instance: str | None = None
+        self.welcome: asyncio.Future[str] | None = None
+        self.detok_up: asyncio.Event | None = None
+        self.query_sent_at: float | None = None  # oldest unanswered Query
+        self.malformed = 0
+
+    async def hello(self) -> str:
+        """Say Hello to the detokenizer and wait for its Welcome; returns its instance id."""
+        self.detok_up = asyncio.Event()
+        self.welcome = asyncio.get_running_loop().create_future()
+        await self.detok.send(self.encode(Hello()))
+        instance = await asyncio.shield(self.welcome)
+        self.detok_instance = instance
+        return instance
+
+    async def read_worker(self, index: int, sock: zmq.asyncio.Socket) -> None:
+        decoder: FrameDecoder[WorkerOutFrame] = FrameDecoder(WorkerOutFrame, socket_name=f"client<-worker-{index}")
+        while True:
+            data = await sock.recv(copy=True)
+            frame = decoder.decode(data, peer=f"worker-{index}")
+            if frame is None:
+                self.malformed += 1
+                continue
+            match frame:
+                case Accepted():
+                    self.inflight.worker_pending[index].discard(frame.request_id)
+                    stream = self.inflight.streams.get(frame.request_id)
+                    if stream is not None:
+                        stream.accepted = True
+                        stream.pending_at_worker = False
+                        stream.prompt_tokens = frame.prompt_tokens
+                        stream.last_seen = time.monotonic()
+                        round_trip = time.perf_counter() - stream.sent_at
+                        stream.timings = {
+                            "template": frame.template_s,
+                            "tokenize": frame.tokenize_s,
+                            "queue": max(0.0, round_trip - frame.template_s - frame.tokenize_s),
+                        }
+                case Failure():
+                    self.inflight.worker_pending[index].discard(frame.request_id)
+                    err = error_from(frame.kind, frame.message, frame.status)
+                    stream = self.inflight.streams.get(frame.request_id)
+                    if stream is not None:
+                        stream.fail(err)
+                    call = self.inflight.calls.get(frame.request_id)
+                    if call is not None and not call[1].done():
+                        call[1].set_exception(err)
+                case TokenizeResult() | DetokenizeResult():
+                    self.inflight.worker_pending[index].discard(frame.request_id)
+                    call = self.inflight.calls.get(frame.request_id)
+                    if call is not None and not call[1].done():
+                        call[1].set_result(frame)
+                case Stats():
+                    self.inflight.on_stats(frame)
+
+    async def read_detok(self) -> None:
+        decoder: FrameDecoder[FrontOutFrame] = FrameDecoder(FrontOutFrame, socket_name="client<-detok-front")
+        streams = self.inflight.streams
+        while True:
+            data = await self.detok.recv(copy=True)
+            frame = decoder.decode(data, peer="detokenizer")
+            match frame:
+                case Outputs():
+                    now = time.monotonic()
+                    stray: list[str] = []
+                    for item in frame.items:
+                        stream = streams.get(item.request_id)
+                        if stream is None:
+                            if item.finish_reason is None:
+                                stray.append(item.request_id)
+                            continue
+                        stream.items.append(item)
+                        stream.detok_s = frame.detok_s
+                        stream.last_seen = now
+                        stream.unknown_seen = 0
+                        if stream.pending_at_worker:  # the detokenizer has it: a worker death
+                            stream.pending_at_worker = False  # no longer concerns it
+                            self.inflight.worker_pending[stream.worker].discard(item.request_id)
+                        stream.wake()
+                    if stray:  # outputs of requests this client gave up on: stop them
+                        self.send_abort(stray)
+                case Welcome():
+                    if frame.protocol_version != PROTOCOL_VERSION:
+                        _fail = ProtocolError(
+                            f"detokenizer speaks protocol {frame.protocol_version}, client "
+                            f"{PROTOCOL_VERSION}")
+                        if self.welcome is not None and not self.welcome.done():
+                            self.welcome.set_exception(_fail)
+                        continue
+                    self.detok_instance = frame.instance_id
+                    self.query_sent_at = None
+                    if self.detok_up is not None:
+                        self.detok_up.set()
+                    if self.welcome is not None and not self.welcome.done():
+                        self.welcome.set_result(frame.instance_id)
+                case Unknown():
+                    self.query_sent_at = None
+                    for rid in frame.request_ids:
+                        stream = streams.get(rid)
+                        if stream is None or stream.pending_at_worker:
+                            continue
+                        stream.unknown_seen += 1
+                        if stream.unknown_seen >= 2:  # twice, 0.5 s apart: really lost
+                            stream.fail(WorkerDied(
+                                f"request {rid!r} was lost: the detokenizer holds no state for "
+                                "it (it restarted, or the request never reached it)"))
+                case Stats():
+                    self.inflight.on_stats(frame)
+                case None:
+                    self.malformed += 1
+
+    async def read_events(self) -> None:
+        decoder: FrameDecoder[EventFrame] = FrameDecoder(EventFrame, socket_name="client<-events")
+        while True:
+            data = await self.events.recv(copy=True)
+            frame = decoder.decode(data, peer="supervisor")
+            match frame:
+                case ProcessDied(role="worker"):
+                    self.inflight.on_worker_died(frame)
+                case ProcessDied(role="detokenizer"):
+                    if self.detok_up is not None:
+                        self.detok_up.clear()
+                    self.query_sent_at = None
+                    err = WorkerDied(f"the detokenizer (pid {frame.pid}) exited with code "
+                                     f"{frame.exit_code}; in-flight requests were lost")
+                    for stream in list(self.inflight.streams.values()):
+                        if not stream.pending_at_worker:
+                            stream.fail(err)
+                case Ready(role="detokenizer"):
+                                await self.detok.send(self.encode(Hello()))
+                case _:
+                    pass
+
+    async def reconcile(self) -> None:
+        """Ask the detokenizer about quiet accepted streams; those it does not know fail."""
+        while True:
+            await asyncio.sleep(RECONCILE_EVERY_S)
+            up = self.detok_up
+            if up is not None and not up.is_set():
+                await self.detok.send(self.encode(Hello()))  # in case the Ready event was missed
+            cutoff = time.monotonic() - QUERY_AFTER_S
+            quiet = [s.request_id for s in self.inflight.streams.values()
+                     if not s.pending_at_worker and s.last_seen < cutoff and s.error is None]
+            now = time.monotonic()
+            if self.query_sent_at is not None and now - self.query_sent_at > QUERY_ANSWER_S:
+                # no answer: the detokenizer (or the whole service) is gone without a
+                # ProcessDied event, e.g. the supervisor was killed too
+                self.query_sent_at = None
+                err = WorkerDied(f"the detokenizer has not answered for {QUERY_ANSWER_S:.0f} s; "
+                                 "in-flight requests were lost")
+                for stream in list(self.inflight.streams.values()):  # none can finish without it
+                    stream.fail(err)
+                continue
+            if not quiet:
+                self.query_sent_at = None  # nothing waits on the answer
+            else:
+                if self.query_sent_at is None:
+                    self.query_sent_at = now
+                for i in range(0, len(quiet), 4096):
+                    await self.detok.send(self.encode(Query(quiet[i:i + 4096])))
