@@ -52,8 +52,8 @@ def test_reasoning_content_and_tool_call() -> None:
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
     )
     assert parse_output(text, **BOTH) == {
-        "reasoning_content": "\nlet me see",
-        "content": "\n\nSure.",
+        "reasoning_content": "let me see",
+        "content": "Sure.",
         "tool_calls": [call("get_weather", '{"city": "Paris", "unit": "c"}')],
     }
 
@@ -120,18 +120,26 @@ def test_malformed_before_name_comes_back_as_content(body: str) -> None:
 
 
 def test_malformed_after_name_keeps_call_and_returns_rest_as_content() -> None:
+    """Streamed (stream_calls=True): what was sent stays, the rest is content. Not streamed:
+    the whole call is content."""
+    S = {"tools": True, "stream_calls": True}
     text = '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>z'
-    got = parse_output(text, tools=True)
+    got = parse_output(text, **S)
     assert got["tool_calls"] == [call("f", '{"a": tru')]
     assert got["content"] == "}}</tool_call>z"
+    assert parse_output(text, tools=True) == {"reasoning_content": "", "content": text, "tool_calls": []}
     # a duplicate key after the name: the call has no arguments text
-    got = parse_output('<tool_call>{"name": "f", "name": "g"}</tool_call>', tools=True)
+    got = parse_output('<tool_call>{"name": "f", "name": "g"}</tool_call>', **S)
     assert got["tool_calls"] == [call("f", "")]
     assert got["content"] == ', "name"' + ': "g"}</tool_call>'
     # arguments not an object: the text after the name that the stream did not show
-    got = parse_output('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', tools=True)
+    got = parse_output('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', **S)
     assert got["tool_calls"] == [call("f", "")]
     assert got["content"] == ', "arguments": [1]}</tool_call>'
+    parser = OutputParser(tools=True)
+    parser.feed(text)
+    parser.finish()
+    assert not parser.has_tool_calls  # the finish reason is not "tool_calls"
 
 
 def test_arguments_as_a_json_string() -> None:
@@ -140,16 +148,21 @@ def test_arguments_as_a_json_string() -> None:
     deltas, _ = stream(text, [1], tools=True)
     assert [d["tool_calls"][0]["function"]["arguments"] for d in deltas] == ["", '{"a": "</tool_call>"}']
     # a string that does not hold a JSON object is malformed
-    content, calls = parse_tool_calls('<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>')
+    bad = '<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>'
+    content, calls = parse_tool_calls(bad, stream_calls=True)
     assert calls == [call("f", "")] and content == ', "arguments": "[1]"}</tool_call>'
+    assert parse_tool_calls(bad) == (bad, [])
 
 
 def test_unterminated_calls() -> None:
     assert parse_tool_calls('a<tool_call>{"name": "f') == ('a<tool_call>{"name": "f', [])
-    assert parse_tool_calls('<tool_call>{"name": "f", "arguments": {"q": "ab') == (
+    assert parse_tool_calls('<tool_call>{"name": "f", "arguments": {"q": "ab', stream_calls=True) == (
         "",
         [call("f", '{"q": "ab')],
     )
+    # not streamed: a cut-off call is content
+    cut = '<tool_call>{"name": "f", "arguments": {"q": "ab'
+    assert parse_tool_calls(cut) == (cut, [])
     # a complete object without the close tag is a valid call
     assert parse_tool_calls('<tool_call>{"name": "f", "arguments": {}}\n') == ("", [call("f", "{}")])
     # a truncated close tag comes back as content
@@ -303,6 +316,8 @@ def test_header_is_sent_as_soon_as_the_name_is_complete() -> None:
     out = p.feed('kup", "arguments": {"k"')
     assert out[0]["tool_calls"][0]["function"] == {"name": "lookup", "arguments": ""}
     assert out[1] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"k"'}}]}
+    assert not p.has_tool_calls  # only a complete call makes the finish reason "tool_calls"
+    p.feed(": 1}}</tool_call>")
     assert p.has_tool_calls
 
 
@@ -332,9 +347,13 @@ WS = st.sampled_from(["", "\n", " ", "\n\n", "\t"])
 
 @dataclass
 class Expected:
-    reasoning: list[str] = field(default_factory=list)
-    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)  # one item per reasoning block
+    content: list[str | None] = field(default_factory=list)  # None: a reasoning block ended
     calls: list[tuple[str, str]] = field(default_factory=list)
+    n_complete: int = 0
+    # the non-streamed parse (stream_calls=False): partial calls are content
+    ns_content: list[str | None] = field(default_factory=list)
+    ns_calls: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _dumps(draw: st.DrawFn, value: object) -> str:
@@ -356,6 +375,8 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
         r = draw(REASONING_TEXT)
         parts.append(r + "</think>")
         exp.reasoning.append(r)
+        exp.content.append(None)
+        exp.ns_content.append(None)
     n = draw(st.integers(0, 5))
     for i in range(n):
         kind = draw(
@@ -368,10 +389,13 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
             c = draw(CONTENT)
             parts.append(c)
             exp.content.append(c)
+            exp.ns_content.append(c)
         elif kind == "think":
             r = draw(REASONING_TEXT)
             parts.append(f"<think>{r}</think>")
             exp.reasoning.append(r)
+            exp.content.append(None)
+            exp.ns_content.append(None)
         elif kind in ("call", "args_first", "lenient", "string_args"):
             name = draw(st.sampled_from(["f", "get_weather", "名前", 'q"x']))
             args = draw(ARGS)
@@ -388,10 +412,13 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
                 tail = draw(st.sampled_from(["Z", "<thin ", "</tool_x"])) + draw(CONTENT)
                 parts.append(f"<tool_call>{draw(WS)}{body}{draw(WS)}{tail}")
                 exp.content.append(tail)
+                exp.ns_content.append(tail)
             else:
                 close = "" if last and draw(st.booleans()) else "</tool_call>"
                 parts.append(f"<tool_call>{draw(WS)}{body}{draw(WS)}{close}")
             exp.calls.append((name, args_text))
+            exp.ns_calls.append((name, args_text))
+            exp.n_complete += 1
         elif kind == "bad_early":
             body = draw(st.sampled_from(['{"name": 1}', "{name}", '{"x": "f"}', '"f"', '{"name": "f"', '{"na']))
             if body == '{"na' and not last:  # would swallow what follows into a string
@@ -403,9 +430,11 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
                 exp.calls.append(("f", ""))
                 parts.append(raw)
                 exp.content.append(raw[len('<tool_call>{"name": "f"') :])
+                exp.ns_content.append(raw)
                 continue
             parts.append(raw)
             exp.content.append(raw)
+            exp.ns_content.append(raw)
         else:  # bad_late: the arguments break after the header went out
             args_text = _dumps(draw, draw(ARGS.filter(bool)))
             cut = draw(st.integers(1, len(args_text) - 1))
@@ -415,6 +444,7 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
             else:
                 parts.append(prefix + "\x01</tool_call>")
                 exp.content.append("\x01</tool_call>")
+            exp.ns_content.append(parts[-1])
             exp.calls.append(("f", args_text[:cut]))
     return "".join(parts), exp, starts_in_reasoning
 
@@ -435,18 +465,44 @@ SPLITS = st.one_of(
 )
 
 
+def _reasoning_of(blocks: list[str]) -> str:
+    # newlines around each reasoning block are formatting
+    return "".join(b.strip("\n") for b in blocks)
+
+
+def _content_of(pieces: list[str | None]) -> str:
+    # after a reasoning block, the content's leading newlines are formatting
+    out = []
+    strip = False
+    for piece in pieces:
+        if piece is None:
+            strip = True
+            continue
+        if strip:
+            piece = piece.lstrip("\n")
+            strip = not piece
+        out.append(piece)
+    return "".join(out)
+
+
 @given(outputs(), SPLITS)
 def test_streamed_equals_one_shot_equals_grammar(case: tuple[str, Expected, bool], sizes: list[int]) -> None:
     text, exp, starts = case
-    one_shot = parse_output(text, **BOTH, starts_in_reasoning=starts)
+    one_shot = parse_output(text, **BOTH, starts_in_reasoning=starts, stream_calls=True)
     assert one_shot == {
-        "reasoning_content": "".join(exp.reasoning),
-        "content": "".join(exp.content),
+        "reasoning_content": _reasoning_of(exp.reasoning),
+        "content": _content_of(exp.content),
         "tool_calls": [call(name, args, i) for i, (name, args) in enumerate(exp.calls)],
     }
     deltas, parser = stream(text, sizes, **BOTH, starts_in_reasoning=starts)
     assert merge_deltas(deltas) == one_shot
-    assert parser.has_tool_calls == bool(exp.calls)
+    assert parser.has_tool_calls == bool(exp.n_complete)
+    # not streamed: partial calls are content
+    whole = parse_output(text, **BOTH, starts_in_reasoning=starts)
+    assert whole["tool_calls"] == [call(name, args, i) for i, (name, args) in enumerate(exp.ns_calls)]
+    assert whole["content"] == _content_of(exp.ns_content)
+    deltas, _ = stream(text, sizes, **BOTH, starts_in_reasoning=starts, stream_calls=False)
+    assert merge_deltas(deltas) == whole
 
 
 @given(
@@ -459,10 +515,12 @@ def test_streamed_equals_one_shot_equals_grammar(case: tuple[str, Expected, bool
 def test_streamed_equals_one_shot_for_any_text(
     text: str, sizes: list[int], reasoning: bool, tools: bool, starts: bool
 ) -> None:
-    opts = {"reasoning": reasoning, "tools": tools, "starts_in_reasoning": starts}
-    one_shot = parse_output(text, **opts)
-    deltas, _ = stream(text, sizes, **opts)
-    assert merge_deltas(deltas) == one_shot
+    for stream_calls in (True, False):
+        opts = {"reasoning": reasoning, "tools": tools, "starts_in_reasoning": starts,
+                "stream_calls": stream_calls}
+        one_shot = parse_output(text, **opts)
+        deltas, _ = stream(text, sizes, **opts)
+        assert merge_deltas(deltas) == one_shot
 
 
 def test_forced_call_after_closing_a_prefilled_think_block() -> None:
@@ -470,7 +528,7 @@ def test_forced_call_after_closing_a_prefilled_think_block() -> None:
     ended inside <think>."""
     text = '</think>\n\n<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
     got = parse_output(text, **BOTH, starts_in_reasoning=True)
-    assert got == {"reasoning_content": "", "content": "\n\n", "tool_calls": [call("ping", "{}")]}
+    assert got == {"reasoning_content": "", "content": "", "tool_calls": [call("ping", "{}")]}
 
 
 @pytest.mark.parametrize("template", ["qwen3", "qwq"])

@@ -37,10 +37,12 @@ def test_malformed_lists_come_back_as_content(text: str) -> None:
 def test_later_malformed_object_keeps_earlier_calls() -> None:
     content, calls = parse_tool_calls('[TOOL_CALLS][{"name": "f"}, {"nam', **M)
     assert content == '{"nam' and calls == [call("f", "{}")]
+    content, calls = parse_tool_calls('[TOOL_CALLS][{"name": "f"}, {"name": "g", "arguments": {', **M)
+    assert content == '{"name": "g", "arguments": {' and calls == [call("f", "{}")]
 
 
 def test_unknown_format() -> None:
-    with pytest.raises(InvalidInput, match="tool_format='llama'; supported: hermes, mistral"):
+    with pytest.raises(InvalidInput, match="tool_format='llama'; supported: hermes, qwen3_coder, llama3_json, pythonic, mistral"):
         OutputParser(tools=True, tool_format="llama")
 
 
@@ -69,8 +71,9 @@ def test_streamed_equals_one_shot_equals_grammar(case: tuple[str, str, list[tupl
 
 @given(NOISE, st.lists(st.integers(1, 9), min_size=1, max_size=6), st.booleans())
 def test_streamed_equals_one_shot_for_any_text(text: str, sizes: list[int], reasoning: bool) -> None:
-    opts: dict[str, Any] = {"tools": True, "reasoning": reasoning, **M}
-    assert _streamed(text, sizes, **opts) == parse_output(text, **opts)
+    for stream_calls in (True, False):
+        opts: dict[str, Any] = {"tools": True, "reasoning": reasoning, "stream_calls": stream_calls, **M}
+        assert _streamed(text, sizes, **opts) == parse_output(text, **opts)
 
 
 def _streamed(text: str, sizes: list[int], **opts: Any) -> dict[str, Any]:

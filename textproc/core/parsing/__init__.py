@@ -1,14 +1,18 @@
 """Streaming reasoning / tool-call parsers: model text -> OpenAI chat delta fragments.
 
 One file per concern: ``tags`` (TagStreamer, the holdback rule for tags), ``json_scan``
-(incremental JSON validator), ``hermes`` (Qwen/Hermes ``<tool_call>`` bodies), ``mistral``
-(``[TOOL_CALLS][...]`` lists of call bodies), ``output``
+(incremental JSON validator), ``section`` (what every tool-call format shares: buffering,
+call fragments, malformed calls), one module per format family (``hermes``, ``qwen3_coder``,
+``llama3``, ``pythonic``, ``mistral`` (also Granite 3), ``deepseek``, ``kimi_k2``, ``glm``,
+``harmony`` for gpt-oss), ``raw_values`` (typing raw values by schema), ``formats`` (the
+registry of names), ``detect`` (the format a model's files call for), ``output``
 (OutputParser and the one-shot forms). Imports only the standard library and ``regex``.
 """
 
 from __future__ import annotations
 
 from textproc.core.parsing.output import (
+    REASONING_FORMATS,
     TOOL_FORMATS,
     OutputParser,
     merge_deltas,
@@ -26,4 +30,5 @@ __all__ = [
     "openai_tool_call",
     "merge_deltas",
     "TOOL_FORMATS",
+    "REASONING_FORMATS",
 ]

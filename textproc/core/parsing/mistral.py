@@ -1,128 +1,81 @@
-"""Mistral tool calls: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``.
+"""Mistral tool calls: the list form and the v11+ form; also Granite 3's list.
 
-Owns the list around the call objects; each object is a :class:`HermesCall` body with no
-close tag, so streaming and malformed-call rules are the Hermes ones (see
-:mod:`textproc.core.parsing.hermes`): a call streams once its name is complete, text the stream
-has not shown comes back as content. ``[TOOL_CALLS]`` is a special token in Mistral
-vocabularies, so the detokenizer must keep special tokens for this format to see it. The
-v11 form ``[TOOL_CALLS]name[ARGS]{...}`` is not supported.
+Owns the text after ``[TOOL_CALLS]`` (Granite 3: after ``<|tool_call|>``):
 
-After the marker: whitespace, then ``[`` objects separated by ``,`` and ``]`` (or a single
-object without brackets). Anything else after a complete object ends the list leniently
-and is parsed as ordinary text; anything else before the first object returns the marker
-and the text as content.
+* list form (Mistral before tokenizer v11, Granite 3.x): whitespace, then ``[`` call objects
+  ``{"name": ..., "arguments": {...}}`` separated by ``,`` and ``]``, or a single object
+  without brackets. Anything else after a complete object ends the list leniently (what
+  follows is ordinary text); anything else before the first object makes it malformed.
+* v11+ (Mistral Small 3.2, Magistral, Devstral): ``NAME[ARGS]{...}``, optionally
+  ``NAME[CALL_ID]ID[ARGS]{...}`` (the id is the call's id), one call per ``[TOOL_CALLS]``.
+  ``[ARGS]`` is a control token some decoders drop, so ``NAME{...}`` parses too. The
+  arguments may be a JSON string holding the object (Mistral Small 3.2's template writes
+  ``arguments|tojson``).
+
+``[TOOL_CALLS]`` is a special token in Mistral vocabularies: the detokenizer keeps the specials
+a format needs (see :mod:`textproc.core.parsing.formats`). Generic rules:
+:mod:`textproc.core.parsing.section`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 
-from textproc.core.parsing.hermes import CallStep, HermesCall
+from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["MistralCalls"]
+__all__ = ["json_list_body", "mistral_body"]
 
-_WS = " \t\n\r"
-_START = 0  # after the marker: whitespace, "[" or "{"
-_OBJECT = 1  # inside a call object
-_BETWEEN = 2  # after an object in the list: whitespace, "," or "]"
-_NEXT = 3  # after ",": whitespace, "{"
+_MAX_NAME = 256
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
-class MistralCalls:
-    """The text after ``[TOOL_CALLS]``: ``feed`` chunks, then ``finish``."""
-
-    def __init__(self, *, first_index: int, make_id: Callable[[int], str], open_tag: str) -> None:
-        self.first_index = first_index
-        self.make_id = make_id
-        self.open_tag = open_tag
-        self.n_calls = 0
-        self._state = _START
-        self._in_list = False
-        self._prefix = open_tag  # text not shown yet before the next object
-        self._call: HermesCall | None = None
-
-    @property
-    def has_header(self) -> bool:
-        """True once any call's header went out."""
-        return self.n_calls > 0 or (self._call is not None and self._call.has_header)
-
-    def feed(self, text: str) -> CallStep:
-        """Consume the next chunk."""
-        step = CallStep()
-        pos = 0
+def json_list_body(s: Section) -> Wait:
+    """A list of call objects, or a single one."""
+    c = yield from s.peek(skip_ws=True)
+    if c == "[":
+        s.pos += 1
+        yield from s.skip_ws()
         while True:
-            call = self._call
-            if call is not None:
-                inner = call.feed(text[pos:] if pos else text)
-                step.deltas.extend(inner.deltas)
-                step.content += inner.content
-                if not inner.is_closed:
-                    return step
-                self._call = None
-                self.n_calls += call.n_calls
-                text, pos = inner.rest, 0
-                if not call.is_complete:
-                    # malformed object: the rest is ordinary text
-                    step.rest = text
-                    step.is_closed = True
-                    return step
-                if not self._in_list:
-                    step.rest = text
-                    step.is_closed = True
-                    return step
-                self._state = _BETWEEN
-            n = len(text)
-            while pos < n and text[pos] in _WS:
-                if self._state in (_START, _NEXT) and self.n_calls == 0:
-                    self._prefix += text[pos]
-                pos += 1
-            if pos >= n:
-                return step
-            c = text[pos]
-            if self._state == _START and c == "[" and not self._in_list:
-                self._in_list = True
-                self._prefix += c
-                self._state = _NEXT
-                pos += 1
+            s.begin_call()
+            yield from s.json_call(ignored_keys=("id",))
+            s.end_call()
+            c = yield from s.peek(skip_ws=True)
+            if c == ",":
+                s.pos += 1
+                yield from s.skip_ws()
+                s.skip_markup()
                 continue
-            if c == "{" and (self._state == _NEXT or (self._state == _START and not self._in_list)):
-                self._start_object()
-                continue
-            if self._state == _BETWEEN and c == ",":
-                self._state = _NEXT
-                pos += 1
-                continue
-            if self._state == _BETWEEN and c == "]":
-                step.rest = text[pos + 1 :]
-                step.is_closed = True
-                return step
-            # anything else: what was not shown goes back as content, the rest is text
-            if self._state != _BETWEEN and self.n_calls == 0:
-                step.content += self._prefix
-            step.rest = text[pos:]
-            step.is_closed = True
-            return step
+            if c == "]":
+                s.pos += 1
+                s.skip_markup()
+            return None
+    s.begin_call()
+    yield from s.json_call(ignored_keys=("id",))
+    s.end_call()
+    return None
 
-    def finish(self) -> CallStep:
-        """The text ended inside the list."""
-        step = CallStep(is_closed=True)
-        if self._call is not None:
-            inner = self._call.finish()
-            step.deltas.extend(inner.deltas)
-            step.content = inner.content
-            self.n_calls += self._call.n_calls
-            self._call = None
-        elif self._state != _BETWEEN and self.n_calls == 0:
-            step.content = self._prefix
-        return step
 
-    def _start_object(self) -> None:
-        self._state = _OBJECT
-        index = self.first_index + self.n_calls
-        self._call = HermesCall(
-            index=index,
-            call_id=self.make_id(index),
-            open_tag=self._prefix if self.n_calls == 0 else "",
-            close_tag="",
-        )
-        self._prefix = ""
+def mistral_body(s: Section) -> Wait:
+    """The text after ``[TOOL_CALLS]``: the list form or ``NAME[ARGS]{...}``."""
+    c = yield from s.peek(skip_ws=True)
+    if c is None:
+        raise Malformed(s.at())
+    if c in "[{":
+        result = yield from json_list_body(s)
+        return result
+    s.begin_call()
+    name, marker = yield from s.until("[ARGS]", "[CALL_ID]", "{", '"', max_len=_MAX_NAME, consume=False)
+    name = name.strip()
+    if not _NAME.fullmatch(name):
+        raise Malformed(s.at())
+    call_id = None
+    if marker == "[CALL_ID]":
+        s.pos += len(marker)
+        call_id, marker = yield from s.until("[ARGS]", "{", '"', max_len=_MAX_NAME, consume=False)
+        call_id = call_id.strip() or None
+    if marker == "[ARGS]":
+        s.pos += len(marker)
+    s.header(name, call_id=call_id)
+    yield from s.json_args()
+    s.end_call()
+    return None

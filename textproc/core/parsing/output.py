@@ -1,10 +1,11 @@
 """OutputParser: a model's streamed text -> OpenAI chat delta fragments.
 
-Owns the split of generated text into ``reasoning_content`` (inside ``<think>``...``</think>``),
-``content`` and ``tool_calls`` (Hermes/Qwen ``<tool_call>`` blocks, see
-:mod:`textproc.core.parsing.hermes`), plus the one-shot forms (fragments are built and merged by
-:mod:`textproc.core.deltas`). It takes only the new text each time and keeps its own history; the work per
-``feed`` is proportional to the new text (no re-parsing).
+Owns the split of generated text into ``reasoning_content``, ``content`` and ``tool_calls`` for
+every registered format (:mod:`textproc.core.parsing.formats`; tool-call sections are parsed by
+the format's body, :mod:`textproc.core.parsing.section`; gpt-oss by
+:mod:`textproc.core.parsing.harmony`), plus the one-shot forms (fragments are built and merged
+by :mod:`textproc.core.deltas`). It takes only the new text each time and keeps its own history; the work
+per ``feed`` is proportional to the new text (no re-parsing).
 
 Invariant (property-tested): for any split of a text into ``feed`` calls,
 ``merge_deltas(deltas)`` equals ``parse_output(text)`` with the same options.
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textproc.core.deltas import Fragments, merge_deltas
 from textproc.errors import InvalidInput, short
-from textproc.core.parsing.hermes import HermesCall
-from textproc.core.parsing.mistral import MistralCalls
+from textproc.core.deltas import Fragments, merge_deltas
+from textproc.core.parsing.formats import HARMONY, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat, ToolFormat
+from textproc.core.parsing.harmony import HarmonyParser
+from textproc.core.parsing.hermes import hermes_body
+from textproc.core.parsing.section import Section
 from textproc.core.parsing.tags import TagStreamer
 
 __all__ = [
@@ -30,13 +33,41 @@ __all__ = [
     "openai_tool_call",
     "merge_deltas",
     "TOOL_FORMATS",
+    "REASONING_FORMATS",
+    "tool_names_and_schemas",
 ]
 
-# tool_format -> default (open, close) tags
-TOOL_FORMATS = {
-    "hermes": ("<tool_call>", "</tool_call>"),
-    "mistral": ("[TOOL_CALLS]", ""),
-}
+_SPACE = " \t\r\n"
+
+
+def tool_names_and_schemas(
+    tool_schemas: Sequence[Mapping[str, Any]] | None,
+) -> tuple[frozenset[str] | None, dict[str, Any]]:
+    """``(declared names, name -> parameters schema)`` of an OpenAI ``tools`` list; None: any
+    name is a call (no list given)."""
+    if tool_schemas is None:
+        return None, {}
+    names: set[str] = set()
+    schemas: dict[str, Any] = {}
+    for i, tool in enumerate(tool_schemas):
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(
+                f"tool_schemas[{i}] = {short(tool)} must be {{'type': 'function', 'function': "
+                "{'name': str, 'parameters': schema}}"
+            )
+        assert isinstance(function, Mapping)
+        names.add(name)
+        schemas[name] = function.get("parameters")
+    return frozenset(names), schemas
+
+
+def _custom_tool_format(fmt: ToolFormat, tool_tags: tuple[str, str]) -> ToolFormat:
+    open_tag, close_tag = tool_tags
+    body = hermes_body(close_tag) if fmt.name == "hermes" else fmt.body
+    return ToolFormat(fmt.name, (open_tag,), body, fmt.start_chars, fmt.ends_reasoning,
+                      (open_tag, close_tag), fmt.raw_values)
 
 
 class OutputParser:
@@ -46,20 +77,26 @@ class OutputParser:
     ``{"reasoning_content": s}``, ``{"content": s}``, and for each tool call first
     ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}``
     as soon as the name is complete, then ``{"tool_calls": [{"index", "function": {"arguments"}}]}``
-    with the raw JSON text of the ``arguments`` object as it arrives.
+    with the raw JSON text of the arguments object as it arrives.
 
-    - ``reasoning``: recognise ``<think>``/``</think>`` (anywhere in content; several blocks
-      are allowed). ``starts_in_reasoning`` (only with ``reasoning``): the prompt ended inside
-      an open think block, so the text is reasoning until ``</think>``.
-    - ``tools``: recognise tool calls in content (never inside reasoning). A malformed or
-      unterminated call comes back as content, see :mod:`textproc.core.parsing.hermes`.
-      ``tool_format``: ``"hermes"`` (Qwen, Hermes: ``<tool_call>{...}</tool_call>``) or
-      ``"mistral"`` (``[TOOL_CALLS][{...}, ...]``, :mod:`textproc.core.parsing.mistral`);
-      ``tool_tags`` defaults to the format's tags.
+    - ``reasoning``: recognise reasoning blocks of ``reasoning_format`` (``"think"``:
+      ``<think>``...``</think>``, ``"deepseek_r1"``, ``"mistral"``: ``[THINK]``, ``"granite"``,
+      ``"gpt_oss"``) anywhere in content. ``starts_in_reasoning``: the prompt ended inside an
+      open block, so the text is reasoning until the close tag. Newlines around reasoning are
+      formatting: ``"<think>\\nplan\\n</think>\\n\\nAnswer"`` gives reasoning ``"plan"`` and
+      content ``"Answer"``. Tool-call markup inside reasoning stays reasoning text.
+    - ``tools``: recognise tool calls of ``tool_format`` (see ``TOOL_FORMATS``) in content.
+      ``tool_schemas``: the request's OpenAI ``tools``; a call naming another tool is content,
+      and raw-text values (qwen3_coder, glm45, glm47) are typed by the tool's schema.
+      ``max_calls``: calls past it are content (``parallel_tool_calls: false`` -> 1).
+      ``stream_calls``: stream each call as it arrives (True), or hold it until it is complete
+      and valid (False, a non-streamed answer: a malformed or cut-off call is then content).
+    - ``think_tags`` / ``tool_tags``: custom tags instead of the format's.
     - ``request_id``: tool-call ids are ``call_<request_id>_<index>`` (``call_<index>`` if
-      empty), so streamed and one-shot parses agree; pass it to keep ids unique across turns.
+      empty), so streamed and one-shot parses agree; Kimi K2 and Mistral ids come from the text.
 
-    Text is held back only while its tail could still start a tag of the current mode.
+    Text is held back only while its tail could still start a tag of the current mode (and
+    trailing newlines of reasoning, leading whitespace where a call may start the answer).
 
     >>> p = OutputParser(reasoning=True, tools=True, request_id="r1")
     >>> p.feed("<think>hm</think>ok<tool_call>")
@@ -74,84 +111,124 @@ class OutputParser:
         reasoning: bool = False,
         tools: bool = False,
         starts_in_reasoning: bool = False,
-        think_tags: tuple[str, str] = ("<think>", "</think>"),
+        think_tags: tuple[str, str] | None = None,
         tool_tags: tuple[str, str] | None = None,
         tool_format: str = "hermes",
+        reasoning_format: str = "think",
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        stream_calls: bool = True,
+        max_calls: int | None = None,
         request_id: str = "",
     ) -> None:
         if tool_format not in TOOL_FORMATS:
             raise InvalidInput(f"tool_format={short(tool_format)}; supported: {', '.join(TOOL_FORMATS)}")
-        if tool_tags is None:
-            tool_tags = TOOL_FORMATS[tool_format]
+        if reasoning_format not in REASONING_FORMATS:
+            raise InvalidInput(
+                f"reasoning_format={short(reasoning_format)}; supported: {', '.join(REASONING_FORMATS)}"
+            )
         for label, pair in (("think_tags", think_tags), ("tool_tags", tool_tags)):
-            if len(pair) != 2 or not all(isinstance(t, str) for t in pair) or not pair[0]:
+            if pair is None:
+                continue
+            if len(pair) != 2 or not all(isinstance(t, str) for t in pair) or not pair[0] or \
+                    (not pair[1] and (label == "think_tags" or tool_format == "hermes")):
                 raise InvalidInput(
                     f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
                 )
-            if not pair[1] and (label == "think_tags" or tool_format == "hermes"):
-                raise InvalidInput(
-                    f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
-                )
+        if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int)
+                                      or max_calls < 0):
+            raise InvalidInput(f"max_calls={short(max_calls)} must be None or an int >= 0")
+        fmt = TOOL_FORMATS[tool_format]
+        if tool_tags is not None:
+            fmt = _custom_tool_format(fmt, tool_tags)
+        rfmt = REASONING_FORMATS[reasoning_format]
+        if think_tags is not None:
+            rfmt = ReasoningFormat("custom", (think_tags[0],), (think_tags[1],))
         self.reasoning = reasoning
         self.tools = tools
-        self.think_tags = think_tags
-        self.tool_tags = tool_tags
         self.tool_format = tool_format
+        self.reasoning_format = reasoning_format
         self.request_id = request_id
-        self._in_reasoning = reasoning and starts_in_reasoning
+        self.stream_calls = stream_calls
+        self.max_calls = max_calls
+        self._fmt = fmt
+        self._rfmt = rfmt
+        self._names, self._schemas = tool_names_and_schemas(tool_schemas)
+        self._harmony: HarmonyParser | None = None
+        if HARMONY in (tool_format, reasoning_format) and (reasoning or tools):
+            self._harmony = HarmonyParser(
+                tools=tools, make_id=self._call_id, names=self._names, schemas=self._schemas,
+                stream_calls=stream_calls, max_calls=max_calls,
+            )
+        self._in_reasoning = reasoning and (starts_in_reasoning or rfmt.starts_in_reasoning)
         self._content_tags: list[str] = []
+        self._reasoning_tags: list[str] = list(rfmt.close_tags)
         if reasoning:
-            self._content_tags.append(think_tags[0])
+            self._content_tags.extend(rfmt.open_tags)
         if tools:
-            self._content_tags.append(tool_tags[0])
+            self._content_tags.extend(fmt.open_tags)
+            if fmt.ends_reasoning:
+                self._reasoning_tags.extend(fmt.open_tags)
+        self._start_chars = fmt.start_chars if tools else ""
         self._streamer = TagStreamer(self._mode_tags())
-        self._call: HermesCall | MistralCalls | None = None
-        self._n_calls = 0
+        self._section: Section | None = None
+        self._n_calls = 0  # complete calls
+        self._n_indices = 0  # call indices used
         self._finished = False
+        # formatting state: a call may start the answer (leading whitespace held in _lead);
+        # leading newlines of content after reasoning are dropped; trailing newlines of
+        # reasoning are held in _newlines until more reasoning text follows
+        self._at_start = bool(self._start_chars) and not self._in_reasoning
+        self._lead = ""
+        self._strip_lead = False
+        self._reasoning_started = False
+        self._newlines = ""
+        self._quiet = not self._at_start
 
     @property
     def has_tool_calls(self) -> bool:
-        """True once a tool call's header was sent: the finish reason becomes "tool_calls"."""
-        return self._n_calls > 0 or (self._call is not None and self._call.has_header)
+        """True once a complete tool call was parsed: the finish reason becomes "tool_calls"."""
+        if self._harmony is not None:
+            return self._harmony.n_calls > 0
+        return self._n_calls > 0 or (self._section is not None and self._section.n_calls > 0)
 
     @property
     def idle_key(self) -> str | None:
         """``"content"`` / ``"reasoning_content"`` while nothing is held and no call is open,
         else None. While idle, ``feed(text)`` of a text holding none of :attr:`tag_chars` is
         ``[{idle_key: text}]`` and changes no state (the pipeline's fast path)."""
-        if self._call is not None or self._finished or not self._streamer.is_empty:
+        if self._finished:
+            return None
+        if self._harmony is not None:
+            return self._harmony.idle_key
+        if self._section is not None or not self._quiet or not self._streamer.is_empty:
             return None
         return self._text_key()
 
     @property
     def tag_chars(self) -> frozenset[str]:
-        """The first characters of every tag this parser looks for, in any mode."""
+        """Every character that can change this parser's state (the first characters of its
+        tags in any mode, and the newline when reasoning is parsed)."""
+        if self._harmony is not None:
+            return frozenset("<")
         chars = {t[0] for t in self._content_tags}
         if self.reasoning:
-            chars.add(self.think_tags[1][0])
+            chars.update(t[0] for t in self._reasoning_tags)
+            chars.add("\n")
         return frozenset(chars)
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Fragments for the new text (adjacent fragments of one kind are joined)."""
         if self._finished:
             raise InvalidInput("OutputParser.feed() called after finish()")
-        if self._call is None and self._streamer.is_plain(text):  # most deltas
-            return [{self._text_key(): text}] if text else []
+        if self._section is None and self._quiet and self._harmony is None \
+                and self._streamer.is_plain(text) and not (self._in_reasoning and text.endswith("\n")):
+            return [{self._text_key(): text}] if text else []  # most deltas
         out = Fragments()
-        while True:
-            call = self._call
-            if call is not None:
-                step = call.feed(text)
-                out.extend(step.deltas)
-                out.text("content", step.content)
-                if not step.is_closed:
-                    return out.items
-                self._end_call(call)
-                text = step.rest
-            if self._scan_tags(text, out):
-                text = self._streamer.take_rest()
-                continue
+        if self._harmony is not None:
+            self._harmony.feed(text, out)
             return out.items
+        self._run(text, out)
+        return out.items
 
     def finish(self) -> list[dict[str, Any]]:
         """The rest: a held tag prefix, an unterminated call's text."""
@@ -159,58 +236,158 @@ class OutputParser:
             return []
         self._finished = True
         out = Fragments()
-        call = self._call
-        if call is not None:
-            step = call.finish()
+        if self._harmony is not None:
+            self._harmony.finish(out)
+            return out.items
+        while self._section is not None:
+            step = self._section.finish()
             out.extend(step.deltas)
-            out.text("content", step.content)
-            self._end_call(call)
-        out.text(self._text_key(), self._streamer.take_rest())
+            self._emit(out, "content", step.content)
+            self._end_section()
+            if step.rest:  # after a malformed call: ordinary text again
+                self._finished = False
+                self._run(step.rest, out)
+                self._finished = True
+        if self._lead:
+            self._emit(out, "content", self._lead)
+            self._lead = ""
+        self._emit(out, self._text_key(), self._streamer.take_rest())
         return out.items
 
     # -- internals -----------------------------------------------------------------------
 
     def _mode_tags(self) -> list[str]:
-        return [self.think_tags[1]] if self._in_reasoning else self._content_tags
+        return self._reasoning_tags if self._in_reasoning else self._content_tags
 
     def _text_key(self) -> str:
         return "reasoning_content" if self._in_reasoning else "content"
 
+    def _run(self, text: str, out: Fragments) -> None:
+        while True:
+            section = self._section
+            if section is not None:
+                step = section.feed(text)
+                out.extend(step.deltas)
+                self._emit(out, "content", step.content)
+                if not step.is_closed:
+                    return
+                self._end_section()
+                text = step.rest
+            if self._at_start and not self._in_reasoning:
+                text = self._answer_start(text, out)
+                if self._section is not None:
+                    continue
+                if self._at_start:
+                    return  # only whitespace so far
+            if not self._scan_tags(text, out):
+                return
+            text = self._streamer.take_rest()
+
+    def _answer_start(self, text: str, out: Fragments) -> str:
+        # the answer's first non-space character decides whether a call starts it
+        i, n = 0, len(text)
+        while i < n and text[i] in _SPACE:
+            i += 1
+        self._lead += text[:i]
+        if i == n:
+            return ""
+        self._at_start = False
+        self._update_quiet()
+        lead, self._lead = self._lead, ""
+        if self._strip_lead:
+            lead = lead.lstrip("\n")
+        if text[i] in self._start_chars:
+            self._open_section(lead)
+        else:
+            self._emit(out, "content", lead)
+        return text[i:]
+
     def _scan_tags(self, text: str, out: Fragments) -> bool:
-        """Scan text in content/reasoning mode; True when a tool call opened (body follows)."""
+        """Scan text in content/reasoning mode; True when the mode changed (a call opened or a
+        reasoning block ended) and the rest must be read again."""
         streamer = self._streamer
         streamer.push(text)
         while True:
             released, tag = streamer.next_event()
-            out.text(self._text_key(), released)
+            self._emit(out, self._text_key(), released)
             if tag is None:
                 return False
-            if self._in_reasoning:  # tag is the close think tag
+            if self._in_reasoning:
                 self._in_reasoning = False
+                self._newlines = ""
+                self._reasoning_started = False
+                self._strip_lead = True
+                self._at_start = bool(self._start_chars)
                 streamer.set_tags(self._content_tags)
-            elif tag == self.think_tags[0] and self.reasoning:
+                if tag in self._rfmt.close_tags:
+                    self._update_quiet()
+                    return True
+                self._open_section(tag)  # a call section that also ends reasoning (Kimi K2)
+                return True
+            if self.reasoning and tag in self._rfmt.open_tags:
                 self._in_reasoning = True
-                streamer.set_tags([self.think_tags[1]])
-            elif self.tool_format == "mistral":
-                self._call = MistralCalls(
-                    first_index=self._n_calls, make_id=self._call_id, open_tag=self.tool_tags[0]
-                )
-                return True
-            else:
-                self._call = HermesCall(
-                    index=self._n_calls,
-                    call_id=self._call_id(self._n_calls),
-                    open_tag=self.tool_tags[0],
-                    close_tag=self.tool_tags[1],
-                )
-                return True
+                self._reasoning_started = False
+                streamer.set_tags(self._reasoning_tags)
+                self._update_quiet()
+                continue
+            self._open_section(tag)
+            return True
+
+    def _open_section(self, open_tag: str) -> None:
+        body = self._fmt.body
+        assert body is not None
+        self._at_start = False
+        self._section = Section(
+            body,
+            open_tag=open_tag,
+            first_index=self._n_indices,
+            make_id=self._call_id,
+            names=self._names,
+            schemas=self._schemas,
+            stream_calls=self.stream_calls,
+            max_calls=self.max_calls,
+        )
+        self._update_quiet()
+
+    def _end_section(self) -> None:
+        assert self._section is not None
+        self._n_calls += self._section.n_calls
+        self._n_indices += self._section.n_indices
+        self._section = None
+        self._update_quiet()
+
+    def _update_quiet(self) -> None:
+        # True when plain text would go out unchanged with no formatting state to update
+        if self._in_reasoning:
+            self._quiet = self._reasoning_started and not self._newlines
+        else:
+            self._quiet = not self._at_start and not self._strip_lead and not self._lead
+
+    def _emit(self, out: Fragments, key: str, text: str) -> None:
+        if not text:
+            return
+        if key == "reasoning_content":
+            if not self._reasoning_started:
+                text = text.lstrip("\n")
+                if not text:
+                    return
+                self._reasoning_started = True
+            text = self._newlines + text
+            kept = text.rstrip("\n")
+            self._newlines = text[len(kept):]
+            self._quiet = not self._newlines
+            out.text(key, kept)
+            return
+        if self._strip_lead:
+            text = text.lstrip("\n")
+            if not text:
+                return
+            self._strip_lead = False
+            self._update_quiet()
+        out.text(key, text)
 
     def _call_id(self, index: int) -> str:
         return f"call_{self.request_id}_{index}" if self.request_id else f"call_{index}"
-
-    def _end_call(self, call: HermesCall | MistralCalls) -> None:
-        self._n_calls += call.n_calls
-        self._call = None
 
 
 def parse_output(
@@ -219,12 +396,21 @@ def parse_output(
     reasoning: bool = False,
     tools: bool = False,
     starts_in_reasoning: bool = False,
-    think_tags: tuple[str, str] = ("<think>", "</think>"),
+    think_tags: tuple[str, str] | None = None,
     tool_tags: tuple[str, str] | None = None,
     tool_format: str = "hermes",
+    reasoning_format: str = "think",
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+    stream_calls: bool = False,
+    max_calls: int | None = None,
     request_id: str = "",
 ) -> dict[str, Any]:
-    """One-shot parse: what ``merge_deltas`` of a streamed :class:`OutputParser` gives."""
+    """One-shot parse of a complete answer: ``merge_deltas`` of an :class:`OutputParser` with
+    the same options fed the text in any split.
+
+    ``stream_calls`` defaults to False here, the non-streamed answer: a call that is malformed
+    or cut off is content, not a call.
+    """
     parser = OutputParser(
         reasoning=reasoning,
         tools=tools,
@@ -232,6 +418,10 @@ def parse_output(
         think_tags=think_tags,
         tool_tags=tool_tags,
         tool_format=tool_format,
+        reasoning_format=reasoning_format,
+        tool_schemas=tool_schemas,
+        stream_calls=stream_calls,
+        max_calls=max_calls,
         request_id=request_id,
     )
     return merge_deltas(parser.feed(text) + parser.finish())
@@ -242,6 +432,8 @@ def parse_tool_calls(
     *,
     tool_tags: tuple[str, str] | None = None,
     tool_format: str = "hermes",
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+    stream_calls: bool = False,
     request_id: str = "",
 ) -> tuple[str, list[dict[str, Any]]]:
     """One-shot: ``(content, tool calls)`` of a complete output (no reasoning split).
@@ -250,7 +442,8 @@ def parse_tool_calls(
     ('hi', [{'id': 'call_0', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}])
     """
     merged = parse_output(
-        text, tools=True, tool_tags=tool_tags, tool_format=tool_format, request_id=request_id
+        text, tools=True, tool_tags=tool_tags, tool_format=tool_format,
+        tool_schemas=tool_schemas, stream_calls=stream_calls, request_id=request_id,
     )
     return merged["content"], merged["tool_calls"]
 

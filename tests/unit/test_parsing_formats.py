@@ -1,0 +1,217 @@
+"""Every tool-call format: examples written from each family's template rendering, and the
+streaming contracts as hypothesis properties (any regrouping of the text into deltas gives the
+one-shot parse, in both call modes)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from textproc.core.parsing import TOOL_FORMATS, OutputParser, merge_deltas, parse_output
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "opts": {"type": "object"}, "flag": {"type": "boolean"}}}}}
+PING = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+TOOLS = [WEATHER, PING]
+ARGS = {"city": 'Zürich "x" </tool_call>', "days": 3}
+
+DS_B, DS_E = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+DC_B, DC_E, DSEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+K_B, K_E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+
+
+def _j(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _qwen3_coder(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else _j(v)}\n</parameter>\n" for k, v in args.items())
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def _glm(name: str, args: dict[str, Any], nl: str) -> str:
+    kv = "".join(f"<arg_key>{k}</arg_key>{nl}<arg_value>{v if isinstance(v, str) else _j(v)}</arg_value>{nl}"
+                 for k, v in args.items())
+    return f"<tool_call>{name}{nl}{kv}</tool_call>"
+
+
+# format -> (text, content, [(name, arguments object)]), as each family's template renders calls
+CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
+    "hermes": [
+        (f'Sure.<tool_call>\n{{"name": "get_weather", "arguments": {_j(ARGS)}}}\n</tool_call>\n'
+         '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>', "Sure.\n", [("get_weather", ARGS), ("ping", {})]),
+        ('<tool_call>\n{"name": "ping", "arguments": {}}', "", [("ping", {})]),  # close tag missing at the end
+    ],
+    "qwen3_coder": [
+        ("I'll check.\n" + _qwen3_coder("get_weather", ARGS) + "\n" + _qwen3_coder("ping", {}),
+         "I'll check.\n\n", [("get_weather", ARGS), ("ping", {})]),
+        (_qwen3_coder("get_weather", {"city": "a\nb", "opts": {"k": [1]}, "flag": True}), "",
+         [("get_weather", {"city": "a\nb", "opts": {"k": [1]}, "flag": True})]),
+    ],
+    "llama3_json": [
+        (f'{{"name": "get_weather", "parameters": {_j(ARGS)}}}', "", [("get_weather", ARGS)]),
+        ('<|python_tag|>{"name": "ping", "parameters": {}}; {"name": "get_weather", "parameters": {"days": 1}}',
+         "", [("ping", {}), ("get_weather", {"days": 1})]),
+        ('  {"name": "ping", "parameters": {}} done', " done", [("ping", {})]),
+        ("Hello {not a call}", "Hello {not a call}", []),
+    ],
+    "pythonic": [
+        ("[get_weather(city='Zürich \"x\" </tool_call>', days=3), ping()]", "", [("get_weather", ARGS), ("ping", {})]),
+        ("<|python_start|>[get_weather(opts={'a': (1, None, True)})]<|python_end|>", "",
+         [("get_weather", {"opts": {"a": [1, None, True]}})]),
+        ("[1] is a citation", "[1] is a citation", []),
+        ("[get_weather(city=__import__('os'))]", "[get_weather(city=__import__('os'))]", []),
+    ],
+    "mistral": [
+        (f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]',
+         "", [("get_weather", ARGS), ("ping", {})]),
+        (f"Ok[TOOL_CALLS]get_weather[ARGS]{_j(ARGS)}[TOOL_CALLS]ping[ARGS]{{}}", "Ok", [("get_weather", ARGS), ("ping", {})]),
+        ("[TOOL_CALLS]ping{}", "", [("ping", {})]),  # [ARGS] dropped by the decoder
+        (f"[TOOL_CALLS]get_weather[CALL_ID]abc123XYZ[ARGS]{_j(_j(ARGS))}", "", [("get_weather", ARGS)]),
+    ],
+    "deepseek_v3": [
+        (f"Hi{DS_B}{DC_B}function{DSEP}get_weather\n```json\n{_j(ARGS)}\n```{DC_E}\n"
+         f"{DC_B}function{DSEP}ping\n```json\n{{}}\n```{DC_E}{DS_E}", "Hi", [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "deepseek_v31": [
+        (f"{DS_B}{DC_B}get_weather{DSEP}{_j(ARGS)}{DC_E}{DC_B}ping{DSEP}{{}}{DC_E}{DS_E}", "",
+         [("get_weather", ARGS), ("ping", {})]),
+        (f"{DS_B}{DC_B}ping{DSEP}{{}}{DC_E}", "", [("ping", {})]),  # section end missing at the end
+    ],
+    "kimi_k2": [
+        (f"Let me look.{K_B}<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{_j(ARGS)}"
+         f"<|tool_call_end|><|tool_call_begin|>functions.ping:1<|tool_call_argument_begin|>{{}}<|tool_call_end|>{K_E}",
+         "Let me look.", [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "glm45": [
+        ("Checking.\n" + _glm("get_weather", ARGS, "\n") + "\n" + _glm("ping", {}, "\n"), "Checking.\n\n",
+         [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "glm47": [
+        (_glm("get_weather", {"city": "3", "days": 3}, "") + _glm("ping", {}, ""), "",
+         [("get_weather", {"city": "3", "days": 3}), ("ping", {})]),
+    ],
+    "granite": [
+        (f'<|tool_call|>[{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]',
+         "", [("get_weather", ARGS), ("ping", {})]),
+        ('<tool_call>[{"name": "ping", "arguments": {}}]', "", [("ping", {})]),
+    ],
+    "gpt_oss": [
+        ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+         f"to=functions.get_weather <|constrain|>json<|message|>{_j(ARGS)}<|call|>", "", [("get_weather", ARGS)]),
+        ("<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Sunny.", "Sunny.", []),
+        (f"<|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{{}}<|call|>", "", [("ping", {})]),
+    ],
+}
+
+REASONING = {"gpt_oss": "Need weather."}
+
+
+def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got["tool_calls"]]
+
+
+def _stream(text: str, sizes: list[int], **opts: Any) -> dict[str, Any]:
+    parser = OutputParser(**opts)
+    deltas: list[dict[str, Any]] = []
+    pos = i = 0
+    while pos < len(text):
+        size = sizes[i % len(sizes)]
+        deltas += parser.feed(text[pos : pos + size])
+        pos += size
+        i += 1
+    return merge_deltas(deltas + parser.finish())
+
+
+def test_every_format_has_cases() -> None:
+    assert set(CASES) == set(TOOL_FORMATS)
+
+
+@pytest.mark.parametrize("fmt,index", [(f, i) for f, cases in CASES.items() for i in range(len(cases))])
+def test_format_examples(fmt: str, index: int) -> None:
+    text, content, calls = CASES[fmt][index]
+    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS}
+    got = parse_output(text, **opts)
+    assert got["content"] == content, text
+    assert _calls(got) == calls, text
+    if fmt in REASONING and index == 0:
+        assert got["reasoning_content"] == REASONING[fmt]
+    for sizes in ([1], [2], [3, 7], [len(text)]):
+        assert _stream(text, sizes, stream_calls=False, **opts) == got
+        if calls:  # (a malformed call streams its header before it turns out malformed)
+            streamed = _stream(text, sizes, **opts)
+            assert _calls(streamed) == calls and streamed["content"] == content
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_undeclared_cut_off_and_single_call(fmt: str) -> None:
+    text, _, calls = CASES[fmt][0]
+    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt}
+    # a tool the request did not declare is not a call
+    only_ping = parse_output(text, tool_schemas=[PING], **opts)
+    assert [n for n, _ in _calls(only_ping)] == [n for n, _ in calls if n == "ping"]
+    # parallel_tool_calls false: at most one call
+    one = parse_output(text, tool_schemas=TOOLS, max_calls=1, **opts)
+    assert _calls(one) == calls[:1]
+    # cut off inside the first call: no call, the text comes back (not streamed)
+    cut = text[: text.index("Zürich") + 3] if "Zürich" in text else text[:-3]
+    got = parse_output(cut, tool_schemas=TOOLS, **opts)
+    assert len(got["tool_calls"]) < len(calls)
+    if "Zürich" in text:  # cut inside the first call
+        assert got["tool_calls"] == [] and got["content"].endswith("Zür")
+    parser = OutputParser(tool_schemas=TOOLS, **opts)
+    parser.feed(cut)
+    parser.finish()
+    assert parser.has_tool_calls == bool(got["tool_calls"])
+
+
+def test_calls_inside_reasoning_stay_reasoning() -> None:
+    text = '<think>\nmaybe <tool_call>{"name": "ping", "arguments": {}}</tool_call>\n</think>\n\nNo.'
+    got = parse_output(text, reasoning=True, tools=True)
+    assert got == {"reasoning_content": 'maybe <tool_call>{"name": "ping", "arguments": {}}</tool_call>',
+                   "content": "No.", "tool_calls": []}
+
+
+def test_reasoning_formats() -> None:
+    assert parse_output("<think>\nplan\n</think>\n\nAnswer", reasoning=True) == {
+        "reasoning_content": "plan", "content": "Answer", "tool_calls": []}
+    assert parse_output("plan\n</think>\n\nAnswer", reasoning=True, reasoning_format="deepseek_r1")["content"] == "Answer"
+    got = parse_output("[THINK]hm[/THINK]ok", reasoning=True, reasoning_format="mistral")
+    assert (got["reasoning_content"], got["content"]) == ("hm", "ok")
+    got = parse_output("Here is my thought process:\nx\nHere is my response:\ny", reasoning=True,
+                       reasoning_format="granite")
+    assert (got["reasoning_content"], got["content"]) == ("x", "y")
+    # Kimi K2: the tool section ends reasoning
+    got = parse_output(f"<think>hm{K_B}<|tool_call_begin|>functions.ping:0<|tool_call_argument_begin|>{{}}"
+                       f"<|tool_call_end|>{K_E}", reasoning=True, tools=True, tool_format="kimi_k2")
+    assert got["reasoning_content"] == "hm" and got["tool_calls"][0]["id"] == "functions.ping:0"
+
+
+def _noise(fmt: str) -> st.SearchStrategy[str]:
+    text, _, _ = CASES[fmt][0]
+    cut = st.integers(0, len(text))
+    pieces = st.one_of(
+        st.tuples(cut, cut).map(lambda ab: text[min(ab) : max(ab)]),
+        st.sampled_from(["<think>", "</think>", "\n", " ", "{", "}", '"', "x", "(", ")", "[", "]", ",", ";", "é"]),
+    )
+    return st.lists(pieces, max_size=8).map("".join)
+
+
+SPLITS = st.lists(st.integers(1, 12), min_size=1, max_size=6)
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+@given(data=st.data())
+def test_streamed_equals_one_shot_for_any_split(fmt: str, data: st.DataObject) -> None:
+    text = data.draw(_noise(fmt))
+    sizes = data.draw(SPLITS)
+    schemas = data.draw(st.sampled_from([None, TOOLS, [PING]]))
+    for stream_calls in (True, False):
+        opts: dict[str, Any] = {"tools": True, "reasoning": data.draw(st.booleans()), "tool_format": fmt,
+                                "tool_schemas": schemas, "stream_calls": stream_calls}
+        assert _stream(text, sizes, **opts) == parse_output(text, **opts)

@@ -1,0 +1,58 @@
+"""GLM-4.5 / 4.6 (``glm45``) and GLM-4.7 (``glm47``) tool calls: key/value tags, raw values.
+
+Owns the text after ``<tool_call>``, as the GLM templates render a call::
+
+    glm45: <tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n</tool_call>
+    glm47: <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>
+
+Whitespace between tags is tolerated, so one body reads both. Values are raw text, typed by the
+tool's JSON Schema (:func:`typed_value_json`: the templates write strings as they are and other
+values with ``tojson``). The header goes out when the name ends; each ``"key": value`` streams
+when its ``</arg_value>`` arrives, the closing ``}`` with ``</tool_call>``; a call with no
+arguments gets ``{}``. A missing ``</tool_call>`` at the end is tolerated. Generic rules:
+:mod:`textproc.core.parsing.section`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from textproc.core.parsing.raw_values import typed_value_json
+from textproc.core.parsing.section import Malformed, Section, Wait
+
+__all__ = ["glm_body"]
+
+_MAX_NAME = 256
+
+
+def glm_body(s: Section) -> Wait:
+    """The text after ``<tool_call>``."""
+    yield from s.skip_ws()
+    s.begin_call()
+    name, marker = yield from s.until("\n", "<arg_key>", "</tool_call>", max_len=_MAX_NAME,
+                                      consume=False)
+    name = name.strip()
+    if not name or "<" in name or "{" in name:
+        raise Malformed(s.at())
+    s.header(name)
+    schema = s.schemas.get(name)
+    n_args = 0
+    while True:
+        yield from s.skip_ws()
+        tag = yield from s.match("<arg_key>", "</tool_call>")
+        if tag is None:
+            if s.is_final and n_args and s.pos >= len(s.buf):
+                break  # the close tag missing at the end
+            raise Malformed(s.at())
+        if tag == "</tool_call>":
+            break
+        key, _ = yield from s.until("</arg_key>", max_len=_MAX_NAME)
+        yield from s.skip_ws()
+        yield from s.lit("<arg_value>")
+        value, _ = yield from s.until("</arg_value>")
+        value_json = typed_value_json(value, schema, key.strip())
+        s.args(("{" if n_args == 0 else ", ") + json.dumps(key.strip(), ensure_ascii=False) + ": " + value_json)
+        n_args += 1
+    s.args("}" if n_args else "{}")
+    s.end_call()
+    return None

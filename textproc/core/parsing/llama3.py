@@ -1,0 +1,32 @@
+"""Llama 3.1 / 3.2 / 3.3 JSON tool calls: ``{"name": ..., "parameters": {...}}``.
+
+Owns the calls a Llama 3 model writes for custom tools, as its template asks: a JSON object
+with ``name`` and ``parameters`` (``arguments`` is accepted too), either after the
+``<|python_tag|>`` special token or as the very start of the answer (leading whitespace
+allowed). Several calls are separated by ``;``. After the last object anything else is
+ordinary text. A built-in tool call (``<|python_tag|>brave_search.call(...)``) is not JSON and
+comes back as content. Generic rules: :mod:`textproc.core.parsing.section`.
+"""
+
+from __future__ import annotations
+
+from textproc.core.parsing.section import Section, Wait
+
+__all__ = ["llama3_json_body"]
+
+
+def llama3_json_body(s: Section) -> Wait:
+    """The text after ``<|python_tag|>`` (or the answer itself, starting with ``{``)."""
+    yield from s.skip_ws()
+    while True:
+        s.begin_call()
+        yield from s.json_call(args_keys=("parameters", "arguments"))
+        s.end_call()
+        end = s.at()
+        c = yield from s.peek(skip_ws=True)
+        if c != ";":
+            return end
+        s.pos += 1
+        c = yield from s.peek(skip_ws=True)
+        if c != "{":
+            return end

@@ -1,0 +1,137 @@
+"""Pythonic tool calls (Llama 4 and others): ``[get_weather(city='Paris', days=3), ping()]``.
+
+Owns the text of a Python list of calls with keyword arguments, at the start of the answer or
+after ``<|python_start|>`` (then ``<|python_end|>`` may close it). Argument values are Python
+literals (strings, numbers, ``True``/``False``/``None``, lists, tuples, dicts) read with
+``ast.literal_eval``: nothing is ever evaluated, and anything else (a name, a call, an
+operator, positional arguments) makes the call malformed. Each call's header goes out when
+``name(`` is complete, its arguments (as a JSON object) when its ``)`` closes. Generic rules:
+:mod:`textproc.core.parsing.section`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from textproc.core.parsing.raw_values import python_literal_json
+from textproc.core.parsing.section import Malformed, Section, Wait
+
+__all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END"]
+
+PYTHON_START = "<|python_start|>"
+PYTHON_END = "<|python_end|>"
+_MAX_NAME = 256
+
+
+def _name(s: Section) -> Wait:
+    # identifier characters (and dots) up to "(": anything else is malformed
+    pieces: list[str] = []
+    size = 0
+    while True:
+        buf, i = s.buf, s.pos
+        n = len(buf)
+        start = i
+        while i < n and (buf[i].isalnum() or buf[i] in "_."):
+            i += 1
+        pieces.append(buf[start:i])
+        size += i - start
+        s.pos = i
+        if size > _MAX_NAME:
+            raise Malformed(s.at())
+        if i < n:
+            name = "".join(pieces)
+            if buf[i] != "(" or not name or not (name[0].isalpha() or name[0] == "_"):
+                raise Malformed(s.at())
+            s.pos += 1
+            return name
+        yield from s.wait()
+
+
+def _call_args(s: Section) -> Wait:
+    # the text up to the ")" that closes the call (consumed), skipping strings and brackets
+    pieces: list[str] = []
+    depth = 1
+    quote = ""  # the open string's quote ("'", '"', "'''" or '"""')
+    escaped = False
+    while True:
+        buf, i = s.buf, s.pos
+        n = len(buf)
+        start = i
+        while i < n:
+            c = buf[i]
+            if quote:
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif buf.startswith(quote, i):
+                    i += len(quote)
+                    quote = ""
+                    continue
+                elif len(quote) == 3 and c == quote[0] and n - i < 3:
+                    break  # maybe the start of the closing triple quote: wait
+            elif c in "'\"":
+                if n - i < 3 and buf[i:] == c * (n - i):
+                    break  # one or two quotes at the end: a triple quote may follow
+                quote = c * 3 if buf.startswith(c * 3, i) else c
+                i += len(quote)
+                continue
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+                if depth == 0:
+                    pieces.append(buf[start:i])
+                    s.pos = i + 1
+                    return "".join(pieces)
+            i += 1
+        pieces.append(buf[start:i])
+        s.pos = i
+        yield from s.wait()
+
+
+def _arguments_json(args_text: str, at: int) -> str:
+    try:
+        tree = ast.parse("f(" + args_text + ")", mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
+        raise Malformed(at) from e
+    node = tree.body
+    if not isinstance(node, ast.Call) or node.args:
+        raise Malformed(at)
+    members = []
+    for keyword in node.keywords:
+        if keyword.arg is None:  # **kwargs
+            raise Malformed(at)
+        value = python_literal_json(ast.unparse(keyword.value))
+        if value is None:
+            raise Malformed(at)
+        members.append(json.dumps(keyword.arg, ensure_ascii=False) + ": " + value)
+    return "{" + ", ".join(members) + "}"
+
+
+def pythonic_body(s: Section) -> Wait:
+    """A list of calls (after ``<|python_start|>``, or the answer itself starting with ``[``)."""
+    yield from s.skip_ws()
+    yield from s.lit("[")
+    while True:
+        yield from s.skip_ws()
+        s.begin_call()
+        name = yield from _name(s)
+        s.header(name)
+        start = s.at()
+        args_text = yield from _call_args(s)
+        s.args(_arguments_json(args_text, start))
+        s.end_call()
+        c = yield from s.peek(skip_ws=True)
+        if c == ",":
+            s.pos += 1
+            continue
+        if c == "]":
+            s.pos += 1
+            break
+        raise Malformed(s.at())
+    if s.open_tag == PYTHON_START:
+        yield from s.skip_ws()
+        yield from s.match(PYTHON_END)
+    return None

@@ -1,0 +1,459 @@
+"""Section: the text after a tool-call format's open tag, parsed by the format's body generator.
+
+Owns what every tool-call format shares: the streamed text buffer, the wait for more text, the
+tool-call fragments in OpenAI's delta shape, the call ids and indices, and the rules for what
+goes back to the client as content. A format is a *body*: a generator function that reads the
+section with the primitives here (``lit``, ``match``, ``until``, ``peek``, ``json_args``,
+``json_call``) and reports calls with ``begin_call`` / ``header`` / ``args`` / ``end_call``.
+A primitive that needs more text than has arrived suspends the generator (``yield``), so the
+body reads like a one-shot parser while the work per ``feed`` is proportional to the new text
+(held text is only ever a possible tag prefix, a tool name, or whitespace).
+
+Rules (the same for every format, so streamed and one-shot parses agree for any split):
+
+* A call's header (index, id, name) goes out when its name is complete, its arguments as they
+  are validated (``stream_calls=True``); with ``stream_calls=False`` a call's fragments are held
+  until the call is complete and valid, so a bad call never shows as a call.
+* A malformed call (``Malformed``) or one cut off by the end of the text: what the stream did
+  not show yet comes back as content (the open tag too, if nothing of the section was shown)
+  and parsing resumes as ordinary text at the bad character. ``n_calls`` counts only complete
+  calls: a finish reason is "tool_calls" only for those.
+* A call naming a tool that is not in ``names``, or one past ``max_calls``, is not a call: its
+  whole text comes back as content when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from textproc.core.parsing.json_scan import DONE, ERROR, KEY, NEED_MORE, VALUE, VALUE_END, JsonScanner
+
+__all__ = ["CallStep", "Section", "Body", "Malformed", "Wait", "header_delta", "arguments_delta"]
+
+# a body suspends (yields None) until more text arrives; it returns None or the absolute
+# offset where the ordinary text after the section starts (default: where it stopped reading)
+Wait = Generator[None, None, Any]
+Body = Callable[["Section"], Generator[None, None, "int | None"]]
+
+WS = " \t\n\r"
+
+
+class Malformed(Exception):
+    """The section's text cannot continue its format at absolute offset ``at``."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(at)
+        self.at = at
+
+
+def header_delta(index: int, call_id: str, name: str) -> dict[str, Any]:
+    """The first streamed fragment of a call: id, type, name and empty arguments."""
+    return {
+        "tool_calls": [
+            {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        ]
+    }
+
+
+def arguments_delta(index: int, fragment: str) -> dict[str, Any]:
+    """A later fragment of a call: more argument text."""
+    return {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+
+
+@dataclass
+class CallStep:
+    """What one chunk did to a section.
+
+    ``deltas``: tool-call fragments; ``content``: text that goes back to the client as content;
+    ``rest``: text after the section, to parse as ordinary text; ``is_closed``: the section is
+    over (valid or not) and ``rest`` is meaningful.
+    """
+
+    deltas: list[dict[str, Any]] = field(default_factory=list)
+    content: str = ""
+    rest: str = ""
+    is_closed: bool = False
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+class Section:
+    """One tool-call section: ``feed`` the text after the open tag, then ``finish``."""
+
+    def __init__(
+        self,
+        body: Body,
+        *,
+        open_tag: str,
+        first_index: int,
+        make_id: Callable[[int], str],
+        names: frozenset[str] | None = None,
+        schemas: Mapping[str, Any] | None = None,
+        stream_calls: bool = True,
+        max_calls: int | None = None,
+    ) -> None:
+        self.open_tag = open_tag
+        self.first_index = first_index
+        self.make_id = make_id
+        self.names = names
+        self.schemas: Mapping[str, Any] = schemas or {}  # tool name -> parameters schema
+        self.stream_calls = stream_calls
+        self.max_calls = max_calls
+        self.n_calls = 0  # complete calls
+        self.n_indices = 0  # call indices used (streamed headers, or complete calls when held)
+        self.is_final = False
+        self.buf = ""  # text not consumed yet (and, before pos, consumed text of this chunk)
+        self.pos = 0
+        self._base = 0  # absolute offset of buf[0] in the section text
+        self._raw: list[str] = []  # every chunk, for the content of a malformed call
+        self._represented = 0  # the stream shows the section text up to here
+        self._call_start: int | None = None  # absolute offset where the open call's markup began
+        self._index = -1  # index of the open call once its header is known
+        self._name: str | None = None
+        self._rejected = False
+        self._pending: list[dict[str, Any]] = []  # the open call's fragments (stream_calls=False)
+        self._step = CallStep()
+        self._done = False
+        self._gen = body(self)
+
+    # -- driving -------------------------------------------------------------------------------
+
+    @property
+    def has_header(self) -> bool:
+        """True once a call's header went out to the client."""
+        return self.n_calls > 0 or (self._name is not None and self.stream_calls and not self._rejected)
+
+    def feed(self, text: str) -> CallStep:
+        """Consume the next chunk."""
+        step = self._step = CallStep()
+        self._raw.append(text)
+        if self.pos:
+            self._base += self.pos
+            self.buf = self.buf[self.pos :] + text
+            self.pos = 0
+        else:
+            self.buf += text
+        self._run(step)
+        return step
+
+    def finish(self) -> CallStep:
+        """The text ended inside this section."""
+        step = self._step = CallStep()
+        if self._done:
+            step.is_closed = True
+            return step
+        self.is_final = True
+        self._run(step)
+        assert step.is_closed
+        return step
+
+    def _run(self, step: CallStep) -> None:
+        try:
+            next(self._gen)
+        except StopIteration as stop:
+            self._done = True
+            step.is_closed = True
+            at = stop.value
+            step.rest = self._text_from(self.at() if at is None else at)
+        except Malformed as e:
+            self._done = True
+            step.is_closed = True
+            # the stream shows the text up to _represented (complete calls; with stream_calls
+            # also the open call's header and arguments); the rest up to the bad character
+            # is content, and the text from there is ordinary text again
+            start = self._represented
+            prefix = self.open_tag if start == 0 else ""
+            text = self._text_from(start)
+            step.content += prefix + text[: e.at - start]
+            step.rest = text[e.at - start :]
+        else:
+            if self.is_final:
+                raise AssertionError("a section body waited after the end of the text")
+
+    def _text_from(self, at: int) -> str:
+        if at >= self._base:
+            return self.buf[at - self._base :]
+        return "".join(self._raw)[at:]
+
+    # -- reading primitives (generators: ``x = yield from s.until(...)``) ------------------------
+
+    def at(self) -> int:
+        """Absolute offset of the read position."""
+        return self._base + self.pos
+
+    def wait(self) -> Wait:
+        """Suspend until more text arrives; the text ended: Malformed at the end."""
+        if self.is_final:
+            raise Malformed(self._base + len(self.buf))
+        yield
+
+    def peek(self, *, skip_ws: bool = False) -> Wait:
+        """The next character (after whitespace, consumed, with ``skip_ws``), None at the end."""
+        while True:
+            buf = self.buf
+            if skip_ws:
+                pos, n = self.pos, len(buf)
+                while pos < n and buf[pos] in WS:
+                    pos += 1
+                self.pos = pos
+            if self.pos < len(buf):
+                return buf[self.pos]
+            if self.is_final:
+                return None
+            yield
+
+    def skip_ws(self) -> Wait:
+        """Consume whitespace (waits until a non-space character or the end)."""
+        yield from self.peek(skip_ws=True)
+
+    def lit(self, tag: str) -> Wait:
+        """Consume ``tag`` exactly, else Malformed where it should start."""
+        while True:
+            avail = self.buf[self.pos : self.pos + len(tag)]
+            if not tag.startswith(avail):
+                raise Malformed(self.at())
+            if len(avail) == len(tag):
+                self.pos += len(tag)
+                return
+            yield from self.wait()
+
+    def match(self, *tags: str) -> Wait:
+        """Consume and return the first of ``tags`` found at the read position, else None
+        (nothing consumed); waits while the text could still become one of them."""
+        longest = max(len(t) for t in tags)
+        while True:
+            avail = self.buf[self.pos : self.pos + longest]
+            for tag in tags:
+                if avail.startswith(tag):
+                    self.pos += len(tag)
+                    return tag
+            if self.is_final or len(avail) >= longest or not any(t.startswith(avail) for t in tags):
+                return None
+            yield
+
+    def until(self, *markers: str, max_len: int | None = None, consume: bool = True,
+              at_end: bool = False) -> Wait:
+        """``(text, marker)``: the text up to the earliest of ``markers`` (consumed with it
+        unless ``consume=False``). Longer than ``max_len`` first: Malformed at its start. The
+        end of the text first: Malformed, or ``(text, None)`` with ``at_end``."""
+        start = self.at()
+        hold = max(len(m) for m in markers) - 1
+        pieces: list[str] = []
+        size = 0
+        while True:
+            buf, pos = self.buf, self.pos
+            best = -1
+            found = ""
+            for m in markers:
+                i = buf.find(m, pos)
+                if i >= 0 and (best < 0 or i < best or (i == best and len(m) > len(found))):
+                    best, found = i, m
+            if best >= 0:
+                size += best - pos
+                if max_len is not None and size > max_len:
+                    raise Malformed(start)
+                pieces.append(buf[pos:best])
+                self.pos = best + len(found) if consume else best
+                return "".join(pieces), found
+            cut = len(buf) if self.is_final else max(pos, len(buf) - hold)
+            pieces.append(buf[pos:cut])
+            size += cut - pos
+            self.pos = cut
+            if max_len is not None and size > max_len:
+                raise Malformed(start)
+            if self.is_final:
+                if at_end:
+                    return "".join(pieces), None
+                raise Malformed(self.at())
+            yield
+
+    def json_args(self) -> Wait:
+        """A JSON object of arguments (or a JSON string holding one), streamed as the call's
+        arguments while it is validated; Malformed at the first bad character."""
+        c = yield from self.peek()
+        if c == '"':
+            scanner = JsonScanner()
+            text = yield from self._scan_raw(scanner)
+            self.args(text)
+            return
+        if c != "{":
+            raise Malformed(self.at())
+        scanner = JsonScanner()
+        while True:
+            start = self.pos
+            event, pos = scanner.scan(self.buf, start)
+            if pos > start:
+                self.pos = pos
+                self.args(self.buf[start:pos])
+            if event == DONE:
+                return
+            if event == ERROR:
+                raise Malformed(self._base + pos)
+            if event == NEED_MORE:
+                yield from self.wait()
+
+    def _scan_raw(self, scanner: JsonScanner) -> Wait:
+        # a JSON string at the read position holding an object: its decoded text
+        pieces: list[str] = []
+        start = self.at()
+        prime = '{"v": '  # put the scanner inside a member value, so it captures the string
+        event, p = scanner.scan(prime, 0)
+        while event != NEED_MORE:
+            event, p = scanner.scan(prime, p)
+        while True:
+            p0 = self.pos
+            event, pos = scanner.scan(self.buf, p0)
+            pieces.append(self.buf[p0:pos])
+            self.pos = pos
+            if event == VALUE_END:
+                value = scanner.string
+                if not _is_json_object(value):
+                    raise Malformed(start)
+                return value
+            if event == ERROR:
+                raise Malformed(self._base + pos)
+            if event == NEED_MORE:
+                yield from self.wait()
+            elif event != VALUE:
+                raise Malformed(self._base + pos)
+
+    def json_call(self, *, args_keys: tuple[str, ...] = ("arguments",),
+                  ignored_keys: tuple[str, ...] = ()) -> Wait:
+        """``{"name": ..., "arguments": {...}}`` (members in any order, each once; ``args_keys``
+        name the arguments member, ``ignored_keys`` are read and dropped): header when the name
+        is complete, arguments streamed; no arguments member gives ``{}``."""
+        c = yield from self.peek()
+        if c != "{":
+            raise Malformed(self.at())
+        scanner = JsonScanner()
+        seen: set[str] = set()
+        key = ""
+        in_args = False
+        held: list[str] = []  # arguments text before the name
+        has_args = False
+        while True:
+            start = self.pos
+            event, pos = scanner.scan(self.buf, start)
+            self.pos = pos
+            if in_args and pos > start:
+                if self._name is None:
+                    held.append(self.buf[start:pos])
+                else:
+                    self.args(self.buf[start:pos])
+            bad = self._base + pos
+            if event == NEED_MORE:
+                yield from self.wait()
+            elif event == ERROR:
+                raise Malformed(bad)
+            elif event == KEY:
+                key = scanner.string
+                allowed = key == "name" or key in args_keys or key in ignored_keys
+                if not allowed or key in seen or (key in args_keys and has_args):
+                    raise Malformed(bad)
+                seen.add(key)
+            elif event == VALUE:
+                c = self.buf[pos]
+                if key == "name" and c != '"':
+                    raise Malformed(bad)
+                if key in args_keys:
+                    has_args = True
+                    if c == "{":
+                        in_args = True
+                    elif c != '"':
+                        raise Malformed(bad)
+            elif event == VALUE_END:
+                if key in args_keys and not in_args:
+                    if not _is_json_object(scanner.string):
+                        raise Malformed(bad)
+                    if self._name is None:
+                        held.append(scanner.string)
+                    else:
+                        self.args(scanner.string)
+                elif key in args_keys:
+                    in_args = False
+                elif key == "name":
+                    if not scanner.string:
+                        raise Malformed(bad)
+                    self.header(scanner.string)
+                    if held:
+                        self.args("".join(held))
+            elif event == DONE:
+                if self._name is None:
+                    raise Malformed(bad - 1)
+                if not has_args:
+                    self.args("{}")
+                return
+
+    # -- reporting calls -----------------------------------------------------------------------
+
+    def begin_call(self) -> None:
+        """The markup of a call starts at the read position."""
+        self._call_start = self.at()
+
+    def header(self, name: str, *, call_id: str | None = None) -> None:
+        """The open call's name is known: send its header (or note that it is not a call)."""
+        if self._call_start is None:
+            self._call_start = self.at()
+        self._name = name
+        over = self.max_calls is not None and self.first_index + self.n_indices >= self.max_calls
+        self._rejected = over or (self.names is not None and name not in self.names)
+        if self._rejected:
+            return
+        self._index = self.first_index + self.n_indices
+        delta = header_delta(self._index, call_id or self.make_id(self._index), name)
+        if self.stream_calls:
+            self._step.deltas.append(delta)
+            self.n_indices += 1
+            self._represented = self.at()
+        else:
+            self._pending = [delta]
+
+    @property
+    def call_name(self) -> str | None:
+        """The open call's name, once its header was read."""
+        return self._name
+
+    def args(self, fragment: str) -> None:
+        """More argument text of the open call."""
+        if self._rejected or not fragment:
+            return
+        assert self._name is not None
+        # (the parser's deltas.Fragments folds consecutive argument parts of a call)
+        if self.stream_calls:
+            self._step.deltas.append(arguments_delta(self._index, fragment))
+            self._represented = self.at()
+        else:
+            self._pending.append(arguments_delta(self._index, fragment))
+
+    def end_call(self) -> None:
+        """The open call is complete (its markup ends at the read position)."""
+        assert self._name is not None
+        end = self.at()
+        if self._rejected:
+            start = self._represented
+            prefix = self.open_tag if start == 0 else ""
+            self._step.content += prefix + self._text_from(start)[: end - start]
+        else:
+            self._step.deltas.extend(self._pending)
+            self.n_calls += 1
+            if not self.stream_calls:
+                self.n_indices += 1
+        self._pending = []
+        self._represented = end
+        self._call_start = None
+        self._name = None
+        self._rejected = False
+
+    def skip_markup(self) -> None:
+        """The text read so far is markup that is shown by the calls around it (a section's
+        closing tag): it is not content even if a later call turns out malformed."""
+        if self._name is None:
+            self._represented = self.at()
