@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from textproc.core.deltas import Fragments
 from textproc.core.parsing.section import Body, CallStep, Section, Wait
 from textproc.core.parsing.tags import TagStreamer
 
@@ -92,8 +93,8 @@ class HarmonyParser:
             return None
         return self._key
 
-    def feed(self, text: str, out: Any) -> None:
-        """Route ``text``; fragments go to ``out`` (``.text(key, s)``, ``.extend(deltas)``)."""
+    def feed(self, text: str, out: Fragments) -> None:
+        """Route ``text``; the fragments go to ``out``."""
         if self._at_start and text:
             self._at_start = False
             if text[0] not in "<" and not text.startswith(" to="):
@@ -101,7 +102,7 @@ class HarmonyParser:
         while text:
             text = self._feed_mode(text, out)
 
-    def finish(self, out: Any) -> None:
+    def finish(self, out: Fragments) -> None:
         """The answer ended: flush what is held."""
         while self._mode == _CALL:  # the text after a cut-off call may hold more messages
             assert self._section is not None
@@ -116,7 +117,7 @@ class HarmonyParser:
         else:
             out.text("content", rest)
 
-    def _feed_mode(self, text: str, out: Any) -> str:
+    def _feed_mode(self, text: str, out: Fragments) -> str:
         if self._mode == _CALL:
             section = self._section
             assert section is not None
@@ -189,7 +190,7 @@ class HarmonyParser:
             return
         self._set_mode(_BODY, "reasoning_content" if channel == "analysis" else "content")
 
-    def _end_section(self, step: CallStep, out: Any) -> str:
+    def _end_section(self, step: CallStep, out: Fragments) -> str:
         assert self._section is not None
         out.extend(step.deltas)
         out.text("content", step.content)
