@@ -215,3 +215,11 @@ def test_streamed_equals_one_shot_for_any_split(fmt: str, data: st.DataObject) -
         opts: dict[str, Any] = {"tools": True, "reasoning": data.draw(st.booleans()), "tool_format": fmt,
                                 "tool_schemas": schemas, "stream_calls": stream_calls}
         assert _stream(text, sizes, **opts) == parse_output(text, **opts)
+
+
+@pytest.mark.parametrize("starts", [True, False])
+def test_newline_inside_reasoning_is_kept_for_any_split(starts: bool) -> None:
+    text = ("" if starts else "<think>") + "ab \n x\n\n</think>\n\nok\nyes"
+    for size in (1, 2, 3, len(text)):
+        got = _stream(text, [size], reasoning=True, starts_in_reasoning=starts)
+        assert got == {"reasoning_content": "ab \n x", "content": "ok\nyes", "tool_calls": []}

@@ -182,7 +182,8 @@ class OutputParser:
         self._strip_lead = False
         self._reasoning_started = False
         self._newlines = ""
-        self._quiet = not self._at_start
+        self._quiet = False
+        self._update_quiet()
 
     @property
     def has_tool_calls(self) -> bool:
