@@ -25,6 +25,7 @@ __all__ = [
     "EchoScripts",
     "ReplayScripts",
     "RandomScripts",
+    "biased_pool",
 ]
 
 
@@ -187,8 +188,29 @@ class ReplayScripts:
         return RequestState(request, script, eos_token_id=self.tok.eos_token_id)
 
 
+def biased_pool(pool: Sequence[int], logit_bias: dict[int, float]) -> Sequence[int]:
+    """The ids random mode draws from under ``logit_bias``: the ids biased to 100 if any
+    (a forced token), else ``pool`` without the ids biased to -100 (banned); a bias in between
+    leaves uniform sampling unchanged (the fake model has no logits to shift).
+
+    >>> biased_pool(range(5), {1: -100.0, 3: -100.0})
+    [0, 2, 4]
+    >>> biased_pool(range(5), {2: 100.0, 4: 100.0, 0: -100.0})
+    [2, 4]
+    """
+    if not logit_bias:
+        return pool
+    forced = sorted(t for t, bias in logit_bias.items() if bias >= 100)
+    if forced:
+        return forced
+    banned = {t for t, bias in logit_bias.items() if bias <= -100}
+    kept = [t for t in pool if t not in banned]
+    return kept or pool  # everything banned: nothing would be left to say
+
+
 class RandomScripts:
-    """Random mode: uniformly random non-special ids, seeded per (seed, request_id)."""
+    """Random mode: uniformly random non-special ids, seeded per (seed, request_id), with the
+    request's ``logit_bias`` applied (``biased_pool``)."""
 
     def __init__(self, vocab_size: int, special_ids: frozenset[int], *, seed: int,
                  eos_token_id: int | None = None) -> None:
@@ -198,4 +220,6 @@ class RandomScripts:
 
     def __call__(self, request: _RequestLike) -> RequestState:
         rng = random.Random(f"{self.seed}:{request.request_id}")
-        return RequestState(request, None, eos_token_id=self.eos_token_id, rng=rng, pool=self.pool)
+        # IncomingRequest.logit_bias (protocol 4); request-like test objects may lack it
+        pool = biased_pool(self.pool, getattr(request, "logit_bias", None) or {})
+        return RequestState(request, None, eos_token_id=self.eos_token_id, rng=rng, pool=pool)

@@ -49,11 +49,12 @@ from engine_stub.scripts import (
     TokenizerLike,
 )
 
-__all__ = ["StubSettings", "StubEngine", "busy_work", "calibrate_busy", "parse_args", "main"]
+__all__ = ["MODES", "StubSettings", "StubEngine", "busy_work", "calibrate_busy", "parse_args", "main"]
 
 _log = logging.getLogger("engine_stub")
 
 MAX_TRACKED_REQUESTS = 200_000  # per-request stats kept (oldest dropped)
+MODES = ("echo", "replay", "random")  # textproc.config.STUB_MODES offers the same (a test checks)
 MAX_STEP_SAMPLES = 100_000  # step times kept for percentiles (most recent)
 IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking signals/stats
 
@@ -318,7 +319,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-in", required=True, help="address textproc's engine-in PUSH binds")
     p.add_argument("--engine-out", required=True, help="address textproc's engine-out PULL binds")
     p.add_argument("--model-dir", help="tokenizer.json (+ tokenizer_config.json) directory")
-    p.add_argument("--mode", choices=["echo", "replay", "random"], default="echo")
+    p.add_argument("--mode", choices=MODES, default="echo")
     p.add_argument("--replay-file", help="text file whose tokens every request replays")
     p.add_argument("--max-batch", type=_positive_int, default=256)
     p.add_argument("--step-ms", type=_non_negative_float, default=0.0)

@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from textproc.config import DEFAULT_MAX_MODEL_LEN, ENDPOINT_KINDS, ENGINES, STUB_MODES
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
+from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
 
 __all__ = ["main", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
 
@@ -41,10 +43,18 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p = sub.add_parser("serve", help="run tokenizer workers, the detokenizer and (optionally) the stub engine")
     p.add_argument("--model-dir", help=f"tokenizer.json + tokenizer_config.json (default {DEFAULT_MODEL_DIR})")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer worker processes (default: cores)")
-    p.add_argument("--engine", choices=["stub", "external"], default="stub")
-    p.add_argument("--endpoints", choices=["ipc", "tcp"], default="ipc")
-    p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--stub-mode", choices=["echo", "replay", "random"], default="echo")
+    p.add_argument("--engine", choices=ENGINES, default="stub",
+                   help="stub: run engine_stub as a child; external: print the two endpoints "
+                        "your engine's EngineLink connects to (default stub)")
+    p.add_argument("--endpoints", choices=ENDPOINT_KINDS, default="ipc",
+                   help="ipc: socket files in the runtime dir; tcp: loopback ports, for "
+                        "processes on other machines (default ipc)")
+    p.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN,
+                   help="prompt tokens + max_tokens must fit in this many tokens "
+                        f"(default {DEFAULT_MAX_MODEL_LEN})")
+    p.add_argument("--stub-mode", choices=STUB_MODES, default="echo",
+                   help="what engine_stub answers: echo the last user message, replay a file "
+                        "(--stub-arg=--replay-file=F), or random ids (default echo)")
     p.add_argument("--stub-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for engine_stub, repeatable (e.g. --stub-arg=--step-ms=5)")
     p.add_argument("--stub-stats-file", help="engine_stub writes its per-request stats here")
@@ -61,9 +71,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="live requests of one client (e.g. the HTTP frontend) at once; more are "
                         "refused with 429")
     p.add_argument("--hwm", type=int, default=None,
-                   help="ZeroMQ send/receive high-water mark of every socket, in messages")
+                   help="ZeroMQ send/receive high-water mark of every socket, in messages "
+                        f"(default {DEFAULT_HWM})")
     p.add_argument("--tcp-port-base", type=int, default=0, help="0: free ports")
-    p.add_argument("--max-frame-bytes", type=int, default=None)
+    p.add_argument("--max-frame-bytes", type=int, default=None,
+                   help="larger frames are dropped by ZeroMQ and their sender disconnected "
+                        f"(default {MAX_FRAME_BYTES} = 64 MiB)")
     p.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for each process to be Ready")
     p.add_argument("--http", nargs="?", const="127.0.0.1:8000", default=None, metavar="HOST:PORT",
                    help="also serve the OpenAI HTTP API (python -m textproc.http) on HOST:PORT "

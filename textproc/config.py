@@ -1,8 +1,10 @@
 """Frozen settings of the service: endpoints, limits and timeouts, validated where they are built.
 
 Owns every tunable of the process layer. Never reads the environment or the command line (only
-``cli.py`` does) and imports nothing but the standard library and ``textproc.errors``, so every
-process gets its settings as one immutable value. ``to_json`` / ``from_json`` carry a config to a
+``cli.py`` does) and imports nothing but the standard library, ``textproc.errors`` and the default
+limits of ``textproc.protocol``, so every process gets its settings as one immutable value. The
+choice lists (engines, endpoint kinds, stub modes, log levels) are written here once; the CLI
+offers exactly these. ``to_json`` / ``from_json`` carry a config to a
 child process as JSON (never pickle); ``from_json`` validates like the constructor does.
 """
 
@@ -12,14 +14,19 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from textproc.errors import InvalidInput, short
+from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN, MAX_STOP_CHARS, MAX_STOP_STRINGS
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_MODEL_LEN",
     "IPC_PATH_MAX_BYTES",
     "LOG_LEVELS",
+    "ENGINES",
+    "ENDPOINT_KINDS",
+    "STUB_MODES",
     "Endpoints",
     "ServiceConfig",
     "ServeConfig",
@@ -27,8 +34,12 @@ __all__ = [
     "tcp_endpoints",
 ]
 
-DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024  # equals protocol.MAX_FRAME_BYTES
+DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
+DEFAULT_MAX_MODEL_LEN = 32768
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # ServiceConfig.log_level values
+ENGINES = ("stub", "external")  # ServeConfig.engine: engine_stub as a child, or your engine
+ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints
+STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub --mode)
 IPC_PATH_MAX_BYTES = 100  # sun_path is 108 bytes on Linux, 104 on macOS; keep a margin
 _SCHEMES = ("ipc://", "tcp://")
 
@@ -46,6 +57,11 @@ def _check_float(name: str, value: object, *, low: float) -> None:
         raise InvalidInput(f"{name} must be a finite number, got {short(value)}")
     if value <= low:
         raise InvalidInput(f"{name} must be > {low}, got {value!r}")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InvalidInput(f"{name} must be one of {', '.join(choices)}; got {short(value)}")
 
 
 def _check_address(name: str, value: object) -> None:
@@ -155,11 +171,11 @@ class ServiceConfig:
 
     model_dir: str
     n_workers: int = 2
-    max_model_len: int = 32768  # prompt tokens + max_tokens must fit
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN  # prompt tokens + max_tokens must fit
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # ZMQ_MAXMSGSIZE on every receiving socket
-    hwm: int = 100_000  # ZeroMQ send/receive high-water mark, in messages
-    max_stops: int = 64  # stop strings per request
-    max_stop_chars: int = 1024  # characters per stop string
+    hwm: int = DEFAULT_HWM  # ZeroMQ send/receive high-water mark, in messages
+    max_stops: int = MAX_STOP_STRINGS  # stop strings per request
+    max_stop_chars: int = MAX_STOP_CHARS  # characters per stop string
     max_prompt_chars: int = 4_000_000  # characters of rendered prompt / completion text
     max_live_requests: int = 65_536  # requests the detokenizer holds state for at once
     max_early_outputs: int = 10_000  # outputs buffered for requests whose Submit has not arrived
@@ -177,7 +193,7 @@ class ServiceConfig:
         if not isinstance(self.model_dir, str) or not self.model_dir:
             raise InvalidInput(f"model_dir must be a non-empty path, got {short(self.model_dir)}")
         _check_int("n_workers", self.n_workers, low=1, high=256)
-        _check_int("max_model_len", self.max_model_len, low=2, high=1 << 30)
+        _check_int("max_model_len", self.max_model_len, low=2, high=MAX_MODEL_LEN)
         _check_int("max_frame_bytes", self.max_frame_bytes, low=1024, high=1 << 31)
         _check_int("hwm", self.hwm, low=1)
         _check_int("max_stops", self.max_stops, low=0)
@@ -188,10 +204,7 @@ class ServiceConfig:
         _check_float("early_output_age_s", self.early_output_age_s, low=0.0)
         _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
         _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
-        if self.log_level not in LOG_LEVELS:
-            raise InvalidInput(
-                f"log_level must be DEBUG, INFO, WARNING or ERROR, got {short(self.log_level)}"
-            )
+        _check_choice("log_level", self.log_level, LOG_LEVELS)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -216,12 +229,12 @@ class ServeConfig:
     """``textproc serve``: the service settings plus how to lay out endpoints and the engine."""
 
     service: ServiceConfig
-    engine: Literal["stub", "external"] = "stub"
-    endpoints: Literal["ipc", "tcp"] = "ipc"
+    engine: str = "stub"  # one of ENGINES
+    endpoints: str = "ipc"  # one of ENDPOINT_KINDS
     runtime_dir: str | None = None  # None: a fresh private directory under the temp dir
     tcp_host: str = "127.0.0.1"
     tcp_port_base: int = 0  # 0: free ports picked at start; else ports base, base+1, ...
-    stub_mode: Literal["echo", "replay", "random"] = "echo"
+    stub_mode: str = "echo"  # one of STUB_MODES
     stub_args: tuple[str, ...] = field(default=())  # extra engine_stub flags, passed through
     stub_stats_file: str | None = None
     http: str | None = None  # HOST:PORT: also run the OpenAI HTTP frontend (python -m textproc.http)
@@ -230,14 +243,9 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.http is not None and (":" not in self.http or not self.http.rsplit(":", 1)[1].isdigit()):
             raise InvalidInput(f"http must be HOST:PORT, e.g. 127.0.0.1:8000, got {short(self.http)}")
-        if self.engine not in ("stub", "external"):
-            raise InvalidInput(f"engine must be 'stub' or 'external', got {short(self.engine)}")
-        if self.endpoints not in ("ipc", "tcp"):
-            raise InvalidInput(f"endpoints must be 'ipc' or 'tcp', got {short(self.endpoints)}")
-        if self.stub_mode not in ("echo", "replay", "random"):
-            raise InvalidInput(
-                f"stub_mode must be 'echo', 'replay' or 'random', got {short(self.stub_mode)}"
-            )
+        _check_choice("engine", self.engine, ENGINES)
+        _check_choice("endpoints", self.endpoints, ENDPOINT_KINDS)
+        _check_choice("stub_mode", self.stub_mode, STUB_MODES)
         _check_int("tcp_port_base", self.tcp_port_base, low=0, high=65535 - 300)
         if not self.tcp_host or not isinstance(self.tcp_host, str):
             raise InvalidInput(f"tcp_host must be a host name or address, got {short(self.tcp_host)}")

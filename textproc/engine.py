@@ -111,7 +111,8 @@ class IncomingRequest(msgspec.Struct):
     ``prompt_ids_as_list=True``: turning 1,024 packed ids into Python ints costs ~10x the memcpy
     (bench/enginelink.py). ``stop_token_ids`` already contains EOS unless ``ignore_eos``; stop
     ids do not apply before ``min_tokens`` generated tokens. ``constraint`` is a regex the whole
-    output must match.
+    output must match. ``logit_bias`` maps token ids (in the vocabulary) to a bias in
+    -100..100 added to their logits (OpenAI's rule: -100 bans the token, 100 forces it).
     """
 
     request_id: str
@@ -122,6 +123,7 @@ class IncomingRequest(msgspec.Struct):
     constraint: str | None
     min_tokens: int
     ignore_eos: bool
+    logit_bias: dict[int, float] = {}
 
 
 def _unpack_array(data: bytes) -> array[int]:
@@ -393,6 +395,7 @@ class EngineLink:
                         frame.constraint,
                         frame.min_tokens,
                         frame.ignore_eos,
+                        frame.logit_bias,
                     )
                 )
             case EngineAbort(request_ids=ids):

@@ -34,6 +34,14 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "ENGINE_FINISH_REASONS",
     "FINISH_REASONS",
+    "DEFAULT_HWM",
+    "MAX_STOP_STRINGS",
+    "MAX_STOP_CHARS",
+    "MAX_JSON_DEPTH",
+    "MAX_MODEL_LEN",
+    "MAX_TOKEN_ID",
+    "MAX_LOGIT_BIAS",
+    "LOGIT_BIAS_RANGE",
     "EngineRequest",
     "EngineAbort",
     "StepOutput",
@@ -72,13 +80,25 @@ __all__ = [
     "EventFrame",
 ]
 
-PROTOCOL_VERSION = 3  # 2: EngineStepPacked; 3: stage timings on Accepted and Outputs
+# 2: EngineStepPacked; 3: stage timings on Accepted and Outputs; 4: EngineRequest.logit_bias,
+# ChatRequest.documents, Failure.param
+PROTOCOL_VERSION = 4
+
+# Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
 # how an engine may end a request: a stop token / EOS, max_tokens, an abort, an engine failure
 ENGINE_FINISH_REASONS = frozenset({"stop", "length", "abort", "error"})
 # what a client sees: the engine's reasons, plus "tool_calls" (a stop after the output made a
 # tool call; the text core decides it, see textproc.core.pipeline.OutputPipeline.finish)
 FINISH_REASONS = ENGINE_FINISH_REASONS | {"tool_calls"}
+DEFAULT_HWM = 100_000  # ZeroMQ send/receive high-water mark, in messages
+MAX_STOP_STRINGS = 64  # stop strings per request (OpenAI allows 4; each costs per-step work)
+MAX_STOP_CHARS = 1024  # characters per stop string
+MAX_JSON_DEPTH = 64  # nesting of any JSON value a client sends (a request body, counted from it)
+MAX_MODEL_LEN = 1 << 30  # the largest max_model_len (and so max_tokens) a service accepts
+MAX_TOKEN_ID = 2**32 - 1  # what pack_ids (uint32) holds; the vocabulary bounds ids further
+MAX_LOGIT_BIAS = 1024  # entries of one request's logit_bias
+LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 forces it
 
 _LITTLE = sys.byteorder == "little"
 
@@ -117,6 +137,8 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     constraint: str | None = None  # regex the whole output must match (forced tool call)
     min_tokens: int = 0  # stop token ids do not apply before this many tokens
     ignore_eos: bool = False
+    # token id -> bias added to its logit, in LOGIT_BIAS_RANGE (protocol 4; ids in the vocabulary)
+    logit_bias: dict[int, float] = {}
 
 
 class EngineAbort(msgspec.Struct, tag=True, array_like=True):
@@ -250,6 +272,8 @@ class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
     continue_final_message: bool = False
     stop_token_ids: list[int] = []  # extra stop token ids, added to EOS
     ignore_eos: bool = False
+    # RAG documents for templates that render them (protocol 4): render_chat(documents=...)
+    documents: list[dict[str, Any]] | None = None
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -311,6 +335,7 @@ class Failure(msgspec.Struct, tag=True, array_like=True):
     kind: str  # "invalid_input" | "template" | "overloaded" | "internal"
     message: str
     status: int = 400
+    param: str | None = None  # the request field at fault ("messages", "max_tokens", ...), protocol 4
 
 
 class TokenizeResult(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):

@@ -1,6 +1,7 @@
 """Helpers for integration tests: a toy Qwen-like model dir, a running service, uvloop runs.
 
-``build_toy_model(dir)`` writes a small byte-level BPE tokenizer.json trained with HF
+``wait_http(http_file, proc, log_path, timeout_s)`` waits for an HTTP frontend's address file
+and returns its base URL. ``build_toy_model(dir)`` writes a small byte-level BPE tokenizer.json trained with HF
 ``tokenizers`` plus Qwen-like added tokens and textproc's ChatML template, so tests that do not
 need the real vocabulary never depend on fetched files. ``Service`` runs ``textproc serve`` as a
 real process tree and, on ``stop()``, names every process or socket file that did not go away.
@@ -183,3 +184,18 @@ class Service:
         assert not left, f"processes still running after shutdown: {left}\n{self.log()}"
         leftovers = [p.name for p in self.runtime_dir.glob("*")] if self.runtime_dir.exists() else []
         assert not leftovers, f"files left in {self.runtime_dir}: {leftovers}"
+
+
+def wait_http(http_file: Path, proc: subprocess.Popen[bytes] | None, log_path: Path,
+              timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not http_file.is_file():
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"HTTP frontend exited with {proc.returncode}:\n"
+                               f"{log_path.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {http_file} after {timeout_s} s:\n"
+                               f"{log_path.read_text()[-3000:]}")
+        time.sleep(0.05)
+    info = json.loads(http_file.read_text())
+    return f"http://{info['host']}:{info['port']}"

@@ -84,13 +84,15 @@ def test_request_fields_arrive_unpacked(peer: EnginePeer, link: EngineLink) -> N
     ids = [0, 1, 151643, 2**32 - 1]
     peer.send(EngineRequest("r1", pack_ids(ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True))
     peer.send(EngineRequest("r2", pack_ids([9]), 1))
-    got = poll_until(link.poll_requests)
-    if len(got) == 1:
+    peer.send(EngineRequest("r3", pack_ids([4]), 2, logit_bias={7: -100.0, 8: 2.5}))
+    got: list[IncomingRequest] = []
+    while len(got) < 3:
         got += poll_until(link.poll_requests)
-    assert [r.prompt_token_ids for r in got] == [array("I", ids), array("I", [9])]
+    assert [r.prompt_token_ids for r in got] == [array("I", ids), array("I", [9]), array("I", [4])]
     assert got == [
         IncomingRequest("r1", array("I", ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True),
         IncomingRequest("r2", array("I", [9]), 1, [], {}, None, 0, False),
+        IncomingRequest("r3", array("I", [4]), 2, [], {}, None, 0, False, {7: -100.0, 8: 2.5}),
     ]
     assert link.poll_requests() == [] and link.poll_aborts() == []
 

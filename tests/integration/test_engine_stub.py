@@ -283,6 +283,19 @@ def test_random_mode_is_seeded_and_never_emits_special_ids(make_stub: Any, tok: 
             assert again.stop() == 0
 
 
+def test_random_mode_applies_logit_bias(make_stub: Any, tok: Tokenizer) -> None:
+    """EngineRequest.logit_bias (protocol 4): +100 forces a token, -100 bans it."""
+    stub = make_stub("--mode", "random", "--seed", "3", "--tokens-per-step", "4")
+    plain = [t for t in range(tok.vocab_size) if t not in tok.special_ids]
+    stub.request("forced", [1], 20, logit_bias={plain[5]: 100.0, plain[9]: 100.0})
+    stub.request("banned", [1], 40, logit_bias={t: -100.0 for t in plain[2:]})
+    stub.request("mild", [1], 20, logit_bias={plain[0]: 5.0})
+    stub.collect(["forced", "banned", "mild"])
+    assert set(stub.results["forced"]) == {plain[5], plain[9]}
+    assert set(stub.results["banned"]) <= set(plain[:2]) and len(stub.results["banned"]) == 40
+    assert len(set(stub.results["mild"])) > 2  # in between: sampling stays uniform
+
+
 def test_replay_mode_replays_the_file(make_stub: Any, tok: Tokenizer, tmp_path: Path) -> None:
     text = "def add(a, b):\n    return a + b\n"
     path = tmp_path / "replay.txt"

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.service import REPO, Service, _alive, build_toy_model
+from tests.integration.service import REPO, Service, _alive, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -79,21 +79,6 @@ class HttpFrontend:
         # uvicorn re-raises the signal after its graceful shutdown: -SIGTERM, not a crash
         assert proc.returncode in (0, -signal.SIGTERM), self.log_path.read_text()[-3000:]
         assert not self.http_file.exists(), "the frontend left its address file behind"
-
-
-def wait_http(http_file: Path, proc: subprocess.Popen[bytes] | None, log_path: Path,
-              timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while not http_file.is_file():
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"HTTP frontend exited with {proc.returncode}:\n"
-                               f"{log_path.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {http_file} after {timeout_s} s:\n"
-                               f"{log_path.read_text()[-3000:]}")
-        time.sleep(0.05)
-    info = json.loads(http_file.read_text())
-    return f"http://{info['host']}:{info['port']}"
 
 
 @pytest.fixture(scope="module")

@@ -207,7 +207,7 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
     user = [{"role": "user", "content": "hello"}]
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [
         ({"max_tokens": 0}, InvalidInput, r"max_tokens=0; allowed: >= 1"),
-        ({"max_tokens": MAX_MODEL_LEN}, InvalidInput, r"over max_model_len=4096"),
+        ({"max_tokens": MAX_MODEL_LEN}, InvalidInput, r"maximum context length is 4096 tokens, but you requested"),
         ({"min_tokens": 5, "max_tokens": 2}, InvalidInput, r"min_tokens=5; allowed: 0..max_tokens"),
         ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
          InvalidInput, r"unknown tool 'nope'"),
@@ -215,7 +215,7 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
         ({"tool_choice": "sometimes"}, InvalidInput, r"tool_choice 'sometimes' is not allowed"),
         ({"tools": [{"type": "function"}]}, InvalidInput, r"tools\[0\] must be"),
         ({"stop": ["ok", ""]}, InvalidInput, r"stop\[1\] is empty"),
-        ({"stop": [f"s{i}" for i in range(65)]}, InvalidInput, r"65 stop strings; at most 64"),
+        ({"stop": [f"s{i}" for i in range(65)]}, InvalidInput, r"stop has 65 strings; at most 64"),
         ({"stop": ["x" * 2000]}, InvalidInput, r"stop\[0\] has 2000 characters"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, TemplateError, r"unknown role robot"),
         ({"messages": []}, InvalidInput, r"messages must be a non-empty list"),
@@ -224,7 +224,7 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
         ({"stop_token_ids": [10**6]}, InvalidInput, r"outside the vocabulary"),
         ({"sampling": {"temperature": {"nested": 1}}}, InvalidInput, r"sampling\['temperature'\]"),
         ({"messages": [{"role": "user", "content": "x" * 20000}]}, InvalidInput,
-         r"max_model_len is 4096"),
+         r"maximum context length is 4096 tokens, but the prompt has"),
     ]
 
     async def main() -> list[BaseException | None]:

@@ -54,10 +54,20 @@ def test_config_validates_every_field_and_round_trips(toy_model: Path) -> None:
         _config(toy_model, max_model_len=True)
     with pytest.raises(InvalidInput, match=r"unknown service config keys \['bogus'\]"):
         ServiceConfig.from_json('{"model_dir": "m", "bogus": 1}')
-    with pytest.raises(InvalidInput, match="engine must be 'stub' or 'external', got 'gpu'"):
+    with pytest.raises(InvalidInput, match="engine must be one of stub, external; got 'gpu'"):
         ServeConfig(service=cfg, engine="gpu")  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="http must be HOST:PORT"):
         ServeConfig(service=cfg, http="localhost")
+
+
+def test_stub_modes_are_the_stubs_own() -> None:
+    """config.STUB_MODES (what `textproc serve --stub-mode` offers) is what engine_stub takes;
+    textproc never imports engine_stub, so this test keeps the two lists equal."""
+    from engine_stub.stub import MODES
+
+    from textproc.config import STUB_MODES
+
+    assert STUB_MODES == MODES
 
 
 def test_endpoints_validate_and_round_trip() -> None:

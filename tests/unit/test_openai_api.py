@@ -180,7 +180,7 @@ def test_completion_prompt_forms() -> None:
     assert prompt(["one"]).prompt == "one"
     assert prompt("x", stop=["a", "b"], echo=True).stop == ["a", "b"]
     for bad, match in [(["a", "b"], "batch of 2 prompts"), ([], "must be a string"),
-                       ([1, "a"], "must be a string"), ([-1], "negative")]:
+                       ([1, "a"], "must be a string"), ([-1], ">= 0")]:
         body = json.dumps({"model": "qwen3", "prompt": bad}).encode()
         assert match in rejected(body, kind="completion").message
     body = json.dumps({"model": "qwen3", "prompt": "x", "suffix": "y"}).encode()

@@ -101,7 +101,7 @@ class Readers:
                         }
                 case Failure():
                     self.inflight.worker_pending[index].discard(frame.request_id)
-                    err = error_from(frame.kind, frame.message, frame.status)
+                    err = error_from(frame.kind, frame.message, frame.status, frame.param)
                     stream = self.inflight.streams.get(frame.request_id)
                     if stream is not None:
                         stream.fail(err)

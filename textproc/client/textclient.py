@@ -186,8 +186,13 @@ class TextClient:
              sampling: dict[str, Any] | None = None, request_id: str | None = None,
              add_generation_prompt: bool = True, continue_final_message: bool = False,
              stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
-             timeout_s: float | None = None) -> AsyncIterator[TextEvent]:
+             timeout_s: float | None = None,
+             documents: list[dict[str, Any]] | None = None) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        ``documents`` reach the chat template as ``documents`` (RAG templates render them);
+        ``sampling["logit_bias"]`` maps token ids to -100..100 and reaches the engine as
+        ``EngineRequest.logit_bias``.
 
         ``timeout_s`` (default ``call_timeout_s``) bounds the wait for the worker to accept the
         request; a stuck worker then fails the stream with a TextprocError (kind ``timeout``,
@@ -197,7 +202,8 @@ class TextClient:
         frame = ChatRequest(rid, messages, tools, tool_choice, _stops(stop), max_tokens,
                             min_tokens, include_stop, dict(chat_template_kwargs or {}),
                             skip_special_tokens, dict(sampling or {}), add_generation_prompt,
-                            continue_final_message, list(stop_token_ids), ignore_eos)
+                            continue_final_message, list(stop_token_ids), ignore_eos,
+                            documents)
         return self._generate(rid, frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,

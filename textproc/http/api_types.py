@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from textproc.errors import TextprocError
+from textproc.protocol import LOGIT_BIAS_RANGE, MAX_LOGIT_BIAS, MAX_MODEL_LEN, MAX_TOKEN_ID
 
 __all__ = [
     "ApiError",
@@ -38,6 +39,9 @@ __all__ = [
     "DetokenizeRequest",
     "ChatParams",
     "CompletionParams",
+    "Int0",
+    "Int1",
+    "TokenId",
 ]
 
 
@@ -78,8 +82,16 @@ class ApiError(TextprocError):
 
 # ---------------------------------------------------------------- request bodies (msgspec)
 
-Int1 = Annotated[int, msgspec.Meta(ge=1)]
-Int0 = Annotated[int, msgspec.Meta(ge=0)]
+# integers are bounded where they enter: what the wire frames hold (token ids: uint32; token
+# counts: at most protocol.MAX_MODEL_LEN) and, for seed, the int64 vLLM and OpenAI take
+Int1 = Annotated[int, msgspec.Meta(ge=1, le=MAX_MODEL_LEN)]
+Int0 = Annotated[int, msgspec.Meta(ge=0, le=MAX_MODEL_LEN)]
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_ID)]
+_Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_TopK = Annotated[int, msgspec.Meta(ge=-1, le=2**31 - 1)]  # -1 (or 0): no top-k, as in vLLM
+_Bias = Annotated[float, msgspec.Meta(ge=LOGIT_BIAS_RANGE[0], le=LOGIT_BIAS_RANGE[1])]
+# token id (a decimal string: JSON keys are strings) -> bias; ids are checked by the worker
+_LogitBias = Annotated[dict[str, _Bias], msgspec.Meta(max_length=MAX_LOGIT_BIAS)]
 # sampling ranges shared by chat and completion requests
 _Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 _TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
@@ -188,13 +200,13 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     parallel_tool_calls: bool | None = None
     temperature: _Temperature | None = None
     top_p: _TopP | None = None
-    top_k: int | None = None
+    top_k: _TopK | None = None
     min_p: _MinP | None = None
     presence_penalty: _Penalty | None = None
     frequency_penalty: _Penalty | None = None
     repetition_penalty: _Positive | None = None
-    seed: int | None = None
-    logit_bias: dict[str, float] | None = None
+    seed: _Seed | None = None
+    logit_bias: _LogitBias | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
     response_format: ResponseFormat | None = None
@@ -213,7 +225,7 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     """The body of ``POST /v1/completions`` (legacy API: ``max_tokens`` defaults to 16)."""
 
     model: str
-    prompt: str | list[str | int | list[int]]  # text, token ids, or a batch of one
+    prompt: str | list[str | TokenId | list[TokenId]]  # text, token ids, or a batch of one
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: Int1 | None = 16
@@ -224,13 +236,13 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     stop: str | list[str] | None = None
     temperature: _Temperature | None = None
     top_p: _TopP | None = None
-    top_k: int | None = None
+    top_k: _TopK | None = None
     min_p: _MinP | None = None
     presence_penalty: _Penalty | None = None
     frequency_penalty: _Penalty | None = None
     repetition_penalty: _Positive | None = None
-    seed: int | None = None
-    logit_bias: dict[str, float] | None = None
+    seed: _Seed | None = None
+    logit_bias: _LogitBias | None = None
     logprobs: int | None = None
     min_tokens: Int0 = 0
     ignore_eos: bool = False
@@ -254,7 +266,7 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
 class DetokenizeRequest(msgspec.Struct, kw_only=True):
     """``POST /detokenize``."""
 
-    tokens: list[Int0]
+    tokens: list[TokenId]
     model: str | None = None
     skip_special_tokens: bool = False
 

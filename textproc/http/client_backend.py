@@ -29,7 +29,7 @@ def api_error(exc: TextprocError) -> ApiError:
         return exc
     status = exc.status
     if status < 500:
-        return ApiError(str(exc), status=status, code=exc.kind)
+        return ApiError(str(exc), status=status, param=exc.param, code=exc.kind)
     code = "service_unavailable" if status == 503 else "internal_error"
     return ApiError(str(exc), status=status, type="server_error", code=code)
 
@@ -80,9 +80,6 @@ class ClientBackend:
         return self.client
 
     def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
-        kwargs = dict(params.chat_template_kwargs)
-        if params.documents is not None:
-            kwargs.setdefault("documents", params.documents)
         return self._outputs(lambda client: client.chat(
             params.messages,
             tools=params.tools,
@@ -91,7 +88,8 @@ class ClientBackend:
             max_tokens=params.max_tokens,
             min_tokens=params.min_tokens,
             include_stop=params.include_stop_str_in_output,
-            chat_template_kwargs=kwargs,
+            chat_template_kwargs=params.chat_template_kwargs,
+            documents=params.documents,
             skip_special_tokens=params.skip_special_tokens,
             sampling=params.sampling,
             request_id=request_id,

@@ -68,6 +68,7 @@ class Metrics:
         self.completion_tokens = 0
         self.running = 0  # requests being served now
         self.aborted_by_client = 0
+        self.upload_disconnects = 0  # clients gone before their request body was read
         self.stages = {stage: Histogram() for stage in STAGES}
 
     def count_request(self, endpoint: str, status: int) -> None:
@@ -118,6 +119,9 @@ class Metrics:
         family("textproc_client_disconnects_total", "counter",
                "Requests aborted because the HTTP client disconnected.")
         out.append(f"textproc_client_disconnects_total {self.aborted_by_client}")
+        family("textproc_http_upload_disconnects_total", "counter",
+               "Requests whose client disconnected before sending the whole body.")
+        out.append(f"textproc_http_upload_disconnects_total {self.upload_disconnects}")
         family("textproc_queue_depth", "gauge",
                "Requests pending at each tokenizer worker, as this frontend sees them.")
         for worker, depth in sorted((queue_depths or {}).items()):

@@ -1,8 +1,10 @@
 """OpenAI API request validation for the HTTP frontend: body bytes -> validated parameters.
 
 Owns every rule a request body must follow beyond its types (``api_types``): the served model
-(404), n=1, message and tool shapes, tool_choice against tools, stop lists, unsupported features
-(logprobs, response_format, suffix, batches of prompts). Pure functions: no I/O, no sockets, no
+(404), n=1, message and tool shapes, tool_choice against tools, stop lists, logit_bias keys,
+unsupported features (logprobs, response_format, suffix, batches of prompts). Before decoding,
+``body_check`` bounds what any JSON value may be (depth, integer range, valid Unicode). Limits
+the worker knows better (the vocabulary, max_model_len, the prompt size) are the worker's. Pure functions: no I/O, no sockets, no
 event loop, so every rule is unit-tested without a process.
 
 Invariant: every rejected body raises :class:`ApiError` whose message names the bad value, where
@@ -18,6 +20,8 @@ from typing import Any, Sequence
 import msgspec
 
 from textproc.errors import short
+from textproc.http.body_check import check_body
+from textproc.protocol import MAX_STOP_STRINGS, MAX_TOKEN_ID
 from textproc.http.api_types import (
     ApiError,
     AssistantMessage,
@@ -45,10 +49,8 @@ __all__ = [
     "parse_detokenize_request",
     "tokenize_messages",
     "tokenize_tools",
-    "MAX_STOP_STRINGS",
 ]
 
-MAX_STOP_STRINGS = 64  # OpenAI allows 4; more than this is surely a mistake (each costs per-step work)
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # OpenAI's rule, plus '.' and ':' seen in the wild
 _SAMPLING_FIELDS = (
     "temperature",
@@ -68,6 +70,7 @@ _PATH = re.compile(r" - at `\$\.?(.*)`$")
 
 def _decode(body: bytes, kind: type[Any], what: str) -> Any:
     """Decode and type-check ``body`` as ``kind``; msgspec errors become 400 with ``param``."""
+    check_body(body)  # depth, integer range, lone surrogates: before anything recurses into it
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
@@ -83,6 +86,8 @@ def _decode(body: bytes, kind: type[Any], what: str) -> Any:
         raise ApiError(
             f"{what} body is not valid JSON ({exc}); send a JSON object", code="invalid_json"
         ) from exc
+    except RecursionError as exc:  # check_body bounds the depth; kept as a last line
+        raise ApiError(f"{what} body is nested too deeply to decode", code="invalid_json") from exc
 
 
 def _check_model(model: str | None, served_models: Sequence[str]) -> str:
@@ -277,7 +282,21 @@ def _common(req: ChatCompletionRequest | CompletionRequest) -> tuple[bool, dict[
     sampling = {
         name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None
     }
+    if req.logit_bias is not None:
+        sampling["logit_bias"] = _logit_bias(req.logit_bias)
     return opts.include_usage, sampling
+
+
+def _logit_bias(bias: dict[str, float]) -> dict[int, float]:
+    """OpenAI's logit_bias: token ids as decimal strings (JSON keys) -> -100..100 (the range is
+    the type's). Ids outside the vocabulary are the worker's to refuse."""
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit() and int(key) <= MAX_TOKEN_ID):
+            raise ApiError(f"logit_bias key {short(key)} is not a token id; keys are token ids "
+                           "as decimal strings, e.g. {\"1234\": -100}", param="logit_bias")
+        out[int(key)] = value
+    return out
 
 
 def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatParams:
@@ -350,10 +369,7 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
     if isinstance(raw, str):
         prompt = raw
     elif raw and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
-        prompt = [x for x in raw if isinstance(x, int)]
-        if min(prompt) < 0:
-            raise ApiError(f"prompt token id {min(prompt)} is negative; ids are >= 0",
-                           param="prompt")
+        prompt = [x for x in raw if isinstance(x, int)]  # 0..MAX_TOKEN_ID (the type's range)
     elif raw and all(isinstance(x, (str, list)) for x in raw):
         raise ApiError(
             f"prompt is a batch of {len(raw)} prompts; this server takes one prompt per request",

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -154,6 +154,11 @@ class _Api:
             response = await handler(request, body)
             status = response.status_code
             return response
+        except ClientDisconnect:  # gone mid-upload: not an error, nobody reads an answer
+            status = 499
+            self.metrics.upload_disconnects += 1
+            _log.debug("client left %s before sending the whole body", endpoint)
+            return Response(status_code=499)
         except ApiError as exc:
             status = exc.status
             return error_response(exc)
@@ -402,14 +407,18 @@ class _Api:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})  # 405 carries Allow (RFC 9110)
     if exc.status_code == 404:
         message = f"no route {request.method} {request.url.path}; see GET /v1/models"
     elif exc.status_code == 405:
-        message = f"method {request.method} is not allowed on {request.url.path}"
+        message = (f"method {request.method} is not allowed on {request.url.path}; allowed: "
+                   f"{headers.get('Allow', '?')}")
     else:
         message = str(exc.detail)
-    return error_response(ApiError(message, status=exc.status_code,
-                           code="not_found" if exc.status_code == 404 else None))
+    response = error_response(ApiError(message, status=exc.status_code,
+                              code="not_found" if exc.status_code == 404 else None))
+    response.headers.update(headers)
+    return response
 
 
 def build_app(

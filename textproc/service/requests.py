@@ -16,8 +16,11 @@ from typing import Any, NamedTuple
 
 from textproc.config import ServiceConfig
 from textproc.core.tokenizer import PromptTokenizer
+from textproc.core.chat.template import RESERVED_VARIABLES
 from textproc.errors import InvalidInput, short
 from textproc.protocol import (
+    LOGIT_BIAS_RANGE,
+    MAX_LOGIT_BIAS,
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -37,9 +40,6 @@ _log = logging.getLogger("textproc.worker")
 MAX_REQUEST_ID_CHARS = 256
 _TOOL_CHOICES = ("none", "auto", "required")
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
-_RESERVED_TEMPLATE_VARS = frozenset(
-    {"messages", "tools", "add_generation_prompt", "continue_final_message", "documents"}
-)
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -89,7 +89,8 @@ class RequestBuilder:
         prompt = self.render(req.messages, tools if tool_choice != "none" else None,
                              add_generation_prompt=req.add_generation_prompt,
                              continue_final_message=req.continue_final_message,
-                             chat_template_kwargs=req.chat_template_kwargs)
+                             chat_template_kwargs=req.chat_template_kwargs,
+                             documents=req.documents)
         t1 = time.perf_counter()
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
@@ -112,12 +113,13 @@ class RequestBuilder:
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
                             req.stop_token_ids, req.ignore_eos, constraint,
                             reasoning=reasoning, tools=parse_tools,
-                            starts_in_reasoning=starts_in_reasoning,
+                            starts_in_reasoning=starts_in_reasoning, prompt_param="messages",
                             template_s=template_s, tokenize_s=tokenize_s)
 
     def render(self, messages: Any, tools: list[dict[str, Any]] | None, *,
                add_generation_prompt: bool = True, continue_final_message: bool = False,
-               chat_template_kwargs: dict[str, Any] | None = None) -> str:
+               chat_template_kwargs: dict[str, Any] | None = None,
+               documents: list[dict[str, Any]] | None = None) -> str:
         from textproc.core.chat.template import render_chat
 
         self._check_messages(messages)
@@ -128,24 +130,26 @@ class RequestBuilder:
                 "request, or add a chat_template to tokenizer_config.json"
             )
         kwargs = dict(chat_template_kwargs or {})
+        # the core's own list of render_chat arguments (documents, template_name, limits...):
+        # a client must not set them through template variables
         bad = [k for k in kwargs if not isinstance(k, str) or not k.isidentifier()
-               or k in _RESERVED_TEMPLATE_VARS]
+               or k in RESERVED_VARIABLES]
         if bad:
             raise InvalidInput(
                 f"chat_template_kwargs keys {short(bad)} are not allowed; use identifiers other "
-                f"than {sorted(_RESERVED_TEMPLATE_VARS)}"
-            )
+                f"than {sorted(RESERVED_VARIABLES)}", param="chat_template_kwargs")
         if add_generation_prompt and continue_final_message:
             raise InvalidInput("add_generation_prompt and continue_final_message cannot both be true")
         prompt: str = render_chat(template, messages, tools,
                                   add_generation_prompt=add_generation_prompt,
                                   continue_final_message=continue_final_message,
+                                  documents=documents,
                                   **{**self.special_vars, **kwargs})
         if len(prompt) > self.config.max_prompt_chars:
             raise InvalidInput(
                 f"the rendered prompt has {len(prompt)} characters, over the limit of "
-                f"{self.config.max_prompt_chars}"
-            )
+                f"{self.config.max_prompt_chars} characters; shorten the messages",
+                param="messages")
         return prompt
 
     # -- completion ----------------------------------------------------------------------------
@@ -155,14 +159,13 @@ class RequestBuilder:
         _check_request_id(req.request_id)
         if req.prompt_token_ids is not None:
             if req.prompt:
-                raise InvalidInput(
-                    f"request {req.request_id!r}: give prompt or prompt_token_ids, not both")
-            prompt_ids = self._check_ids(req.prompt_token_ids, "prompt_token_ids")
+                raise InvalidInput("give prompt or prompt_token_ids, not both", param="prompt")
+            prompt_ids = self._check_ids(req.prompt_token_ids, "prompt", "prompt token ids")
         else:
             if len(req.prompt) > self.config.max_prompt_chars:
                 raise InvalidInput(
-                    f"prompt has {len(req.prompt)} characters, over the limit of "
-                    f"{self.config.max_prompt_chars}")
+                    f"the prompt has {len(req.prompt)} characters, over the limit of "
+                    f"{self.config.max_prompt_chars} characters", param="prompt")
             t0 = time.perf_counter()
             prompt_ids = self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
             tokenize_s = time.perf_counter() - t0
@@ -170,7 +173,7 @@ class RequestBuilder:
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
                             req.stop_token_ids, req.ignore_eos, None,
                             reasoning=False, tools=False, starts_in_reasoning=False,
-                            tokenize_s=tokenize_s)
+                            prompt_param="prompt", tokenize_s=tokenize_s)
 
     # -- tokenize / detokenize -----------------------------------------------------------------
 
@@ -194,7 +197,7 @@ class RequestBuilder:
 
     def detokenize(self, req: DetokenizeRequest) -> DetokenizeResult:
         _check_request_id(req.request_id)
-        ids = self._check_ids(req.token_ids, "token_ids", allow_empty=True)
+        ids = self._check_ids(req.token_ids, "tokens", "token ids", allow_empty=True)
         text = self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
         return DetokenizeResult(req.request_id, text)
 
@@ -204,35 +207,39 @@ class RequestBuilder:
                 max_tokens: int | None, min_tokens: int, stop: list[str], include_stop: bool,
                 skip_special_tokens: bool, sampling: dict[str, Any], stop_token_ids: list[int],
                 ignore_eos: bool, constraint: str | None, *, reasoning: bool, tools: bool,
-                starts_in_reasoning: bool, template_s: float = 0.0,
+                starts_in_reasoning: bool, prompt_param: str, template_s: float = 0.0,
                 tokenize_s: float = 0.0) -> Built:
+        # messages name no request id: the client knows which request it sent (OpenAI's wording)
         n_prompt = len(prompt_ids)
         limit = self.config.max_model_len
         if n_prompt == 0:
-            raise InvalidInput(f"request {request_id!r}: the prompt encodes to no tokens")
+            raise InvalidInput("the prompt encodes to no tokens", param=prompt_param)
         if n_prompt >= limit:
             raise InvalidInput(
-                f"request {request_id!r}: the prompt has {n_prompt} tokens, the model's "
-                f"max_model_len is {limit}; shorten the prompt")
+                f"this model's maximum context length is {limit} tokens, but the prompt has "
+                f"{n_prompt} tokens; shorten the {prompt_param}", param=prompt_param)
         if max_tokens is None:
             max_tokens = limit - n_prompt
         elif isinstance(max_tokens, bool) or max_tokens < 1:
-            raise InvalidInput(f"request {request_id!r}: max_tokens={max_tokens!r}; allowed: >= 1")
+            raise InvalidInput(f"max_tokens={max_tokens!r}; allowed: >= 1", param="max_tokens")
         elif n_prompt + max_tokens > limit:
             raise InvalidInput(
-                f"request {request_id!r}: prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) "
-                f"= {n_prompt + max_tokens} is over max_model_len={limit}; lower max_tokens to "
-                f"at most {limit - n_prompt}")
+                f"this model's maximum context length is {limit} tokens, but you requested "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the {prompt_param}, "
+                f"{max_tokens} in max_tokens); lower max_tokens to at most {limit - n_prompt} "
+                f"or shorten the {prompt_param}", param="max_tokens")
         if min_tokens < 0 or min_tokens > max_tokens:
             raise InvalidInput(
-                f"request {request_id!r}: min_tokens={min_tokens!r}; allowed: 0..max_tokens "
-                f"({max_tokens})")
+                f"min_tokens={min_tokens!r}; allowed: 0..max_tokens ({max_tokens})",
+                param="min_tokens")
         self._check_stops(stop)
         extra_ids = self._check_stop_token_ids(stop_token_ids)
+        sampling = dict(sampling)
+        logit_bias = self._check_logit_bias(sampling.pop("logit_bias", None))
         self._check_sampling(sampling)
         stop_ids = sorted(set(extra_ids if ignore_eos else self.default_stop_ids + extra_ids))
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
-                                       sampling, constraint, min_tokens, ignore_eos)
+                                       sampling, constraint, min_tokens, ignore_eos, logit_bias)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
                         starts_in_reasoning)
@@ -240,13 +247,25 @@ class RequestBuilder:
 
     def _check_messages(self, messages: Any) -> None:
         if not isinstance(messages, list) or not messages:
-            raise InvalidInput(f"messages must be a non-empty list, got {short(messages)}")
+            raise InvalidInput(f"messages must be a non-empty list, got {short(messages)}",
+                               param="messages")
+        chars = 0
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
-                raise InvalidInput(f"messages[{i}] must be an object, got {short(message)}")
+                raise InvalidInput(f"messages[{i}] must be an object, got {short(message)}",
+                                   param=f"messages[{i}]")
             role = message.get("role")
             if not isinstance(role, str) or not role:
-                raise InvalidInput(f"messages[{i}].role must be a non-empty string, got {short(role)}")
+                raise InvalidInput(f"messages[{i}].role must be a non-empty string, got "
+                                   f"{short(role)}", param=f"messages[{i}].role")
+            content = message.get("content")
+            chars += len(content) if isinstance(content, str) else 0
+        # before rendering: a 10 MB message must not reach the template's output budget
+        if chars > self.config.max_prompt_chars:
+            raise InvalidInput(
+                f"the messages have {chars} characters of content, over the limit of "
+                f"{self.config.max_prompt_chars} characters; shorten the messages",
+                param="messages")
 
     def _check_tools(self, tools: Any) -> list[dict[str, Any]]:
         if tools is None:
@@ -286,38 +305,70 @@ class RequestBuilder:
 
     def _check_stops(self, stop: list[str]) -> None:
         if len(stop) > self.config.max_stops:
-            raise InvalidInput(f"{len(stop)} stop strings; at most {self.config.max_stops} allowed")
+            raise InvalidInput(f"stop has {len(stop)} strings; at most {self.config.max_stops} "
+                               "are allowed", param="stop")
         for i, s in enumerate(stop):
             if not s:
-                raise InvalidInput(f"stop[{i}] is empty; stop strings must be non-empty")
+                raise InvalidInput(f"stop[{i}] is empty; stop strings must be non-empty",
+                                   param="stop")
             if len(s) > self.config.max_stop_chars:
                 raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most "
-                                   f"{self.config.max_stop_chars} allowed")
+                                   f"{self.config.max_stop_chars} allowed", param="stop")
 
     def _check_stop_token_ids(self, ids: list[int]) -> list[int]:
         vocab = self.tokenizer.vocab_size
         for i, t in enumerate(ids):
             if not 0 <= t < vocab:
                 raise InvalidInput(f"stop_token_ids[{i}]={t!r} is outside the vocabulary "
-                                   f"[0, {vocab})")
+                                   f"[0, {vocab})", param="stop_token_ids")
         return list(ids)
+
+    def _check_logit_bias(self, bias: Any) -> dict[int, float]:
+        """OpenAI's rules: token ids (ints, or their decimal strings as JSON keys) in the
+        vocabulary -> numbers in LOGIT_BIAS_RANGE; at most MAX_LOGIT_BIAS entries."""
+        if bias is None:
+            return {}
+        if not isinstance(bias, dict):
+            raise InvalidInput(f"logit_bias must map token ids to numbers, got {short(bias)}",
+                               param="logit_bias")
+        if len(bias) > MAX_LOGIT_BIAS:
+            raise InvalidInput(f"logit_bias has {len(bias)} entries; at most {MAX_LOGIT_BIAS} "
+                               "are allowed", param="logit_bias")
+        vocab = self.tokenizer.vocab_size
+        low, high = LOGIT_BIAS_RANGE
+        out: dict[int, float] = {}
+        for key, value in bias.items():
+            token_id = key if isinstance(key, int) and not isinstance(key, bool) else (
+                int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else None)
+            if token_id is None or not 0 <= token_id < vocab:
+                raise InvalidInput(f"logit_bias key {short(key)} is not a token id of this "
+                                   f"model; allowed: 0..{vocab - 1}", param="logit_bias")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not low <= value <= high:
+                raise InvalidInput(f"logit_bias[{short(key)}]={short(value)}; allowed: numbers "
+                                   f"from {low:g} to {high:g}", param="logit_bias")
+            out[token_id] = float(value)
+        return out
 
     def _check_sampling(self, sampling: dict[str, Any]) -> None:
         for key, value in sampling.items():
             if not isinstance(value, _SCALARS) and not (
                     isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value)):
                 raise InvalidInput(f"sampling[{key!r}]={short(value)}; allowed: numbers, strings, "
-                                   "booleans, null or lists of them")
+                                   "booleans, null or lists of them", param=str(key))
 
-    def _check_ids(self, data: bytes, what: str, *, allow_empty: bool = False) -> list[int]:
+    def _check_ids(self, data: bytes, param: str, what: str, *,
+                   allow_empty: bool = False) -> list[int]:
         try:
             ids = unpack_ids(data)
         except ValueError as e:
-            raise InvalidInput(f"{what}: {e}") from e
+            raise InvalidInput(f"{what}: {e}", param=param) from e
         if not ids and not allow_empty:
-            raise InvalidInput(f"{what} is empty")
+            raise InvalidInput(f"{what} are empty", param=param)
         vocab = self.tokenizer.vocab_size
         bad = [t for t in ids if t >= vocab]
         if bad:
-            raise InvalidInput(f"{what} has ids outside the vocabulary [0, {vocab}): {short(bad[:10])}")
+            raise InvalidInput(f"{what} outside the vocabulary [0, {vocab}): {short(bad[:10])}",
+                               param=param)
         return ids
+

@@ -99,9 +99,9 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     reply = Stats(frame.request_id, "worker", index,
                                   {**counters, **decoder.counters(), "pid": os.getpid()})
         except TemplateError as e:
-            reply = Failure(frame.request_id, "template", str(e), 400)
+            reply = Failure(frame.request_id, "template", str(e), 400, "messages")
         except TextprocError as e:  # InvalidInput and the other textproc errors
-            reply = Failure(frame.request_id, "invalid_input", str(e), 400)
+            reply = Failure(frame.request_id, "invalid_input", str(e), 400, e.param)
         except Exception as e:  # one request's bug must not take the worker down
             _log.exception("request %r failed in worker %d", frame.request_id, index)
             reply = Failure(frame.request_id, "internal",
