@@ -60,6 +60,7 @@ class ApiError(TextprocError):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -67,6 +68,7 @@ class ApiError(TextprocError):
         self.type = type
         self.param = param
         self.code = code
+        self.close = close  # the connection cannot be reused (e.g. a body left half read)
 
     def body(self) -> dict[str, Any]:
         """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""

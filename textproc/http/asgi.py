@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from textproc.http.api_types import ApiError
+from textproc.http.metrics import Metrics
 
 __all__ = [
     "json_response",
@@ -40,9 +41,12 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def error_response(exc: ApiError) -> Response:
-    """OpenAI's error object with the error's status (Retry-After: 1 on 429 and 503)."""
-    headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
-    return json_response(exc.body(), exc.status, headers)
+    """OpenAI's error object with the error's status (Retry-After: 1 on 429 and 503;
+    Connection: close when the error says the connection cannot be reused)."""
+    headers = {"Retry-After": "1"} if exc.status in (429, 503) else {}
+    if exc.close:
+        headers["Connection"] = "close"
+    return json_response(exc.body(), exc.status, headers or None)
 
 
 async def wait_disconnect(receive: Receive) -> None:
@@ -112,7 +116,10 @@ class EventStream(Response):
                 await aclose()
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, *, timeout_s: float | None = None,
+                    metrics: Metrics | None = None) -> bytes:
+    """The whole body: 413 over ``limit`` bytes, 408 (and the connection closed) when it is
+    not complete within ``timeout_s`` seconds of the headers (counted in ``metrics``)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(
@@ -121,12 +128,20 @@ async def read_body(request: Request, limit: int) -> bytes:
         )
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(f"request body is over the {limit}-byte limit", status=413,
-                           code="request_too_large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(f"request body is over the {limit}-byte limit", status=413,
+                                   code="request_too_large")
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        if metrics is not None:
+            metrics.body_timeouts += 1
+        raise ApiError(f"the request body did not arrive within {timeout_s:g} s ({size} bytes "
+                       "came); send it at once", status=408, code="request_timeout",
+                       close=True) from exc
     return b"".join(chunks)
 
 

@@ -69,6 +69,12 @@ class Metrics:
         self.running = 0  # requests being served now
         self.aborted_by_client = 0
         self.upload_disconnects = 0  # clients gone before their request body was read
+        # connection guards (textproc.http.connections, asgi.read_body)
+        self.open_connections = 0
+        self.connections_refused = 0  # over --max-connections: 503 and closed
+        self.header_timeouts = 0  # request headers not complete within --header-timeout
+        self.body_timeouts = 0  # request body not complete within --body-timeout: 408
+        self.framing_refused = 0  # Transfer-Encoding and Content-Length both: 400
         self.stages = {stage: Histogram() for stage in STAGES}
 
     def count_request(self, endpoint: str, status: int) -> None:
@@ -122,6 +128,20 @@ class Metrics:
         family("textproc_http_upload_disconnects_total", "counter",
                "Requests whose client disconnected before sending the whole body.")
         out.append(f"textproc_http_upload_disconnects_total {self.upload_disconnects}")
+        family("textproc_http_connections_open", "gauge", "HTTP connections open now.")
+        out.append(f"textproc_http_connections_open {self.open_connections}")
+        for name, value, text in (
+            ("connections_refused", self.connections_refused,
+             "Connections refused with 503 because --max-connections were open."),
+            ("header_timeouts", self.header_timeouts,
+             "Connections closed because request headers took longer than --header-timeout."),
+            ("body_timeouts", self.body_timeouts,
+             "Requests answered 408 because the body took longer than --body-timeout."),
+            ("framing_refused", self.framing_refused,
+             "Requests refused (400) for carrying both Transfer-Encoding and Content-Length."),
+        ):
+            family(f"textproc_http_{name}_total", "counter", text)
+            out.append(f"textproc_http_{name}_total {value}")
         family("textproc_queue_depth", "gauge",
                "Requests pending at each tokenizer worker, as this frontend sees them.")
         for worker, depth in sorted((queue_depths or {}).items()):

@@ -48,6 +48,9 @@ def run_http(
     served_model_name: str | None = None,
     max_body_bytes: int | None = None,
     max_running: int | None = None,
+    max_connections: int | None = None,
+    header_timeout_s: float | None = None,
+    body_timeout_s: float | None = None,
     connect_timeout_s: float = 60.0,
     parent_pid: int = 0,
     log_level: str = "INFO",
@@ -66,6 +69,7 @@ def run_http(
     import uvicorn
 
     from textproc.http.client_backend import ClientBackend
+    from textproc.http.connections import guarded_h11
     from textproc.http.metrics import Metrics
     from textproc.http.server import HttpLimits, build_app
 
@@ -75,10 +79,12 @@ def run_http(
     )
     runtime = Path(runtime_dir)
     address_file = Path(http_file) if http_file is not None else runtime / HTTP_FILE
-    limits = HttpLimits(
-        **{k: v for k, v in (("max_body_bytes", max_body_bytes), ("max_running", max_running))
-           if v is not None}
-    )
+    given: dict[str, Any] = {k: v for k, v in (
+        ("max_body_bytes", max_body_bytes), ("max_running", max_running),
+        ("max_connections", max_connections), ("header_timeout_s", header_timeout_s),
+        ("body_timeout_s", body_timeout_s)) if v is not None}
+    limits = HttpLimits(**given)
+    metrics = Metrics()
     backend = ClientBackend(runtime, served_model_name=served_model_name,
                             connect_timeout_s=connect_timeout_s,
                             curve_client_key=curve_client_key, curve_server_key=curve_server_key)
@@ -99,13 +105,15 @@ def run_http(
     if api_key is None and host not in ("127.0.0.1", "::1", "localhost"):
         _log.warning("serving the API on %s without an API key: anyone who can reach it can "
                      "use it (pass --api-key-file)", host)
-    app = build_app(backend, limits=limits, metrics=Metrics(), lifespan=lifespan,
+    app = build_app(backend, limits=limits, metrics=metrics, lifespan=lifespan,
                     api_key=api_key)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="uvloop",
+        http=guarded_h11(max_connections=limits.max_connections,
+                         header_timeout_s=limits.header_timeout_s, metrics=metrics),
         lifespan="on",
         log_level=log_level.lower(),
         log_config=None,  # uvicorn's loggers propagate to the root handler set up above
@@ -140,6 +148,9 @@ async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m textproc.http --runtime-dir DIR [--http HOST:PORT] ...``."""
+    from textproc.http.server import HttpLimits
+
+    defaults = HttpLimits()
     p = argparse.ArgumentParser(prog="python -m textproc.http",
                                 description="the OpenAI-compatible HTTP frontend of textproc")
     p.add_argument("--runtime-dir", required=True, help="a running service's runtime dir")
@@ -147,9 +158,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--served-model-name", default=None,
                    help="the model name clients send (default: the model directory's name)")
     p.add_argument("--max-body-bytes", type=int, default=None,
-                   help="larger request bodies get 413 (default 16 MiB)")
+                   help=f"larger request bodies get 413 (default {defaults.max_body_bytes})")
     p.add_argument("--max-running", type=int, default=None,
-                   help="generation requests in flight before 429 (default 4096)")
+                   help=f"generation requests in flight before 429 (default {defaults.max_running})")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="open connections before new ones get 503 and are closed "
+                        f"(default {defaults.max_connections})")
+    p.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
+                   help="close a connection whose request headers are not complete by then "
+                        f"(default {defaults.header_timeout_s:g})")
+    p.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
+                   help="answer 408 when the request body is not complete by then "
+                        f"(default {defaults.body_timeout_s:g})")
     p.add_argument("--connect-timeout", type=float, default=60.0,
                    help="seconds to wait for the service's endpoints.json and detokenizer")
     p.add_argument("--parent-pid", type=int, default=0,
@@ -185,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         served_model_name=args.served_model_name,
         max_body_bytes=args.max_body_bytes,
         max_running=args.max_running,
+        max_connections=args.max_connections,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
         connect_timeout_s=args.connect_timeout,
         parent_pid=args.parent_pid,
         log_level=args.log_level,

@@ -32,6 +32,7 @@ from textproc.http.asgi import (
     until_disconnect,
 )
 from textproc.http.backend import Backend, Output
+from textproc.http.connections import FramingGuard
 from textproc.http.metrics import CONTENT_TYPE, Metrics
 from textproc.http.openai_api import (
     parse_chat_request,
@@ -67,6 +68,9 @@ class HttpLimits:
 
     max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
     max_running: int = 4096  # generation requests in flight; more get 429
+    max_connections: int = 4096  # open connections; more get 503 and are closed
+    header_timeout_s: float = 10.0  # request headers must be complete by then, or the socket closes
+    body_timeout_s: float = 30.0  # the request body must be complete by then, or 408
 
 
 def _client_gone() -> ApiError:
@@ -150,7 +154,8 @@ class _Api:
     ) -> Response:
         status = 500
         try:
-            body = await read_body(request, self.limits.max_body_bytes)
+            body = await read_body(request, self.limits.max_body_bytes,
+                                   timeout_s=self.limits.body_timeout_s, metrics=self.metrics)
             response = await handler(request, body)
             status = response.status_code
             return response
@@ -445,7 +450,9 @@ def build_app(
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
     ]
-    middleware = [Middleware(BearerAuth, api_key=api_key)] if api_key else []
+    middleware = [Middleware(FramingGuard, metrics=api.metrics)]
+    if api_key:
+        middleware.append(Middleware(BearerAuth, api_key=api_key))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
                     middleware=middleware, lifespan=lifespan)
     app.state.api = api
