@@ -6,7 +6,10 @@ chat templates of real models as published with their tokenizers (Qwen3, QwQ, Qw
 3.2/3.3, Mistral Nemo/Small/Devstral, DeepSeek R1 distills, Gemma 2, Phi-3.5, Hermes 2/3 tool_use,
 Command R, Granite 3.3, Kimi K2, gpt-oss, functionary, firefunction). We fetch it with
 ``pip download --no-deps --no-binary :all:`` (pinned version), extract only those ``*.jinja``
-files, and write a ``manifest.json`` naming the package, version and files.
+files, and write a ``manifest.json`` naming the package, version and files. A later version of
+the same package (``EXTRA_VERSION``) adds the families the first one lacks (Qwen3-Coder, DeepSeek
+V3.1, GLM-4.6 / 4.7, Kimi K2 Instruct / Thinking, Granite 4, Ministral 3 Reasoning); only files
+not already taken from the first are kept, so the bytes of the first set never change.
 
 Usage: ``python scripts/fetch_templates.py [--force]`` (no arguments needed). Idempotent: when the
 manifest matches the pinned package and every file is present it returns at once.
@@ -29,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / ".cache" / "templates"
 PACKAGE = "llama-cpp-python"
 VERSION = "0.3.16"  # checked: its sdist carries vendor/llama.cpp/models/templates/*.jinja (26 files)
+EXTRA_VERSION = "0.3.36"  # checked: its sdist carries 71 templates, the tool-format families above
 MEMBER_DIR = "/vendor/llama.cpp/models/templates/"
 # Templates the tests rely on; the fetch fails loudly if the package stops carrying one.
 REQUIRED = (
@@ -46,6 +50,17 @@ REQUIRED = (
     "openai-gpt-oss-120b.jinja",
     "moonshotai-Kimi-K2.jinja",
 )
+REQUIRED_EXTRA = (
+    "Qwen3-Coder.jinja",
+    "deepseek-ai-DeepSeek-V3.1.jinja",
+    "GLM-4.6.jinja",
+    "GLM-4.7-Flash.jinja",
+    "Kimi-K2-Instruct.jinja",
+    "Kimi-K2-Thinking.jinja",
+    "ibm-granite-granite-4.0.jinja",
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    "Qwen3.5-4B.jinja",
+)
 
 
 def _cached(out_dir: Path) -> list[str] | None:
@@ -57,32 +72,37 @@ def _cached(out_dir: Path) -> list[str] | None:
     files = data.get("files", [])
     if data.get("package") != PACKAGE or data.get("version") != VERSION:
         return None
+    if data.get("extra_version") != EXTRA_VERSION:
+        return None
     if not all((out_dir / name).is_file() for name in files):
         return None
     return list(files)
 
 
-def _download(work: Path) -> Path:
+def _download(work: Path, version: str = VERSION) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--disable-pip-version-check", "-q", "-d", str(work), f"{PACKAGE}=={VERSION}",
+        "--disable-pip-version-check", "-q", "-d", str(work), f"{PACKAGE}=={version}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise SystemExit(f"fetch_templates: pip download {PACKAGE}=={VERSION} failed:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"fetch_templates: pip download {PACKAGE}=={version} failed:\n{proc.stderr[-2000:]}")
     archives = sorted(work.glob("*.tar.gz"))
     if not archives:
         raise SystemExit(f"fetch_templates: pip download left no .tar.gz in {work}")
     return archives[0]
 
 
-def _extract(archive: Path, out_dir: Path) -> list[str]:
+def _extract(archive: Path, out_dir: Path, *, skip: frozenset[str] = frozenset()) -> list[str]:
     names: list[str] = []
     with tarfile.open(archive, "r:gz") as tar:
         for member in tar:
             if not member.isfile() or MEMBER_DIR not in member.name or not member.name.endswith(".jinja"):
                 continue
             name = member.name.rsplit("/", 1)[1]
+            if name in skip:
+                continue
             handle = tar.extractfile(member)
             if handle is None:
                 continue
@@ -101,11 +121,15 @@ def fetch(out_dir: Path = TEMPLATES_DIR, *, force: bool = False) -> list[str]:
             return cached
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="textproc-templates-") as tmp:
-        names = _extract(_download(Path(tmp)), out_dir)
+        names = _extract(_download(Path(tmp) / "first"), out_dir)
+        extra = _extract(_download(Path(tmp) / "extra", EXTRA_VERSION), out_dir, skip=frozenset(names))
     missing = [name for name in REQUIRED if name not in names]
+    missing += [name for name in REQUIRED_EXTRA if name not in extra]
     if missing:
-        raise SystemExit(f"fetch_templates: {PACKAGE}=={VERSION} lacks {missing}")
-    manifest = {"package": PACKAGE, "version": VERSION, "member_dir": MEMBER_DIR, "files": names}
+        raise SystemExit(f"fetch_templates: {PACKAGE}=={VERSION} / {EXTRA_VERSION} lack {missing}")
+    names = sorted(names + extra)
+    manifest = {"package": PACKAGE, "version": VERSION, "extra_version": EXTRA_VERSION,
+                "member_dir": MEMBER_DIR, "files": names}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return names
 
@@ -118,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     names = fetch(args.out, force=args.force)
     took = time.monotonic() - start
-    print(f"templates: {len(names)} chat templates from {PACKAGE}=={VERSION} in {args.out} ({took:.1f} s)")
+    print(f"templates: {len(names)} chat templates from {PACKAGE}=={VERSION} and =={EXTRA_VERSION} "
+          f"in {args.out} ({took:.1f} s)")
     for name in names:
         print(f"  {name}  ({(args.out / name).stat().st_size} bytes)")
     return 0

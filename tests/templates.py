@@ -29,6 +29,19 @@ REAL_TEMPLATES = {
     "command-r7b": "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",  # tools, documents
     "gpt-oss": "openai-gpt-oss-120b.jinja",  # strftime_now, thinking field
     "kimi-k2": "moonshotai-Kimi-K2.jinja",
+    # from the later package version (scripts/fetch_templates.py EXTRA_VERSION)
+    "qwen3-coder": "Qwen3-Coder.jinja",
+    "qwen3.5": "Qwen3.5-4B.jinja",
+    "deepseek-v3.1": "deepseek-ai-DeepSeek-V3.1.jinja",
+    "glm-4.6": "GLM-4.6.jinja",
+    "glm-4.7": "GLM-4.7-Flash.jinja",
+    "kimi-k2-instruct": "Kimi-K2-Instruct.jinja",
+    "kimi-k2-thinking": "Kimi-K2-Thinking.jinja",
+    "granite4": "ibm-granite-granite-4.0.jinja",
+    "ministral3-reasoning": "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    "mistral-small-3.2": "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+    "devstral": "unsloth-mistral-Devstral-Small-2507.jinja",
+    "llama3.3": "meta-llama-Llama-3.3-70B-Instruct.jinja",
 }
 
 

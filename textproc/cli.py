@@ -83,6 +83,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "(default 127.0.0.1:8000 when given without a value)")
     p.add_argument("--http-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for the HTTP frontend, repeatable (e.g. --http-arg=--max-running=512)")
+    from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
+
+    p.add_argument("--tool-format", default="auto", choices=["auto", "none", *TOOL_FORMATS],
+                   help="tool-call format to parse (default auto: chosen from the chat template and "
+                        "added tokens, logged at startup; none: tool calls stay plain content)")
+    p.add_argument("--reasoning-format", default="auto", choices=["auto", "none", *REASONING_FORMATS],
+                   help="reasoning format to parse (default auto, like --tool-format)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (tests)")
 
 
@@ -154,6 +161,8 @@ def _serve(args: argparse.Namespace) -> int:
                 startup_timeout_s=args.startup_timeout,
                 log_level=level,
                 curve_dir=str(Path(args.curve_dir).absolute()) if args.curve_dir else None,
+                tool_format=args.tool_format,
+                reasoning_format=args.reasoning_format,
                 **{name: value for name, value in (
                     ("max_live_requests", args.max_live_requests),
                     ("max_live_per_client", args.max_live_per_client),

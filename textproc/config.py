@@ -185,6 +185,8 @@ class ServiceConfig:
     log_level: str = "INFO"
     max_live_per_client: int = 16_384  # live requests of one client (routing id) at once
     curve_dir: str | None = None  # `textproc keys` directory: every bound socket is a CURVE server
+    tool_format: str = "auto"  # "auto" (from the model's files), "none" or a parsing.TOOL_FORMATS name
+    reasoning_format: str = "auto"  # "auto", "none" or a parsing.REASONING_FORMATS name
 
     def __post_init__(self) -> None:
         if self.curve_dir is not None and (not isinstance(self.curve_dir, str) or not self.curve_dir):
@@ -205,6 +207,9 @@ class ServiceConfig:
         _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
         _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
         _check_choice("log_level", self.log_level, LOG_LEVELS)
+        for label, value in (("tool_format", self.tool_format), ("reasoning_format", self.reasoning_format)):
+            if not isinstance(value, str) or not value:
+                raise InvalidInput(f"{label} must be a format name, 'auto' or 'none', got {short(value)}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

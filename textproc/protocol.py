@@ -81,8 +81,9 @@ __all__ = [
 ]
 
 # 2: EngineStepPacked; 3: stage timings on Accepted and Outputs; 4: EngineRequest.logit_bias,
-# ChatRequest.documents, Failure.param
-PROTOCOL_VERSION = 4
+# ChatRequest.documents, Failure.param; 5: tool formats (ChatRequest.stream_calls /
+# parallel_tool_calls, Submit.tool_format / reasoning_format / tool_schemas / stream_calls / max_calls)
+PROTOCOL_VERSION = 5
 
 # Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
@@ -274,6 +275,8 @@ class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
     ignore_eos: bool = False
     # RAG documents for templates that render them (protocol 4): render_chat(documents=...)
     documents: list[dict[str, Any]] | None = None
+    stream_calls: bool = True  # False: a non-streamed answer, calls held until complete and valid
+    parallel_tool_calls: bool = True  # False: at most one tool call
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -381,6 +384,11 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     reasoning: bool = False  # parse <think>...</think> into reasoning_content
     tools: bool = False  # parse <tool_call>...</tool_call> into tool_calls
     starts_in_reasoning: bool = False  # the prompt ends inside an open <think>
+    tool_format: str = "hermes"  # parsing.TOOL_FORMATS name (with tools)
+    reasoning_format: str = "think"  # parsing.REASONING_FORMATS name (with reasoning)
+    tool_schemas: list[dict[str, Any]] = []  # the request's tools: declared names, value types
+    stream_calls: bool = True  # False: hold each call until complete and valid
+    max_calls: int = -1  # -1: no limit (parallel_tool_calls false: 1)
 
 
 class Hello(msgspec.Struct, tag=True, array_like=True):

@@ -221,6 +221,28 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
     assert submit.max_tokens == 512 - n_prompt and not submit.starts_in_reasoning
 
 
+def test_request_builder_takes_the_format_from_the_model_and_the_request(
+        toy_model: Path, tok: Tokenizer, caplog: pytest.LogCaptureFixture) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with caplog.at_level("INFO", logger="textproc.worker"):
+        builder = RequestBuilder(tok, _config(toy_model, max_model_len=512))
+    assert (builder.formats.tool_format, builder.formats.reasoning_format) == ("hermes", "think")
+    assert "tool format hermes" in caplog.text  # the choice and its reason are logged
+    req = ChatRequest("r", [{"role": "user", "content": "hi"}], tools=tools,
+                      stream_calls=False, parallel_tool_calls=False)
+    submit = builder.chat(req, b"c").submit
+    assert (submit.tool_format, submit.tool_schemas, submit.stream_calls, submit.max_calls) == (
+        "hermes", tools, False, 1)
+    # the command line overrides; "none" turns tool parsing off (tools are still rendered)
+    builder = RequestBuilder(tok, _config(toy_model, max_model_len=512, tool_format="none"))
+    assert not builder.chat(req, b"c").submit.tools
+    builder = RequestBuilder(tok, _config(toy_model, max_model_len=512, tool_format="glm45"))
+    assert builder.chat(req, b"c").submit.tool_format == "glm45"
+    forced = ChatRequest("r", [{"role": "user", "content": "hi"}], tools=tools, tool_choice="required")
+    with pytest.raises(InvalidInput, match="not supported yet for the glm45 tool format"):
+        builder.chat(forced, b"c")
+
+
 def test_bench_dispatch_maps_dashes_to_underscores(capsys: pytest.CaptureFixture[str]) -> None:
     from textproc.cli import main
 

@@ -388,7 +388,12 @@ def test_app_chat_whole_and_streamed_agree() -> None:
     acc = MessageAccumulator()
     for e in events[1:-1]:
         acc.feed([e["choices"][0]["delta"]])
-    assert acc.message(new_call_id=lambda: new_id("call")) == choice["message"]
+    # reasoning goes out under both names, streamed and whole
+    assert all(d.get("reasoning") == d.get("reasoning_content")
+               for d in (e["choices"][0]["delta"] for e in events[1:-1]))
+    assert choice["message"]["reasoning"] == choice["message"]["reasoning_content"] == "hmm"
+    assert acc.message(new_call_id=lambda: new_id("call")) == {
+        k: v for k, v in choice["message"].items() if k != "reasoning"}
     assert backend.finished and not backend.aborted
 
 

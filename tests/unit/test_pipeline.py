@@ -150,3 +150,60 @@ def test_construction_is_cheap() -> None:
         OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True)
     per = (time.perf_counter() - t0) / n
     assert per < 300e-6, f"{per * 1e6:.0f} us per pipeline"
+
+
+def test_malformed_or_cut_off_calls_are_content_with_a_non_tool_calls_finish() -> None:
+    """A non-streamed answer (stream_calls=False): a call cut off by max_tokens or a stop
+    string, or one with bad JSON, is content and the finish reason is not "tool_calls"."""
+    tok = _vocab("toy")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    cut = 'ok<tool_call>{"name": "f", "arguments": {"x": 1'
+    for stops, text, engine_reason, want in (
+        ([], cut, "length", "length"),
+        (["STOP"], cut + "STOP", "stop", "stop"),
+        ([], 'ok<tool_call>{"name": "f", "arguments": {"x": tru}}</tool_call>', "stop", "stop"),
+        ([], 'ok<tool_call>{"name": "g", "arguments": {}}</tool_call>', "stop", "stop"),  # undeclared
+    ):
+        p = OutputPipeline(tok, tools=True, at_start=True, stops=stops, tool_schemas=tools,
+                           stream_calls=False)
+        merged = merge_deltas(p.feed(tok.encode(text)) + p.finish(engine_reason))
+        assert merged["tool_calls"] == [] and merged["content"] == text.replace("STOP", ""), text
+        assert p.finish_reason == want
+    # streamed: the header already went out, the finish reason still says no call completed
+    p = OutputPipeline(tok, tools=True, at_start=True, stops=["STOP"], tool_schemas=tools)
+    merged = merge_deltas(p.feed(tok.encode(cut + "STOP")) + p.finish("stop"))
+    assert merged["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"x": 1'}
+    assert p.finish_reason == "stop"
+    # parallel_tool_calls false: one call, the second is content
+    two = '<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    p = OutputPipeline(tok, tools=True, at_start=True, tool_schemas=tools, max_calls=1)
+    merged = merge_deltas(p.feed(tok.encode(two)) + p.finish("stop"))
+    assert len(merged["tool_calls"]) == 1 and merged["content"] == two[len(two) // 2:]
+    assert p.finish_reason == "tool_calls"
+
+
+class _SpecialVocab:
+    """A tiny vocabulary whose tool-call markers are special tokens (as in Mistral / Kimi)."""
+
+    TOKENS = ["[TOOL_CALLS]", "[ARGS]", "<|im_end|>", "f", '{"a": 1}', "hi "]
+    vocab_size = len(TOKENS)
+    special_ids = frozenset({0, 1, 2})
+    decode_strip_leading = 0
+    byte_fallback_ids: frozenset[int] = frozenset()
+
+    def token_bytes(self, token_id: int, *, skip_special_tokens: bool = False) -> bytes:
+        if skip_special_tokens and token_id in self.special_ids:
+            return b""
+        return self.TOKENS[token_id].encode()
+
+
+def test_specials_a_format_needs_reach_the_parser_with_skip_special_tokens() -> None:
+    tok = _SpecialVocab()
+    ids = [5, 0, 3, 1, 4, 2]  # hi [TOOL_CALLS]f[ARGS]{"a": 1}<|im_end|>
+    p = OutputPipeline(tok, tools=True, tool_format="mistral", at_start=True)
+    merged = merge_deltas(sum((p.feed([i]) for i in ids), []) + p.finish("stop"))
+    assert merged["content"] == "hi " and p.finish_reason == "tool_calls"
+    assert merged["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
+    # without tool parsing the client asked to skip specials: none is seen
+    p = OutputPipeline(tok, at_start=True)
+    assert merge_deltas(p.feed(ids) + p.finish("stop"))["content"] == 'hi f{"a": 1}'

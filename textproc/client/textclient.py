@@ -187,12 +187,15 @@ class TextClient:
              add_generation_prompt: bool = True, continue_final_message: bool = False,
              stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
              timeout_s: float | None = None,
-             documents: list[dict[str, Any]] | None = None) -> AsyncIterator[TextEvent]:
+             documents: list[dict[str, Any]] | None = None, stream_calls: bool = True,
+             parallel_tool_calls: bool = True) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
 
         ``documents`` reach the chat template as ``documents`` (RAG templates render them);
         ``sampling["logit_bias"]`` maps token ids to -100..100 and reaches the engine as
-        ``EngineRequest.logit_bias``.
+        ``EngineRequest.logit_bias``. ``stream_calls=False`` (a caller that only wants the
+        whole answer): each tool call is held until it is complete and valid, so a malformed
+        or cut-off call comes back as content. ``parallel_tool_calls=False``: at most one call.
 
         ``timeout_s`` (default ``call_timeout_s``) bounds the wait for the worker to accept the
         request; a stuck worker then fails the stream with a TextprocError (kind ``timeout``,
@@ -203,7 +206,7 @@ class TextClient:
                             min_tokens, include_stop, dict(chat_template_kwargs or {}),
                             skip_special_tokens, dict(sampling or {}), add_generation_prompt,
                             continue_final_message, list(stop_token_ids), ignore_eos,
-                            documents)
+                            documents, stream_calls, parallel_tool_calls)
         return self._generate(rid, frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,

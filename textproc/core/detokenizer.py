@@ -32,8 +32,8 @@ from __future__ import annotations
 import codecs
 import operator
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from typing import NoReturn, Protocol
 
 from textproc.errors import InvalidInput, short
@@ -79,6 +79,23 @@ class _Tables:
     # pending bytes such a token's text is its own decode, whatever comes before or after
     skip_str: list[str | None]
     keep_str: list[str | None]
+    # special token texts kept while skipping the others -> (table, strs, skipped ids)
+    kept: dict[frozenset[str], tuple[list[bytes], list[str | None], frozenset[int]]] = field(
+        default_factory=dict)
+
+    def keeping(self, names: frozenset[str]) -> tuple[list[bytes], list[str | None], frozenset[int]]:
+        """The skip tables, except that the special tokens spelled ``names`` keep their text
+        (built once per set of names: what a tool-call format needs, see parsing.formats)."""
+        got = self.kept.get(names)
+        if got is None:
+            ids = [i for i in self.special if 0 <= i < len(self.keep) and self.keep_str[i] in names]
+            table, strs = list(self.skip), list(self.skip_str)
+            for i in ids:
+                table[i], strs[i] = self.keep[i], self.keep_str[i]
+            if len(self.kept) >= 16:
+                self.kept.clear()
+            got = self.kept[names] = (table, strs, self.special - frozenset(ids))
+        return got
 
 
 # tokenizer -> tables; building them costs one vocab_bytes() call (~0.1-1 s for 150k ids)
@@ -155,6 +172,10 @@ class IncrementalDetokenizer:
     SentencePiece decoder strips at the very start of a text is kept, as
     ``tokenizers.decoders.DecodeStream`` does after prefill ids.
 
+    ``keep_specials``: special tokens (by text) that keep their text even with
+    ``skip_special_tokens``: a tool-call format spelled in special tokens needs them in the
+    parser's input (the parser strips them from what the client sees).
+
     Held back: the bytes of an incomplete UTF-8 character, and for byte-fallback
     vocabularies an open run of ``<0xNN>`` tokens (see the module docstring).
 
@@ -173,14 +194,17 @@ class IncrementalDetokenizer:
         *,
         skip_special_tokens: bool = True,
         at_start: bool = False,
+        keep_specials: Collection[str] = (),
     ) -> None:
         tables = _tables_for(tokenizer)
         self._table = tables.skip if skip_special_tokens else tables.keep
         self._strs = tables.skip_str if skip_special_tokens else tables.keep_str
-        self._n = len(self._table)
-        self._bf: frozenset[int] | None = tables.byte_fallback or None
         # skipped special tokens are invisible to the decoder: they don't end a byte run
         self._skipped = tables.special if skip_special_tokens else frozenset()
+        if skip_special_tokens and keep_specials:
+            self._table, self._strs, self._skipped = tables.keeping(frozenset(keep_specials))
+        self._n = len(self._table)
+        self._bf: frozenset[int] | None = tables.byte_fallback or None
         self._pending = b""  # bytes of an incomplete UTF-8 character
         self._run = bytearray()  # open run of byte-fallback bytes, one per token
         self._strip = tables.strip if at_start else 0

@@ -27,13 +27,13 @@ finish reason and matched stop are the same as for one ``feed`` of all ids; with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from textproc.errors import InvalidInput, short
-from textproc.core.parsing import OutputParser
+from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, OutputParser
 from textproc.core.stops import StopChecker
 
 __all__ = ["FINISH_REASONS", "OutputPipeline"]
@@ -99,10 +99,22 @@ class OutputPipeline:
         starts_in_reasoning: bool = False,
         at_start: bool = False,
         request_id: str = "",
+        tool_format: str = "hermes",
+        reasoning_format: str = "think",
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        stream_calls: bool = True,
+        max_calls: int | None = None,
     ) -> None:
         self._stops = StopChecker(stops, include_stop=include_stop, min_tokens=min_tokens)
+        keep: set[str] = set()
+        if tools:  # the specials a format is spelled in reach the parser, which strips them
+            keep.update(TOOL_FORMATS[tool_format].specials if tool_format in TOOL_FORMATS else ())
+        if reasoning:
+            keep.update(REASONING_FORMATS[reasoning_format].specials
+                        if reasoning_format in REASONING_FORMATS else ())
         self._detok = IncrementalDetokenizer(
-            tokenizer, skip_special_tokens=skip_special_tokens, at_start=at_start
+            tokenizer, skip_special_tokens=skip_special_tokens, at_start=at_start,
+            keep_specials=keep,
         )
         self._parser: OutputParser | None = None
         if reasoning or tools:
@@ -111,6 +123,11 @@ class OutputPipeline:
                 tools=tools,
                 starts_in_reasoning=starts_in_reasoning,
                 request_id=request_id,
+                tool_format=tool_format,
+                reasoning_format=reasoning_format,
+                tool_schemas=tool_schemas,
+                stream_calls=stream_calls,
+                max_calls=max_calls,
             )
         self._min_tokens = min_tokens
         self.n_tokens = 0

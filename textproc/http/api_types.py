@@ -296,6 +296,7 @@ class ChatParams(msgspec.Struct, kw_only=True):
     ignore_eos: bool
     skip_special_tokens: bool
     include_stop_str_in_output: bool
+    parallel_tool_calls: bool = True
 
 
 class CompletionParams(msgspec.Struct, kw_only=True):

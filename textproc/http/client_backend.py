@@ -96,6 +96,8 @@ class ClientBackend:
             add_generation_prompt=params.add_generation_prompt,
             continue_final_message=params.continue_final_message,
             ignore_eos=params.ignore_eos,
+            stream_calls=params.stream,
+            parallel_tool_calls=params.parallel_tool_calls,
         ))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:

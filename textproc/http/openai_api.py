@@ -337,6 +337,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
         include_usage=include_usage,
         max_tokens=max_tokens,
         stop=_stops(req.stop),
+        parallel_tool_calls=req.parallel_tool_calls is not False,
         tools=tools,
         tool_choice=tool_choice,
         sampling=sampling,

@@ -51,11 +51,24 @@ def chat_chunk(
     include_usage: bool = False,
     usage: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage)."""
+    """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage);
+    reasoning goes out as both ``reasoning_content`` and ``reasoning``."""
     return _one_choice(response_id, "chat.completion.chunk", created, model,
-                       {"index": 0, "delta": delta, "logprobs": None,
+                       {"index": 0, "delta": with_reasoning_alias(delta), "logprobs": None,
                         "finish_reason": finish_reason},
                        include_usage=include_usage, usage=usage)
+
+
+def with_reasoning_alias(delta: dict[str, Any]) -> dict[str, Any]:
+    """``delta`` with ``reasoning`` (vLLM's newer name) beside ``reasoning_content``, so clients
+    that read either see the reasoning.
+
+    >>> with_reasoning_alias({"reasoning_content": "hm"})
+    {'reasoning_content': 'hm', 'reasoning': 'hm'}
+    """
+    if "reasoning_content" not in delta:
+        return delta
+    return {**delta, "reasoning": delta["reasoning_content"]}
 
 
 def _one_choice(
@@ -109,9 +122,9 @@ def chat_response(
     finish_reason: str,
     usage: dict[str, int],
 ) -> dict[str, Any]:
-    """A whole ``chat.completion``."""
+    """A whole ``chat.completion`` (reasoning as both ``reasoning_content`` and ``reasoning``)."""
     return _one_choice(response_id, "chat.completion", created, model,
-                       {"index": 0, "message": message, "logprobs": None,
+                       {"index": 0, "message": with_reasoning_alias(message), "logprobs": None,
                         "finish_reason": finish_reason},
                        include_usage=True, usage=usage)
 

@@ -144,6 +144,10 @@ class RequestTable:
                 min_tokens=submit.min_tokens, skip_special_tokens=submit.skip_special_tokens,
                 reasoning=submit.reasoning, tools=submit.tools,
                 starts_in_reasoning=submit.starts_in_reasoning, request_id=rid,
+                tool_format=submit.tool_format, reasoning_format=submit.reasoning_format,
+                tool_schemas=submit.tool_schemas if submit.tools else None,
+                stream_calls=submit.stream_calls,
+                max_calls=None if submit.max_calls < 0 else submit.max_calls,
             )
         except TextprocError as e:
             self._fail_new(submit, f"request {rid!r}: {e}", "invalid_input")

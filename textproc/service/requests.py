@@ -72,8 +72,17 @@ class RequestBuilder:
         self.config = config
         self.encode = encoder().encode
         added = dict(tokenizer.added_tokens)
-        self.has_think = "<think>" in added and "</think>" in added
-        self.has_tool_tags = "<tool_call>" in added
+        from textproc.core.parsing.detect import detect_formats, resolve_formats
+
+        # the tool-call / reasoning format, from the chat template and the added tokens
+        self.formats = resolve_formats(detect_formats(tokenizer.chat_template, added),
+                                       tool_format=config.tool_format,
+                                       reasoning_format=config.reasoning_format)
+        if self.formats.tool_format is None:
+            _log.warning("tool calls come back as plain content: %s", self.formats.reason)
+        else:
+            _log.info("tool format %s, reasoning format %s: %s", self.formats.tool_format,
+                      self.formats.reasoning_format or "none", self.formats.reason)
         ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         ids += [added[name] for name in _STOP_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
@@ -94,7 +103,8 @@ class RequestBuilder:
         t1 = time.perf_counter()
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
-        reasoning = self.has_think
+        formats = self.formats
+        reasoning = formats.reasoning_format is not None
         starts_in_reasoning = False
         if reasoning:
             from textproc.core.chat.template import prompt_starts_in_reasoning
@@ -104,17 +114,30 @@ class RequestBuilder:
         if tool_choice == "required" or forced_name is not None:
             from textproc.core.constraints.schema import tool_call_pattern
 
+            if formats.tool_format not in ("hermes", None):
+                raise InvalidInput(
+                    f"tool_choice {short(req.tool_choice)} (a forced call) is not supported yet "
+                    f"for the {formats.tool_format} tool format; use tool_choice 'auto'")
+
             # A prompt that leaves the model inside <think> must close it first, or the
             # forced call would be parsed as reasoning.
             prefix = "</think>\n\n" if starts_in_reasoning else ""
             constraint = tool_call_pattern(tools, forced_name, prefix=prefix)
-        parse_tools = bool(tools) and tool_choice != "none"
-        return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
-                            req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
-                            req.stop_token_ids, req.ignore_eos, constraint,
-                            reasoning=reasoning, tools=parse_tools,
-                            starts_in_reasoning=starts_in_reasoning, prompt_param="messages",
-                            template_s=template_s, tokenize_s=tokenize_s)
+        parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
+        built = self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
+                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
+                             req.stop_token_ids, req.ignore_eos, constraint,
+                             reasoning=reasoning, tools=parse_tools,
+                             starts_in_reasoning=starts_in_reasoning, prompt_param="messages",
+                             template_s=template_s, tokenize_s=tokenize_s)
+        submit = built.submit
+        submit.tool_format = formats.tool_format or "hermes"
+        submit.reasoning_format = formats.reasoning_format or "think"
+        if parse_tools:
+            submit.tool_schemas = tools
+            submit.stream_calls = req.stream_calls
+            submit.max_calls = -1 if req.parallel_tool_calls else 1
+        return built
 
     def render(self, messages: Any, tools: list[dict[str, Any]] | None, *,
                add_generation_prompt: bool = True, continue_final_message: bool = False,
