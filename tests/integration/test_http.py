@@ -123,6 +123,7 @@ def test_models_health_metrics(stack: tuple[Service, str], client: openai.OpenAI
     assert 'textproc_process_events_total{role="worker",index="0",counter="requests"}' \
         in metrics.text
     assert 'textproc_process_events_total{role="detokenizer",index="0"' in metrics.text
+    assert 'textproc_worker_requests_total{worker="0"}' in metrics.text
 
 
 def _stage_count(metrics_text: str, stage: str) -> int:

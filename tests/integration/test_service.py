@@ -203,6 +203,19 @@ def test_client_cancel_aborts_in_the_engine(service: Service, tok: Tokenizer) ->
         assert generated < n_answer // 2, f"{rid}: engine generated {generated} of {n_answer} tokens"
 
 
+def test_sequential_requests_spread_over_the_workers(service: Service) -> None:
+    """One request at a time is always a tie (nothing pending): both workers get half."""
+    async def main() -> list[int]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            for i in range(10):
+                await _collect(client.chat([{"role": "user", "content": f"n {i}"}]))
+            await client.tokenize("x")
+            await client.tokenize("y")
+            return client.worker_requests()
+
+    assert run(main) == [6, 6]
+
+
 def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> None:
     user = [{"role": "user", "content": "hello"}]
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [

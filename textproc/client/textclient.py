@@ -2,7 +2,7 @@
 
 Owns one client's sockets: a DEALER per tokenizer worker, a DEALER to the detokenizer's
 ``detok-front`` (routing id = this client's id, Hello first) and a SUB to the supervisor's
-``events``. ``chat()`` / ``complete()`` send a request to the least-busy worker and return an async
+``events``. ``chat()`` / ``complete()`` send a request to the least-busy worker (ties round robin) and return an async
 iterator of ``TextEvent`` (OpenAI-style deltas; the last one has finish_reason, the matched stop
 and usage). Closing or cancelling the iterator before the end aborts the request in the
 detokenizer and the engine. A request held by a worker that dies fails with ``WorkerDied``; so
@@ -293,6 +293,10 @@ class TextClient:
     def queue_depths(self) -> list[int]:
         """Requests each worker holds right now (sent, not yet answered), by worker index."""
         return self._inflight.queue_depths()
+
+    def worker_requests(self) -> list[int]:
+        """Requests (streams and calls) this client has sent to each worker, by worker index."""
+        return list(self._inflight.worker_requests)
 
     @property
     def detok_instance(self) -> str | None:

@@ -68,6 +68,10 @@ class Backend(Protocol):
 
     def queue_depths(self) -> Mapping[str, int]: ...
 
+    def worker_requests(self) -> Sequence[int]:
+        """Requests sent to each tokenizer worker so far, by worker index."""
+        ...
+
     async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
         """(role, index, counters) of every service process; empty when they do not answer."""
         ...

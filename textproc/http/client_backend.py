@@ -157,6 +157,9 @@ class ClientBackend:
         depths = self.client.queue_depths() if self.client is not None else []
         return {f"worker-{i}": n for i, n in enumerate(depths)}
 
+    def worker_requests(self) -> Sequence[int]:
+        return self.client.worker_requests() if self.client is not None else []
+
     async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
         if self.client is None or self._closed:
             return []

@@ -93,6 +93,7 @@ class Metrics:
         self,
         queue_depths: Mapping[str, int] | None = None,
         processes: Sequence[tuple[str, int, Mapping[str, int]]] = (),
+        worker_requests: Sequence[int] = (),
     ) -> str:
         """The text exposition format, one metric family after another.
 
@@ -146,6 +147,10 @@ class Metrics:
                "Requests pending at each tokenizer worker, as this frontend sees them.")
         for worker, depth in sorted((queue_depths or {}).items()):
             out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
+        family("textproc_worker_requests_total", "counter",
+               "Requests this frontend sent to each tokenizer worker (how the load spreads).")
+        for index, n in enumerate(worker_requests):
+            out.append(f'textproc_worker_requests_total{{worker="{index}"}} {n}')
         family("textproc_process_events_total", "counter",
                "Counters of each service process (worker, detokenizer), for all its clients; "
                "they restart from 0 when the process is restarted.")

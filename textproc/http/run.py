@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
@@ -59,7 +60,8 @@ def run_http(
     curve_client_key: str | Path | None = None,
     curve_server_key: str | Path | None = None,
 ) -> int:
-    """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0.
+    """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0,
+    or 1 at once when ``host:port`` cannot be bound (logged, naming the address).
 
     Blocks until SIGINT/SIGTERM (uvicorn's graceful shutdown) or until ``parent_pid`` exits.
     Once bound, writes ``{"host", "port", "pid"}`` to ``http_file`` (default
@@ -120,8 +122,15 @@ def run_http(
         access_log=False,
         timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
     )
+    try:  # bound here, not by uvicorn, so a taken port is one clear error and exit code 1
+        listener = socket.create_server(
+            (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+            backlog=2048)
+    except OSError as e:
+        _log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
+        return 1
     server = uvicorn.Server(config)
-    server.run()
+    server.run(sockets=[listener])
     return 0
 
 

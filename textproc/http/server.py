@@ -406,7 +406,8 @@ class _Api:
 
     async def metrics_text(self, request: Request) -> Response:
         processes = await self.backend.process_counters()
-        return Response(self.metrics.render(self.backend.queue_depths(), processes),
+        return Response(self.metrics.render(self.backend.queue_depths(), processes,
+                                            self.backend.worker_requests()),
                         media_type=CONTENT_TYPE)
 
 

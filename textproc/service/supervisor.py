@@ -31,6 +31,7 @@ import zmq
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
+from textproc.http.run import HTTP_FILE
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.transport import (
     FrameDecoder,
@@ -190,6 +191,7 @@ class Supervisor:
                                       str(me), "--log-level", service.log_level, *cfg.http_args])
             self.children.append(http)
             self._spawn(http)
+            self._wait_http(http, time.monotonic() + service.startup_timeout_s)
             self._write_files()
         if cfg.engine == "external":
             _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
@@ -227,7 +229,7 @@ class Supervisor:
         if self.endpoints is not None:
             remove_ipc_files(self.endpoints)
         if self.runtime_dir is not None:
-            for name in (ENDPOINTS_FILE, PROCESSES_FILE, "http.json"):
+            for name in (ENDPOINTS_FILE, PROCESSES_FILE, HTTP_FILE):
                 (self.runtime_dir / name).unlink(missing_ok=True)
             if self._created_dir:
                 shutil.rmtree(self.runtime_dir, ignore_errors=True)
@@ -264,6 +266,26 @@ class Supervisor:
             ready = self._recv_ready(int(min(100, (deadline - now) * 1000)) + 1)
             if ready is not None:
                 waiting.discard((ready.role, ready.index))
+
+    def _wait_http(self, child: _Child, deadline: float) -> None:
+        """Return once the HTTP frontend listens (it writes http.json after binding); a
+        frontend that exits first (the port is taken, a bad flag) fails the startup, naming
+        the address, instead of being restarted forever."""
+        assert self.runtime_dir is not None and child.process is not None
+        address = self.config.http
+        while not (self.runtime_dir / HTTP_FILE).is_file():
+            code = child.process.poll()
+            if code is not None:
+                raise WorkerDied(f"the HTTP frontend (pid {child.process.pid}) exited with code "
+                                 f"{code} before listening on {address}; is the address in use? "
+                                 "(its log is above)")
+            if self._stop_requested:
+                raise StartupTimeout("startup interrupted by a signal")
+            if time.monotonic() >= deadline:
+                raise StartupTimeout(
+                    f"waited {self.config.service.startup_timeout_s:.0f} s for the HTTP frontend "
+                    f"to listen on {address}")
+            time.sleep(0.02)
 
     def _recv_ready(self, timeout_ms: int) -> Ready | None:
         assert self._control is not None
