@@ -1,4 +1,4 @@
-"""The ``textproc`` command: arguments -> frozen settings -> processes.
+"""The ``textproc`` command: parse arguments into frozen settings and start the processes.
 
 Owns argument parsing, the only environment reads (``TEXTPROC_LOG_LEVEL``) and the exit codes;
 it is the only module that exits the interpreter. Subcommands: ``serve`` (the service),
@@ -11,6 +11,7 @@ internal ``_child`` that the supervisor uses to start a worker or the detokenize
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from textproc.config import DEFAULT_MAX_MODEL_LEN, ENDPOINT_KINDS, ENGINES, STUB
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
 
-__all__ = ["main", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
+__all__ = ["main", "build_parser", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
 
 DEFAULT_MODEL_DIR = Path(".cache") / "models" / "qwen3"
 FETCH_HINT = ".venv/bin/python scripts/fetch_fixtures.py"
@@ -39,10 +40,26 @@ def _default_model_dir() -> Path:
     return repo if repo.is_dir() else here
 
 
+_DESCRIPTION = ("textproc: the text side of an LLM server (chat templates, tokenizing, "
+                "detokenizing, stop strings, tool-call and reasoning parsing) in its own processes "
+                "beside the engine, with an OpenAI-compatible HTTP API.")
+
+
+def _service_default(name: str) -> object:
+    """The default of a ServiceConfig field, for --help."""
+    from textproc.config import ServiceConfig
+
+    return next(f.default for f in dataclasses.fields(ServiceConfig) if f.name == name)
+
+
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run tokenizer workers, the detokenizer and (optionally) the stub engine")
+    p = sub.add_parser("serve", help="run the service: tokenizer workers, the detokenizer, the "
+                                     "stub engine (or wait for yours) and, with --http, the API",
+                       description="Run the service until SIGINT or SIGTERM.")
     p.add_argument("--model-dir", help=f"tokenizer.json + tokenizer_config.json (default {DEFAULT_MODEL_DIR})")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer worker processes (default: cores)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help=f"tokenizer worker processes (default: the number of cores, "
+                        f"{os.cpu_count() or 1} here)")
     p.add_argument("--engine", choices=ENGINES, default="stub",
                    help="stub: run engine_stub as a child; external: print the two endpoints "
                         "your engine's EngineLink connects to (default stub)")
@@ -57,32 +74,39 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "(--stub-arg=--replay-file=F), or random ids (default echo)")
     p.add_argument("--stub-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for engine_stub, repeatable (e.g. --stub-arg=--step-ms=5)")
-    p.add_argument("--stub-stats-file", help="engine_stub writes its per-request stats here")
+    p.add_argument("--stub-stats-file", metavar="FILE",
+                   help="engine_stub writes its per-request stats here (default: none)")
     p.add_argument("--runtime-dir", help="directory for ipc sockets and endpoints.json (default: a new private temp dir)")
     p.add_argument("--tcp-host", default="127.0.0.1",
                    help="host for --endpoints tcp (default 127.0.0.1); any other than loopback "
                         "needs --curve-dir")
     p.add_argument("--curve-dir", metavar="DIR",
                    help="CURVE keys made by `textproc keys --dir DIR`: every socket the service "
-                        "binds is a CURVE server and admits only DIR/authorized_clients/* keys")
+                        "binds is a CURVE server and admits only DIR/authorized_clients/* keys "
+                        "(default: none, no authentication; loopback only)")
     p.add_argument("--max-live-requests", type=int, default=None,
-                   help="requests the detokenizer holds at once; more are refused with 503")
+                   help="requests the detokenizer holds at once; more are refused with 503 "
+                        f"(default {_service_default('max_live_requests')})")
     p.add_argument("--max-live-per-client", type=int, default=None,
                    help="live requests of one client (e.g. the HTTP frontend) at once; more are "
-                        "refused with 429")
+                        f"refused with 429 (default {_service_default('max_live_per_client')})")
     p.add_argument("--hwm", type=int, default=None,
                    help="ZeroMQ send/receive high-water mark of every socket, in messages "
                         f"(default {DEFAULT_HWM})")
-    p.add_argument("--tcp-port-base", type=int, default=0, help="0: free ports")
+    p.add_argument("--tcp-port-base", type=int, default=0,
+                   help="with --endpoints tcp: ports BASE, BASE+1, ... (default 0: free ports)")
     p.add_argument("--max-frame-bytes", type=int, default=None,
                    help="larger frames are dropped by ZeroMQ and their sender disconnected "
                         f"(default {MAX_FRAME_BYTES} = 64 MiB)")
-    p.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for each process to be Ready")
+    p.add_argument("--startup-timeout", type=float, default=_service_default("startup_timeout_s"),
+                   metavar="SECONDS", help="how long to wait for each process to be ready "
+                   f"(default {_service_default('startup_timeout_s'):g})")
     p.add_argument("--http", nargs="?", const="127.0.0.1:8000", default=None, metavar="HOST:PORT",
                    help="also serve the OpenAI HTTP API (python -m textproc.http) on HOST:PORT "
                         "(default 127.0.0.1:8000 when given without a value)")
     p.add_argument("--http-arg", action="append", default=[], metavar="FLAG",
-                   help="extra flag for the HTTP frontend, repeatable (e.g. --http-arg=--max-running=512)")
+                   help="extra flag for the HTTP frontend, repeatable (e.g. "
+                        "--http-arg=--max-running=512; see python -m textproc.http --help)")
     from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
 
     p.add_argument("--tool-format", default="auto", choices=["auto", "none", *TOOL_FORMATS],
@@ -90,7 +114,23 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "added tokens, logged at startup; none: tool calls stay plain content)")
     p.add_argument("--reasoning-format", default="auto", choices=["auto", "none", *REASONING_FORMATS],
                    help="reasoning format to parse (default auto, like --tool-format)")
-    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (tests)")
+    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds (default: run until SIGINT/SIGTERM)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``textproc`` argument parser (``text`` and ``bench`` pass their arguments on)."""
+    parser = argparse.ArgumentParser(prog="textproc", description=_DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    sub.add_parser("text", help="the text core on the command line (tokenize, render, "
+                                "detokenize); textproc text --help for its commands")
+    sub.add_parser("bench", help="run a benchmark from bench/ (textproc bench --help lists them)")
+    keys = sub.add_parser("keys", help="make ZeroMQ CURVE key pairs (server + client) for --curve-dir")
+    keys.add_argument("--dir", default="textproc-keys",
+                      help="directory to write the keys into (default ./textproc-keys, mode 0700)")
+    keys.add_argument("--force", action="store_true", help="overwrite existing key files")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,16 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(demo.main(args_list[1:]))
     if args_list[:1] == ["bench"]:
         return _bench(args_list[1:])
-    parser = argparse.ArgumentParser(prog="textproc", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(sub)
-    sub.add_parser("text", help="the text core on the command line (tokenize, render, detokenize)")
-    sub.add_parser("bench", help="run a benchmark script from bench/")
-    keys = sub.add_parser("keys", help="make ZeroMQ CURVE key pairs (server + client) for --curve-dir")
-    keys.add_argument("--dir", default="textproc-keys",
-                      help="directory to write the keys into (default ./textproc-keys, mode 0700)")
-    keys.add_argument("--force", action="store_true", help="overwrite existing key files")
-    args = parser.parse_args(args_list)
+    args = build_parser().parse_args(args_list)
     if args.command == "keys":
         return _keys(args)
     return _serve(args)
@@ -233,10 +264,12 @@ def _child(argv: list[str]) -> int:
 
 def _bench(argv: list[str]) -> int:
     bench_dir = Path(__file__).resolve().parent.parent / "bench"
-    names = sorted(p.stem for p in bench_dir.glob("*.py") if not p.stem.startswith("_")) \
-        if bench_dir.is_dir() else []
+    # the names as the README writes them (long-prompt); bench/long_prompt.py is the file
+    names = sorted(p.stem.replace("_", "-") for p in bench_dir.glob("*.py")
+                   if not p.stem.startswith("_")) if bench_dir.is_dir() else []
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: textproc bench NAME [ARGS...] (NAME: - or _); benchmarks: "
+        print("usage: textproc bench NAME [ARGS...] (NAME: one of the benchmarks below, each "
+              "bench/NAME.py with - as _; NAME --help for its flags)\nbenchmarks: "
               + (", ".join(names) or "none yet"))
         return 0 if argv else 2
     script = bench_dir / f"{argv[0].replace('-', '_')}.py"

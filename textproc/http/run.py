@@ -19,9 +19,10 @@ from typing import Any, AsyncIterator, Sequence
 
 import msgspec
 
+from textproc.config import LOG_LEVELS
 from textproc.errors import InvalidInput, short
 
-__all__ = ["run_http", "main", "parse_address", "HTTP_FILE", "DEFAULT_HTTP"]
+__all__ = ["run_http", "main", "build_parser", "parse_address", "HTTP_FILE", "DEFAULT_HTTP"]
 
 _log = logging.getLogger("textproc.http")
 HTTP_FILE = "http.json"  # {"host", "port", "pid"} written once the socket is bound
@@ -155,8 +156,8 @@ async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
             return
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m textproc.http --runtime-dir DIR [--http HOST:PORT] ...``."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m textproc.http`` argument parser."""
     from textproc.http.server import HttpLimits
 
     defaults = HttpLimits()
@@ -179,21 +180,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
                    help="answer 408 when the request body is not complete by then "
                         f"(default {defaults.body_timeout_s:g})")
-    p.add_argument("--connect-timeout", type=float, default=60.0,
-                   help="seconds to wait for the service's endpoints.json and detokenizer")
+    p.add_argument("--connect-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the service's endpoints.json and detokenizer "
+                        "(default 60)")
     p.add_argument("--parent-pid", type=int, default=0,
-                   help="exit when this process (the supervisor) is gone")
+                   help="exit when this process (the supervisor) is gone (default 0: none)")
     p.add_argument("--http-file", default=None,
                    help=f"where to write the bound address (default RUNTIME_DIR/{HTTP_FILE})")
     p.add_argument("--api-key-file", default=None,
-                   help="file holding the API key clients must send as 'Authorization: Bearer'")
-    p.add_argument("--log-level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+                   help="file holding the API key clients must send as 'Authorization: Bearer' "
+                        "(default: none, no key needed)")
+    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS,
+                   help="log level (default INFO)")
     p.add_argument("--curve-client-key", default=None, metavar="FILE",
                    help="CURVE key pair (*.key_secret) for a service started with --curve-dir "
                         "(default: the key endpoints.json names, for a frontend on the same host)")
     p.add_argument("--curve-server-key", default=None, metavar="FILE",
                    help="the service's public server.key (default: from endpoints.json)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m textproc.http --runtime-dir DIR [--http HOST:PORT] ...``."""
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         host, port = parse_address(args.http)
