@@ -238,9 +238,12 @@ def test_request_builder_takes_the_format_from_the_model_and_the_request(
     assert not builder.chat(req, b"c").submit.tools
     builder = RequestBuilder(tok, _config(toy_model, max_model_len=512, tool_format="glm45"))
     assert builder.chat(req, b"c").submit.tool_format == "glm45"
-    forced = ChatRequest("r", [{"role": "user", "content": "hi"}], tools=tools, tool_choice="required")
-    with pytest.raises(InvalidInput, match="not supported yet for the glm45 tool format"):
-        builder.chat(forced, b"c")
+    # a forced call is written in the chosen format
+    forced = ChatRequest("r", [{"role": "user", "content": "hi"}], tools=tools, tool_choice="required",
+                         parallel_tool_calls=False)
+    engine = msgspec.msgpack.decode(builder.chat(forced, b"c").submit.engine_request, type=EngineRequest)
+    assert engine.constraint is not None and engine.constraint.startswith("<tool_call>f\\n")
+    assert "*" not in engine.constraint.split("</tool_call>")[-1]  # one call only
 
 
 def test_bench_dispatch_maps_dashes_to_underscores(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,12 +5,14 @@ turn parsed back with the chosen format."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from tests.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
+from textproc.core.constraints.schema import tool_call_pattern
 from textproc.errors import InvalidInput
 from textproc.core.parsing import parse_output
 from textproc.core.parsing.detect import FormatChoice, detect_formats, resolve_formats
@@ -92,6 +94,10 @@ def _assistant_turn(template: str, calls: list[dict[str, Any]], **variables: Any
 # (not here: Kimi-K2-Instruct's template calls list.append, which the sandbox refuses like
 # transformers' does; Granite 3.3's renders no tool calls of past assistant turns; the
 # DeepSeek R1 distills' only when content is None, a key transformers 5 drops)
+def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got["tool_calls"]]
+
+
 ROUND_TRIP = ["qwen3", "qwen3-coder", "qwen3.5", "hermes3", "llama3.1", "llama3.3", "mistral-nemo",
               "mistral-small-3.2", "devstral", "deepseek-v3.1", "kimi-k2",
               "glm-4.6", "glm-4.7", "gpt-oss", "granite4"]
@@ -112,3 +118,8 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
                        tool_schemas=TOOLS)
     parsed = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got["tool_calls"]]
     assert parsed == [(c["function"]["name"], c["function"]["arguments"]) for c in calls], turn
+    # the forced-call pattern of the format accepts the template's own rendering of the calls
+    pattern = tool_call_pattern(TOOLS, tool_format=choice.tool_format)
+    match = re.search(pattern, turn)
+    assert match is not None, turn
+    assert _calls(parse_output(match.group(), tools=True, tool_format=choice.tool_format)) == _calls(got)

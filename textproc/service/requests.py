@@ -114,15 +114,13 @@ class RequestBuilder:
         if tool_choice == "required" or forced_name is not None:
             from textproc.core.constraints.schema import tool_call_pattern
 
-            if formats.tool_format not in ("hermes", None):
-                raise InvalidInput(
-                    f"tool_choice {short(req.tool_choice)} (a forced call) is not supported yet "
-                    f"for the {formats.tool_format} tool format; use tool_choice 'auto'")
-
             # A prompt that leaves the model inside <think> must close it first, or the
-            # forced call would be parsed as reasoning.
+            # forced call would be parsed as reasoning. The call is written in the model's
+            # own tool format (hermes when none was chosen).
             prefix = "</think>\n\n" if starts_in_reasoning else ""
-            constraint = tool_call_pattern(tools, forced_name, prefix=prefix)
+            constraint = tool_call_pattern(tools, forced_name, prefix=prefix,
+                                           tool_format=formats.tool_format or "hermes",
+                                           parallel=req.parallel_tool_calls)
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
         built = self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                              req.stop, req.include_stop, req.skip_special_tokens, req.sampling,

@@ -111,8 +111,9 @@ def tool_call_pattern(
     parallel: bool = True,
     tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
     prefix: str = "",
+    tool_format: str = "hermes",
 ) -> str:
-    """The regex of a forced tool-call output in the Hermes/Qwen format.
+    """The regex of a forced tool-call output in the Hermes/Qwen format (or ``tool_format``).
 
     Each call is ``<tool_call>\\n{"name": "<name>", "arguments": <arguments>}\\n</tool_call>``
     as literal text, the arguments following the tool's ``parameters`` schema (no
@@ -125,6 +126,9 @@ def tool_call_pattern(
     ``prefix`` is literal text forced before the calls. When the prompt ends inside an open
     think block (``prompt_starts_in_reasoning``), pass ``prefix="</think>\n\n"``: otherwise
     the forced calls would be parsed as reasoning.
+
+    ``tool_format`` other than ``"hermes"``: the format's own rendering of calls
+    (:mod:`textproc.core.constraints.forced_calls`; ``tool_tags`` applies to hermes only).
     """
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
         raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
@@ -142,6 +146,11 @@ def tool_call_pattern(
         by_name[function["name"]] = {"type": "object", "properties": {}} if params is None else params
     if name is not None and name not in by_name:
         raise InvalidInput(f"tool_choice names unknown tool {short(name)}; known tools: {sorted(by_name)}")
+    if tool_format != "hermes":
+        from textproc.core.constraints.forced_calls import forced_calls_pattern
+
+        return _lit(prefix) + forced_calls_pattern(tool_format, by_name, name, parallel=parallel,
+                                                   to_regex=json_schema_to_regex)
     open_tag, close_tag = tool_tags
     calls = []
     for tool_name, params in by_name.items():

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["typed_value_json", "python_literal_json"]
+__all__ = ["typed_value_json", "python_literal_json", "string_only"]
 
 
 def _types(schema: Any) -> set[str] | None:
@@ -37,6 +37,13 @@ def _types(schema: Any) -> set[str] | None:
     if "enum" in schema and all(isinstance(v, str) for v in schema["enum"] or [None]):
         return {"string"}
     return None
+
+
+def string_only(schema: Any) -> bool:
+    """True when a value of ``schema`` is text as the raw formats write it (declared
+    ``string``, or a string-only enum): what :func:`typed_value_json` keeps as text."""
+    types = _types(schema)
+    return types is not None and types <= {"string"}
 
 
 def typed_value_json(text: str, parameters: Any, key: str) -> str:

@@ -1,0 +1,130 @@
+"""Forced-call patterns of every tool-call format: what the pattern accepts parses back as a
+complete, valid call with the format's own parser, and random schema instances rendered the
+way the family's template writes them match the pattern and parse back to the same name and
+arguments."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from tests.unit._regex_sampler import sample
+from tests.unit.test_constraints import instances
+from textproc.core.constraints.forced_calls import FORCED_FORMATS
+from textproc.core.constraints.schema import tool_call_pattern
+from textproc.core.parsing import TOOL_FORMATS, parse_output
+from textproc.errors import InvalidInput
+
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer", "minimum": 0, "maximum": 30},
+    "unit": {"enum": ["c", "f"]}, "ok": {"type": "boolean"}, "rate": {"type": "number"}},
+    "required": ["city"]}
+PING = {"type": "object", "properties": {}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "ping", "parameters": PING}}]
+SCHEMAS = {"get_weather": WEATHER, "ping": PING}
+
+DS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")
+
+
+def _raw(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def _py(v: Any) -> str:
+    if isinstance(v, str):
+        return "'" + v + "'"  # (the instances hold no quote, backslash or control character)
+    return repr(v) if not isinstance(v, float) else json.dumps(v)
+
+
+def render(fmt: str, name: str, args: dict[str, Any]) -> str:
+    """One call as the family's chat template writes it."""
+    j = json.dumps(args, ensure_ascii=False)
+    if fmt == "hermes":
+        return f'<tool_call>\n{{"name": "{name}", "arguments": {j}}}\n</tool_call>'
+    if fmt == "llama3_json":
+        return f'{{"name": "{name}", "parameters": {j}}}'
+    if fmt == "granite":
+        return f'<|tool_call|>[{{"name": "{name}", "arguments": {j}}}]'
+    if fmt == "mistral":
+        return f"[TOOL_CALLS]{name}[ARGS]{j}"
+    if fmt == "deepseek_v3":
+        return f"{DS[0]}{DS[1]}function{DS[2]}{name}\n```json\n{j}\n```{DS[3]}{DS[4]}"
+    if fmt == "deepseek_v31":
+        return f"{DS[0]}{DS[1]}{name}{DS[2]}{j}{DS[3]}{DS[4]}"
+    if fmt == "kimi_k2":
+        return (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:0<|tool_call_argument_begin|>"
+                f"{j}<|tool_call_end|><|tool_calls_section_end|>")
+    if fmt == "gpt_oss":
+        return f" to=functions.{name}<|channel|>commentary json<|message|>{j}"
+    if fmt == "qwen3_coder":
+        params = "".join(f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in args.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if fmt in ("glm45", "glm47"):
+        nl = "\n" if fmt == "glm45" else ""
+        kv = "".join(f"<arg_key>{k}</arg_key>{nl}<arg_value>{_raw(v)}</arg_value>{nl}" for k, v in args.items())
+        return f"<tool_call>{name}{nl}{kv}</tool_call>"
+    assert fmt == "pythonic"
+    return f"[{name}(" + ", ".join(f"{k}={_py(v)}" for k, v in args.items()) + ")]"
+
+
+def _parse(fmt: str, text: str) -> dict[str, Any]:
+    return parse_output(text, tools=True, reasoning=True, tool_format=fmt,
+                        reasoning_format="gpt_oss" if fmt == "gpt_oss" else "think", tool_schemas=TOOLS)
+
+
+def test_every_format_has_a_forced_pattern() -> None:
+    assert FORCED_FORMATS == set(TOOL_FORMATS)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORCED_FORMATS))
+@pytest.mark.parametrize("seed", range(8))
+def test_sampled_forced_outputs_parse_back_to_valid_calls(fmt: str, seed: int) -> None:
+    pattern = tool_call_pattern(TOOLS, tool_format=fmt)
+    text = sample(pattern, random.Random(seed))
+    assert re.fullmatch(pattern, text)
+    got = _parse(fmt, text)
+    assert got["tool_calls"] and got["content"].strip("\n; ") == "", text
+    for call in got["tool_calls"]:
+        jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[call["function"]["name"]])
+
+
+@pytest.mark.parametrize("fmt", sorted(FORCED_FORMATS))
+def test_named_and_single_call_patterns(fmt: str) -> None:
+    named = re.compile(tool_call_pattern(TOOLS, "ping", tool_format=fmt))
+    assert named.fullmatch(render(fmt, "ping", {}))
+    assert not named.fullmatch(render(fmt, "get_weather", {"city": "x"}))
+    single = re.compile(tool_call_pattern(TOOLS, tool_format=fmt, parallel=False))
+    assert single.fullmatch(render(fmt, "get_weather", {"city": "x", "days": 2}))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORCED_FORMATS))
+@given(data=st.data())
+def test_rendered_instances_match_and_parse_back(fmt: str, data: st.DataObject) -> None:
+    args = data.draw(instances(WEATHER, WEATHER))
+    if fmt in ("qwen3_coder", "glm45", "glm47"):
+        assume("<" not in args["city"])
+    if fmt == "pythonic":
+        assume(not re.search(r"['\\\x00-\x1f]", args["city"]))
+    text = render(fmt, "get_weather", args)
+    assert re.fullmatch(tool_call_pattern(TOOLS, "get_weather", tool_format=fmt), text), text
+    got = _parse(fmt, text)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got["tool_calls"]] == [
+        ("get_weather", args)]
+
+
+def test_hermes_signature_unchanged_and_errors() -> None:
+    assert tool_call_pattern(TOOLS) == tool_call_pattern(TOOLS, tool_format="hermes")
+    with pytest.raises(InvalidInput, match="tool_format='nope'; forced calls support hermes"):
+        tool_call_pattern(TOOLS, tool_format="nope")
+    nested = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"o": {"type": "object"}}}}}]
+    with pytest.raises(InvalidInput, match="tool 'f' parameters: pythonic forced calls support string"):
+        tool_call_pattern(nested, tool_format="pythonic")
