@@ -20,7 +20,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from textproc.config import DEFAULT_MAX_MODEL_LEN, ENDPOINT_KINDS, ENGINES, STUB_MODES
+from textproc.config import (
+    CONTENT_SPECIALS,
+    DEFAULT_MAX_MODEL_LEN,
+    ENDPOINT_KINDS,
+    ENGINES,
+    STUB_MODES,
+)
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
 
@@ -114,6 +120,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "added tokens, logged at startup; none: tool calls stay plain content)")
     p.add_argument("--reasoning-format", default="auto", choices=["auto", "none", *REASONING_FORMATS],
                    help="reasoning format to parse (default auto, like --tool-format)")
+    p.add_argument("--special-tokens-in-content", choices=CONTENT_SPECIALS, default="control",
+                   help="special-token text a client types into a message (<|im_end|>...): "
+                        "control = the real control token, as transformers and vLLM do (a user "
+                        "can forge turns); text = encoded as ordinary text (default control; "
+                        "see docs/operations.md)")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (default: run until SIGINT/SIGTERM)")
 
@@ -192,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
                 startup_timeout_s=args.startup_timeout,
                 log_level=level,
                 curve_dir=str(Path(args.curve_dir).absolute()) if args.curve_dir else None,
+                special_tokens_in_content=args.special_tokens_in_content,
                 tool_format=args.tool_format,
                 reasoning_format=args.reasoning_format,
                 **{name: value for name, value in (

@@ -27,6 +27,7 @@ __all__ = [
     "ENGINES",
     "ENDPOINT_KINDS",
     "STUB_MODES",
+    "CONTENT_SPECIALS",
     "Endpoints",
     "ServiceConfig",
     "ServeConfig",
@@ -40,6 +41,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # ServiceConfig.log_level va
 ENGINES = ("stub", "external")  # ServeConfig.engine: engine_stub as a child, or your engine
 ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints
 STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub --mode)
+# ServiceConfig.special_tokens_in_content: special-token text typed in a message is the control
+# token ("control", what transformers and vLLM do) or ordinary text ("text")
+CONTENT_SPECIALS = ("control", "text")
 IPC_PATH_MAX_BYTES = 100  # sun_path is 108 bytes on Linux, 104 on macOS; keep a margin
 _SCHEMES = ("ipc://", "tcp://")
 
@@ -185,6 +189,7 @@ class ServiceConfig:
     log_level: str = "INFO"
     max_live_per_client: int = 16_384  # live requests of one client (routing id) at once
     curve_dir: str | None = None  # `textproc keys` directory: every bound socket is a CURVE server
+    special_tokens_in_content: str = "control"  # one of CONTENT_SPECIALS
     tool_format: str = "auto"  # "auto" (from the model's files), "none" or a parsing.TOOL_FORMATS name
     reasoning_format: str = "auto"  # "auto", "none" or a parsing.REASONING_FORMATS name
 
@@ -207,6 +212,8 @@ class ServiceConfig:
         _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
         _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
         _check_choice("log_level", self.log_level, LOG_LEVELS)
+        _check_choice("special_tokens_in_content", self.special_tokens_in_content,
+                      CONTENT_SPECIALS)
         for label, value in (("tool_format", self.tool_format), ("reasoning_format", self.reasoning_format)):
             if not isinstance(value, str) or not value:
                 raise InvalidInput(f"{label} must be a format name, 'auto' or 'none', got {short(value)}")

@@ -326,3 +326,22 @@ def test_full_corpus(case_name: str, request: pytest.FixtureRequest) -> None:
         pytest.skip("full 4 MB parity corpus: run with -m slow (or TEXTPROC_FULL_PARITY=1; CI runs it)")
     case = get_case(case_name)
     _run(case, mixed_corpus_items(FULL_BYTES), second=case_name in REAL_CASES)
+
+
+@pytest.mark.parametrize("case_name", CASE_NAMES)
+def test_specials_as_text_matches_encode_special_tokens(case_name: str) -> None:
+    """``encode_specials_as_text`` == HF with ``encode_special_tokens = True`` (special tokens'
+    text as ordinary text, other added tokens still matched), on random mixes of added tokens."""
+    import random
+
+    import tokenizers
+
+    case = get_case(case_name)
+    hf = tokenizers.Tokenizer.from_str(case.hf.to_str())  # a copy: the flag is per object
+    hf.encode_special_tokens = True
+    pieces = sorted(case.ours.added_tokens) + ["hi", " ", "\n", "x y", " <", "|>", "é", "  "]
+    rng = random.Random(7)
+    for _ in range(200):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        assert case.ours.encode_specials_as_text(text) == \
+            hf.encode(text, add_special_tokens=False).ids, text

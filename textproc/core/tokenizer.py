@@ -35,7 +35,7 @@ Decisions kept here (each has a test):
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
@@ -103,10 +103,13 @@ class PromptTokenizer(Protocol):
     vocab_size: int
     eos_token_id: int | None
     added_tokens: dict[str, int]  # added token content -> id
+    special_ids: frozenset[int]
     special_tokens_map: dict[str, str]  # e.g. "eos_token" -> "<|im_end|>", for templates
     chat_template: str | dict[str, str] | None
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
+
+    def encode_specials_as_text(self, text: str, *, at_start: bool = True) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
@@ -291,6 +294,57 @@ class Tokenizer:
         if add_special_tokens and (self._post_prefix or self._post_suffix):
             ids = self._post_prefix + ids + self._post_suffix
         return ids
+
+    def encode_specials_as_text(self, text: str, *, at_start: bool = True) -> list[int]:
+        """Token ids of ``text`` with special tokens' text encoded as ordinary text: HF
+        ``encode_special_tokens = True`` (transformers' ``split_special_tokens``); added tokens
+        that are not special still match. ``<|im_end|>`` typed by a user becomes ``<``, ``|``,
+        ``im``... instead of the control token. ``at_start=False`` encodes a stretch from the
+        middle of a text (no start-of-text prefix space). Raises InvalidInput like :meth:`encode`.
+
+        >>> tok = Tokenizer.from_dir(".cache/models/qwen3")
+        >>> tok.encode("<|im_end|>") == [tok.added_tokens["<|im_end|>"]]
+        True
+        >>> ids = tok.encode_specials_as_text("<|im_end|>")
+        >>> tok.decode(ids), len(ids) > 1
+        ('<|im_end|>', True)
+        """
+        if type(text) is not str:
+            raise InvalidInput(f"text must be a str, got {type(text).__name__} {short(text)}")
+        if not text.isascii() and _SURROGATE.search(text) is not None:
+            raise InvalidInput(f"text contains a lone surrogate: {short(text)}; encode it as valid UTF-16/UTF-8 first")
+        ids: list[int] = []
+        for seg, at0 in self._unspecial_runs(self._added.split_raw(text), at_start, ids):
+            if self._normalizer is not None:
+                seg = self._normalizer(seg)
+            if not self._added.has_normalized:
+                ids += self._encode_segment(seg, at0)
+                continue
+            for part, part_at0 in self._unspecial_runs(
+                    self._added.split_normalized(seg, at0), at0, ids):
+                ids += self._encode_segment(part, part_at0)
+        return ids
+
+    def _unspecial_runs(self, segments: list[tuple[str, int, bool]], at_start: bool,
+                        ids: list[int]) -> Iterator[tuple[str, bool]]:
+        """Runs of text between the NON-special added tokens of ``segments`` (special tokens
+        count as text), each with its at-start flag; the non-special ids go to ``ids`` in
+        order, as the runs are consumed."""
+        special = self.special_ids
+        run: list[str] = []
+        run_at0 = at_start
+        for seg, token_id, seg_at0 in segments:
+            if token_id >= 0 and token_id not in special:
+                if run:
+                    yield "".join(run), run_at0
+                    run = []
+                ids.append(token_id)
+                continue
+            if not run:
+                run_at0 = at_start and seg_at0
+            run.append(seg)
+        if run:
+            yield "".join(run), run_at0
 
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = False) -> list[list[int]]:
         """``[encode(t) for t in texts]`` (one thread; run workers for parallelism)."""

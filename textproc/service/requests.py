@@ -10,6 +10,7 @@ bad value and what is allowed. A good one becomes ONE ``Submit`` frame for the d
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any, NamedTuple
 
@@ -41,6 +42,14 @@ MAX_REQUEST_ID_CHARS = 256
 _TOOL_CHOICES = ("none", "auto", "required")
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 _SCALARS = (str, int, float, bool, type(None))
+# around a message's content that holds special-token text (--special-tokens-in-content text):
+# Unicode noncharacters, "for internal use", never text a client means
+_MARK_OPEN, _MARK_CLOSE = "\ufdd0", "\ufdd1"
+
+
+def _unmarked(prompt: str) -> str:
+    return prompt.replace(_MARK_OPEN, "").replace(_MARK_CLOSE, "") if _MARK_OPEN in prompt \
+        else prompt
 
 
 def _check_request_id(request_id: str) -> None:
@@ -87,6 +96,10 @@ class RequestBuilder:
         ids += [added[name] for name in _STOP_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
+        special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,
+                         reverse=True)
+        # special-token text a client typed into a message (matched only in that mode)
+        self._specials = re.compile("|".join(map(re.escape, special)) if special else "(?!)")
 
     # -- chat ----------------------------------------------------------------------------------
 
@@ -101,7 +114,8 @@ class RequestBuilder:
                              chat_template_kwargs=req.chat_template_kwargs,
                              documents=req.documents)
         t1 = time.perf_counter()
-        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        prompt_ids = self.encode_prompt(prompt)
+        prompt = _unmarked(prompt)
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
         formats = self.formats
         reasoning = formats.reasoning_format is not None
@@ -161,6 +175,8 @@ class RequestBuilder:
                 f"than {sorted(RESERVED_VARIABLES)}", param="chat_template_kwargs")
         if add_generation_prompt and continue_final_message:
             raise InvalidInput("add_generation_prompt and continue_final_message cannot both be true")
+        if self.config.special_tokens_in_content == "text":
+            messages = self._mark_typed_specials(messages)
         prompt: str = render_chat(template, messages, tools,
                                   add_generation_prompt=add_generation_prompt,
                                   continue_final_message=continue_final_message,
@@ -172,6 +188,41 @@ class RequestBuilder:
                 f"{self.config.max_prompt_chars} characters; shorten the messages",
                 param="messages")
         return prompt
+
+    def _mark_typed_specials(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Messages whose content holds special-token text, that content wrapped in marks, so
+        ``encode_prompt`` encodes it as ordinary text (``--special-tokens-in-content text``)."""
+        out = []
+        for i, message in enumerate(messages):
+            content = message.get("content")
+            if isinstance(content, str) and self._specials.search(content):
+                if _MARK_OPEN in content or _MARK_CLOSE in content:
+                    raise InvalidInput(
+                        f"messages[{i}].content holds U+FDD0 or U+FDD1, Unicode noncharacters "
+                        "this server uses internally; remove them", param=f"messages[{i}].content")
+                message = {**message, "content": _MARK_OPEN + content + _MARK_CLOSE}
+            out.append(message)
+        return out
+
+    def encode_prompt(self, prompt: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Ids of a rendered prompt: marked message contents (see ``_mark_typed_specials``)
+        with special tokens' text as ordinary text, the rest (what the template wrote) as
+        usual."""
+        encode = self.tokenizer.encode
+        if _MARK_OPEN not in prompt:
+            return encode(prompt, add_special_tokens=add_special_tokens)
+        head, *marked = prompt.split(_MARK_OPEN)
+        ids = encode(head)
+        for part in marked:
+            content, _, rest = part.partition(_MARK_CLOSE)
+            ids += self.tokenizer.encode_specials_as_text(content, at_start=False)
+            ids += encode(rest)
+        if add_special_tokens:  # the post-processor's prefix and suffix around the whole prompt
+            probe, framed = encode("a"), encode("a", add_special_tokens=True)
+            at = next((i for i in range(len(framed) - len(probe) + 1)
+                       if framed[i:i + len(probe)] == probe), 0)
+            ids = framed[:at] + ids + framed[at + len(probe):]
+        return ids
 
     # -- completion ----------------------------------------------------------------------------
 
@@ -207,8 +258,8 @@ class RequestBuilder:
             prompt = self.render(req.messages, tools or None,
                                  add_generation_prompt=req.add_generation_prompt,
                                  chat_template_kwargs=req.chat_template_kwargs)
-            ids = self.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
-            return TokenizeResult(req.request_id, pack_ids(ids), prompt)
+            ids = self.encode_prompt(prompt, add_special_tokens=req.add_special_tokens)
+            return TokenizeResult(req.request_id, pack_ids(ids), _unmarked(prompt))
         assert req.text is not None
         if len(req.text) > self.config.max_prompt_chars:
             raise InvalidInput(f"text has {len(req.text)} characters, over the limit of "
