@@ -36,6 +36,9 @@ __all__ = [
     "parse_output",
     "json_schema_to_regex",
     "tool_call_pattern",
+    "TokenVocabulary",
+    "TokenIndex",
+    "compile_constraint",
 ]
 
 # public name -> module that defines it
@@ -64,6 +67,9 @@ _WHERE = {
     "parse_output": "textproc.core.parsing",
     "json_schema_to_regex": "textproc.core.constraints",
     "tool_call_pattern": "textproc.core.constraints",
+    "TokenVocabulary": "textproc.core.constraints",
+    "TokenIndex": "textproc.core.constraints",
+    "compile_constraint": "textproc.core.constraints",
 }
 
 

@@ -309,7 +309,7 @@ def test_recursion_is_bounded() -> None:
         ({"type": "object", "properties": {"a": {"type": "string", "uniqueItems": True}}}, r"keyword 'uniqueItems' at \$\.properties\.a"),
         ({"type": "array", "items": {"not": {}}}, r"keyword 'not' at \$\.items"),
         ({"type": "number", "minimum": 0}, r"'minimum' at \$\.minimum is supported only for type 'integer'"),
-        ({"type": "string", "format": "email"}, r"format 'email' at \$\.format; supported: date"),
+        ({"type": "string", "format": "hostname"}, r"format 'hostname' at \$\.format; supported: date"),
         ({"type": "string", "pattern": "(?=a)b"}, r"pattern '\(\?=a\)b' at \$\.pattern: a group with '\(\?'"),
         ({"type": "string", "pattern": "a\\1"}, r"the escape \\1"),
         ({"type": "string", "pattern": "a^b"}, r"anchor '\^'"),

@@ -1,8 +1,31 @@
-"""Constraints on generated text: JSON Schema -> regex (``schema``, with its regex building
-blocks in ``regex_parts``) and the forced tool-call pattern."""
+"""Constraints on generated text: regex / JSON Schema / choice / forced tool call -> a token
+index the engine only looks up.
+
+``schema`` (JSON Schema -> regex, with its building blocks in ``regex_parts``) and the forced
+tool-call pattern; ``regex_syntax`` (Python ``re`` syntax -> tree), ``automaton`` (tree ->
+minimal byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact token bytes), ``index``
+(:class:`TokenIndex`) and ``compile`` (:func:`compile_constraint`, budget, cache).
+"""
 
 from __future__ import annotations
 
+from textproc.core.constraints.automaton import Budget
+from textproc.core.constraints.compile import DEFAULT_CACHE, IndexCache, compile_constraint, constraint_regex
+from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.schema import MAX_BOUND, MAX_COUNT, json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.vocab import END_TOKEN_NAMES, TokenVocabulary
 
-__all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_BOUND"]
+__all__ = [
+    "json_schema_to_regex",
+    "tool_call_pattern",
+    "MAX_COUNT",
+    "MAX_BOUND",
+    "TokenVocabulary",
+    "TokenIndex",
+    "compile_constraint",
+    "constraint_regex",
+    "Budget",
+    "IndexCache",
+    "DEFAULT_CACHE",
+    "END_TOKEN_NAMES",
+]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from textproc.core.constraints.regex_syntax import merge, subtract
 from textproc.errors import InvalidInput, short
 
 __all__ = ["MAX_COUNT", "CHAR", "lit", "group", "repeat", "int_range", "translate_pattern"]
@@ -293,16 +294,6 @@ class _PatternTranslator:
                 ranges.append((lo, lo))
 
 
-def _normalise(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
 def _contains(ranges: list[tuple[int, int]], code: int) -> bool:
     return any(lo <= code <= hi for lo, hi in ranges)
 
@@ -322,28 +313,17 @@ def _class_char(code: int) -> str:
 def _emit_set(ranges: list[tuple[int, int]], negated: bool) -> str:
     """Regex over JSON-serialised text for one decoded character in the set (or its complement),
     each character written as json.dumps(ensure_ascii=False) writes it."""
-    ranges = _normalise(ranges)
+    ranges = merge(ranges)
     escapes = [c for c in [*range(0x20), 0x22, 0x5C] if _contains(ranges, c) != negated]
     alternatives = []
     if negated:
-        excluded = _normalise(ranges + _NEEDS_ESCAPE)
+        excluded = merge(ranges + _NEEDS_ESCAPE)
         body = "".join(
             _class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in excluded
         )
         alternatives.append(f"[^{body}]")
     else:
-        safe: list[tuple[int, int]] = []
-        for lo, hi in ranges:  # ranges minus the characters json.dumps escapes
-            for bad_lo, bad_hi in _NEEDS_ESCAPE:
-                if bad_hi < lo or bad_lo > hi:
-                    continue
-                if lo < bad_lo:
-                    safe.append((lo, bad_lo - 1))
-                lo = max(lo, bad_hi + 1)
-                if lo > hi:
-                    break
-            if lo <= hi:
-                safe.append((lo, hi))
+        safe = subtract(ranges, _NEEDS_ESCAPE)  # minus the characters json.dumps escapes
         if len(safe) == 1 and safe[0][0] == safe[0][1]:
             alternatives.append(lit(chr(safe[0][0])))
         elif safe:

@@ -28,7 +28,8 @@ Where the schema allows more than a regex can say, the regex allows less:
   alternation, greedy or lazy quantifiers, ``^`` / ``$`` at the ends) is unanchored like JSON
   Schema's; it cannot be combined with ``minLength`` / ``maxLength``.
 - ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum`` only for integers.
-- ``format`` only ``date``, ``time``, ``date-time``, ``uuid``.
+- ``format`` only ``date``, ``time``, ``date-time``, ``uuid``, ``email``, ``uri`` (email and uri
+  as a common subset of their RFCs).
 
 Anything else is an ``InvalidInput`` naming the keyword and its JSON path.
 """
@@ -65,6 +66,9 @@ _FORMATS = {
     "date-time": r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]"
     r":[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    # a common subset of RFC 5321 addresses and RFC 3986 URIs, written without JSON escapes
+    "email": r"[a-zA-Z0-9._%+\-]+@[a-zA-Z0-9\-]+(?:\.[a-zA-Z0-9\-]+)*\.[a-zA-Z]{2,}",
+    "uri": r"[a-zA-Z][a-zA-Z0-9+.\-]*://[a-zA-Z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+",
 }
 _ANNOTATIONS = frozenset(
     ["title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",

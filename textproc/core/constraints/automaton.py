@@ -1,0 +1,330 @@
+"""Regex tree -> minimal DFA over UTF-8 bytes (Thompson NFA, subset construction, Hopcroft).
+
+Owns :class:`ByteDFA` and :func:`build_dfa`. The DFA reads the UTF-8 bytes of the output;
+state -1 is the dead state, and every other state can still reach an accepting state (states
+that cannot are folded into -1 before minimising), so "never reaches -1" is exactly "is a
+prefix of some match". Work is bounded by a :class:`Budget` (states and a deadline): over
+it, an ``InvalidInput`` that says which limit and how to stay under it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from textproc.core.constraints.regex_syntax import Alt, CharSet, Concat, Node, Repeat
+from textproc.errors import InvalidInput
+
+__all__ = ["Budget", "ByteDFA", "build_dfa", "utf8_sequences"]
+
+
+@dataclass
+class Budget:
+    """Limits on one compile: automaton states, index bytes, and wall seconds."""
+
+    max_states: int = 20_000
+    max_bytes: int = 256 << 20
+    max_seconds: float = 10.0
+    started: float = field(default_factory=time.monotonic)
+
+    def check_time(self, what: str) -> None:
+        if time.monotonic() - self.started > self.max_seconds:
+            raise InvalidInput(
+                f"constraint compile took over {self.max_seconds:g} s ({what}); "
+                f"simplify the schema or regex (fewer optional properties, smaller counted repetitions)"
+            )
+
+    def check_states(self, n: int, what: str) -> None:
+        if n > self.max_states:
+            raise InvalidInput(
+                f"constraint needs over {self.max_states} {what}; simplify the schema or regex "
+                f"(smaller maxLength / maxItems / {{m,n}} counts, fewer optional properties)"
+            )
+
+
+@dataclass
+class ByteDFA:
+    """A minimal DFA over bytes: ``rows[q][b]`` is the next state (-1: dead)."""
+
+    rows: list[list[int]]  # state -> 256 next states
+    accepting: list[bool]
+    start: int  # -1 when the language is empty
+
+    @property
+    def n_states(self) -> int:
+        return len(self.rows)
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after ``data`` from ``state`` (-1 once dead)."""
+        rows = self.rows
+        for b in data:
+            state = rows[state][b]
+            if state < 0:
+                return -1
+        return state
+
+
+def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Byte-range sequences whose concatenations are exactly the UTF-8 encodings of the code
+    points ``lo..hi`` (no surrogates inside), as Rust's ``utf8-ranges`` splits them."""
+    out: list[list[tuple[int, int]]] = []
+    stack = [(lo, hi)]
+    while stack:
+        s, e = stack.pop()
+        while True:
+            split = False
+            for border in (0x7F, 0x7FF, 0xFFFF):
+                if s <= border < e:
+                    stack.append((border + 1, e))
+                    e = border
+                    split = True
+                    break
+            if split:
+                continue
+            if e <= 0x7F:
+                out.append([(s, e)])
+                break
+            for i in range(1, 4):
+                mask = (1 << (6 * i)) - 1
+                if (s & ~mask) != (e & ~mask):
+                    if s & mask:
+                        stack.append(((s | mask) + 1, e))
+                        e = s | mask
+                        split = True
+                        break
+                    if (e & mask) != mask:
+                        stack.append((e & ~mask, e))
+                        e = (e & ~mask) - 1
+                        split = True
+                        break
+            if split:
+                continue
+            a, b = chr(s).encode("utf-8"), chr(e).encode("utf-8")
+            out.append(list(zip(a, b)))
+            break
+    return out
+
+
+class _NFA:
+    def __init__(self, budget: Budget) -> None:
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.budget = budget
+
+    def state(self) -> int:
+        self.eps.append([])
+        self.edges.append([])
+        if len(self.eps) % 4096 == 0:
+            self.budget.check_states(len(self.eps) // 8, "automaton states (NFA)")
+        return len(self.eps) - 1
+
+    def build(self, node: Node, start: int) -> int:
+        """Add ``node`` reading from ``start``; return its end state."""
+        if isinstance(node, CharSet):
+            end = self.state()
+            inner: dict[tuple[int, int, int], int] = {}
+            for lo, hi in node.ranges:
+                for seq in utf8_sequences(lo, hi):
+                    cur = start
+                    for i, (b_lo, b_hi) in enumerate(seq):
+                        if i == len(seq) - 1:
+                            self.edges[cur].append((b_lo, b_hi, end))
+                        else:
+                            key = (cur, b_lo, b_hi)
+                            nxt = inner.get(key)
+                            if nxt is None:
+                                nxt = inner[key] = self.state()
+                                self.edges[cur].append((b_lo, b_hi, nxt))
+                            cur = nxt
+            return end
+        if isinstance(node, Concat):
+            cur = start
+            for item in node.items:
+                cur = self.build(item, cur)
+            return cur
+        if isinstance(node, Alt):
+            end = self.state()
+            for item in node.items:
+                branch = self.state()
+                self.eps[start].append(branch)
+                self.eps[self.build(item, branch)].append(end)
+            return end
+        assert isinstance(node, Repeat)
+        cur = start
+        for _ in range(node.lo):
+            cur = self.build(node.item, cur)
+        if node.hi is None:
+            loop = self.state()
+            self.eps[cur].append(loop)
+            self.eps[self.build(node.item, loop)].append(loop)
+            return loop
+        end = self.state()
+        for _ in range(node.hi - node.lo):
+            self.eps[cur].append(end)
+            cur = self.build(node.item, cur)
+        self.eps[cur].append(end)
+        return end
+
+
+def build_dfa(tree: Node, budget: Budget) -> ByteDFA:
+    """The minimal byte DFA of ``tree`` (whole-output match)."""
+    nfa = _NFA(budget)
+    start = nfa.state()
+    final = nfa.build(tree, start)
+    budget.check_time("building the NFA")
+    # byte classes: bytes no edge tells apart
+    cuts = {0, 256}
+    for edges in nfa.edges:
+        for lo, hi, _ in edges:
+            cuts.add(lo)
+            cuts.add(hi + 1)
+    bounds = sorted(cuts)
+    class_of = [0] * 256
+    for c, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        class_of[lo:hi] = [c] * (hi - lo)
+    n_classes = len(bounds) - 1
+    # NFA state -> [(classes, target)]
+    moves = [[(range(class_of[lo], class_of[hi] + 1), t) for lo, hi, t in edges] for edges in nfa.edges]
+    closure_memo: dict[int, frozenset[int]] = {}
+
+    def closure(s: int) -> frozenset[int]:
+        got = closure_memo.get(s)
+        if got is None:
+            seen = {s}
+            todo = [s]
+            while todo:
+                for t in nfa.eps[todo.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        todo.append(t)
+            # only states with byte edges (and the final state) matter for the DFA
+            got = closure_memo[s] = frozenset(q for q in seen if nfa.edges[q] or q == final)
+        return got
+
+    first = closure(start)
+    ids = {first: 0}
+    sets = [first]
+    trans: list[list[int]] = []
+    i = 0
+    while i < len(sets):
+        if i % 256 == 255:
+            budget.check_time("determinising")
+            budget.check_states(len(sets), "automaton states (DFA)")
+        targets: dict[int, set[int]] = {}
+        for q in sets[i]:
+            for classes, t in moves[q]:
+                for c in classes:
+                    got = targets.get(c)
+                    if got is None:
+                        targets[c] = {t}
+                    else:
+                        got.add(t)
+        row = [-1] * n_classes
+        memo: dict[frozenset[int], int] = {}
+        for c, ts in targets.items():
+            key = frozenset(ts)
+            d = memo.get(key)
+            if d is None:
+                merged: set[int] = set()
+                for t in ts:
+                    merged |= closure(t)
+                dset = frozenset(merged)
+                d = ids.get(dset)
+                if d is None:
+                    d = ids[dset] = len(sets)
+                    sets.append(dset)
+                memo[key] = d
+            row[c] = d
+        trans.append(row)
+        i += 1
+    budget.check_states(len(sets), "automaton states (DFA)")
+    accepting = [final in s for s in sets]
+    return _minimise(trans, accepting, class_of, n_classes, budget)
+
+
+def _minimise(
+    trans: list[list[int]], accepting: list[bool], class_of: list[int], k: int, budget: Budget
+) -> ByteDFA:
+    n = len(trans)
+    # fold states that cannot reach an accepting state into the dead state
+    back: list[list[int]] = [[] for _ in range(n)]
+    for q, row in enumerate(trans):
+        for t in set(row):
+            if t >= 0:
+                back[t].append(q)
+    live = [False] * n
+    todo = [q for q in range(n) if accepting[q]]
+    for q in todo:
+        live[q] = True
+    while todo:
+        for p in back[todo.pop()]:
+            if not live[p]:
+                live[p] = True
+                todo.append(p)
+    if not live[0]:
+        return ByteDFA(rows=[], accepting=[], start=-1)
+    sink = n
+    full = [[t if t >= 0 and live[t] else sink for t in row] for row in trans] + [[sink] * k]
+    inverse: list[list[list[int]]] = [[[] for _ in range(n + 1)] for _ in range(k)]
+    for q, row in enumerate(full):
+        for c, t in enumerate(row):
+            inverse[c][t].append(q)
+    # Hopcroft: refine {accepting, rejecting} by predecessors of splitters
+    acc = {q for q in range(n) if accepting[q] and live[q]}
+    rej = set(range(n + 1)) - acc
+    blocks = [b for b in (acc, rej) if b]
+    block_of = [0] * (n + 1)
+    for b, members in enumerate(blocks):
+        for q in members:
+            block_of[q] = b
+    smaller = 0 if len(blocks) == 1 or len(blocks[0]) <= len(blocks[1]) else 1
+    work = deque((smaller, c) for c in range(k))
+    pending = set(work)
+    steps = 0
+    while work:
+        steps += 1
+        if steps % 1024 == 0:
+            budget.check_time("minimising")
+        item = work.popleft()
+        pending.discard(item)
+        a, c = item
+        inv = inverse[c]
+        touched: dict[int, list[int]] = {}
+        for t in blocks[a]:
+            for q in inv[t]:
+                touched.setdefault(block_of[q], []).append(q)
+        for y, touched_members in touched.items():
+            if len(touched_members) == len(blocks[y]):
+                continue
+            split = set(touched_members)
+            blocks[y] -= split
+            new = len(blocks)
+            blocks.append(split)
+            for q in split:
+                block_of[q] = new
+            for d in range(k):
+                if (y, d) in pending:
+                    pending.add((new, d))
+                    work.append((new, d))
+                else:
+                    pick = new if len(split) <= len(blocks[y]) else y
+                    pending.add((pick, d))
+                    work.append((pick, d))
+    # renumber blocks in BFS order from the start; the sink's block is -1
+    dead = block_of[sink]
+    order = {block_of[0]: 0}
+    reps = [0]
+    i = 0
+    while i < len(reps):
+        for t in full[reps[i]]:
+            b = block_of[t]
+            if b != dead and b not in order:
+                order[b] = len(reps)
+                reps.append(t)
+        i += 1
+    rows = []
+    for q in reps:
+        by_class = [order.get(block_of[t], -1) for t in full[q]]
+        rows.append([by_class[class_of[b]] for b in range(256)])
+    return ByteDFA(rows=rows, accepting=[accepting[q] for q in reps], start=0)

@@ -1,0 +1,169 @@
+"""``compile_constraint``: regex / JSON Schema / choice / forced tool call -> :class:`TokenIndex`.
+
+Owns the one door into the compiler (regex tree -> minimal byte DFA -> token index), its
+budget, and the content-addressed cache. The cache key is a hash of the vocabulary's
+fingerprint and the regex the constraint becomes, so two spellings of the same constraint
+share one index; failures are remembered too (a request that blew the budget once fails
+at once the next time instead of burning the budget again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from textproc.core.constraints.automaton import Budget, build_dfa
+from textproc.core.constraints.index import TokenIndex, build_index
+from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.vocab import TokenVocabulary
+from textproc.errors import InvalidInput, short
+
+__all__ = ["compile_constraint", "constraint_regex", "IndexCache", "DEFAULT_CACHE", "Budget"]
+
+
+class IndexCache:
+    """Compiled indexes by key, least recently used dropped past ``max_bytes`` (index
+    ``nbytes``), plus the last ``max_failures`` failure messages."""
+
+    def __init__(self, max_bytes: int = 512 << 20, *, max_failures: int = 1024) -> None:
+        self.max_bytes = max_bytes
+        self.max_failures = max_failures
+        self.nbytes = 0
+        self._items: OrderedDict[str, TokenIndex] = OrderedDict()
+        self._failures: OrderedDict[str, str] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: str) -> TokenIndex | None:
+        index = self._items.get(key)
+        if index is not None:
+            self._items.move_to_end(key)
+            self.hits += 1
+            return index
+        self.misses += 1
+        return None
+
+    def failure(self, key: str) -> str | None:
+        """The message of a remembered failure under ``key``, or None."""
+        return self._failures.get(key)
+
+    def put(self, key: str, index: TokenIndex) -> None:
+        if key in self._items or index.nbytes > self.max_bytes:
+            return
+        self._items[key] = index
+        self.nbytes += index.nbytes
+        while self.nbytes > self.max_bytes:
+            _, old = self._items.popitem(last=False)
+            self.nbytes -= old.nbytes
+
+    def fail(self, key: str, message: str) -> None:
+        self._failures[key] = message
+        while len(self._failures) > self.max_failures:
+            self._failures.popitem(last=False)
+
+
+DEFAULT_CACHE = IndexCache()
+
+
+def constraint_regex(
+    *,
+    regex: str | None = None,
+    json_schema: Mapping[str, Any] | bool | str | None = None,
+    choice: Sequence[str] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_name: str | None = None,
+) -> tuple[str, str]:
+    """``(regex, what)``: the regex a constraint becomes and a short name for errors.
+    Exactly one of ``regex`` / ``json_schema`` / ``choice`` / ``tools``."""
+    given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("choice", choice),
+                            ("tools", tools)) if v is not None]
+    if len(given) != 1:
+        raise InvalidInput(f"give exactly one of regex, json_schema, choice, tools; got {given or 'none'}")
+    if tool_name is not None and tools is None:
+        raise InvalidInput("tool_name needs tools")
+    if regex is not None:
+        if not isinstance(regex, str):
+            raise InvalidInput(f"regex {short(regex)} must be a string")
+        return regex, f"regex {short(regex)}"
+    if json_schema is not None:
+        schema = json_schema
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError as e:
+                raise InvalidInput(f"json_schema {short(schema)} is not valid JSON: {e}") from e
+        return json_schema_to_regex(schema), "the JSON schema"
+    if choice is not None:
+        if isinstance(choice, (str, bytes)) or not isinstance(choice, Sequence) or not choice:
+            raise InvalidInput(f"choice {short(choice)} must be a non-empty list of strings")
+        for i, c in enumerate(choice):
+            if not isinstance(c, str):
+                raise InvalidInput(f"choice[{i}] {short(c)} must be a string")
+        return "|".join(re.escape(c) for c in choice), f"choice {short(list(choice))}"
+    assert tools is not None
+    what = f"the forced call of tool {tool_name!r}" if tool_name else "a forced tool call"
+    return tool_call_pattern(tools, tool_name), what
+
+
+def compile_constraint(
+    vocab: TokenVocabulary,
+    *,
+    regex: str | None = None,
+    json_schema: Mapping[str, Any] | bool | str | None = None,
+    choice: Sequence[str] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_name: str | None = None,
+    budget: Budget | None = None,
+    cache: IndexCache | None = DEFAULT_CACHE,
+) -> TokenIndex:
+    """The token index of one constraint over ``vocab`` (exactly one of regex / json_schema /
+    choice / tools; ``tool_name`` picks the forced tool, else any tool, one or more calls).
+
+    A cache hit costs a hash and a dict lookup. Errors (``InvalidInput``) name what is
+    unsupported and where, or which budget limit was passed.
+
+    >>> v = TokenVocabulary([b"a", b"b", b"ab", b""], end_ids=[3])
+    >>> index = compile_constraint(v, regex="ab")
+    >>> index.allowed_ids(index.initial_state)
+    [0, 2]
+    """
+    pattern, what = constraint_regex(regex=regex, json_schema=json_schema, choice=choice,
+                                     tools=tools, tool_name=tool_name)
+    key = constraint_key(vocab, pattern)
+    if cache is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    budget = budget or Budget()
+    failure_key = f"{key}:{budget.max_states}:{budget.max_bytes}:{budget.max_seconds}"
+    if cache is not None:
+        failure = cache.failure(failure_key)
+        if failure is not None:
+            raise InvalidInput(failure)
+    try:
+        dfa = build_dfa(parse_regex(pattern), budget)
+        index = build_index(dfa, vocab, budget, what=what)
+    except InvalidInput as e:
+        if cache is not None:
+            cache.fail(failure_key, str(e))
+        raise
+    index.key = key
+    if cache is not None:
+        cache.put(key, index)
+    return index
+
+
+def constraint_key(vocab: TokenVocabulary, pattern: str) -> str:
+    """The content address of ``pattern`` compiled over ``vocab``."""
+    h = hashlib.sha256(vocab.fingerprint.encode())
+    h.update(b"\0")
+    h.update(pattern.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]
