@@ -8,6 +8,14 @@ masks stop tokens would never sample it; ``max_tokens`` generated ends it with "
 in that same position wins). Echo and replay scripts end with the end token and repeat when it
 does not stop the request (``ignore_eos``, ``min_tokens``).
 
+Constrained requests (``IncomingRequest.guide``, a compiled index from textproc) always give
+an output the constraint accepts: random mode draws uniformly among the allowed ids (rejection
+sampling over the id range, then the allowed list when few are allowed); echo and replay
+follow their script while each id is allowed and continue with the constrained random walk
+from the first id that is not. In an accepting state an end id is taken with probability 1/2,
+and once the tokens left (``max_tokens``) are only enough for the shortest completion the
+request follows the index's completion tokens. The end id ends it with "stop".
+
 Imports nothing from textproc but a tokenizer passed in (anything with the ``TokenizerLike``
 methods): exactly what a real engine would have.
 """
@@ -15,7 +23,7 @@ methods): exactly what a real engine would have.
 from __future__ import annotations
 
 import random
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 __all__ = [
     "TokenizerLike",
@@ -80,7 +88,7 @@ class RequestState:
 
     __slots__ = (
         "request_id", "script", "pos", "rng", "pool", "generated", "max_tokens", "stops",
-        "min_tokens", "only_stops", "aborted_at",
+        "min_tokens", "only_stops", "aborted_at", "guide", "echoing",
     )
 
     def __init__(
@@ -105,6 +113,14 @@ class RequestState:
         self.stops = stops
         self.min_tokens = request.min_tokens
         self.only_stops = script is not None and all(t in stops for t in script)
+        self.guide: Any = None  # textproc.core.constraints.Guide for a constrained request
+        self.echoing = script is not None
+
+    def constrain(self, guide: Any, rng: random.Random) -> None:
+        """Follow ``guide`` from now on (see the module docstring)."""
+        self.guide = guide
+        if self.rng is None:
+            self.rng = rng
 
     def _next(self) -> int:
         script = self.script
@@ -115,8 +131,48 @@ class RequestState:
         self.pos = (self.pos + 1) % len(script)
         return token_id
 
+    def _next_guided(self) -> int:
+        guide = self.guide
+        index = guide.index
+        state = guide.state
+        script = self.script
+        if self.echoing and script is not None:
+            token_id = script[self.pos]
+            if index.next_state(state, token_id) >= 0:
+                self.pos = (self.pos + 1) % len(script)
+                return token_id
+            self.echoing = False
+        rng = self.rng
+        assert rng is not None
+        if guide.is_accepting and (rng.random() < 0.5 or self.max_tokens - self.generated <= 1):
+            return index.end_ids[0]  # type: ignore[no-any-return]
+        if self.max_tokens - self.generated <= index.completion_length(state) + 1:
+            return guide.completion_token()  # type: ignore[no-any-return]
+        size = index.vocab_size
+        for _ in range(32):
+            token_id = rng.randrange(size)
+            if index.next_state(state, token_id) >= 0:
+                return token_id
+        return rng.choice(guide.allowed_ids())  # type: ignore[no-any-return]
+
+    def _take_guided(self, k: int) -> tuple[list[int], str | None]:
+        new: list[int] = []
+        guide = self.guide
+        while len(new) < k:
+            token_id = self._next_guided()
+            guide.advance(token_id)
+            new.append(token_id)
+            self.generated += 1
+            if guide.ended:
+                return new, "stop"
+            if self.generated >= self.max_tokens:
+                return new, "length"
+        return new, None
+
     def take(self, k: int) -> tuple[list[int], str | None]:
         """Up to ``k`` new ids and the finish reason ("stop", "length") if this ends it."""
+        if self.guide is not None:
+            return self._take_guided(k)
         new: list[int] = []
         stops = self.stops
         skipped = 0

@@ -12,8 +12,10 @@ released).
 
 Aborts: an aborted request stops at once and is dropped WITHOUT an output (like vLLM: the side
 that sent the abort already ended the request); ``--report-aborts`` sends
-``(request_id, [], "abort")`` instead. Constraints (``EngineRequest.constraint``) are not
-enforced: echo mode echoes; the stats count requests that carried one.
+``(request_id, [], "abort")`` instead. Constraints are enforced through the request's guide
+(``IncomingRequest.guide``; see ``engine_stub.scripts``): every constrained request ends with
+an output its constraint accepts unless ``max_tokens`` is below the shortest completion; the
+stats count constrained requests.
 
 Stats (``--stats-file``, JSON, rewritten atomically every ``--stats-interval-s`` and on exit):
 step time p50/p99/mean/max in ms over busy steps, tokens generated per request with its finish
@@ -29,6 +31,7 @@ from array import array
 import json
 import logging
 import os
+import random
 import signal
 import threading
 import time
@@ -179,7 +182,10 @@ class StubEngine:
             self._abort(aborts, outputs)
         while self.waiting and len(self.running) < self.settings.max_batch:
             request = self.waiting.popleft()
-            self.running[request.request_id] = self.make_state(request)
+            state = self.make_state(request)
+            if request.guide is not None:
+                state.constrain(request.guide, random.Random(f"{self.settings.seed}:{request.request_id}"))
+            self.running[request.request_id] = state
         if not self.running:
             if outputs:
                 _send_columns(link, outputs)

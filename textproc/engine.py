@@ -13,7 +13,15 @@ Owns the engine's two sockets (``textproc.protocol`` describes the frames):
   encode as they are, cheaper than turning them into columns); ``"packed"`` / ``"legacy"``
   send that frame from both.
 
-Must not import the text core and must never block the engine loop: every receive is
+Constraints: an ``EngineIndex`` frame (a compiled constraint, sent once before the first request
+that names it) is unpacked into the link's index cache; each request whose ``index_key`` names
+one gets ``IncomingRequest.guide`` (:class:`textproc.core.constraints.Guide`): table lookups
+only, no compile, regex or vocabulary in the engine's process. The cache holds what textproc
+says (it mirrors it and names evictions), capped at ``max_index_bytes``; a request naming an
+index the link does not hold is rejected with ``"error"``.
+
+Imports from the text core only the table-only index and guide, when the first index arrives.
+Must never block the engine loop: every receive is
 non-blocking, sends are non-blocking (a step that cannot be queued because textproc is gone for
 longer than the send buffer covers is dropped and counted, never waited for), and a malformed
 incoming frame is counted in ``malformed_frames`` and logged, never raised. A request frame that
@@ -42,6 +50,7 @@ import time
 import uuid
 import weakref
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, compress
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -59,6 +68,7 @@ from textproc.protocol import (
     MAX_FRAME_BYTES,
     EngineAbort,
     EngineHello,
+    EngineIndex,
     EngineInFrame,
     EngineRequest,
     EngineStepPacked,
@@ -113,6 +123,9 @@ class IncomingRequest(msgspec.Struct):
     ids do not apply before ``min_tokens`` generated tokens. ``constraint`` is a regex the whole
     output must match. ``logit_bias`` maps token ids (in the vocabulary) to a bias in
     -100..100 added to their logits (OpenAI's rule: -100 bans the token, 100 forces it).
+    ``guide`` (when the request names a compiled index) enforces ``constraint``:
+    ``guide.allowed_mask()`` before sampling, ``guide.advance(token_id)`` after, finish when
+    ``guide.is_finished``.
     """
 
     request_id: str
@@ -124,6 +137,8 @@ class IncomingRequest(msgspec.Struct):
     min_tokens: int
     ignore_eos: bool
     logit_bias: dict[int, float] = {}
+    index_key: str = ""
+    guide: Any = None  # textproc.core.constraints.Guide when index_key names an index
 
 
 def _unpack_array(data: bytes) -> array[int]:
@@ -187,6 +202,7 @@ class EngineLink:
         prompt_ids_as_list: bool = False,
         step_format: StepFormat = "auto",
         curve: CurveClientKeys | None = None,
+        max_index_bytes: int = 1 << 30,
     ) -> None:
         """``curve``: CURVE client keys for a service started with ``--curve-dir``
         (``textproc.curve.load_client_keys(client_secret_file=..., server_public_file=...)``)."""
@@ -204,6 +220,10 @@ class EngineLink:
         self.check_outputs = check_outputs
         self.prompt_ids_as_list = prompt_ids_as_list
         self.curve = curve
+        self.max_index_bytes = max_index_bytes
+        self._indexes: OrderedDict[str, Any] = OrderedDict()  # key -> TokenIndex
+        self.index_bytes = 0
+        self.indexes_received = 0
         self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
         self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
         self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
@@ -384,6 +404,16 @@ class EngineLink:
                 if problem is not None:
                     self._reject(frame.request_id, problem)
                     return
+                guide = None
+                if frame.index_key:
+                    index = self._indexes.get(frame.index_key)
+                    if index is None:
+                        self._reject(frame.request_id, f"constraint index {frame.index_key!r} is not "
+                                     f"in the engine's index cache ({len(self._indexes)} held)")
+                        return
+                    from textproc.core.constraints.guide import Guide
+
+                    guide = Guide(index)
                 unpack = _unpack_list if self.prompt_ids_as_list else _unpack_array
                 self._requests.append(
                     IncomingRequest(
@@ -396,13 +426,40 @@ class EngineLink:
                         frame.min_tokens,
                         frame.ignore_eos,
                         frame.logit_bias,
+                        frame.index_key,
+                        guide,
                     )
                 )
+            case EngineIndex(table=table, evict=evict):
+                self._take_index(table, evict)
             case EngineAbort(request_ids=ids):
                 if self._requests:
                     gone = set(ids)
                     self._requests = [r for r in self._requests if r.request_id not in gone]
                 self._aborts.extend(ids)
+
+    def _take_index(self, table: Any, evict: list[str]) -> None:
+        """Store one compiled index (tables only: a copy into lists and dicts, no compile)."""
+        from textproc.core.constraints.index import TokenIndex
+
+        for key in evict:
+            old = self._indexes.pop(key, None)
+            if old is not None:
+                self.index_bytes -= old.nbytes
+        try:
+            fields = msgspec.structs.asdict(table)
+            index = TokenIndex.unpack(**fields)
+        except (TypeError, ValueError, IndexError) as exc:
+            self._malformed(f"EngineIndex {short(table.key)}: {exc!r}"[:300])
+            return
+        if table.key in self._indexes:
+            self.index_bytes -= self._indexes.pop(table.key).nbytes
+        self._indexes[table.key] = index
+        self.index_bytes += index.nbytes
+        self.indexes_received += 1
+        while self.index_bytes > self.max_index_bytes and len(self._indexes) > 1:
+            _, old = self._indexes.popitem(last=False)
+            self.index_bytes -= old.nbytes
 
     def _malformed(self, what: str) -> None:
         self.malformed_frames += 1

@@ -48,6 +48,8 @@ __all__ = [
     "EngineStep",
     "EngineHello",
     "EngineStepPacked",
+    "IndexTable",
+    "EngineIndex",
     "step_entries",
     "EngineInFrame",
     "EngineOutFrame",
@@ -82,8 +84,10 @@ __all__ = [
 
 # 2: EngineStepPacked; 3: stage timings on Accepted and Outputs; 4: EngineRequest.logit_bias,
 # ChatRequest.documents, Failure.param; 5: tool formats (ChatRequest.stream_calls /
-# parallel_tool_calls, Submit.tool_format / reasoning_format / tool_schemas / stream_calls / max_calls)
-PROTOCOL_VERSION = 5
+# parallel_tool_calls, Submit.tool_format / reasoning_format / tool_schemas / stream_calls / max_calls);
+# 6: constraint indexes (EngineIndex, EngineRequest.index_key, Submit.index, ChatRequest/
+# CompletionRequest.structured)
+PROTOCOL_VERSION = 6
 
 # Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
@@ -140,6 +144,41 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     ignore_eos: bool = False
     # token id -> bias added to its logit, in LOGIT_BIAS_RANGE (protocol 4; ids in the vocabulary)
     logit_bias: dict[int, float] = {}
+    # the compiled constraint (EngineIndex.table.key) the output must follow; "" for none.
+    # The index reached engine-in before this request (the detokenizer sends it once).
+    index_key: str = ""
+
+
+class IndexTable(msgspec.Struct, array_like=True, gc=False):
+    """A compiled constraint index as plain tables (``TokenIndex.pack()``), int32 LE arrays.
+
+    ``masks``: the distinct per-state masks, each ceil(vocab_size / 32) int32 words;
+    ``mask_of[state]`` picks one. ``default_next[state]`` is where an allowed id goes unless
+    the exceptions (``exc_ids`` / ``exc_next`` from ``exc_offsets[state]`` to
+    ``exc_offsets[state + 1]``) say otherwise; ``steer`` / ``distance``: a token on a shortest
+    way to a complete output and its length in tokens.
+    """
+
+    key: str  # content address: vocabulary + constraint
+    vocab_size: int
+    end_ids: list[int]
+    masks: bytes
+    mask_of: bytes
+    default_next: bytes
+    accepting: bytes
+    exc_offsets: bytes
+    exc_ids: bytes
+    exc_next: bytes
+    steer: bytes
+    distance: bytes
+
+
+class EngineIndex(msgspec.Struct, tag=True, array_like=True):
+    """A compiled constraint for the engine's index cache, sent once before the first request
+    that names it; ``evict`` lists keys the engine may drop (textproc mirrors its cache)."""
+
+    table: IndexTable
+    evict: list[str] = []
 
 
 class EngineAbort(msgspec.Struct, tag=True, array_like=True):
@@ -237,7 +276,7 @@ def step_entries(
     return rids, ids, reasons
 
 
-EngineInFrame = EngineRequest | EngineAbort
+EngineInFrame = EngineRequest | EngineAbort | EngineIndex
 EngineOutFrame = EngineStep | EngineHello | EngineStepPacked
 
 
@@ -277,6 +316,8 @@ class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
     documents: list[dict[str, Any]] | None = None
     stream_calls: bool = True  # False: a non-streamed answer, calls held until complete and valid
     parallel_tool_calls: bool = True  # False: at most one tool call
+    # the output must follow: {"json": schema} | {"regex": str} | {"choice": [str, ...]}
+    structured: dict[str, Any] | None = None
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -294,6 +335,7 @@ class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults
     add_special_tokens: bool = True
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
+    structured: dict[str, Any] | None = None  # as in ChatRequest
 
 
 class TokenizeRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -389,6 +431,8 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     tool_schemas: list[dict[str, Any]] = []  # the request's tools: declared names, value types
     stream_calls: bool = True  # False: hold each call until complete and valid
     max_calls: int = -1  # -1: no limit (parallel_tool_calls false: 1)
+    # the constraint index the engine request names, when this worker has not sent it yet
+    index: IndexTable | None = None
 
 
 class Hello(msgspec.Struct, tag=True, array_like=True):

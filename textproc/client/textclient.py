@@ -188,8 +188,12 @@ class TextClient:
              stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
              timeout_s: float | None = None,
              documents: list[dict[str, Any]] | None = None, stream_calls: bool = True,
-             parallel_tool_calls: bool = True) -> AsyncIterator[TextEvent]:
+             parallel_tool_calls: bool = True,
+             structured: dict[str, Any] | None = None) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        ``structured`` makes the output follow a constraint the engine enforces:
+        ``{"json": schema}``, ``{"regex": pattern}`` or ``{"choice": [str, ...]}``.
 
         ``documents`` reach the chat template as ``documents`` (RAG templates render them);
         ``sampling["logit_bias"]`` maps token ids to -100..100 and reaches the engine as
@@ -206,7 +210,7 @@ class TextClient:
                             min_tokens, include_stop, dict(chat_template_kwargs or {}),
                             skip_special_tokens, dict(sampling or {}), add_generation_prompt,
                             continue_final_message, list(stop_token_ids), ignore_eos,
-                            documents, stream_calls, parallel_tool_calls)
+                            documents, stream_calls, parallel_tool_calls, structured)
         return self._generate(rid, frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
@@ -214,8 +218,10 @@ class TextClient:
                  skip_special_tokens: bool = True, sampling: dict[str, Any] | None = None,
                  request_id: str | None = None, add_special_tokens: bool = True,
                  stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
-                 timeout_s: float | None = None) -> AsyncIterator[TextEvent]:
-        """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s`` as in ``chat``."""
+                 timeout_s: float | None = None,
+                 structured: dict[str, Any] | None = None) -> AsyncIterator[TextEvent]:
+        """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s`` and
+        ``structured`` as in ``chat``."""
         rid = request_id if request_id is not None else self._next_id()
         if isinstance(prompt, str):
             text, ids = prompt, None
@@ -223,7 +229,7 @@ class TextClient:
             text, ids = "", pack_ids(list(prompt))
         frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
                                   include_stop, skip_special_tokens, dict(sampling or {}),
-                                  add_special_tokens, list(stop_token_ids), ignore_eos)
+                                  add_special_tokens, list(stop_token_ids), ignore_eos, structured)
         return self._generate(rid, frame, timeout_s)
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,

@@ -1,8 +1,9 @@
 """The detokenizer process: engine token ids -> per-request text deltas, stop strings, parsing.
 
 Owns the per-request output state of every live request and the four sockets around it:
-``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH, EngineRequest/EngineAbort to the
-engine: one socket, so an abort never overtakes its request), ``engine-out`` (PULL, EngineHello /
+``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH, EngineRequest/EngineAbort/EngineIndex
+to the engine: one socket, so an abort never overtakes its request and a constraint index always
+arrives before the first request naming it; ``IndexRelay`` sends each index once), ``engine-out`` (PULL, EngineHello /
 EngineStepPacked / EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/StatsRequest
 in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id).
 
@@ -31,12 +32,14 @@ from textproc.errors import ProtocolError, TextprocError
 from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab
 from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
+from textproc.service.constraints import IndexRelay
 from textproc.protocol import (
     ENGINE_FINISH_REASONS,
     PROTOCOL_VERSION,
     Abort,
     EngineAbort,
     EngineHello,
+    EngineIndex,
     EngineOutFrame,
     EngineRequest,
     EngineStep,
@@ -420,6 +423,7 @@ class _Loop:
         self.round_start = time.perf_counter()  # when the current poll round began (detok_s)
         # engine frames waiting for an engine to connect (a PUSH with no peer would block)
         self.engine_backlog: deque[bytes] = deque()
+        self.relay = IndexRelay()  # constraint indexes: each sent to the engine once
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -490,6 +494,17 @@ class _Loop:
                     submit, f"request {submit.request_id!r}: no engine is taking requests "
                     f"({len(self.engine_backlog)} frames queued for it); retry later", "overloaded")
                 continue
+            if submit.index is not None:
+                self.relay.remember(submit.index)
+            if inner.index_key:
+                index_frame = self.relay.frame_for(inner.index_key)
+                if index_frame is False:
+                    self.core._fail_new(
+                        submit, f"request {submit.request_id!r}: constraint index "
+                        f"{inner.index_key!r} is no longer held by the detokenizer; retry", "internal")
+                    continue
+                if isinstance(index_frame, EngineIndex):  # the engine's first request naming it
+                    self._send_engine(self.encode(index_frame))
             engine_request = self.core.on_submit(submit)
             if engine_request is not None:
                 self._send_engine(engine_request)
@@ -512,6 +527,8 @@ class _Loop:
                     self._flush()  # one Outputs frame per client per engine step
                 case EngineHello():
                     _log.info("engine connected: instance %s", frame.instance_id)
+                    if frame.instance_id != self.core.engine_instance:
+                        self.relay.engine_restarted()  # it holds no constraint index yet
                     self.core.on_hello(frame)
                     self.runtime.send_ready(self.control, role="engine", pid=0)
                 case None:
@@ -545,6 +562,7 @@ class _Loop:
                     counters["outputs_frames_sent"] = self.outputs_sent
                     counters["outputs_unroutable"] = self.unroutable
                     counters["engine_backlog"] = len(self.engine_backlog)
+                    counters["indexes_sent_to_engine"] = self.relay.sent_to_engine
                     counters["pid"] = os.getpid()
                     stats = Stats(frame.request_id, "detokenizer", 0, counters)
                     self._send_front(client_id, self.encode(stats))

@@ -16,6 +16,9 @@ from typing import Any, NamedTuple
 
 
 from textproc.config import ServiceConfig
+from textproc.core.constraints.regex_parts import lit
+from textproc.core.constraints.vocab import END_TOKEN_NAMES
+from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.core.tokenizer import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES
 from textproc.errors import InvalidInput, short
@@ -40,7 +43,6 @@ __all__ = ["Built", "RequestBuilder", "MAX_REQUEST_ID_CHARS"]
 _log = logging.getLogger("textproc.worker")
 MAX_REQUEST_ID_CHARS = 256
 _TOOL_CHOICES = ("none", "auto", "required")
-_STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 _SCALARS = (str, int, float, bool, type(None))
 # around a message's content that holds special-token text (--special-tokens-in-content text):
 # Unicode noncharacters, "for internal use", never text a client means
@@ -93,8 +95,12 @@ class RequestBuilder:
             _log.info("tool format %s, reasoning format %s: %s", self.formats.tool_format,
                       self.formats.reasoning_format or "none", self.formats.reason)
         ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        ids += [added[name] for name in _STOP_TOKEN_NAMES if name in added]
+        ids += [added[name] for name in END_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
+        # compiled constraints: the end ids a constraint allows are the ids the engine stops on
+        self.constraints = WorkerConstraints(tokenizer, self.default_stop_ids,
+                                             max_frame_bytes=config.max_frame_bytes)
+        self.last_index_key = ""  # the index the last Submit carried the table of ("" none)
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,
                          reverse=True)
@@ -135,6 +141,17 @@ class RequestBuilder:
             constraint = tool_call_pattern(tools, forced_name, prefix=prefix,
                                            tool_format=formats.tool_format or "hermes",
                                            parallel=req.parallel_tool_calls)
+            if req.structured is not None:
+                raise InvalidInput(
+                    f"a structured output format together with tool_choice "
+                    f"{short(req.tool_choice)} is not supported; use one of them", param="tool_choice")
+        elif req.structured is not None:
+            constraint = structured_regex(req.structured)
+            if starts_in_reasoning:
+                constraint = lit("</think>\n\n") + f"(?:{constraint})"
+            # the whole output is the structured text (after the forced </think>): a <think>
+            # inside a JSON string must stay content
+            reasoning = starts_in_reasoning
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
         built = self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                              req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
@@ -243,7 +260,8 @@ class RequestBuilder:
             tokenize_s = time.perf_counter() - t0
         return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
-                            req.stop_token_ids, req.ignore_eos, None,
+                            req.stop_token_ids, req.ignore_eos,
+                            None if req.structured is None else structured_regex(req.structured),
                             reasoning=False, tools=False, starts_in_reasoning=False,
                             prompt_param="prompt", tokenize_s=tokenize_s)
 
@@ -310,11 +328,17 @@ class RequestBuilder:
         logit_bias = self._check_logit_bias(sampling.pop("logit_bias", None))
         self._check_sampling(sampling)
         stop_ids = sorted(set(extra_ids if ignore_eos else self.default_stop_ids + extra_ids))
+        index_key, table = "", None
+        if constraint is not None:
+            index, table = self.constraints.compile(constraint)
+            index_key = index.key
+        self.last_index_key = index_key if table is not None else ""
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
-                                       sampling, constraint, min_tokens, ignore_eos, logit_bias)
+                                       sampling, constraint, min_tokens, ignore_eos, logit_bias,
+                                       index_key)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
-                        starts_in_reasoning)
+                        starts_in_reasoning, index=table)
         return Built(submit, n_prompt, template_s, tokenize_s)
 
     def _check_messages(self, messages: Any) -> None:

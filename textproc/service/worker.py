@@ -84,6 +84,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     built = (builder.chat(frame, client_id) if isinstance(frame, ChatRequest)
                              else builder.completion(frame, client_id))
                     if gate.send(encode(built.submit)):
+                        if builder.last_index_key:  # the detokenizer has this index's table now
+                            builder.constraints.sent(builder.last_index_key)
                         counters["prompt_tokens"] += built.prompt_tokens
                         reply = Accepted(frame.request_id, built.prompt_tokens,
                                          built.template_s, built.tokenize_s)

@@ -4,13 +4,14 @@ index the engine only looks up.
 ``schema`` (JSON Schema -> regex, with its building blocks in ``regex_parts``) and the forced
 tool-call pattern; ``regex_syntax`` (Python ``re`` syntax -> tree), ``automaton`` (tree ->
 minimal byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact token bytes), ``index``
-(:class:`TokenIndex`) and ``compile`` (:func:`compile_constraint`, budget, cache).
+(:class:`TokenIndex`), ``guide`` (:class:`Guide`: one request's walk) and ``compile`` (:func:`compile_constraint`, budget, cache).
 """
 
 from __future__ import annotations
 
 from textproc.core.constraints.automaton import Budget
 from textproc.core.constraints.compile import DEFAULT_CACHE, IndexCache, compile_constraint, constraint_regex
+from textproc.core.constraints.guide import Guide
 from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.schema import MAX_BOUND, MAX_COUNT, json_schema_to_regex, tool_call_pattern
 from textproc.core.constraints.vocab import END_TOKEN_NAMES, TokenVocabulary
@@ -22,6 +23,7 @@ __all__ = [
     "MAX_BOUND",
     "TokenVocabulary",
     "TokenIndex",
+    "Guide",
     "compile_constraint",
     "constraint_regex",
     "Budget",

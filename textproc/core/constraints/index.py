@@ -56,6 +56,8 @@ class TokenIndex:
         default_next: list[int],
         exceptions: list[dict[int, int]],
         accepting: list[bool],
+        steer: list[int] | None = None,
+        distance: list[int] | None = None,
         key: str = "",
     ) -> None:
         self.vocab_size = vocab_size
@@ -66,7 +68,10 @@ class TokenIndex:
         self._default = default_next
         self._exc = exceptions
         self._accepting = accepting
+        self._steer = steer if steer is not None else [-1] * len(mask_of)
+        self._distance = distance if distance is not None else [0] * len(mask_of)
         self.key = key
+        self._counts: list[int] = [-1] * len(masks)  # mask -> allowed ids, computed on demand
 
     initial_state = 0
 
@@ -82,8 +87,24 @@ class TokenIndex:
     def is_accepting(self, state: int) -> bool:
         return self._accepting[state]
 
+    def completion_token(self, state: int) -> int:
+        """An allowed id on a shortest way (in tokens) to an accepting state; -1 if accepting."""
+        return self._steer[state]
+
+    def completion_length(self, state: int) -> int:
+        """How many tokens the shortest way from ``state`` to an accepting state takes."""
+        return self._distance[state]
+
     def allowed_mask(self, state: int) -> bytes:
         return self._masks[self._mask_of[state]]
+
+    def allowed_count(self, state: int) -> int:
+        """How many ids are allowed (end ids included)."""
+        m = self._mask_of[state]
+        count = self._counts[m]
+        if count < 0:
+            count = self._counts[m] = int.from_bytes(self._masks[m], "little").bit_count()
+        return count
 
     def allowed_ids(self, state: int) -> list[int]:
         """Sorted allowed ids (the end ids included iff the state is accepting)."""
@@ -119,14 +140,25 @@ class TokenIndex:
             "exc_offsets": offsets.tobytes(),
             "exc_ids": exc_ids.tobytes(),
             "exc_next": exc_next.tobytes(),
+            "steer": array("i", self._steer).tobytes(),
+            "distance": array("i", self._distance).tobytes(),
         }
 
     @classmethod
     def unpack(cls, *, key: str, vocab_size: int, end_ids: list[int], masks: bytes, mask_of: bytes,
                default_next: bytes, accepting: bytes, exc_offsets: bytes, exc_ids: bytes,
-               exc_next: bytes) -> TokenIndex:
-        """Inverse of :meth:`pack` (table copies only: no compile, no vocabulary)."""
+               exc_next: bytes, steer: bytes, distance: bytes) -> TokenIndex:
+        """Inverse of :meth:`pack` (table copies only: no compile, no vocabulary); ValueError
+        naming the field when the tables do not fit together."""
         width = (vocab_size + 31) // 32 * 4
+        n = len(accepting)
+        for name, data, count in (("mask_of", mask_of, n), ("default_next", default_next, n),
+                                  ("steer", steer, n), ("distance", distance, n),
+                                  ("exc_offsets", exc_offsets, n + 1), ("exc_next", exc_next, len(exc_ids) // 4)):
+            if len(data) != 4 * count:
+                raise ValueError(f"index {key!r}: {name} has {len(data)} bytes, expected {4 * count}")
+        if vocab_size < 0 or not masks or len(masks) % width or len(exc_ids) % 4 or n == 0:
+            raise ValueError(f"index {key!r}: masks of {len(masks)} bytes for vocab_size {vocab_size}")
         mask_list = [masks[i : i + width] for i in range(0, len(masks), width)]
         ids, nexts, offsets = array("i"), array("i"), array("i")
         ids.frombytes(exc_ids)
@@ -134,13 +166,20 @@ class TokenIndex:
         offsets.frombytes(exc_offsets)
         mask_index = array("i")
         mask_index.frombytes(mask_of)
-        defaults = array("i")
+        defaults, steer_ids, distances = array("i"), array("i"), array("i")
         defaults.frombytes(default_next)
+        steer_ids.frombytes(steer)
+        distances.frombytes(distance)
+        n_masks = len(masks) // width
+        if (offsets[0] != 0 or offsets[-1] != len(ids) or any(a > b for a, b in zip(offsets, offsets[1:]))
+                or any(not 0 <= m < n_masks for m in mask_index) or any(not -1 <= d < n for d in defaults)
+                or any(not 0 <= t < n for t in nexts) or any(not 0 <= e < vocab_size for e in end_ids)):
+            raise ValueError(f"index {key!r}: offsets, mask numbers or states out of range")
         exc = [dict(zip(ids[offsets[s] : offsets[s + 1]], nexts[offsets[s] : offsets[s + 1]]))
                for s in range(len(offsets) - 1)]
         return cls(vocab_size=vocab_size, end_ids=end_ids, masks=mask_list, mask_of=list(mask_index),
                    default_next=list(defaults), exceptions=exc, accepting=[bool(a) for a in accepting],
-                   key=key)
+                   steer=list(steer_ids), distance=list(distances), key=key)
 
 
 def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
@@ -193,8 +232,36 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
         mask_of.append(got)
     exceptions = [{t: index_of[n] for t, n in exc.items()} for _, exc, _ in per_state]
     defaults = [index_of[d] if d >= 0 else -1 for _, _, d in per_state]
+    accepting = [dfa.accepting[q] for q in order]
+    steer, distance = _shortest_completions(exceptions, defaults, accepting)
     return TokenIndex(vocab_size=vocab.size, end_ids=vocab.end_ids, masks=masks, mask_of=mask_of,
-                      default_next=defaults, exceptions=exceptions, accepting=[dfa.accepting[q] for q in order])
+                      default_next=defaults, exceptions=exceptions, accepting=accepting,
+                      steer=steer, distance=distance)
+
+
+def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int],
+                          accepting: list[bool]) -> tuple[list[int], list[int]]:
+    """Per state, a token on a shortest way to an accepting state and that way's length
+    (backward BFS over the index graph; default transitions are self-loops, never shorter)."""
+    n = len(accepting)
+    into: list[dict[int, int]] = [{} for _ in range(n)]  # state -> {predecessor: a token}
+    for s, exc in enumerate(exceptions):
+        for token_id, t in exc.items():
+            if t != s and s not in into[t]:
+                into[t][s] = token_id
+    steer = [-1] * n
+    distance = [0 if a else -1 for a in accepting]
+    frontier = [s for s in range(n) if accepting[s]]
+    while frontier:
+        nxt = []
+        for t in frontier:
+            for s, token_id in into[t].items():
+                if distance[s] < 0:
+                    distance[s] = distance[t] + 1
+                    steer[s] = token_id
+                    nxt.append(s)
+        frontier = nxt
+    return steer, [d if d >= 0 else 1 << 30 for d in distance]
 
 
 class _Builder:

@@ -1,0 +1,120 @@
+"""Constraints through the service: workers compile, the index reaches the engine once, and
+engine_stub in random mode (uniform among the allowed ids) returns only valid outputs.
+
+The toy vocabulary (600 byte-level tokens) keeps compiles fast; the OpenAI-client end-to-end
+run is in tests/integration/test_http_constraints.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import pytest
+
+from tests.integration.service import Service, run
+from textproc.client import TextClient
+from textproc.core.parsing import merge_deltas
+from textproc.errors import InvalidInput
+
+pytestmark = pytest.mark.timeout(240)
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                           "unit": {"enum": ["celsius", "fahrenheit"]},
+                                           "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+           "required": ["city", "unit"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "parameters": {
+             "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+             "required": ["a", "b"]}}}]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Iterator[Service]:
+    svc = Service(tmp_path_factory.mktemp("csvc"), toy_model, workers=2,
+                  args=["--max-model-len", "4096", "--stub-mode", "random"])
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+async def _collect(client: TextClient, **kwargs: Any) -> tuple[dict[str, Any], str | None]:
+    deltas: list[dict[str, Any]] = []
+    reason = None
+    async for event in client.chat([{"role": "user", "content": "go"}], **kwargs):
+        deltas.extend(event.deltas)
+        reason = event.finish_reason or reason
+    return merge_deltas(deltas), reason
+
+
+def test_random_engine_outputs_follow_every_constraint(service: Service) -> None:
+    schemas = [WEATHER, {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+               {"type": "object"}]
+
+    async def main() -> list[tuple[str, dict[str, Any], str | None]]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            jobs = []
+            for i in range(60):
+                kind = ("json", "regex", "choice", "required", "named")[i % 5]
+                if kind == "json":
+                    kwargs: dict[str, Any] = {"structured": {"json": schemas[i % 3]}}
+                elif kind == "regex":
+                    kwargs = {"structured": {"regex": r"[a-z]{1,5}-[0-9]{2}"}}
+                elif kind == "choice":
+                    kwargs = {"structured": {"choice": ["yes", "no", "maybe so"]}}
+                elif kind == "required":
+                    kwargs = {"tools": TOOLS, "tool_choice": "required"}
+                else:
+                    kwargs = {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "add"}}}
+                jobs.append((kind, i, kwargs))
+            results = await asyncio.gather(*(_collect(client, max_tokens=400, **kw) for _, _, kw in jobs))
+            stats = {s.role: s.counters for s in await client.stats()}
+            # 7 distinct constraints (3 schemas, regex, choice, required, named): one EngineIndex each
+            assert stats["detokenizer"]["indexes_sent_to_engine"] == 7
+            return [(kind, *res) for (kind, _, _), res in zip(jobs, results)]
+
+    for kind, message, reason in run(main):
+        content = message.get("content") or ""
+        if kind == "json":
+            json.loads(content)
+        elif kind == "regex":
+            assert re.fullmatch(r"[a-z]{1,5}-[0-9]{2}", content), content
+        elif kind == "choice":
+            assert content in ("yes", "no", "maybe so"), content
+        else:
+            calls = message.get("tool_calls")
+            assert calls and reason == "tool_calls", message
+            for call in calls:
+                args = json.loads(call["function"]["arguments"])
+                tool = next(t for t in TOOLS if t["function"]["name"] == call["function"]["name"])
+                jsonschema.validate(args, tool["function"]["parameters"])
+                if kind == "named":
+                    assert call["function"]["name"] == "add"
+    deadline = time.monotonic() + 5  # the stats file is rewritten every 0.5 s
+    while service.stub_stats()["constrained_requests"] < 60 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert service.stub_stats()["constrained_requests"] == 60
+
+
+def test_constraint_errors_are_invalid_input(service: Service) -> None:
+    async def main() -> list[str]:
+        errors = []
+        async with await TextClient.connect(service.runtime_dir) as client:
+            for structured in ({"regex": "a(?=b)"}, {"json": {"type": "object", "properties": {"x": {"foo": 1}}}},
+                               {"yaml": "x"}):
+                try:
+                    await _collect(client, structured=structured)
+                except InvalidInput as e:
+                    errors.append(str(e))
+        return errors
+
+    errors = run(main)
+    assert len(errors) == 3
+    assert "a lookahead '(?=b' at position 1" in errors[0]
+    assert "unsupported JSON Schema keyword 'foo' at $.properties.x" in errors[1]
+    assert "must be one of" in errors[2]

@@ -1,0 +1,138 @@
+"""Constraints on the service side: workers compile, the detokenizer relays each index once.
+
+Owns :class:`WorkerConstraints` (a worker's vocabulary, compile cache and which indexes it has
+already handed to the detokenizer) and :class:`IndexRelay` (the detokenizer's store of index
+tables and its mirror of the engine's index cache). The engine holds exactly what the relay
+sent minus what it told it to evict, because requests and indexes travel on the one engine-in
+socket in order; a new engine instance empties the mirror.
+
+How a slow compile is bounded: every compile has a wall-clock budget of ``MAX_COMPILE_S``
+(checked inside determinising and indexing loops), so one request holds its worker at most that
+long; the failure is cached, so a repeat of the same request fails at once. Other requests are
+served by the other workers meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from textproc.core.constraints import Budget, IndexCache, TokenIndex, TokenVocabulary, compile_constraint
+from textproc.core.constraints.compile import constraint_regex
+from textproc.errors import InvalidInput, short
+from textproc.protocol import EngineIndex, IndexTable
+
+__all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
+
+MAX_COMPILE_S = 5.0  # wall seconds one compile may take on a worker
+MAX_INDEX_BYTES = 48 << 20  # one index, so its frame stays under the 64 MiB frame limit
+WORKER_CACHE_BYTES = 512 << 20  # compiled indexes a worker keeps (LRU)
+WORKER_SENT_KEYS = 256  # keys a worker remembers having sent (then it sends the table again)
+RELAY_STORE_BYTES = 1 << 30  # index tables the detokenizer keeps to (re)send to an engine
+ENGINE_CACHE_BYTES = 512 << 20  # what the detokenizer lets the engine hold (it names evictions)
+STRUCTURED_KINDS = ("json", "regex", "choice")
+
+
+def structured_regex(spec: Any) -> str:
+    """The regex of a structured-output spec ``{"json": schema} | {"regex": str} |
+    {"choice": [str, ...]}`` (what the HTTP layer makes of response_format / structured_outputs)."""
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in STRUCTURED_KINDS:
+        raise InvalidInput(f"structured output {short(spec)} must be one of "
+                           f"{{'json': schema}}, {{'regex': str}}, {{'choice': [str]}}")
+    kind, value = next(iter(spec.items()))
+    if kind == "json":
+        return constraint_regex(json_schema=value)[0]
+    if kind == "regex":
+        return constraint_regex(regex=value)[0]
+    return constraint_regex(choice=value)[0]
+
+
+def table_of(index: TokenIndex) -> IndexTable:
+    """The wire form of a compiled index."""
+    fields = index.pack()
+    return IndexTable(index.key, **fields)  # type: ignore[arg-type]
+
+
+class WorkerConstraints:
+    """A worker's compiler: vocabulary built on first use, compiled indexes cached by content."""
+
+    def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int) -> None:
+        self.tokenizer = tokenizer
+        self.end_ids = end_ids
+        self.max_index_bytes = min(MAX_INDEX_BYTES, max_frame_bytes // 2)
+        self.cache = IndexCache(WORKER_CACHE_BYTES)
+        self._vocab: TokenVocabulary | None = None
+        self._sent: OrderedDict[str, None] = OrderedDict()
+        self.compiles = 0
+
+    @property
+    def vocab(self) -> TokenVocabulary:
+        if self._vocab is None:
+            self._vocab = TokenVocabulary.from_tokenizer(self.tokenizer, end_ids=self.end_ids)
+            self._vocab.tables()
+        return self._vocab
+
+    def compile(self, pattern: str) -> tuple[TokenIndex, IndexTable | None]:
+        """The index of ``pattern`` and, if this worker has not sent it yet, its table."""
+        misses = self.cache.misses
+        budget = Budget(max_seconds=MAX_COMPILE_S, max_bytes=self.max_index_bytes)
+        index = compile_constraint(self.vocab, regex=pattern, budget=budget, cache=self.cache)
+        if self.cache.misses != misses:
+            self.compiles += 1
+        return index, None if index.key in self._sent else table_of(index)
+
+    def sent(self, key: str) -> None:
+        """The Submit carrying ``key``'s table reached the detokenizer."""
+        self._sent[key] = None
+        self._sent.move_to_end(key)
+        while len(self._sent) > WORKER_SENT_KEYS:
+            self._sent.popitem(last=False)
+
+
+class IndexRelay:
+    """The detokenizer's side: tables by key, and a mirror of what the engine holds."""
+
+    def __init__(self, *, store_bytes: int = RELAY_STORE_BYTES, engine_bytes: int = ENGINE_CACHE_BYTES) -> None:
+        self.store_bytes = store_bytes
+        self.engine_bytes = engine_bytes
+        self._store: OrderedDict[str, tuple[IndexTable, int]] = OrderedDict()
+        self._stored = 0
+        self._engine: OrderedDict[str, int] = OrderedDict()  # key -> bytes, as the engine holds
+        self._engine_total = 0
+        self.sent_to_engine = 0
+
+    def remember(self, table: IndexTable) -> None:
+        if table.key in self._store:
+            self._store.move_to_end(table.key)
+            return
+        size = len(table.masks) + len(table.exc_ids) * 2 + 64
+        self._store[table.key] = (table, size)
+        self._stored += size
+        while self._stored > self.store_bytes and len(self._store) > 1:
+            _, (_, old) = self._store.popitem(last=False)
+            self._stored -= old
+
+    def frame_for(self, key: str) -> EngineIndex | None | bool:
+        """What to send before a request naming ``key``: an ``EngineIndex``, None when the
+        engine holds it already, False when the table is unknown here (the request fails)."""
+        if key in self._engine:
+            self._engine.move_to_end(key)
+            return None
+        got = self._store.get(key)
+        if got is None:
+            return False
+        table, size = got
+        evict = []
+        while self._engine and self._engine_total + size > self.engine_bytes:
+            old_key, old_size = self._engine.popitem(last=False)
+            self._engine_total -= old_size
+            evict.append(old_key)
+        self._engine[key] = size
+        self._engine_total += size
+        self.sent_to_engine += 1
+        return EngineIndex(table, evict)
+
+    def engine_restarted(self) -> None:
+        """A new engine instance holds nothing."""
+        self._engine.clear()
+        self._engine_total = 0
