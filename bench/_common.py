@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -93,7 +93,7 @@ def model_dir(arg: str | None, name: str = "qwen3") -> Path:
 
 def mixed_text(n_chars: int, seed: int = 0) -> str:
     """At least ``n_chars`` of the generated mixed corpus (prose, code, 20+ scripts, emoji)."""
-    from tests.corpus import fast_items
+    from tests.helpers.corpus import fast_items
 
     size = max(50_000, int(n_chars * 1.3))
     while True:
@@ -219,64 +219,45 @@ class Progress:
 
 
 class Serve:
-    """``textproc serve`` in a subprocess (runtime dir + log in a temp dir); ``close()`` stops it."""
+    """``textproc serve`` in a subprocess (runtime dir + log in a temp dir) through the one
+    launcher, ``textproc.service.launcher.ServeProcess``; ``close()`` stops it and removes the dir."""
 
     def __init__(self, model: Path, *, workers: int, engine: str = "external",
                  endpoints: str = "ipc", max_model_len: int = 32768,
                  extra: Sequence[str] = (), timeout_s: float = 120.0) -> None:
+        from textproc.service.launcher import ServeProcess
+
         self.root = Path(tempfile.mkdtemp(prefix="tp-bench-"))
-        self.runtime_dir = self.root / "rt"
-        self.log_path = self.root / "serve.log"
-        self._log = open(self.log_path, "wb")
         env = dict(os.environ, TEXTPROC_LOG_LEVEL=os.environ.get("TEXTPROC_LOG_LEVEL", "WARNING"))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(model),
-             "--workers", str(workers), "--engine", engine, "--endpoints", endpoints,
-             "--runtime-dir", str(self.runtime_dir), "--max-model-len", str(max_model_len),
-             *extra],
-            cwd=REPO_ROOT, stdout=subprocess.PIPE if engine == "external" else self._log,
-            stderr=self._log, stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + timeout_s
-        while not (self.runtime_dir / "processes.json").is_file():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                log = self.log()[-3000:]
-                self.close()
-                raise RuntimeError("textproc serve did not start:\n" + log)
-            time.sleep(0.05)
-        self.info = json.loads((self.runtime_dir / "endpoints.json").read_text())
+        self.serve = ServeProcess(self.root, model, workers=workers, engine=engine,
+                                  args=["--endpoints", endpoints, "--max-model-len", str(max_model_len),
+                                        *extra],
+                                  env=env, cwd=REPO_ROOT, capture_stdout=engine == "external")
+        try:
+            self.serve.start(timeout_s=timeout_s)
+        except Exception as e:
+            self.close()
+            raise RuntimeError(f"textproc serve did not start: {e}") from e
+        self.runtime_dir = self.serve.runtime_dir
+        self.log_path = self.serve.log_path
+        self.info = self.serve.info
         self.engine_in: str = self.info["endpoints"]["engine_in"]
         self.engine_out: str = self.info["endpoints"]["engine_out"]
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return self.serve.log(tail=None)
+
+    def exit_code(self) -> int | None:
+        return self.serve.exit_code()
 
     def pids(self) -> dict[str, int]:
-        procs = json.loads((self.runtime_dir / "processes.json").read_text())
-        out = {"supervisor": self.proc.pid}
-        for key in ("detokenizer", "engine"):
-            if procs.get(key):
-                out[key] = int(procs[key])
-        for i, pid in (procs.get("workers") or {}).items():
-            out[f"worker-{i}"] = int(pid)
-        return out
+        return self.serve.pids()
 
     def cpu(self) -> dict[str, float]:
         return {name: cpu_seconds(pid) for name, pid in self.pids().items()}
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self._log.close()
+        self.serve.stop(timeout_s=30)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

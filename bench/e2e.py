@@ -197,8 +197,8 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
     def alive() -> str | None:
         if engine.proc.poll() is not None:
             return f"the fake engine exited with {engine.proc.returncode}"
-        if serve.proc.poll() is not None:
-            return f"textproc serve exited with {serve.proc.returncode}:\n{serve.log()[-2000:]}"
+        if serve.exit_code() is not None:
+            return f"textproc serve exited with {serve.exit_code()}:\n{serve.log()[-2000:]}"
         return None
 
     try:

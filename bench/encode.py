@@ -168,7 +168,7 @@ def run_case(case: str, impls: dict[str, Encode | None], passes: Sequence[Sequen
 
 
 def _repetitive_text(n_bytes: int, seed: int) -> list[str]:
-    from tests.corpus import PROSE_EN
+    from tests.helpers.corpus import PROSE_EN
 
     rng = random.Random(seed)
     texts, total = [], 0
@@ -194,7 +194,7 @@ def _unique_words(n_bytes: int, seed: int) -> list[str]:
 def _mixed(size: int) -> list[str]:
     """The mixed corpus without its 50,000-character words (they have their own case); below
     1 MB the edge cases plus a prefix of the generated documents."""
-    from tests.corpus import fast_items, mixed_corpus_items
+    from tests.helpers.corpus import fast_items, mixed_corpus_items
 
     items = mixed_corpus_items(size) if size >= 1_000_000 else fast_items(size)
     return [text for label, text in items if not label.startswith("long_word:")]

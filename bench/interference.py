@@ -53,7 +53,6 @@ normal scheduling, CPU contention included. The vocabulary is Qwen3 from
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -71,7 +70,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_json  # noqa: E402
+from _common import Serve, write_json  # noqa: E402
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -95,13 +94,13 @@ def _model_dir(arg: str | None) -> Path:
     qwen = REPO_ROOT / ".cache" / "models" / "qwen3"
     if (qwen / "tokenizer.json").is_file():
         return qwen
-    from tests.integration.service import build_toy_model
+    from tests.helpers.service import build_toy_model
 
     return build_toy_model(Path(tempfile.mkdtemp(prefix="tp-bench-toy-")))
 
 
 def _texts() -> tuple[list[str], str]:
-    from tests.corpus import fast_items
+    from tests.helpers.corpus import fast_items
 
     # the generated mixed documents (prose, code, scripts, CJK, emoji ...), not the edge cases
     docs = [text for label, text in fast_items(CORPUS_BYTES, seed=3) if not label.startswith("edge")]
@@ -308,39 +307,17 @@ def _load_generator(runtime_dir: str, prompts: list[str], streams: int, stop: An
 
 
 class Service:
-    """``textproc serve --engine external`` plus its pids, for pinning."""
+    """``textproc serve --engine external`` (``bench/_common.Serve``, the one launcher) plus its
+    pids, for pinning."""
 
     def __init__(self, model_dir: Path, workers: int) -> None:
-        import subprocess
-
-        self.root = Path(tempfile.mkdtemp(prefix="tp-interf-svc-"))
-        self.runtime_dir = self.root / "rt"
-        self.log = open(self.root / "serve.log", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(model_dir),
-             "--workers", str(workers), "--engine", "external", "--runtime-dir",
-             str(self.runtime_dir), "--max-model-len", "32768"],
-            cwd=REPO_ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while not (self.runtime_dir / "endpoints.json").is_file():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError("textproc serve did not start: "
-                                   + (self.root / "serve.log").read_text(errors="replace")[-2000:])
-            time.sleep(0.1)
-        info = json.loads((self.runtime_dir / "endpoints.json").read_text())
-        self.engine_in = info["endpoints"]["engine_in"]
-        self.engine_out = info["endpoints"]["engine_out"]
+        self.serve = Serve(model_dir, workers=workers, engine="external", max_model_len=32768)
+        self.runtime_dir = self.serve.runtime_dir
+        self.engine_in = self.serve.engine_in
+        self.engine_out = self.serve.engine_out
 
     def pids(self) -> list[int]:
-        procs = json.loads((self.runtime_dir / "processes.json").read_text())
-        out = [self.proc.pid]
-        for value in procs.values():
-            if isinstance(value, int):
-                out.append(value)
-            elif isinstance(value, dict):
-                out.extend(v for v in value.values() if isinstance(v, int))
-        return [p for p in out if p]
+        return [pid for pid in self.serve.pids().values() if pid]
 
     def pin(self, cpus: set[int]) -> None:
         for pid in self.pids():
@@ -350,16 +327,7 @@ class Service:
                 pass
 
     def close(self) -> None:
-        import signal
-
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except Exception:  # noqa: BLE001
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        self.serve.close()
 
 
 class ServiceEngine:

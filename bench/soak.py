@@ -38,8 +38,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +50,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from textproc.client import TextClient  # noqa: E402
 from textproc.errors import TextprocError  # noqa: E402
+from textproc.service.launcher import ServeProcess  # noqa: E402
 
 WORDS = ["alpha", "beta", "gamma", "delta", "你好", "世界", "😀", "naïve", "café", "x=1;", "\n"]
 
@@ -84,7 +83,7 @@ def _model_dir(arg: str | None, scratch: Path) -> Path:
     qwen = REPO_ROOT / ".cache" / "models" / "qwen3"
     if (qwen / "tokenizer.json").is_file():
         return qwen
-    from tests.integration.service import build_toy_model
+    from tests.helpers.service import build_toy_model
 
     return build_toy_model(scratch / "toy")
 
@@ -265,25 +264,18 @@ def main(argv: list[str] | None = None) -> int:
     model = _model_dir(args.model_dir, scratch)
     runtime_dir = scratch / "rt"
     log_path = scratch / "serve.log"
-    cmd = [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(model),
-           "--workers", str(args.workers), "--runtime-dir", str(runtime_dir),
-           f"--stub-arg=--step-ms={args.step_ms}", f"--stub-arg=--max-batch={args.streams + 64}"]
     print(f"soak: {args.streams} streams, {args.seconds or args.minutes * 60:.0f} s, model "
           f"{model.name}, {args.workers} workers, stub step {args.step_ms} ms, nproc "
           f"{os.cpu_count()}, load {os.getloadavg()[0]:.1f}; service log {log_path}", flush=True)
     env = {**os.environ, "TEXTPROC_LOG_LEVEL": "WARNING"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=REPO_ROOT, env=env)
-        try:
-            return asyncio.run(soak(args, runtime_dir))
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    serve = ServeProcess(scratch, model, workers=args.workers, env=env, cwd=REPO_ROOT,
+                         args=[f"--stub-arg=--step-ms={args.step_ms}",
+                               f"--stub-arg=--max-batch={args.streams + 64}"])
+    serve.start(timeout_s=120)
+    try:
+        return asyncio.run(soak(args, runtime_dir))
+    finally:
+        serve.stop(timeout_s=30)
 
 
 if __name__ == "__main__":

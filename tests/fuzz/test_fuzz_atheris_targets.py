@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.models import REPO_ROOT
+from tests.helpers.models import REPO_ROOT
 
 
 def _script() -> ModuleType:

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from tests.templates import REAL_TEMPLATES, TEMPLATES_DIR
+from tests.helpers.templates import REAL_TEMPLATES, TEMPLATES_DIR
 from textproc.core.chat.template import CHATML_TEMPLATE, RenderLimits, render_chat
 from textproc.errors import InvalidInput, TemplateError
 

@@ -217,7 +217,7 @@ def test_unpack_ids_only_value_error(raw: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tokenizer, ServiceConfig]:
-    from tests.integration.service import build_toy_model
+    from tests.helpers.service import build_toy_model
 
     path = build_toy_model(tmp_path_factory.mktemp("fuzz-toy"))
     config = ServiceConfig(model_dir=str(path), max_model_len=256, max_stops=8,

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz import FUZZ_TEXTS, SMALL_KINDS, hostile_text, json_values, small_tokenizer_json
-from tests.models import available_models, model_dir
+from tests.helpers.fuzz import FUZZ_TEXTS, SMALL_KINDS, hostile_text, json_values, small_tokenizer_json
+from tests.helpers.models import available_models, model_dir
 from textproc import Tokenizer
 from textproc.core.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz import FUZZ_TEXTS, SMALL_KINDS, hostile_text, require_deep_run, small_tokenizer_json
+from tests.helpers.fuzz import FUZZ_TEXTS, SMALL_KINDS, hostile_text, require_deep_run, small_tokenizer_json
 from textproc import Tokenizer
 from textproc.errors import InvalidInput, TokenizerFileError
 

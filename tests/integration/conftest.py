@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.service import build_toy_model
+from tests.helpers.service import build_toy_model
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.service import REPO
+from tests.helpers.service import REPO
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.service import REPO
-from tests.models import model_dir
+from tests.helpers.service import REPO
+from tests.helpers.models import model_dir
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.integration.engine_peer import ENC, OUT, EnginePeer, as_step
+from tests.helpers.engine_peer import ENC, OUT, EnginePeer, as_step
 from textproc.engine import EngineLink, IncomingRequest
 from textproc.errors import InvalidInput
 from textproc.protocol import (

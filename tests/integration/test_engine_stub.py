@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.engine_peer import ENC, OUT, EnginePeer, as_step
-from tests.integration.service import REPO
+from tests.helpers.engine_peer import ENC, OUT, EnginePeer, as_step
+from tests.helpers.service import REPO
 from textproc.protocol import (
     EngineAbort,
     EngineHello,

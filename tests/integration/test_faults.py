@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.service import Service, run
+from tests.helpers.service import Service, http_url, run
 from textproc.client import TextClient
 from textproc.errors import TextprocError, WorkerDied
 
@@ -95,7 +95,7 @@ def test_serve_reports_a_missing_model_and_a_startup_timeout(tmp_path: Path, toy
 
 
 def test_kill_9_supervisor_leaves_no_orphans_and_no_hung_requests(tmp_path: Path, toy_model: Path) -> None:
-    from tests.integration.service import reap
+    from tests.helpers.service import reap
 
     service = Service(tmp_path / "s", toy_model, workers=1,
                       args=["--stub-arg=--step-ms=20"]).start()
@@ -232,22 +232,6 @@ def _error_kinds(errors: list[Exception]) -> str:
     return "; ".join(f"{n} x {k}" for k, n in sorted(kinds.items()))
 
 
-def _http_url(service: Service, old_pid: int | None, timeout_s: float = 30) -> tuple[str, int]:
-    deadline = time.monotonic() + timeout_s
-    path = service.runtime_dir / "http.json"
-    while time.monotonic() < deadline:
-        try:
-            info = json.loads(path.read_text())
-            if info.get("pid") != old_pid:
-                url = f"http://{info['host']}:{info['port']}"
-                httpx.get(url + "/health", timeout=2).raise_for_status()
-                return url, int(info["pid"])
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"no (new) HTTP frontend within {timeout_s} s:\n{service.log()}")
-
-
 def test_kill_every_process_kind_under_load(tmp_path: Path, toy_model: Path) -> None:
     """kill -9 a worker, the detokenizer, the engine stub, the HTTP frontend, and SIGTERM-restart
     the engine, each under load of TextClient and HTTP streams, ``FAULT_ROUNDS`` times."""
@@ -271,7 +255,7 @@ def _kill_rounds(tmp_path: Path, toy_model: Path, rounds: int) -> None:
     totals: dict[str, list[int]] = {}
     try:
         async def main() -> None:
-            url, http_pid = _http_url(service, None)
+            url, http_pid = http_url(service, None)
             async with await TextClient.connect(service.runtime_dir) as client, \
                     httpx.AsyncClient(timeout=httpx.Timeout(_HANG_S, connect=5)) as http:
                 model = (await http.get(url + "/v1/models")).json()["data"][0]["id"]
@@ -313,7 +297,7 @@ def _kill_rounds(tmp_path: Path, toy_model: Path, rounds: int) -> None:
                         assert hung == 0, f"{kind}: {hung} requests hung"
                         assert ended_s < 15, f"{kind}: requests took {ended_s:.1f} s to end"
                         if key == "http":
-                            url, http_pid = _http_url(service, http_pid)
+                            url, http_pid = http_url(service, http_pid)
                         else:
                             _wait_restarted(service, key, pid)
                         # serves again: everything completes, through both doors

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.service import REPO, Service, _alive, build_toy_model, wait_http
+from tests.helpers.service import REPO, Service, _alive, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.service import Service, build_toy_model, wait_http
+from tests.helpers.service import Service, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,7 +26,7 @@ import msgspec
 import pytest
 import zmq
 
-from tests.integration.service import REPO, Service, run
+from tests.helpers.service import REPO, Service, http_url, run
 from textproc.client import TextClient
 from textproc.errors import StartupTimeout
 from textproc.protocol import (
@@ -237,9 +237,8 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
 
         run(main)
         # the supervised HTTP frontend is a local client: it got the service's key by itself
-        from tests.integration.test_faults import _http_url
 
-        url, _ = _http_url(service, None)
+        url, _ = http_url(service, None)
         body = {"model": toy_model.name, "messages": [{"role": "user", "content": "via http"}]}
         resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
         assert resp.status_code == 200, resp.text
@@ -368,9 +367,8 @@ def test_curve_with_the_stub_engine(tmp_path: Path, toy_model: Path) -> None:
                         for i in range(3)]
 
         assert run(main) == ["echo 0", "echo 1", "echo 2"]
-        from tests.integration.test_faults import _http_url
 
-        url, _ = _http_url(service, None)
+        url, _ = http_url(service, None)
         body = {"model": toy_model.name, "messages": [{"role": "user", "content": "via http"}]}
         resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
         assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "via http"

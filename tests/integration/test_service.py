@@ -19,32 +19,19 @@ import msgspec
 import pytest
 import zmq
 
-from tests.integration.service import Service, run
-from textproc.core.chat.template import prompt_starts_in_reasoning, render_chat
+from tests.helpers.chat_cases import WEATHER_TOOL, chat_cases, collect, expected, make_case
+from tests.helpers.service import Service, run
+from textproc.core.chat.template import render_chat
 from textproc.client import TextClient, TextEvent
 from textproc.errors import InvalidInput, TemplateError, TextprocError
-from textproc.core.parsing import merge_deltas, parse_output
+from textproc.core.parsing import merge_deltas
 from textproc.protocol import EngineRequest, EngineStep, StepOutput, Submit, TokenizeRequest, pack_ids
-from textproc.core.stops import StopChecker
 from textproc.core.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.timeout(180)
 
 MAX_MODEL_LEN = 4096
 MAX_FRAME_BYTES = 1 << 20
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
-    },
-}
-WORDS = ["alpha", "beta", "gamma", "delta", "STOP", "omega", "你好", "世界", "天气", "😀", "👍🏽",
-         "👨\u200d👩\u200d👧", "café", "naïve", "e\u0301", "\n", "  ", "END", "fox", "{x}"]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Iterator[Service]:
     svc = Service(tmp_path_factory.mktemp("svc"), toy_model, workers=2,
@@ -60,84 +47,21 @@ def tok(toy_model: Path) -> Tokenizer:
     return Tokenizer.from_dir(toy_model)
 
 
-# -- reference ----------------------------------------------------------------------------------
-
-def _case(i: int, rng: random.Random) -> dict[str, Any]:
-    """Request i of the mix: stops, tools, reasoning, thinking prompts, long prompts, emoji, CJK."""
-    words = [rng.choice(WORDS) for _ in range(rng.randint(2, 10))]
-    text = " ".join(words)
-    case: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "kwargs": {}}
-    kind = i % 6
-    if kind == 0:  # stop strings, sometimes kept
-        visible = [w for w in words if w.strip()] or ["alpha"]
-        case["stop"] = [rng.choice(visible), "never-there"]
-        case["include_stop"] = bool(i % 12 == 0)
-    elif kind == 1:  # the "model" calls a tool
-        city = rng.choice(["Paris", "東京", "Zürich 😀"])
-        args = json.dumps({"city": city}, ensure_ascii=False)
-        case["messages"][0]["content"] = (f"{text} <tool_call>\n{{\"name\": \"get_weather\", "
-                                          f"\"arguments\": {args}}}\n</tool_call>")
-        case["tools"] = [WEATHER_TOOL]
-    elif kind == 2:  # the "model" reasons, then answers
-        case["messages"][0]["content"] = f"<think>{text}</think>{rng.choice(WORDS)} done"
-    elif kind == 3:  # the prompt opens <think>: output is reasoning until </think>
-        case["kwargs"] = {"enable_thinking": True}
-        case["messages"][0]["content"] = f"{text}</think>answer {rng.choice(WORDS)}"
-    elif kind == 4:  # a long prompt (long system message), short answer
-        case["messages"].insert(0, {"role": "system", "content": " ".join(WORDS) * 40})
-    else:  # emoji / CJK only, with a stop that may split a multi-byte character's tokens
-        case["messages"][0]["content"] = "".join(rng.choice(WORDS[6:14]) for _ in range(8))
-        case["stop"] = ["世界"]
-    return case
-
-
-def _expected(tok: Tokenizer, case: dict[str, Any], rid: str) -> dict[str, Any]:
-    tools = case.get("tools")
-    prompt = render_chat(tok.chat_template, case["messages"], tools, add_generation_prompt=True,
-                         **{**tok.special_tokens_map, **case["kwargs"]})
-    prompt_ids = tok.encode(prompt)
-    answer_ids = tok.encode(case["messages"][-1]["content"]) + [tok.eos_token_id]
-    text = tok.decode(answer_ids, skip_special_tokens=True)
-    checker = StopChecker(case.get("stop") or [], include_stop=case.get("include_stop", False))
-    out = checker.feed(text)
-    if not checker.is_finished:
-        out += checker.finish()
-    merged = parse_output(out, reasoning=True, tools=bool(tools),
-                          starts_in_reasoning=prompt_starts_in_reasoning(prompt), request_id=rid)
-    finish = "tool_calls" if merged["tool_calls"] else "stop"
-    return {"merged": merged, "finish_reason": finish, "stop": checker.matched,
-            "prompt_tokens": len(prompt_ids), "answer_tokens": len(answer_ids)}
-
-
-async def _collect(stream: Any) -> list[TextEvent]:
-    return [event async for event in stream]
-
-
-async def _chat_cases(client: TextClient, cases: list[dict[str, Any]], prefix: str,
-                      timeout_s: float) -> list[list[TextEvent]]:
-    """Every case as one concurrent chat (request id ``{prefix}-{i}``); all events of each."""
-    streams = [client.chat(c["messages"], tools=c.get("tools"), stop=c.get("stop"),
-                           include_stop=c.get("include_stop", False),
-                           chat_template_kwargs=c["kwargs"], request_id=f"{prefix}-{i}")
-               for i, c in enumerate(cases)]
-    return await asyncio.wait_for(asyncio.gather(*map(_collect, streams)), timeout_s)
-
-
 # -- tests --------------------------------------------------------------------------------------
 
 def test_1000_concurrent_chats_equal_the_in_process_core(service: Service, tok: Tokenizer) -> None:
     rng = random.Random(1234)
-    cases = [_case(i, rng) for i in range(1000)]
+    cases = [make_case(i, rng) for i in range(1000)]
 
     async def main() -> list[list[TextEvent]]:
         async with await TextClient.connect(service.runtime_dir, timeout_s=30) as client:
-            return await _chat_cases(client, cases, "mix", 120)
+            return await chat_cases(client, cases, "mix", 120)
 
     t0 = time.monotonic()
     results = run(main)
     elapsed = time.monotonic() - t0
     for i, (case, events) in enumerate(zip(cases, results)):
-        want = _expected(tok, case, f"mix-{i}")
+        want = expected(tok, case, f"mix-{i}")
         last = events[-1]
         label = f"request mix-{i} (seed 1234): {case}"
         assert all(e.finish_reason is None for e in events[:-1]), label
@@ -157,7 +81,7 @@ def test_stop_string_mid_stream_aborts_in_the_engine(service: Service, tok: Toke
 
     async def main() -> list[TextEvent]:
         async with await TextClient.connect(service.runtime_dir) as client:
-            return await _collect(client.chat([{"role": "user", "content": content}],
+            return await collect(client.chat([{"role": "user", "content": content}],
                                               stop=["STOP"], request_id="stop-abort"))
 
     events = run(main)
@@ -246,13 +170,13 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
                 kwargs = dict(kwargs)
                 messages = kwargs.pop("messages", user)
                 try:
-                    await _collect(client.chat(messages, **kwargs))
+                    await collect(client.chat(messages, **kwargs))
                 except Exception as e:
                     return e
                 return None
 
             async def good() -> list[TextEvent]:
-                return await _collect(client.chat([{"role": "user", "content": "still fine"}]))
+                return await collect(client.chat([{"role": "user", "content": "still fine"}]))
 
             results = await asyncio.gather(good(), *[one(c[0]) for c in cases], good())
             errors: list[BaseException | None] = list(results[1:-1])  # type: ignore[arg-type]
@@ -261,8 +185,8 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
                 assert "".join(e.text for e in ok) == "still fine"
             # completions, tokenize, detokenize errors
             for coro, pattern in [
-                (_collect(client.complete("")), r"encodes to no tokens"),
-                (_collect(client.complete([10**6])), r"outside the vocabulary"),
+                (collect(client.complete("")), r"encodes to no tokens"),
+                (collect(client.complete([10**6])), r"outside the vocabulary"),
                 (client.detokenize([10**7]), r"outside the vocabulary"),
                 (client.tokenize(None), r"exactly one of text or messages"),
             ]:
@@ -273,7 +197,7 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
                 first = client.chat([{"role": "user", "content": "word " * 200}], request_id="dup")
                 await first.__anext__()
                 with pytest.raises(InvalidInput, match="duplicate request_id 'dup'"):
-                    await _collect(other.chat(user, request_id="dup"))
+                    await collect(other.chat(user, request_id="dup"))
                 await first.aclose()  # type: ignore[attr-defined]
             return errors
 
@@ -291,7 +215,7 @@ def test_tokenize_detokenize_and_completion(service: Service, tok: Tokenizer) ->
         async with await TextClient.connect(service.runtime_dir) as client:
             ids = await client.tokenize(text)
             back = await client.detokenize(ids + [tok.eos_token_id])
-            events = await _collect(client.complete(text, max_tokens=3))
+            events = await collect(client.complete(text, max_tokens=3))
             prompt, _ = await client.render([{"role": "user", "content": text}])
             return ids, back, events, prompt
 
@@ -389,7 +313,7 @@ def test_malformed_frames_on_every_socket_are_counted_and_harmless(service: Serv
 
     async def main() -> tuple[list[TextEvent], dict[str, dict[str, int]]]:
         async with await TextClient.connect(service.runtime_dir) as client:
-            events = await _collect(client.chat([{"role": "user", "content": "after garbage"}]))
+            events = await collect(client.chat([{"role": "user", "content": "after garbage"}]))
             stats = {f"{s.role}-{s.index}": s.counters for s in await client.stats()}
             return events, stats
 

@@ -21,7 +21,6 @@ from textproc.protocol import (
     EngineRequest,
     EngineStep,
     FrontInFrame,
-    Outputs,
     RequestOutput,
     StepOutput,
     Submit,

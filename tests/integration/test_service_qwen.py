@@ -8,9 +8,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.service import Service, run
-from tests.integration.test_service import _case, _chat_cases, _expected
-from tests.models import model_dir
+from tests.helpers.service import Service, run
+from tests.helpers.chat_cases import chat_cases, expected, make_case
+from tests.helpers.models import model_dir
 from textproc.client import TextClient, TextEvent
 from textproc.core.parsing import merge_deltas
 from textproc.core.tokenizer import Tokenizer
@@ -35,14 +35,14 @@ def service(tmp_path_factory: pytest.TempPathFactory, qwen: Path) -> Iterator[Se
 def test_300_concurrent_chats_on_qwen3_equal_the_in_process_core(service: Service, qwen: Path) -> None:
     tok = Tokenizer.from_dir(qwen)
     rng = random.Random(7)
-    cases = [_case(i, rng) for i in range(300)]
+    cases = [make_case(i, rng) for i in range(300)]
 
     async def main() -> list[list[TextEvent]]:
         async with await TextClient.connect(service.runtime_dir, timeout_s=60) as client:
-            return await _chat_cases(client, cases, "q", 150)
+            return await chat_cases(client, cases, "q", 150)
 
     for i, (case, events) in enumerate(zip(cases, run(main))):
-        want = _expected(tok, case, f"q-{i}")
+        want = expected(tok, case, f"q-{i}")
         label = f"request q-{i} (seed 7): {case}"
         assert merge_deltas(d for e in events for d in e.deltas) == want["merged"], label
         assert (events[-1].finish_reason, events[-1].stop) == (want["finish_reason"], want["stop"]), label

@@ -24,15 +24,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.corpus import (
+from tests.helpers.corpus import (
     EDGE_CASES,
     REFERENCE_REFUSES,
     fast_items,
     first_difference,
     mixed_corpus_items,
 )
-from tests.models import MODELS_DIR
-from tests.parity.references import (
+from tests.helpers.models import MODELS_DIR
+from tests.helpers.references import (
     CASE_NAMES,
     REAL_CASES,
     TRAINED_CASES,
@@ -231,10 +231,10 @@ def test_qwen3_tiktoken_loader_matches_tiktoken() -> None:
     case = get_case("qwen3")
     from textproc.core.tokenizer import Tokenizer
 
-    from tests.models import model_dir
+    from tests.helpers.models import model_dir
 
     specials = {t.content: i for i, t in case.hf.get_added_tokens_decoder().items()}
-    from tests.parity.references import QWEN_PATTERN
+    from tests.helpers.references import QWEN_PATTERN
 
     tok = Tokenizer.from_tiktoken(model_dir("qwen3") / "qwen.tiktoken", QWEN_PATTERN, specials,
                                   nfc=True)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.models import REPO_ROOT, model_dir
+from tests.helpers.models import REPO_ROOT, model_dir
 
 
 def test_bench_encode_quick(tmp_path: Path) -> None:

@@ -10,136 +10,30 @@ say), ours must fail too, with the same message.
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
-import jinja2.exceptions
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from tests.templates import REAL_TEMPLATES, template_source
+from tests.helpers.conversations import (
+    CALL_ID,
+    CONVERSATIONS,
+    ENDS_WITH_ASSISTANT,
+    SPECIAL_TOKENS,
+    SYSTEM,
+    WEATHER_TOOL,
+    make_hf_tokenizer,
+    assert_same,
+    hf_render,
+)
+from tests.helpers.templates import REAL_TEMPLATES, template_source
 from textproc.core.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template, render_chat, select_template
-from textproc.errors import InvalidInput, TemplateError
+from textproc.errors import InvalidInput
 
-SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-
-
-def _make_hf_tokenizer(chat_template: Any = None) -> PreTrainedTokenizerFast:
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=HFTokenizer(WordLevel(vocab, unk_token="<unk>")),
-        chat_template=chat_template,
-        **SPECIAL_TOKENS,
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def _hf_tokenizer() -> PreTrainedTokenizerFast:
-    return _make_hf_tokenizer()
-
-
-def hf_render(template: str, messages: list[dict[str, Any]], tools: Any = None, **kwargs: Any) -> str:
-    """The reference: transformers' real apply_chat_template path (special tokens included)."""
-    out = _hf_tokenizer().apply_chat_template(
-        copy.deepcopy(messages), tools=copy.deepcopy(tools), chat_template=template, tokenize=False, **kwargs
-    )
-    assert isinstance(out, str)
-    return out
-
-
-def assert_same(template: str, messages: list[dict[str, Any]], tools: Any = None, **kwargs: Any) -> str | None:
-    """Render with both; equal text, or both fail (jinja-level failures with the same message)."""
-    label = f"tools={tools is not None} {kwargs}"
-    try:
-        expected = hf_render(template, messages, tools, **kwargs)
-    except (jinja2.exceptions.TemplateError, TypeError, ValueError, LookupError, AttributeError) as e:
-        with pytest.raises((TemplateError, InvalidInput)) as info:
-            render_chat(template, messages, tools, **SPECIAL_TOKENS, **kwargs)
-        if type(e) is not ValueError:  # transformers' own input checks word their errors differently
-            assert str(e) in str(info.value), label
-        return None
-    snapshot = copy.deepcopy(messages)
-    got = render_chat(template, messages, tools, **SPECIAL_TOKENS, **kwargs)
-    assert got == expected, label
-    assert messages == snapshot, "render_chat must not modify the caller's messages"
-    return got
-
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "City name, e.g. Zürich"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city"],
-        },
-    },
-}
-CALL_ID = "call12345"  # Mistral's templates insist on 9 alphanumeric characters
-SYSTEM = {"role": "system", "content": "You are a terse assistant. Antworte kurz & <b>präzise</b>."}
-
-
-def _tool_turns(arguments: Any) -> list[dict[str, Any]]:
-    return [
-        SYSTEM,
-        {"role": "user", "content": "What's the weather in Zürich and 東京?"},
-        {
-            "role": "assistant",
-            "content": None,  # OpenAI clients send None; transformers drops the key
-            "tool_calls": [
-                {"id": CALL_ID, "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": CALL_ID, "name": "get_weather", "content": '{"temp": 21, "sky": "☀"}'},
-        {"role": "assistant", "content": "Sunny, 21 °C in Zürich. 🌞"},
-        {"role": "user", "content": "Danke! And tomorrow?"},
-    ]
-
-
-CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
-    "system_user": [SYSTEM, {"role": "user", "content": "Hello!"}],
-    "multi_turn": [
-        SYSTEM,
-        {"role": "user", "content": "Write a haiku about the sea."},
-        {"role": "assistant", "content": "Waves fold into foam\nsalt wind carries gull voices\nthe tide keeps its time"},
-        {"role": "user", "content": "Now in Japanese: 海 🌊 — «merci» — Ωμέγα"},
-    ],
-    "no_system": [
-        {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "  spaces  and\ttabs\n\nand {{ braces }} {% raw %}"},
-    ],
-    "tool_call_dict": _tool_turns({"city": "Zürich", "unit": "celsius"}),
-    "tool_call_json_string": _tool_turns('{"city": "東京", "unit": "celsius"}'),
-    "content_parts": [
-        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
-        {"role": "user", "content": [{"type": "text", "text": "Describe "}, {"type": "text", "text": "this: ✓"}]},
-    ],
-    "reasoning": [
-        {"role": "user", "content": "Is 91 prime?"},
-        {"role": "assistant", "content": "No: 91 = 7 × 13.", "reasoning_content": "91/7 = 13, so composite."},
-        {"role": "user", "content": "And 97?"},
-    ],
-    "reasoning_aliases": [  # `reasoning` (vLLM) and `thinking` (gpt-oss) alias reasoning_content
-        {"role": "user", "content": "Is 91 prime?"},
-        {"role": "assistant", "content": "No.", "reasoning": "7 × 13"},
-        {"role": "user", "content": "Is 97 prime?"},
-        {"role": "assistant", "content": "Yes.", "thinking": "no divisor up to 9"},
-        {"role": "user", "content": "Thanks"},
-    ],
-}
 THINKING = [{}, {"enable_thinking": True}, {"enable_thinking": False}]
 
 
@@ -169,13 +63,6 @@ def test_most_cases_render(name: str) -> None:
         for messages in CONVERSATIONS.values()
     )
     assert ok >= 2, f"{name} rendered only {ok} of {len(CONVERSATIONS)} conversations"
-
-
-ENDS_WITH_ASSISTANT = [
-    SYSTEM,
-    {"role": "user", "content": "Name three colours."},
-    {"role": "assistant", "content": "Red, grün, and ", "reasoning_content": "Pick common ones"},
-]
 
 
 @pytest.mark.parametrize("name", sorted(REAL_TEMPLATES) + ["chatml"])
@@ -265,7 +152,7 @@ def test_named_templates_pick_like_transformers() -> None:
     tool_use = "T{{ tools|length }}:{% for m in messages %}{{ m.content }}{% endfor %}"
     named = {"default": default, "tool_use": tool_use}
     as_list = [{"name": "default", "template": default}, {"name": "tool_use", "template": tool_use}]
-    tokenizer = _make_hf_tokenizer(as_list)  # tokenizer_config's list form
+    tokenizer = make_hf_tokenizer(as_list)  # tokenizer_config's list form
     messages = [{"role": "user", "content": "x"}]
     for tools in (None, [], [WEATHER_TOOL]):
         expected = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
@@ -282,7 +169,7 @@ def test_named_templates_pick_like_transformers() -> None:
 def test_load_chat_template_like_transformers(tmp_path: Path) -> None:
     source = template_source("qwen3")
     single = tmp_path / "single"
-    _make_hf_tokenizer().save_pretrained(single)
+    make_hf_tokenizer().save_pretrained(single)
     (single / "chat_template.jinja").write_text(source + "\n", encoding="utf-8")
     loaded = PreTrainedTokenizerFast.from_pretrained(single)
     assert load_chat_template(single) == loaded.chat_template
@@ -292,7 +179,7 @@ def test_load_chat_template_like_transformers(tmp_path: Path) -> None:
     assert render_chat(single, messages, [WEATHER_TOOL], **SPECIAL_TOKENS) == expected
 
     listed = tmp_path / "listed"
-    _make_hf_tokenizer().save_pretrained(listed)
+    make_hf_tokenizer().save_pretrained(listed)
     config_path = listed / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["chat_template"] = [{"name": "default", "template": "A"}, {"name": "tool_use", "template": source}]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.templates import template_source
-from tests.unit.test_chat import CONVERSATIONS, ENDS_WITH_ASSISTANT, SPECIAL_TOKENS, WEATHER_TOOL, hf_render
+from tests.helpers.templates import template_source
+from tests.helpers.conversations import CONVERSATIONS, ENDS_WITH_ASSISTANT, SPECIAL_TOKENS, WEATHER_TOOL, hf_render
 from textproc.core.chat.template import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
 from textproc.errors import InvalidInput
 

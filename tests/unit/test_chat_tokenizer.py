@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from tests.models import model_dir
-from tests.templates import template_source
-from tests.unit.test_chat import CONVERSATIONS, WEATHER_TOOL
+from tests.helpers.models import model_dir
+from tests.helpers.templates import template_source
+from tests.helpers.conversations import CONVERSATIONS, WEATHER_TOOL
 from textproc.core.chat.template import CHATML_TEMPLATE, render_chat
 from textproc.core.tokenizer import Tokenizer
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit._regex_sampler import sample
+from tests.helpers.regex_sampler import sample
 
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.errors import InvalidInput

@@ -15,8 +15,8 @@ import tokenizers
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
-from tests.models import model_dir
+from tests.helpers.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
+from tests.helpers.models import model_dir
 from textproc.core.convert import (
     BYTES_TO_UNICODE,
     load_tiktoken_ranks,

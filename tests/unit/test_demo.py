@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.models import model_dir
+from tests.helpers.models import model_dir
 from textproc.core import demo
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.decoders import DecodeStream
 
-from tests.unit._stream_vocab import (
+from tests.helpers.stream_vocab import (
     SAMPLE_TEXTS,
     byte_fallback_hf,
     byte_level_hf,
@@ -229,7 +229,7 @@ def test_constructor_is_cheap_and_shares_tables() -> None:
 
 
 def _byte_chars() -> dict[str, int]:
-    from tests.unit._stream_vocab import _byte_decoder
+    from tests.helpers.stream_vocab import _byte_decoder
 
     return _byte_decoder()
 
@@ -260,7 +260,7 @@ def test_protocol_object_without_weakref() -> None:
 @pytest.mark.parametrize("name", ["qwen3", "mistral", "gpt2"])
 def test_edge_corpus_one_token_at_a_time(name: str) -> None:
     """Every named edge case, fed one id per step: deltas == decode, state stays O(1)."""
-    from tests.corpus import EDGE_CASES, REFERENCE_REFUSES
+    from tests.helpers.corpus import EDGE_CASES, REFERENCE_REFUSES
 
     tok, _ = real_vocab(name)
     for case, text in EDGE_CASES.items():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.models import FETCH_HINT, MODELS_DIR, REPO_ROOT
+from tests.helpers.models import FETCH_HINT, MODELS_DIR, REPO_ROOT
 
 PACKAGE = REPO_ROOT / "textproc"
 _MODEL_REF = re.compile(r"\.cache/models/(\w+)")

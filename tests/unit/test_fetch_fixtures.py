@@ -15,8 +15,8 @@ import pytest
 import sentencepiece as spm
 import tokenizers
 
-from tests.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
-from tests.models import MODELS_DIR, REPO_ROOT
+from tests.helpers.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
+from tests.helpers.models import MODELS_DIR, REPO_ROOT
 
 
 def _load_script() -> ModuleType:

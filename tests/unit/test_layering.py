@@ -93,3 +93,14 @@ def test_importing_the_core_loads_no_process_layer() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"the core pulled in {out.stdout.strip()}"
+
+
+TEST_FILES = sorted((ROOT / "tests").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_module_imports_another(path: Path) -> None:
+    """Shared test code lives in tests/helpers/; a test module never imports a test module."""
+    for lineno, name in _imports(path):
+        if name.startswith("tests."):
+            assert name.startswith("tests.helpers"), f"{path.name}:{lineno} imports {name}"

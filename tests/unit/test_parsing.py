@@ -538,7 +538,7 @@ def test_real_template_tool_call_turn_parses_back(template: str) -> None:
     forced-call pattern."""
     import re
 
-    from tests.templates import template_source
+    from tests.helpers.templates import template_source
     from textproc.core.chat.template import render_chat
     from textproc.core.constraints.schema import tool_call_pattern
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit._stream_vocab import byte_level_hf, real_vocab, textproc_vocab
-from tests.unit.test_stops import reference as stop_reference
+from tests.helpers.stream_vocab import byte_level_hf, real_vocab, textproc_vocab
+from tests.helpers.stop_reference import reference as stop_reference
 from textproc.core.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput
 from textproc.core.parsing import merge_deltas, parse_output

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_tokenizer_support import assert_parity, hf_from_obj, mixed_texts, trained_obj
+from tests.helpers.tokenizer_support import assert_parity, hf_from_obj, mixed_texts, trained_obj
 
 TEXTS = mixed_texts(21, 160) + [
     "", " ", "  leading and trailing  ", "Σίσυφος ΟΔΟΣ", "İstanbul ǅ ß ﬁ", "x\u0301\u0302",

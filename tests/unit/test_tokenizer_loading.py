@@ -17,7 +17,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_tokenizer_support import QWEN_PATTERN, assert_parity, hf_from_obj, mixed_texts, trained_obj
+from tests.helpers.tokenizer_support import QWEN_PATTERN, assert_parity, hf_from_obj, mixed_texts, trained_obj
 from textproc.errors import InvalidInput, TokenizerFileError
 from textproc.core.tok.bytelevel import byte_level_bytes
 from textproc.core.tok.fastsplit import NEWER_RANGES, ascii_pattern, has_newer

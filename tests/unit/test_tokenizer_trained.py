@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_tokenizer_support import assert_parity, mixed_texts, trained_obj
+from tests.helpers.tokenizer_support import assert_parity, mixed_texts, trained_obj
 from textproc.core.tok.bpe import BPE
 from textproc.core.tok.bytelevel import to_byte_level
 from textproc.core.tokenizer import Tokenizer

@@ -97,7 +97,7 @@ def _byte_decoder() -> dict[str, int]:
 
 @functools.cache
 def real_vocab(name: str) -> tuple[Any, HFTokenizer]:
-    from tests.models import model_dir
+    from tests.helpers.models import model_dir
 
     path = model_dir(name)
     from textproc.core.tokenizer import Tokenizer

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache"
 MODELS_DIR = CACHE_DIR / "models"
 FETCH_HINT = "build it with: .venv/bin/python scripts/fetch_fixtures.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = REPO_ROOT / ".cache" / "templates"
 FETCH_HINT = "fetch them with: .venv/bin/python scripts/fetch_templates.py"
 

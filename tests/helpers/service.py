@@ -4,7 +4,7 @@
 and returns its base URL. ``build_toy_model(dir)`` writes a small byte-level BPE tokenizer.json trained with HF
 ``tokenizers`` plus Qwen-like added tokens and textproc's ChatML template, so tests that do not
 need the real vocabulary never depend on fetched files. ``Service`` runs ``textproc serve`` as a
-real process tree and, on ``stop()``, names every process or socket file that did not go away.
+real process tree (through ``textproc.service.launcher``) and, on ``stop()``, names every process or socket file that did not go away.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
 import uvloop
+
+from textproc.errors import StartupTimeout
+from textproc.service.launcher import ServeProcess
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -102,45 +103,26 @@ def reap(pids: dict[str, int], *, timeout_s: float, poll_s: float) -> dict[str, 
     return left
 
 
-class Service:
-    """``textproc serve`` in a subprocess with its runtime dir and log file under ``root``."""
+class Service(ServeProcess):
+    """``textproc serve`` in a subprocess (the one launcher, ``textproc.service.launcher``) with
+    its runtime dir and log under ``root``; ``stop()`` names every process or socket file that
+    did not go away."""
 
     def __init__(self, root: Path, model_dir: Path, *, workers: int = 2, args: list[str] | None = None,
                  engine: str = "stub") -> None:
-        self.root = root
-        self.runtime_dir = root / "rt"
-        self.log_path = root / "serve.log"
-        self.stats_file = root / "stub-stats.json"
-        self.model_dir = model_dir
-        self.workers = workers
-        self.args = list(args or [])
-        self.engine = engine
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root, model_dir, workers=workers, engine=engine, args=args or (), cwd=REPO)
         self.pids: dict[str, Any] = {}
 
     def start(self, *, timeout_s: float = 60.0) -> Service:
-        self.root.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(self.model_dir),
-               "--workers", str(self.workers), "--runtime-dir", str(self.runtime_dir),
-               "--engine", self.engine, *self.args]
-        if self.engine == "stub":
-            cmd += ["--stub-stats-file", str(self.stats_file)]
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while not (self.runtime_dir / "processes.json").is_file():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"textproc serve exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"textproc serve not ready after {timeout_s} s:\n{self.log()}")
-            time.sleep(0.05)
+        try:
+            super().start(timeout_s=timeout_s)
+        except StartupTimeout as e:
+            raise RuntimeError(str(e)) from e
         self.refresh_pids()
         return self
 
     def refresh_pids(self) -> dict[str, Any]:
-        self.pids = json.loads((self.runtime_dir / "processes.json").read_text())
+        self.pids = self.processes()
         return self.pids
 
     def all_pids(self) -> dict[str, int]:
@@ -152,38 +134,45 @@ class Service:
             out[f"worker-{i}"] = pid
         return out
 
-    def log(self, *, tail: int | None = 6000) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-            return text if tail is None else text[-tail:]
-        except OSError:
-            return ""
-
     def stub_stats(self) -> Any:
         return json.loads(self.stats_file.read_text())
 
-    def stop(self, *, timeout_s: float = 20.0) -> None:
+    def stop(self, *, timeout_s: float = 20.0) -> bool:
         """SIGTERM the supervisor; fail naming any process or socket file that stayed."""
         if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
+            return True
         if (self.runtime_dir / "processes.json").is_file():
             self.refresh_pids()
         pids = self.all_pids()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-                raise AssertionError(f"textproc serve (pid {proc.pid}) ignored SIGTERM for "
-                                     f"{timeout_s} s:\n{self.log()}")
-        self._log.close()
+        pid = self.proc.pid
+        if not super().stop(timeout_s=timeout_s):
+            raise AssertionError(f"textproc serve (pid {pid}) ignored SIGTERM for "
+                                 f"{timeout_s} s:\n{self.log()}")
         left = reap(pids, timeout_s=5, poll_s=0.05)
         assert not left, f"processes still running after shutdown: {left}\n{self.log()}"
         leftovers = [p.name for p in self.runtime_dir.glob("*")] if self.runtime_dir.exists() else []
         assert not leftovers, f"files left in {self.runtime_dir}: {leftovers}"
+        return True
+
+
+def http_url(service: Service, old_pid: int | None, timeout_s: float = 30) -> tuple[str, int]:
+    """The service's HTTP frontend (``http.json``), once it answers /health, and its pid; with
+    ``old_pid``, wait for a frontend other than that one (a restart)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    path = service.runtime_dir / "http.json"
+    while time.monotonic() < deadline:
+        try:
+            info = json.loads(path.read_text())
+            if info.get("pid") != old_pid:
+                url = f"http://{info['host']}:{info['port']}"
+                httpx.get(url + "/health", timeout=2).raise_for_status()
+                return url, int(info["pid"])
+        except (OSError, ValueError, KeyError, httpx.HTTPError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"no (new) HTTP frontend within {timeout_s} s:\n{service.log()}")
 
 
 def wait_http(http_file: Path, proc: subprocess.Popen[bytes] | None, log_path: Path,

@@ -24,8 +24,8 @@ import pytest
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from tests.corpus import fast_items
-from tests.models import MODELS_DIR, model_dir
+from tests.helpers.corpus import fast_items
+from tests.helpers.models import MODELS_DIR, model_dir
 
 __all__ = [
     "Case",
