@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.integration.service import REPO, Service, build_toy_model, wait_http
+from tests.helpers.service import REPO, Service, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -132,7 +132,7 @@ def test_sequential_requests_spread_over_the_workers(service: Service) -> None:
     async def main() -> list[int]:
         async with await TextClient.connect(service.runtime_dir) as client:
             for i in range(10):
-                await _collect(client.chat([{"role": "user", "content": f"n {i}"}]))
+                await collect(client.chat([{"role": "user", "content": f"n {i}"}]))
             await client.tokenize("x")
             await client.tokenize("y")
             return client.worker_requests()

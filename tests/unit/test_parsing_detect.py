@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.templates import TEMPLATES_DIR, template_source
+from tests.helpers.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
 from textproc.core.constraints.schema import tool_call_pattern
 from textproc.errors import InvalidInput
