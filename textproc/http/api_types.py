@@ -33,10 +33,10 @@ __all__ = [
     "NamedToolChoice",
     "StreamOptions",
     "ResponseFormat",
-    "ChatCompletionRequest",
-    "CompletionRequest",
-    "TokenizeRequest",
-    "DetokenizeRequest",
+    "ChatCompletionBody",
+    "CompletionBody",
+    "TokenizeBody",
+    "DetokenizeBody",
     "ChatParams",
     "CompletionParams",
     "Int0",
@@ -186,7 +186,7 @@ class ResponseFormat(msgspec.Struct):
     type: str
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+class ChatCompletionBody(msgspec.Struct, kw_only=True):
     """The body of ``POST /v1/chat/completions``; unknown fields are ignored (like vLLM)."""
 
     model: str
@@ -223,7 +223,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     user: str | None = None
 
 
-class CompletionRequest(msgspec.Struct, kw_only=True):
+class CompletionBody(msgspec.Struct, kw_only=True):
     """The body of ``POST /v1/completions`` (legacy API: ``max_tokens`` defaults to 16)."""
 
     model: str
@@ -253,7 +253,7 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     user: str | None = None
 
 
-class TokenizeRequest(msgspec.Struct, kw_only=True):
+class TokenizeBody(msgspec.Struct, kw_only=True):
     """``POST /tokenize``: either ``prompt`` or ``messages`` (rendered with the chat template)."""
 
     model: str | None = None
@@ -265,7 +265,7 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-class DetokenizeRequest(msgspec.Struct, kw_only=True):
+class DetokenizeBody(msgspec.Struct, kw_only=True):
     """``POST /detokenize``."""
 
     tokens: list[TokenId]

@@ -25,18 +25,18 @@ from textproc.protocol import MAX_STOP_STRINGS, MAX_TOKEN_ID
 from textproc.http.api_types import (
     ApiError,
     AssistantMessage,
-    ChatCompletionRequest,
+    ChatCompletionBody,
     ChatParams,
     CompletionParams,
-    CompletionRequest,
+    CompletionBody,
     Content,
-    DetokenizeRequest,
+    DetokenizeBody,
     DeveloperMessage,
     Message,
     NamedToolChoice,
     StreamOptions,
     SystemMessage,
-    TokenizeRequest,
+    TokenizeBody,
     ToolDef,
     ToolMessage,
     UserMessage,
@@ -269,7 +269,7 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return stops
 
 
-def _common(req: ChatCompletionRequest | CompletionRequest) -> tuple[bool, dict[str, Any]]:
+def _common(req: ChatCompletionBody | CompletionBody) -> tuple[bool, dict[str, Any]]:
     if req.n != 1:
         raise ApiError(
             f"n={req.n} is not supported; this server returns exactly one choice (n=1)",
@@ -307,7 +307,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
     >>> (p.messages, p.stop, p.tool_choice)
     ([{'role': 'user', 'content': 'hi'}], ['x'], 'none')
     """
-    req: ChatCompletionRequest = _decode(body, ChatCompletionRequest, "chat completion")
+    req: ChatCompletionBody = _decode(body, ChatCompletionBody, "chat completion")
     model = _check_model(req.model, served_models)
     include_usage, sampling = _common(req)
     if req.logprobs or req.top_logprobs:
@@ -354,7 +354,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
 
 def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> CompletionParams:
     """Decode and validate a (legacy) completion body; raise :class:`ApiError` on bad input."""
-    req: CompletionRequest = _decode(body, CompletionRequest, "completion")
+    req: CompletionBody = _decode(body, CompletionBody, "completion")
     model = _check_model(req.model, served_models)
     include_usage, sampling = _common(req)
     if req.best_of not in (None, 1):
@@ -400,9 +400,9 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
     )
 
 
-def parse_tokenize_request(body: bytes, *, served_models: Sequence[str]) -> TokenizeRequest:
+def parse_tokenize_request(body: bytes, *, served_models: Sequence[str]) -> TokenizeBody:
     """Decode ``/tokenize``: exactly one of ``prompt`` and ``messages``."""
-    req: TokenizeRequest = _decode(body, TokenizeRequest, "tokenize")
+    req: TokenizeBody = _decode(body, TokenizeBody, "tokenize")
     _check_model(req.model, served_models)
     if (req.prompt is None) == (req.messages is None):
         raise ApiError("send exactly one of 'prompt' and 'messages'", param="prompt")
@@ -412,17 +412,17 @@ def parse_tokenize_request(body: bytes, *, served_models: Sequence[str]) -> Toke
     return req
 
 
-def tokenize_messages(req: TokenizeRequest) -> list[dict[str, Any]]:
+def tokenize_messages(req: TokenizeBody) -> list[dict[str, Any]]:
     """The plain message dicts of a validated tokenize request (empty when it has a prompt)."""
     return _messages(req.messages) if req.messages is not None else []
 
 
-def tokenize_tools(req: TokenizeRequest) -> list[dict[str, Any]] | None:
+def tokenize_tools(req: TokenizeBody) -> list[dict[str, Any]] | None:
     return _tools(req.tools)
 
 
-def parse_detokenize_request(body: bytes, *, served_models: Sequence[str]) -> DetokenizeRequest:
+def parse_detokenize_request(body: bytes, *, served_models: Sequence[str]) -> DetokenizeBody:
     """Decode ``/detokenize``: ``tokens`` is a list of non-negative ids."""
-    req: DetokenizeRequest = _decode(body, DetokenizeRequest, "detokenize")
+    req: DetokenizeBody = _decode(body, DetokenizeBody, "detokenize")
     _check_model(req.model, served_models)
     return req
