@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import zmq
 
 from textproc.protocol import EngineOutFrame, EngineStep, EngineStepPacked, StepOutput, step_entries
 
-__all__ = ["ENC", "OUT", "EnginePeer", "as_step"]
+__all__ = ["ENC", "OUT", "EnginePeer", "as_step", "entries_of", "poll_until"]
 
 ENC = msgspec.msgpack.Encoder()
 OUT = msgspec.msgpack.Decoder(EngineOutFrame)
@@ -61,3 +62,21 @@ class EnginePeer:
         self.push.close(0)
         self.pull.close(0)
         self.ctx.term()
+
+
+def entries_of(frame: Any) -> list[tuple[str, list[int], str | None]]:
+    """Either step frame as (request_id, new ids, finish_reason) per request."""
+    step = as_step(frame)
+    assert isinstance(step, EngineStep), frame
+    return [(o.request_id, o.token_ids, o.finish_reason) for o in step.outputs]
+
+
+def poll_until(fn: Any, *, timeout_s: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = fn()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{fn} returned nothing within {timeout_s} s")
+        time.sleep(0.002)

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import jsonschema
 import pytest
 
-from tests.integration.service import Service, run
+from tests.helpers.service import Service, run
 from textproc.client import TextClient
 from textproc.core.parsing import merge_deltas
 from textproc.errors import InvalidInput

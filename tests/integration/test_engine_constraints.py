@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.engine_peer import EnginePeer
-from tests.integration.test_engine_link import entries_of, poll_until
+from tests.helpers.engine_peer import EnginePeer, entries_of, poll_until
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Guide
 from textproc.engine import EngineLink

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.helpers.engine_peer import ENC, OUT, EnginePeer, as_step
+from tests.helpers.engine_peer import ENC, OUT, EnginePeer, entries_of, poll_until
 from textproc.engine import EngineLink, IncomingRequest
 from textproc.errors import InvalidInput
 from textproc.protocol import (
@@ -48,24 +48,6 @@ def link(peer: EnginePeer) -> Iterator[EngineLink]:
     assert hello == EngineHello(lk.instance_id)
     yield lk
     lk.close()
-
-
-def entries_of(frame: Any) -> list[tuple[str, list[int], str | None]]:
-    """Either step frame as (request_id, new ids, finish_reason) per request."""
-    step = as_step(frame)
-    assert isinstance(step, EngineStep), frame
-    return [(o.request_id, o.token_ids, o.finish_reason) for o in step.outputs]
-
-
-def poll_until(fn: Any, *, timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{fn} returned nothing within {timeout_s} s")
-        time.sleep(0.002)
 
 
 def test_hello_first_with_a_fresh_instance_id_each_link(peer: EnginePeer) -> None:

@@ -29,8 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.models import model_dir
-from tests.unit.test_constraints import SCHEMAS, instances
+from tests.helpers.models import model_dir
+from tests.helpers.schemas import SCHEMAS, instances
 from textproc import TokenIndex, TokenVocabulary, Tokenizer, compile_constraint
 from textproc.core.constraints import json_schema_to_regex, tool_call_pattern
 

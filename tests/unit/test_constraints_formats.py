@@ -15,8 +15,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tests.unit._regex_sampler import sample
-from tests.unit.test_constraints import instances
+from tests.helpers.regex_sampler import sample
+from tests.helpers.schemas import instances
 from textproc.core.constraints.forced_calls import FORCED_FORMATS
 from textproc.core.constraints.schema import tool_call_pattern
 from textproc.core.parsing import TOOL_FORMATS, parse_output

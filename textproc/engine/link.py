@@ -1,4 +1,4 @@
-"""EngineLink: the only module an LLM engine imports to talk to textproc.
+"""EngineLink: an LLM engine's connection to textproc (imported as ``textproc.engine.EngineLink``).
 
 Owns the engine's two sockets (``textproc.protocol`` describes the frames):
 
@@ -45,15 +45,12 @@ and a memcpy of its packed prompt ids (no per-token Python objects unless asked 
 from __future__ import annotations
 
 import logging
-import operator
 import time
 import uuid
 import weakref
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zmq
@@ -62,9 +59,20 @@ from textproc.errors import InvalidInput, ProtocolError, short
 
 if TYPE_CHECKING:
     from textproc.curve import CurveClientKeys
+from textproc.engine.requests import IncomingRequest, check_request, unpack_array, unpack_list
+from textproc.engine.steps import (
+    NO_FINISHED,
+    PACKED_TAG,
+    STEP_FORMATS,
+    StepEntry,
+    StepFormat,
+    check_columns,
+    columns,
+    normalise,
+    pack,
+)
 from textproc.transport import close_sockets
 from textproc.protocol import (
-    ENGINE_FINISH_REASONS,
     MAX_FRAME_BYTES,
     EngineAbort,
     EngineHello,
@@ -77,14 +85,7 @@ from textproc.protocol import (
     step_entries,
 )
 
-__all__ = [
-    "EngineLink",
-    "IncomingRequest",
-    "StepEntry",
-    "StepFormat",
-    "SEND_HWM_FRAMES",
-    "FINISH_REASONS",
-]
+__all__ = ["EngineLink", "SEND_HWM_FRAMES"]
 
 _log = logging.getLogger("textproc.engine")
 
@@ -93,88 +94,6 @@ SEND_HWM_FRAMES = 10_000
 _LOG_FIRST_N = 10  # log the first N malformed frames, then every _LOG_EVERY-th
 _LOG_EVERY = 1000
 _MONITOR_EVERY_S = 0.2  # how often the drain looks for a reconnect (to resend EngineHello)
-
-# (request_id, new_token_ids) or (request_id, new_token_ids, finish_reason): the 3-tuple encodes
-# to exactly the bytes of StepOutput(request_id, token_ids, finish_reason); the 2-tuple is the
-# same frame without the trailing field, which decodes to finish_reason=None.
-StepEntry = Union[
-    tuple[str, Sequence[int]],
-    tuple[str, Sequence[int], Union[str, None]],
-    StepOutput,
-]
-
-
-# which frame send_step / send_outputs send: "auto" (default): send_step EngineStepPacked,
-# send_outputs EngineStep (each the cheapest for its input); "packed": EngineStepPacked
-# (protocol 2) from both; "legacy": EngineStep (protocol 1) from both
-StepFormat = Literal["auto", "packed", "legacy"]
-_STEP_FORMATS = ("auto", "packed", "legacy")
-_PACKED_TAG = EngineStepPacked.__name__
-_NO_FINISHED: dict[int, str] = {}
-
-
-class IncomingRequest(msgspec.Struct):
-    """A new request as the engine sees it: ``EngineRequest`` with the prompt ids unpacked.
-
-    ``prompt_token_ids`` is an ``array('I')`` (a ``Sequence[int]``: len, index, slice, iterate;
-    ``numpy.frombuffer(ids, numpy.uint32)`` without a copy) unless the link was built with
-    ``prompt_ids_as_list=True``: turning 1,024 packed ids into Python ints costs ~10x the memcpy
-    (bench/enginelink.py). ``stop_token_ids`` already contains EOS unless ``ignore_eos``; stop
-    ids do not apply before ``min_tokens`` generated tokens. ``constraint`` is a regex the whole
-    output must match. ``logit_bias`` maps token ids (in the vocabulary) to a bias in
-    -100..100 added to their logits (OpenAI's rule: -100 bans the token, 100 forces it).
-    ``guide`` (when the request names a compiled index) enforces ``constraint``:
-    ``guide.allowed_mask()`` before sampling, ``guide.advance(token_id)`` after, finish when
-    ``guide.is_finished``.
-    """
-
-    request_id: str
-    prompt_token_ids: Sequence[int]
-    max_tokens: int
-    stop_token_ids: list[int]
-    sampling: dict[str, Any]
-    constraint: str | None
-    min_tokens: int
-    ignore_eos: bool
-    logit_bias: dict[int, float] = {}
-    index_key: str = ""
-    guide: Any = None  # textproc.core.constraints.Guide when index_key names an index
-
-
-def _unpack_array(data: bytes) -> array[int]:
-    # little-endian uint32 (protocol.pack_ids)
-    packed = array("I")
-    packed.frombytes(data)
-    if _BIG_ENDIAN:
-        packed.byteswap()
-    return packed
-
-
-def _unpack_list(data: bytes) -> list[int]:
-    return _unpack_array(data).tolist()
-
-
-_BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
-
-
-def _check(frame: EngineRequest) -> str | None:
-    """What is wrong with a decoded request, or None."""
-    if not frame.request_id:
-        return "empty request_id"
-    if not frame.prompt_token_ids or len(frame.prompt_token_ids) % 4:
-        return (
-            f"prompt_token_ids must be a non-empty multiple of 4 bytes (packed uint32), "
-            f"got {len(frame.prompt_token_ids)} bytes"
-        )
-    if frame.max_tokens < 1:
-        return f"max_tokens must be >= 1, got {frame.max_tokens!r}"
-    if frame.min_tokens < 0:
-        return f"min_tokens must be >= 0, got {frame.min_tokens!r}"
-    for token_id in frame.stop_token_ids:
-        if token_id < 0:
-            return f"stop_token_ids must be >= 0, got {short(frame.stop_token_ids)}"
-    return None
-
 
 class EngineLink:
     """An engine's connection to textproc: poll requests and aborts, send one frame per step.
@@ -206,9 +125,9 @@ class EngineLink:
     ) -> None:
         """``curve``: CURVE client keys for a service started with ``--curve-dir``
         (``textproc.curve.load_client_keys(client_secret_file=..., server_public_file=...)``)."""
-        if step_format not in _STEP_FORMATS:
+        if step_format not in STEP_FORMATS:
             raise InvalidInput(
-                f"EngineLink step_format must be one of {_STEP_FORMATS}, got {short(step_format)}"
+                f"EngineLink step_format must be one of {STEP_FORMATS}, got {short(step_format)}"
             )
         self.step_format = step_format
         self.engine_in = engine_in
@@ -400,7 +319,7 @@ class EngineLink:
             return
         match frame:
             case EngineRequest():
-                problem = _check(frame)
+                problem = check_request(frame)
                 if problem is not None:
                     self._reject(frame.request_id, problem)
                     return
@@ -414,7 +333,7 @@ class EngineLink:
                     from textproc.core.constraints.guide import Guide
 
                     guide = Guide(index)
-                unpack = _unpack_list if self.prompt_ids_as_list else _unpack_array
+                unpack = unpack_list if self.prompt_ids_as_list else unpack_array
                 self._requests.append(
                     IncomingRequest(
                         frame.request_id,
@@ -520,10 +439,10 @@ class EngineLink:
         if type(request_ids) is not list and type(request_ids) is not tuple:
             request_ids = list(request_ids)
         n = len(request_ids)
-        tokens = _pack(token_ids, "token_ids")
-        packed_counts = b"" if counts is None else _pack(counts, "counts")
+        tokens = pack(token_ids, "token_ids")
+        packed_counts = b"" if counts is None else pack(counts, "counts")
         if finished is None:
-            finished = _NO_FINISHED
+            finished = NO_FINISHED
         n_tokens = len(tokens) // 4
         if packed_counts:
             if len(packed_counts) != 4 * n:
@@ -537,7 +456,7 @@ class EngineLink:
                 f"one id per request, or counts"
             )
         if self.check_outputs:
-            _check_columns(request_ids, n_tokens, packed_counts, finished)
+            check_columns(request_ids, n_tokens, packed_counts, finished)
         if self.step_format == "legacy":
             entries = [(rid, list(ids), reason) for rid, ids, reason in zip(*step_entries(
                 EngineStepPacked(0, list(request_ids), tokens, packed_counts, dict(finished))))]
@@ -564,15 +483,15 @@ class EngineLink:
         if type(outputs) is not list and type(outputs) is not tuple:
             outputs = list(outputs)
         if self.check_outputs:
-            outputs = _normalise(outputs)
+            outputs = normalise(outputs)
         if self.step_format != "packed":
             self._send_step(outputs)
             return
         try:
-            columns = _columns(outputs)
+            cols = columns(outputs)
         except (TypeError, ValueError, OverflowError):
-            columns = _columns(_normalise(outputs))
-        self._send_packed(*columns)
+            cols = columns(normalise(outputs))
+        self._send_packed(*cols)
 
     def _send_packed(
         self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str]
@@ -584,7 +503,7 @@ class EngineLink:
             self._report_lost(out)
         step = self.steps_sent
         self._encoder.encode_into(
-            (_PACKED_TAG, step, request_ids, tokens, counts, finished), self._buf
+            (PACKED_TAG, step, request_ids, tokens, counts, finished), self._buf
         )
         self._send_buf(out, step, lambda: request_ids)
 
@@ -599,14 +518,14 @@ class EngineLink:
             # into one reused buffer: ~25% faster than encode() at 1,024 entries (the send copies)
             self._encoder.encode_into(("EngineStep", step, outputs), self._buf)
         except TypeError:
-            self._encoder.encode_into(("EngineStep", step, _normalise(outputs)), self._buf)
+            self._encoder.encode_into(("EngineStep", step, normalise(outputs)), self._buf)
         self._send_buf(out, step, lambda: [
             e.request_id if isinstance(e, StepOutput) else e[0] for e in outputs])
 
     def _report_lost(self, out: zmq.Socket[Any]) -> None:
         """Tell textproc that requests whose tokens were dropped failed (finish "error")."""
         lost = list(self._lost)
-        data = self._encoder.encode((_PACKED_TAG, self.steps_sent, lost, b"",
+        data = self._encoder.encode((PACKED_TAG, self.steps_sent, lost, b"",
                                      pack_ids([0] * len(lost)), dict.fromkeys(range(len(lost)),
                                                                            "error")))
         try:
@@ -653,113 +572,3 @@ class EngineLink:
             f"EngineLink(engine_in={self.engine_in!r}, engine_out={self.engine_out!r}, "
             f"instance_id={self.instance_id!r}, {state})"
         )
-
-
-FINISH_REASONS = frozenset({None, *ENGINE_FINISH_REASONS})  # None: the request goes on
-
-
-def _normalise(outputs: Sequence[Any]) -> list[Any]:
-    """Entries checked, id sequences turned into lists of ints; a bad entry is named."""
-    fixed: list[Any] = []
-    for index, entry in enumerate(outputs):
-        try:
-            if isinstance(entry, StepOutput):
-                request_id, token_ids, reason = entry.request_id, entry.token_ids, entry.finish_reason
-            elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3):
-                request_id, token_ids = entry[0], entry[1]
-                reason = entry[2] if len(entry) == 3 else None
-            else:
-                raise TypeError("not a 2- or 3-tuple")
-            if not isinstance(request_id, str) or reason not in FINISH_REASONS:
-                raise TypeError("bad request_id or finish_reason")
-            ids = [operator.index(token_id) for token_id in token_ids]
-            if any(token_id < 0 or token_id >= 2**32 for token_id in ids):
-                raise ValueError("token id out of uint32 range")
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(
-                f"send_outputs entry {index} is {short(entry)}; expected (request_id: str, "
-                f"token_ids: list[int], finish_reason: one of None, 'stop', 'length', 'abort', "
-                f"'error')"
-            ) from exc
-        fixed.append((request_id, ids, reason))
-    return fixed
-
-
-def _columns(outputs: Sequence[Any]) -> tuple[Sequence[str], bytes, bytes, Mapping[int, str]]:
-    """Step entries as EngineStepPacked columns, iterating in C only (zip, map, array).
-
-    Raises TypeError / ValueError / OverflowError for entries it cannot take as they are
-    (``StepOutput``, mixed 2- and 3-tuples, ids that are not uint32); the caller then
-    normalises them (and names a bad one).
-    """
-    n = len(outputs)
-    if not n:
-        return (), b"", b"", _NO_FINISHED
-    cols = list(zip(*outputs, strict=True))
-    if len(cols) == 3:
-        request_ids, ids, reasons = cols
-    elif len(cols) == 2:
-        request_ids, ids = cols
-        reasons = ()
-    else:
-        raise TypeError("entries are not 2- or 3-tuples")
-    lengths = array("I", map(len, ids))
-    tokens = array("I", chain.from_iterable(ids))
-    if _BIG_ENDIAN:
-        lengths.byteswap()
-        tokens.byteswap()
-    counts = b"" if lengths.count(1) == n else lengths.tobytes()
-    finished: Mapping[int, str] = _NO_FINISHED
-    if reasons and reasons.count(None) != n:
-        finished = dict(zip(compress(range(n), reasons), filter(None, reasons)))
-    return request_ids, tokens.tobytes(), counts, finished
-
-
-def _pack(values: Any, what: str) -> bytes:
-    """Little-endian uint32 bytes of ``values`` (bytes are taken as already packed)."""
-    try:
-        view = memoryview(values)
-    except TypeError:
-        view = None
-    if view is not None and view.ndim == 1 and view.c_contiguous:
-        if view.format in ("B", "b", "c") and view.itemsize == 1:
-            if len(view) % 4:
-                raise InvalidInput(
-                    f"send_step: {what} given as {len(view)} bytes; packed token ids are "
-                    f"little-endian uint32, a multiple of 4 bytes"
-                )
-            return view.tobytes()
-        if view.itemsize == 4 and view.format.lstrip("@=<") in ("I", "L"):
-            if view.format.startswith("<") or not _BIG_ENDIAN:
-                return view.tobytes()
-    try:
-        packed = array("I", values)
-    except (TypeError, OverflowError, ValueError) as exc:
-        raise InvalidInput(
-            f"send_step: {what} is {short(values)}; expected uint32 ids: array('I'), a numpy "
-            f"uint32 array, packed bytes or a sequence of ints in [0, 2**32)"
-        ) from exc
-    if _BIG_ENDIAN:
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def _check_columns(
-    request_ids: Sequence[str], n_tokens: int, counts: bytes, finished: Mapping[int, str]
-) -> None:
-    n = len(request_ids)
-    for index, rid in enumerate(request_ids):
-        if not isinstance(rid, str):
-            raise InvalidInput(f"send_step: request_ids[{index}] is {short(rid)}; expected str")
-    if counts:
-        total = sum(_unpack_array(counts))
-        if total != n_tokens:
-            raise InvalidInput(
-                f"send_step: counts sum to {total} but token_ids holds {n_tokens} ids"
-            )
-    for index, reason in finished.items():
-        if not isinstance(index, int) or not 0 <= index < n or reason not in FINISH_REASONS:
-            raise InvalidInput(
-                f"send_step: finished entry {short(index)}: {short(reason)}; expected an index "
-                f"into the {n} request_ids and one of 'stop', 'length', 'abort', 'error'"
-            )

@@ -1,0 +1,151 @@
+"""What an engine sends: step entries and columns checked and packed into step frames.
+
+Owns the entry shapes ``send_outputs`` takes (``StepEntry``), the step formats
+(``StepFormat``), the finish reasons an engine may give (``FINISH_REASONS``, from the
+protocol's ``ENGINE_FINISH_REASONS``) and the checks that name a bad entry or column.
+"""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from collections.abc import Mapping, Sequence
+from itertools import chain, compress
+from typing import Any, Literal, Union
+
+from textproc.engine.requests import unpack_array
+from textproc.errors import InvalidInput, short
+from textproc.protocol import ENGINE_FINISH_REASONS, EngineStepPacked, StepOutput
+
+__all__ = ["StepEntry", "StepFormat", "STEP_FORMATS", "PACKED_TAG", "NO_FINISHED", "FINISH_REASONS",
+           "normalise", "columns", "pack", "check_columns"]
+
+_BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
+
+# (request_id, new_token_ids) or (request_id, new_token_ids, finish_reason): the 3-tuple encodes
+# to exactly the bytes of StepOutput(request_id, token_ids, finish_reason); the 2-tuple is the
+# same frame without the trailing field, which decodes to finish_reason=None.
+StepEntry = Union[
+    tuple[str, Sequence[int]],
+    tuple[str, Sequence[int], Union[str, None]],
+    StepOutput,
+]
+
+
+# which frame send_step / send_outputs send: "auto" (default): send_step EngineStepPacked,
+# send_outputs EngineStep (each the cheapest for its input); "packed": EngineStepPacked
+# (protocol 2) from both; "legacy": EngineStep (protocol 1) from both
+StepFormat = Literal["auto", "packed", "legacy"]
+STEP_FORMATS = ("auto", "packed", "legacy")
+PACKED_TAG = EngineStepPacked.__name__
+NO_FINISHED: dict[int, str] = {}
+
+
+FINISH_REASONS = frozenset({None, *ENGINE_FINISH_REASONS})  # None: the request goes on
+
+
+def normalise(outputs: Sequence[Any]) -> list[Any]:
+    """Entries checked, id sequences turned into lists of ints; a bad entry is named."""
+    fixed: list[Any] = []
+    for index, entry in enumerate(outputs):
+        try:
+            if isinstance(entry, StepOutput):
+                request_id, token_ids, reason = entry.request_id, entry.token_ids, entry.finish_reason
+            elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3):
+                request_id, token_ids = entry[0], entry[1]
+                reason = entry[2] if len(entry) == 3 else None
+            else:
+                raise TypeError("not a 2- or 3-tuple")
+            if not isinstance(request_id, str) or reason not in FINISH_REASONS:
+                raise TypeError("bad request_id or finish_reason")
+            ids = [operator.index(token_id) for token_id in token_ids]
+            if any(token_id < 0 or token_id >= 2**32 for token_id in ids):
+                raise ValueError("token id out of uint32 range")
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(
+                f"send_outputs entry {index} is {short(entry)}; expected (request_id: str, "
+                f"token_ids: list[int], finish_reason: one of None, 'stop', 'length', 'abort', "
+                f"'error')"
+            ) from exc
+        fixed.append((request_id, ids, reason))
+    return fixed
+
+
+def columns(outputs: Sequence[Any]) -> tuple[Sequence[str], bytes, bytes, Mapping[int, str]]:
+    """Step entries as EngineStepPacked columns, iterating in C only (zip, map, array).
+
+    Raises TypeError / ValueError / OverflowError for entries it cannot take as they are
+    (``StepOutput``, mixed 2- and 3-tuples, ids that are not uint32); the caller then
+    normalises them (and names a bad one).
+    """
+    n = len(outputs)
+    if not n:
+        return (), b"", b"", NO_FINISHED
+    cols = list(zip(*outputs, strict=True))
+    if len(cols) == 3:
+        request_ids, ids, reasons = cols
+    elif len(cols) == 2:
+        request_ids, ids = cols
+        reasons = ()
+    else:
+        raise TypeError("entries are not 2- or 3-tuples")
+    lengths = array("I", map(len, ids))
+    tokens = array("I", chain.from_iterable(ids))
+    if _BIG_ENDIAN:
+        lengths.byteswap()
+        tokens.byteswap()
+    counts = b"" if lengths.count(1) == n else lengths.tobytes()
+    finished: Mapping[int, str] = NO_FINISHED
+    if reasons and reasons.count(None) != n:
+        finished = dict(zip(compress(range(n), reasons), filter(None, reasons)))
+    return request_ids, tokens.tobytes(), counts, finished
+
+
+def pack(values: Any, what: str) -> bytes:
+    """Little-endian uint32 bytes of ``values`` (bytes are taken as already packed)."""
+    try:
+        view = memoryview(values)
+    except TypeError:
+        view = None
+    if view is not None and view.ndim == 1 and view.c_contiguous:
+        if view.format in ("B", "b", "c") and view.itemsize == 1:
+            if len(view) % 4:
+                raise InvalidInput(
+                    f"send_step: {what} given as {len(view)} bytes; packed token ids are "
+                    f"little-endian uint32, a multiple of 4 bytes"
+                )
+            return view.tobytes()
+        if view.itemsize == 4 and view.format.lstrip("@=<") in ("I", "L"):
+            if view.format.startswith("<") or not _BIG_ENDIAN:
+                return view.tobytes()
+    try:
+        packed = array("I", values)
+    except (TypeError, OverflowError, ValueError) as exc:
+        raise InvalidInput(
+            f"send_step: {what} is {short(values)}; expected uint32 ids: array('I'), a numpy "
+            f"uint32 array, packed bytes or a sequence of ints in [0, 2**32)"
+        ) from exc
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def check_columns(
+    request_ids: Sequence[str], n_tokens: int, counts: bytes, finished: Mapping[int, str]
+) -> None:
+    n = len(request_ids)
+    for index, rid in enumerate(request_ids):
+        if not isinstance(rid, str):
+            raise InvalidInput(f"send_step: request_ids[{index}] is {short(rid)}; expected str")
+    if counts:
+        total = sum(unpack_array(counts))
+        if total != n_tokens:
+            raise InvalidInput(
+                f"send_step: counts sum to {total} but token_ids holds {n_tokens} ids"
+            )
+    for index, reason in finished.items():
+        if not isinstance(index, int) or not 0 <= index < n or reason not in FINISH_REASONS:
+            raise InvalidInput(
+                f"send_step: finished entry {short(index)}: {short(reason)}; expected an index "
+                f"into the {n} request_ids and one of 'stop', 'length', 'abort', 'error'"
+            )
