@@ -132,7 +132,7 @@ def _frames(work: Work, streams: int, steps: int, k: int, packed: bool) -> tuple
 
 def bench_core(work: Work, model: Path, streams: int, steps: int, k: int, mode: str,
                repeat: int, packed: bool) -> float:
-    from textproc.service.detokenizer_process import RequestTable
+    from textproc.service.request_table import RequestTable
 
     core = RequestTable(work.tok, ServiceConfig(model_dir=str(model), n_workers=1))
     rids, frames = _frames(work, streams, steps * repeat, k, packed)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()  # as the detokenizer process does after loading the vocabulary
     if not args.default_gc:
-        from textproc.service.detokenizer_process import GC_THRESHOLDS
+        from textproc.service.request_table import GC_THRESHOLDS
 
         gc.set_threshold(*GC_THRESHOLDS)  # ... and these thresholds
     rows: list[dict[str, Any]] = []

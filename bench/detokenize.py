@@ -314,7 +314,7 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
 
 def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -> float:
     """The RequestTable core in this process: decode step frame, on_step, encode Outputs."""
-    from textproc.service.detokenizer_process import RequestTable
+    from textproc.service.request_table import RequestTable
     from textproc.protocol import EngineOutFrame
     from textproc.core.tokenizer import Tokenizer
     from textproc.transport import encoder

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from textproc.config import ServiceConfig
-from textproc.service.detokenizer_process import RequestTable
+from textproc.service.request_table import RequestTable
 from textproc.engine import EngineLink
 from textproc.errors import InvalidInput, ProtocolError, TextprocError
 from textproc.protocol import (

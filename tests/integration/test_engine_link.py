@@ -407,7 +407,7 @@ def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: EnginePeer)
 
 def _detok_outputs(tok: Any, toy_model: Path, frames: list[Any]) -> tuple[Any, list[Any]]:
     from textproc.config import ServiceConfig
-    from textproc.service.detokenizer_process import RequestTable
+    from textproc.service.request_table import RequestTable
     from textproc.protocol import Submit
 
     core = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))

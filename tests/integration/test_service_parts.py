@@ -12,7 +12,7 @@ import pytest
 
 from textproc.config import Endpoints, ServeConfig, ServiceConfig, ipc_endpoints, tcp_endpoints
 from textproc.core.deltas import join_text
-from textproc.service.detokenizer_process import RequestTable
+from textproc.service.request_table import RequestTable
 from textproc.errors import InvalidInput
 from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (

@@ -1,16 +1,13 @@
-"""The detokenizer process: engine token ids -> per-request text deltas, stop strings, parsing.
+"""The detokenizer process: the sockets and the loop around :class:`RequestTable`.
 
-Owns the per-request output state of every live request and the four sockets around it:
-``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH, EngineRequest/EngineAbort/EngineIndex
-to the engine: one socket, so an abort never overtakes its request and a constraint index always
-arrives before the first request naming it; ``IndexRelay`` sends each index once), ``engine-out`` (PULL, EngineHello /
-EngineStepPacked / EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/StatsRequest
-in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id).
-
-Invariants: per engine step the work is O(new tokens); each client gets at most one Outputs frame
-per step; per-request state is freed on finish, abort and error; outputs that arrive before their
-Submit are buffered (bounded by count and age) and then aborted in the engine; a new engine
-instance fails every live request. Never raises out of the loop for one bad frame or request.
+Owns four sockets: ``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH,
+EngineRequest/EngineAbort/EngineIndex to the engine: one socket, so an abort never overtakes
+its request and a constraint index always arrives before the first request naming it;
+``IndexRelay`` sends each index once), ``engine-out`` (PULL, EngineHello / EngineStepPacked /
+EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/
+StatsRequest in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id). Each
+socket has one typed decoder; the request table decides, this loop moves frames, and flushes
+one Outputs frame per client per round. Never raises out of the loop for one bad frame.
 """
 
 from __future__ import annotations
@@ -19,22 +16,15 @@ import logging
 import os
 import time
 import uuid
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
-from operator import attrgetter
+from collections import deque
 from typing import Any
 
 import msgspec
 import zmq
 
 from textproc.config import Endpoints, ServiceConfig
-from textproc.errors import ProtocolError, TextprocError
-from textproc.core.deltas import join_text
-from textproc.core.detokenizer import DetokenizerVocab
-from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
-from textproc.service.constraints import IndexRelay
+from textproc.errors import ProtocolError
 from textproc.protocol import (
-    ENGINE_FINISH_REASONS,
     PROTOCOL_VERSION,
     Abort,
     EngineAbort,
@@ -48,333 +38,24 @@ from textproc.protocol import (
     Hello,
     Outputs,
     Query,
-    RequestOutput,
     Stats,
     StatsRequest,
-    StepOutput,
     Submit,
     Unknown,
     Welcome,
-    step_entries,
 )
-from textproc.transport import FrameDecoder, encoder
 from textproc.service.bootstrap import ChildRuntime
+from textproc.service.constraints import IndexRelay
+from textproc.service.request_table import GC_THRESHOLDS, RequestTable
+from textproc.transport import FrameDecoder, encoder
 
-__all__ = ["RequestTable", "GC_THRESHOLDS", "run_detokenizer"]
+__all__ = ["run_detokenizer"]
 
 _log = logging.getLogger("textproc.detokenizer")
-_DONE_IDS_KEPT = 200_000  # finished ids remembered so late engine outputs are dropped, not buffered
-_DONE_IDS_TICKS = 120  # ... and for at most this many housekeeping ticks (0.5 s each: 60 s)
 _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 # engine steps handled before looking at Submits and clients again: a step can hold thousands
 # of requests, and Submits must not wait behind a long backlog of steps
 _ENGINE_DRAIN_BATCH = 4
-# A step allocates a few containers per request (decoded StepOutput, RequestOutput, deltas) that
-# are alive together and freed by reference counting: at the default gen0 threshold (700) the
-# collector ran ~7 times per 1,024-request step, with a full pass every few steps over every live
-# pipeline, 23-31% of the CPU of RequestTable.on_step + Outputs encoding (bench/detok_pipeline.py,
-# gc.callbacks). Collections now run only when 100k objects outlive their step (new requests).
-GC_THRESHOLDS = (100_000, 50, 100)
-_RID, _IDS, _REASON = (attrgetter("request_id"), attrgetter("token_ids"),
-                       attrgetter("finish_reason"))  # EngineStep entries as columns
-
-
-class _Request:
-    __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens")
-
-    def __init__(self, client_id: bytes, state: OutputPipeline, prompt_tokens: int) -> None:
-        self.client_id = client_id
-        self.state = state
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = 0
-
-
-class RequestTable:
-    """The detokenizer's state machine, without sockets: frames in, frames to send out.
-
-    ``on_submit`` / ``on_step`` / ``on_abort`` return nothing; what they produce collects in
-    ``self.outbox`` (client id -> outputs for this round) and ``self.engine_aborts``; the loop
-    flushes both after each batch of frames, so each client gets one Outputs frame per round.
-    """
-
-    def __init__(self, tokenizer: DetokenizerVocab, config: ServiceConfig) -> None:
-        self.tokenizer = tokenizer
-        self.config = config
-        self.live: dict[str, _Request] = {}
-        self.per_client: dict[bytes, int] = {}  # live requests per client (max_live_per_client)
-        self.early: dict[str, tuple[float, list[StepOutput]]] = {}
-        self.done: OrderedDict[str, int] = OrderedDict()  # id -> housekeeping tick it ended
-        self.tick = 0
-        self.outbox: dict[bytes, list[RequestOutput]] = {}
-        self.engine_aborts: list[str] = []
-        self.engine_instance: str | None = None
-        self.counters: dict[str, int] = {
-            "requests_submitted": 0,
-            "requests_finished": 0,
-            "requests_failed": 0,
-            "requests_aborted": 0,
-            "stop_string_aborts": 0,
-            "tokens_in": 0,
-            "engine_steps": 0,
-            "early_outputs_buffered": 0,
-            "early_outputs_dropped": 0,
-            "engine_restarts": 0,
-        }
-
-    # -- inputs --------------------------------------------------------------------------------
-
-    def on_submit(self, submit: Submit) -> bytes | None:
-        """Register a request; returns the engine request bytes to forward, or None if refused."""
-        rid = submit.request_id
-        if rid in self.live:
-            self._fail_new(submit, f"duplicate request_id {rid!r}: a request with this id is live",
-                           "invalid_input")
-            return None
-        if len(self.live) >= self.config.max_live_requests:
-            self._fail_new(submit, f"overloaded: {len(self.live)} live requests, "
-                                   f"max_live_requests={self.config.max_live_requests}",
-                           "overloaded")
-            return None
-        n_client = self.per_client.get(submit.client_id, 0)
-        if n_client >= self.config.max_live_per_client:
-            self._fail_new(submit, f"too many requests: this client has {n_client} live requests, "
-                                   f"max_live_per_client={self.config.max_live_per_client}; retry "
-                                   "after some finish", "rate_limited")
-            return None
-        try:
-            state = OutputPipeline(
-                self.tokenizer, stops=submit.stop, include_stop=submit.include_stop,
-                min_tokens=submit.min_tokens, skip_special_tokens=submit.skip_special_tokens,
-                reasoning=submit.reasoning, tools=submit.tools,
-                starts_in_reasoning=submit.starts_in_reasoning, request_id=rid,
-                tool_format=submit.tool_format, reasoning_format=submit.reasoning_format,
-                tool_schemas=submit.tool_schemas if submit.tools else None,
-                stream_calls=submit.stream_calls,
-                max_calls=None if submit.max_calls < 0 else submit.max_calls,
-            )
-        except TextprocError as e:
-            self._fail_new(submit, f"request {rid!r}: {e}", "invalid_input")
-            return None
-        except Exception as e:  # a bug in the output setup fails this request, not the process
-            _log.exception("request %r: output pipeline setup failed", rid)
-            self._fail_new(submit, f"request {rid!r}: internal error in the detokenizer: "
-                                   f"{type(e).__name__}: {e}", "internal")
-            return None
-        self.counters["requests_submitted"] += 1
-        self.done.pop(rid, None)
-        req = _Request(submit.client_id, state, submit.prompt_tokens)
-        self.live[rid] = req
-        self.per_client[submit.client_id] = n_client + 1
-        buffered = self.early.pop(rid, None)
-        if buffered is not None:
-            for out in buffered[1]:
-                if rid not in self.live:
-                    break
-                self._feed(rid, req, out.token_ids, out.finish_reason)
-        return submit.engine_request
-
-    def on_step(self, step: EngineStep | EngineStepPacked) -> None:
-        """Feed one engine step; raises ProtocolError (nothing done) for a packed step whose
-        columns do not fit together."""
-        entries: Iterable[tuple[str, Sequence[int], str | None]]
-        if type(step) is EngineStepPacked:
-            try:
-                entries = zip(*step_entries(step))
-            except ValueError as e:
-                raise ProtocolError(str(e)) from e
-        else:
-            assert isinstance(step, EngineStep)
-            outs = step.outputs
-            entries = zip(map(_RID, outs), map(_IDS, outs), map(_REASON, outs))
-        self.counters["engine_steps"] += 1
-        live = self.live
-        feed = self._feed
-        for rid, token_ids, reason in entries:
-            req = live.get(rid)
-            if req is None:
-                if rid not in self.done:
-                    self._buffer_early(StepOutput(rid, list(token_ids), reason))
-                continue
-            feed(rid, req, token_ids, reason)
-
-    def on_hello(self, hello: EngineHello) -> bool:
-        """A (re)started engine. Returns True when it is a new instance (all live requests fail)."""
-        if hello.protocol_version != PROTOCOL_VERSION:
-            _log.error("engine speaks protocol %d, textproc %d; its outputs may not decode",
-                       hello.protocol_version, PROTOCOL_VERSION)
-        previous, self.engine_instance = self.engine_instance, hello.instance_id
-        if previous is None or previous == hello.instance_id:
-            return previous is None
-        self.counters["engine_restarts"] += 1
-        # abort them in the new engine too: requests sent while no engine was connected went
-        # to it before its hello arrived (an abort of an id it does not know is harmless)
-        for rid in list(self.live):
-            self._fail(rid, f"request {rid!r}: the engine restarted (instance {previous} -> "
-                            f"{hello.instance_id}); the request was lost", abort_engine=True,
-                       kind="engine_restarted")
-        self.early.clear()
-        return True
-
-    def on_abort(self, client_id: bytes, request_ids: list[str]) -> None:
-        """A client gave up on these requests: free them and abort them in the engine."""
-        for rid in request_ids:
-            req = self.live.get(rid)
-            if req is None or req.client_id != client_id:
-                continue  # finished already, or not this client's (never abort others' work)
-            del self.live[rid]
-            self._release(client_id)
-            self._mark_done(rid)
-            self.counters["requests_aborted"] += 1
-            self.engine_aborts.append(rid)
-
-    def unknown(self, request_ids: list[str]) -> list[str]:
-        return [rid for rid in request_ids if rid not in self.live and rid not in self.early]
-
-    def expire_early(self, now: float) -> None:
-        """Drop buffered outputs whose Submit never came, and abort them in the engine."""
-        max_age = self.config.early_output_age_s
-        for rid in [rid for rid, (t0, _) in self.early.items() if now - t0 > max_age]:
-            _, outs = self.early.pop(rid)
-            self._mark_done(rid)  # later steps for it (before the engine aborts) are ignored
-            self.counters["early_outputs_dropped"] += len(outs)
-            if outs[-1].finish_reason is None:
-                self.engine_aborts.append(rid)
-            _log.warning("dropped outputs for unknown request %r after %.1f s", rid, max_age)
-
-    def client_gone(self, client_id: bytes, request_ids: list[str]) -> None:
-        """Outputs to ``client_id`` could not be delivered: abort its requests."""
-        for rid in request_ids:
-            req = self.live.pop(rid, None)
-            if req is not None:
-                self._release(req.client_id)
-                self._mark_done(rid)
-                self.counters["requests_aborted"] += 1
-                self.engine_aborts.append(rid)
-
-    def all_counters(self) -> dict[str, int]:
-        return {**self.counters, "live_requests": len(self.live), "early_requests": len(self.early),
-                "live_clients": len(self.per_client), "done_ids_kept": len(self.done)}
-
-    # -- internals -----------------------------------------------------------------------------
-
-    def _buffer_early(self, out: StepOutput) -> None:
-        entry = self.early.get(out.request_id)
-        if entry is None:
-            if len(self.early) >= self.config.max_early_outputs:
-                self.counters["early_outputs_dropped"] += 1
-                if out.finish_reason is None:
-                    self.engine_aborts.append(out.request_id)
-                self._mark_done(out.request_id)
-                return
-            entry = (time.monotonic(), [])
-            self.early[out.request_id] = entry
-        entry[1].append(out)
-        self.counters["early_outputs_buffered"] += 1
-
-    def _feed(self, rid: str, req: _Request, token_ids: Sequence[int],
-              engine_reason: str | None) -> None:
-        """The one path an engine output takes into a live request: new ids, maybe its end."""
-        state = req.state
-        n = len(token_ids)
-        req.completion_tokens += n
-        self.counters["tokens_in"] += n
-        try:
-            deltas = state.feed(token_ids) if n else []
-            if state.is_finished:  # a stop string matched: the engine must stop too
-                if engine_reason is None:
-                    self.engine_aborts.append(rid)
-                    self.counters["stop_string_aborts"] += 1
-            elif engine_reason is None:  # the common case: a running request's next tokens
-                if deltas:
-                    self._emit(req, RequestOutput(rid, join_text(deltas)))
-                return
-            elif engine_reason in PIPELINE_FINISH_REASONS:
-                deltas += state.finish(engine_reason)
-            else:
-                what = (f"the engine reported an error for request {rid!r}" if engine_reason == "error"
-                        else f"engine sent unknown finish_reason {engine_reason!r} for request "
-                             f"{rid!r}; expected one of {sorted(ENGINE_FINISH_REASONS)}")
-                self._fail(rid, what, abort_engine=False, kind="engine_error")
-                return
-        except Exception as e:  # one request's failure must not stop the others
-            # fail it here: feeding the same ids again could duplicate text the pipeline took
-            self._pipeline_failed(rid, e, abort_engine=engine_reason is None)
-            return
-        self._finish(rid, req, deltas, engine_reason, counted=True)
-
-    def _pipeline_failed(self, rid: str, e: Exception, *, abort_engine: bool) -> None:
-        """The one error classification for a request's output pipeline."""
-        if isinstance(e, TextprocError):  # e.g. a token id outside the vocabulary
-            self._fail(rid, f"request {rid!r}: {e}", abort_engine=abort_engine, kind="engine_error")
-            return
-        _log.exception("request %r: output pipeline failed", rid)
-        self._fail(rid, f"request {rid!r}: internal error in the detokenizer: "
-                        f"{type(e).__name__}: {e}", abort_engine=abort_engine, kind="internal")
-
-    def _finish(self, rid: str, req: _Request, deltas: list[dict[str, Any]],
-                engine_reason: str | None, *, counted: bool = False) -> None:
-        """The request ended (stop string or engine finish): send the last output, free it."""
-        state = req.state
-        if not counted and engine_reason is None:
-            self.engine_aborts.append(rid)
-            self.counters["stop_string_aborts"] += 1
-        del self.live[rid]
-        self._release(req.client_id)
-        self._mark_done(rid)
-        self.counters["requests_finished"] += 1
-        self._emit(req, RequestOutput(rid, join_text(deltas), state.finish_reason,
-                                      state.matched_stop, req.prompt_tokens,
-                                      req.completion_tokens))
-
-    def _emit(self, req: _Request, output: RequestOutput) -> None:
-        box = self.outbox.get(req.client_id)
-        if box is None:
-            self.outbox[req.client_id] = [output]
-        else:
-            box.append(output)
-
-    def _fail(self, rid: str, message: str, *, abort_engine: bool, kind: str) -> None:
-        req = self.live.pop(rid, None)
-        if req is None:
-            return
-        self._release(req.client_id)
-        self._mark_done(rid)
-        self.counters["requests_failed"] += 1
-        if abort_engine:
-            self.engine_aborts.append(rid)
-        self._emit(req, RequestOutput(rid, [], "error", None, req.prompt_tokens,
-                                      req.completion_tokens, message, kind))
-
-    def _fail_new(self, submit: Submit, message: str, kind: str) -> None:
-        self.counters["requests_failed"] += 1
-        _log.warning("%s", message)
-        box = self.outbox.setdefault(submit.client_id, [])
-        box.append(RequestOutput(submit.request_id, [], "error", None, submit.prompt_tokens, 0,
-                                 message, kind))
-
-    def _release(self, client_id: bytes) -> None:
-        n = self.per_client[client_id] - 1
-        if n:
-            self.per_client[client_id] = n
-        else:
-            del self.per_client[client_id]
-
-    def _mark_done(self, rid: str) -> None:
-        done = self.done
-        done[rid] = self.tick
-        if len(done) > _DONE_IDS_KEPT:
-            done.popitem(last=False)
-
-    def housekeeping(self) -> None:
-        """Every 0.5 s: forget finished ids older than 60 s (late outputs come within steps), so
-        the memory they hold is bounded by time, not only by count."""
-        self.tick += 1
-        done, oldest = self.done, self.tick - _DONE_IDS_TICKS
-        while done:
-            rid = next(iter(done))
-            if done[rid] > oldest:
-                break
-            del done[rid]
 
 
 def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: int = 0) -> int:
