@@ -26,7 +26,8 @@ import jinja2
 import jinja2.exceptions
 
 from textproc.core.chat.chatml import CHATML_TEMPLATE
-from textproc.core.chat.sandbox import RenderBudget, RenderLimits, active_budget, compile_template
+from textproc.core.chat.budget import RenderBudget, RenderLimits, active_budget
+from textproc.core.chat.sandbox import compile_template
 from textproc.errors import InvalidInput, TemplateError, short
 
 __all__ = [
