@@ -13,8 +13,8 @@ an output the constraint accepts: random mode draws uniformly among the allowed 
 sampling over the id range, then the allowed list when few are allowed); echo and replay
 follow their script while each id is allowed and continue with the constrained random walk
 from the first id that is not. In an accepting state an end id is taken with probability 1/2,
-and once the tokens left (``max_tokens``) are only enough for the shortest completion the
-request follows the index's completion tokens. The end id ends it with "stop".
+and an id is taken only if the shortest completion after it (``completion_length``) still fits
+in ``max_tokens``. The end id ends it with "stop".
 
 Imports nothing from textproc but a tokenizer passed in (anything with the ``TokenizerLike``
 methods): exactly what a real engine would have.
@@ -135,25 +135,31 @@ class RequestState:
         guide = self.guide
         index = guide.index
         state = guide.state
+        left = self.max_tokens - self.generated - 1  # tokens left after this one
+        length = index.completion_length
+
+        def fits(token_id: int) -> bool:  # allowed, and the output can still end in time
+            nxt = index.next_state(state, token_id)
+            return nxt >= 0 and (token_id in guide.end_set or length(nxt) + 1 <= left)
+
         script = self.script
         if self.echoing and script is not None:
             token_id = script[self.pos]
-            if index.next_state(state, token_id) >= 0:
+            if fits(token_id):
                 self.pos = (self.pos + 1) % len(script)
                 return token_id
             self.echoing = False
         rng = self.rng
         assert rng is not None
-        if guide.is_accepting and (rng.random() < 0.5 or self.max_tokens - self.generated <= 1):
+        if guide.is_accepting and (rng.random() < 0.5 or left < 1):
             return index.end_ids[0]  # type: ignore[no-any-return]
-        if self.max_tokens - self.generated <= index.completion_length(state) + 1:
-            return guide.completion_token()  # type: ignore[no-any-return]
         size = index.vocab_size
         for _ in range(32):
             token_id = rng.randrange(size)
-            if index.next_state(state, token_id) >= 0:
+            if fits(token_id):
                 return token_id
-        return rng.choice(guide.allowed_ids())  # type: ignore[no-any-return]
+        fitting = [t for t in guide.allowed_ids() if fits(t)]
+        return rng.choice(fitting) if fitting else guide.completion_token()  # type: ignore[no-any-return]
 
     def _take_guided(self, k: int) -> tuple[list[int], str | None]:
         new: list[int] = []

@@ -182,8 +182,16 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
+    name: str | None = None
+    schema_: dict[str, Any] | bool | None = msgspec.field(default=None, name="schema")
+    strict: bool | None = None  # the schema is always enforced
+    description: str | None = None
+
+
 class ResponseFormat(msgspec.Struct):
     type: str
+    json_schema: JsonSchemaFormat | None = None
 
 
 class ChatCompletionBody(msgspec.Struct, kw_only=True):
@@ -212,6 +220,12 @@ class ChatCompletionBody(msgspec.Struct, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: int | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's structured outputs (textproc.http.structured): enforced, never ignored
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -246,6 +260,12 @@ class CompletionBody(msgspec.Struct, kw_only=True):
     seed: _Seed | None = None
     logit_bias: _LogitBias | None = None
     logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
     min_tokens: Int0 = 0
     ignore_eos: bool = False
     skip_special_tokens: bool = True
@@ -297,6 +317,7 @@ class ChatParams(msgspec.Struct, kw_only=True):
     skip_special_tokens: bool
     include_stop_str_in_output: bool
     parallel_tool_calls: bool = True
+    structured: dict[str, Any] | None = None  # {"json": schema} | {"regex": str} | {"choice": [str]}
 
 
 class CompletionParams(msgspec.Struct, kw_only=True):
@@ -314,3 +335,4 @@ class CompletionParams(msgspec.Struct, kw_only=True):
     ignore_eos: bool
     skip_special_tokens: bool
     include_stop_str_in_output: bool
+    structured: dict[str, Any] | None = None

@@ -98,6 +98,7 @@ class ClientBackend:
             ignore_eos=params.ignore_eos,
             stream_calls=params.stream,
             parallel_tool_calls=params.parallel_tool_calls,
+            structured=params.structured,
         ))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
@@ -111,6 +112,7 @@ class ClientBackend:
             sampling=params.sampling,
             request_id=request_id,
             ignore_eos=params.ignore_eos,
+            structured=params.structured,
         ))
 
     async def _outputs(self, start: Any) -> AsyncIterator[Output]:

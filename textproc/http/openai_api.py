@@ -2,7 +2,8 @@
 
 Owns every rule a request body must follow beyond its types (``api_types``): the served model
 (404), n=1, message and tool shapes, tool_choice against tools, stop lists, logit_bias keys,
-unsupported features (logprobs, response_format, suffix, batches of prompts). Before decoding,
+unsupported features (logprobs, suffix, batches of prompts; structured-output fields are mapped
+in ``textproc.http.structured``). Before decoding,
 ``body_check`` bounds what any JSON value may be (depth, integer range, valid Unicode). Limits
 the worker knows better (the vocabulary, max_model_len, the prompt size) are the worker's. Pure functions: no I/O, no sockets, no
 event loop, so every rule is unit-tested without a process.
@@ -22,6 +23,7 @@ import msgspec
 from textproc.errors import short
 from textproc.http.body_check import check_body
 from textproc.protocol import MAX_STOP_STRINGS, MAX_TOKEN_ID
+from textproc.http.structured import structured_spec
 from textproc.http.api_types import (
     ApiError,
     AssistantMessage,
@@ -313,14 +315,13 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
     if req.logprobs or req.top_logprobs:
         raise ApiError("logprobs are not supported by this server; omit logprobs/top_logprobs",
                        param="logprobs")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise ApiError(
-            f"response_format type {short(req.response_format.type)} is not supported; "
-            "supported: 'text' (use tools with tool_choice for structured output)",
-            param="response_format",
-        )
+    structured = structured_spec(req)
     tools = _tools(req.tools)
     tool_choice = _tool_choice(req.tool_choice, tools)
+    if structured is not None and (tool_choice == "required" or isinstance(tool_choice, dict)):
+        raise ApiError("a structured output format together with a forced tool call "
+                       "(tool_choice required / named) is not supported; give one",
+                       param="tool_choice")
     messages = _messages(req.messages)
     if req.continue_final_message and not isinstance(req.messages[-1], AssistantMessage):
         raise ApiError(
@@ -349,6 +350,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
         ignore_eos=req.ignore_eos,
         skip_special_tokens=req.skip_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output,
+        structured=structured,
     )
 
 
@@ -397,6 +399,7 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
         ignore_eos=req.ignore_eos,
         skip_special_tokens=req.skip_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output,
+        structured=structured_spec(req),
     )
 
 

@@ -54,6 +54,13 @@ def _unmarked(prompt: str) -> str:
         else prompt
 
 
+def _structured(spec: Any) -> str:
+    try:
+        return structured_regex(spec)
+    except InvalidInput as e:
+        raise InvalidInput(str(e), param="response_format") from e
+
+
 def _check_request_id(request_id: str) -> None:
     if not request_id or len(request_id) > MAX_REQUEST_ID_CHARS:
         raise InvalidInput(
@@ -146,7 +153,7 @@ class RequestBuilder:
                     f"a structured output format together with tool_choice "
                     f"{short(req.tool_choice)} is not supported; use one of them", param="tool_choice")
         elif req.structured is not None:
-            constraint = structured_regex(req.structured)
+            constraint = _structured(req.structured)
             if starts_in_reasoning:
                 constraint = lit("</think>\n\n") + f"(?:{constraint})"
             # the whole output is the structured text (after the forced </think>): a <think>
@@ -158,6 +165,7 @@ class RequestBuilder:
                              req.stop_token_ids, req.ignore_eos, constraint,
                              reasoning=reasoning, tools=parse_tools,
                              starts_in_reasoning=starts_in_reasoning, prompt_param="messages",
+                             constraint_param="response_format" if req.structured else "tools",
                              template_s=template_s, tokenize_s=tokenize_s)
         submit = built.submit
         submit.tool_format = formats.tool_format or "hermes"
@@ -261,7 +269,7 @@ class RequestBuilder:
         return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
                             req.stop_token_ids, req.ignore_eos,
-                            None if req.structured is None else structured_regex(req.structured),
+                            None if req.structured is None else _structured(req.structured),
                             reasoning=False, tools=False, starts_in_reasoning=False,
                             prompt_param="prompt", tokenize_s=tokenize_s)
 
@@ -298,7 +306,7 @@ class RequestBuilder:
                 skip_special_tokens: bool, sampling: dict[str, Any], stop_token_ids: list[int],
                 ignore_eos: bool, constraint: str | None, *, reasoning: bool, tools: bool,
                 starts_in_reasoning: bool, prompt_param: str, template_s: float = 0.0,
-                tokenize_s: float = 0.0) -> Built:
+                tokenize_s: float = 0.0, constraint_param: str = "response_format") -> Built:
         # messages name no request id: the client knows which request it sent (OpenAI's wording)
         n_prompt = len(prompt_ids)
         limit = self.config.max_model_len
@@ -330,7 +338,10 @@ class RequestBuilder:
         stop_ids = sorted(set(extra_ids if ignore_eos else self.default_stop_ids + extra_ids))
         index_key, table = "", None
         if constraint is not None:
-            index, table = self.constraints.compile(constraint)
+            try:
+                index, table = self.constraints.compile(constraint)
+            except InvalidInput as e:  # the field the constraint came from
+                raise InvalidInput(str(e), param=constraint_param) from e
             index_key = index.key
         self.last_index_key = index_key if table is not None else ""
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,

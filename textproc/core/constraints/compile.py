@@ -149,8 +149,11 @@ def compile_constraint(
         if failure is not None:
             raise InvalidInput(failure)
     try:
-        dfa = build_dfa(parse_regex(pattern), budget)
-        index = build_index(dfa, vocab, budget, what=what)
+        try:
+            dfa = build_dfa(parse_regex(pattern), budget)
+            index = build_index(dfa, vocab, budget, what=what)
+        except RecursionError:
+            raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None
     except InvalidInput as e:
         if cache is not None:
             cache.fail(failure_key, str(e))

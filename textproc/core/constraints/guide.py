@@ -28,13 +28,13 @@ class Guide:
     True
     """
 
-    __slots__ = ("index", "state", "ended", "_ends")
+    __slots__ = ("index", "state", "ended", "end_set")
 
     def __init__(self, index: TokenIndex) -> None:
         self.index = index
         self.state = index.initial_state
         self.ended = False
-        self._ends = frozenset(index.end_ids)
+        self.end_set = frozenset(index.end_ids)
 
     def allowed_mask(self) -> bytes:
         """``ceil(V / 32)`` little-endian int32 words; bit ``i`` set iff id ``i`` is allowed."""
@@ -52,7 +52,7 @@ class Guide:
                 f"token id {token_id!r} is not allowed by the constraint in state {self.state}"
                 + (" (the output already ended)" if self.ended else "")
             )
-        if token_id in self._ends:
+        if token_id in self.end_set:
             self.ended = True
         self.state = nxt
 
