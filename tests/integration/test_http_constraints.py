@@ -21,7 +21,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.integration.service import Service, build_toy_model, wait_http
+from tests.helpers.service import Service, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(600)
 
