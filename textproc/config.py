@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textproc.errors import InvalidInput, short
-from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN, MAX_STOP_CHARS, MAX_STOP_STRINGS
+from textproc.core.stops import MAX_STOP_CHARS
+from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN, MAX_STOP_STRINGS
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -179,7 +180,7 @@ class ServiceConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # ZMQ_MAXMSGSIZE on every receiving socket
     hwm: int = DEFAULT_HWM  # ZeroMQ send/receive high-water mark, in messages
     max_stops: int = MAX_STOP_STRINGS  # stop strings per request
-    max_stop_chars: int = MAX_STOP_CHARS  # characters per stop string
+    max_stop_chars: int = MAX_STOP_CHARS  # characters per stop string (the text core's limit)
     max_prompt_chars: int = 4_000_000  # characters of rendered prompt / completion text
     max_live_requests: int = 65_536  # requests the detokenizer holds state for at once
     max_early_outputs: int = 10_000  # outputs buffered for requests whose Submit has not arrived

@@ -36,7 +36,6 @@ __all__ = [
     "FINISH_REASONS",
     "DEFAULT_HWM",
     "MAX_STOP_STRINGS",
-    "MAX_STOP_CHARS",
     "MAX_JSON_DEPTH",
     "MAX_MODEL_LEN",
     "MAX_TOKEN_ID",
@@ -97,8 +96,8 @@ ENGINE_FINISH_REASONS = frozenset({"stop", "length", "abort", "error"})
 # tool call; the text core decides it, see textproc.core.pipeline.OutputPipeline.finish)
 FINISH_REASONS = ENGINE_FINISH_REASONS | {"tool_calls"}
 DEFAULT_HWM = 100_000  # ZeroMQ send/receive high-water mark, in messages
-MAX_STOP_STRINGS = 64  # stop strings per request (OpenAI allows 4; each costs per-step work)
-MAX_STOP_CHARS = 1024  # characters per stop string
+MAX_STOP_STRINGS = 64  # stop strings per request (OpenAI allows 4; each costs per-step work;
+# the text core takes up to textproc.core.stops.MAX_STOPS, and its MAX_STOP_CHARS per string)
 MAX_JSON_DEPTH = 64  # nesting of any JSON value a client sends (a request body, counted from it)
 MAX_MODEL_LEN = 1 << 30  # the largest max_model_len (and so max_tokens) a service accepts
 MAX_TOKEN_ID = 2**32 - 1  # what pack_ids (uint32) holds; the vocabulary bounds ids further

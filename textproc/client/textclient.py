@@ -31,6 +31,8 @@ from textproc.client.readers import Readers
 from textproc.curve import CurveClientKeys, load_client_keys
 from textproc.errors import InvalidInput, ProtocolError, StartupTimeout, TextprocError, WorkerDied, short
 from textproc.protocol import (
+    DEFAULT_HWM,
+    MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Abort,
     ChatRequest,
@@ -128,10 +130,10 @@ class TextClient:
         from textproc.config import Endpoints
 
         ep = Endpoints.from_dict(self.info.get("endpoints"), source=str(self.runtime_dir))
-        max_frame = int(self.info.get("max_frame_bytes", 64 << 20))
+        max_frame = int(self.info.get("max_frame_bytes", MAX_FRAME_BYTES))
         ctx = zmq.asyncio.Context()
         self._ctx = ctx
-        hwm = int(self.info.get("hwm", 100_000))  # the service's --hwm, for clients too
+        hwm = int(self.info.get("hwm", DEFAULT_HWM))  # the service's --hwm, for clients too
         opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": hwm,
                                 "curve_client": self.curve}
         for address in ep.workers:
