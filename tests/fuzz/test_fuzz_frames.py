@@ -66,6 +66,7 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
+from tests.helpers.engine_peer import EnginePeer
 from textproc.core.tokenizer import Tokenizer
 from textproc.transport import FrameDecoder, encoder
 from textproc.service.requests import RequestBuilder
@@ -366,29 +367,9 @@ def test_detokenizer_core_survives_any_traffic(toy: tuple[Tokenizer, ServiceConf
 
 # -- EngineLink on real sockets ----------------------------------------------------------------
 
-class _TextprocSide:
-    """The textproc side of the two engine sockets, bound with plain pyzmq in a tmp dir."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self.engine_in = f"ipc://{tmp}/engine-in"
-        self.engine_out = f"ipc://{tmp}/engine-out"
-        self.push = self.ctx.socket(zmq.PUSH)
-        self.push.linger = 0
-        self.push.bind(self.engine_in)
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.linger = 0
-        self.pull.bind(self.engine_out)
-
-    def close(self) -> None:
-        self.push.close(0)
-        self.pull.close(0)
-        self.ctx.term()
-
-
 @pytest.fixture(scope="module")
-def link(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_TextprocSide, EngineLink]]:
-    side = _TextprocSide(tmp_path_factory.mktemp("link"))
+def link(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EnginePeer, EngineLink]]:
+    side = EnginePeer(tmp_path_factory.mktemp("link"))
     lk = EngineLink.connect(side.engine_in, side.engine_out, max_frame_bytes=1 << 16)
     assert side.pull.poll(5000)
     msgspec.msgpack.decode(side.pull.recv(), type=EngineOutFrame)  # EngineHello
@@ -414,7 +395,7 @@ def _poll_until(lk: EngineLink, want_requests: int, want_aborts: int, want_malfo
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(raws=st.lists(frame_bytes("engine_in"), min_size=1, max_size=4))
-def test_engine_link_counts_garbage_and_keeps_order(link: tuple[_TextprocSide, EngineLink],
+def test_engine_link_counts_garbage_and_keeps_order(link: tuple[EnginePeer, EngineLink],
                                                     raws: list[bytes]) -> None:
     side, lk = link
     lk.poll_requests(), lk.poll_aborts()
@@ -452,7 +433,7 @@ def test_engine_link_counts_garbage_and_keeps_order(link: tuple[_TextprocSide, E
         assert isinstance(frame, (EngineStep, EngineStepPacked, EngineHello))
 
 
-def test_engine_link_oversized_frame_is_counted(link: tuple[_TextprocSide, EngineLink]) -> None:
+def test_engine_link_oversized_frame_is_counted(link: tuple[EnginePeer, EngineLink]) -> None:
     side, lk = link
     before = lk.malformed_frames
     side.push.send(ENC.encode(EngineRequest("big", pack_ids(list(range(40_000))), 4)))  # 160 KB
@@ -481,7 +462,7 @@ def test_frame_decoder_deep_nesting_is_malformed() -> None:
     assert decoder.malformed == 1
 
 
-def test_engine_link_deep_nesting_is_malformed(link: tuple[_TextprocSide, EngineLink]) -> None:
+def test_engine_link_deep_nesting_is_malformed(link: tuple[EnginePeer, EngineLink]) -> None:
     side, lk = link
     before = lk.malformed_frames
     side.push.send(_deep_sampling_frame("EngineRequest", 2000))
