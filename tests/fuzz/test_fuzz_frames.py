@@ -18,12 +18,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-import zmq
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
