@@ -48,7 +48,6 @@ import logging
 import time
 import uuid
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +58,7 @@ from textproc.errors import InvalidInput, ProtocolError, short
 
 if TYPE_CHECKING:
     from textproc.curve import CurveClientKeys
+from textproc.engine.indexes import IndexCache
 from textproc.engine.requests import IncomingRequest, check_request, unpack_array, unpack_list
 from textproc.engine.steps import (
     NO_FINISHED,
@@ -140,9 +140,7 @@ class EngineLink:
         self.prompt_ids_as_list = prompt_ids_as_list
         self.curve = curve
         self.max_index_bytes = max_index_bytes
-        self._indexes: OrderedDict[str, Any] = OrderedDict()  # key -> TokenIndex
-        self.index_bytes = 0
-        self.indexes_received = 0
+        self._indexes = IndexCache(max_index_bytes)
         self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
         self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
         self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
@@ -358,27 +356,19 @@ class EngineLink:
                 self._aborts.extend(ids)
 
     def _take_index(self, table: Any, evict: list[str]) -> None:
-        """Store one compiled index (tables only: a copy into lists and dicts, no compile)."""
-        from textproc.core.constraints.index import TokenIndex
+        problem = self._indexes.put(table, evict)
+        if problem is not None:
+            self._malformed(f"EngineIndex {short(table.key)}: {problem}"[:300])
 
-        for key in evict:
-            old = self._indexes.pop(key, None)
-            if old is not None:
-                self.index_bytes -= old.nbytes
-        try:
-            fields = msgspec.structs.asdict(table)
-            index = TokenIndex.unpack(**fields)
-        except (TypeError, ValueError, IndexError) as exc:
-            self._malformed(f"EngineIndex {short(table.key)}: {exc!r}"[:300])
-            return
-        if table.key in self._indexes:
-            self.index_bytes -= self._indexes.pop(table.key).nbytes
-        self._indexes[table.key] = index
-        self.index_bytes += index.nbytes
-        self.indexes_received += 1
-        while self.index_bytes > self.max_index_bytes and len(self._indexes) > 1:
-            _, old = self._indexes.popitem(last=False)
-            self.index_bytes -= old.nbytes
+    @property
+    def index_bytes(self) -> int:
+        """Bytes the cached constraint indexes take."""
+        return self._indexes.nbytes
+
+    @property
+    def indexes_received(self) -> int:
+        """Constraint indexes stored since the link started."""
+        return self._indexes.received
 
     def _malformed(self, what: str) -> None:
         self.malformed_frames += 1

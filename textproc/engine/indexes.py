@@ -1,0 +1,59 @@
+"""The engine-side cache of compiled constraint indexes (what ``EngineIndex`` frames carry).
+
+Owns unpacking an index table (a copy into lists and dicts: no compile, regex or vocabulary
+scan), the evictions textproc names (it mirrors this cache, see ``service/constraints.py``),
+and a byte cap that drops the oldest first. Imports the text core's ``TokenIndex`` only when
+the first index arrives, so an engine that never sees a constraint never loads it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+
+__all__ = ["IndexCache"]
+
+
+class IndexCache:
+    """key -> TokenIndex, oldest first; ``nbytes`` is what the held tables take."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._indexes: OrderedDict[str, Any] = OrderedDict()  # key -> TokenIndex
+        self.nbytes = 0
+        self.received = 0
+
+    def __len__(self) -> int:
+        return len(self._indexes)
+
+    def keys(self) -> list[str]:
+        return list(self._indexes)
+
+    def get(self, key: str) -> Any:
+        """The index for ``key``, or None when this cache does not hold it."""
+        return self._indexes.get(key)
+
+    def put(self, table: Any, evict: list[str]) -> str | None:
+        """Drop ``evict``, then store ``table`` (an ``IndexTable``); returns what was wrong with
+        a table that does not unpack (nothing stored), else None."""
+        from textproc.core.constraints.index import TokenIndex
+
+        for key in evict:
+            old = self._indexes.pop(key, None)
+            if old is not None:
+                self.nbytes -= old.nbytes
+        try:
+            index = TokenIndex.unpack(**msgspec.structs.asdict(table))
+        except (TypeError, ValueError, IndexError) as exc:
+            return repr(exc)
+        if table.key in self._indexes:
+            self.nbytes -= self._indexes.pop(table.key).nbytes
+        self._indexes[table.key] = index
+        self.nbytes += index.nbytes
+        self.received += 1
+        while self.nbytes > self.max_bytes and len(self._indexes) > 1:
+            _, old = self._indexes.popitem(last=False)
+            self.nbytes -= old.nbytes
+        return None
