@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers.tool_calls import render
 from textproc.core.parsing import TOOL_FORMATS, OutputParser, merge_deltas, parse_output
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -29,17 +30,6 @@ def _j(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-def _qwen3_coder(name: str, args: dict[str, Any]) -> str:
-    params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else _j(v)}\n</parameter>\n" for k, v in args.items())
-    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-
-
-def _glm(name: str, args: dict[str, Any], nl: str) -> str:
-    kv = "".join(f"<arg_key>{k}</arg_key>{nl}<arg_value>{v if isinstance(v, str) else _j(v)}</arg_value>{nl}"
-                 for k, v in args.items())
-    return f"<tool_call>{name}{nl}{kv}</tool_call>"
-
-
 # format -> (text, content, [(name, arguments object)]), as each family's template renders calls
 CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
     "hermes": [
@@ -48,9 +38,9 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
         ('<tool_call>\n{"name": "ping", "arguments": {}}', "", [("ping", {})]),  # close tag missing at the end
     ],
     "qwen3_coder": [
-        ("I'll check.\n" + _qwen3_coder("get_weather", ARGS) + "\n" + _qwen3_coder("ping", {}),
+        ("I'll check.\n" + render("qwen3_coder", "get_weather", ARGS) + "\n" + render("qwen3_coder", "ping", {}),
          "I'll check.\n\n", [("get_weather", ARGS), ("ping", {})]),
-        (_qwen3_coder("get_weather", {"city": "a\nb", "opts": {"k": [1]}, "flag": True}), "",
+        (render("qwen3_coder", "get_weather", {"city": "a\nb", "opts": {"k": [1]}, "flag": True}), "",
          [("get_weather", {"city": "a\nb", "opts": {"k": [1]}, "flag": True})]),
     ],
     "llama3_json": [
@@ -89,11 +79,11 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
          "Let me look.", [("get_weather", ARGS), ("ping", {})]),
     ],
     "glm45": [
-        ("Checking.\n" + _glm("get_weather", ARGS, "\n") + "\n" + _glm("ping", {}, "\n"), "Checking.\n\n",
+        ("Checking.\n" + render("glm45", "get_weather", ARGS) + "\n" + render("glm45", "ping", {}), "Checking.\n\n",
          [("get_weather", ARGS), ("ping", {})]),
     ],
     "glm47": [
-        (_glm("get_weather", {"city": "3", "days": 3}, "") + _glm("ping", {}, ""), "",
+        (render("glm47", "get_weather", {"city": "3", "days": 3}) + render("glm47", "ping", {}), "",
          [("get_weather", {"city": "3", "days": 3}), ("ping", {})]),
     ],
     "granite": [

@@ -6,18 +6,15 @@ Owns the text after ``<tool_call>``, as the GLM templates render a call::
     glm47: <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>
 
 Whitespace between tags is tolerated, so one body reads both. Values are raw text, typed by the
-tool's JSON Schema (:func:`typed_value_json`: the templates write strings as they are and other
-values with ``tojson``). The header goes out when the name ends; each ``"key": value`` streams
-when its ``</arg_value>`` arrives, the closing ``}`` with ``</tool_call>``; a call with no
-arguments gets ``{}``. A missing ``</tool_call>`` at the end is tolerated. Generic rules:
-:mod:`textproc.core.parsing.section`.
+tool's JSON Schema (``raw_values.typed_value_json``: the templates write strings as they are
+and other values with ``tojson``). The header goes out when the name ends; each ``"key": value``
+streams when its ``</arg_value>`` arrives, the closing ``}`` with ``</tool_call>``; a call with
+no arguments gets ``{}``. A missing ``</tool_call>`` at the end is tolerated after an argument.
+Generic rules: :mod:`textproc.core.parsing.section`.
 """
 
 from __future__ import annotations
 
-import json
-
-from textproc.core.parsing.raw_values import typed_value_json
 from textproc.core.parsing.section import Malformed, Section, Wait
 
 __all__ = ["glm_body"]
@@ -35,13 +32,11 @@ def glm_body(s: Section) -> Wait:
     if not name or "<" in name or "{" in name:
         raise Malformed(s.at())
     s.header(name)
-    schema = s.schemas.get(name)
-    n_args = 0
     while True:
         yield from s.skip_ws()
         tag = yield from s.match("<arg_key>", "</tool_call>")
         if tag is None:
-            if s.is_final and n_args and s.pos >= len(s.buf):
+            if s.is_final and s.n_members and s.pos >= len(s.buf):
                 break  # the close tag missing at the end
             raise Malformed(s.at())
         if tag == "</tool_call>":
@@ -50,9 +45,7 @@ def glm_body(s: Section) -> Wait:
         yield from s.skip_ws()
         yield from s.lit("<arg_value>")
         value, _ = yield from s.until("</arg_value>")
-        value_json = typed_value_json(value, schema, key.strip())
-        s.args(("{" if n_args == 0 else ", ") + json.dumps(key.strip(), ensure_ascii=False) + ": " + value_json)
-        n_args += 1
-    s.args("}" if n_args else "{}")
+        s.raw_member(key.strip(), value)
+    s.end_members()
     s.end_call()
     return None

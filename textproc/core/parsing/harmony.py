@@ -99,6 +99,9 @@ class HarmonyParser:
             self._at_start = False
             if text[0] not in "<" and not text.startswith(" to="):
                 self._set_mode(_BODY, "content")
+        if self._mode == _BODY and self._streamer.is_plain(text):  # most deltas
+            out.text(self._key, text)
+            return
         while text:
             text = self._feed_mode(text, out)
 

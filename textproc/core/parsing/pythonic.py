@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
-from textproc.core.parsing.raw_values import python_literal_json
+from textproc.core.parsing.raw_values import python_value_json
 from textproc.core.parsing.section import Malformed, Section, Wait
 
 __all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END"]
@@ -22,6 +23,8 @@ __all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END"]
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
 _MAX_NAME = 256
+_PLAIN = re.compile(r"[^'\"()\[\]{}]*")  # outside strings
+_IN_STRING = re.compile(r"[^'\"\\]*")  # inside a string, no escape pending
 
 
 def _name(s: Section) -> Wait:
@@ -59,6 +62,10 @@ def _call_args(s: Section) -> Wait:
         n = len(buf)
         start = i
         while i < n:
+            # runs of characters that change nothing: one regex step each
+            i = (_IN_STRING if quote and not escaped else _PLAIN).match(buf, i).end()  # type: ignore[union-attr]
+            if i >= n:
+                break
             c = buf[i]
             if quote:
                 if escaped:
@@ -103,7 +110,11 @@ def _arguments_json(args_text: str, at: int) -> str:
     for keyword in node.keywords:
         if keyword.arg is None:  # **kwargs
             raise Malformed(at)
-        value = python_literal_json(ast.unparse(keyword.value))
+        try:
+            literal = ast.literal_eval(keyword.value)  # a node: literals only, never evaluated
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+            raise Malformed(at) from e
+        value = python_value_json(literal)
         if value is None:
             raise Malformed(at)
         members.append(json.dumps(keyword.arg, ensure_ascii=False) + ": " + value)

@@ -11,18 +11,15 @@ As the Qwen3-Coder chat template renders a call::
     </tool_call>
 
 Owns the body after ``<tool_call>``. Values are raw text, typed by the tool's JSON Schema
-(:func:`typed_value_json`); one newline on each side of a value is formatting. The header goes
-out when ``<function=NAME>`` is complete; each parameter's ``"key": value`` streams when its
-``</parameter>`` arrives, the object's ``}`` with ``</function>``. A missing ``</tool_call>`` at
-the end is tolerated; anything else out of place makes the call malformed
+(``raw_values.typed_value_json``); one newline on each side of a value is formatting. The header
+goes out when ``<function=NAME>`` is complete; each parameter's ``"key": value`` streams when
+its ``</parameter>`` arrives, the object's ``}`` with ``</function>``. A missing
+``</tool_call>`` at the end is tolerated; anything else out of place makes the call malformed
 (:mod:`textproc.core.parsing.section`).
 """
 
 from __future__ import annotations
 
-import json
-
-from textproc.core.parsing.raw_values import typed_value_json
 from textproc.core.parsing.section import Malformed, Section, Wait
 
 __all__ = ["qwen3_coder_body"]
@@ -48,8 +45,6 @@ def qwen3_coder_body(s: Section) -> Wait:
     if not name:
         raise Malformed(s.at())
     s.header(name)
-    schema = s.schemas.get(name)
-    n_params = 0
     while True:
         yield from s.skip_ws()
         tag = yield from s.match("<parameter=", "</function>")
@@ -60,10 +55,8 @@ def qwen3_coder_body(s: Section) -> Wait:
         key, _ = yield from s.until(">", max_len=_MAX_NAME)
         key = key.strip()
         value, _ = yield from s.until("</parameter>")
-        value_json = typed_value_json(_strip_one_newline(value), schema, key)
-        s.args(("{" if n_params == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": " + value_json)
-        n_params += 1
-    s.args("}" if n_params else "{}")
+        s.raw_member(key, _strip_one_newline(value))
+    s.end_members()
     yield from s.skip_ws()
     yield from s.match("</tool_call>")
     s.end_call()

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["typed_value_json", "python_literal_json", "string_only"]
+__all__ = ["typed_value_json", "python_literal_json", "python_value_json", "string_only"]
 
 
 def _types(schema: Any) -> set[str] | None:
@@ -83,6 +83,11 @@ def python_literal_json(text: str) -> str | None:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
+    return python_value_json(value)
+
+
+def python_value_json(value: Any) -> str | None:
+    """JSON text of a value ``ast.literal_eval`` returned, or None when it has no JSON form."""
     converted = _to_json(value)
     if converted is _BAD:
         return None

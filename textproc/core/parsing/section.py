@@ -119,6 +119,7 @@ class Section:
         self._index = -1  # index of the open call once its header is known
         self._name: str | None = None
         self._rejected = False
+        self._n_members = 0
         self._pending: list[dict[str, Any]] = []  # the open call's fragments (stream_calls=False)
         self._step = CallStep()
         self._done = False
@@ -403,6 +404,7 @@ class Section:
         if self._call_start is None:
             self._call_start = self.at()
         self._name = name
+        self._n_members = 0
         over = self.max_calls is not None and self.first_index + self.n_indices >= self.max_calls
         self._rejected = over or (self.names is not None and name not in self.names)
         if self._rejected:
@@ -432,6 +434,25 @@ class Section:
             self._represented = self.at()
         else:
             self._pending.append(arguments_delta(self._index, fragment))
+
+    def raw_member(self, key: str, value: str) -> None:
+        """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
+        by the tool's schema (qwen3_coder, glm): streamed as the object's next member."""
+        from textproc.core.parsing.raw_values import typed_value_json
+
+        value_json = typed_value_json(value, self.schemas.get(self._name or ""), key)
+        self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False)
+                  + ": " + value_json)
+        self._n_members += 1
+
+    def end_members(self) -> None:
+        """The open call's arguments object is complete (``{}`` when it had no member)."""
+        self.args("}" if self._n_members else "{}")
+
+    @property
+    def n_members(self) -> int:
+        """Members :meth:`raw_member` wrote for the open call."""
+        return self._n_members
 
     def end_call(self) -> None:
         """The open call is complete (its markup ends at the read position)."""
