@@ -260,6 +260,29 @@ def test_tool_choice_none_leaves_text(client: openai.OpenAI) -> None:
     assert "get_weather" in (resp.choices[0].message.content or "")
 
 
+def test_bad_and_undeclared_calls_are_content_when_not_streamed(client: openai.OpenAI) -> None:
+    """Issue 12: a call with bad JSON, one cut off by max_tokens, one naming a tool the request
+    did not declare, and a second one with parallel_tool_calls false come back as content; the
+    finish reason is not tool_calls. Streamed, the finish reason says the same."""
+    bad = 'x<tool_call>{"name": "get_weather", "arguments": {"city": Oslo}}</tool_call>'
+    other = '<tool_call>{"name": "launch", "arguments": {}}</tool_call>'
+    for text, extra, reason in ((bad, {}, "stop"), (other, {}, "stop"),
+                                ('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo, Norway, Europe"}}',
+                                 {"max_tokens": 12}, "length")):
+        resp = client.chat.completions.create(model=MODEL, messages=user(text), tools=[WEATHER], **extra)
+        assert resp.choices[0].finish_reason == reason, text
+        assert not resp.choices[0].message.tool_calls
+        assert (resp.choices[0].message.content or "").startswith(text[:12])
+        chunks = list(client.chat.completions.create(model=MODEL, messages=user(text), tools=[WEATHER],
+                                                     stream=True, **extra))
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == reason
+    one = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    resp = client.chat.completions.create(model=MODEL, messages=user(one + one), tools=[WEATHER],
+                                          parallel_tool_calls=False)
+    assert len(resp.choices[0].message.tool_calls or []) == 1
+    assert resp.choices[0].message.content == one and resp.choices[0].finish_reason == "tool_calls"
+
+
 def test_reasoning_content(client: openai.OpenAI) -> None:
     text = "<think>The user wants 2+2. That is 4.</think>The answer is 4."
     resp = client.chat.completions.create(model=MODEL, messages=user(text))
@@ -271,6 +294,8 @@ def test_reasoning_content(client: openai.OpenAI) -> None:
     reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or ""
                         for c in chunks if c.choices)
     assert reasoning == "The user wants 2+2. That is 4."
+    # vLLM's newer name too
+    assert getattr(msg, "reasoning", None) == "The user wants 2+2. That is 4."
 
 
 def test_completions(stack: tuple[Service, str], client: openai.OpenAI) -> None:

@@ -213,3 +213,15 @@ def test_newline_inside_reasoning_is_kept_for_any_split(starts: bool) -> None:
     for size in (1, 2, 3, len(text)):
         got = _stream(text, [size], reasoning=True, starts_in_reasoning=starts)
         assert got == {"reasoning_content": "ab \n x", "content": "ok\nyes", "tool_calls": []}
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm45"])
+def test_string_values_stream_before_their_close_tag(fmt: str) -> None:
+    text = render(fmt, "get_weather", {"city": "line one\nline two\n", "days": 3})
+    cut = text.index("line two") + 4
+    parser = OutputParser(tools=True, tool_format=fmt, tool_schemas=TOOLS)
+    early = merge_deltas(parser.feed(text[:cut]))
+    assert early["tool_calls"][0]["function"]["arguments"] == '{"city": "line one\\nline'
+    rest = merge_deltas(parser.feed(text[cut:]) + parser.finish())
+    args = early["tool_calls"][0]["function"]["arguments"] + rest["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(args) == {"city": "line one\nline two\n", "days": 3}

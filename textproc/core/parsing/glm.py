@@ -44,6 +44,9 @@ def glm_body(s: Section) -> Wait:
         key, _ = yield from s.until("</arg_key>", max_len=_MAX_NAME)
         yield from s.skip_ws()
         yield from s.lit("<arg_value>")
+        if s.is_string_argument(key.strip()):  # text: streamed as it arrives
+            yield from s.string_member(key.strip(), "</arg_value>", strip_newlines=False)
+            continue
         value, _ = yield from s.until("</arg_value>")
         s.raw_member(key.strip(), value)
     s.end_members()

@@ -54,6 +54,9 @@ def qwen3_coder_body(s: Section) -> Wait:
             break
         key, _ = yield from s.until(">", max_len=_MAX_NAME)
         key = key.strip()
+        if s.is_string_argument(key):  # text: streamed as it arrives
+            yield from s.string_member(key, "</parameter>", strip_newlines=True)
+            continue
         value, _ = yield from s.until("</parameter>")
         s.raw_member(key, _strip_one_newline(value))
     s.end_members()

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["typed_value_json", "python_literal_json", "python_value_json", "string_only"]
+__all__ = ["typed_value_json", "python_literal_json", "python_value_json", "string_only", "property_schema"]
 
 
 def _types(schema: Any) -> set[str] | None:
@@ -39,6 +39,12 @@ def _types(schema: Any) -> set[str] | None:
     return None
 
 
+def property_schema(parameters: Any, key: str) -> Any:
+    """The schema of argument ``key`` in a tool's ``parameters`` (None when not declared)."""
+    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    return props.get(key) if isinstance(props, Mapping) else None
+
+
 def string_only(schema: Any) -> bool:
     """True when a value of ``schema`` is text as the raw formats write it (declared
     ``string``, or a string-only enum): what :func:`typed_value_json` keeps as text."""
@@ -55,9 +61,7 @@ def typed_value_json(text: str, parameters: Any, key: str) -> str:
     >>> typed_value_json("3", {"properties": {"n": {"type": "string"}}}, "n")
     '"3"'
     """
-    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
-    schema = props.get(key) if isinstance(props, Mapping) else None
-    types = _types(schema)
+    types = _types(property_schema(parameters, key))
     if types is not None and types <= {"string"}:
         return json.dumps(text, ensure_ascii=False)
     stripped = text.strip()

@@ -25,6 +25,7 @@ Rules (the same for every format, so streamed and one-shot parses agree for any 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ Wait = Generator[None, None, Any]
 Body = Callable[["Section"], Generator[None, None, "int | None"]]
 
 WS = " \t\n\r"
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')  # what json.dumps(ensure_ascii=False) escapes
 
 
 class Malformed(Exception):
@@ -83,6 +85,17 @@ def _is_json_object(text: str) -> bool:
         return isinstance(json.loads(text), dict)
     except ValueError:
         return False
+
+
+def _tail_prefix(buf: str, pos: int, markers: tuple[str, ...], hold: int) -> int:
+    # length of the longest tail of buf[pos:] that could still start one of the markers
+    if len(buf) <= pos or not any(buf[-1] in m for m in markers):
+        return 0
+    for k in range(min(hold, len(buf) - pos), 0, -1):
+        tail = buf[len(buf) - k:]
+        if any(m.startswith(tail) for m in markers):
+            return k
+    return 0
 
 
 class Section:
@@ -241,10 +254,12 @@ class Section:
             yield
 
     def until(self, *markers: str, max_len: int | None = None, consume: bool = True,
-              at_end: bool = False) -> Wait:
+              at_end: bool = False, on_piece: Callable[[str], None] | None = None) -> Wait:
         """``(text, marker)``: the text up to the earliest of ``markers`` (consumed with it
         unless ``consume=False``). Longer than ``max_len`` first: Malformed at its start. The
-        end of the text first: Malformed, or ``(text, None)`` with ``at_end``."""
+        end of the text first: Malformed, or ``(text, None)`` with ``at_end``. ``on_piece``
+        gets the text in pieces as soon as it is certain to come before the marker (and the
+        returned text is then "")."""
         start = self.at()
         hold = max(len(m) for m in markers) - 1
         pieces: list[str] = []
@@ -261,11 +276,19 @@ class Section:
                 size += best - pos
                 if max_len is not None and size > max_len:
                     raise Malformed(start)
-                pieces.append(buf[pos:best])
+                if on_piece is None:
+                    pieces.append(buf[pos:best])
+                elif best > pos:
+                    self.pos = best
+                    on_piece(buf[pos:best])
                 self.pos = best + len(found) if consume else best
                 return "".join(pieces), found
-            cut = len(buf) if self.is_final else max(pos, len(buf) - hold)
-            pieces.append(buf[pos:cut])
+            cut = len(buf) if self.is_final else len(buf) - _tail_prefix(buf, pos, markers, hold)
+            if on_piece is None:
+                pieces.append(buf[pos:cut])
+            elif cut > pos:
+                self.pos = cut  # (the piece's arguments are shown up to here)
+                on_piece(buf[pos:cut])
             size += cut - pos
             self.pos = cut
             if max_len is not None and size > max_len:
@@ -444,6 +467,37 @@ class Section:
         self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False)
                   + ": " + value_json)
         self._n_members += 1
+
+    def string_member(self, key: str, close: str, *, strip_newlines: bool) -> Wait:
+        """The raw-text value of a string argument, up to ``close`` (consumed), streamed as the
+        next member of the arguments object while it arrives. ``strip_newlines``: one newline
+        on each side of the value is formatting (the last newline is held until more text
+        shows it is not the last)."""
+        self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False) + ': "')
+        self._n_members += 1
+        held = ""
+        first = True
+
+        def piece(text: str) -> None:
+            nonlocal held, first
+            if strip_newlines:
+                if first:
+                    first = False
+                    text = text[1:] if text.startswith("\n") else text
+                text = held + text
+                held = "\n" if text.endswith("\n") else ""
+                text = text[:-1] if held else text
+            if text:
+                self.args(json.dumps(text, ensure_ascii=False)[1:-1] if _NEEDS_ESCAPE.search(text) else text)
+
+        yield from self.until(close, on_piece=piece)
+        self.args('"')
+
+    def is_string_argument(self, key: str) -> bool:
+        """True when the open call's tool declares argument ``key`` as text (raw formats)."""
+        from textproc.core.parsing.raw_values import property_schema, string_only
+
+        return string_only(property_schema(self.schemas.get(self._name or ""), key))
 
     def end_members(self) -> None:
         """The open call's arguments object is complete (``{}`` when it had no member)."""
