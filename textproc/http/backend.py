@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
 
-from textproc.http.api_types import ChatParams, CompletionParams
+from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 
-__all__ = ["Backend", "Output"]
+__all__ = ["Backend", "Output", "generation_error", "no_finish_error"]
 
 
 @dataclass(slots=True)
@@ -32,6 +32,18 @@ class Output:
     stop: str | None = None
     error: str | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
+
+
+def generation_error(out: Output) -> ApiError:
+    """The 500 for an Output that finished with reason "error"."""
+    return ApiError(f"generation failed: {out.error or 'unknown error'}", status=500,
+                    type="server_error", code="generation_error")
+
+
+def no_finish_error() -> ApiError:
+    """The 500 for a stream that ended without a finish reason."""
+    return ApiError("the service ended the request without a finish reason", status=500,
+                    type="server_error")
 
 
 class Backend(Protocol):

@@ -46,6 +46,7 @@ from textproc.http.api_types import (
 
 __all__ = [
     "parse_chat_request",
+    "chat_params",
     "parse_completion_request",
     "parse_tokenize_request",
     "parse_detokenize_request",
@@ -310,6 +311,12 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
     ([{'role': 'user', 'content': 'hi'}], ['x'], 'none')
     """
     req: ChatCompletionBody = _decode(body, ChatCompletionBody, "chat completion")
+    return chat_params(req, served_models=served_models)
+
+
+def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> ChatParams:
+    """Validate a decoded chat completion body (the rules of :func:`parse_chat_request`); the
+    Responses API (``textproc.http.responses_api``) builds one and comes through here too."""
     model = _check_model(req.model, served_models)
     include_usage, sampling = _common(req)
     if req.logprobs or req.top_logprobs:

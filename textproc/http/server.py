@@ -31,7 +31,7 @@ from textproc.http.asgi import (
     read_body,
     until_disconnect,
 )
-from textproc.http.backend import Backend, Output
+from textproc.http.backend import Backend, Output, generation_error, no_finish_error
 from textproc.http.connections import FramingGuard
 from textproc.http.metrics import CONTENT_TYPE, Metrics
 from textproc.http.openai_api import (
@@ -43,6 +43,8 @@ from textproc.http.openai_api import (
     tokenize_tools,
 )
 from textproc.core.deltas import MessageAccumulator, join_text
+from textproc.http.responses_api import ResponseStore, parse_responses_request
+from textproc.http.responses_events import respond_events, respond_whole
 from textproc.http.responses import (
     SSE_DONE,
     chat_chunk,
@@ -121,12 +123,6 @@ class _Run:
                 _log.exception("closing a request stream failed")
 
 
-def _generation_error(out: Output) -> ApiError:
-    return ApiError(f"generation failed: {out.error or 'unknown error'}", status=500,
-                    type="server_error", code="generation_error")
-
-
-_NO_FINISH = "the service ended the request without a finish reason"
 
 
 class _Api:
@@ -137,6 +133,7 @@ class _Api:
         self.limits = limits
         self.metrics = metrics
         self.started = now()
+        self.response_store = ResponseStore()  # previous_response_id (bounds in responses_api)
 
     # ------------------------------------------------------------ helpers
 
@@ -196,7 +193,7 @@ class _Api:
             if not connected:
                 self._aborted()
                 raise _client_gone()
-            raise ApiError(_NO_FINISH, status=500, type="server_error")
+            raise no_finish_error()
         return run, first
 
     def _aborted(self) -> None:
@@ -243,12 +240,12 @@ class _Api:
             acc.feed(out.fragments)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
-                    raise _generation_error(out)
+                    raise generation_error(out)
                 reason = out.finish_reason  # "tool_calls" already decided by the pipeline
                 return json_response(chat_response(rid, now(), params.model, acc.message(new_call_id=lambda: new_id("call")), reason,
                                            usage_body(out.prompt_tokens, out.completion_tokens)))
             out = await run.next()
-        raise ApiError(_NO_FINISH, status=500, type="server_error")
+        raise no_finish_error()
 
     async def _chat_events(self, params: ChatParams, rid: str, run: _Run,
                            first: Output) -> AsyncIterator[bytes]:
@@ -265,7 +262,7 @@ class _Api:
                     yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage))
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
-                        raise _generation_error(out)
+                        raise generation_error(out)
                     reason = out.finish_reason
                     yield sse_event(chat_chunk(rid, created, model, {}, finish_reason=reason,
                                                include_usage=usage))
@@ -275,10 +272,28 @@ class _Api:
                     yield SSE_DONE
                     return
                 out = await run.next()
-            raise ApiError(_NO_FINISH, status=500, type="server_error")
+            raise no_finish_error()
         except ApiError as exc:  # failed mid-stream (worker died, engine error): say so, then end
             yield sse_event(exc.body())
             yield SSE_DONE
+
+    # ------------------------------------------------------------ responses
+
+    async def responses(self, request: Request) -> Response:
+        return await self._guard("/v1/responses", request, self._responses)
+
+    async def _responses(self, request: Request, body: bytes) -> Response:
+        req = parse_responses_request(body, served_models=self.backend.served_models,
+                                      store=self.response_store)
+        rid = new_id("resp")
+        run, first = await self._start(
+            request, lambda: self.backend.chat(req.chat, request_id=rid))
+        store = self.response_store
+        return await self._respond(
+            request, run, req.chat.stream,
+            lambda: respond_events(req, rid, run, first, store),
+            lambda: respond_whole(req, rid, run, first, store),
+        )
 
     # ------------------------------------------------------------ completions
 
@@ -305,12 +320,12 @@ class _Api:
             texts.extend(f["content"] for f in out.fragments if "content" in f)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
-                    raise _generation_error(out)
+                    raise generation_error(out)
                 return json_response(completion_response(
                     rid, now(), params.model, "".join(texts), out.finish_reason,
                     usage_body(out.prompt_tokens, out.completion_tokens)))
             out = await run.next()
-        raise ApiError(_NO_FINISH, status=500, type="server_error")
+        raise no_finish_error()
 
     async def _completion_events(self, params: CompletionParams, rid: str, run: _Run,
                                  first: Output) -> AsyncIterator[bytes]:
@@ -330,7 +345,7 @@ class _Api:
                                                      include_usage=usage))
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
-                        raise _generation_error(out)
+                        raise generation_error(out)
                     yield sse_event(completion_chunk(rid, created, model, "",
                                                      finish_reason=out.finish_reason,
                                                      include_usage=usage))
@@ -341,7 +356,7 @@ class _Api:
                     yield SSE_DONE
                     return
                 out = await run.next()
-            raise ApiError(_NO_FINISH, status=500, type="server_error")
+            raise no_finish_error()
         except ApiError as exc:
             yield sse_event(exc.body())
             yield SSE_DONE
@@ -444,6 +459,7 @@ def build_app(
     routes = [
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/responses", api.responses, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/v1/models/{model:path}", api.model, methods=["GET"]),
         Route("/tokenize", api.tokenize, methods=["POST"]),

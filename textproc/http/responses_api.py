@@ -1,0 +1,408 @@
+"""The Responses API's request side: a ``POST /v1/responses`` body -> the chat request it is.
+
+Owns the mapping of Responses ``input`` items (messages with content parts, ``function_call``,
+``function_call_output``, ``reasoning``), ``instructions``, function ``tools``, ``tool_choice``,
+``text.format``, ``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions
+body, which then passes the same rules (``openai_api.chat_params``) and the same
+``TextClient.chat`` call as ``/v1/chat/completions``: templates, tool formats, forced calls,
+structured outputs and reasoning come from there, not from a second copy here. Owns the bounded
+in-memory :class:`ResponseStore` behind ``previous_response_id`` too.
+
+Nothing is silently ignored: a feature this server does not run (hosted tools, images, files,
+``background``, logprobs, ``conversation``, stored prompts) is a 400 naming the field, with a
+JSON path into the Responses body (``input[2].content[0].type``). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgspec
+
+from textproc.errors import short
+from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
+from textproc.http.body_check import check_body
+from textproc.http.openai_api import chat_params
+
+__all__ = [
+    "ResponsesBody",
+    "ResponsesRequest",
+    "ResponseStore",
+    "parse_responses_request",
+    "STORE_MAX_ENTRIES",
+    "STORE_TTL_S",
+    "STORE_MAX_BYTES",
+]
+
+STORE_MAX_ENTRIES = 1024  # responses kept for previous_response_id (oldest evicted first)
+STORE_TTL_S = 3600.0  # each is kept this long after it finished
+STORE_MAX_BYTES = 64 * 1024 * 1024  # JSON size of all kept conversations together
+
+_ITEM_TYPES = "message, function_call, function_call_output, reasoning"
+_ROLES = ("user", "system", "developer", "assistant")
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class ResponsesBody(msgspec.Struct, kw_only=True):
+    """The body of ``POST /v1/responses``; unknown fields are ignored (like vLLM).
+
+    Items, tools and formats stay plain JSON here: their many shapes are checked by hand below
+    so that an error names the Responses field, not a union member."""
+
+    input: str | list[Any] | None = None
+    model: str | None = None
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: Int1 | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    truncation: str | None = None
+    background: bool | None = None
+    top_logprobs: int | None = None
+    include: list[str] | None = None
+    max_tool_calls: int | None = None
+    conversation: Any = None
+    prompt: Any = None
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's extension, as on chat
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResponsesRequest:
+    """A validated Responses request: the chat request it runs, and what the response repeats.
+
+    ``history`` is the conversation without the instructions (OpenAI does not carry
+    ``instructions`` over to a follow-up), in chat-body message shape; the store keeps it plus
+    the answer. ``echo`` holds the request fields every Response object repeats."""
+
+    chat: ChatParams
+    history: list[dict[str, Any]]
+    echo: dict[str, Any]
+
+
+class ResponseStore:
+    """The conversations behind ``previous_response_id``, bounded in count, age and size.
+
+    Keeps at most ``max_entries`` responses, each for ``ttl_s`` seconds after it finished, and
+    at most ``max_bytes`` of their JSON in all (oldest evicted first; a conversation larger
+    than that is not kept). One frontend process's memory: a restart forgets everything.
+    """
+
+    def __init__(self, *, max_entries: int = STORE_MAX_ENTRIES, ttl_s: float = STORE_TTL_S,
+                 max_bytes: int = STORE_MAX_BYTES) -> None:
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        # response id -> (monotonic deadline, JSON size, conversation messages)
+        self._entries: OrderedDict[str, tuple[float, int, list[dict[str, Any]]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, response_id: str, messages: list[dict[str, Any]]) -> None:
+        size = len(msgspec.json.encode(messages))
+        if size > self.max_bytes or self.max_entries <= 0:
+            return
+        self._expire(time.monotonic())
+        while self._entries and (len(self._entries) >= self.max_entries
+                                 or self.bytes + size > self.max_bytes):
+            self._drop_oldest()
+        self._entries[response_id] = (time.monotonic() + self.ttl_s, size, messages)
+        self.bytes += size
+
+    def get(self, response_id: str) -> list[dict[str, Any]] | None:
+        self._expire(time.monotonic())
+        entry = self._entries.get(response_id)
+        return None if entry is None else entry[2]
+
+    def _expire(self, now_s: float) -> None:
+        while self._entries and next(iter(self._entries.values()))[0] <= now_s:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, (_, size, _) = self._entries.popitem(last=False)
+        self.bytes -= size
+
+
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+
+
+def _decode(body: bytes) -> ResponsesBody:
+    check_body(body)
+    try:
+        return msgspec.json.decode(body, type=ResponsesBody)
+    except msgspec.ValidationError as exc:
+        match = _PATH.search(str(exc))
+        raise ApiError(f"invalid responses body: {exc}",
+                       param=(match.group(1) or None) if match else None) from exc
+    except msgspec.DecodeError as exc:
+        raise ApiError(f"responses body is not valid JSON ({exc}); send a JSON object",
+                       code="invalid_json") from exc
+
+
+def _refuse(message: str, param: str) -> ApiError:
+    return ApiError(f"{message} is not supported by this server", param=param)
+
+
+def _check_unsupported(req: ResponsesBody) -> None:
+    if req.background:
+        raise _refuse("background=true", "background")
+    if req.conversation is not None:
+        raise _refuse("conversation (use previous_response_id)", "conversation")
+    if req.prompt is not None:
+        raise _refuse("prompt (stored prompt templates)", "prompt")
+    if req.top_logprobs:
+        raise _refuse("top_logprobs", "top_logprobs")
+    if req.max_tool_calls is not None:
+        raise _refuse("max_tool_calls", "max_tool_calls")
+    for i, name in enumerate(req.include or []):
+        if "logprobs" in name or name.endswith("image_url") or name.endswith("results"):
+            raise _refuse(f"include {short(name)}", f"include[{i}]")
+    if req.truncation not in (None, "disabled", "auto"):
+        raise ApiError(f"truncation {short(req.truncation)} is not one of 'disabled', 'auto'",
+                       param="truncation")
+
+
+def _text_parts(content: Any, where: str) -> str | list[dict[str, str]]:
+    """A message's content as chat content: a string, or text parts (joined by the chat path)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(f"{where} must be a string or a list of content parts, got "
+                       f"{short(content)}", param=where)
+    parts = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+        else:
+            raise ApiError(f"content part type {short(kind)} at {at}.type is not supported; "
+                           "supported: input_text, output_text, refusal (text only)",
+                           param=f"{at}.type")
+    return parts
+
+
+def _string(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise ApiError(f"{where}.{key} must be a string, got {short(value)}",
+                       param=f"{where}.{key}")
+    return value
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    parts = item.get("content") or item.get("summary") or []
+    return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+
+
+def _input_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
+    """Responses items -> chat messages; ``where`` gets each message's source path."""
+    out: list[dict[str, Any]] = []
+    reasoning = ""  # a reasoning item goes with the assistant turn that follows it
+
+    def assistant() -> dict[str, Any]:
+        nonlocal reasoning
+        msg: dict[str, Any] = {"role": "assistant", "content": ""}
+        if reasoning:
+            msg["reasoning_content"], reasoning = reasoning, ""
+        return msg
+
+    for i, item in enumerate(items):
+        at = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise ApiError(f"{at} must be an object (an input item), got {short(item)}",
+                           param=at)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in _ROLES:
+                raise ApiError(f"role {short(role)} at {at}.role is not allowed; allowed roles: "
+                               f"{', '.join(_ROLES)}", param=f"{at}.role")
+            content = _text_parts(item.get("content"), f"{at}.content")
+            msg = assistant() if role == "assistant" else {"role": role}
+            msg["content"] = content
+            out.append(msg)
+            where.append(at)
+        elif kind == "function_call":
+            call = {"id": _string(item, "call_id", at), "type": "function",
+                    "function": {"name": _string(item, "name", at),
+                                 "arguments": _string(item, "arguments", at)}}
+            if not (out and out[-1]["role"] == "assistant" and not reasoning):
+                out.append(assistant())
+                where.append(at)
+            out[-1].setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            output = item.get("output")
+            out.append({"role": "tool", "tool_call_id": _string(item, "call_id", at),
+                        "content": _text_parts(output, f"{at}.output")})
+            where.append(at)
+        elif kind == "reasoning":
+            reasoning += _reasoning_text(item)
+        elif kind == "item_reference":
+            raise ApiError(f"{at} is an item_reference; this server keeps whole conversations "
+                           "only: use previous_response_id", param=f"{at}.type")
+        else:
+            raise ApiError(f"input item type {short(kind)} at {at}.type is not supported; "
+                           f"supported: {_ITEM_TYPES}", param=f"{at}.type")
+    return out
+
+
+def _tools(tools: list[Any] | None) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """(chat-completions tools, the Responses tools as echoed)."""
+    if tools is None:
+        return None, []
+    chat, echo = [], []
+    for i, tool in enumerate(tools):
+        at = f"tools[{i}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise ApiError(f"tool type {short(kind)} at {at}.type is not supported; this server "
+                           "runs function tools only", param=f"{at}.type")
+        fn: dict[str, Any] = {"name": _string(tool, "name", at)}
+        for key in ("description", "parameters", "strict"):
+            if tool.get(key) is not None:
+                fn[key] = tool[key]
+        chat.append({"type": "function", "function": fn})
+        echo.append({"type": "function", "description": None, "parameters": None,
+                     "strict": None, **fn})
+    return chat, echo
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if choice is None or isinstance(choice, str):
+        return choice  # none / auto / required: checked by the chat rules
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise ApiError(f"tool_choice {short(choice)} is not supported; use 'none', 'auto', "
+                   "'required' or {\"type\": \"function\", \"name\": ...}", param="tool_choice")
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        assert isinstance(fmt, dict)
+        if fmt.get("schema") is None:
+            raise ApiError("text.format type 'json_schema' needs text.format.schema",
+                           param="text.format.schema")
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description")
+                if fmt.get(k) is not None}
+        return {"type": "json_schema", "json_schema": spec}
+    raise ApiError(f"text.format type {short(kind)} is not supported; supported: 'text', "
+                   "'json_object', 'json_schema'", param="text.format.type")
+
+
+_MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
+
+
+def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) -> ChatParams:
+    """Run the chat rules; an error naming ``messages[k]`` is rewritten to the item it came
+    from."""
+    def place(text: str) -> str:
+        return _MESSAGE_PATH.sub(lambda m: where[int(m.group(1))]
+                                 if int(m.group(1)) < len(where) else m.group(0), text)
+
+    try:
+        body = msgspec.convert(chat, ChatCompletionBody)
+        return chat_params(body, served_models=served_models)
+    except msgspec.ValidationError as exc:
+        match = _PATH.search(str(exc))
+        param = place(match.group(1)) if match and match.group(1) else None
+        raise ApiError(f"invalid responses body: {place(str(exc))}", param=param) from exc
+    except ApiError as exc:
+        exc.message = place(exc.message)
+        exc.args = (exc.message,)
+        exc.param = place(exc.param) if exc.param else exc.param
+        raise
+
+
+def parse_responses_request(body: bytes, *, served_models: Sequence[str],
+                            store: ResponseStore | None = None) -> ResponsesRequest:
+    """Decode and validate a Responses body into the chat request it runs; raise ApiError.
+
+    >>> r = parse_responses_request(b'{"model":"m","input":"hi","instructions":"be brief"}',
+    ...                             served_models=["m"])
+    >>> r.chat.messages
+    [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}]
+    """
+    req = _decode(body)
+    _check_unsupported(req)
+    if req.input is None or req.input == "" or req.input == []:
+        raise ApiError("input is empty; send a string or a list of input items", param="input")
+    items: list[Any] = ([{"type": "message", "role": "user", "content": req.input}]
+                        if isinstance(req.input, str) else req.input)
+    history: list[dict[str, Any]] = []
+    if req.previous_response_id is not None:
+        found = store.get(req.previous_response_id) if store is not None else None
+        if found is None:
+            raise ApiError(
+                f"previous_response_id {short(req.previous_response_id)} is not known here: it "
+                f"was not stored (store=false), has expired (responses are kept "
+                f"{STORE_TTL_S:.0f} s, at most {STORE_MAX_ENTRIES} of them) or was served by "
+                "another frontend process; send the whole conversation as input instead",
+                status=404 if store is not None else 400, param="previous_response_id",
+                code="previous_response_not_found")
+        history = list(found)
+    where = ["previous_response_id"] * len(history)
+    history += _input_messages(items, where)
+    messages = history
+    if req.instructions:
+        messages = [{"role": "system", "content": req.instructions}, *history]
+        where.insert(0, "instructions")
+    tools, echo_tools = _tools(req.tools)
+    template_kwargs = dict(req.chat_template_kwargs or {})
+    effort = (req.reasoning or {}).get("effort")
+    if effort is not None:
+        template_kwargs.setdefault("reasoning_effort", effort)  # what vLLM passes templates
+    chat: dict[str, Any] = {
+        "model": req.model, "messages": messages, "stream": req.stream,
+        "max_tokens": req.max_output_tokens, "temperature": req.temperature,
+        "top_p": req.top_p, "tools": tools, "tool_choice": _tool_choice(req.tool_choice),
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "response_format": _response_format(req.text),
+        "chat_template_kwargs": template_kwargs or None, "user": req.user,
+    }
+    if req.model is None:
+        chat["model"] = served_models[0] if served_models else ""
+    params = _chat({k: v for k, v in chat.items() if v is not None}, where, served_models)
+    choice = params.tool_choice
+    echo = {
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "metadata": req.metadata or {},
+        "parallel_tool_calls": params.parallel_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "reasoning": {"effort": effort, "summary": (req.reasoning or {}).get("summary")},
+        "store": req.store,
+        "temperature": req.temperature,
+        "text": {"format": (req.text or {}).get("format") or {"type": "text"}},
+        "tool_choice": ({"type": "function", "name": choice["function"]["name"]}
+                        if isinstance(choice, dict) else choice),
+        "tools": echo_tools,
+        "top_p": req.top_p,
+        "truncation": req.truncation or "disabled",
+        "user": req.user,
+    }
+    return ResponsesRequest(chat=params, history=history, echo=echo)

@@ -1,0 +1,325 @@
+"""The Responses API's answer side: chat delta fragments -> output items and semantic events.
+
+Owns the ``response`` object (``output`` items: a ``reasoning`` item, a ``message`` item with
+one ``output_text`` part, one ``function_call`` item per call; status, usage) and the
+streamed events in OpenAI's order, each with a ``sequence_number`` counting from 0::
+
+    response.created, response.in_progress,
+    per item: response.output_item.added,
+      reasoning: content_part.added, reasoning_text.delta..., reasoning_text.done, content_part.done
+      message:   content_part.added, output_text.delta..., output_text.done, content_part.done
+      call:      function_call_arguments.delta..., function_call_arguments.done
+    response.output_item.done,
+    response.completed (response.incomplete when max_output_tokens cut it short)
+
+A failure after the stream started is an ``error`` event then ``response.failed``. An item
+opens when its first fragment arrives and closes when a fragment of another item arrives or
+the response ends; content that is only whitespace does not open a message by itself (the gap
+between ``</think>`` and a tool call is not an answer). Item text is folded by
+``core.deltas.MessageAccumulator``, the one accumulator. Also the serving loops over a backend
+stream (whole and streamed). Pure apart from those loops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Protocol
+
+import msgspec
+from starlette.responses import Response
+
+from textproc.core.deltas import MessageAccumulator, join_text
+from textproc.http.api_types import ApiError
+from textproc.http.asgi import json_response
+from textproc.http.backend import Output, generation_error, no_finish_error
+from textproc.http.responses import new_id, now
+from textproc.http.responses_api import ResponsesRequest, ResponseStore
+
+__all__ = ["ResponseBuilder", "response_sse", "respond_whole", "respond_events"]
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def response_sse(event: dict[str, Any]) -> bytes:
+    """One server-sent event named by its type: ``event: T\\ndata: {json}\\n\\n``."""
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + _ENCODER.encode(event) + b"\n\n"
+
+
+class _Item:
+    """The open output item: its kind, id, place and the fragments folded so far."""
+
+    __slots__ = ("kind", "item_id", "index", "acc", "call_index", "call_id", "name")
+
+    def __init__(self, kind: str, item_id: str, index: int) -> None:
+        self.kind = kind  # "reasoning" | "message" | "function_call"
+        self.item_id = item_id
+        self.index = index  # output_index
+        self.acc = MessageAccumulator()
+        self.call_index = -1
+        self.call_id = ""
+        self.name = ""
+
+
+class ResponseBuilder:
+    """Folds one request's fragments into a Response object and its stream events.
+
+    ``start()``, then ``feed(fragments)`` per step, then ``finish(...)`` or ``fail(...)``: each
+    returns the events to send now; ``response()`` is the object as it stands. The items in
+    ``response()["output"]`` after ``finish`` equal what the events built.
+    """
+
+    def __init__(self, response_id: str, request: ResponsesRequest, *, created_at: int) -> None:
+        self.response_id = response_id
+        self.request = request
+        self.created_at = created_at
+        self.status = "in_progress"
+        self.output: list[dict[str, Any]] = []  # finished items
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.incomplete: dict[str, Any] | None = None
+        self.whole = MessageAccumulator()  # the assistant turn, for the store
+        self._open: _Item | None = None
+        self._blank = ""  # whitespace-only content not yet given to a message
+        self._seq = 0
+
+    # ------------------------------------------------------------ the object
+
+    def response(self) -> dict[str, Any]:
+        return {
+            "id": self.response_id, "object": "response", "created_at": self.created_at,
+            "status": self.status, "error": self.error, "incomplete_details": self.incomplete,
+            "model": self.request.chat.model, "output": list(self.output),
+            "usage": self.usage, "background": False, **self.request.echo,
+        }
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The answer as a chat-body assistant message (what the store adds to the history)."""
+        parts = self.whole.parts()
+        msg: dict[str, Any] = {"role": "assistant", "content": parts["content"]}
+        if parts["reasoning_content"]:
+            msg["reasoning_content"] = parts["reasoning_content"]
+        if parts["tool_calls"]:
+            msg["tool_calls"] = [{"id": c["id"] or new_id("call"), "type": "function",
+                                  "function": dict(c["function"])} for c in parts["tool_calls"]]
+        return msg
+
+    # ------------------------------------------------------------ events
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return event
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._event("response.created", response=self.response()),
+                self._event("response.in_progress", response=self.response())]
+
+    def feed(self, fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        self.whole.feed(fragments)
+        for fragment in fragments:
+            if (text := fragment.get("content")) is not None:
+                self._content(text, events)
+            elif (text := fragment.get("reasoning_content")) is not None:
+                item = self._ensure("reasoning", events)
+                item.acc.feed((fragment,))
+                events.append(self._event("response.reasoning_text.delta", item_id=item.item_id,
+                                          output_index=item.index, content_index=0, delta=text))
+            for part in fragment.get("tool_calls") or ():
+                self._call_part(part, events)
+        return events
+
+    def _content(self, text: str, events: list[dict[str, Any]]) -> None:
+        item = self._open
+        if item is None or item.kind != "message":
+            if not (self._blank + text).strip():
+                self._blank += text
+                return
+            text, self._blank = self._blank + text, ""
+            item = self._ensure("message", events)
+        item.acc.feed(({"content": text},))
+        events.append(self._event("response.output_text.delta", item_id=item.item_id,
+                                  output_index=item.index, content_index=0, delta=text,
+                                  logprobs=[]))
+
+    def _call_part(self, part: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        item = self._open
+        index = int(part.get("index", 0))
+        if item is None or item.kind != "function_call" or item.call_index != index or \
+                ("id" in part and part["id"] != item.call_id):
+            item = self._ensure("function_call", events, force=True, part=part)
+        function = part.get("function") or {}
+        arguments = function.get("arguments") or ""
+        item.acc.feed(({"tool_calls": [part]},))
+        if arguments:
+            events.append(self._event("response.function_call_arguments.delta",
+                                      item_id=item.item_id, output_index=item.index,
+                                      delta=arguments))
+
+    def _ensure(self, kind: str, events: list[dict[str, Any]], *, force: bool = False,
+                part: dict[str, Any] | None = None) -> _Item:
+        item = self._open
+        if item is not None and item.kind == kind and not force:
+            return item
+        self._close(events)
+        self._blank = ""
+        prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
+        item = _Item(kind, new_id(prefix), len(self.output))
+        self._open = item
+        if kind == "function_call":
+            assert part is not None
+            item.call_index = int(part.get("index", 0))
+            item.call_id = part.get("id") or new_id("call")
+            item.name = (part.get("function") or {}).get("name") or ""
+        events.append(self._event("response.output_item.added", output_index=item.index,
+                                  item=self._item_body(item, done=False)))
+        if kind != "function_call":
+            events.append(self._event("response.content_part.added", item_id=item.item_id,
+                                      output_index=item.index, content_index=0,
+                                      part=self._part(item, "")))
+        return item
+
+    @staticmethod
+    def _part(item: _Item, text: str) -> dict[str, Any]:
+        if item.kind == "reasoning":
+            return {"type": "reasoning_text", "text": text}
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def _item_body(self, item: _Item, *, done: bool) -> dict[str, Any]:
+        status = "completed" if done else "in_progress"
+        parts = item.acc.parts()
+        if item.kind == "function_call":
+            calls = parts["tool_calls"]
+            return {"id": item.item_id, "type": "function_call", "call_id": item.call_id,
+                    "name": (calls[0]["function"]["name"] if calls else "") or item.name,
+                    "arguments": calls[0]["function"]["arguments"] if calls and done else "",
+                    "status": status}
+        key = "reasoning_content" if item.kind == "reasoning" else "content"
+        content = [self._part(item, parts[key])] if done else []
+        if item.kind == "reasoning":
+            return {"id": item.item_id, "type": "reasoning", "summary": [], "content": content,
+                    "status": status}
+        return {"id": item.item_id, "type": "message", "role": "assistant", "status": status,
+                "content": content}
+
+    def _close(self, events: list[dict[str, Any]]) -> None:
+        item, self._open = self._open, None
+        if item is None:
+            return
+        body = self._item_body(item, done=True)
+        where = {"item_id": item.item_id, "output_index": item.index}
+        if item.kind == "function_call":
+            events.append(self._event("response.function_call_arguments.done", **where,
+                                      arguments=body["arguments"]))
+        else:
+            part = body["content"][0]
+            if item.kind == "reasoning":
+                events.append(self._event("response.reasoning_text.done", **where,
+                                          content_index=0, text=part["text"]))
+            else:
+                events.append(self._event("response.output_text.done", **where,
+                                          content_index=0, text=part["text"], logprobs=[]))
+            events.append(self._event("response.content_part.done", **where, content_index=0,
+                                      part=part))
+        events.append(self._event("response.output_item.done", output_index=item.index,
+                                  item=body))
+        self.output.append(body)
+
+    def finish(self, finish_reason: str, *, prompt_tokens: int,
+               completion_tokens: int) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._blank and not self.output and self._open is None:
+            text, self._blank = self._blank, ""  # only whitespace came: it is the answer
+            item = self._ensure("message", events)
+            item.acc.feed(({"content": text},))
+            events.append(self._event("response.output_text.delta", item_id=item.item_id,
+                                      output_index=item.index, content_index=0, delta=text,
+                                      logprobs=[]))
+        self._close(events)
+        self.usage = {
+            "input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion_tokens,
+            # the service counts generated tokens, not which of them were reasoning
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if finish_reason == "length":
+            self.status = "incomplete"
+            self.incomplete = {"reason": "max_output_tokens"}
+            events.append(self._event("response.incomplete", response=self.response()))
+        else:
+            self.status = "completed"
+            events.append(self._event("response.completed", response=self.response()))
+        return events
+
+    def fail(self, exc: ApiError) -> list[dict[str, Any]]:
+        """The events of a failure after the stream started: ``error``, ``response.failed``."""
+        self._open = None  # an unfinished item is not part of a failed response
+        self.status = "failed"
+        self.error = {"code": "server_error" if exc.status >= 500 else "invalid_prompt",
+                      "message": exc.message}
+        return [self._event("error", code=exc.code or exc.type, message=exc.message,
+                            param=exc.param),
+                self._event("response.failed", response=self.response())]
+
+
+class _Run(Protocol):
+    """What the loops need of the server's request in flight."""
+
+    async def next(self) -> Output | None: ...
+
+    def observe(self, out: Output) -> None: ...
+
+
+def _remember(store: ResponseStore | None, builder: ResponseBuilder) -> None:
+    request = builder.request
+    if store is not None and request.echo["store"]:
+        store.put(builder.response_id, [*request.history, builder.assistant_message()])
+
+
+async def respond_whole(request: ResponsesRequest, response_id: str, run: _Run, first: Output,
+                        store: ResponseStore | None) -> Response:
+    """The whole Response object once the request finishes."""
+    builder = ResponseBuilder(response_id, request, created_at=now())
+    out: Output | None = first
+    while out is not None:
+        run.observe(out)
+        builder.feed(out.fragments)
+        if out.finish_reason is not None:
+            if out.finish_reason == "error":
+                raise generation_error(out)
+            builder.finish(out.finish_reason, prompt_tokens=out.prompt_tokens,
+                           completion_tokens=out.completion_tokens)
+            _remember(store, builder)
+            return json_response(builder.response())
+        out = await run.next()
+    raise no_finish_error()
+
+
+async def respond_events(request: ResponsesRequest, response_id: str, run: _Run, first: Output,
+                         store: ResponseStore | None) -> AsyncIterator[bytes]:
+    """The streamed events, as SSE bytes (no ``[DONE]``: the Responses stream ends with
+    ``response.completed`` / ``.incomplete`` / ``.failed``)."""
+    builder = ResponseBuilder(response_id, request, created_at=now())
+    try:
+        for event in builder.start():
+            yield response_sse(event)
+        out: Output | None = first
+        while out is not None:
+            run.observe(out)
+            for event in builder.feed(join_text(out.fragments)):
+                yield response_sse(event)
+            if out.finish_reason is not None:
+                if out.finish_reason == "error":
+                    raise generation_error(out)
+                for event in builder.finish(out.finish_reason, prompt_tokens=out.prompt_tokens,
+                                            completion_tokens=out.completion_tokens):
+                    yield response_sse(event)
+                _remember(store, builder)
+                return
+            out = await run.next()
+        raise no_finish_error()
+    except ApiError as exc:
+        for event in builder.fail(exc):
+            yield response_sse(event)
