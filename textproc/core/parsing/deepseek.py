@@ -13,6 +13,7 @@ is often the last thing before end of sequence). Generic rules:
 
 from __future__ import annotations
 
+from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Malformed, Section, Wait
 
 __all__ = ["deepseek_v3_body", "deepseek_v31_body", "CALLS_BEGIN", "CALL_BEGIN", "SEP", "CALL_END", "CALLS_END"]
@@ -52,7 +53,7 @@ def _calls(s: Section, v31: bool) -> Wait:
             yield from s.skip_ws()
             yield from s.lit("```json")
         yield from s.skip_ws()
-        yield from s.json_args()
+        yield from json_args(s)
         yield from s.skip_ws()
         if not v31:
             yield from s.lit("```")

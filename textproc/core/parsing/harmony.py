@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from textproc.core.deltas import Fragments
+from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Body, CallStep, Section, Wait
 from textproc.core.parsing.tags import TagStreamer
 
@@ -48,7 +49,7 @@ def _call_body(name: str) -> Body:
         yield from s.skip_ws()
         s.begin_call()
         s.header(name)
-        yield from s.json_args()
+        yield from json_args(s)
         yield from s.skip_ws()
         yield from s.match(CALL, END)
         s.end_call()

@@ -15,6 +15,7 @@ Generic rules (malformed calls, ids, undeclared names): :mod:`textproc.core.pars
 
 from __future__ import annotations
 
+from textproc.core.parsing.json_args import json_call
 from textproc.core.parsing.section import Body, Section, Wait
 
 __all__ = ["hermes_body"]
@@ -26,7 +27,7 @@ def hermes_body(close_tag: str = "</tool_call>") -> Body:
     def body(s: Section) -> Wait:
         yield from s.skip_ws()
         s.begin_call()
-        yield from s.json_call()
+        yield from json_call(s)
         yield from s.skip_ws()
         yield from s.match(close_tag)
         s.end_call()

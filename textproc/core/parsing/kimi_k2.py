@@ -13,6 +13,7 @@ open reasoning block. Generic rules: :mod:`textproc.core.parsing.section`.
 
 from __future__ import annotations
 
+from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Malformed, Section, Wait
 
 __all__ = ["kimi_k2_body", "SECTION_BEGIN", "SECTION_BEGIN_ALT"]
@@ -54,7 +55,7 @@ def kimi_k2_body(s: Section) -> Wait:
             raise Malformed(s.at())
         s.header(name, call_id=call_id)
         yield from s.skip_ws()
-        yield from s.json_args()
+        yield from json_args(s)
         yield from s.skip_ws()
         yield from s.lit(CALL_END)
         s.end_call()

@@ -10,6 +10,7 @@ comes back as content. Generic rules: :mod:`textproc.core.parsing.section`.
 
 from __future__ import annotations
 
+from textproc.core.parsing.json_args import json_call
 from textproc.core.parsing.section import Section, Wait
 
 __all__ = ["llama3_json_body"]
@@ -20,7 +21,7 @@ def llama3_json_body(s: Section) -> Wait:
     yield from s.skip_ws()
     while True:
         s.begin_call()
-        yield from s.json_call(args_keys=("parameters", "arguments"))
+        yield from json_call(s, args_keys=("parameters", "arguments"))
         s.end_call()
         end = s.at()
         c = yield from s.peek(skip_ws=True)

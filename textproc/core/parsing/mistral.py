@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from textproc.core.parsing.json_args import json_args, json_call
 from textproc.core.parsing.section import Malformed, Section, Wait
 
 __all__ = ["json_list_body", "mistral_body"]
@@ -37,7 +38,7 @@ def json_list_body(s: Section) -> Wait:
         yield from s.skip_ws()
         while True:
             s.begin_call()
-            yield from s.json_call(ignored_keys=("id",))
+            yield from json_call(s, ignored_keys=("id",))
             s.end_call()
             c = yield from s.peek(skip_ws=True)
             if c == ",":
@@ -50,7 +51,7 @@ def json_list_body(s: Section) -> Wait:
                 s.skip_markup()
             return None
     s.begin_call()
-    yield from s.json_call(ignored_keys=("id",))
+    yield from json_call(s, ignored_keys=("id",))
     s.end_call()
     return None
 
@@ -76,6 +77,6 @@ def mistral_body(s: Section) -> Wait:
     if marker == "[ARGS]":
         s.pos += len(marker)
     s.header(name, call_id=call_id)
-    yield from s.json_args()
+    yield from json_args(s)
     s.end_call()
     return None

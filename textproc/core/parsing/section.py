@@ -3,8 +3,8 @@
 Owns what every tool-call format shares: the streamed text buffer, the wait for more text, the
 tool-call fragments in OpenAI's delta shape, the call ids and indices, and the rules for what
 goes back to the client as content. A format is a *body*: a generator function that reads the
-section with the primitives here (``lit``, ``match``, ``until``, ``peek``, ``json_args``,
-``json_call``) and reports calls with ``begin_call`` / ``header`` / ``args`` / ``end_call``.
+section with the primitives here (``lit``, ``match``, ``until``, ``peek``; JSON in
+:mod:`textproc.core.parsing.json_args`) and reports calls with ``begin_call`` / ``header`` / ``args`` / ``end_call``.
 A primitive that needs more text than has arrived suspends the generator (``yield``), so the
 body reads like a one-shot parser while the work per ``feed`` is proportional to the new text
 (held text is only ever a possible tag prefix, a tool name, or whitespace).
@@ -30,7 +30,6 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from textproc.core.parsing.json_scan import DONE, ERROR, KEY, NEED_MORE, VALUE, VALUE_END, JsonScanner
 
 __all__ = ["CallStep", "Section", "Body", "Malformed", "Wait", "header_delta", "arguments_delta"]
 
@@ -78,13 +77,6 @@ class CallStep:
     content: str = ""
     rest: str = ""
     is_closed: bool = False
-
-
-def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
 
 
 def _tail_prefix(buf: str, pos: int, markers: tuple[str, ...], hold: int) -> int:
@@ -139,11 +131,6 @@ class Section:
         self._gen = body(self)
 
     # -- driving -------------------------------------------------------------------------------
-
-    @property
-    def has_header(self) -> bool:
-        """True once a call's header went out to the client."""
-        return self.n_calls > 0 or (self._name is not None and self.stream_calls and not self._rejected)
 
     def feed(self, text: str) -> CallStep:
         """Consume the next chunk."""
@@ -202,6 +189,10 @@ class Section:
     def at(self) -> int:
         """Absolute offset of the read position."""
         return self._base + self.pos
+
+    def offset(self, pos: int) -> int:
+        """Absolute offset of position ``pos`` in ``buf``."""
+        return self._base + pos
 
     def wait(self) -> Wait:
         """Suspend until more text arrives; the text ended: Malformed at the end."""
@@ -298,123 +289,6 @@ class Section:
                     return "".join(pieces), None
                 raise Malformed(self.at())
             yield
-
-    def json_args(self) -> Wait:
-        """A JSON object of arguments (or a JSON string holding one), streamed as the call's
-        arguments while it is validated; Malformed at the first bad character."""
-        c = yield from self.peek()
-        if c == '"':
-            scanner = JsonScanner()
-            text = yield from self._scan_raw(scanner)
-            self.args(text)
-            return
-        if c != "{":
-            raise Malformed(self.at())
-        scanner = JsonScanner()
-        while True:
-            start = self.pos
-            event, pos = scanner.scan(self.buf, start)
-            if pos > start:
-                self.pos = pos
-                self.args(self.buf[start:pos])
-            if event == DONE:
-                return
-            if event == ERROR:
-                raise Malformed(self._base + pos)
-            if event == NEED_MORE:
-                yield from self.wait()
-
-    def _scan_raw(self, scanner: JsonScanner) -> Wait:
-        # a JSON string at the read position holding an object: its decoded text
-        pieces: list[str] = []
-        start = self.at()
-        prime = '{"v": '  # put the scanner inside a member value, so it captures the string
-        event, p = scanner.scan(prime, 0)
-        while event != NEED_MORE:
-            event, p = scanner.scan(prime, p)
-        while True:
-            p0 = self.pos
-            event, pos = scanner.scan(self.buf, p0)
-            pieces.append(self.buf[p0:pos])
-            self.pos = pos
-            if event == VALUE_END:
-                value = scanner.string
-                if not _is_json_object(value):
-                    raise Malformed(start)
-                return value
-            if event == ERROR:
-                raise Malformed(self._base + pos)
-            if event == NEED_MORE:
-                yield from self.wait()
-            elif event != VALUE:
-                raise Malformed(self._base + pos)
-
-    def json_call(self, *, args_keys: tuple[str, ...] = ("arguments",),
-                  ignored_keys: tuple[str, ...] = ()) -> Wait:
-        """``{"name": ..., "arguments": {...}}`` (members in any order, each once; ``args_keys``
-        name the arguments member, ``ignored_keys`` are read and dropped): header when the name
-        is complete, arguments streamed; no arguments member gives ``{}``."""
-        c = yield from self.peek()
-        if c != "{":
-            raise Malformed(self.at())
-        scanner = JsonScanner()
-        seen: set[str] = set()
-        key = ""
-        in_args = False
-        held: list[str] = []  # arguments text before the name
-        has_args = False
-        while True:
-            start = self.pos
-            event, pos = scanner.scan(self.buf, start)
-            self.pos = pos
-            if in_args and pos > start:
-                if self._name is None:
-                    held.append(self.buf[start:pos])
-                else:
-                    self.args(self.buf[start:pos])
-            bad = self._base + pos
-            if event == NEED_MORE:
-                yield from self.wait()
-            elif event == ERROR:
-                raise Malformed(bad)
-            elif event == KEY:
-                key = scanner.string
-                allowed = key == "name" or key in args_keys or key in ignored_keys
-                if not allowed or key in seen or (key in args_keys and has_args):
-                    raise Malformed(bad)
-                seen.add(key)
-            elif event == VALUE:
-                c = self.buf[pos]
-                if key == "name" and c != '"':
-                    raise Malformed(bad)
-                if key in args_keys:
-                    has_args = True
-                    if c == "{":
-                        in_args = True
-                    elif c != '"':
-                        raise Malformed(bad)
-            elif event == VALUE_END:
-                if key in args_keys and not in_args:
-                    if not _is_json_object(scanner.string):
-                        raise Malformed(bad)
-                    if self._name is None:
-                        held.append(scanner.string)
-                    else:
-                        self.args(scanner.string)
-                elif key in args_keys:
-                    in_args = False
-                elif key == "name":
-                    if not scanner.string:
-                        raise Malformed(bad)
-                    self.header(scanner.string)
-                    if held:
-                        self.args("".join(held))
-            elif event == DONE:
-                if self._name is None:
-                    raise Malformed(bad - 1)
-                if not has_args:
-                    self.args("{}")
-                return
 
     # -- reporting calls -----------------------------------------------------------------------
 
