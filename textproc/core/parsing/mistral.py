@@ -27,7 +27,7 @@ from textproc.core.parsing.section import Malformed, Section, Wait
 __all__ = ["json_list_body", "mistral_body"]
 
 _MAX_NAME = 256
-_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.\-]*")
 
 
 def json_list_body(s: Section) -> Wait:
@@ -65,17 +65,15 @@ def mistral_body(s: Section) -> Wait:
         result = yield from json_list_body(s)
         return result
     s.begin_call()
-    name, marker = yield from s.until("[ARGS]", "[CALL_ID]", "{", '"', max_len=_MAX_NAME, consume=False)
-    name = name.strip()
-    if not _NAME.fullmatch(name):
+    name = yield from s.run_of(_NAME_CHARS, max_len=_MAX_NAME)
+    if not name:
         raise Malformed(s.at())
     call_id = None
-    if marker == "[CALL_ID]":
-        s.pos += len(marker)
-        call_id, marker = yield from s.until("[ARGS]", "{", '"', max_len=_MAX_NAME, consume=False)
-        call_id = call_id.strip() or None
-    if marker == "[ARGS]":
-        s.pos += len(marker)
+    if (yield from s.match("[CALL_ID]")) is not None:
+        call_id = (yield from s.run_of(_NAME_CHARS, max_len=_MAX_NAME)) or None
+    yield from s.match("[ARGS]")
+    if (yield from s.peek()) not in ("{", '"'):
+        raise Malformed(s.at())
     s.header(name, call_id=call_id)
     yield from json_args(s)
     s.end_call()

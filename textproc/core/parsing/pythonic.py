@@ -23,32 +23,18 @@ __all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END"]
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
 _MAX_NAME = 256
+_NAME_CHARS = re.compile(r"[\w.]*")
 _PLAIN = re.compile(r"[^'\"()\[\]{}]*")  # outside strings
 _IN_STRING = re.compile(r"[^'\"\\]*")  # inside a string, no escape pending
 
 
 def _name(s: Section) -> Wait:
-    # identifier characters (and dots) up to "(": anything else is malformed
-    pieces: list[str] = []
-    size = 0
-    while True:
-        buf, i = s.buf, s.pos
-        n = len(buf)
-        start = i
-        while i < n and (buf[i].isalnum() or buf[i] in "_."):
-            i += 1
-        pieces.append(buf[start:i])
-        size += i - start
-        s.pos = i
-        if size > _MAX_NAME:
-            raise Malformed(s.at())
-        if i < n:
-            name = "".join(pieces)
-            if buf[i] != "(" or not name or not (name[0].isalpha() or name[0] == "_"):
-                raise Malformed(s.at())
-            s.pos += 1
-            return name
-        yield from s.wait()
+    # identifier characters (and dots), then "(": anything else is malformed
+    name = yield from s.run_of(_NAME_CHARS, max_len=_MAX_NAME)
+    if not name or not (name[0].isalpha() or name[0] == "_") or (yield from s.peek()) != "(":
+        raise Malformed(s.at())
+    s.pos += 1
+    return name
 
 
 def _call_args(s: Section) -> Wait:

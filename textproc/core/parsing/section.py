@@ -244,6 +244,25 @@ class Section:
                 return None
             yield
 
+    def run_of(self, chars: re.Pattern[str], *, max_len: int) -> Wait:
+        """The run of characters matching ``chars`` (a pattern for one character, repeated) at
+        the read position, consumed; it ends at the first other character (not consumed) or
+        the end of the text. Longer than ``max_len``: Malformed. Holds only the run itself."""
+        start = self.at()
+        pieces: list[str] = []
+        size = 0
+        while True:
+            buf, pos = self.buf, self.pos
+            end = chars.match(buf, pos).end()  # type: ignore[union-attr]
+            pieces.append(buf[pos:end])
+            size += end - pos
+            self.pos = end
+            if size > max_len:
+                raise Malformed(start)
+            if end < len(buf) or self.is_final:
+                return "".join(pieces)
+            yield
+
     def until(self, *markers: str, max_len: int | None = None, consume: bool = True,
               at_end: bool = False, on_piece: Callable[[str], None] | None = None) -> Wait:
         """``(text, marker)``: the text up to the earliest of ``markers`` (consumed with it
