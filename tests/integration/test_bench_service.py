@@ -1,4 +1,4 @@
-"""Smoke tests of the service benchmarks (bench/tokenize, detokenize, e2e, long_prompt).
+"""Smoke tests of the service benchmarks (bench/tokenize, detokenize, e2e, long_prompt, follow_up).
 
 Each runs its ``--quick`` mode on tiny settings against the real Qwen vocabulary (skipped when it
 is missing) and checks the JSON it writes: the service's results match the references (same ids
@@ -111,3 +111,10 @@ def test_detokenize_send_costs(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in out_json.read_text().splitlines()]
     assert len(rows) == 8 and {r["bytes"] for r in rows} == {300, 200_000}
     assert all(r["us_cpu"] > 0 and r["us_wall"] > 0 for r in rows)
+
+
+def test_follow_up_bench(tmp_path: Path) -> None:
+    rows = _run("follow_up.py", tmp_path, "--tokens", "2000", "--reps", "2")
+    (row,) = rows
+    assert row["identical"] is True
+    assert row["segment_hits"] > 0 and row["first_ms"] > 0 and row["follow_up_ms"] > 0

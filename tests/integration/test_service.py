@@ -128,16 +128,31 @@ def test_client_cancel_aborts_in_the_engine(service: Service, tok: Tokenizer) ->
 
 
 def test_sequential_requests_spread_over_the_workers(service: Service) -> None:
-    """One request at a time is always a tie (nothing pending): both workers get half."""
-    async def main() -> list[int]:
+    """One request at a time is always a tie (nothing pending): requests without a conversation
+    go round robin (exactly half each); distinct conversations spread by their key (a fixed
+    hash of their first messages: 6 and 4 for these ten); a conversation's follow-up turns all
+    go to one worker, the one holding its encoded segments."""
+    async def main() -> tuple[list[int], list[int], list[int]]:
         async with await TextClient.connect(service.runtime_dir) as client:
+            for i in range(12):
+                await client.tokenize(f"text {i}")
+            keyless = client.worker_requests()
             for i in range(10):
                 await collect(client.chat([{"role": "user", "content": f"n {i}"}]))
-            await client.tokenize("x")
-            await client.tokenize("y")
-            return client.worker_requests()
+            after_chats = client.worker_requests()
+            messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+            for turn in range(6):
+                await collect(client.chat(messages))
+                messages += [{"role": "assistant", "content": "hi"},
+                             {"role": "user", "content": f"turn {turn}"}]
+            return keyless, after_chats, client.worker_requests()
 
-    assert run(main) == [6, 6]
+    keyless, after_chats, final = run(main)
+    assert keyless == [6, 6]
+    chats = [b - a for a, b in zip(keyless, after_chats)]
+    assert sorted(chats) == [4, 6]
+    follow_ups = [b - a for a, b in zip(after_chats, final)]
+    assert sorted(follow_ups) == [0, 6]
 
 
 def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> None:

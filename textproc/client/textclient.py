@@ -26,7 +26,7 @@ import zmq
 import zmq.asyncio
 
 from textproc.client.events import StreamState, TextEvent, error_from, take_event
-from textproc.client.inflight import InFlight
+from textproc.client.inflight import InFlight, conversation_key
 from textproc.client.readers import Readers
 from textproc.curve import CurveClientKeys, load_client_keys
 from textproc.errors import InvalidInput, ProtocolError, StartupTimeout, TextprocError, WorkerDied, short
@@ -370,7 +370,9 @@ class TextClient:
             except (asyncio.TimeoutError, TimeoutError) as e:
                 raise WorkerDied(f"request {rid!r}: the detokenizer did not come back within "
                                  f"{_DETOK_WAIT_S:.0f} s") from e
-        worker = self._inflight.pick_worker()
+        # follow-up turns go where the conversation's encoded segments are cached
+        affinity = conversation_key(frame.messages) if isinstance(frame, ChatRequest) else None
+        worker = self._inflight.pick_worker(affinity)
         stream = StreamState(rid, worker)
         self._inflight.streams[rid] = stream
         self._inflight.worker_pending[worker].add(rid)
@@ -431,7 +433,8 @@ class TextClient:
 
     async def _call(self, frame: TokenizeRequest | DetokenizeRequest, timeout_s: float | None) -> Any:
         self._check_open()
-        worker = self._inflight.pick_worker()
+        affinity = conversation_key(frame.messages) if isinstance(frame, TokenizeRequest) else None
+        worker = self._inflight.pick_worker(affinity)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid = frame.request_id
         self._inflight.calls[rid] = (worker, fut)

@@ -50,6 +50,7 @@ from textproc.core.tok.loader import DirConfig, read_dir_config, read_json
 from textproc.core.tok.normalizers import Normalizer, build_normalizer
 from textproc.core.tok.postprocessors import build_postprocessor
 from textproc.core.tok.pretokenizers import PreTokenizer, build_pretokenizer
+from textproc.core.tok.segments import SegmentCache
 from textproc.core.tok.unigram import Unigram
 
 __all__ = ["Tokenizer", "PromptTokenizer"]
@@ -106,6 +107,7 @@ class PromptTokenizer(Protocol):
     special_ids: frozenset[int]
     special_tokens_map: dict[str, str]  # e.g. "eos_token" -> "<|im_end|>", for templates
     chat_template: str | dict[str, str] | None
+    segment_cache: SegmentCache  # its counters go into the worker's Stats
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
 
@@ -151,6 +153,9 @@ class Tokenizer:
             make_splitter(pre_tokenizer.simple_pattern) if pre_tokenizer.simple_pattern is not None else None
         )
         self._cache_get = self._cache.__getitem__
+        # text between added tokens -> ids (exact: see core/tok/segments.py); follow-up chat
+        # turns then cost their new segments
+        self.segment_cache = SegmentCache()
         self._added_search = added.raw_search
         # encode() inlines the common shape: no normalized added tokens, one findall split
         self._fast_split = self._splitter if not added.has_normalized else None
@@ -273,11 +278,19 @@ class Tokenizer:
         added_search = self._added_search
         if added_search is not None and added_search(text) is not None:
             ids: list[int] = []
+            segments = self.segment_cache
+            min_chars = segments.min_chars
             for seg, token_id, at0 in self._added.split_raw(text):
                 if token_id >= 0:
                     ids.append(token_id)
-                else:
+                elif len(seg) < min_chars:
                     ids += self._encode_gap(seg, at0)
+                else:
+                    cached = segments.get((seg, at0))
+                    if cached is None:
+                        cached = self._encode_gap(seg, at0)
+                        segments.put((seg, at0), cached)
+                    ids += cached
         elif self._fast_split is not None and text:
             # the common shape, inlined: normalizer -> one findall -> piece cache
             if self._normalizer is not None:

@@ -99,7 +99,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     reply = builder.detokenize(frame)
                 case StatsRequest():
                     reply = Stats(frame.request_id, "worker", index,
-                                  {**counters, **decoder.counters(), "pid": os.getpid()})
+                                  {**counters, **decoder.counters(),
+                                   **builder.tokenizer.segment_cache.counters(), "pid": os.getpid()})
         except TemplateError as e:
             reply = Failure(frame.request_id, "template", str(e), 400, "messages")
         except TextprocError as e:  # InvalidInput and the other textproc errors
