@@ -40,11 +40,17 @@ from textproc.protocol import (
 )
 from textproc.transport import FrameDecoder
 
-__all__ = ["Readers", "QUERY_AFTER_S", "RECONCILE_EVERY_S", "QUERY_ANSWER_S"]
+__all__ = ["Readers", "QUERY_AFTER_S", "RECONCILE_EVERY_S", "QUERY_ANSWER_S",
+           "MAX_BUFFERED_OUTPUTS", "STRAY_ABORT_EVERY_S"]
 
 QUERY_AFTER_S = 1.5  # a stream quiet this long is checked with the detokenizer (Query)
 RECONCILE_EVERY_S = 0.5
 QUERY_ANSWER_S = 10.0  # a detokenizer that leaves a Query unanswered this long is gone
+# outputs one stream may hold untaken; past it the stream fails and is aborted (a consumer
+# that stopped reading must not hold memory without bound)
+MAX_BUFFERED_OUTPUTS = 4096
+STRAY_ABORT_EVERY_S = 0.5  # outputs for an id nobody waits for: Abort it again at most this often
+_MAX_STRAYS_REMEMBERED = 20_000
 
 
 class Readers:
@@ -66,6 +72,24 @@ class Readers:
         self.detok_up: asyncio.Event | None = None
         self.query_sent_at: float | None = None  # oldest unanswered Query
         self.malformed = 0
+        # stray request id -> when its Abort was last re-sent: until the engine stops, every
+        # step brings outputs for it again, and an Abort per id per frame was 14% of the HTTP
+        # frontend's CPU under a crowd of 500 leaving streams (bench/crowd.py)
+        self._strays_aborted: dict[str, float] = {}
+
+    def _abort_strays(self, stray: list[str], now: float) -> None:
+        """Abort again the ids of outputs nobody waits for, at most once per
+        STRAY_ABORT_EVERY_S each (an Abort can be lost: sent before the Submit arrived)."""
+        sent = self._strays_aborted
+        if len(sent) > _MAX_STRAYS_REMEMBERED:  # forget the old ones: bounded
+            cutoff = now - STRAY_ABORT_EVERY_S
+            self._strays_aborted = sent = {r: t for r, t in sent.items() if t > cutoff}
+        due = [rid for rid in stray
+               if now - sent.get(rid, -STRAY_ABORT_EVERY_S) >= STRAY_ABORT_EVERY_S]
+        if due:
+            for rid in due:
+                sent[rid] = now
+            self.send_abort(due)
 
     async def hello(self) -> str:
         """Say Hello to the detokenizer and wait for its Welcome; returns its instance id."""
@@ -132,6 +156,13 @@ class Readers:
                             if item.finish_reason is None:
                                 stray.append(item.request_id)
                             continue
+                        if len(stream.items) >= MAX_BUFFERED_OUTPUTS and stream.error is None:
+                            stream.items.clear()  # bounded: its consumer stopped reading
+                            stream.fail(error_from(
+                                "overloaded", f"request {item.request_id!r}: its reader left "
+                                f"{MAX_BUFFERED_OUTPUTS} outputs untaken; dropped and aborted"))
+                        if stream.error is not None:
+                            continue
                         stream.items.append(item)
                         stream.detok_s = frame.detok_s
                         stream.last_seen = now
@@ -141,7 +172,13 @@ class Readers:
                             self.inflight.worker_pending[stream.worker].discard(item.request_id)
                         stream.wake()
                     if stray:  # outputs of requests this client gave up on: stop them
-                        self.send_abort(stray)
+                        self._abort_strays(stray, now)
+                    # A zmq.asyncio recv of a queued frame returns without yielding: under an
+                    # engine backlog this loop ran alone, starving every other task (disconnect
+                    # watchers, /health, the streams' writers) for seconds (bench/crowd.py:
+                    # /health 10 s+, no disconnect reached the engine). Yield after each frame;
+                    # yielding only after 5 ms bursts measured worse.
+                    await asyncio.sleep(0)
                 case Welcome():
                     if frame.protocol_version != PROTOCOL_VERSION:
                         _fail = ProtocolError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import msgspec
@@ -29,6 +30,7 @@ __all__ = [
     "read_body",
     "EventStream",
     "BearerAuth",
+    "Pacer",
 ]
 
 T = TypeVar("T")
@@ -161,6 +163,46 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, 
             await asyncio.wait({task})
             return False, None
     return True, task.result()
+
+
+class Pacer:
+    """Lets at most ``per_turn`` callers through per event-loop iteration, the rest in FIFO
+    order in the next ones. 500 requests arriving at once otherwise run their handlers in one
+    iteration (~1.5 s on a loaded 2-core box, bench/crowd.py), and /health, disconnects and
+    every stream's writer wait behind them."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self.admitted = 0  # this iteration
+        self.waiting: deque[asyncio.Future[None]] = deque()
+        self._scheduled = False
+
+    async def turn(self) -> None:
+        if self.admitted < self.per_turn and not self.waiting:
+            self.admitted += 1
+            self._schedule()
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting.append(fut)
+        self._schedule()
+        await fut  # a cancelled waiter is skipped when its turn comes
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._scheduled = False
+        self.admitted = 0
+        waiting = self.waiting
+        while waiting and self.admitted < self.per_turn:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                self.admitted += 1
+        if waiting or self.admitted:
+            self._schedule()
 
 
 class BearerAuth:

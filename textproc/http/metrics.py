@@ -8,10 +8,13 @@ Histograms are cumulative in the output as Prometheus requires (``le`` buckets, 
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import time
 from typing import Iterable, Mapping, Sequence
 
-__all__ = ["Histogram", "Metrics", "CONTENT_TYPE", "LATENCY_BUCKETS_S", "STAGES"]
+__all__ = ["Histogram", "Metrics", "CONTENT_TYPE", "LATENCY_BUCKETS_S", "STAGES",
+           "watch_loop_lag", "LAG_PROBE_S"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # 100 us .. 60 s: stage timings are sub-millisecond (tokenize) to seconds (queue, whole request)
@@ -76,6 +79,9 @@ class Metrics:
         self.body_timeouts = 0  # request body not complete within --body-timeout: 408
         self.framing_refused = 0  # Transfer-Encoding and Content-Length both: 400
         self.stages = {stage: Histogram() for stage in STAGES}
+        # how late the event loop runs a timer (watch_loop_lag): every request waits this much
+        self.loop_lag = Histogram()
+        self.loop_lag_max_s = 0.0  # worst since the last /metrics scrape
 
     def count_request(self, endpoint: str, status: int) -> None:
         key = (endpoint, status)
@@ -159,9 +165,31 @@ class Metrics:
                 if name != "pid":
                     out.append(f'textproc_process_events_total{{role="{_label(role)}",'
                                f'index="{index}",counter="{_label(name)}"}} {value}')
+        family("textproc_http_loop_lag_seconds", "histogram",
+               f"How late the HTTP frontend's event loop ran a {LAG_PROBE_S:g} s timer: what "
+               "every request and stream waits on top of its own work.")
+        out.extend(self.loop_lag.lines("textproc_http_loop_lag_seconds", ""))
+        family("textproc_http_loop_lag_max_seconds", "gauge",
+               "The worst loop lag since the previous scrape of /metrics.")
+        out.append(f"textproc_http_loop_lag_max_seconds {self.loop_lag_max_s:.6f}")
+        self.loop_lag_max_s = 0.0
         family("textproc_stage_seconds", "histogram",
                "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
                "service); first_token and request (measured by the HTTP frontend).")
         for stage, hist in self.stages.items():
             out.extend(hist.lines("textproc_stage_seconds", f'stage="{stage}"'))
         return "\n".join(out) + "\n"
+
+
+LAG_PROBE_S = 0.05  # watch_loop_lag's timer
+
+
+async def watch_loop_lag(metrics: Metrics) -> None:
+    """Until cancelled: sleep LAG_PROBE_S, observe how much later than asked the loop woke."""
+    while True:
+        start = time.perf_counter()
+        await asyncio.sleep(LAG_PROBE_S)
+        lag = max(0.0, time.perf_counter() - start - LAG_PROBE_S)
+        metrics.loop_lag.observe(lag)
+        if lag > metrics.loop_lag_max_s:
+            metrics.loop_lag_max_s = lag

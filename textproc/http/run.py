@@ -73,7 +73,7 @@ def run_http(
 
     from textproc.http.client_backend import ClientBackend
     from textproc.http.connections import guarded_h11
-    from textproc.http.metrics import Metrics
+    from textproc.http.metrics import Metrics, watch_loop_lag
     from textproc.http.server import HttpLimits, build_app
 
     logging.basicConfig(
@@ -98,10 +98,12 @@ def run_http(
         await backend.start()
         watcher = asyncio.ensure_future(
             _after_bind(address_file, runtime, lambda: server, parent_pid))
+        lag = asyncio.ensure_future(watch_loop_lag(metrics))
         try:
             yield
         finally:
             watcher.cancel()
+            lag.cancel()
             await backend.close()
             address_file.unlink(missing_ok=True)
 

@@ -26,6 +26,7 @@ from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import (
     BearerAuth,
     EventStream,
+    Pacer,
     error_response,
     json_response,
     read_body,
@@ -73,6 +74,7 @@ class HttpLimits:
     max_connections: int = 4096  # open connections; more get 503 and are closed
     header_timeout_s: float = 10.0  # request headers must be complete by then, or the socket closes
     body_timeout_s: float = 30.0  # the request body must be complete by then, or 408
+    handlers_per_turn: int = 16  # request handlers started per event-loop iteration (Pacer)
 
 
 def _client_gone() -> ApiError:
@@ -134,6 +136,7 @@ class _Api:
         self.metrics = metrics
         self.started = now()
         self.response_store = ResponseStore()  # previous_response_id (bounds in responses_api)
+        self.pacer = Pacer(limits.handlers_per_turn)
 
     # ------------------------------------------------------------ helpers
 
@@ -153,6 +156,7 @@ class _Api:
         try:
             body = await read_body(request, self.limits.max_body_bytes,
                                    timeout_s=self.limits.body_timeout_s, metrics=self.metrics)
+            await self.pacer.turn()  # a burst of requests must not hold the loop in one go
             response = await handler(request, body)
             status = response.status_code
             return response

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Crowd: hundreds of HTTP streams that read a few events and leave, against an engine that
+steps as fast as it can (issue 13). Loopback only; stops by itself.
+
+What it does: starts ``textproc serve`` with the stub engine in random mode (``--step-ms 0``,
+``--max-batch 1024``) and the HTTP frontend on a free loopback port. Then ``--rounds`` times:
+``--streams`` raw-socket clients at once each POST a streamed chat completion with
+``max_tokens`` ``--max-tokens``, read ``--events`` SSE events and close the connection. All the
+while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
+
+- ``health_ms``: p50 / p99 / max latency of ``/health`` during the crowd (target: < 100 ms);
+- ``aborted``: of the streams that left early, how many the engine saw end with ``abort``
+  (the rest ran to ``length``: the disconnect never reached it), and the tokens the engine had
+  generated for them when the abort arrived (p50 / max; fewer = noticed sooner);
+- ``http_rss_mb``: the HTTP process's RSS before, at peak, and 5 s after the crowd left;
+- ``worker_shares``: ``textproc_worker_requests_total`` per worker (how the load spread);
+- ``stall_s``: the longest gap between two reads of a stream once its response had started;
+- ``loop_lag``: the frontend's own ``textproc_http_loop_lag_seconds`` (how late its event loop
+  ran a 50 ms timer): the worst, and how many probes were over 100 ms. ``/health`` is probed
+  from its own process, so its latency also holds the kernel's accept queue and, on a loaded
+  box, the time before the scheduler runs the frontend at all.
+
+    .venv/bin/python bench/crowd.py [--streams 500] [--rounds 5] [--events 5]
+        [--max-tokens 4000] [--workers 2] [--quick] [--json PATH] [--model-dir DIR]
+
+``--quick``: 100 streams, 2 rounds. ``CROWD_DEBUG=1`` also prints the worst probes (and when
+in their round they came) and the service log. Without ``--model-dir`` it uses ``.cache/models/qwen3`` if
+present, else a toy model (``tests.helpers.service.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench._common import Serve, machine, pct, write_json  # noqa: E402
+
+PROBE_EVERY_S = 0.05
+SETTLE_S = 5.0  # after the crowd: wait this long before the last RSS sample
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _probe_main(host: str, port: int) -> int:
+    """``crowd.py --probe HOST PORT``: GET /health every PROBE_EVERY_S on a new connection
+    until stdin closes; then print one JSON list of [start, latency_s] (its own process, so the
+    crowd's client loop does not delay the measurement)."""
+    import select
+    import socket
+
+    out: list[tuple[float, float]] = []
+    while not select.select([sys.stdin], [], [], 0)[0]:
+        t0 = time.perf_counter()
+        try:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                while sock.recv(65536):
+                    pass
+            out.append((t0, time.perf_counter() - t0))
+        except OSError:
+            out.append((t0, 10.0))
+        time.sleep(PROBE_EVERY_S)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+async def _one_stream(host: str, port: int, body: bytes, events: int,
+                      gaps: list[float]) -> str | None:
+    """POST a stream, read ``events`` SSE events, leave; the request id (None if refused)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"content-type: application/json\r\ncontent-length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        data = b""
+        last = time.perf_counter()
+        while data.count(b"\n\n") < events + 2:  # the header block + role chunk + events
+            chunk = await asyncio.wait_for(reader.read(65536), 60)
+            now = time.perf_counter()
+            if b"\r\n\r\n" in data:  # streaming: a gap, not the wait for acceptance
+                gaps.append(now - last)
+            last = now
+            if not chunk:
+                break
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            return None
+        first = rest.split(b"\n\n", 1)[0]
+        start = first.find(b"data: ")
+        try:
+            return str(json.loads(first[start + 6:])["id"])
+        except (ValueError, KeyError):
+            return None
+    finally:
+        writer.transport.abort()  # leave at once, like a client that gave up
+
+
+def _stub_entries(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()).get("requests", {}))
+    except (OSError, ValueError):
+        return {}
+
+
+def _metrics(host: str, port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+async def _crowd(args: argparse.Namespace, host: str, port: int, http_pid: int,
+                 stats_file: Path) -> dict[str, Any]:
+    rng = random.Random(0)
+    gaps: list[float] = []
+    stop = asyncio.Event()
+    rss_before = _rss_mb(http_pid)
+    peak = [rss_before]
+
+    async def sample_rss() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_mb(http_pid))
+            await asyncio.sleep(0.25)
+
+    round_at: list[float] = []
+    prober = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--probe", host, str(port), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+    sampler = asyncio.ensure_future(sample_rss())
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=10) as resp:
+        model = json.loads(resp.read())["data"][0]["id"]
+    ids: list[str] = []
+    refused = 0
+    t0 = time.perf_counter()
+    for _ in range(args.rounds):
+        round_at.append(time.perf_counter())
+        bodies = [json.dumps({
+            "model": model, "stream": True, "max_tokens": args.max_tokens,
+            "messages": [{"role": "user", "content": f"tell me a story {rng.random()}"}],
+        }).encode() for _ in range(args.streams)]
+        got = await asyncio.gather(*(_one_stream(host, port, b, args.events, gaps)
+                                     for b in bodies), return_exceptions=True)
+        for g in got:
+            if isinstance(g, str):
+                ids.append(g)
+            else:
+                refused += 1
+    crowd_s = time.perf_counter() - t0
+    stop.set()
+    assert prober.stdin is not None
+    prober.stdin.close()
+    probes = json.loads((await prober.communicate())[0])
+    health = [latency for _, latency in probes]
+    probe_at = [t for t, _ in probes]
+    if os.environ.get("CROWD_DEBUG"):
+        worst = sorted(zip(health, probe_at), reverse=True)[:8]
+        print("worst probes (latency s, since round start s):",
+              [(round(h, 3), round(t - max(r for r in round_at if r <= t), 2)) for h, t in worst],
+              file=sys.stderr)
+    await sampler
+    # how many of the disconnects reached the engine (stats file: every 0.5 s)
+    deadline = time.monotonic() + 20
+    entries: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        entries = _stub_entries(stats_file)
+        if all(entries.get(i, {}).get("finish_reason") for i in ids):
+            break
+        await asyncio.sleep(0.5)
+    reasons = [entries.get(i, {}).get("finish_reason") for i in ids]
+    generated = sorted(float(entries[i]["generated"]) for i in ids
+                       if entries.get(i, {}).get("finish_reason") == "abort")
+    await asyncio.sleep(SETTLE_S)
+    rss_after = _rss_mb(http_pid)
+    shares = {}
+    lag: dict[str, float] = {}
+    for line in _metrics(host, port).splitlines():
+        if line.startswith("textproc_worker_requests_total{"):
+            shares[line.split('"')[1]] = int(float(line.split()[-1]))
+        elif line.startswith(("textproc_http_loop_lag_max_seconds ",
+                              'textproc_http_loop_lag_seconds_bucket{le="0.1"}',
+                              "textproc_http_loop_lag_seconds_count")):
+            lag[line.split()[0]] = float(line.split()[-1])
+    return {
+        "streams": args.streams, "rounds": args.rounds, "events": args.events,
+        "max_tokens": args.max_tokens, "crowd_s": round(crowd_s, 2),
+        "left_early": len(ids), "refused": refused,
+        "aborted": reasons.count("abort"), "ran_to_length": reasons.count("length"),
+        "unfinished": reasons.count(None),
+        "generated_at_abort_p50": pct(generated, 50) if generated else None,
+        "generated_at_abort_max": generated[-1] if generated else None,
+        "health_ms_p50": round(pct(health, 50) * 1000, 1),
+        "health_ms_p99": round(pct(health, 99) * 1000, 1),
+        "health_ms_max": round(max(health) * 1000, 1),
+        "health_probes": len(health),
+        "stall_s_max": round(max(gaps), 3) if gaps else None,
+        "http_rss_mb_before": round(rss_before, 1), "http_rss_mb_peak": round(peak[0], 1),
+        "http_rss_mb_after": round(rss_after, 1),
+        "worker_shares": shares,
+        # the frontend's own view: how late its loop ran a 50 ms timer during the run
+        "loop_lag_ms_max": round(lag.get("textproc_http_loop_lag_max_seconds", 0) * 1000, 1),
+        "loop_lags_over_100ms": int(lag.get("textproc_http_loop_lag_seconds_count", 0)
+                                    - lag.get('textproc_http_loop_lag_seconds_bucket{le="0.1"}', 0)),
+        "load_avg": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--probe"]:
+        return _probe_main(argv[1], int(argv[2]))
+    p = argparse.ArgumentParser(prog="bench/crowd.py", description=__doc__.splitlines()[0])
+    p.add_argument("--streams", type=int, default=500, help="streams at once (default 500)")
+    p.add_argument("--rounds", type=int, default=5, help="crowds one after the other (default 5)")
+    p.add_argument("--events", type=int, default=5, help="SSE events each reads (default 5)")
+    p.add_argument("--max-tokens", type=int, default=4000, help="per stream (default 4000)")
+    p.add_argument("--workers", type=int, default=2, help="tokenizer workers (default 2)")
+    p.add_argument("--quick", action="store_true", help="100 streams, 2 rounds")
+    p.add_argument("--json", type=Path, default=None, help="append the result as a JSON line")
+    p.add_argument("--model-dir", default=None, help="default .cache/models/qwen3, else a toy")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.streams, args.rounds = 100, 2
+    model = Path(args.model_dir) if args.model_dir else REPO_ROOT / ".cache" / "models" / "qwen3"
+    tmp = Path(tempfile.mkdtemp(prefix="tp-crowd-"))
+    if not (model / "tokenizer.json").is_file():
+        from tests.helpers.service import build_toy_model
+
+        model = build_toy_model(tmp / "toy")
+    serve = Serve(model, workers=args.workers, engine="stub", max_model_len=args.max_tokens + 512,
+                  extra=["--stub-mode", "random", "--stub-arg=--step-ms=0",
+                         "--stub-arg=--max-batch=1024", "--http", "127.0.0.1:0"])
+    stats_file = serve.serve.stats_file  # the launcher's engine_stub --stats-file
+    try:
+        deadline = time.monotonic() + 60
+        http_file = serve.runtime_dir / "http.json"
+        while not http_file.is_file():
+            if time.monotonic() > deadline:
+                raise RuntimeError("no HTTP frontend:\n" + serve.log()[-3000:])
+            time.sleep(0.05)
+        info = json.loads(http_file.read_text())
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            row = runner.run(_crowd(args, info["host"], int(info["port"]), int(info["pid"]),
+                                    stats_file))
+    finally:
+        if os.environ.get("CROWD_DEBUG"):
+            print(serve.log()[-4000:], file=sys.stderr)
+        serve.close()
+    print(json.dumps(row), flush=True)
+    write_json(args.json, [row], machine(), stamp=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
