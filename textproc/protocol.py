@@ -35,6 +35,7 @@ __all__ = [
     "ENGINE_FINISH_REASONS",
     "FINISH_REASONS",
     "DEFAULT_HWM",
+    "MAX_CHOICES",
     "MAX_STOP_STRINGS",
     "MAX_JSON_DEPTH",
     "MAX_MODEL_LEN",
@@ -85,8 +86,8 @@ __all__ = [
 # ChatRequest.documents, Failure.param; 5: tool formats (ChatRequest.stream_calls /
 # parallel_tool_calls, Submit.tool_format / reasoning_format / tool_schemas / stream_calls / max_calls);
 # 6: constraint indexes (EngineIndex, EngineRequest.index_key, Submit.index, ChatRequest/
-# CompletionRequest.structured)
-PROTOCOL_VERSION = 6
+# CompletionRequest.structured); 7: ChatRequest.n / CompletionRequest.n (one prompt, n choices)
+PROTOCOL_VERSION = 7
 
 # Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
@@ -96,6 +97,7 @@ ENGINE_FINISH_REASONS = frozenset({"stop", "length", "abort", "error"})
 # tool call; the text core decides it, see textproc.core.pipeline.OutputPipeline.finish)
 FINISH_REASONS = ENGINE_FINISH_REASONS | {"tool_calls"}
 DEFAULT_HWM = 100_000  # ZeroMQ send/receive high-water mark, in messages
+MAX_CHOICES = 128  # n per request: one prompt, this many engine requests at most
 MAX_STOP_STRINGS = 64  # stop strings per request (OpenAI allows 4; each costs per-step work;
 # the text core takes up to textproc.core.stops.MAX_STOPS, and its MAX_STOP_CHARS per string)
 MAX_JSON_DEPTH = 64  # nesting of any JSON value a client sends (a request body, counted from it)
@@ -317,6 +319,9 @@ class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
     parallel_tool_calls: bool = True  # False: at most one tool call
     # the output must follow: {"json": schema} | {"regex": str} | {"choice": [str, ...]}
     structured: dict[str, Any] | None = None
+    # n > 1: the prompt is built once and runs as n engine requests "<request_id>-<i>" (seed + i
+    # when sampling has a seed); the worker answers Accepted / Failure per sub-request id
+    n: int = 1
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -335,6 +340,7 @@ class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
     structured: dict[str, Any] | None = None  # as in ChatRequest
+    n: int = 1  # as in ChatRequest
 
 
 class TokenizeRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):

@@ -325,8 +325,8 @@ def _error(exc: openai.APIStatusError) -> dict[str, Any]:
 
 def test_errors(stack: tuple[Service, str], client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model=MODEL, messages=user("x"), n=2)
-    assert _error(bad.value)["param"] == "n" and "n=2" in _error(bad.value)["message"]
+        client.chat.completions.create(model=MODEL, messages=user("x"), n=17)
+    assert _error(bad.value)["param"] == "n" and "limit of 16" in _error(bad.value)["message"]
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model=MODEL,
                                        messages=[{"role": "robot", "content": "x"}])  # type: ignore[misc,list-item]

@@ -46,8 +46,9 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+def client(url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
+        yield c
 
 
 def _events(client: openai.OpenAI, **kwargs: Any) -> list[Any]:

@@ -30,6 +30,7 @@ from textproc.protocol import (
 )
 from textproc.core.tokenizer import Tokenizer
 from textproc.service.requests import RequestBuilder
+from textproc.service.worker import _choices
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +209,7 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
                       tool_choice={"type": "function", "function": {"name": "f"}},
                       stop=["x"], max_tokens=10, sampling={"temperature": 0.5, "seed": 3},
                       chat_template_kwargs={"enable_thinking": True})
-    submit, n_prompt, _, _ = builder.chat(req, b"client")
+    submit, n_prompt, *_ = builder.chat(req, b"client")
     engine = msgspec.msgpack.decode(submit.engine_request, type=EngineRequest)
     prompt = builder.render(req.messages, tools, chat_template_kwargs={"enable_thinking": True})
     assert unpack_ids(engine.prompt_token_ids) == tok.encode(prompt) and n_prompt == len(tok.encode(prompt))
@@ -217,8 +218,24 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
     assert submit.client_id == b"client" and submit.stop == ["x"]
     assert submit.reasoning and submit.tools and submit.starts_in_reasoning
     # max_tokens defaults to what max_model_len leaves
-    submit, n_prompt, _, _ = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
+    submit, n_prompt, *_ = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
     assert submit.max_tokens == 512 - n_prompt and not submit.starts_in_reasoning
+
+
+def test_n_choices_share_one_built_prompt(toy_model: Path, tok: Tokenizer) -> None:
+    builder = RequestBuilder(tok, _config(toy_model, max_model_len=512))
+    req = ChatRequest("r", [{"role": "user", "content": "hi"}], max_tokens=10,
+                      sampling={"seed": 2**63 - 2}, structured={"regex": "[ab]+"}, n=3)
+    built = builder.chat(req, b"client")
+    submits = _choices(builder, built, 3)
+    engines = [msgspec.msgpack.decode(s.engine_request, type=EngineRequest) for s in submits]
+    assert [s.request_id for s in submits] == ["r-0", "r-1", "r-2"]
+    assert [e.request_id for e in engines] == ["r-0", "r-1", "r-2"]
+    # distinct seeds, wrapped into int64; the same prompt ids; the index table travels once
+    assert [e.sampling["seed"] for e in engines] == [2**63 - 2, 2**63 - 1, -(2**63)]
+    assert len({e.prompt_token_ids for e in engines}) == 1 and engines[0].index_key
+    assert submits[0].index is not None and submits[1].index is None is submits[2].index
+    assert all(s.stop == built.submit.stop and s.tools == built.submit.tools for s in submits)
 
 
 def test_special_token_text_in_content_is_control_by_default_text_when_asked(

@@ -114,7 +114,7 @@ def test_tool_choice_forms() -> None:
         ({"messages": [{"role": "assistant", "tool_calls": [
             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
          "messages[0].tool_calls[0].function.arguments", "not valid JSON"),
-        ({"n": 2}, "n", "n=2 is not supported"),
+        ({"n": 0}, "n", "n=0 is out of range"),
         ({"max_tokens": 0}, "max_tokens", ">= 1"),
         ({"max_completion_tokens": "9"}, "max_completion_tokens", "Expected `int"),
         ({"temperature": 3}, "temperature", "<= 2.0"),
@@ -416,7 +416,7 @@ def test_app_errors_have_status_and_error_object() -> None:
         assert set(error) == {"message", "type", "param", "code"}
 
     ok = FakeBackend([Output([{"content": "x"}], finish_reason="stop")])
-    check(request(ok, "POST", "/v1/chat/completions", content=chat_body(n=3)), 400, "n=3")
+    check(request(ok, "POST", "/v1/chat/completions", content=chat_body(n=17)), 400, "limit of 16")
     check(request(ok, "POST", "/v1/chat/completions", content=chat_body(model="m2")), 404,
           "does not exist")
     check(request(ok, "POST", "/v1/chat/completions", content=chat_body(stop="x" * 300),

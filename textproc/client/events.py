@@ -57,9 +57,11 @@ class TextEvent:
     on the last event only. ``timings`` maps a stage to seconds: "template", "tokenize" (worker
     time) and "queue" (time to reach a worker and come back, less those) on the first event,
     and "detokenize" (the detokenizer's time for the step that produced this event) on each.
+    ``index`` is the choice (0..n-1) of a request made with ``n`` > 1, else 0; its
+    ``request_id`` is then the choice's sub-request id ``<id>-<index>``.
     """
 
-    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings")
+    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings", "index")
 
     def __init__(self, request_id: str, deltas: list[dict[str, Any]], finish_reason: str | None,
                  stop: str | None, usage: Usage | None,
@@ -70,6 +72,7 @@ class TextEvent:
         self.stop = stop
         self.usage = usage
         self.timings: dict[str, float] = timings if timings is not None else {}
+        self.index = 0
 
     @property
     def delta(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from textproc.curve import CurveClientKeys, load_client_keys
 from textproc.errors import InvalidInput, ProtocolError, StartupTimeout, TextprocError, WorkerDied, short
 from textproc.protocol import (
     DEFAULT_HWM,
+    MAX_CHOICES,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Abort,
@@ -191,8 +192,13 @@ class TextClient:
              timeout_s: float | None = None,
              documents: list[dict[str, Any]] | None = None, stream_calls: bool = True,
              parallel_tool_calls: bool = True,
-             structured: dict[str, Any] | None = None) -> AsyncIterator[TextEvent]:
+             structured: dict[str, Any] | None = None, n: int = 1) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        ``n`` > 1: n choices of one prompt (rendered and encoded once, seed + i for choice i
+        when ``sampling`` has a seed), as one stream whose events carry ``index`` (0..n-1),
+        each choice with its own stops, parser and finish; it ends when all n have finished,
+        and closing it early aborts every choice still running.
 
         ``structured`` makes the output follow a constraint the engine enforces:
         ``{"json": schema}``, ``{"regex": pattern}`` or ``{"choice": [str, ...]}``.
@@ -212,7 +218,7 @@ class TextClient:
                             min_tokens, include_stop, dict(chat_template_kwargs or {}),
                             skip_special_tokens, dict(sampling or {}), add_generation_prompt,
                             continue_final_message, list(stop_token_ids), ignore_eos,
-                            documents, stream_calls, parallel_tool_calls, structured)
+                            documents, stream_calls, parallel_tool_calls, structured, n)
         return self._generate(rid, frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
@@ -221,9 +227,9 @@ class TextClient:
                  request_id: str | None = None, add_special_tokens: bool = True,
                  stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
                  timeout_s: float | None = None,
-                 structured: dict[str, Any] | None = None) -> AsyncIterator[TextEvent]:
-        """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s`` and
-        ``structured`` as in ``chat``."""
+                 structured: dict[str, Any] | None = None, n: int = 1) -> AsyncIterator[TextEvent]:
+        """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s``,
+        ``structured`` and ``n`` as in ``chat``."""
         rid = request_id if request_id is not None else self._next_id()
         if isinstance(prompt, str):
             text, ids = prompt, None
@@ -231,7 +237,8 @@ class TextClient:
             text, ids = "", pack_ids(list(prompt))
         frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
                                   include_stop, skip_special_tokens, dict(sampling or {}),
-                                  add_special_tokens, list(stop_token_ids), ignore_eos, structured)
+                                  add_special_tokens, list(stop_token_ids), ignore_eos, structured,
+                                  n)
         return self._generate(rid, frame, timeout_s)
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
@@ -361,8 +368,13 @@ class TextClient:
     async def _generate(self, rid: str, frame: ChatRequest | CompletionRequest,
                         timeout_s: float | None) -> AsyncIterator[TextEvent]:
         self._check_open()
-        if rid in self._inflight.streams or rid in self._inflight.calls:
-            raise InvalidInput(f"request_id {rid!r} is already in flight on this client")
+        n = frame.n
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
+            raise InvalidInput(f"n={n!r}; allowed: 1..{MAX_CHOICES}", param="n")
+        ids = [rid] if n == 1 else [f"{rid}-{i}" for i in range(n)]  # the worker's sub-ids
+        for sub in ids:
+            if sub in self._inflight.streams or sub in self._inflight.calls:
+                raise InvalidInput(f"request_id {sub!r} is already in flight on this client")
         up = self._readers.detok_up if self._readers is not None else None
         if up is not None and not up.is_set():
             try:
@@ -373,43 +385,56 @@ class TextClient:
         # follow-up turns go where the conversation's encoded segments are cached
         affinity = conversation_key(frame.messages) if isinstance(frame, ChatRequest) else None
         worker = self._inflight.pick_worker(affinity)
-        stream = StreamState(rid, worker)
-        self._inflight.streams[rid] = stream
-        self._inflight.worker_pending[worker].add(rid)
-        finished = False
+        streams = [StreamState(sub, worker) for sub in ids]
+        for stream in streams:
+            self._inflight.streams[stream.request_id] = stream
+            self._inflight.worker_pending[worker].add(stream.request_id)
+        done = [False] * n  # finished, or failed where no abort is needed
         limit = self.call_timeout_s if timeout_s is None else timeout_s
         accept_by = time.monotonic() + limit
         try:
             await self._workers[worker].send(self._encode(frame))
-            while True:
-                if not stream.items and stream.error is None:
-                    stream.waiter = asyncio.get_running_loop().create_future()
-                    if stream.pending_at_worker:  # a stuck worker must not hold it forever
+            while not all(done):
+                ready = [k for k in range(n) if not done[k]
+                         and (streams[k].items or streams[k].error is not None)]
+                if not ready:
+                    waiter = asyncio.get_running_loop().create_future()
+                    live = [s for k, s in enumerate(streams) if not done[k]]
+                    for stream in live:  # whichever choice gets output first wakes us
+                        stream.waiter = waiter
+                    if any(s.pending_at_worker for s in live):  # a stuck worker must not hold it
                         try:
-                            await asyncio.wait_for(stream.waiter, max(0.0, accept_by - time.monotonic()))
+                            await asyncio.wait_for(waiter, max(0.0, accept_by - time.monotonic()))
                         except (asyncio.TimeoutError, TimeoutError):
-                            if stream.pending_at_worker and not stream.items:
-                                stream.fail(self._timeout_error(
-                                    worker, rid, "(Accepted for a generation request)", limit))
+                            for stream in live:
+                                if stream.pending_at_worker and not stream.items:
+                                    stream.fail(self._timeout_error(
+                                        worker, rid, "(Accepted for a generation request)",
+                                        limit))
                     else:
-                        await stream.waiter
-                    stream.waiter = None
-                if stream.items:
-                    event = take_event(stream)
-                    if event.finish_reason is not None:
-                        finished = True
-                    yield event
-                    if finished:
-                        return
-                elif stream.error is not None:
-                    finished = stream.accepted or not stream.pending_at_worker
-                    raise stream.error
+                        await waiter
+                    for stream in live:
+                        stream.waiter = None
+                    continue
+                for k in ready:
+                    stream = streams[k]
+                    if stream.items:
+                        event = take_event(stream)
+                        event.index = k
+                        if event.finish_reason is not None:
+                            done[k] = True
+                        yield event
+                    elif stream.error is not None:
+                        done[k] = stream.accepted or not stream.pending_at_worker
+                        raise stream.error
         finally:
-            self._inflight.streams.pop(rid, None)
-            self._inflight.worker_pending[worker].discard(rid)
-            if not finished and not self._closed and self._detok is not None:
+            for stream in streams:
+                self._inflight.streams.pop(stream.request_id, None)
+                self._inflight.worker_pending[worker].discard(stream.request_id)
+            running = [ids[k] for k in range(n) if not done[k]]
+            if running and not self._closed and self._detok is not None:
                 # the abort must go out even while this task is being cancelled
-                self._send_abort([rid])
+                self._send_abort(running)
 
     def _send_abort(self, request_ids: list[str]) -> None:
         """Send Abort to the detokenizer without waiting. On a zmq.asyncio socket a NOBLOCK send

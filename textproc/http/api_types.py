@@ -318,6 +318,7 @@ class ChatParams(msgspec.Struct, kw_only=True):
     include_stop_str_in_output: bool
     parallel_tool_calls: bool = True
     structured: dict[str, Any] | None = None  # {"json": schema} | {"regex": str} | {"choice": [str]}
+    n: int = 1  # choices (the server's limit is HttpLimits.max_n)
 
 
 class CompletionParams(msgspec.Struct, kw_only=True):
@@ -336,3 +337,4 @@ class CompletionParams(msgspec.Struct, kw_only=True):
     skip_special_tokens: bool
     include_stop_str_in_output: bool
     structured: dict[str, Any] | None = None
+    n: int = 1

@@ -20,8 +20,8 @@ __all__ = ["Backend", "Output", "generation_error", "no_finish_error"]
 class Output:
     """One step of one request, as the frontend consumes it.
 
-    ``fragments`` are OpenAI delta fragments in order; the last Output of a request has
-    ``finish_reason`` set and the usage counts. ``timings_s`` holds stage -> seconds for the
+    ``fragments`` are OpenAI delta fragments in order; the last Output of each choice has
+    ``finish_reason`` set and the usage counts (the prompt's, and that choice's tokens). ``timings_s`` holds stage -> seconds for the
     stages the service reports (template, tokenize, queue, detokenize), when it does.
     """
 
@@ -32,6 +32,7 @@ class Output:
     stop: str | None = None
     error: str | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
+    index: int = 0  # the choice (0..n-1) of a request with n > 1
 
 
 def generation_error(out: Output) -> ApiError:

@@ -99,6 +99,7 @@ class ClientBackend:
             stream_calls=params.stream,
             parallel_tool_calls=params.parallel_tool_calls,
             structured=params.structured,
+            n=params.n,
         ))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
@@ -113,6 +114,7 @@ class ClientBackend:
             request_id=request_id,
             ignore_eos=params.ignore_eos,
             structured=params.structured,
+            n=params.n,
         ))
 
     async def _outputs(self, start: Any) -> AsyncIterator[Output]:
@@ -127,6 +129,7 @@ class ClientBackend:
                     completion_tokens=usage.completion_tokens if usage else 0,
                     stop=event.stop,
                     timings_s=event.timings,
+                    index=event.index,
                 )
         except TextprocError as exc:
             raise api_error(exc) from exc

@@ -1,7 +1,7 @@
 """OpenAI API request validation for the HTTP frontend: body bytes -> validated parameters.
 
 Owns every rule a request body must follow beyond its types (``api_types``): the served model
-(404), n=1, message and tool shapes, tool_choice against tools, stop lists, logit_bias keys,
+(404), n, message and tool shapes, tool_choice against tools, stop lists, logit_bias keys,
 unsupported features (logprobs, suffix, batches of prompts; structured-output fields are mapped
 in ``textproc.http.structured``). Before decoding,
 ``body_check`` bounds what any JSON value may be (depth, integer range, valid Unicode). Limits
@@ -22,7 +22,7 @@ import msgspec
 
 from textproc.errors import short
 from textproc.http.body_check import check_body
-from textproc.protocol import MAX_STOP_STRINGS, MAX_TOKEN_ID
+from textproc.protocol import MAX_CHOICES, MAX_STOP_STRINGS, MAX_TOKEN_ID
 from textproc.http.structured import structured_spec
 from textproc.http.api_types import (
     ApiError,
@@ -273,11 +273,8 @@ def _stops(stop: str | list[str] | None) -> list[str]:
 
 
 def _common(req: ChatCompletionBody | CompletionBody) -> tuple[bool, dict[str, Any]]:
-    if req.n != 1:
-        raise ApiError(
-            f"n={req.n} is not supported; this server returns exactly one choice (n=1)",
-            param="n",
-        )
+    if not 1 <= req.n <= MAX_CHOICES:
+        raise ApiError(f"n={req.n} is out of range; allowed: 1..{MAX_CHOICES}", param="n")
     if req.stream_options is not None and not req.stream:
         raise ApiError("stream_options is only allowed when stream is true",
                        param="stream_options")
@@ -358,6 +355,7 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
         skip_special_tokens=req.skip_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output,
         structured=structured,
+        n=req.n,
     )
 
 
@@ -407,6 +405,7 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
         skip_special_tokens=req.skip_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output,
         structured=structured_spec(req),
+        n=req.n,
     )
 
 

@@ -2,7 +2,8 @@
 
 Owns the JSON the server sends back (``chat.completion``, ``chat.completion.chunk``,
 ``text_completion``, ``/v1/models``) and the server-sent-event framing (``data: {json}\\n\\n`` ...
-``data: [DONE]\\n\\n``). Pure functions and one accumulator: no I/O.
+``data: [DONE]\\n\\n``), and :class:`ChoiceEnds` (the finish and usage of a request's n
+choices). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any, Sequence
 
 import msgspec
 
+from textproc.http.backend import Output
+
 __all__ = [
+    "ChoiceEnds",
     "new_id",
     "now",
     "usage_body",
@@ -41,6 +45,27 @@ def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+class ChoiceEnds:
+    """The finish of each of a request's n choices, and their usage: the prompt once, every
+    choice's tokens."""
+
+    def __init__(self, n: int) -> None:
+        self.reasons: list[str] = [""] * n
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def finish(self, out: Output) -> bool:
+        """Record ``out``'s finish; True once every choice has finished."""
+        assert out.finish_reason is not None
+        self.reasons[out.index] = out.finish_reason
+        self.prompt_tokens = out.prompt_tokens
+        self.completion_tokens += out.completion_tokens
+        return all(self.reasons)
+
+    def usage(self) -> dict[str, int]:
+        return usage_body(self.prompt_tokens, self.completion_tokens)
+
+
 def chat_chunk(
     response_id: str,
     created: int,
@@ -50,13 +75,14 @@ def chat_chunk(
     finish_reason: str | None = None,
     include_usage: bool = False,
     usage: dict[str, int] | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` with one choice (``usage: null`` when include_usage);
-    reasoning goes out as both ``reasoning_content`` and ``reasoning``."""
-    return _one_choice(response_id, "chat.completion.chunk", created, model,
-                       {"index": 0, "delta": with_reasoning_alias(delta), "logprobs": None,
-                        "finish_reason": finish_reason},
-                       include_usage=include_usage, usage=usage)
+    """One ``chat.completion.chunk`` with one choice, ``index`` (``usage: null`` when
+    include_usage); reasoning goes out as both ``reasoning_content`` and ``reasoning``."""
+    return _choices(response_id, "chat.completion.chunk", created, model,
+                    [{"index": index, "delta": with_reasoning_alias(delta), "logprobs": None,
+                      "finish_reason": finish_reason}],
+                    include_usage=include_usage, usage=usage)
 
 
 def with_reasoning_alias(delta: dict[str, Any]) -> dict[str, Any]:
@@ -71,24 +97,24 @@ def with_reasoning_alias(delta: dict[str, Any]) -> dict[str, Any]:
     return {**delta, "reasoning": delta["reasoning_content"]}
 
 
-def _one_choice(
+def _choices(
     response_id: str,
     obj: str,
     created: int,
     model: str,
-    choice: dict[str, Any],
+    choices: list[dict[str, Any]],
     *,
     include_usage: bool,
     usage: dict[str, int] | None,
 ) -> dict[str, Any]:
-    """One ``obj`` (a streamed chunk or a whole response) with the one ``choice``; ``usage``
+    """One ``obj`` (a streamed chunk or a whole response) with ``choices``; ``usage``
     (maybe null) when ``include_usage`` or given."""
     chunk: dict[str, Any] = {
         "id": response_id,
         "object": obj,
         "created": created,
         "model": model,
-        "choices": [choice],
+        "choices": choices,
     }
     if include_usage or usage is not None:
         chunk["usage"] = usage
@@ -118,15 +144,15 @@ def chat_response(
     response_id: str,
     created: int,
     model: str,
-    message: dict[str, Any],
-    finish_reason: str,
+    choices: Sequence[tuple[dict[str, Any], str]],
     usage: dict[str, int],
 ) -> dict[str, Any]:
-    """A whole ``chat.completion`` (reasoning as both ``reasoning_content`` and ``reasoning``)."""
-    return _one_choice(response_id, "chat.completion", created, model,
-                       {"index": 0, "message": with_reasoning_alias(message), "logprobs": None,
-                        "finish_reason": finish_reason},
-                       include_usage=True, usage=usage)
+    """A whole ``chat.completion`` from (message, finish reason) per choice, in index order
+    (reasoning as both ``reasoning_content`` and ``reasoning``)."""
+    return _choices(response_id, "chat.completion", created, model,
+                    [{"index": i, "message": with_reasoning_alias(message), "logprobs": None,
+                      "finish_reason": reason} for i, (message, reason) in enumerate(choices)],
+                    include_usage=True, usage=usage)
 
 
 def completion_chunk(
@@ -138,25 +164,27 @@ def completion_chunk(
     finish_reason: str | None = None,
     include_usage: bool = False,
     usage: dict[str, int] | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """One streamed ``text_completion`` chunk."""
-    return _one_choice(response_id, "text_completion", created, model,
-                       {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason},
-                       include_usage=include_usage, usage=usage)
+    """One streamed ``text_completion`` chunk for choice ``index``."""
+    return _choices(response_id, "text_completion", created, model,
+                    [{"index": index, "text": text, "logprobs": None,
+                      "finish_reason": finish_reason}],
+                    include_usage=include_usage, usage=usage)
 
 
 def completion_response(
     response_id: str,
     created: int,
     model: str,
-    text: str,
-    finish_reason: str,
+    choices: Sequence[tuple[str, str]],
     usage: dict[str, int],
 ) -> dict[str, Any]:
-    """A whole ``text_completion``."""
-    return _one_choice(response_id, "text_completion", created, model,
-                       {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason},
-                       include_usage=True, usage=usage)
+    """A whole ``text_completion`` from (text, finish reason) per choice, in index order."""
+    return _choices(response_id, "text_completion", created, model,
+                    [{"index": i, "text": text, "logprobs": None, "finish_reason": reason}
+                     for i, (text, reason) in enumerate(choices)],
+                    include_usage=True, usage=usage)
 
 
 def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None) -> dict[

@@ -51,6 +51,7 @@ def run_http(
     max_body_bytes: int | None = None,
     max_running: int | None = None,
     max_connections: int | None = None,
+    max_n: int | None = None,
     header_timeout_s: float | None = None,
     body_timeout_s: float | None = None,
     connect_timeout_s: float = 60.0,
@@ -84,7 +85,8 @@ def run_http(
     address_file = Path(http_file) if http_file is not None else runtime / HTTP_FILE
     given: dict[str, Any] = {k: v for k, v in (
         ("max_body_bytes", max_body_bytes), ("max_running", max_running),
-        ("max_connections", max_connections), ("header_timeout_s", header_timeout_s),
+        ("max_connections", max_connections), ("max_n", max_n),
+        ("header_timeout_s", header_timeout_s),
         ("body_timeout_s", body_timeout_s)) if v is not None}
     limits = HttpLimits(**given)
     metrics = Metrics()
@@ -176,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-connections", type=int, default=None,
                    help="open connections before new ones get 503 and are closed "
                         f"(default {defaults.max_connections})")
+    p.add_argument("--max-n", type=int, default=None,
+                   help=f"choices per request (n) before 400 (default {defaults.max_n})")
     p.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
                    help="close a connection whose request headers are not complete by then "
                         f"(default {defaults.header_timeout_s:g})")
@@ -226,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_body_bytes=args.max_body_bytes,
         max_running=args.max_running,
         max_connections=args.max_connections,
+        max_n=args.max_n,
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
         connect_timeout_s=args.connect_timeout,

@@ -58,6 +58,7 @@ from textproc.http.responses import (
     sse_event,
     usage_body,
     usage_chunk,
+    ChoiceEnds,
 )
 
 __all__ = ["HttpLimits", "build_app"]
@@ -72,6 +73,7 @@ class HttpLimits:
     max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
     max_running: int = 4096  # generation requests in flight; more get 429
     max_connections: int = 4096  # open connections; more get 503 and are closed
+    max_n: int = 16  # choices per request (n); more get 400
     header_timeout_s: float = 10.0  # request headers must be complete by then, or the socket closes
     body_timeout_s: float = 30.0  # the request body must be complete by then, or 408
     handlers_per_turn: int = 16  # request handlers started per event-loop iteration (Pacer)
@@ -106,10 +108,11 @@ class _Run:
             self.saw_token = True
             metrics.observe("first_token", time.perf_counter() - self.started)
         if out.finish_reason is not None:
-            metrics.prompt_tokens += out.prompt_tokens
+            if out.index == 0:  # n choices share one prompt and one request
+                metrics.prompt_tokens += out.prompt_tokens
+                metrics.observe("request", time.perf_counter() - self.started)
             metrics.completion_tokens += out.completion_tokens
             metrics.count_finish(out.finish_reason)
-            metrics.observe("request", time.perf_counter() - self.started)
 
     async def close(self) -> None:
         """Release the request: aborts it in the service if it has not finished. Idempotent."""
@@ -200,6 +203,11 @@ class _Api:
             raise no_finish_error()
         return run, first
 
+    def _check_n(self, n: int) -> None:
+        if n > self.limits.max_n:
+            raise ApiError(f"n={n} is over this server's limit of {self.limits.max_n} choices "
+                           "per request (--max-n)", param="n")
+
     def _aborted(self) -> None:
         self.metrics.aborted_by_client += 1
         self.metrics.count_finish("abort")
@@ -226,6 +234,7 @@ class _Api:
 
     async def _chat(self, request: Request, body: bytes) -> Response:
         params = parse_chat_request(body, served_models=self.backend.served_models)
+        self._check_n(params.n)
         rid = new_id("chatcmpl")
         run, first = await self._start(
             request, lambda: self.backend.chat(params, request_id=rid))
@@ -237,17 +246,20 @@ class _Api:
 
     async def _chat_whole(self, params: ChatParams, rid: str, run: _Run,
                           first: Output) -> Response:
-        acc = MessageAccumulator()
+        accs = [MessageAccumulator() for _ in range(params.n)]
+        ends = ChoiceEnds(params.n)
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            acc.feed(out.fragments)
+            accs[out.index].feed(out.fragments)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
-                reason = out.finish_reason  # "tool_calls" already decided by the pipeline
-                return json_response(chat_response(rid, now(), params.model, acc.message(new_call_id=lambda: new_id("call")), reason,
-                                           usage_body(out.prompt_tokens, out.completion_tokens)))
+                if ends.finish(out):  # "tool_calls" already decided by the pipeline
+                    choices = [(acc.message(new_call_id=lambda: new_id("call")), reason)
+                               for acc, reason in zip(accs, ends.reasons)]
+                    return json_response(chat_response(rid, now(), params.model, choices,
+                                                       ends.usage()))
             out = await run.next()
         raise no_finish_error()
 
@@ -257,24 +269,28 @@ class _Api:
         model = params.model
         usage = params.include_usage
         try:
-            yield sse_event(chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
-                                       include_usage=usage))
+            for index in range(params.n):
+                yield sse_event(chat_chunk(rid, created, model, {"role": "assistant",
+                                                                 "content": ""},
+                                           include_usage=usage, index=index))
+            ends = ChoiceEnds(params.n)
             out: Output | None = first
             while out is not None:
                 run.observe(out)
                 for frag in join_text(out.fragments):
-                    yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage))
+                    yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage,
+                                               index=out.index))
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
                         raise generation_error(out)
-                    reason = out.finish_reason
-                    yield sse_event(chat_chunk(rid, created, model, {}, finish_reason=reason,
-                                               include_usage=usage))
-                    if usage:
-                        yield sse_event(usage_chunk(rid, created, model, usage_body(
-                            out.prompt_tokens, out.completion_tokens)))
-                    yield SSE_DONE
-                    return
+                    yield sse_event(chat_chunk(rid, created, model, {},
+                                               finish_reason=out.finish_reason,
+                                               include_usage=usage, index=out.index))
+                    if ends.finish(out):
+                        if usage:
+                            yield sse_event(usage_chunk(rid, created, model, ends.usage()))
+                        yield SSE_DONE
+                        return
                 out = await run.next()
             raise no_finish_error()
         except ApiError as exc:  # failed mid-stream (worker died, engine error): say so, then end
@@ -306,6 +322,7 @@ class _Api:
 
     async def _complete(self, request: Request, body: bytes) -> Response:
         params = parse_completion_request(body, served_models=self.backend.served_models)
+        self._check_n(params.n)
         rid = new_id("cmpl")
         run, first = await self._start(
             request, lambda: self.backend.complete(params, request_id=rid))
@@ -317,17 +334,21 @@ class _Api:
 
     async def _completion_whole(self, params: CompletionParams, rid: str, run: _Run,
                                 first: Output) -> Response:
-        texts = [params.prompt] if params.echo and isinstance(params.prompt, str) else []
+        echo = [params.prompt] if params.echo and isinstance(params.prompt, str) else []
+        texts = [list(echo) for _ in range(params.n)]
+        ends = ChoiceEnds(params.n)
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            texts.extend(f["content"] for f in out.fragments if "content" in f)
+            texts[out.index].extend(f["content"] for f in out.fragments if "content" in f)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
-                return json_response(completion_response(
-                    rid, now(), params.model, "".join(texts), out.finish_reason,
-                    usage_body(out.prompt_tokens, out.completion_tokens)))
+                if ends.finish(out):
+                    return json_response(completion_response(
+                        rid, now(), params.model,
+                        [("".join(t), reason) for t, reason in zip(texts, ends.reasons)],
+                        ends.usage()))
             out = await run.next()
         raise no_finish_error()
 
@@ -338,27 +359,29 @@ class _Api:
         usage = params.include_usage
         try:
             if params.echo and isinstance(params.prompt, str):
-                yield sse_event(completion_chunk(rid, created, model, params.prompt,
-                                                 include_usage=usage))
+                for index in range(params.n):
+                    yield sse_event(completion_chunk(rid, created, model, params.prompt,
+                                                     include_usage=usage, index=index))
+            ends = ChoiceEnds(params.n)
             out: Output | None = first
             while out is not None:
                 run.observe(out)
                 text = "".join(f["content"] for f in out.fragments if "content" in f)
                 if text:
                     yield sse_event(completion_chunk(rid, created, model, text,
-                                                     include_usage=usage))
+                                                     include_usage=usage, index=out.index))
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
                         raise generation_error(out)
                     yield sse_event(completion_chunk(rid, created, model, "",
                                                      finish_reason=out.finish_reason,
-                                                     include_usage=usage))
-                    if usage:
-                        yield sse_event(usage_chunk(
-                            rid, created, model,
-                            usage_body(out.prompt_tokens, out.completion_tokens), chat=False))
-                    yield SSE_DONE
-                    return
+                                                     include_usage=usage, index=out.index))
+                    if ends.finish(out):
+                        if usage:
+                            yield sse_event(usage_chunk(rid, created, model, ends.usage(),
+                                                        chat=False))
+                        yield SSE_DONE
+                        return
                 out = await run.next()
             raise no_finish_error()
         except ApiError as exc:

@@ -75,6 +75,7 @@ class Built(NamedTuple):
     prompt_tokens: int
     template_s: float = 0.0  # chat template rendering
     tokenize_s: float = 0.0  # encoding the prompt
+    engine_request: EngineRequest | None = None  # what ``submit.engine_request`` encodes
 
 
 class RequestBuilder:
@@ -350,7 +351,7 @@ class RequestBuilder:
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
                         starts_in_reasoning, index=table)
-        return Built(submit, n_prompt, template_s, tokenize_s)
+        return Built(submit, n_prompt, template_s, tokenize_s, engine_request)
 
     def _check_messages(self, messages: Any) -> None:
         if not isinstance(messages, list) or not messages:

@@ -2,8 +2,9 @@
 
 Binds ROUTER ``worker-i``; the peer's routing id is the client id carried into ``Submit``. Each
 frame is decoded by one typed decoder and answered once: a built request goes to the
-detokenizer as ONE ``Submit`` and the client gets ``Accepted``; a bad one gets a ``Failure``
-naming what was wrong. Never raises out of the loop for one bad frame or request.
+detokenizer as ONE ``Submit`` (n of them, ``<id>-<i>``, for ``n`` > 1: the prompt is rendered and
+encoded once) and the client gets ``Accepted`` per Submit; a bad one gets a ``Failure`` (per
+sub-request id) naming what was wrong. Never raises out of the loop for one bad frame or request.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import os
 import time
 from typing import Any
 
+import msgspec
 import zmq
 
 from textproc.config import Endpoints, ServiceConfig
-from textproc.errors import TemplateError, TextprocError
+from textproc.errors import InvalidInput, TemplateError, TextprocError
 from textproc.protocol import (
+    MAX_CHOICES,
     Accepted,
     ChatRequest,
     CompletionRequest,
@@ -25,11 +28,12 @@ from textproc.protocol import (
     Failure,
     Stats,
     StatsRequest,
+    Submit,
     TokenizeRequest,
     WorkerInFrame,
 )
 from textproc.service.bootstrap import ChildRuntime
-from textproc.service.requests import RequestBuilder
+from textproc.service.requests import Built, RequestBuilder
 from textproc.transport import FrameDecoder
 
 __all__ = ["run_worker", "SUBMIT_WAIT_MS"]
@@ -77,45 +81,98 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
         if frame is None:
             continue
         counters["requests"] += 1
-        reply: Any
+        replies: list[Any]
         try:
             match frame:
                 case ChatRequest() | CompletionRequest():
-                    built = (builder.chat(frame, client_id) if isinstance(frame, ChatRequest)
-                             else builder.completion(frame, client_id))
-                    if gate.send(encode(built.submit)):
-                        if builder.last_index_key:  # the detokenizer has this index's table now
-                            builder.constraints.sent(builder.last_index_key)
-                        counters["prompt_tokens"] += built.prompt_tokens
-                        reply = Accepted(frame.request_id, built.prompt_tokens,
-                                         built.template_s, built.tokenize_s)
-                    else:
-                        reply = Failure(frame.request_id, "overloaded",
-                                        f"request {frame.request_id!r}: the detokenizer is not "
-                                        "accepting requests (restarting or overloaded); retry", 503)
+                    replies = _generate(builder, gate, frame, client_id, counters)
                 case TokenizeRequest():
-                    reply = builder.tokenize(frame)
+                    replies = [builder.tokenize(frame)]
                 case DetokenizeRequest():
-                    reply = builder.detokenize(frame)
+                    replies = [builder.detokenize(frame)]
                 case StatsRequest():
-                    reply = Stats(frame.request_id, "worker", index,
-                                  {**counters, **decoder.counters(),
-                                   **builder.tokenizer.segment_cache.counters(), "pid": os.getpid()})
+                    replies = [Stats(frame.request_id, "worker", index,
+                                     {**counters, **decoder.counters(),
+                                      **builder.tokenizer.segment_cache.counters(),
+                                      "pid": os.getpid()})]
         except TemplateError as e:
-            reply = Failure(frame.request_id, "template", str(e), 400, "messages")
+            replies = _failures(frame, "template", str(e), 400, "messages")
         except TextprocError as e:  # InvalidInput and the other textproc errors
-            reply = Failure(frame.request_id, "invalid_input", str(e), 400, e.param)
+            replies = _failures(frame, "invalid_input", str(e), 400, e.param)
         except Exception as e:  # one request's bug must not take the worker down
             _log.exception("request %r failed in worker %d", frame.request_id, index)
-            reply = Failure(frame.request_id, "internal",
-                            f"internal error in worker {index}: {type(e).__name__}: {e}", 500)
-        if isinstance(reply, Failure):
-            counters["failures"] += 1
-        try:
-            front.send_multipart([client_id, encode(reply)], flags=zmq.NOBLOCK)
-        except zmq.ZMQError as e:
-            _log.warning("reply to client %s for %r not delivered: %s", client_id.hex(),
-                         frame.request_id, e)
+            replies = _failures(frame, "internal",
+                                f"internal error in worker {index}: {type(e).__name__}: {e}", 500)
+        for reply in replies:
+            if isinstance(reply, Failure):
+                counters["failures"] += 1
+            try:
+                front.send_multipart([client_id, encode(reply)], flags=zmq.NOBLOCK)
+            except zmq.ZMQError as e:
+                _log.warning("reply to client %s for %r not delivered: %s", client_id.hex(),
+                             reply.request_id, e)
+
+
+def _sub_ids(frame: Any) -> list[str]:
+    """The ids the client waits on: the request's own, or ``<id>-<i>`` for each of n > 1."""
+    n = getattr(frame, "n", 1)
+    rid: str = frame.request_id
+    return [rid] if n == 1 or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES else [
+        f"{rid}-{i}" for i in range(n)]
+
+
+def _failures(frame: Any, kind: str, message: str, status: int,
+              param: str | None = None) -> list[Any]:
+    return [Failure(rid, kind, message, status, param) for rid in _sub_ids(frame)]
+
+
+def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | CompletionRequest,
+              client_id: bytes, counters: dict[str, int]) -> list[Any]:
+    """Build the request once and submit it (n times for n > 1); one reply per (sub-)request."""
+    n = frame.n
+    if isinstance(n, bool) or not 1 <= n <= MAX_CHOICES:
+        raise InvalidInput(f"n={n!r}; allowed: 1..{MAX_CHOICES}", param="n")
+    built = (builder.chat(frame, client_id) if isinstance(frame, ChatRequest)
+             else builder.completion(frame, client_id))
+    submits = [built.submit] if n == 1 else _choices(builder, built, n)
+    replies: list[Any] = []
+    for i, submit in enumerate(submits):
+        # after one refusal the rest are refused too (they may need the index the first carried)
+        if (not replies or isinstance(replies[-1], Accepted)) and gate.send(
+                builder.encode(submit)):
+            if i == 0:
+                counters["prompt_tokens"] += built.prompt_tokens
+                if builder.last_index_key:  # the detokenizer has this index's table now
+                    builder.constraints.sent(builder.last_index_key)
+            replies.append(Accepted(submit.request_id, built.prompt_tokens, built.template_s,
+                                    built.tokenize_s))
+        else:
+            replies.append(Failure(submit.request_id, "overloaded",
+                                   f"request {submit.request_id!r}: the detokenizer is not "
+                                   "accepting requests (restarting or overloaded); retry", 503))
+    return replies
+
+
+_INT64 = 2**63
+
+
+def _choices(builder: RequestBuilder, built: Built, n: int) -> list[Submit]:
+    """The n Submits of one built request: ids ``<id>-<i>``, seed + i when a seed was given
+    (wrapped into int64), the constraint table on the first only. The prompt is not encoded
+    again: each engine request carries the same packed ids."""
+    engine = built.engine_request
+    assert engine is not None
+    seed = engine.sampling.get("seed")
+    out = []
+    for i in range(n):
+        rid = f"{built.submit.request_id}-{i}"
+        sampling = engine.sampling if not isinstance(seed, int) else {
+            **engine.sampling, "seed": (seed + i + _INT64) % (2 * _INT64) - _INT64}
+        request = msgspec.structs.replace(engine, request_id=rid, sampling=sampling)
+        out.append(msgspec.structs.replace(
+            built.submit, request_id=rid, engine_request=builder.encode(request),
+            index=built.submit.index if i == 0 else None))
+    return out
 
 
 SUBMIT_WAIT_MS = 2000
