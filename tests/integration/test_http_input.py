@@ -259,9 +259,12 @@ _DEEP = st.builds(_deep, st.integers(60, 600), st.booleans())
 _BASES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": chat_body(),
     "/v1/completions": {"model": MODEL, "prompt": "hi", "max_tokens": 4},
+    "/v1/responses": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
     "/tokenize": {"prompt": "hi"},
     "/detokenize": {"tokens": [1, 2]},
 }
+_GET_PATHS = ["/v1/models", "/health", "/metrics", "/v1/models/x", "/v1/chat/completions",
+              "/nope"]
 _COMMON = ["model", "max_tokens", "stream", "stop", "seed", "top_k", "logit_bias", "n",
            "temperature", "min_tokens", "stream_options", "skip_special_tokens", "unknown"]
 _FIELDS = {
@@ -272,15 +275,29 @@ _FIELDS = {
     "/tokenize": ["model", "prompt", "messages", "tools", "add_special_tokens",
                   "chat_template_kwargs", "unknown"],
     "/detokenize": ["model", "tokens", "skip_special_tokens", "unknown"],
+    "/v1/responses": ["model", "input", "instructions", "tools", "tool_choice",
+                      "max_output_tokens", "text", "reasoning", "stream", "store",
+                      "previous_response_id", "metadata", "include", "chat_template_kwargs",
+                      "temperature", "unknown"],
 }
+
+
+def test_the_fuzz_covers_every_route() -> None:
+    """A route added to the app without a fuzz body fails here, not silently."""
+    from textproc.http.server import build_app
+
+    app = build_app(object())  # type: ignore[arg-type]  # the routes only, never served
+    posts = {r.path for r in app.routes if "POST" in (getattr(r, "methods", None) or ())}
+    gets = {r.path for r in app.routes if "GET" in (getattr(r, "methods", None) or ())}
+    assert posts == set(_BASES) == set(_FIELDS)
+    assert gets - {"/v1/models/{model:path}"} <= set(_GET_PATHS)
 
 
 @st.composite
 def _requests(draw: st.DrawFn) -> tuple[str, str, bytes]:
     kind = draw(st.sampled_from(["field"] * 5 + ["json", "bytes", "get"]))
     if kind == "get":
-        path = draw(st.sampled_from(["/v1/models", "/health", "/metrics", "/v1/models/x",
-                                     "/v1/chat/completions", "/nope"]))
+        path = draw(st.sampled_from(_GET_PATHS))
         return draw(st.sampled_from(["GET", "DELETE", "PUT"])), path, b""
     path = draw(st.sampled_from(sorted(_BASES)))
     if kind == "bytes":

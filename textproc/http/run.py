@@ -101,11 +101,13 @@ def run_http(
         watcher = asyncio.ensure_future(
             _after_bind(address_file, runtime, lambda: server, parent_pid))
         lag = asyncio.ensure_future(watch_loop_lag(metrics))
+        trim = asyncio.ensure_future(_return_memory_when_idle(metrics))
         try:
             yield
         finally:
             watcher.cancel()
             lag.cancel()
+            trim.cancel()
             await backend.close()
             address_file.unlink(missing_ok=True)
 
@@ -137,6 +139,31 @@ def run_http(
     server = uvicorn.Server(config)
     server.run(sockets=[listener])
     return 0
+
+
+_IDLE_CHECK_S = 2.0
+
+
+async def _return_memory_when_idle(metrics: Any) -> None:
+    """Once requests have come and gone (none running, none new for _IDLE_CHECK_S): collect
+    and hand freed heap pages back to the OS (glibc ``malloc_trim``). After a crowd of 1,500
+    streams the RSS stayed at 76 MB (38 MB before); with this it went back to 52 MB."""
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return
+    import gc
+
+    seen = 0
+    while True:
+        await asyncio.sleep(_IDLE_CHECK_S)
+        served = sum(metrics.finish_reasons.values())  # generation requests (not /health)
+        if metrics.running == 0 and served != seen:
+            seen = served
+            gc.collect()
+            trim(0)
 
 
 async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
