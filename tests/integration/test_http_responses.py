@@ -10,6 +10,9 @@ comes back as the answer — proof it reached the prompt.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from typing import Any, Iterator
 
 import httpx
@@ -34,15 +37,20 @@ CALL_TEXT = f"Let me check.<tool_call>\n{json.dumps(CALL)}\n</tool_call>"
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def service_and_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
     root = tmp_path_factory.mktemp("responses")
     model = build_toy_model(root / MODEL)
     service = Service(root, model, workers=1,
                       args=["--stub-arg=--step-ms=1", "--http", "127.0.0.1:0"]).start()
     try:
-        yield wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        yield service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
     finally:
         service.stop()
+
+
+@pytest.fixture(scope="module")
+def url(service_and_url: tuple[Service, str]) -> str:
+    return service_and_url[1]
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +192,27 @@ def test_text_format_json_schema_is_enforced(client: openai.OpenAI) -> None:
     assert resp.text.format.type == "json_schema"
 
 
+def test_sdk_stream_and_parse_helpers(client: openai.OpenAI) -> None:
+    """What agent frameworks call: ``responses.stream`` (events folded into a final response by
+    the SDK) and ``responses.parse`` (a pydantic model as text.format json_schema)."""
+    import pydantic
+
+    with client.responses.stream(model=MODEL, input=CALL_TEXT, tools=[WEATHER]) as stream:  # type: ignore[list-item]
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["message", "function_call"]
+    assert json.loads(final.output[1].arguments) == CALL["arguments"]  # type: ignore[union-attr]
+
+    class Unit(pydantic.BaseModel):
+        unit: str
+        count: int
+
+    parsed = client.responses.parse(model=MODEL, input="not json", text_format=Unit,
+                                    max_output_tokens=60)
+    assert parsed.status == "completed" and isinstance(parsed.output_parsed, Unit)
+
+
 def _error(exc: openai.APIStatusError) -> dict[str, Any]:
     body = exc.response.json()
     assert set(body["error"]) == {"message", "type", "param", "code"}
@@ -228,3 +257,33 @@ def test_errors(url: str, client: openai.OpenAI) -> None:
     # a refusal by the worker (too long) is a 400 before the stream starts
     with pytest.raises(openai.BadRequestError):
         _events(client, input="x", max_output_tokens=10_000_000)
+
+
+def test_failure_mid_stream_is_error_then_response_failed(
+        service_and_url: tuple[Service, str], client: openai.OpenAI) -> None:
+    """Runs last: kill -9 the detokenizer under a streamed response; the stream ends with an
+    ``error`` event and ``response.failed``, then the service recovers."""
+    service, _ = service_and_url
+    events = []
+    killed = False
+    for event in client.responses.create(model=MODEL, input="word " * 3000, stream=True):
+        events.append(event)
+        if event.type == "response.output_text.delta" and not killed and len(events) > 6:
+            os.kill(service.refresh_pids()["detokenizer"], signal.SIGKILL)
+            killed = True
+    assert killed
+    assert [e.type for e in events[-2:]] == ["error", "response.failed"], events[-3:]
+    assert "detokenizer" in events[-2].message
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.code == "server_error"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deadline = time.monotonic() + 20  # restarted by the supervisor; new requests succeed
+    while True:
+        try:
+            again = client.responses.create(model=MODEL, input="back")
+            break
+        except openai.APIStatusError:
+            assert time.monotonic() < deadline, "no recovery after the detokenizer restart"
+            time.sleep(0.2)
+    assert again.output_text == "back"
