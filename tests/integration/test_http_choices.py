@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterator
 
 import httpx
+import jsonschema
 import openai
 import pytest
 
@@ -172,7 +173,17 @@ def test_random_choices_differ(tmp_path_factory: pytest.TempPathFactory) -> None
                            timeout=30) as client:
             resp = client.chat.completions.create(model=MODEL, messages=user("x"), n=3,  # type: ignore[arg-type]
                                                   max_tokens=20, seed=1)
-        texts = [c.message.content for c in resp.choices]
-        assert len(set(texts)) == 3, texts
+            texts = [c.message.content for c in resp.choices]
+            assert len(set(texts)) == 3, texts
+            # a constraint compiled once serves every choice (its table travels once)
+            schema = {"type": "object", "properties": {"n": {"type": "integer"}},
+                      "required": ["n"], "additionalProperties": False}
+            constrained = client.chat.completions.create(
+                model=MODEL, messages=user("x"), n=3, max_tokens=40,  # type: ignore[arg-type]
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "n", "schema": schema}})
+            for choice in constrained.choices:
+                assert choice.finish_reason == "stop", choice
+                jsonschema.validate(json.loads(choice.message.content or ""), schema)
     finally:
         service.stop()
