@@ -26,7 +26,8 @@ from textproc.errors import InvalidInput
 PIECES = [chr(c).encode() for c in range(0x20, 0x7F)] + [
     b"ab", b"abc", b"\"a", b"a\"", b"12", b"\n", b"\t", "é".encode(), "中".encode(), "中"[0].encode()[:1],
     "中".encode()[1:], b"\xe4", b"\xb8", b"\xad", b"true", b"false", b"null", b", ", b": ", b"{\"", b"\"}",
-    b"foo", b"bar", b"fo",
+    b"foo", b"bar", b"fo", b"hello", b"a b c", "世界".encode(), "é中".encode(), b"\\n", b"x\"", b"@ex",
+    b"0123456789", "\U0001F600".encode(),
 ]
 END = len(PIECES)
 SPECIAL = END + 1
@@ -35,6 +36,9 @@ REGEXES = [
     r"ab|abc", r"(?:foo|bar)+", r"[a-c]{2,4}x?", r"\d+(?:\.\d{1,2})?", r"[^a]{0,3}é", r"中+|é",
     r'"(?:[^"\\]|\\.)*"', r"(true|false|null)", r"x*", r"[A-Z][a-z]*( [A-Z][a-z]*){0,2}",
     r"\{\"a\": [0-9]+\}", r"[\u4e00-\u9fff]{1,2}", r"(?:ab){2}|a(?:ba)*",
+    # counted repetitions (chain states), loop entries, escapes inside counted strings
+    r'"[^"]{0,6}"', r'"(?:[^"\\]|\\.){0,5}"', r"[a-z][a-z0-9 ]{0,7}", r"x[a-z ]+y", r"[a-zA-Z0-9._%+-]+@[a-z]+",
+    r"[^\n]{2,4}", r".{0,3}x[^x]{1,3}",
 ]
 POOL = "abcx.\"\\é中1 {}:\n"
 

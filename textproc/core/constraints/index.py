@@ -9,10 +9,12 @@ How the build stays fast (the self-loop fact in the constraints notes): inside a
 almost every token leaves the state unchanged. For a state whose self-loop byte set is large,
 the tokens made only of loop bytes (plus whole UTF-8 characters when every character returns
 to the state) are one bitset expression over the vocabulary's per-byte bitsets, computed once
-per distinct byte set; only the rest (a few thousand tokens holding a quote, a backslash, a
-control byte or half a character) are walked. Other states walk the sorted token list as a
-trie, following only live bytes. States with many live bytes but no loop (counted
-repetitions) walk each distinct byte-class string once.
+per distinct byte set; the same holds for a state whose bytes lead into such a loop (the first
+character of ``[a-z]+``): tokens starting with those bytes and staying in the loop. Only the
+rest (a few thousand tokens holding a quote, a backslash, a control byte or half a character)
+are walked, skipping runs of loop bytes with ``bytes.lstrip``. Other states walk the sorted
+token list as a trie, following only live bytes. States with many live bytes but no loop
+(counted repetitions) walk each distinct byte-class string once.
 
 Layout: per state a full bitmask (ceil(V/32) little-endian int32 words, shared between
 states with equal masks), a default next state and a small exception map id -> next state.
@@ -22,10 +24,11 @@ A lookup is two indexings and a dict get.
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from collections.abc import Iterable
 
 from textproc.core.constraints.automaton import Budget, ByteDFA, utf8_sequences
-from textproc.core.constraints.vocab import TokenVocabulary, VocabTables, bits_of, bitset, subrange
+from textproc.core.constraints.vocab import MAX_CHARS, TokenVocabulary, VocabTables, bits_of, bitset, subrange
 from textproc.errors import InvalidInput
 
 __all__ = ["TokenIndex", "build_index"]
@@ -264,6 +267,14 @@ def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int],
     return steer, [d if d >= 0 else 1 << 30 for d in distance]
 
 
+def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int], int]:
+    """(allowed bitset, exceptions, default): the most common next state becomes the default."""
+    if not nexts:
+        return 0, {}, -1
+    default = Counter(nexts.values()).most_common(1)[0][0]
+    return bitset(nexts, size), {t: n for t, n in nexts.items() if n != default}, default
+
+
 class _Builder:
     def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: list[bytes]) -> None:
         self.dfa = dfa
@@ -274,21 +285,162 @@ class _Builder:
         self.loop_cache: dict[tuple[bytes, bool], int] = {}
         self.first_cache: dict[bytes, int] = {}
         self.class_groups: list[tuple[bytes, list[int]]] | None = None
+        self.loops: dict[int, bytes] = {}
+        self.transparency: dict[int, bool] = {}
+        self.plain_cache: dict[tuple[bytes, bool], int] = {}
+        self.lives: dict[int, list[tuple[int, int]]] = {}
+        # state -> its loop bytes, for the states with a big loop (walk_skipping)
+        self.big_loops = {q: loop for q in range(dfa.n_states)
+                          if len(loop := self.loop_bytes(q)) >= _LOOP_MIN}
+
+    def live(self, q: int) -> list[tuple[int, int]]:
+        """``(byte, next state)`` for the bytes that do not kill ``q``."""
+        got = self.lives.get(q)
+        if got is None:
+            got = self.lives[q] = [(b, t) for b, t in enumerate(self.rows[q]) if t >= 0]
+        return got
+
+    def loop_bytes(self, q: int) -> bytes:
+        """The bytes that lead from ``q`` back to ``q``."""
+        got = self.loops.get(q)
+        if got is None:
+            row = self.rows[q]
+            got = self.loops[q] = bytes(b for b in range(256) if row[b] == q)
+        return got
 
     def state(self, q: int) -> tuple[int, dict[int, int], int]:
         """(allowed ids as a bitset, id -> next for ids not going to default, default next)."""
-        row = self.rows[q]
-        loop = bytes(b for b in range(256) if row[b] == q)
-        live = [(b, t) for b, t in enumerate(row) if t >= 0]
-        transparent = len(loop) >= _LOOP_MIN and self.transparent(q)
-        if len(loop) >= _LOOP_MIN:
-            return self.loop_state(q, loop, live, transparent)
+        live = self.live(q)
+        by_next: dict[int, list[int]] = {}
+        for b, t in live:
+            by_next.setdefault(t, []).append(b)
+        # successors whose loop holds every byte leading there from q (q itself when it loops)
+        targets = [(t, bytes(bs)) for t, bs in by_next.items()
+                   if len(self.loop_bytes(t)) >= _LOOP_MIN and set(bs) <= set(self.loop_bytes(t))]
+        if targets:
+            return self.loop_state(q, targets, live)
         if len(live) > _WIDE:
-            return self.wide_state(q)
+            chained = self.chain_state(q, live)
+            return chained if chained is not None else self.wide_state(q)
         return self.trie_state(q, live)
+
+    def chain(self, q: int) -> tuple[bytes, list[int], int] | None:
+        """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
+        next state, and states ``c`` with ``c[0] = q`` and ``c[i + 1]`` the state after one
+        more plain byte from ``c[i]`` (-1: dead), as long as every plain byte agrees; plus how
+        many of those steps every whole non-ASCII character takes alike. None if no chain."""
+        rows = self.rows
+        row = rows[q]
+        ascii_next = Counter(t for t in row[:128] if t >= 0).most_common(1)
+        if not ascii_next:
+            return None
+        plain = bytes(b for b in range(128) if row[b] == ascii_next[0][0])
+        if len(plain) < _LOOP_MIN:
+            return None
+        states = [q]
+        while len(states) < MAX_CHARS and states[-1] >= 0:
+            nexts = {rows[states[-1]][b] for b in plain}
+            if len(nexts) != 1:
+                break
+            states.append(nexts.pop())
+        shifts = 0  # characters: c[i] --any whole non-ASCII character--> c[i + 1]
+        while shifts + 1 < len(states) and states[shifts + 1] >= 0 and self._char_step(states[shifts], states[shifts + 1]):
+            shifts += 1
+        return plain, states, shifts
+
+    def _char_step(self, s: int, t: int) -> bool:
+        rows = self.rows
+        for seq in _MULTIBYTE:
+            got = {s}
+            for lo, hi in seq:
+                got = {rows[x][b] for x in got for b in range(lo, hi + 1)}
+                if -1 in got:
+                    return False
+            if got != {t}:
+                return False
+        return True
+
+    def _char_dies(self, s: int) -> bool:
+        """Whether every whole non-ASCII character read from ``s`` reaches the dead state."""
+        rows = self.rows
+        for seq in _MULTIBYTE:
+            got = {s}
+            for lo, hi in seq:
+                got = {rows[x][b] if x >= 0 else -1 for x in got for b in range(lo, hi + 1)}
+            if got != {-1}:
+                return False
+        return True
+
+    def chain_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int] | None:
+        """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
+        ``c[n]``, found with one bitset AND per length; the rest is walked."""
+        found = self.chain(q)
+        if found is None:
+            return None
+        plain, states, shifts = found
+        t = self.tables
+        ascii_only = self.tokens_of(plain, False)
+        with_chars = (self.tokens_of(plain, True) & ~ascii_only) if shifts else 0
+        covered = 0
+        groups: list[tuple[int, int]] = []  # (next state, tokens)
+        for n in range(1, len(states)):
+            tokens = ascii_only & t.by_chars[n]
+            if n <= shifts:
+                tokens |= with_chars & t.by_chars[n]
+            covered |= tokens  # dead ends (states[n] == -1) are covered too: not allowed
+            if states[n] >= 0 and tokens:
+                groups.append((states[n], tokens))
+        if states[-1] < 0:  # every longer plain token dies too
+            last = len(states) - 1
+            chars_die = with_chars and shifts == last - 1 and self._char_dies(states[last - 1])
+            for n in range(last, MAX_CHARS):
+                covered |= ascii_only & t.by_chars[n]
+                if chars_die:
+                    covered |= with_chars & t.by_chars[n]
+        if not groups:
+            groups.append((-1, 0))
+        groups.sort(key=lambda g: g[1].bit_count(), reverse=True)
+        default = groups[0][0]  # its (many) tokens need no exception entries
+        exc: dict[int, int] = {}
+        allowed = 0
+        for n, tokens in groups:
+            allowed |= tokens
+            if n != default:
+                exc.update(dict.fromkeys(bits_of(tokens), n))
+        walk = self.walk_skipping
+        token_bytes = self.token_bytes
+        extra: list[int] = []
+        for i in bits_of(self.first(bytes(b for b, _ in live)) & ~covered):
+            n = walk(q, token_bytes[i])
+            if n >= 0:
+                extra.append(i)
+                if n != default:
+                    exc[i] = n
+        return allowed | bitset(extra, self.size), exc, default
+
+    def tokens_of(self, plain: bytes, chars: bool) -> int:
+        """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
+        key = (plain, chars)
+        got = self.plain_cache.get(key)
+        if got is None:
+            t = self.tables
+            ok = set(plain) | (_HIGH if chars else set())
+            bad = 0
+            for b in range(256):
+                if b not in ok:
+                    bad |= t.contains[b]
+            got = t.nonempty & ~bad & (~t.not_utf8 if chars else -1)
+            self.plain_cache[key] = got
+        return got
 
     def transparent(self, q: int) -> bool:
         """Whether every UTF-8 encoded non-ASCII character read from ``q`` returns to ``q``."""
+        got = self.transparency.get(q)
+        if got is None:
+            got = self.transparency[q] = self._transparent(q)
+        return got
+
+    def _transparent(self, q: int) -> bool:
         rows = self.rows
         for seq in _MULTIBYTE:
             states = {q}
@@ -300,39 +452,78 @@ class _Builder:
                 return False
         return True
 
-    def loop_state(self, q: int, loop: bytes, live: list[tuple[int, int]], transparent: bool) -> tuple[int, dict[int, int], int]:
-        t = self.tables
+    def inside(self, n: int) -> int:
+        """Bitset of the tokens that stay in loop state ``n``: made of its loop bytes, plus
+        whole UTF-8 characters when every character returns to ``n``."""
+        loop = self.loop_bytes(n)
+        transparent = self.transparent(n)
         key = (loop, transparent)
-        inside = self.loop_cache.get(key)
-        if inside is None:
+        got = self.loop_cache.get(key)
+        if got is None:
+            t = self.tables
             ok = set(loop) | (_HIGH if transparent else set())
             bad = 0
             for b in range(256):
                 if b not in ok:
                     bad |= t.contains[b]
-            inside = t.nonempty & ~bad
+            got = t.nonempty & ~bad
             if transparent:
-                inside &= ~t.not_utf8
-            self.loop_cache[key] = inside
-        first_key = bytes(b for b, _ in live)
-        first = self.first_cache.get(first_key)
-        if first is None:
-            first = 0
-            for b, _ in live:
-                first |= t.first[b]
-            self.first_cache[first_key] = first
-        allowed = inside
+                got &= ~t.not_utf8
+            self.loop_cache[key] = got
+        return got
+
+    def first(self, first_bytes: bytes) -> int:
+        """Bitset of the tokens starting with one of ``first_bytes``."""
+        got = self.first_cache.get(first_bytes)
+        if got is None:
+            got = 0
+            for b in first_bytes:
+                got |= self.tables.first[b]
+            self.first_cache[first_bytes] = got
+        return got
+
+    def walk_skipping(self, q: int, data: bytes) -> int:
+        """``dfa.walk`` that skips runs of loop bytes in loop states at C speed."""
+        rows = self.rows
+        big = self.big_loops
+        i, n = 0, len(data)
+        while i < n:
+            q = rows[q][data[i]]
+            if q < 0:
+                return -1
+            i += 1
+            loop = big.get(q)
+            if loop is not None and i < n:
+                i = n - len(data[i:].lstrip(loop))
+        return q
+
+    def loop_state(self, q: int, targets: list[tuple[int, bytes]],
+                   live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
+        """Tokens that enter a loop state and stay there are bitset expressions (no walk);
+        the rest of the tokens with a live first byte are walked."""
+        groups = []
+        covered = 0
+        for n, entry in targets:
+            stay = self.inside(n)
+            # tokens staying in q itself may also start with a whole non-ASCII character
+            tokens = stay if n == q else stay & self.first(entry)
+            groups.append((tokens.bit_count(), n, tokens))
+            covered |= tokens
+        groups.sort(reverse=True)
+        default = groups[0][1]
         exc: dict[int, int] = {}
+        for _, n, tokens in groups[1:]:
+            exc.update(dict.fromkeys(bits_of(tokens & ~groups[0][2]), n))
         extra: list[int] = []
         token_bytes = self.token_bytes
-        walk = self.dfa.walk
-        for i in bits_of(first & ~inside):
-            n = walk(q, token_bytes[i].lstrip(loop))
+        walk = self.walk_skipping
+        for i in bits_of(self.first(bytes(b for b, _ in live)) & ~covered):
+            n = walk(q, token_bytes[i])
             if n >= 0:
                 extra.append(i)
-                if n != q:
+                if n != default:
                     exc[i] = n
-        return allowed | bitset(extra, self.size), exc, q
+        return covered | bitset(extra, self.size), exc, default
 
     def trie_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
         texts = self.tables.texts
@@ -340,12 +531,19 @@ class _Builder:
         rows = self.rows
         walk = self.dfa.walk
         found: list[tuple[int, int]] = []  # (text index, next state)
+        loop_of = self.loop_bytes
+        live_of = self.live
         stack = [(0, len(texts), 0, q)]
         while stack:
             lo, hi, depth, s = stack.pop()
-            if hi - lo <= _SMALL:
+            loop = loop_of(s)
+            live_s = live if s == q else live_of(s)
+            if hi - lo <= _SMALL or len(loop) >= _LOOP_MIN or len(live_s) > _WIDE:
+                # few tokens, a state most bytes loop in (a string) or one where most bytes
+                # live (splitting costs more than walking): walk each token, the loop bytes
+                # after the prefix skipped at C speed
                 for k in range(lo, hi):
-                    n = walk(s, texts[k][depth:])
+                    n = walk(s, texts[k][depth:].lstrip(loop))
                     if n >= 0:
                         found.append((k, n))
                 continue
@@ -353,7 +551,7 @@ class _Builder:
                 found.append((lo, s))
                 lo += 1
             prefix = texts[lo][:depth]
-            for b, n in (live if s == q else [(b, n) for b, n in enumerate(rows[s]) if n >= 0]):
+            for b, n in live_s:
                 start, end = subrange(texts, lo, hi, prefix, b)
                 if start < end:
                     stack.append((start, end, depth + 1, n))
@@ -361,7 +559,7 @@ class _Builder:
         for k, n in found:
             for token_id in text_ids[k]:
                 exc[token_id] = n
-        return bitset(exc, self.size), exc, -1
+        return _split_default(exc, self.size)
 
     def wide_state(self, q: int) -> tuple[int, dict[int, int], int]:
         groups = self.class_groups
@@ -378,7 +576,7 @@ class _Builder:
             else:
                 for token_id in ids:
                     exc[token_id] = s
-        return bitset(exc, self.size), exc, -1
+        return _split_default(exc, self.size)
 
     def group_by_class(self) -> list[tuple[bytes, list[int]]]:
         """Tokens grouped by their string of DFA byte classes (equal strings walk alike);

@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from bisect import bisect_left
+from itertools import compress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from textproc.errors import InvalidInput, TokenizerFileError, short
 
 __all__ = ["TokenVocabulary", "END_TOKEN_NAMES", "SourceTokenizer", "VocabTables", "bits_of", "bitset", "subrange"]
 
+MAX_CHARS = 48  # tokens grouped by character count up to this (longer ones are walked)
 # special tokens that end a turn or the text (the chat formats textproc serves)
 END_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 
@@ -54,6 +56,7 @@ class VocabTables:
     first: list[int]  # byte -> bitset over ids of the tokens starting with it
     not_utf8: int  # bitset over ids of the tokens that are not whole UTF-8 text
     nonempty: int  # bitset over ids of the tokens a constraint may allow
+    by_chars: list[int]  # n -> bitset of the whole-UTF-8 tokens of n characters (n < MAX_CHARS)
 
 
 class TokenVocabulary:
@@ -239,6 +242,9 @@ _NONZERO = re.compile(rb"[^\x00]")
 
 def bits_of(mask: int) -> list[int]:
     """The positions of the set bits of ``mask``, ascending (cost ~ the set bytes)."""
+    if mask.bit_count() * 16 > mask.bit_length():  # dense: one pass in C over the binary digits
+        digits = bin(mask)[:1:-1].encode().translate(_DIGIT_BITS)
+        return list(compress(range(len(digits)), digits))
     data = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
     out: list[int] = []
     for m in _NONZERO.finditer(data):
@@ -250,6 +256,7 @@ def bits_of(mask: int) -> list[int]:
 
 
 _BITS = [[j for j in range(8) if v >> j & 1] for v in range(256)]
+_DIGIT_BITS = bytes.maketrans(b"01", b"\x00\x01")
 
 
 def bitset(ids: Iterable[int], size: int) -> int:
@@ -267,6 +274,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
     first: list[list[int]] = [[] for _ in range(256)]
     bad_utf8: list[int] = []
     nonempty: list[int] = []
+    by_chars: list[list[int]] = [[] for _ in range(MAX_CHARS)]
     for i, data in enumerate(token_bytes):
         if not data:
             continue
@@ -274,11 +282,15 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
         first[data[0]].append(i)
         for b in set(data):
             contains[b].append(i)
+        n = len(data)
         if not data.isascii():
             try:
-                data.decode("utf-8")
+                n = len(data.decode("utf-8"))
             except UnicodeDecodeError:
                 bad_utf8.append(i)
+                continue
+        if n < MAX_CHARS:
+            by_chars[n].append(i)
     return VocabTables(
         texts=texts,
         text_ids=[tuple(by_bytes[t]) for t in texts],
@@ -286,6 +298,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
         first=[bitset(f, size) for f in first],
         not_utf8=bitset(bad_utf8, size),
         nonempty=bitset(nonempty, size),
+        by_chars=[bitset(ids, size) for ids in by_chars],
     )
 
 

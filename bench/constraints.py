@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Constraint compile time, compiled size and per-step engine cost: textproc vs outlines-core
+vs llguidance, side by side in one run on the Qwen3 vocabulary (issue 11).
+
+    .venv/bin/python bench/constraints.py [--quick] [--json PATH] [--model-dir DIR] [--reps N]
+
+Per schema (the same regex goes to every compiler: ``json_schema_to_regex`` output, or the
+forced tool-call pattern):
+
+- compile: textproc ``compile_constraint`` (no cache), outlines-core ``Index(regex + "$")``,
+  llguidance ``LLMatcher(grammar_from_regex(regex))``; best of ``--reps``;
+- size: textproc ``TokenIndex.nbytes`` (what travels to the engine once), outlines-core's
+  transition count (its table has one entry per allowed (state, token));
+- per step, walking the tokens of a valid instance: textproc ``guide.advance(t)`` +
+  ``guide.allowed_mask()`` copied into a preallocated int32 buffer; outlines-core
+  ``Guide.advance(t)`` + ``write_mask_into``; llguidance ``consume_token(t)`` +
+  ``unsafe_compute_mask_ptr`` (fill + consume). Median and p99 microseconds per step.
+
+One-time vocabulary set-up is reported separately. JSON lines out (``--json``); ``uptime``
+load average is in the header: compare ratios, not absolute numbers, on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import describe, machine, model_dir, print_table, write_json  # noqa: E402
+
+from textproc import TokenVocabulary, Tokenizer, compile_constraint  # noqa: E402
+from textproc.core.constraints import Guide, json_schema_to_regex, tool_call_pattern  # noqa: E402
+
+STR = {"type": "string"}
+INT = {"type": "integer"}
+
+
+def _tool(name: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+SMALL_TOOL = _tool("get_weather", {"location": STR, "unit": {"enum": ["celsius", "fahrenheit"]}}, ["location"])
+EIGHT = {"type": "object", "properties": {
+    "query": STR, "limit": {"type": "integer", "minimum": 1, "maximum": 100}, "offset": INT,
+    "sort": {"enum": ["relevance", "date", "popularity"]}, "ascending": {"type": "boolean"},
+    "lang": STR, "score": {"type": "number"}, "tags": {"type": "array", "items": STR}},
+    "required": ["query", "limit"]}
+# (name, regex, a valid instance text the per-step walk tokenizes)
+CASES: list[tuple[str, dict[str, Any] | None, list[dict[str, Any]] | None, Any]] = [
+    ("small-tool", None, [SMALL_TOOL], {"location": "Paris", "unit": "celsius"}),
+    ("8-property-tool", EIGHT, None, {"query": "cheap flights to Rome", "limit": 10, "offset": 0,
+                                     "sort": "date", "ascending": True, "lang": "en", "score": 0.5,
+                                     "tags": ["travel", "europe"]}),
+    ("nested", {"type": "object", "properties": {
+        "user": {"type": "object", "properties": {"name": STR, "age": INT, "address": {
+            "type": "object", "properties": {"city": STR, "zip": STR}, "required": ["city"]}},
+                 "required": ["name", "address"]},
+        "active": {"type": "boolean"}}, "required": ["user"]}, None,
+     {"user": {"name": "Ada Lovelace", "age": 36, "address": {"city": "London", "zip": "W1"}}, "active": True}),
+    ("enums", {"type": "object", "properties": {
+        "color": {"enum": ["red", "green", "blue", "cyan", "magenta", "yellow"]},
+        "size": {"enum": ["S", "M", "L", "XL"]}, "status": {"const": "ok"}},
+               "required": ["color", "size", "status"]}, None, {"color": "magenta", "size": "XL", "status": "ok"}),
+    ("arrays", {"type": "object", "properties": {
+        "ids": {"type": "array", "items": INT, "minItems": 1},
+        "names": {"type": "array", "items": STR, "maxItems": 4}}, "required": ["ids"]}, None,
+     {"ids": [3, 14, 159], "names": ["a", "bc"]}),
+    ("formats", {"type": "object", "properties": {
+        "when": {"type": "string", "format": "date-time"}, "id": {"type": "string", "format": "uuid"},
+        "email": {"type": "string", "format": "email"}}, "required": ["when", "id", "email"]}, None,
+     {"when": "2024-05-06T07:08:09Z", "id": "123e4567-e89b-12d3-a456-426614174000", "email": "ada@example.org"}),
+    ("anyof", {"type": "object", "properties": {"value": {"anyOf": [INT, STR, {"type": "null"}]},
+                                                "unit": {"type": ["string", "null"]}}, "required": ["value"]},
+     None, {"value": "twelve", "unit": None}),
+    ("int-ranges", {"type": "object", "properties": {
+        "year": {"type": "integer", "minimum": 1900, "maximum": 2100},
+        "month": {"type": "integer", "minimum": 1, "maximum": 12},
+        "temp": {"type": "integer", "minimum": -60, "maximum": 60}}, "required": ["year", "month", "temp"]},
+     None, {"year": 2024, "month": 7, "temp": -5}),
+    ("short-strings", {"type": "object", "properties": {
+        "code": {"type": "string", "maxLength": 8}, "country": {"type": "string", "minLength": 2, "maxLength": 2}},
+                       "required": ["code", "country"]}, None, {"code": "AB12", "country": "FR"}),
+    ("20-tool-required", None,
+     [_tool(f"tool_{i:02d}_{w}", {"arg": STR, "n": INT}, ["arg"]) for i, w in enumerate(
+         "search fetch parse store load save send read write open close list move copy sort find "
+         "join split merge count".split())],
+     {"arg": "x", "n": 3}),
+]
+QUICK = {"small-tool", "enums"}  # fast for every compiler (the smoke test)
+
+
+def _regex(schema: dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> str:
+    if tools is not None:
+        return tool_call_pattern(tools, None if len(tools) > 1 else tools[0]["function"]["name"],
+                                 parallel=False)
+    assert schema is not None
+    return json_schema_to_regex(schema)
+
+
+def _instance_text(tools: list[dict[str, Any]] | None, value: Any) -> str:
+    args = json.dumps(value, ensure_ascii=False)
+    if tools is None:
+        return args
+    name = tools[-1]["function"]["name"]
+    return f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": {args}}}\n</tool_call>'
+
+
+def _best(fn: Any, reps: int) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def _steps_us(step: Any, ids: list[int], rounds: int) -> tuple[float, float]:
+    times: list[float] = []
+    for _ in range(rounds):
+        state = step(None)
+        for token_id in ids:
+            t0 = time.perf_counter_ns()
+            state = step((state, token_id))
+            times.append(time.perf_counter_ns() - t0)
+    times.sort()
+    return statistics.median(times) / 1000, times[int(0.99 * (len(times) - 1))] / 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="2 schemas, 1 rep (the smoke test)")
+    p.add_argument("--json", type=Path, help="append JSON lines here")
+    p.add_argument("--model-dir", help="default: .cache/models/qwen3")
+    p.add_argument("--reps", type=int, default=3, help="compiles per schema and compiler (best kept)")
+    p.add_argument("--no-references", action="store_true", help="textproc only")
+    args = p.parse_args(argv)
+    reps = 1 if args.quick else args.reps
+    info = machine()
+    print(describe(info))
+    model = model_dir(args.model_dir)
+    tok = Tokenizer.from_dir(model)
+    t0 = time.perf_counter()
+    vocab = TokenVocabulary.from_dir(model)
+    vocab.tables()
+    setup = {"textproc_vocab_s": time.perf_counter() - t0}
+    oc = llg = None
+    if not args.no_references:
+        try:
+            import outlines_core as oc
+        except ImportError:
+            print("outlines-core not installed: pip install outlines-core")
+        try:
+            import llguidance as llg
+        except ImportError:
+            print("llguidance not installed: pip install llguidance")
+    eos = vocab.end_ids[0]
+    oc_vocab = llg_tok = None
+    if oc is not None:
+        t0 = time.perf_counter()
+        by_bytes: dict[bytes, list[int]] = {}
+        for i in range(vocab.size):
+            data = vocab.token_bytes(i)
+            if data:
+                by_bytes.setdefault(data, []).append(i)
+        oc_vocab = oc.Vocabulary(eos, by_bytes)
+        setup["outlines_vocab_s"] = time.perf_counter() - t0
+    if llg is not None:
+        t0 = time.perf_counter()
+        llg_tok = llg.LLTokenizer((model / "tokenizer.json").read_text(), n_vocab=vocab.size,
+                                  eos_token=list(vocab.end_ids))
+        setup["llguidance_vocab_s"] = time.perf_counter() - t0
+    print("vocabulary set-up (once):", {k: round(v, 2) for k, v in setup.items()})
+    width = (vocab.size + 31) // 32
+    buf = array("i", [0]) * width
+    addr = ctypes.addressof((ctypes.c_int32 * width).from_buffer(buf))
+    rows: list[dict[str, Any]] = []
+    for name, schema, tools, value in CASES:
+        if args.quick and name not in QUICK:
+            continue
+        regex = _regex(schema, tools)
+        ids = tok.encode(_instance_text(tools, value))  # the end id is not walked (outlines-core refuses it)
+        row: dict[str, Any] = {"case": name, "regex_chars": len(regex), "steps": len(ids)}
+        secs, index = _best(lambda: compile_constraint(vocab, regex=regex, cache=None), reps)
+        row.update(textproc_compile_s=secs, textproc_states=index.n_states, textproc_mb=index.nbytes / 1e6)
+
+        def ours(arg: Any) -> Any:
+            if arg is None:
+                return Guide(index)
+            guide, token_id = arg
+            guide.advance(token_id)
+            buf_view[:] = guide.allowed_mask()
+            return guide
+
+        buf_view = memoryview(buf).cast("B")
+        row["textproc_step_us"], row["textproc_step_p99_us"] = _steps_us(ours, ids, 3 if args.quick else 20)
+        if oc is not None:
+            secs, theirs = _best(lambda: oc.Index(f"(?:{regex})$", oc_vocab), reps)
+            row.update(outlines_compile_s=secs, outlines_transitions=sum(map(len, theirs.get_transitions().values())))
+
+            def outlines(arg: Any) -> Any:
+                if arg is None:
+                    return oc.Guide(theirs)
+                guide, token_id = arg
+                guide.advance(token_id)
+                guide.write_mask_into(addr, width, 4)
+                return guide
+
+            row["outlines_step_us"], row["outlines_step_p99_us"] = _steps_us(outlines, ids, 3 if args.quick else 20)
+        if llg is not None:
+            grammar = llg.LLMatcher.grammar_from_regex(regex)
+            secs, _ = _best(lambda: llg.LLMatcher(llg_tok, grammar, log_level=0), reps)
+            row["llguidance_compile_s"] = secs
+
+            def guidance(arg: Any) -> Any:
+                if arg is None:
+                    return llg.LLMatcher(llg_tok, grammar, log_level=0)
+                matcher, token_id = arg
+                matcher.consume_token(token_id)
+                matcher.unsafe_compute_mask_ptr(addr, width * 4)
+                return matcher
+
+            row["llguidance_step_us"], row["llguidance_step_p99_us"] = _steps_us(guidance, ids, 3 if args.quick else 20)
+        for ref in ("outlines", "llguidance"):
+            if f"{ref}_compile_s" in row:
+                row[f"compile_vs_{ref}"] = row["textproc_compile_s"] / row[f"{ref}_compile_s"]
+        rows.append(row)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+    print_table(rows, [("case", "case", "s"), ("tp s", "textproc_compile_s", ".3f"),
+                       ("oc s", "outlines_compile_s", ".3f"), ("llg s", "llguidance_compile_s", ".4f"),
+                       ("states", "textproc_states", "d"), ("tp MB", "textproc_mb", ".2f"),
+                       ("oc trans", "outlines_transitions", "d"), ("tp us/step", "textproc_step_us", ".2f"),
+                       ("oc us/step", "outlines_step_us", ".1f"), ("llg us/step", "llguidance_step_us", ".1f")])
+    info["setup"] = setup
+    write_json(args.json, rows, info)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
