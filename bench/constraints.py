@@ -12,7 +12,8 @@ forced tool-call pattern):
 - size: textproc ``TokenIndex.nbytes`` (what travels to the engine once), outlines-core's
   transition count (its table has one entry per allowed (state, token));
 - per step, walking the tokens of a valid instance: textproc ``guide.advance(t)`` +
-  ``guide.allowed_mask()`` copied into a preallocated int32 buffer; outlines-core
+  ``guide.allowed_mask()`` copied into a preallocated int32 buffer (``textproc_lookup_us``:
+  without the copy, for an engine that reads the mask bytes in place); outlines-core
   ``Guide.advance(t)`` + ``write_mask_into``; llguidance ``consume_token(t)`` +
   ``unsafe_compute_mask_ptr`` (fill + consume). Median and p99 microseconds per step.
 
@@ -203,8 +204,17 @@ def main(argv: list[str] | None = None) -> int:
             buf_view[:] = guide.allowed_mask()
             return guide
 
+        def ours_lookup(arg: Any) -> Any:  # an engine that reads the mask bytes in place
+            if arg is None:
+                return Guide(index)
+            guide, token_id = arg
+            guide.advance(token_id)
+            guide.allowed_mask()
+            return guide
+
         buf_view = memoryview(buf).cast("B")
         row["textproc_step_us"], row["textproc_step_p99_us"] = _steps_us(ours, ids, 3 if args.quick else 20)
+        row["textproc_lookup_us"], _ = _steps_us(ours_lookup, ids, 3 if args.quick else 20)
         if oc is not None:
             secs, theirs = _best(lambda: oc.Index(f"(?:{regex})$", oc_vocab), reps)
             row.update(outlines_compile_s=secs, outlines_transitions=sum(map(len, theirs.get_transitions().values())))
@@ -241,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("oc s", "outlines_compile_s", ".3f"), ("llg s", "llguidance_compile_s", ".4f"),
                        ("states", "textproc_states", "d"), ("tp MB", "textproc_mb", ".2f"),
                        ("oc trans", "outlines_transitions", "d"), ("tp us/step", "textproc_step_us", ".2f"),
+                       ("tp lookup us", "textproc_lookup_us", ".2f"),
                        ("oc us/step", "outlines_step_us", ".1f"), ("llg us/step", "llguidance_step_us", ".1f")])
     info["setup"] = setup
     write_json(args.json, rows, info)
