@@ -159,7 +159,10 @@ class RequestState:
             if fits(token_id):
                 return token_id
         fitting = [t for t in guide.allowed_ids() if fits(t)]
-        return rng.choice(fitting) if fitting else guide.completion_token()  # type: ignore[no-any-return]
+        if fitting:
+            return rng.choice(fitting)  # type: ignore[no-any-return]
+        steer = guide.completion_token()
+        return steer if steer >= 0 else rng.choice(guide.allowed_ids())  # type: ignore[no-any-return]
 
     def _take_guided(self, k: int) -> tuple[list[int], str | None]:
         new: list[int] = []

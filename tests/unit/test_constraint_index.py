@@ -223,3 +223,16 @@ def test_utf8_sequences_cover_exactly(text: str) -> None:
         data = ch.encode()
         seqs = utf8_sequences(0x80, 0x10FFFF) + utf8_sequences(0, 0x7F)
         assert any(len(s) == len(data) and all(lo <= b <= hi for b, (lo, hi) in zip(data, s)) for s in seqs), code
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_completion_tokens_reach_an_accepting_state(pattern: str) -> None:
+    index = compile_constraint(VOCAB, regex=pattern, cache=None)
+    for state in range(index.n_states):
+        s, steps = state, 0
+        while not index.is_accepting(s):
+            token_id = index.completion_token(s)
+            assert token_id in index.allowed_ids(s), (pattern, state, s)
+            s = index.next_state(s, token_id)
+            steps += 1
+        assert steps == index.completion_length(state), (pattern, state)

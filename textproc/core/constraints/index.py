@@ -236,19 +236,27 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
     exceptions = [{t: index_of[n] for t, n in exc.items()} for _, exc, _ in per_state]
     defaults = [index_of[d] if d >= 0 else -1 for _, _, d in per_state]
     accepting = [dfa.accepting[q] for q in order]
-    steer, distance = _shortest_completions(exceptions, defaults, accepting)
+    # one token per state that takes the default transition (for the shortest completions)
+    via_default = []
+    for s, (allowed, exc, _) in enumerate(per_state):
+        rest = allowed & ~end_bits & ~bitset(exc, vocab.size)
+        via_default.append((rest & -rest).bit_length() - 1 if defaults[s] >= 0 and rest else -1)
+    steer, distance = _shortest_completions(exceptions, defaults, via_default, accepting)
     return TokenIndex(vocab_size=vocab.size, end_ids=vocab.end_ids, masks=masks, mask_of=mask_of,
                       default_next=defaults, exceptions=exceptions, accepting=accepting,
                       steer=steer, distance=distance)
 
 
-def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int],
+def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int], via_default: list[int],
                           accepting: list[bool]) -> tuple[list[int], list[int]]:
     """Per state, a token on a shortest way to an accepting state and that way's length
-    (backward BFS over the index graph; default transitions are self-loops, never shorter)."""
+    (backward BFS over the index graph: exceptions, and defaults through ``via_default``)."""
     n = len(accepting)
     into: list[dict[int, int]] = [{} for _ in range(n)]  # state -> {predecessor: a token}
     for s, exc in enumerate(exceptions):
+        t = defaults[s]
+        if t >= 0 and t != s and via_default[s] >= 0:
+            into[t][s] = via_default[s]
         for token_id, t in exc.items():
             if t != s and s not in into[t]:
                 into[t][s] = token_id
