@@ -39,7 +39,9 @@ Set-ups, in one run:
   engine loop serves them: per step it takes new requests and aborts from its EngineLink, does
   the same fixed work, and emits one pre-tokenized mixed-text token per running request (finish
   "length" at max_tokens), so the detokenizer has real text to stream. Its engine streams vary
-  with the load (reported as ``streams``).
+  with the load (reported as ``streams``). With ``--constrained F`` that fraction of the
+  streams asks for JSON output: the workers compile the schema, the index reaches the engine
+  once, and the engine reads each such request's mask and advances its guide every step.
 
 ``pinned``: the engine thread is pinned to CPU 0 and every text unit (thread or process), the
 sink and the service's processes to the other CPUs, so only the interpreter lock can slow the
@@ -264,9 +266,16 @@ SERVICE_STREAMS = 256
 SERVICE_MAX_TOKENS = 200
 
 
+# --constrained: the JSON schema those streams' answers must follow (a small tool's arguments)
+CONSTRAINED_SCHEMA = {"type": "object", "properties": {"location": {"type": "string"},
+                                                      "unit": {"enum": ["celsius", "fahrenheit"]}},
+                      "required": ["location", "unit"]}
+
+
 def _load_generator(runtime_dir: str, prompts: list[str], streams: int, stop: Any,
-                    results: Any) -> None:
-    """Keep ``streams`` chats open against the service until ``stop``; report counts."""
+                    results: Any, constrained: float = 0.0) -> None:
+    """Keep ``streams`` chats open against the service until ``stop``; report counts. The
+    fraction ``constrained`` of the streams asks for JSON output (``structured``)."""
     import asyncio
 
     import uvloop
@@ -279,11 +288,13 @@ def _load_generator(runtime_dir: str, prompts: list[str], streams: int, stop: An
 
             async def one(k: int) -> None:
                 i = k
+                structured = ({"json": CONSTRAINED_SCHEMA}
+                              if constrained and int(k * constrained) != int((k + 1) * constrained) else None)
                 while not stop.is_set():
                     msg = [{"role": "user", "content": prompts[i % len(prompts)]}]
                     i += streams
                     try:
-                        async for event in client.chat(msg, stop=STOPS,
+                        async for event in client.chat(msg, stop=STOPS, structured=structured,
                                                        max_tokens=SERVICE_MAX_TOKENS):
                             counts["chars"] += len(event.text)
                             if stop.is_set():
@@ -333,6 +344,11 @@ class Service:
 class ServiceEngine:
     """The engine serving real requests: one pre-tokenized token per running request per step.
 
+    A constrained request (``req.guide``) reads its allowed mask every step, takes the
+    pre-tokenized token when the mask allows it and else the index's completion token (the
+    work a real engine's sampler adds: one mask read and one ``advance``), and ends with
+    "stop" when the guide is finished.
+
     Its running set persists across runs, so requests started in one set-up still finish (or
     are aborted by the clients closing) while it keeps stepping.
     """
@@ -341,7 +357,9 @@ class ServiceEngine:
         self.link = link
         self.output_ids = output_ids
         self.running: dict[str, list[int]] = {}  # request_id -> [position, tokens left]
+        self.guides: dict[str, Any] = {}  # request_id -> Guide, for constrained requests
         self.counter = 0
+        self.constrained_steps = 0
 
     def step(self, units: int) -> int:
         from engine_stub.stub import busy_work
@@ -349,11 +367,15 @@ class ServiceEngine:
         link = self.link
         running = self.running
         n_ids = len(self.output_ids)
+        guides = self.guides
         for req in link.poll_requests():
             self.counter += 1
             running[req.request_id] = [(self.counter * 613) % n_ids, req.max_tokens]
+            if req.guide is not None:
+                guides[req.request_id] = req.guide
         for rid in link.poll_aborts():
             running.pop(rid, None)
+            guides.pop(rid, None)
         if not running:
             link.wait(0.01)
             return 0
@@ -364,6 +386,19 @@ class ServiceEngine:
             token = self.output_ids[st[0] % n_ids]
             st[0] += 1
             st[1] -= 1
+            guide = guides.get(rid)
+            if guide is not None:
+                self.constrained_steps += 1
+                mask = guide.allowed_mask()
+                if not mask[token >> 3] >> (token & 7) & 1:
+                    token = guide.completion_token()
+                    if token < 0:
+                        token = guide.index.end_ids[0]
+                guide.advance(token)
+                if guide.is_finished or st[1] <= 0:
+                    outputs.append((rid, [token], "stop" if guide.is_finished else "length"))
+                    done.append(rid)
+                    continue
             if st[1] <= 0:
                 outputs.append((rid, [token], "length"))
                 done.append(rid)
@@ -371,6 +406,7 @@ class ServiceEngine:
                 outputs.append((rid, [token], None))
         for rid in done:
             del running[rid]
+            guides.pop(rid, None)
         link.send_outputs(outputs)
         return len(outputs)
 
@@ -510,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                              "shared machine (needs CAP_SYS_NICE; skipped if not allowed)")
     parser.add_argument("--service", action=argparse.BooleanOptionalAction, default=None,
                         help="also drive the real service (c-service); default: on unless --quick")
+    parser.add_argument("--constrained", type=float, default=0.0, metavar="F",
+                        help="c-service: this fraction of the streams asks for JSON output, "
+                             "enforced through the engine's guides (issue 11: 0.5)")
     args = parser.parse_args(argv)
     use_service = args.service if args.service is not None else not args.quick
     steps = args.steps or (120 if args.quick else 1000)
@@ -639,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
                         gen_results: Any = ctx.Queue()
                         gen = ctx.Process(target=_load_generator, args=(
                             str(service.runtime_dir), works["textproc"].prompts, SERVICE_STREAMS,
-                            gen_stop, gen_results), daemon=True)
+                            gen_stop, gen_results, args.constrained), daemon=True)
                         gen.start()
                         if pinned and gen.pid:
                             os.sched_setaffinity(gen.pid, text_cpus)

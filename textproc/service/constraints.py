@@ -8,8 +8,10 @@ socket in order; a new engine instance empties the mirror.
 
 How a slow compile is bounded: every compile has a wall-clock budget of ``MAX_COMPILE_S``
 (checked inside determinising and indexing loops), so one request holds its worker at most that
-long; the failure is cached, so a repeat of the same request fails at once. Other requests are
-served by the other workers meanwhile.
+long (the vocabulary tables are built before Ready, outside any budget). Failures that would
+repeat (unsupported constructs, state or size budget) are cached, so a repeat of the same
+request fails at once; a deadline overrun is not (a loaded machine may have caused it). Other
+requests are served by the other workers meanwhile.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ class WorkerConstraints:
         self._sent: OrderedDict[str, None] = OrderedDict()
         self.compiles = 0
 
+    def prepare(self) -> None:
+        """Build the vocabulary and its tables now (the worker does it before Ready)."""
+        self.vocab.tables()
+
     @property
     def vocab(self) -> TokenVocabulary:
         if self._vocab is None:
@@ -75,8 +81,9 @@ class WorkerConstraints:
     def compile(self, pattern: str) -> tuple[TokenIndex, IndexTable | None]:
         """The index of ``pattern`` and, if this worker has not sent it yet, its table."""
         misses = self.cache.misses
+        vocab = self.vocab  # built before the budget's clock starts (once per worker)
         budget = Budget(max_seconds=MAX_COMPILE_S, max_bytes=self.max_index_bytes)
-        index = compile_constraint(self.vocab, regex=pattern, budget=budget, cache=self.cache)
+        index = compile_constraint(vocab, regex=pattern, budget=budget, cache=self.cache)
         if self.cache.misses != misses:
             self.compiles += 1
         return index, None if index.key in self._sent else table_of(index)

@@ -46,6 +46,9 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     runtime = ChildRuntime(role="worker", index=index, config=config, parent_pid=parent_pid)
     runtime.start()
     builder = RequestBuilder(runtime.load_tokenizer(), config)
+    # the constraint vocabulary (exact token bytes + bitset tables, ~1 s on Qwen3) before Ready,
+    # so no request's compile budget pays for it
+    builder.constraints.prepare()
     runtime.freeze_heap()
     with runtime:
         front = runtime.bind(zmq.ROUTER, endpoints.workers[index])

@@ -3,8 +3,9 @@
 Owns the one door into the compiler (regex tree -> minimal byte DFA -> token index), its
 budget, and the content-addressed cache. The cache key is a hash of the vocabulary's
 fingerprint and the regex the constraint becomes, so two spellings of the same constraint
-share one index; failures are remembered too (a request that blew the budget once fails
-at once the next time instead of burning the budget again).
+share one index; failures are remembered too (a request that blew the state or size budget,
+or used an unsupported construct, fails at once the next time instead of burning the budget
+again). Running out of time is not remembered: on a quieter machine it may pass.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -155,7 +157,8 @@ def compile_constraint(
         except RecursionError:
             raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None
     except InvalidInput as e:
-        if cache is not None:
+        # remember what fails on every try; a deadline overrun may pass on a quieter machine
+        if cache is not None and time.monotonic() - budget.started <= budget.max_seconds:
             cache.fail(failure_key, str(e))
         raise
     index.key = key
