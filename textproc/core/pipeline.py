@@ -15,7 +15,8 @@ the stop checker releases ``"x"``; the output is unaffected, only delayed by one
 
 Fast path (most steps): while no stage holds anything, one id whose bytes are complete UTF-8
 (the detokenizer's ``text_table``) and whose text has no character that starts or ends a stop
-string or starts a tag goes out as ``{key: text}`` without running the stop checker or the
+string or could change the parser's state in its mode (``OutputParser.idle_chars``) goes out as
+``{key: text}`` without running the stop checker or the
 parser (each stage says when it is idle: ``StopChecker.is_idle``, ``OutputParser.idle_key``);
 a text with only tag characters skips the stop checker, one with only stop characters the
 parser. Each skipped stage would have returned the text unchanged and kept its state.
@@ -83,6 +84,7 @@ class OutputPipeline:
         "_danger_str",
         "_stop_chars",
         "_tag_chars",
+        "_idle_chars",
         "_strs",
     )
 
@@ -137,8 +139,9 @@ class OutputPipeline:
         # the fast path: while no stage holds anything, a delta that contains none of the
         # characters that could start or end a stop string or start a tag goes out as it is,
         # ``{self._fast_key: text}``; None while some stage holds text (then every stage runs)
+        self._idle_chars: frozenset[str] = frozenset()
         self._danger, self._danger_str, self._stop_chars, self._tag_chars = _danger_chars(
-            self._stops, self._parser
+            self._stops, self._idle_chars
         )
         self._fast_key: str | None = None
         self._strs: list[str | None] | None = None  # the detokenizer's text_table while usable
@@ -217,6 +220,8 @@ class OutputPipeline:
             assert parser is not None  # the character is a tag's
             out = parser.feed(text)
             self._fast_key = parser.idle_key
+            if parser.idle_chars is not self._idle_chars:
+                self._mode_changed(parser)
             return out
         stops = self._stops
         tag_hit = not self._tag_chars.isdisjoint(text)
@@ -242,6 +247,15 @@ class OutputPipeline:
             self._fast_key = "content"
         else:
             self._fast_key = self._parser.idle_key
+            if self._parser.idle_chars is not self._idle_chars:
+                self._mode_changed(self._parser)
+
+    def _mode_changed(self, parser: OutputParser) -> None:
+        # the parser's mode changed (content <-> reasoning): its characters for the fast path
+        self._idle_chars = parser.idle_chars
+        self._danger, self._danger_str, self._stop_chars, self._tag_chars = _danger_chars(
+            self._stops, self._idle_chars
+        )
 
     def finish(self, finish_reason: str = "stop", *, stop_token_id: int | None = None) -> list[dict[str, Any]]:
         """The engine ended the request: flush every stage, set ``finish_reason``; the rest.
@@ -292,11 +306,11 @@ _DANGER_STR_MAX = 8  # up to this many characters, longer deltas are scanned onc
 _DANGER: dict[tuple[frozenset[str], frozenset[str]], _CharSets] = {}
 
 
-def _danger_chars(stops: StopChecker, parser: OutputParser | None) -> _CharSets:
+def _danger_chars(stops: StopChecker, tag_chars: frozenset[str]) -> _CharSets:
     # (any, any as a str if short, stop, tag): characters that could start or end a stop string,
-    # or start a tag (in any parser mode); shared per distinct combination (free per request)
+    # or change the parser's state in its current mode (OutputParser.idle_chars); shared per
+    # distinct combination (free per request)
     stop_chars = stops.boundary_chars
-    tag_chars = parser.tag_chars if parser is not None else frozenset()
     key = (stop_chars, tag_chars)
     sets = _DANGER.get(key)
     if sets is None:

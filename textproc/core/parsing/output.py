@@ -169,6 +169,13 @@ class OutputParser:
             if fmt.ends_reasoning:
                 self._reasoning_tags.extend(fmt.open_tags)
         self._start_chars = fmt.start_chars if tools else ""
+        # characters that can change the state while idle: tags' first characters (any mode)
+        if self._harmony is not None:
+            self._content_chars = self._reasoning_chars = frozenset("<")
+        else:
+            first = {t[0] for t in self._content_tags + (self._reasoning_tags if reasoning else [])}
+            self._content_chars = frozenset(first)
+            self._reasoning_chars = self._content_chars | {"\n"} if reasoning else self._content_chars
         self._streamer = TagStreamer(self._mode_tags())
         self._section: Section | None = None
         self._n_calls = 0  # complete calls
@@ -195,7 +202,7 @@ class OutputParser:
     @property
     def idle_key(self) -> str | None:
         """``"content"`` / ``"reasoning_content"`` while nothing is held and no call is open,
-        else None. While idle, ``feed(text)`` of a text holding none of :attr:`tag_chars` is
+        else None. While idle, ``feed(text)`` of a text holding none of :attr:`idle_chars` is
         ``[{idle_key: text}]`` and changes no state (the pipeline's fast path)."""
         if self._finished:
             return None
@@ -207,15 +214,15 @@ class OutputParser:
 
     @property
     def tag_chars(self) -> frozenset[str]:
-        """Every character that can change this parser's state (the first characters of its
-        tags in any mode, and the newline when reasoning is parsed)."""
-        if self._harmony is not None:
-            return frozenset("<")
-        chars = {t[0] for t in self._content_tags}
-        if self.reasoning:
-            chars.update(t[0] for t in self._reasoning_tags)
-            chars.add("\n")
-        return frozenset(chars)
+        """Every character that can change this parser's state while it is idle, in any mode
+        (the first characters of its tags, and the newline when reasoning is parsed)."""
+        return self._reasoning_chars
+
+    @property
+    def idle_chars(self) -> frozenset[str]:
+        """:attr:`tag_chars` of the current mode: in content the newline changes nothing (so
+        the pipeline's fast path takes more tokens), in reasoning a trailing one is held."""
+        return self._reasoning_chars if self._in_reasoning else self._content_chars
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Fragments for the new text (adjacent fragments of one kind are joined)."""
