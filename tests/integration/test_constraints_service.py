@@ -118,3 +118,19 @@ def test_constraint_errors_are_invalid_input(service: Service) -> None:
     assert "a lookahead '(?=b' at position 1" in errors[0]
     assert "unsupported JSON Schema keyword 'foo' at $.properties.x" in errors[1]
     assert "must be one of" in errors[2]
+
+
+def test_format_markers_that_are_special_tokens_can_be_forced(toy_model: Path) -> None:
+    """A tool-call format spelled in special tokens (Mistral's [TOOL_CALLS], Llama's
+    <|python_tag|>): the worker's vocabulary lets a constraint write those markers, and only
+    those (here the toy's special <|im_start|> stands in for one)."""
+    from textproc import TokenVocabulary, Tokenizer, compile_constraint
+
+    tok = Tokenizer.from_dir(toy_model)
+    marker = tok.added_tokens["<|im_start|>"]
+    plain = compile_constraint(TokenVocabulary.from_tokenizer(tok), regex=r"<\|im_start\|>x", cache=None)
+    assert marker not in plain.allowed_ids(0)  # only spelled with ordinary tokens
+    vocab = TokenVocabulary.from_tokenizer(tok, text_specials=["<|im_start|>"])
+    index = compile_constraint(vocab, regex=r"<\|im_start\|>x", cache=None)
+    assert marker in index.allowed_ids(0)
+    assert tok.added_tokens["<|endoftext|>"] not in index.allowed_ids(0)

@@ -58,9 +58,11 @@ def table_of(index: TokenIndex) -> IndexTable:
 class WorkerConstraints:
     """A worker's compiler: vocabulary built on first use, compiled indexes cached by content."""
 
-    def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int) -> None:
+    def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int,
+                 text_specials: frozenset[str] = frozenset()) -> None:
         self.tokenizer = tokenizer
         self.end_ids = end_ids
+        self.text_specials = text_specials  # format markers a forced call writes as text
         self.max_index_bytes = min(MAX_INDEX_BYTES, max_frame_bytes // 2)
         self.cache = IndexCache(WORKER_CACHE_BYTES)
         self._vocab: TokenVocabulary | None = None
@@ -74,7 +76,8 @@ class WorkerConstraints:
     @property
     def vocab(self) -> TokenVocabulary:
         if self._vocab is None:
-            self._vocab = TokenVocabulary.from_tokenizer(self.tokenizer, end_ids=self.end_ids)
+            self._vocab = TokenVocabulary.from_tokenizer(self.tokenizer, end_ids=self.end_ids,
+                                                         text_specials=self.text_specials)
             self._vocab.tables()
         return self._vocab
 

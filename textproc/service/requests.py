@@ -106,8 +106,18 @@ class RequestBuilder:
         ids += [added[name] for name in END_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
         # compiled constraints: the end ids a constraint allows are the ids the engine stops on
+        from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
+
+        # the special tokens the model's tool-call / reasoning format is spelled in: a forced
+        # call writes them (the detokenizer keeps them for the parser the same way)
+        markers: set[str] = set()
+        if self.formats.tool_format in TOOL_FORMATS:
+            markers.update(TOOL_FORMATS[self.formats.tool_format].specials)
+        if self.formats.reasoning_format in REASONING_FORMATS:
+            markers.update(REASONING_FORMATS[self.formats.reasoning_format].specials)
         self.constraints = WorkerConstraints(tokenizer, self.default_stop_ids,
-                                             max_frame_bytes=config.max_frame_bytes)
+                                             max_frame_bytes=config.max_frame_bytes,
+                                             text_specials=frozenset(markers))
         self.last_index_key = ""  # the index the last Submit carried the table of ("" none)
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,

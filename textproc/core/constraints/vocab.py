@@ -5,7 +5,8 @@ alphabet), SentencePiece ``▁`` and byte-fallback ``<0xNN>`` are turned into th
 token writes (the tokenizer's own ``token_bytes``, or the byte-level alphabet for a bare
 ``vocab.json``); added tokens that are not special are their text. Special tokens are never
 text: their bytes are ``b""`` and a constraint never allows them, except the end ids
-(:attr:`TokenVocabulary.end_ids`) where the constraint is complete. An id with no bytes (a
+(:attr:`TokenVocabulary.end_ids`) where the constraint is complete, and the markers a tool-call
+format is spelled in when the vocabulary is built with them as ``text_specials``. An id with no bytes (a
 hole in the id range, an empty token) is never allowed.
 
 It also keeps the per-vocabulary tables the compiler reuses (sorted distinct byte strings and
@@ -90,15 +91,22 @@ class TokenVocabulary:
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def from_tokenizer(cls, tok: SourceTokenizer, *, end_ids: Iterable[int] | None = None) -> TokenVocabulary:
+    def from_tokenizer(cls, tok: SourceTokenizer, *, end_ids: Iterable[int] | None = None,
+                       text_specials: Iterable[str] = ()) -> TokenVocabulary:
         """The vocabulary of a :class:`textproc.Tokenizer` (or anything with ``token_bytes``).
 
         End ids default to the tokenizer's EOS plus the special turn/text end tokens it has
         (``<|im_end|>``, ``<|endoftext|>``, ...), the ids textproc already stops on.
+        ``text_specials``: special tokens (by content) a constraint may write as their text,
+        the markers a tool-call format is spelled in (``[TOOL_CALLS]``, ``<|python_tag|>``).
         """
-        special = set(tok.special_ids)
+        keep = {tok.added_tokens[c]: c for c in text_specials if c in tok.added_tokens}
+        special = set(tok.special_ids) - set(keep)
         size = _size(tok)
         data = [tok.token_bytes(i) for i in range(size)]
+        for token_id, content in keep.items():
+            if token_id < size:
+                data[token_id] = content.encode("utf-8")
         if end_ids is None:
             ends = {tok.eos_token_id} if tok.eos_token_id is not None else set()
             ends |= {tok.added_tokens[n] for n in END_TOKEN_NAMES if n in tok.added_tokens}
