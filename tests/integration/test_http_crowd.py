@@ -22,7 +22,9 @@ def test_streams_that_leave_are_aborted_in_the_engine(tmp_path: Path, toy_model:
     out = tmp_path / "crowd.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "crowd.py"), "--streams", "100", "--rounds", "1",
-         "--events", "3", "--workers", "1", "--model-dir", str(toy_model), "--json", str(out)],
+         # 20,000 tokens: room for a slow abort on a loaded box, and on main none came at all
+         "--events", "3", "--max-tokens", "20000", "--workers", "1", "--model-dir",
+         str(toy_model), "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row = json.loads(out.read_text().splitlines()[-1])
