@@ -103,7 +103,8 @@ class _Run:
     def observe(self, out: Output) -> None:
         metrics = self.api.metrics
         for stage, seconds in out.timings_s.items():
-            metrics.observe(stage, seconds)
+            if out.index == 0 or stage == "detokenize":  # n choices: one template, one encode
+                metrics.observe(stage, seconds)
         if not self.saw_token and out.fragments:
             self.saw_token = True
             metrics.observe("first_token", time.perf_counter() - self.started)
