@@ -102,8 +102,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, s
 
 
 @pytest.fixture(scope="module")
-def client(stack: tuple[Service, str]) -> openai.OpenAI:
-    return openai.OpenAI(base_url=stack[1] + "/v1", api_key="unused", max_retries=0, timeout=30)
+def client(stack: tuple[Service, str]) -> Iterator[openai.OpenAI]:
+    # closed at teardown: a pooled socket left for the GC is a ResourceWarning (an error here)
+    with openai.OpenAI(base_url=stack[1] + "/v1", api_key="unused", max_retries=0,
+                       timeout=30) as c:
+        yield c
 
 
 def user(text: str) -> list[dict[str, Any]]:
@@ -461,8 +464,8 @@ def test_too_many_requests_429(stack: tuple[Service, str]) -> None:
     service, _ = stack
     frontend = HttpFrontend(service, "--max-running", "1")
     url = frontend.start()
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
     try:
-        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
         body = {"model": MODEL, "messages": user("word " * 1000), "stream": True}
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as resp:
             assert resp.status_code == 200
@@ -480,6 +483,7 @@ def test_too_many_requests_429(stack: tuple[Service, str]) -> None:
                 time.sleep(0.05)
         assert ok.choices[0].message.content == "again"
     finally:
+        client.close()  # a pooled socket left for the GC is a ResourceWarning (an error)
         frontend.stop()
 
 
