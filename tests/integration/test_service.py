@@ -127,6 +127,43 @@ def test_client_cancel_aborts_in_the_engine(service: Service, tok: Tokenizer) ->
         assert generated < n_answer // 2, f"{rid}: engine generated {generated} of {n_answer} tokens"
 
 
+def test_n_choices_are_one_stream_with_an_index(service: Service, tok: Tokenizer) -> None:
+    """TextClient.chat(n=3): events of the sub-requests <id>-<i> tagged with their index, each
+    choice finishing on its own; closing the stream early aborts every choice still running."""
+    text = "three choices, one prompt"
+
+    async def main() -> tuple[dict[int, str], dict[int, Any], int]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            texts: dict[int, str] = {}
+            usage: dict[int, Any] = {}
+            async for event in client.chat([{"role": "user", "content": text}], n=3,
+                                           request_id="three"):
+                assert event.request_id == f"three-{event.index}"
+                texts[event.index] = texts.get(event.index, "") + event.text
+                if event.finish_reason is not None:
+                    usage[event.index] = event.usage
+            stream = client.chat([{"role": "user", "content": "word " * 600}], n=2,
+                                 request_id="two-cut")
+            async for event in stream:
+                break
+            await stream.aclose()  # type: ignore[attr-defined]
+            with pytest.raises(InvalidInput, match="n=0"):
+                async for _ in client.chat([{"role": "user", "content": "x"}], n=0):
+                    pass
+            await asyncio.sleep(0.5)
+            stats = {s.role: s.counters for s in await client.stats()}
+            return texts, usage, stats["detokenizer"]["requests_aborted"]
+
+    texts, usage, aborted = run(main)
+    assert texts == {0: text, 1: text, 2: text}
+    assert len({u.prompt_tokens for u in usage.values()}) == 1 and len(usage) == 3
+    assert aborted >= 2
+    n_answer = len(tok.encode("word " * 600)) + 1
+    for rid in ("two-cut-0", "two-cut-1"):
+        generated = _stub_generated(service, rid)
+        assert generated < n_answer // 2, f"{rid}: engine generated {generated} of {n_answer} tokens"
+
+
 def test_sequential_requests_spread_over_the_workers(service: Service) -> None:
     """One request at a time is always a tie (nothing pending): requests without a conversation
     go round robin (exactly half each); distinct conversations spread by their key (a fixed
