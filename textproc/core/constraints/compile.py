@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textproc.core.constraints.automaton import Budget, build_dfa
-from textproc.core.constraints.index import TokenIndex, build_index
+from textproc.core.constraints.build import build_index
+from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.regex_syntax import parse_regex
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.core.constraints.vocab import TokenVocabulary

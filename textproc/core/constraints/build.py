@@ -1,0 +1,426 @@
+"""Byte DFA x vocabulary -> :class:`TokenIndex` (the index builder).
+
+Every index state allows something, or the compile fails ("this vocabulary cannot express
+...") instead of stalling a request later.
+
+How the build stays fast (the self-loop fact in the constraints notes): inside a JSON string
+almost every token leaves the state unchanged. For a state whose self-loop byte set is large,
+the tokens made only of loop bytes (plus whole UTF-8 characters when every character returns
+to the state) are one bitset expression over the vocabulary's per-byte bitsets, computed once
+per distinct byte set; the same holds for a state whose bytes lead into such a loop (the first
+character of ``[a-z]+``): tokens starting with those bytes and staying in the loop. Counted
+repetitions (``[^"]{0,8}``) group tokens by character count, one AND per length. Only the rest
+(a few thousand tokens holding a quote, a backslash, a control byte or half a character) are
+walked, skipping runs of loop bytes with ``bytes.lstrip``. Other states walk the sorted token
+list as a trie, following only live bytes; what is left walks each distinct byte-class string
+once. The most common next state of a state becomes its default (no exception entries).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from textproc.core.constraints.automaton import Budget, ByteDFA, utf8_sequences
+from textproc.core.constraints.index import TokenIndex
+from textproc.core.constraints.vocab import MAX_CHARS, TokenVocabulary, VocabTables, bits_of, bitset, subrange
+from textproc.errors import InvalidInput
+
+__all__ = ["build_index"]
+
+_LOOP_MIN = 24  # loop bytes for the bitset path (JSON string states have ~90)
+_WIDE = 96  # live bytes above which a loop-less state walks distinct class strings
+_SMALL = 24  # ranges this small are walked token by token instead of split further
+_MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
+_HIGH = frozenset(range(0x80, 0x100))
+
+
+def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
+    """The token index of ``dfa`` over ``vocab``; ``what`` names the constraint in errors."""
+    if dfa.start < 0:
+        raise InvalidInput(f"{what} matches nothing")
+    tables = vocab.tables()
+    token_bytes = [vocab.token_bytes(i) for i in range(vocab.size)] if vocab.size else []
+    rows = dfa.rows
+    index_of = {dfa.start: 0}
+    order = [dfa.start]
+    per_state: list[tuple[int, dict[int, int], int]] = []  # (allowed bitset, exceptions, default)
+    builder = _Builder(dfa, tables, token_bytes)
+    i = 0
+    while i < len(order):
+        if i % 16 == 15:
+            budget.check_time("indexing the vocabulary")
+            budget.check_states(len(order), "index states")
+        q = order[i]
+        allowed, exc, default = builder.state(q)
+        if not allowed and not dfa.accepting[q]:
+            raise InvalidInput(
+                f"this vocabulary cannot express {what}: after some allowed tokens no token "
+                f"continues and the output is not complete (a byte sequence no token writes)"
+            )
+        for t in set(exc.values()) | ({default} if default >= 0 else set()):
+            if t not in index_of:
+                index_of[t] = len(order)
+                order.append(t)
+        per_state.append((allowed, exc, default))
+        i += 1
+    width = (vocab.size + 31) // 32 * 4
+    end_bits = 0
+    for e in vocab.end_ids:
+        end_bits |= 1 << e
+    masks: list[bytes] = []
+    mask_ids: dict[bytes, int] = {}
+    mask_of: list[int] = []
+    total = 0
+    for (allowed, _, _), q in zip(per_state, order):
+        data = (allowed | end_bits if dfa.accepting[q] else allowed).to_bytes(width, "little")
+        got = mask_ids.get(data)
+        if got is None:
+            got = mask_ids[data] = len(masks)
+            masks.append(data)
+            total += width
+            if total > budget.max_bytes:
+                raise InvalidInput(
+                    f"{what} needs an index over {budget.max_bytes >> 20} MiB; simplify it")
+        mask_of.append(got)
+    exceptions = [{t: index_of[n] for t, n in exc.items()} for _, exc, _ in per_state]
+    defaults = [index_of[d] if d >= 0 else -1 for _, _, d in per_state]
+    accepting = [dfa.accepting[q] for q in order]
+    # one token per state that takes the default transition (for the shortest completions)
+    via_default = []
+    for s, (allowed, exc, _) in enumerate(per_state):
+        rest = allowed & ~end_bits & ~bitset(exc, vocab.size)
+        via_default.append((rest & -rest).bit_length() - 1 if defaults[s] >= 0 and rest else -1)
+    steer, distance = _shortest_completions(exceptions, defaults, via_default, accepting)
+    return TokenIndex(vocab_size=vocab.size, end_ids=vocab.end_ids, masks=masks, mask_of=mask_of,
+                      default_next=defaults, exceptions=exceptions, accepting=accepting,
+                      steer=steer, distance=distance)
+
+
+def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int], via_default: list[int],
+                          accepting: list[bool]) -> tuple[list[int], list[int]]:
+    """Per state, a token on a shortest way to an accepting state and that way's length
+    (backward BFS over the index graph: exceptions, and defaults through ``via_default``)."""
+    n = len(accepting)
+    into: list[dict[int, int]] = [{} for _ in range(n)]  # state -> {predecessor: a token}
+    for s, exc in enumerate(exceptions):
+        t = defaults[s]
+        if t >= 0 and t != s and via_default[s] >= 0:
+            into[t][s] = via_default[s]
+        for token_id, t in exc.items():
+            if t != s and s not in into[t]:
+                into[t][s] = token_id
+    steer = [-1] * n
+    distance = [0 if a else -1 for a in accepting]
+    frontier = [s for s in range(n) if accepting[s]]
+    while frontier:
+        nxt = []
+        for t in frontier:
+            for s, token_id in into[t].items():
+                if distance[s] < 0:
+                    distance[s] = distance[t] + 1
+                    steer[s] = token_id
+                    nxt.append(s)
+        frontier = nxt
+    return steer, [d if d >= 0 else 1 << 30 for d in distance]
+
+
+def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int], int]:
+    """(allowed bitset, exceptions, default): the most common next state becomes the default."""
+    if not nexts:
+        return 0, {}, -1
+    default = Counter(nexts.values()).most_common(1)[0][0]
+    return bitset(nexts, size), {t: n for t, n in nexts.items() if n != default}, default
+
+
+class _Builder:
+    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: list[bytes]) -> None:
+        self.dfa = dfa
+        self.rows = dfa.rows
+        self.tables = tables
+        self.token_bytes = token_bytes
+        self.size = len(token_bytes)
+        self.first_cache: dict[bytes, int] = {}
+        self.class_groups: list[tuple[bytes, list[int]]] | None = None
+        self.loops: dict[int, bytes] = {}
+        self.transparency: dict[int, bool] = {}
+        self.plain_cache: dict[tuple[bytes, bool], int] = {}
+        self.lives: dict[int, list[tuple[int, int]]] = {}
+        # state -> its loop bytes, for the states with a big loop (walk_skipping)
+        self.big_loops = {q: loop for q in range(dfa.n_states)
+                          if len(loop := self.loop_bytes(q)) >= _LOOP_MIN}
+
+    def live(self, q: int) -> list[tuple[int, int]]:
+        """``(byte, next state)`` for the bytes that do not kill ``q``."""
+        got = self.lives.get(q)
+        if got is None:
+            got = self.lives[q] = [(b, t) for b, t in enumerate(self.rows[q]) if t >= 0]
+        return got
+
+    def loop_bytes(self, q: int) -> bytes:
+        """The bytes that lead from ``q`` back to ``q``."""
+        got = self.loops.get(q)
+        if got is None:
+            row = self.rows[q]
+            got = self.loops[q] = bytes(b for b in range(256) if row[b] == q)
+        return got
+
+    def state(self, q: int) -> tuple[int, dict[int, int], int]:
+        """(allowed ids as a bitset, id -> next for ids not going to default, default next)."""
+        live = self.live(q)
+        by_next: dict[int, list[int]] = {}
+        for b, t in live:
+            by_next.setdefault(t, []).append(b)
+        # successors whose loop holds every byte leading there from q (q itself when it loops)
+        targets = [(t, bytes(bs)) for t, bs in by_next.items()
+                   if len(self.loop_bytes(t)) >= _LOOP_MIN and set(bs) <= set(self.loop_bytes(t))]
+        if targets:
+            return self.loop_state(q, targets, live)
+        if len(live) > _WIDE:
+            chained = self.chain_state(q, live)
+            return chained if chained is not None else self.wide_state(q)
+        return self.trie_state(q, live)
+
+    def chain(self, q: int) -> tuple[bytes, list[int], int] | None:
+        """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
+        next state, and states ``c`` with ``c[0] = q`` and ``c[i + 1]`` the state after one
+        more plain byte from ``c[i]`` (-1: dead), as long as every plain byte agrees; plus how
+        many of those steps every whole non-ASCII character takes alike. None if no chain."""
+        rows = self.rows
+        row = rows[q]
+        ascii_next = Counter(t for t in row[:128] if t >= 0).most_common(1)
+        if not ascii_next:
+            return None
+        plain = bytes(b for b in range(128) if row[b] == ascii_next[0][0])
+        if len(plain) < _LOOP_MIN:
+            return None
+        states = [q]
+        while len(states) < MAX_CHARS and states[-1] >= 0:
+            nexts = {rows[states[-1]][b] for b in plain}
+            if len(nexts) != 1:
+                break
+            states.append(nexts.pop())
+        shifts = 0  # characters: c[i] --any whole non-ASCII character--> c[i + 1]
+        while shifts + 1 < len(states) and states[shifts + 1] >= 0 and self._char_step(states[shifts], states[shifts + 1]):
+            shifts += 1
+        return plain, states, shifts
+
+    def _char_step(self, s: int, t: int) -> bool:
+        rows = self.rows
+        for seq in _MULTIBYTE:
+            got = {s}
+            for lo, hi in seq:
+                got = {rows[x][b] for x in got for b in range(lo, hi + 1)}
+                if -1 in got:
+                    return False
+            if got != {t}:
+                return False
+        return True
+
+    def _char_dies(self, s: int) -> bool:
+        """Whether every whole non-ASCII character read from ``s`` reaches the dead state."""
+        rows = self.rows
+        for seq in _MULTIBYTE:
+            got = {s}
+            for lo, hi in seq:
+                got = {rows[x][b] if x >= 0 else -1 for x in got for b in range(lo, hi + 1)}
+            if got != {-1}:
+                return False
+        return True
+
+    def chain_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int] | None:
+        """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
+        ``c[n]``, found with one bitset AND per length; the rest is walked."""
+        found = self.chain(q)
+        if found is None:
+            return None
+        plain, states, shifts = found
+        t = self.tables
+        ascii_only = self.tokens_of(plain, False)
+        with_chars = (self.tokens_of(plain, True) & ~ascii_only) if shifts else 0
+        covered = 0
+        groups: list[tuple[int, int]] = []  # (next state, tokens)
+        for n in range(1, len(states)):
+            tokens = ascii_only & t.by_chars[n]
+            if n <= shifts:
+                tokens |= with_chars & t.by_chars[n]
+            covered |= tokens  # dead ends (states[n] == -1) are covered too: not allowed
+            if states[n] >= 0 and tokens:
+                groups.append((states[n], tokens))
+        if states[-1] < 0:  # every longer plain token dies too
+            last = len(states) - 1
+            chars_die = with_chars and shifts == last - 1 and self._char_dies(states[last - 1])
+            for n in range(last, MAX_CHARS):
+                covered |= ascii_only & t.by_chars[n]
+                if chars_die:
+                    covered |= with_chars & t.by_chars[n]
+        if not groups:
+            groups.append((-1, 0))
+        groups.sort(key=lambda g: g[1].bit_count(), reverse=True)
+        default = groups[0][0]  # its (many) tokens need no exception entries
+        exc: dict[int, int] = {}
+        allowed = 0
+        for n, tokens in groups:
+            allowed |= tokens
+            if n != default:
+                exc.update(dict.fromkeys(bits_of(tokens), n))
+        return self.walk_rest(q, live, covered, allowed, exc, default)
+
+    def tokens_of(self, plain: bytes, chars: bool) -> int:
+        """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
+        key = (plain, chars)
+        got = self.plain_cache.get(key)
+        if got is None:
+            t = self.tables
+            ok = set(plain) | (_HIGH if chars else set())
+            bad = 0
+            for b in range(256):
+                if b not in ok:
+                    bad |= t.contains[b]
+            got = t.nonempty & ~bad & (~t.not_utf8 if chars else -1)
+            self.plain_cache[key] = got
+        return got
+
+    def transparent(self, q: int) -> bool:
+        """Whether every UTF-8 encoded non-ASCII character read from ``q`` returns to ``q``."""
+        got = self.transparency.get(q)
+        if got is None:
+            got = self.transparency[q] = self._char_step(q, q)
+        return got
+
+    def inside(self, n: int) -> int:
+        """Bitset of the tokens that stay in loop state ``n``: made of its loop bytes, plus
+        whole UTF-8 characters when every character returns to ``n``."""
+        return self.tokens_of(self.loop_bytes(n), self.transparent(n))
+
+    def first(self, first_bytes: bytes) -> int:
+        """Bitset of the tokens starting with one of ``first_bytes``."""
+        got = self.first_cache.get(first_bytes)
+        if got is None:
+            got = 0
+            for b in first_bytes:
+                got |= self.tables.first[b]
+            self.first_cache[first_bytes] = got
+        return got
+
+    def walk_skipping(self, q: int, data: bytes) -> int:
+        """``dfa.walk`` that skips runs of loop bytes in loop states at C speed."""
+        rows = self.rows
+        big = self.big_loops
+        i, n = 0, len(data)
+        while i < n:
+            q = rows[q][data[i]]
+            if q < 0:
+                return -1
+            i += 1
+            loop = big.get(q)
+            if loop is not None and i < n:
+                i = n - len(data[i:].lstrip(loop))
+        return q
+
+    def loop_state(self, q: int, targets: list[tuple[int, bytes]],
+                   live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
+        """Tokens that enter a loop state and stay there are bitset expressions (no walk);
+        the rest of the tokens with a live first byte are walked."""
+        groups = []
+        covered = 0
+        for n, entry in targets:
+            stay = self.inside(n)
+            # tokens staying in q itself may also start with a whole non-ASCII character
+            tokens = stay if n == q else stay & self.first(entry)
+            groups.append((tokens.bit_count(), n, tokens))
+            covered |= tokens
+        groups.sort(reverse=True)
+        default = groups[0][1]
+        exc: dict[int, int] = {}
+        for _, n, tokens in groups[1:]:
+            exc.update(dict.fromkeys(bits_of(tokens & ~groups[0][2]), n))
+        return self.walk_rest(q, live, covered, covered, exc, default)
+
+    def walk_rest(self, q: int, live: list[tuple[int, int]], covered: int, allowed: int,
+                  exc: dict[int, int], default: int) -> tuple[int, dict[int, int], int]:
+        """Walk the tokens with a live first byte that no bitset ``covered``; add the ones that
+        survive to ``allowed`` (and to ``exc`` unless they go to ``default``)."""
+        extra: list[int] = []
+        token_bytes = self.token_bytes
+        walk = self.walk_skipping
+        for i in bits_of(self.first(bytes(b for b, _ in live)) & ~covered):
+            n = walk(q, token_bytes[i])
+            if n >= 0:
+                extra.append(i)
+                if n != default:
+                    exc[i] = n
+        return allowed | bitset(extra, self.size), exc, default
+
+    def trie_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
+        texts = self.tables.texts
+        text_ids = self.tables.text_ids
+        rows = self.rows
+        walk = self.dfa.walk
+        found: list[tuple[int, int]] = []  # (text index, next state)
+        loop_of = self.loop_bytes
+        live_of = self.live
+        stack = [(0, len(texts), 0, q)]
+        while stack:
+            lo, hi, depth, s = stack.pop()
+            loop = loop_of(s)
+            live_s = live if s == q else live_of(s)
+            if hi - lo <= _SMALL or len(loop) >= _LOOP_MIN or len(live_s) > _WIDE:
+                # few tokens, a state most bytes loop in (a string) or one where most bytes
+                # live (splitting costs more than walking): walk each token, the loop bytes
+                # after the prefix skipped at C speed
+                for k in range(lo, hi):
+                    n = walk(s, texts[k][depth:].lstrip(loop))
+                    if n >= 0:
+                        found.append((k, n))
+                continue
+            if len(texts[lo]) == depth:
+                found.append((lo, s))
+                lo += 1
+            prefix = texts[lo][:depth]
+            for b, n in live_s:
+                start, end = subrange(texts, lo, hi, prefix, b)
+                if start < end:
+                    stack.append((start, end, depth + 1, n))
+        exc: dict[int, int] = {}
+        for k, n in found:
+            for token_id in text_ids[k]:
+                exc[token_id] = n
+        return _split_default(exc, self.size)
+
+    def wide_state(self, q: int) -> tuple[int, dict[int, int], int]:
+        groups = self.class_groups
+        if groups is None:
+            groups = self.class_groups = self.group_by_class()
+        rows = self.rows
+        exc: dict[int, int] = {}
+        for rep, ids in groups:
+            s = q
+            for b in rep:
+                s = rows[s][b]
+                if s < 0:
+                    break
+            else:
+                for token_id in ids:
+                    exc[token_id] = s
+        return _split_default(exc, self.size)
+
+    def group_by_class(self) -> list[tuple[bytes, list[int]]]:
+        """Tokens grouped by their string of DFA byte classes (equal strings walk alike);
+        each group is keyed by its first token's bytes, a representative."""
+        signature: dict[tuple[int, ...], int] = {}
+        table = bytearray(256)
+        columns = list(zip(*self.rows))  # byte -> next state in every state
+        for b in range(256):
+            table[b] = signature.setdefault(columns[b], len(signature)) % 256
+        if len(signature) > 256:
+            table = bytearray(range(256))  # more classes than bytes can name: no grouping
+        groups: dict[bytes, tuple[bytes, list[int]]] = {}
+        for token_id, data in enumerate(self.token_bytes):
+            if data:
+                key = data.translate(table)
+                got = groups.get(key)
+                if got is None:
+                    groups[key] = (data, [token_id])
+                else:
+                    got[1].append(token_id)
+        return list(groups.values())
