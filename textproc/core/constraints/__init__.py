@@ -4,7 +4,7 @@ index the engine only looks up.
 ``schema`` (JSON Schema -> regex, with its building blocks in ``regex_parts``) and the forced
 tool-call pattern; ``regex_syntax`` (Python ``re`` syntax -> tree), ``automaton`` (tree ->
 minimal byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact token bytes), ``index``
-(:class:`TokenIndex`), ``guide`` (:class:`Guide`: one request's walk) and ``compile`` (:func:`compile_constraint`, budget, cache).
+(:class:`TokenIndex`; built by ``build``), ``guide`` (:class:`Guide`: one request's walk) and ``compile`` (:func:`compile_constraint`, budget, cache).
 """
 
 from __future__ import annotations
