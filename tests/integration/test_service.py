@@ -260,6 +260,25 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
         assert re.search(pattern, str(err)), f"{kwargs}: {err}"
 
 
+def test_out_of_range_ids_from_python_callers_are_invalid_input(service: Service) -> None:
+    """Ids past uint32 (or not ints) are the caller's error, named, not an OverflowError."""
+    async def main() -> list[str]:
+        async with await TextClient.connect(service.runtime_dir) as client:
+            errors = []
+            for call in (lambda: client.detokenize([1, 2**32]),
+                         lambda: collect(client.complete([5, -1])),
+                         lambda: client.detokenize([1, "x"])):  # type: ignore[list-item]
+                with pytest.raises(InvalidInput) as info:
+                    await call()
+                errors.append(str(info.value))
+            return errors
+
+    errors = run(main)
+    assert "token_ids must be token ids in 0..4294967295, got 4294967296" in errors[0]
+    assert "prompt must be token ids" in errors[1] and "got -1" in errors[1]
+    assert "got 'x'" in errors[2]
+
+
 def test_tokenize_detokenize_and_completion(service: Service, tok: Tokenizer) -> None:
     text = "Hello 你好 😀 world"
 

@@ -32,6 +32,7 @@ from textproc.curve import CurveClientKeys, load_client_keys
 from textproc.errors import InvalidInput, ProtocolError, StartupTimeout, TextprocError, WorkerDied, short
 from textproc.protocol import (
     DEFAULT_HWM,
+    MAX_TOKEN_ID,
     MAX_CHOICES,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -234,7 +235,7 @@ class TextClient:
         if isinstance(prompt, str):
             text, ids = prompt, None
         else:
-            text, ids = "", pack_ids(list(prompt))
+            text, ids = "", _packed(prompt, "prompt")
         frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
                                   include_stop, skip_special_tokens, dict(sampling or {}),
                                   add_special_tokens, list(stop_token_ids), ignore_eos, structured,
@@ -270,7 +271,7 @@ class TextClient:
     async def detokenize(self, token_ids: Sequence[int], *, skip_special_tokens: bool = True,
                          timeout_s: float | None = None) -> str:
         """The text of ``token_ids``; ``timeout_s`` as in ``tokenize``."""
-        result = await self._call(DetokenizeRequest(self._next_id(), pack_ids(list(token_ids)),
+        result = await self._call(DetokenizeRequest(self._next_id(), _packed(token_ids, "token_ids"),
                                                     skip_special_tokens), timeout_s)
         assert isinstance(result, DetokenizeResult)
         return result.text
@@ -503,3 +504,14 @@ def _stops(stop: str | Sequence[str] | None) -> list[str]:
     if isinstance(stop, str):
         return [stop]
     return list(stop)
+
+
+def _packed(token_ids: Sequence[int], what: str) -> bytes:
+    """``pack_ids`` for ids a caller gave: a non-int or an id outside 0..2**32-1 is InvalidInput
+    naming ``what``, not the OverflowError / TypeError of ``array('I')``."""
+    try:
+        return pack_ids(list(token_ids))
+    except (OverflowError, TypeError, ValueError) as e:
+        bad = next((t for t in token_ids if type(t) is not int or not 0 <= t <= MAX_TOKEN_ID), None)
+        raise InvalidInput(f"{what} must be token ids in 0..{MAX_TOKEN_ID}, got {short(bad)}",
+                           param=what) from e
