@@ -474,7 +474,7 @@ class Unknown(msgspec.Struct, tag=True, array_like=True):
 class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     """One request's part of an Outputs frame: deltas since the last frame, and the end if it ended.
 
-    ``deltas`` are OpenAI-style delta fragments ({"content": s}, {"reasoning_content": s},
+    ``deltas`` are OpenAI-style deltas ({"content": s}, {"reasoning_content": s},
     {"tool_calls": [...]}) in order. On the last output ``finish_reason`` is set ("stop",
     "length", "tool_calls", "abort" or "error" with ``error`` saying why), ``stop`` is the matched
     stop string if any, and the token counts are the usage.

@@ -259,7 +259,7 @@ _TEXTS = st.lists(
 
 @pytest.mark.parametrize("case_name", CASE_NAMES)
 def test_random_text(case_name: str) -> None:
-    """Random mixes of corpus fragments, whitespace, marks and arbitrary characters."""
+    """Random mixes of corpus pieces, whitespace, marks and arbitrary characters."""
     case = get_case(case_name)
 
     tie_bug = case_name == "trained-unigram" and bool(_unigram_tie_mismatches())

@@ -480,7 +480,7 @@ def test_event_stream_disconnect_cancels_and_aborts() -> None:
 
         async def events() -> AsyncIterator[bytes]:
             async for out in stream:
-                yield sse_event(out.fragments)
+                yield sse_event(out.deltas)
 
         async def receive() -> dict[str, Any]:
             while len(sent) < 5:
@@ -567,7 +567,7 @@ def test_client_backend_passes_every_parameter() -> None:
         return [out async for out in backend.chat(params, request_id="chatcmpl-x")]
 
     outs = asyncio.run(go())
-    assert [(o.fragments, o.finish_reason, o.prompt_tokens, o.completion_tokens, o.stop)
+    assert [(o.deltas, o.finish_reason, o.prompt_tokens, o.completion_tokens, o.stop)
             for o in outs] == [([{"content": "a"}], None, 0, 0, None), ([], "stop", 3, 2, "END")]
     assert closed == ["chatcmpl-x"]
     assert seen["messages"] == [{"role": "user", "content": "hi"}]

@@ -25,7 +25,7 @@ BOTH = {"reasoning": True, "tools": True}
 
 
 def stream(text: str, sizes: list[int], **opts: Any) -> tuple[list[dict[str, Any]], OutputParser]:
-    """Feed text in chunks of the given sizes (cycled), return all fragments."""
+    """Feed text in chunks of the given sizes (cycled), return all deltas."""
     parser = OutputParser(**opts)
     out: list[dict[str, Any]] = []
     pos = 0

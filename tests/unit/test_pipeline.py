@@ -63,7 +63,7 @@ def _run(tok: Any, steps: list[list[int]], options: dict[str, Any]) -> tuple[Any
     deltas: list[dict[str, Any]] = []
     for step in steps:
         deltas += p.feed(step)
-        assert all(deltas), "no empty fragments"
+        assert all(deltas), "no empty deltas"
     deltas += p.finish("length")
     return merge_deltas(deltas), p.finish_reason, p.stop_reason
 

@@ -1,4 +1,4 @@
-"""The Responses API's pure parts: body -> chat request (textproc.http.responses_api), fragments
+"""The Responses API's pure parts: body -> chat request (textproc.http.responses_api), deltas
 -> items and events (textproc.http.responses_events), the previous_response_id store."""
 
 from __future__ import annotations

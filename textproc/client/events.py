@@ -49,9 +49,9 @@ class Usage(NamedTuple):
 
 
 class TextEvent:
-    """What one step of a stream brought: delta fragments, and on the last event the end.
+    """What one step of a stream brought: deltas, and on the last event the end.
 
-    ``deltas``: OpenAI delta fragments in order ({"content"}, {"reasoning_content"},
+    ``deltas``: OpenAI deltas in order ({"content"}, {"reasoning_content"},
     {"tool_calls": [...]}); ``delta`` merges them into one dict. ``finish_reason`` ("stop",
     "length", "tool_calls", "abort"), ``stop`` (the matched stop string) and ``usage`` are set
     on the last event only. ``timings`` maps a stage to seconds: "template", "tokenize" (worker

@@ -1,17 +1,17 @@
-"""OpenAI delta fragments: the one shape the core streams, and the only code that joins them.
+"""OpenAI deltas: the one shape the core streams, and the only code that joins them.
 
-A *fragment* is one small dict in OpenAI's chat ``delta`` shape with exactly one key:
+A *delta* is one small dict in OpenAI's chat ``delta`` shape with exactly one key:
 
 - ``{"content": text}`` or ``{"reasoning_content": text}``;
 - ``{"tool_calls": [part]}``: one part of one call, ``{"index": i, "id": ..., "type":
   "function", "function": {"name": ..., "arguments": ""}}`` when the call opens, then
   ``{"index": i, "function": {"arguments": text}}`` as its arguments stream.
 
-Everything that produces, regroups or folds fragments uses this module: the output parser
-(:class:`Fragments`), the pipeline and the detokenizer process (:func:`join_text`), the client's
+Everything that produces, regroups or folds deltas uses this module: the output parser
+(:class:`Deltas`), the pipeline and the detokenizer process (:func:`join_text`), the client's
 per-event delta (:func:`one_delta`) and whole-message accumulation (:class:`MessageAccumulator`,
 :func:`merge_deltas`). Invariant: joining never changes what a client gets by concatenating the
-fragments in order (texts concatenate; a call's argument parts concatenate by ``index``).
+deltas in order (texts concatenate; a call's argument parts concatenate by ``index``).
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["TEXT_KEYS", "Fragments", "join_text", "one_delta", "MessageAccumulator", "merge_deltas"]
+__all__ = ["TEXT_KEYS", "Deltas", "join_text", "one_delta", "MessageAccumulator", "merge_deltas"]
 
-TEXT_KEYS = ("content", "reasoning_content")  # the fragment kinds that carry plain text
+TEXT_KEYS = ("content", "reasoning_content")  # the delta kinds that carry plain text
 
 
-class Fragments:
-    """A fragment list under construction that joins as it grows.
+class Deltas:
+    """A delta list under construction that joins as it grows.
 
-    ``text(key, s)`` extends the last fragment when it has the same text key; ``extend(parts)``
-    appends tool-call fragments, folding an argument part into the previous one of the same
-    call. The fragments only ever grow at the end, and ``items`` owns every dict it holds.
+    ``text(key, s)`` extends the last delta when it has the same text key; ``extend(parts)``
+    appends tool-call deltas, folding an argument part into the previous one of the same
+    call. The deltas only ever grow at the end, and ``items`` owns every dict it holds.
 
-    >>> f = Fragments(); f.text("content", "a"); f.text("content", "b"); f.items
+    >>> f = Deltas(); f.text("content", "a"); f.text("content", "b"); f.items
     [{'content': 'ab'}]
     """
 
@@ -49,49 +49,49 @@ class Fragments:
         else:
             items.append({key: text})
 
-    def extend(self, fragments: Sequence[dict[str, Any]]) -> None:
+    def extend(self, deltas: Sequence[dict[str, Any]]) -> None:
         items = self.items
-        for fragment in fragments:
-            call = fragment["tool_calls"][0]
+        for delta in deltas:
+            call = delta["tool_calls"][0]
             if "id" not in call and items and "tool_calls" in items[-1]:
                 last = items[-1]["tool_calls"][-1]
                 if last["index"] == call["index"] and "id" not in last:
                     last["function"]["arguments"] += call["function"]["arguments"]
                     continue
-            items.append(fragment)
+            items.append(delta)
 
 
-def join_text(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Join adjacent text fragments of the same kind; tool-call fragments stay as they are.
+def join_text(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Join adjacent text deltas of the same kind; tool-call deltas stay as they are.
 
-    Returns ``fragments`` itself when there is nothing to join (fewer than two), else a new
+    Returns ``deltas`` itself when there is nothing to join (fewer than two), else a new
     list (the input dicts are not changed).
 
     >>> join_text([{"content": "a"}, {"content": "b"}, {"reasoning_content": "c"}])
     [{'content': 'ab'}, {'reasoning_content': 'c'}]
     """
-    if len(fragments) < 2:
-        return fragments
+    if len(deltas) < 2:
+        return deltas
     out: list[dict[str, Any]] = []
-    for fragment in fragments:
-        if out and len(fragment) == 1 and len(out[-1]) == 1:
-            (key,) = fragment
+    for delta in deltas:
+        if out and len(delta) == 1 and len(out[-1]) == 1:
+            (key,) = delta
             if key in TEXT_KEYS and key in out[-1]:
-                out[-1] = {key: out[-1][key] + fragment[key]}
+                out[-1] = {key: out[-1][key] + delta[key]}
                 continue
-        out.append(fragment)
+        out.append(delta)
     return out
 
 
-def one_delta(fragments: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """One OpenAI ``delta`` dict from fragments: texts concatenated, tool-call parts in order.
+def one_delta(deltas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One OpenAI ``delta`` dict from deltas: texts concatenated, tool-call parts in order.
 
     >>> one_delta([{"content": "a"}, {"reasoning_content": "r"}, {"content": "b"}])
     {'content': 'ab', 'reasoning_content': 'r'}
     """
     out: dict[str, Any] = {}
-    for fragment in fragments:
-        for key, value in fragment.items():
+    for delta in deltas:
+        for key, value in delta.items():
             if key == "tool_calls":
                 out.setdefault("tool_calls", []).extend(value)
             elif isinstance(value, str) and isinstance(out.get(key), str):
@@ -102,7 +102,7 @@ def one_delta(fragments: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 class MessageAccumulator:
-    """Folds a stream of fragments (or whole deltas) into the message they add up to.
+    """Folds a stream of deltas (one key each, or merged ones) into the message they add up to.
 
     Equal to concatenating what a streaming client received: content and reasoning joined,
     tool calls merged by ``index`` (the first name and id seen win; arguments concatenated).
@@ -115,14 +115,14 @@ class MessageAccumulator:
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}  # index -> call in openai_tool_call shape
 
-    def feed(self, fragments: Iterable[Mapping[str, Any]]) -> None:
+    def feed(self, deltas: Iterable[Mapping[str, Any]]) -> None:
         calls = self.calls
-        for fragment in fragments:
-            if (text := fragment.get("content")) is not None:
+        for delta in deltas:
+            if (text := delta.get("content")) is not None:
                 self.content.append(text)
-            if (text := fragment.get("reasoning_content")) is not None:
+            if (text := delta.get("reasoning_content")) is not None:
                 self.reasoning.append(text)
-            for part in fragment.get("tool_calls") or ():
+            for part in delta.get("tool_calls") or ():
                 index = int(part.get("index", len(calls)))
                 function = part.get("function") or {}
                 call = calls.get(index)
@@ -169,7 +169,7 @@ class MessageAccumulator:
 
 
 def merge_deltas(deltas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Merge delta fragments into ``{"reasoning_content", "content", "tool_calls"}``.
+    """Merge deltas into ``{"reasoning_content", "content", "tool_calls"}``.
 
     Tool calls come out whole, ordered by index, in the :func:`~textproc.core.parsing.openai_tool_call` shape.
 

@@ -1,4 +1,4 @@
-"""OutputPipeline: one request's generated token ids -> OpenAI delta fragments, O(delta) per step.
+"""OutputPipeline: one request's generated token ids -> OpenAI deltas, O(delta) per step.
 
 Owns the composition detokenizer -> stop checker -> output parser and the request's finish
 reason, matched stop and completion token count. It is what the detokenizer process runs per
@@ -46,9 +46,9 @@ FINISH_REASONS = frozenset({"stop", "length", "abort"})
 
 
 class OutputPipeline:
-    """Detokenize, stop and parse one request's output; ``feed(ids)`` returns delta fragments.
+    """Detokenize, stop and parse one request's output; ``feed(ids)`` returns deltas.
 
-    Fragments are ``{"content": s}``, ``{"reasoning_content": s}`` or ``{"tool_calls": [...]}``
+    Deltas are ``{"content": s}``, ``{"reasoning_content": s}`` or ``{"tool_calls": [...]}``
     in OpenAI's streaming format (see :class:`textproc.core.parsing.OutputParser`). When a stop
     string completes, ``feed`` returns the text before it, ``is_finished`` becomes True and the
     caller should abort the request in the engine; later ``feed`` calls return ``[]``.
@@ -158,7 +158,7 @@ class OutputPipeline:
         return self._parser is not None and self._parser.has_tool_calls
 
     def feed(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
-        """Feed one engine step's new ids; return the fragments ready now."""
+        """Feed one engine step's new ids; return the deltas ready now."""
         key = self._fast_key  # not None: nothing held anywhere, stops eligible, not finished
         if key is not None and len(token_ids) == 1:
             strs = self._strs  # not None: the detokenizer holds nothing either

@@ -20,12 +20,12 @@ __all__ = ["Backend", "Output", "generation_error", "no_finish_error"]
 class Output:
     """One step of one request, as the frontend consumes it.
 
-    ``fragments`` are OpenAI delta fragments in order; the last Output of each choice has
+    ``deltas`` are OpenAI deltas in order; the last Output of each choice has
     ``finish_reason`` set and the usage counts (the prompt's, and that choice's tokens). ``timings_s`` holds stage -> seconds for the
     stages the service reports (template, tokenize, queue, detokenize), when it does.
     """
 
-    fragments: list[dict[str, Any]]
+    deltas: list[dict[str, Any]]
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -1,4 +1,4 @@
-"""The Responses API's answer side: chat delta fragments -> output items and semantic events.
+"""The Responses API's answer side: chat deltas -> output items and semantic events.
 
 Owns the ``response`` object (``output`` items: a ``reasoning`` item, a ``message`` item with
 one ``output_text`` part, one ``function_call`` item per call; status, usage) and the
@@ -13,7 +13,7 @@ streamed events in OpenAI's order, each with a ``sequence_number`` counting from
     response.completed (response.incomplete when max_output_tokens cut it short)
 
 A failure after the stream started is an ``error`` event then ``response.failed``. An item
-opens when its first fragment arrives and closes when a fragment of another item arrives or
+opens when its first delta arrives and closes when a delta of another item arrives or
 the response ends; content that is only whitespace does not open a message by itself (the gap
 between ``</think>`` and a tool call is not an answer). Item text is folded by
 ``core.deltas.MessageAccumulator``, the one accumulator. Also the serving loops over a backend
@@ -46,7 +46,7 @@ def response_sse(event: dict[str, Any]) -> bytes:
 
 
 class _Item:
-    """The open output item: its kind, id, place and the fragments folded so far."""
+    """The open output item: its kind, id, place and the deltas folded so far."""
 
     __slots__ = ("kind", "item_id", "index", "acc", "call_index", "call_id", "name")
 
@@ -61,9 +61,9 @@ class _Item:
 
 
 class ResponseBuilder:
-    """Folds one request's fragments into a Response object and its stream events.
+    """Folds one request's deltas into a Response object and its stream events.
 
-    ``start()``, then ``feed(fragments)`` per step, then ``finish(...)`` or ``fail(...)``: each
+    ``start()``, then ``feed(deltas)`` per step, then ``finish(...)`` or ``fail(...)``: each
     returns the events to send now; ``response()`` is the object as it stands. The items in
     ``response()["output"]`` after ``finish`` equal what the events built.
     """
@@ -114,18 +114,18 @@ class ResponseBuilder:
         return [self._event("response.created", response=self.response()),
                 self._event("response.in_progress", response=self.response())]
 
-    def feed(self, fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def feed(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        self.whole.feed(fragments)
-        for fragment in fragments:
-            if (text := fragment.get("content")) is not None:
+        self.whole.feed(deltas)
+        for delta in deltas:
+            if (text := delta.get("content")) is not None:
                 self._content(text, events)
-            elif (text := fragment.get("reasoning_content")) is not None:
+            elif (text := delta.get("reasoning_content")) is not None:
                 item = self._ensure("reasoning", events)
-                item.acc.feed((fragment,))
+                item.acc.feed((delta,))
                 events.append(self._event("response.reasoning_text.delta", item_id=item.item_id,
                                           output_index=item.index, content_index=0, delta=text))
-            for part in fragment.get("tool_calls") or ():
+            for part in delta.get("tool_calls") or ():
                 self._call_part(part, events)
         return events
 
@@ -285,7 +285,7 @@ async def respond_whole(request: ResponsesRequest, response_id: str, run: _Run, 
     out: Output | None = first
     while out is not None:
         run.observe(out)
-        builder.feed(out.fragments)
+        builder.feed(out.deltas)
         if out.finish_reason is not None:
             if out.finish_reason == "error":
                 raise generation_error(out)
@@ -308,7 +308,7 @@ async def respond_events(request: ResponsesRequest, response_id: str, run: _Run,
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            for event in builder.feed(join_text(out.fragments)):
+            for event in builder.feed(join_text(out.deltas)):
                 yield response_sse(event)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":

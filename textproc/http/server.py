@@ -56,7 +56,6 @@ from textproc.http.responses import (
     new_id,
     now,
     sse_event,
-    usage_body,
     usage_chunk,
     ChoiceEnds,
 )
@@ -105,7 +104,7 @@ class _Run:
         for stage, seconds in out.timings_s.items():
             if out.index == 0 or stage == "detokenize":  # n choices: one template, one encode
                 metrics.observe(stage, seconds)
-        if not self.saw_token and out.fragments:
+        if not self.saw_token and out.deltas:
             self.saw_token = True
             metrics.observe("first_token", time.perf_counter() - self.started)
         if out.finish_reason is not None:
@@ -252,7 +251,7 @@ class _Api:
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            accs[out.index].feed(out.fragments)
+            accs[out.index].feed(out.deltas)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
@@ -278,7 +277,7 @@ class _Api:
             out: Output | None = first
             while out is not None:
                 run.observe(out)
-                for frag in join_text(out.fragments):
+                for frag in join_text(out.deltas):
                     yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage,
                                                index=out.index))
                 if out.finish_reason is not None:
@@ -341,7 +340,7 @@ class _Api:
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            texts[out.index].extend(f["content"] for f in out.fragments if "content" in f)
+            texts[out.index].extend(f["content"] for f in out.deltas if "content" in f)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
@@ -367,7 +366,7 @@ class _Api:
             out: Output | None = first
             while out is not None:
                 run.observe(out)
-                text = "".join(f["content"] for f in out.fragments if "content" in f)
+                text = "".join(f["content"] for f in out.deltas if "content" in f)
                 if text:
                     yield sse_event(completion_chunk(rid, created, model, text,
                                                      include_usage=usage, index=out.index))

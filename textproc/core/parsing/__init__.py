@@ -1,9 +1,9 @@
-"""Streaming reasoning / tool-call parsers: model text -> OpenAI chat delta fragments.
+"""Streaming reasoning / tool-call parsers: model text -> OpenAI chat deltas.
 
 One file per concern: ``tags`` (TagStreamer, the holdback rule for tags), ``json_scan``
 (incremental JSON validator), ``json_args`` (JSON arguments and call objects in a section),
 ``section`` (what every tool-call format shares: buffering,
-call fragments, malformed calls), one module per format family (``hermes``, ``qwen3_coder``,
+call deltas, malformed calls), one module per format family (``hermes``, ``qwen3_coder``,
 ``llama3``, ``pythonic``, ``mistral`` (also Granite 3), ``deepseek``, ``kimi_k2``, ``glm``,
 ``harmony`` for gpt-oss), ``raw_values`` (typing raw values by schema), ``formats`` (the
 registry of names), ``detect`` (the format a model's files call for), ``output``

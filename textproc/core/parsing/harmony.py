@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from textproc.core.deltas import Fragments
+from textproc.core.deltas import Deltas
 from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Body, CallStep, Section, Wait
 from textproc.core.parsing.tags import TagStreamer
@@ -59,7 +59,7 @@ def _call_body(name: str) -> Body:
 
 
 class HarmonyParser:
-    """Streams a harmony answer into OpenAI delta fragments (as :class:`OutputParser`)."""
+    """Streams a harmony answer into OpenAI deltas (as :class:`OutputParser`)."""
 
     def __init__(
         self,
@@ -94,8 +94,8 @@ class HarmonyParser:
             return None
         return self._key
 
-    def feed(self, text: str, out: Fragments) -> None:
-        """Route ``text``; the fragments go to ``out``."""
+    def feed(self, text: str, out: Deltas) -> None:
+        """Route ``text``; the deltas go to ``out``."""
         if self._at_start and text:
             self._at_start = False
             if text[0] not in "<" and not text.startswith(" to="):
@@ -106,7 +106,7 @@ class HarmonyParser:
         while text:
             text = self._feed_mode(text, out)
 
-    def finish(self, out: Fragments) -> None:
+    def finish(self, out: Deltas) -> None:
         """The answer ended: flush what is held."""
         while self._mode == _CALL:  # the text after a cut-off call may hold more messages
             assert self._section is not None
@@ -121,7 +121,7 @@ class HarmonyParser:
         else:
             out.text("content", rest)
 
-    def _feed_mode(self, text: str, out: Fragments) -> str:
+    def _feed_mode(self, text: str, out: Deltas) -> str:
         if self._mode == _CALL:
             section = self._section
             assert section is not None
@@ -194,7 +194,7 @@ class HarmonyParser:
             return
         self._set_mode(_BODY, "reasoning_content" if channel == "analysis" else "content")
 
-    def _end_section(self, step: CallStep, out: Fragments) -> str:
+    def _end_section(self, step: CallStep, out: Deltas) -> str:
         assert self._section is not None
         out.extend(step.deltas)
         out.text("content", step.content)

@@ -1,9 +1,9 @@
-"""OutputParser: a model's streamed text -> OpenAI chat delta fragments.
+"""OutputParser: a model's streamed text -> OpenAI chat deltas.
 
 Owns the split of generated text into ``reasoning_content``, ``content`` and ``tool_calls`` for
 every registered format (:mod:`textproc.core.parsing.formats`; tool-call sections are parsed by
 the format's body, :mod:`textproc.core.parsing.section`; gpt-oss by
-:mod:`textproc.core.parsing.harmony`), plus the one-shot forms (fragments are built and merged
+:mod:`textproc.core.parsing.harmony`), plus the one-shot forms (deltas are built and merged
 by :mod:`textproc.core.deltas`). It takes only the new text each time and keeps its own history; the work
 per ``feed`` is proportional to the new text (no re-parsing).
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textproc.errors import InvalidInput, short
-from textproc.core.deltas import Fragments, merge_deltas
+from textproc.core.deltas import Deltas, merge_deltas
 from textproc.core.parsing.formats import HARMONY, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat, ToolFormat
 from textproc.core.parsing.harmony import HarmonyParser
 from textproc.core.parsing.hermes import hermes_body
@@ -71,9 +71,9 @@ def _custom_tool_format(fmt: ToolFormat, tool_tags: tuple[str, str]) -> ToolForm
 
 
 class OutputParser:
-    """Turn streamed model text into OpenAI chat delta fragments.
+    """Turn streamed model text into OpenAI chat deltas.
 
-    ``feed(text)`` returns the fragments ready now, ``finish()`` the rest. Fragments are
+    ``feed(text)`` returns the deltas ready now, ``finish()`` the rest. Deltas are
     ``{"reasoning_content": s}``, ``{"content": s}``, and for each tool call first
     ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}``
     as soon as the name is complete, then ``{"tool_calls": [{"index", "function": {"arguments"}}]}``
@@ -225,13 +225,13 @@ class OutputParser:
         return self._reasoning_chars if self._in_reasoning else self._content_chars
 
     def feed(self, text: str) -> list[dict[str, Any]]:
-        """Fragments for the new text (adjacent fragments of one kind are joined)."""
+        """Deltas for the new text (adjacent deltas of one kind are joined)."""
         if self._finished:
             raise InvalidInput("OutputParser.feed() called after finish()")
         if self._section is None and self._quiet and self._harmony is None \
                 and self._streamer.is_plain(text) and not (self._in_reasoning and text.endswith("\n")):
             return [{self._text_key(): text}] if text else []  # most deltas
-        out = Fragments()
+        out = Deltas()
         if self._harmony is not None:
             self._harmony.feed(text, out)
             return out.items
@@ -243,7 +243,7 @@ class OutputParser:
         if self._finished:
             return []
         self._finished = True
-        out = Fragments()
+        out = Deltas()
         if self._harmony is not None:
             self._harmony.finish(out)
             return out.items
@@ -270,7 +270,7 @@ class OutputParser:
     def _text_key(self) -> str:
         return "reasoning_content" if self._in_reasoning else "content"
 
-    def _run(self, text: str, out: Fragments) -> None:
+    def _run(self, text: str, out: Deltas) -> None:
         while True:
             section = self._section
             if section is not None:
@@ -291,7 +291,7 @@ class OutputParser:
                 return
             text = self._streamer.take_rest()
 
-    def _answer_start(self, text: str, out: Fragments) -> str:
+    def _answer_start(self, text: str, out: Deltas) -> str:
         # the answer's first non-space character decides whether a call starts it
         i, n = 0, len(text)
         while i < n and text[i] in _SPACE:
@@ -310,7 +310,7 @@ class OutputParser:
             self._emit(out, "content", lead)
         return text[i:]
 
-    def _scan_tags(self, text: str, out: Fragments) -> bool:
+    def _scan_tags(self, text: str, out: Deltas) -> bool:
         """Scan text in content/reasoning mode; True when the mode changed (a call opened or a
         reasoning block ended) and the rest must be read again."""
         streamer = self._streamer
@@ -371,7 +371,7 @@ class OutputParser:
         else:
             self._quiet = not self._at_start and not self._strip_lead and not self._lead
 
-    def _emit(self, out: Fragments, key: str, text: str) -> None:
+    def _emit(self, out: Deltas, key: str, text: str) -> None:
         if not text:
             return
         if key == "reasoning_content":

@@ -1,7 +1,7 @@
 """Section: the text after a tool-call format's open tag, parsed by the format's body generator.
 
 Owns what every tool-call format shares: the streamed text buffer, the wait for more text, the
-tool-call fragments in OpenAI's delta shape, the call ids and indices, and the rules for what
+tool-call deltas in OpenAI's delta shape, the call ids and indices, and the rules for what
 goes back to the client as content. A format is a *body*: a generator function that reads the
 section with the primitives here (``lit``, ``match``, ``until``, ``peek``; JSON in
 :mod:`textproc.core.parsing.json_args`) and reports calls with ``begin_call`` / ``header`` / ``args`` / ``end_call``.
@@ -12,7 +12,7 @@ body reads like a one-shot parser while the work per ``feed`` is proportional to
 Rules (the same for every format, so streamed and one-shot parses agree for any split):
 
 * A call's header (index, id, name) goes out when its name is complete, its arguments as they
-  are validated (``stream_calls=True``); with ``stream_calls=False`` a call's fragments are held
+  are validated (``stream_calls=True``); with ``stream_calls=False`` a call's deltas are held
   until the call is complete and valid, so a bad call never shows as a call.
 * A malformed call (``Malformed``) or one cut off by the end of the text: what the stream did
   not show yet comes back as content (the open tag too, if nothing of the section was shown)
@@ -51,7 +51,7 @@ class Malformed(Exception):
 
 
 def header_delta(index: int, call_id: str, name: str) -> dict[str, Any]:
-    """The first streamed fragment of a call: id, type, name and empty arguments."""
+    """The first streamed delta of a call: id, type, name and empty arguments."""
     return {
         "tool_calls": [
             {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
@@ -59,16 +59,16 @@ def header_delta(index: int, call_id: str, name: str) -> dict[str, Any]:
     }
 
 
-def arguments_delta(index: int, fragment: str) -> dict[str, Any]:
-    """A later fragment of a call: more argument text."""
-    return {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+def arguments_delta(index: int, text: str) -> dict[str, Any]:
+    """A later delta of a call: more argument text."""
+    return {"tool_calls": [{"index": index, "function": {"arguments": text}}]}
 
 
 @dataclass
 class CallStep:
     """What one chunk did to a section.
 
-    ``deltas``: tool-call fragments; ``content``: text that goes back to the client as content;
+    ``deltas``: tool-call deltas; ``content``: text that goes back to the client as content;
     ``rest``: text after the section, to parse as ordinary text; ``is_closed``: the section is
     over (valid or not) and ``rest`` is meaningful.
     """
@@ -125,7 +125,7 @@ class Section:
         self._name: str | None = None
         self._rejected = False
         self._n_members = 0
-        self._pending: list[dict[str, Any]] = []  # the open call's fragments (stream_calls=False)
+        self._pending: list[dict[str, Any]] = []  # the open call's deltas (stream_calls=False)
         self._step = CallStep()
         self._done = False
         self._gen = body(self)
@@ -339,17 +339,17 @@ class Section:
         """The open call's name, once its header was read."""
         return self._name
 
-    def args(self, fragment: str) -> None:
+    def args(self, text: str) -> None:
         """More argument text of the open call."""
-        if self._rejected or not fragment:
+        if self._rejected or not text:
             return
         assert self._name is not None
-        # (the parser's deltas.Fragments folds consecutive argument parts of a call)
+        # (the parser's deltas.Deltas folds consecutive argument parts of a call)
         if self.stream_calls:
-            self._step.deltas.append(arguments_delta(self._index, fragment))
+            self._step.deltas.append(arguments_delta(self._index, text))
             self._represented = self.at()
         else:
-            self._pending.append(arguments_delta(self._index, fragment))
+            self._pending.append(arguments_delta(self._index, text))
 
     def raw_member(self, key: str, value: str) -> None:
         """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
