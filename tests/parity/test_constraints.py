@@ -32,7 +32,11 @@ from hypothesis import strategies as st
 from tests.helpers.models import model_dir
 from tests.helpers.schemas import SCHEMAS, instances
 from textproc import TokenIndex, TokenVocabulary, Tokenizer, compile_constraint
-from textproc.core.constraints import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints import Budget, json_schema_to_regex, tool_call_pattern
+
+# The service's compile budget is what a request may cost; these tests check what is compiled,
+# not how fast, so a loaded test machine must not turn a slow compile into a failure.
+TEST_BUDGET_S = 600.0
 
 oc = pytest.importorskip("outlines_core")
 
@@ -141,7 +145,7 @@ def test_same_allowed_sets_as_outlines_core(vocab_name: str, case: str, request:
         pytest.skip("full constraint matrix: run with -m slow (or TEXTPROC_FULL_CONSTRAINTS=1; CI runs it)")
     vocab, theirs_vocab = vocabulary(vocab_name)
     regex = CASES[case]
-    index = compile_constraint(vocab, regex=regex, cache=None)
+    index = compile_constraint(vocab, regex=regex, cache=None, budget=Budget(max_seconds=TEST_BUDGET_S))
     theirs = oc.Index(f"(?:{regex})$", theirs_vocab)
     assert compare(index, theirs, vocab) >= index.n_states
 
@@ -165,7 +169,7 @@ def test_random_walks_validate(name: str, qwen: tuple[TokenVocabulary, Tokenizer
     vocab, _ = qwen
     schema = SCHEMAS[name]
     regex = re.compile(json_schema_to_regex(schema))
-    index = compile_constraint(vocab, json_schema=schema)
+    index = compile_constraint(vocab, json_schema=schema, budget=Budget(max_seconds=TEST_BUDGET_S))
     rng = random.Random(name)
     ends = set(vocab.end_ids)
     allowed_at: dict[int, list[int]] = {}  # allowed_ids costs O(allowed): once per state
@@ -195,7 +199,7 @@ def test_instance_tokenizations_walk_the_index(name: str, qwen: tuple[TokenVocab
     schema = SCHEMAS[name]
     value = data.draw(instances(schema, schema))
     text = json.dumps(value, ensure_ascii=False)
-    index = compile_constraint(vocab, json_schema=schema)
+    index = compile_constraint(vocab, json_schema=schema, budget=Budget(max_seconds=TEST_BUDGET_S))
     state = index.initial_state
     for token_id in tok.encode(text):
         state = index.next_state(state, token_id)
