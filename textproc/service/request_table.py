@@ -144,6 +144,7 @@ class RequestTable:
             for out in buffered[1]:
                 if rid not in self.live:
                     break
+                self.counters["tokens_in"] += len(out.token_ids)
                 self._feed(rid, req, out.token_ids, out.finish_reason)
         return submit.engine_request
 
@@ -163,13 +164,16 @@ class RequestTable:
         self.counters["engine_steps"] += 1
         live = self.live
         feed = self._feed
+        n_tokens = 0
         for rid, token_ids, reason in entries:
             req = live.get(rid)
             if req is None:
                 if rid not in self.done:
                     self._buffer_early(StepOutput(rid, list(token_ids), reason))
                 continue
+            n_tokens += len(token_ids)
             feed(rid, req, token_ids, reason)
+        self.counters["tokens_in"] += n_tokens  # once per step, not per request
 
     def on_hello(self, hello: EngineHello) -> bool:
         """A (re)started engine. Returns True when it is a new instance (all live requests fail)."""
@@ -247,21 +251,28 @@ class RequestTable:
 
     def _feed(self, rid: str, req: _Request, token_ids: Sequence[int],
               engine_reason: str | None) -> None:
-        """The one path an engine output takes into a live request: new ids, maybe its end."""
+        """The one path an engine output takes into a live request: new ids, maybe its end.
+
+        The caller counts ``tokens_in``. The common case (a running request's next tokens) is
+        first and inlines ``_emit``: this runs once per request per engine step.
+        """
         state = req.state
-        n = len(token_ids)
-        req.completion_tokens += n
-        self.counters["tokens_in"] += n
+        req.completion_tokens += len(token_ids)
         try:
-            deltas = state.feed(token_ids) if n else []
+            deltas = state.feed(token_ids) if token_ids else []
+            if engine_reason is None and not state.is_finished:
+                if deltas:
+                    item = RequestOutput(rid, join_text(deltas))
+                    box = self.outbox.get(req.client_id)
+                    if box is None:
+                        self.outbox[req.client_id] = [item]
+                    else:
+                        box.append(item)
+                return
             if state.is_finished:  # a stop string matched: the engine must stop too
                 if engine_reason is None:
                     self.engine_aborts.append(rid)
                     self.counters["stop_string_aborts"] += 1
-            elif engine_reason is None:  # the common case: a running request's next tokens
-                if deltas:
-                    self._emit(req, RequestOutput(rid, join_text(deltas)))
-                return
             elif engine_reason in PIPELINE_FINISH_REASONS:
                 deltas += state.finish(engine_reason)
             else:
