@@ -4,8 +4,6 @@ the detokenizer's IndexRelay sends each index once and mirrors evictions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,25 +12,10 @@ from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Guide
 from textproc.engine import EngineLink
 from textproc.errors import InvalidInput
-from textproc.protocol import EngineHello, EngineIndex, EngineRequest, IndexTable, pack_ids
+from textproc.protocol import EngineIndex, EngineRequest, IndexTable, pack_ids
 from textproc.service.constraints import IndexRelay, table_of
 
 VOCAB = TokenVocabulary([b"a", b"b", b"ab", b"c", b""], end_ids=[4])
-
-
-@pytest.fixture
-def peer(tmp_path: Path) -> Iterator[EnginePeer]:
-    p = EnginePeer(tmp_path)
-    yield p
-    p.close()
-
-
-@pytest.fixture
-def link(peer: EnginePeer) -> Iterator[EngineLink]:
-    lk = EngineLink.connect(peer.engine_in, peer.engine_out)
-    assert peer.recv() == EngineHello(lk.instance_id)
-    yield lk
-    lk.close()
 
 
 def test_request_naming_an_index_gets_a_guide(peer: EnginePeer, link: EngineLink) -> None:

@@ -34,22 +34,6 @@ from textproc.protocol import (
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture
-def peer(tmp_path: Path) -> Iterator[EnginePeer]:
-    p = EnginePeer(tmp_path)
-    yield p
-    p.close()
-
-
-@pytest.fixture
-def link(peer: EnginePeer) -> Iterator[EngineLink]:
-    lk = EngineLink.connect(peer.engine_in, peer.engine_out)
-    hello = peer.recv()
-    assert hello == EngineHello(lk.instance_id)
-    yield lk
-    lk.close()
-
-
 def test_hello_first_with_a_fresh_instance_id_each_link(peer: EnginePeer) -> None:
     a = EngineLink.connect(peer.engine_in, peer.engine_out)
     b = EngineLink.connect(peer.engine_in, peer.engine_out, instance_id="fixed")
