@@ -45,6 +45,8 @@ from textproc.http.api_types import (
 )
 
 __all__ = [
+    "decode_body",
+    "ERROR_PATH",
     "parse_chat_request",
     "chat_params",
     "parse_completion_request",
@@ -68,17 +70,18 @@ _SAMPLING_FIELDS = (
 )
 
 
-_PATH = re.compile(r" - at `\$\.?(.*)`$")
+ERROR_PATH = re.compile(r" - at `\$\.?(.*)`$")
 
 
-def _decode(body: bytes, kind: type[Any], what: str) -> Any:
-    """Decode and type-check ``body`` as ``kind``; msgspec errors become 400 with ``param``."""
+def decode_body(body: bytes, kind: type[Any], what: str) -> Any:
+    """Decode and type-check a request ``body`` as ``kind`` (every route's one decoder): the raw
+    checks first, then msgspec; its errors become a 400 naming ``param``."""
     check_body(body)  # depth, integer range, lone surrogates: before anything recurses into it
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         text = str(exc)
-        match = _PATH.search(text)
+        match = ERROR_PATH.search(text)
         param = match.group(1) if match and match.group(1) else None
         if param and param.endswith("role"):
             text += "; allowed roles: system, developer, user, assistant, tool"
@@ -307,7 +310,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
     >>> (p.messages, p.stop, p.tool_choice)
     ([{'role': 'user', 'content': 'hi'}], ['x'], 'none')
     """
-    req: ChatCompletionBody = _decode(body, ChatCompletionBody, "chat completion")
+    req: ChatCompletionBody = decode_body(body, ChatCompletionBody, "chat completion")
     return chat_params(req, served_models=served_models)
 
 
@@ -361,7 +364,7 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
 
 def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> CompletionParams:
     """Decode and validate a (legacy) completion body; raise :class:`ApiError` on bad input."""
-    req: CompletionBody = _decode(body, CompletionBody, "completion")
+    req: CompletionBody = decode_body(body, CompletionBody, "completion")
     model = _check_model(req.model, served_models)
     include_usage, sampling = _common(req)
     if req.best_of not in (None, 1):
@@ -411,7 +414,7 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
 
 def parse_tokenize_request(body: bytes, *, served_models: Sequence[str]) -> TokenizeBody:
     """Decode ``/tokenize``: exactly one of ``prompt`` and ``messages``."""
-    req: TokenizeBody = _decode(body, TokenizeBody, "tokenize")
+    req: TokenizeBody = decode_body(body, TokenizeBody, "tokenize")
     _check_model(req.model, served_models)
     if (req.prompt is None) == (req.messages is None):
         raise ApiError("send exactly one of 'prompt' and 'messages'", param="prompt")
@@ -432,6 +435,6 @@ def tokenize_tools(req: TokenizeBody) -> list[dict[str, Any]] | None:
 
 def parse_detokenize_request(body: bytes, *, served_models: Sequence[str]) -> DetokenizeBody:
     """Decode ``/detokenize``: ``tokens`` is a list of non-negative ids."""
-    req: DetokenizeBody = _decode(body, DetokenizeBody, "detokenize")
+    req: DetokenizeBody = decode_body(body, DetokenizeBody, "detokenize")
     _check_model(req.model, served_models)
     return req

@@ -25,8 +25,7 @@ import msgspec
 
 from textproc.errors import short
 from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
-from textproc.http.body_check import check_body
-from textproc.http.openai_api import chat_params
+from textproc.http.openai_api import ERROR_PATH, chat_params, decode_body
 
 __all__ = [
     "ResponsesBody",
@@ -137,20 +136,6 @@ class ResponseStore:
         self.bytes -= size
 
 
-_PATH = re.compile(r" - at `\$\.?(.*)`$")
-
-
-def _decode(body: bytes) -> ResponsesBody:
-    check_body(body)
-    try:
-        return msgspec.json.decode(body, type=ResponsesBody)
-    except msgspec.ValidationError as exc:
-        match = _PATH.search(str(exc))
-        raise ApiError(f"invalid responses body: {exc}",
-                       param=(match.group(1) or None) if match else None) from exc
-    except msgspec.DecodeError as exc:
-        raise ApiError(f"responses body is not valid JSON ({exc}); send a JSON object",
-                       code="invalid_json") from exc
 
 
 def _refuse(message: str, param: str) -> ApiError:
@@ -328,7 +313,7 @@ def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) 
         body = msgspec.convert(chat, ChatCompletionBody)
         return chat_params(body, served_models=served_models)
     except msgspec.ValidationError as exc:
-        match = _PATH.search(str(exc))
+        match = ERROR_PATH.search(str(exc))
         param = place(match.group(1)) if match and match.group(1) else None
         raise ApiError(f"invalid responses body: {place(str(exc))}", param=param) from exc
     except ApiError as exc:
@@ -347,7 +332,7 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
     >>> r.chat.messages
     [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}]
     """
-    req = _decode(body)
+    req = decode_body(body, ResponsesBody, "responses")
     _check_unsupported(req)
     if req.input is None or req.input == "" or req.input == []:
         raise ApiError("input is empty; send a string or a list of input items", param="input")
