@@ -142,7 +142,7 @@ def _params() -> list[Any]:
 @pytest.mark.parametrize(("vocab_name", "case"), _params())
 def test_same_allowed_sets_as_outlines_core(vocab_name: str, case: str, request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("slow") and not _heavy_runs(request.config, vocab_name, case):
-        pytest.skip("full constraint matrix: run with -m slow (or TEXTPROC_FULL_CONSTRAINTS=1; CI runs it)")
+        pytest.skip("full constraint matrix: run with -m slow (or TEXTPROC_FULL_CONSTRAINTS=1); CI=true adds the GPT-2 cases only")
     vocab, theirs_vocab = vocabulary(vocab_name)
     regex = CASES[case]
     index = compile_constraint(vocab, regex=regex, cache=None, budget=Budget(max_seconds=TEST_BUDGET_S))
