@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 import httpx
 import pytest
 
+from tests.helpers.chat_cases import WEATHER_TOOL
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import EventStream
 from textproc.http.backend import Output
@@ -47,15 +48,7 @@ def rejected(body: bytes, *, kind: str = "chat") -> ApiError:
     return info.value
 
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
-    },
-}
+WEATHER = WEATHER_TOOL
 
 
 # ---------------------------------------------------------------- request validation

@@ -384,7 +384,8 @@ class TextClient:
                 raise WorkerDied(f"request {rid!r}: the detokenizer did not come back within "
                                  f"{_DETOK_WAIT_S:.0f} s") from e
         # follow-up turns go where the conversation's encoded segments are cached
-        affinity = conversation_key(frame.messages) if isinstance(frame, ChatRequest) else None
+        affinity = (conversation_key(frame.messages)
+                    if isinstance(frame, ChatRequest) and len(self._workers) > 1 else None)
         worker = self._inflight.pick_worker(affinity)
         streams = [StreamState(sub, worker) for sub in ids]
         for stream in streams:
@@ -459,7 +460,8 @@ class TextClient:
 
     async def _call(self, frame: TokenizeRequest | DetokenizeRequest, timeout_s: float | None) -> Any:
         self._check_open()
-        affinity = conversation_key(frame.messages) if isinstance(frame, TokenizeRequest) else None
+        affinity = (conversation_key(frame.messages)
+                    if isinstance(frame, TokenizeRequest) and len(self._workers) > 1 else None)
         worker = self._inflight.pick_worker(affinity)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid = frame.request_id
