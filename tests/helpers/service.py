@@ -112,7 +112,7 @@ class Service(ServeProcess):
     def __init__(self, root: Path, model_dir: Path, *, workers: int = 2, args: list[str] | None = None,
                  engine: str = "stub") -> None:
         super().__init__(root, model_dir, workers=workers, engine=engine, args=args or (), cwd=REPO)
-        self.pids: dict[str, Any] = {}
+        self.process_table: dict[str, Any] = {}  # processes.json as last read
 
     def start(self, *, timeout_s: float = 60.0) -> Service:
         try:
@@ -123,17 +123,13 @@ class Service(ServeProcess):
         return self
 
     def refresh_pids(self) -> dict[str, Any]:
-        self.pids = self.processes()
-        return self.pids
+        self.process_table = self.processes()
+        return self.process_table
 
     def all_pids(self) -> dict[str, int]:
-        out = {"supervisor": self.pids.get("supervisor", 0)}
-        for key in ("detokenizer", "engine"):
-            if self.pids.get(key):
-                out[key] = self.pids[key]
-        for i, pid in self.pids.get("workers", {}).items():
-            out[f"worker-{i}"] = pid
-        return out
+        """The pids of the last processes.json read (so dead processes are still named), without
+        the HTTP frontend's."""
+        return {k: v for k, v in self.pids(self.process_table).items() if k != "http"}
 
     def stub_stats(self) -> Any:
         return json.loads(self.stats_file.read_text())

@@ -88,9 +88,10 @@ class ServeProcess:
         """processes.json as written by the supervisor (pids by role)."""
         return dict(json.loads((self.runtime_dir / "processes.json").read_text()))
 
-    def pids(self) -> dict[str, int]:
-        """Every process's pid by name: supervisor, detokenizer, engine, worker-i."""
-        procs = self.processes()
+    def pids(self, procs: Mapping[str, Any] | None = None) -> dict[str, int]:
+        """Every process's pid by name: supervisor, detokenizer, engine, http, worker-i; from
+        ``procs`` (a processes.json read earlier) or read now."""
+        procs = self.processes() if procs is None else procs
         out = {"supervisor": int(procs.get("supervisor") or (self.proc.pid if self.proc else 0))}
         for key in ("detokenizer", "engine", "http"):
             if procs.get(key):
