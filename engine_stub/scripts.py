@@ -16,12 +16,19 @@ from the first id that is not. In an accepting state an end id is taken with pro
 and an id is taken only if the shortest completion after it (``completion_length``) still fits
 in ``max_tokens``. The end id ends it with "stop".
 
+Logprobs (``IncomingRequest.logprobs`` = k, ``RequestState.logprob_rows``): echo and replay give
+each token a deterministic pseudo-random logprob in (-5, 0] from (token id, position) and k
+alternatives (the token itself first, then other ids of the vocabulary, each less likely);
+random mode gives the true value of its uniform draw, ``-log(number of ids it draws from)``
+(the allowed ids of the state when constrained), and k alternatives with that same value.
+
 Imports nothing from textproc but a tokenizer passed in (anything with the ``TokenizerLike``
 methods): exactly what a real engine would have.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Protocol, Sequence
 
@@ -34,7 +41,11 @@ __all__ = [
     "ReplayScripts",
     "RandomScripts",
     "biased_pool",
+    "LogprobRow",
 ]
+
+# one generated token's logprobs: (its logprob, [(alternative id, logprob), ...] most likely first)
+LogprobRow = tuple[float, list[tuple[int, float]]]
 
 
 class TokenizerLike(Protocol):
@@ -88,7 +99,8 @@ class RequestState:
 
     __slots__ = (
         "request_id", "script", "pos", "rng", "pool", "generated", "max_tokens", "stops",
-        "min_tokens", "only_stops", "aborted_at", "guide", "echoing",
+        "min_tokens", "only_stops", "aborted_at", "guide", "echoing", "logprobs", "vocab_size",
+        "_allowed",
     )
 
     def __init__(
@@ -115,6 +127,10 @@ class RequestState:
         self.only_stops = script is not None and all(t in stops for t in script)
         self.guide: Any = None  # textproc.core.constraints.Guide for a constrained request
         self.echoing = script is not None
+        # alternatives per token the request wants (None: no logprobs; protocol 8)
+        self.logprobs: int | None = getattr(request, "logprobs", None)
+        self.vocab_size = 0  # echo / replay: the vocabulary alternatives are drawn from
+        self._allowed: list[list[int]] = []  # constrained + logprobs: allowed ids per new token
 
     def constrain(self, guide: Any, rng: random.Random) -> None:
         """Follow ``guide`` from now on (see the module docstring)."""
@@ -167,8 +183,12 @@ class RequestState:
     def _take_guided(self, k: int) -> tuple[list[int], str | None]:
         new: list[int] = []
         guide = self.guide
+        if self.logprobs is not None:
+            self._allowed = []
         while len(new) < k:
             token_id = self._next_guided()
+            if self.logprobs is not None:
+                self._allowed.append(guide.allowed_ids())
             guide.advance(token_id)
             new.append(token_id)
             self.generated += 1
@@ -202,6 +222,30 @@ class RequestState:
         return new, None
 
 
+    def logprob_rows(self, new_ids: Sequence[int], first: int) -> list[LogprobRow]:
+        """The logprobs of ``new_ids`` (the last :meth:`take`), the first of them being output
+        token number ``first``; ``logprobs`` alternatives each (see the module docstring)."""
+        k = self.logprobs or 0
+        rows: list[LogprobRow] = []
+        if self.script is None or self._allowed:
+            pool: Sequence[int] = self.pool
+            for j, token_id in enumerate(new_ids):
+                if j < len(self._allowed):
+                    pool = self._allowed[j]
+                value = -math.log(len(pool)) if len(pool) > 1 else 0.0
+                alts = [(pool[(token_id * 31 + i) % len(pool)], value) for i in range(k)]
+                rows.append((value, alts))
+            return rows
+        vocab = max(1, self.vocab_size)
+        for j, token_id in enumerate(new_ids):
+            x = (token_id * 2654435761 + (first + j) * 40503) & 0xFFFFFFFF
+            value = -(x % 1000) / 200.0
+            alts = [(token_id, value)] + [((token_id + 7919 * i) % vocab, value - 0.5 * i)
+                                          for i in range(1, k)]
+            rows.append((value, alts[:k]))
+        return rows
+
+
 class ScriptMaker(Protocol):
     def __call__(self, request: _RequestLike) -> RequestState: ...
 
@@ -233,7 +277,9 @@ class EchoScripts:
             script.append(end)
         if not script:  # nothing to say and no end token: repeat the prompt's last id
             script = [ids[-1]]
-        return RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+        state = RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+        state.vocab_size = self.tok.vocab_size
+        return state
 
 
 class ReplayScripts:
@@ -250,7 +296,9 @@ class ReplayScripts:
             script.append(end)
         if not script:
             script = [request.prompt_token_ids[-1]]
-        return RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+        state = RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+        state.vocab_size = self.tok.vocab_size
+        return state
 
 
 def biased_pool(pool: Sequence[int], logit_bias: dict[int, float]) -> Sequence[int]:

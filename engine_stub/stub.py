@@ -45,6 +45,7 @@ from textproc.engine import EngineLink, IncomingRequest
 
 from engine_stub.scripts import (
     EchoScripts,
+    LogprobRow,
     RandomScripts,
     ReplayScripts,
     RequestState,
@@ -198,8 +199,11 @@ class StubEngine:
             time.sleep(s.step_ms / 1000.0)
         k = s.tokens_per_step
         done: list[tuple[str, str]] = []
+        rows: dict[int, list[LogprobRow]] = {}  # index into outputs -> its tokens' logprobs
         for request_id, state in self.running.items():
             new, reason = state.take(k)
+            if state.logprobs is not None and new:
+                rows[len(outputs)] = state.logprob_rows(new, state.generated - len(new))
             outputs.append((request_id, new, reason))
             self.tokens_generated += len(new)
             if reason is not None:
@@ -208,7 +212,7 @@ class StubEngine:
             state = self.running.pop(request_id)
             self.finished[reason] = self.finished.get(reason, 0) + 1
             self._record(request_id, state.generated, reason)
-        _send_columns(link, outputs)
+        _send_columns(link, outputs, rows)
         self.steps += 1
         self.step_times_s.append(time.perf_counter() - t0)
 
@@ -421,8 +425,12 @@ def main(argv: Sequence[str] | None = None, *,
     return 0
 
 
-def _send_columns(link: EngineLink, outputs: list[tuple[str, list[int], str | None]]) -> None:
-    """Send one step as columns (``EngineLink.send_step``): cheaper to decode for textproc."""
+def _send_columns(link: EngineLink, outputs: list[tuple[str, list[int], str | None]],
+                  rows: dict[int, list[LogprobRow]] | None = None) -> None:
+    """Send one step as columns (``EngineLink.send_step``): cheaper to decode for textproc.
+
+    ``rows``: logprobs of the outputs (by index) whose requests asked; the step's rows are
+    ``1 + k`` wide for the largest k, other requests' rows padded with zeros."""
     request_ids: list[str] = []
     token_ids = array("I")
     counts = array("I")
@@ -433,4 +441,18 @@ def _send_columns(link: EngineLink, outputs: list[tuple[str, list[int], str | No
         counts.append(len(new_ids))
         if reason is not None:
             finished[index] = reason
-    link.send_step(request_ids, token_ids, counts=counts, finished=finished)
+    if not rows:
+        link.send_step(request_ids, token_ids, counts=counts, finished=finished)
+        return
+    k = max(len(alts) for lp in rows.values() for _, alts in lp)
+    logprobs = array("f")
+    top_ids = array("I")
+    for index, (_, new_ids, _) in enumerate(outputs):
+        lp = rows.get(index)
+        for j in range(len(new_ids)):
+            value, alts = lp[j] if lp is not None else (0.0, [])
+            logprobs.append(value)
+            logprobs.extend([alt_lp for _, alt_lp in alts] + [0.0] * (k - len(alts)))
+            top_ids.extend([alt for alt, _ in alts] + [0] * (k - len(alts)))
+    link.send_step(request_ids, token_ids, counts=counts, finished=finished, logprobs=logprobs,
+                   top_ids=top_ids)

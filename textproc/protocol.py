@@ -15,7 +15,10 @@ Engine-facing frames (the only ones an engine sees, through ``textproc.engine.En
   ``EngineStepPacked`` (columnar, protocol 2: request ids, all new ids packed, counts packed,
   sparse finish reasons; what ``EngineLink.send_step`` sends) or ``EngineStep`` (one
   ``StepOutput`` per request; what ``EngineLink.send_outputs`` sends by default, and older
-  engines).
+  engines). A step may carry logprobs for its new tokens (protocol 8): ``logprobs`` (float32,
+one row of ``1 + k`` per new token: the sampled token's, then its k alternatives', most likely
+first) and ``top_ids`` (uint32, the k alternatives of each row), for the requests whose
+``EngineRequest.logprobs`` asked; ``logprob_rows`` unpacks and checks them.
 
 Token ids of prompts travel packed (``pack_ids``: little-endian uint32), not as lists of ints.
 """
@@ -51,10 +54,14 @@ __all__ = [
     "IndexTable",
     "EngineIndex",
     "step_entries",
+    "logprob_rows",
+    "LogprobEntry",
     "EngineInFrame",
     "EngineOutFrame",
     "pack_ids",
     "unpack_ids",
+    "pack_floats",
+    "MAX_TOP_LOGPROBS",
     "ChatRequest",
     "CompletionRequest",
     "TokenizeRequest",
@@ -86,8 +93,10 @@ __all__ = [
 # ChatRequest.documents, Failure.param; 5: tool formats (ChatRequest.stream_calls /
 # parallel_tool_calls, Submit.tool_format / reasoning_format / tool_schemas / stream_calls / max_calls);
 # 6: constraint indexes (EngineIndex, EngineRequest.index_key, Submit.index, ChatRequest/
-# CompletionRequest.structured); 7: ChatRequest.n / CompletionRequest.n (one prompt, n choices)
-PROTOCOL_VERSION = 7
+# CompletionRequest.structured); 7: ChatRequest.n / CompletionRequest.n (one prompt, n choices);
+# 8: logprobs (EngineRequest / ChatRequest / CompletionRequest / Submit.logprobs, StepOutput and
+# EngineStepPacked .logprobs / .top_ids, RequestOutput.logprobs)
+PROTOCOL_VERSION = 8
 
 # Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
@@ -105,6 +114,7 @@ MAX_MODEL_LEN = 1 << 30  # the largest max_model_len (and so max_tokens) a servi
 MAX_TOKEN_ID = 2**32 - 1  # what pack_ids (uint32) holds; the vocabulary bounds ids further
 MAX_LOGIT_BIAS = 1024  # entries of one request's logit_bias
 LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 forces it
+MAX_TOP_LOGPROBS = 20  # alternatives per token a request may ask for (OpenAI's top_logprobs limit)
 
 _LITTLE = sys.byteorder == "little"
 
@@ -116,6 +126,14 @@ def pack_ids(token_ids: Sequence[int]) -> bytes:
     [1, 151643]
     """
     packed = array("I", token_ids)
+    if not _LITTLE:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def pack_floats(values: Sequence[float]) -> bytes:
+    """Floats as little-endian float32 bytes (4 bytes per value): how logprobs travel."""
+    packed = array("f", values)
     if not _LITTLE:
         packed.byteswap()
     return packed.tobytes()
@@ -148,6 +166,9 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     # the compiled constraint (EngineIndex.table.key) the output must follow; "" for none.
     # The index reached engine-in before this request (the detokenizer sends it once).
     index_key: str = ""
+    # protocol 8: None: no logprobs; k >= 0: with each new token send its logprob and the k
+    # most likely alternatives (ids + logprobs), k in 0..MAX_TOP_LOGPROBS (vLLM's meaning)
+    logprobs: int | None = None
 
 
 class IndexTable(msgspec.Struct, array_like=True, gc=False):
@@ -194,6 +215,10 @@ class StepOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     request_id: str
     token_ids: list[int]
     finish_reason: str | None = None  # "stop" (stop token / EOS), "length", "abort", "error"
+    # protocol 8, as in EngineStepPacked but for this request's ids: float32 rows of 1 + k per
+    # new id (or a list of floats), and the k alternative ids per row (uint32, or ints)
+    logprobs: bytes | list[float] | None = None
+    top_ids: bytes | list[int] | None = None
 
 
 class EngineStep(msgspec.Struct, tag=True, array_like=True):
@@ -226,6 +251,53 @@ class EngineStepPacked(msgspec.Struct, tag=True, array_like=True):
     token_ids: bytes  # pack_ids(all new ids, request after request)
     counts: bytes = b""  # pack_ids(per-request counts); b"": one id per request
     finished: dict[int, str] = {}  # index into request_ids -> finish reason
+    # protocol 8: float32 rows of 1 + k per new id, all requests' ids in order (the sampled
+    # id's logprob, then the k alternatives', most likely first); b"": no logprobs this step.
+    # Rows of requests that did not ask are padding; a request asking j < k takes the first j.
+    logprobs: bytes = b""
+    top_ids: bytes = b""  # uint32, k per row: the alternatives' ids
+
+
+# one generated token's logprob entry as it travels to clients: (token id, its bytes in the
+# output, its logprob, [(alternative id, its bytes, its logprob), ...] most likely first)
+LogprobEntry = tuple[int, bytes, float, list[tuple[int, bytes, float]]]
+
+
+def logprob_rows(
+    n_tokens: int, logprobs: bytes | Sequence[float], top_ids: bytes | Sequence[int], where: str
+) -> tuple[int, Sequence[float], Sequence[int]]:
+    """``(row width 1 + k, floats, alternative ids)`` of a step's (or StepOutput's) logprobs.
+
+    Raises ValueError naming ``where`` when they do not fit ``n_tokens`` new ids: not whole
+    float32 / uint32 values, a float count that is not a multiple of ``n_tokens``, or not k
+    alternative ids per row.
+    """
+    if isinstance(logprobs, bytes):
+        if len(logprobs) % 4:
+            raise ValueError(f"{where}: logprobs must be packed float32 (a multiple of 4 bytes), "
+                             f"got {len(logprobs)} bytes")
+        packed = array("f")
+        packed.frombytes(logprobs)
+        if not _LITTLE:
+            packed.byteswap()
+        floats: Sequence[float] = packed
+    else:
+        floats = logprobs
+    if isinstance(top_ids, bytes):
+        try:
+            ids: Sequence[int] = unpack_ids(top_ids)
+        except ValueError as e:
+            raise ValueError(f"{where}: top_ids: {e}") from e
+    else:
+        ids = top_ids
+    if not n_tokens or not floats or len(floats) % n_tokens:
+        raise ValueError(f"{where}: {len(floats)} logprobs for {n_tokens} new ids; expected "
+                         f"1 + k per id")
+    width = len(floats) // n_tokens
+    if len(ids) != n_tokens * (width - 1):
+        raise ValueError(f"{where}: {len(ids)} top_ids for {n_tokens} new ids with {width - 1} "
+                         f"alternatives each; expected {n_tokens * (width - 1)}")
+    return width, floats, ids
 
 
 def step_entries(
@@ -322,6 +394,9 @@ class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
     # n > 1: the prompt is built once and runs as n engine requests "<request_id>-<i>" (seed + i
     # when sampling has a seed); the worker answers Accepted / Failure per sub-request id
     n: int = 1
+    # protocol 8: None: no logprobs; k in 0..MAX_TOP_LOGPROBS: each output token's logprob and
+    # its k most likely alternatives (RequestOutput.logprobs)
+    logprobs: int | None = None
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -341,6 +416,7 @@ class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults
     ignore_eos: bool = False
     structured: dict[str, Any] | None = None  # as in ChatRequest
     n: int = 1  # as in ChatRequest
+    logprobs: int | None = None  # as in ChatRequest
 
 
 class TokenizeRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -438,6 +514,7 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     max_calls: int = -1  # -1: no limit (parallel_tool_calls false: 1)
     # the constraint index the engine request names, when this worker has not sent it yet
     index: IndexTable | None = None
+    logprobs: int | None = None  # protocol 8: alternatives per token the client wants (None: off)
 
 
 class Hello(msgspec.Struct, tag=True, array_like=True):
@@ -490,6 +567,9 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     # with ``error``: "invalid_input" (400), "overloaded" (503), "engine_restarted" (503),
     # "engine_error" (500), "internal" (500); the client raises the matching textproc error
     error_kind: str | None = None
+    # protocol 8, with Submit.logprobs: one entry per token whose bytes reached the output
+    # since the last frame, in order (see textproc.core.logprobs)
+    logprobs: list[LogprobEntry] = []
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

@@ -67,9 +67,11 @@ from textproc.engine.steps import (
     StepEntry,
     StepFormat,
     check_columns,
+    check_logprobs,
     columns,
     normalise,
     pack,
+    pack_logprobs,
 )
 from textproc.transport import close_sockets
 from textproc.protocol import (
@@ -345,6 +347,7 @@ class EngineLink:
                         frame.logit_bias,
                         frame.index_key,
                         guide,
+                        frame.logprobs,
                     )
                 )
             case EngineIndex(table=table, evict=evict):
@@ -412,6 +415,8 @@ class EngineLink:
         *,
         counts: Any = None,
         finished: Mapping[int, str] | None = None,
+        logprobs: Any = None,
+        top_ids: Any = None,
     ) -> None:
         """Send one step in columns as ONE ``EngineStepPacked`` frame; never blocks. Cheapest.
 
@@ -423,6 +428,14 @@ class EngineLink:
         finish reason ("stop" for a stop token / EOS, "length", "abort", "error"); other
         requests keep running. Lengths are always checked (``InvalidInput``); with
         ``check_outputs=True`` also the count sum and the finish reasons.
+
+        Logprobs (for requests whose ``IncomingRequest.logprobs`` is not None): ``logprobs``
+        holds one row of ``1 + k`` floats per new id, in ``token_ids`` order (the sampled id's
+        logprob, then its k alternatives', most likely first; a (n_tokens, 1 + k) numpy float32
+        array, ``array('f')``, packed float32 bytes or floats), ``top_ids`` the k alternative
+        ids of each row (uint32, as ``token_ids``). k is the largest any request of the step
+        asked; rows of requests that asked for fewer (or none) are read only that far, so
+        anything may pad them. Omit both when no request of the step wants logprobs.
 
         For example ``link.send_step(["r1", "r2"], array("I", [791, 13]), finished={1: "stop"})``.
         """
@@ -447,12 +460,20 @@ class EngineLink:
             )
         if self.check_outputs:
             check_columns(request_ids, n_tokens, packed_counts, finished)
+        floats = alt_ids = b""
+        if logprobs is not None:
+            floats = pack_logprobs(logprobs, "send_step: logprobs")
+            alt_ids = pack(top_ids if top_ids is not None else b"", "top_ids")
+            check_logprobs(n_tokens, floats, alt_ids, "send_step")
         if self.step_format == "legacy":
-            entries = [(rid, list(ids), reason) for rid, ids, reason in zip(*step_entries(
-                EngineStepPacked(0, list(request_ids), tokens, packed_counts, dict(finished))))]
+            frame = EngineStepPacked(0, list(request_ids), tokens, packed_counts, dict(finished))
+            entries: list[Any] = [(rid, list(ids), reason) for rid, ids, reason in zip(
+                *step_entries(frame))]
+            if floats:
+                entries = _with_logprobs(entries, floats, alt_ids)
             self._send_step(entries)
             return
-        self._send_packed(request_ids, tokens, packed_counts, finished)
+        self._send_packed(request_ids, tokens, packed_counts, finished, floats, alt_ids)
 
     def send_outputs(self, outputs: Iterable[StepEntry]) -> None:
         """Send one step's outputs as ONE step frame; never blocks.
@@ -464,7 +485,12 @@ class EngineLink:
         ``EngineStep``, with no per-entry Python work; with ``step_format="packed"`` they are
         turned into ``EngineStepPacked`` columns (zip, map, array; costs the engine more, saves
         textproc more; an engine that holds columns already should call :meth:`send_step`).
-        Other iterables and id sequences (``array``, ``range``, numpy) are converted first. The
+        Other iterables and id sequences (``array``, ``range``, numpy) are converted first.
+        With logprobs an entry is ``(request_id, new_token_ids, finish_reason, logprobs,
+        top_ids)`` (``logprobs``: 1 + k floats per new id, the sampled id's then its k
+        alternatives'; ``top_ids``: the k alternative ids per new id; lists encode as they are,
+        arrays are packed first); a step with such entries always goes out as an
+        ``EngineStep`` (per-request rows, any k per request). The
         hot path trusts its input (a wrong entry reaches textproc and fails that request
         there; in "packed" a token id outside uint32 raises ``InvalidInput``); with
         ``EngineLink(check_outputs=True)`` every entry is checked and a bad one raises
@@ -480,11 +506,16 @@ class EngineLink:
         try:
             cols = columns(outputs)
         except (TypeError, ValueError, OverflowError):
-            cols = columns(normalise(outputs))
+            fixed = normalise(outputs)
+            if any(len(entry) == 5 for entry in fixed):  # logprobs: per-request rows
+                self._send_step(fixed)
+                return
+            cols = columns(fixed)
         self._send_packed(*cols)
 
     def _send_packed(
-        self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str]
+        self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str],
+        logprobs: bytes = b"", top_ids: bytes = b"",
     ) -> None:
         out = self._out
         if out is None:
@@ -493,7 +524,7 @@ class EngineLink:
             self._report_lost(out)
         step = self.steps_sent
         self._encoder.encode_into(
-            (PACKED_TAG, step, request_ids, tokens, counts, finished), self._buf
+            (PACKED_TAG, step, request_ids, tokens, counts, finished, logprobs, top_ids), self._buf
         )
         self._send_buf(out, step, lambda: request_ids)
 
@@ -562,3 +593,17 @@ class EngineLink:
             f"EngineLink(engine_in={self.engine_in!r}, engine_out={self.engine_out!r}, "
             f"instance_id={self.instance_id!r}, {state})"
         )
+
+
+def _with_logprobs(entries: list[Any], logprobs: bytes, top_ids: bytes) -> list[Any]:
+    """Per-request ``StepOutput`` rows cut from a packed step's logprob columns."""
+    n_tokens = sum(len(entry[1]) for entry in entries)
+    width = len(logprobs) // 4 // n_tokens
+    out: list[Any] = []
+    at = 0
+    for rid, ids, reason in entries:
+        end = at + len(ids)
+        out.append(StepOutput(rid, ids, reason, logprobs[4 * width * at:4 * width * end],
+                              top_ids[4 * (width - 1) * at:4 * (width - 1) * end]))
+        at = end
+    return out

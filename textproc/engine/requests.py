@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from textproc.errors import short
-from textproc.protocol import EngineRequest
+from textproc.protocol import MAX_TOP_LOGPROBS, EngineRequest
 
 __all__ = ["IncomingRequest", "check_request", "unpack_array", "unpack_list"]
 
@@ -29,7 +29,8 @@ class IncomingRequest(msgspec.Struct):
     -100..100 added to their logits (OpenAI's rule: -100 bans the token, 100 forces it).
     ``guide`` (when the request names a compiled index) enforces ``constraint``:
     ``guide.allowed_mask()`` before sampling, ``guide.advance(token_id)`` after, finish when
-    ``guide.is_finished``.
+    ``guide.is_finished``. ``logprobs``: None, or k >= 0: send each new token's logprob and its
+    k most likely alternatives with the step (``EngineLink.send_step(logprobs=, top_ids=)``).
     """
 
     request_id: str
@@ -43,6 +44,7 @@ class IncomingRequest(msgspec.Struct):
     logit_bias: dict[int, float] = {}
     index_key: str = ""
     guide: Any = None  # textproc.core.constraints.Guide when index_key names an index
+    logprobs: int | None = None  # alternatives wanted per new token (None: no logprobs)
 
 
 def unpack_array(data: bytes) -> array[int]:
@@ -75,4 +77,6 @@ def check_request(frame: EngineRequest) -> str | None:
     for token_id in frame.stop_token_ids:
         if token_id < 0:
             return f"stop_token_ids must be >= 0, got {short(frame.stop_token_ids)}"
+    if frame.logprobs is not None and not 0 <= frame.logprobs <= MAX_TOP_LOGPROBS:
+        return f"logprobs must be None or 0..{MAX_TOP_LOGPROBS}, got {frame.logprobs!r}"
     return None

@@ -15,19 +15,22 @@ from typing import Any, Literal, Union
 
 from textproc.engine.requests import unpack_array
 from textproc.errors import InvalidInput, short
-from textproc.protocol import ENGINE_FINISH_REASONS, EngineStepPacked, StepOutput
+from textproc.protocol import ENGINE_FINISH_REASONS, EngineStepPacked, StepOutput, logprob_rows
 
 __all__ = ["StepEntry", "StepFormat", "STEP_FORMATS", "PACKED_TAG", "NO_FINISHED", "FINISH_REASONS",
-           "normalise", "columns", "pack", "check_columns"]
+           "normalise", "columns", "pack", "pack_logprobs", "check_columns", "check_logprobs"]
 
 _BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
 
 # (request_id, new_token_ids) or (request_id, new_token_ids, finish_reason): the 3-tuple encodes
-# to exactly the bytes of StepOutput(request_id, token_ids, finish_reason); the 2-tuple is the
-# same frame without the trailing field, which decodes to finish_reason=None.
+# to the bytes of StepOutput(request_id, token_ids, finish_reason) without its trailing logprob
+# fields, which decode to None; the 2-tuple also omits the reason (None). With logprobs
+# (protocol 8): (request_id, new_token_ids, finish_reason, logprobs, top_ids), logprobs 1 + k
+# floats per new id (the sampled id's, then the k alternatives'), top_ids k ids per new id.
 StepEntry = Union[
     tuple[str, Sequence[int]],
     tuple[str, Sequence[int], Union[str, None]],
+    tuple[str, Sequence[int], Union[str, None], Any, Any],
     StepOutput,
 ]
 
@@ -45,29 +48,44 @@ FINISH_REASONS = frozenset({None, *ENGINE_FINISH_REASONS})  # None: the request 
 
 
 def normalise(outputs: Sequence[Any]) -> list[Any]:
-    """Entries checked, id sequences turned into lists of ints; a bad entry is named."""
+    """Entries checked, id sequences turned into lists of ints, logprobs packed; a bad entry is
+    named."""
     fixed: list[Any] = []
     for index, entry in enumerate(outputs):
+        logprobs: Any = b""
+        top_ids: Any = b""
         try:
             if isinstance(entry, StepOutput):
                 request_id, token_ids, reason = entry.request_id, entry.token_ids, entry.finish_reason
-            elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3):
+                logprobs, top_ids = entry.logprobs or b"", entry.top_ids or b""
+            elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3, 5):
                 request_id, token_ids = entry[0], entry[1]
-                reason = entry[2] if len(entry) == 3 else None
+                reason = entry[2] if len(entry) >= 3 else None
+                if len(entry) == 5:
+                    logprobs, top_ids = entry[3], entry[4]
+                    logprobs = b"" if logprobs is None else logprobs
+                    top_ids = b"" if top_ids is None else top_ids
             else:
-                raise TypeError("not a 2- or 3-tuple")
+                raise TypeError("not a 2-, 3- or 5-tuple")
             if not isinstance(request_id, str) or reason not in FINISH_REASONS:
                 raise TypeError("bad request_id or finish_reason")
             ids = [operator.index(token_id) for token_id in token_ids]
             if any(token_id < 0 or token_id >= 2**32 for token_id in ids):
                 raise ValueError("token id out of uint32 range")
-        except (TypeError, ValueError) as exc:
+            if len(logprobs) or len(top_ids):
+                logprobs = pack_logprobs(logprobs, f"send_outputs entry {index} logprobs")
+                top_ids = pack(top_ids, f"send_outputs entry {index} top_ids")
+                logprob_rows(len(ids), logprobs, top_ids, f"send_outputs entry {index}")
+        except (TypeError, ValueError, InvalidInput) as exc:
             raise InvalidInput(
                 f"send_outputs entry {index} is {short(entry)}; expected (request_id: str, "
                 f"token_ids: list[int], finish_reason: one of None, 'stop', 'length', 'abort', "
-                f"'error')"
+                f"'error'[, logprobs: 1 + k floats per id, top_ids: k ids per id]): {exc}"
             ) from exc
-        fixed.append((request_id, ids, reason))
+        if len(logprobs):
+            fixed.append((request_id, ids, reason, logprobs, top_ids))
+        else:
+            fixed.append((request_id, ids, reason))
     return fixed
 
 
@@ -107,8 +125,8 @@ def pack(values: Any, what: str) -> bytes:
         view = memoryview(values)
     except TypeError:
         view = None
-    if view is not None and view.ndim == 1 and view.c_contiguous:
-        if view.format in ("B", "b", "c") and view.itemsize == 1:
+    if view is not None and view.ndim in (1, 2) and view.c_contiguous:
+        if view.format in ("B", "b", "c") and view.itemsize == 1 and view.ndim == 1:
             if len(view) % 4:
                 raise InvalidInput(
                     f"send_step: {what} given as {len(view)} bytes; packed token ids are "
@@ -118,6 +136,8 @@ def pack(values: Any, what: str) -> bytes:
         if view.itemsize == 4 and view.format.lstrip("@=<") in ("I", "L"):
             if view.format.startswith("<") or not _BIG_ENDIAN:
                 return view.tobytes()
+        if view.ndim == 2:  # a (tokens, k) matrix: its items in row order
+            values = view.cast("B").cast(view.format.lstrip("@=<"))  # type: ignore[call-overload]
     try:
         packed = array("I", values)
     except (TypeError, OverflowError, ValueError) as exc:
@@ -128,6 +148,44 @@ def pack(values: Any, what: str) -> bytes:
     if _BIG_ENDIAN:
         packed.byteswap()
     return packed.tobytes()
+
+
+def pack_logprobs(values: Any, what: str) -> bytes:
+    """Little-endian float32 bytes of ``values`` (array('f'), numpy float32, packed bytes, or
+    a sequence of floats)."""
+    try:
+        view = memoryview(values)
+    except TypeError:
+        view = None
+    if view is not None and view.ndim in (1, 2) and view.c_contiguous:
+        if view.format in ("B", "b", "c") and view.itemsize == 1 and view.ndim == 1:
+            if len(view) % 4:
+                raise InvalidInput(f"{what} given as {len(view)} bytes; packed logprobs are "
+                                   f"little-endian float32, a multiple of 4 bytes")
+            return view.tobytes()
+        if view.itemsize == 4 and view.format.lstrip("@=<") == "f":
+            if view.format.startswith("<") or not _BIG_ENDIAN:
+                return view.tobytes()
+        if view.ndim == 2:  # a (tokens, 1 + k) matrix: its items in row order
+            values = view.cast("B").cast(view.format.lstrip("@=<"))  # type: ignore[call-overload]
+    try:
+        packed = array("f", values)
+    except (TypeError, OverflowError, ValueError) as exc:
+        raise InvalidInput(
+            f"{what} is {short(values)}; expected float32 logprobs: array('f'), a numpy float32 "
+            f"array, packed bytes or a sequence of floats"
+        ) from exc
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def check_logprobs(n_tokens: int, logprobs: bytes, top_ids: bytes, what: str) -> None:
+    """InvalidInput unless ``logprobs`` holds 1 + k floats and ``top_ids`` k ids per new id."""
+    try:
+        logprob_rows(n_tokens, logprobs, top_ids, what)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
 
 
 def check_columns(
