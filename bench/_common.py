@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -204,18 +204,21 @@ def save_figure(fig: Any, path: Path) -> None:
 
 
 class Progress:
-    """One status line on stderr at most every ``every_s`` seconds (long runs)."""
+    """One status line on stderr at most every ``every_s`` seconds (long runs). ``msg`` may be a
+    callable: it is only called when a line is printed (a costly message would otherwise be
+    built on every call, inside the measured loop)."""
 
     def __init__(self, what: str, every_s: float = 2.0) -> None:
         self.what = what
         self.every_s = every_s
         self.next = time.monotonic() + every_s
 
-    def __call__(self, msg: str) -> None:
+    def __call__(self, msg: str | Callable[[], str]) -> None:
         now = time.monotonic()
         if now >= self.next:
             self.next = now + self.every_s
-            print(f"  [{self.what}] {msg}", file=sys.stderr, flush=True)
+            text = msg() if callable(msg) else msg
+            print(f"  [{self.what}] {text}", file=sys.stderr, flush=True)
 
 
 class Serve:

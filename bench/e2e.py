@@ -116,7 +116,7 @@ async def _level(client: Any, prompts: list[str], rate: float, duration: float, 
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(i)))
         i += 1
-        progress(f"{i} sent, {sum(1 for r in records if r.counts and r.counts[-1] >= max_tokens)} done")
+        progress(lambda: f"{i} sent, {sum(1 for r in records if r.counts and r.counts[-1] >= max_tokens)} done")
     deadline = perf() + 60
     pending = set(tasks)
     while pending:
@@ -137,6 +137,8 @@ def analyse(records: list[Record], timings: dict[str, Any], max_tokens: int) -> 
     ttft: list[float] = []
     ttft_added: list[float] = []
     engine_ttft: list[float] = []
+    to_engine: list[float] = []  # client send -> the engine has the request
+    first_back: list[float] = []  # the first token's step sent -> the first token at the client
     delay: list[float] = []
     itl: list[float] = []
     itl_added: list[float] = []
@@ -164,6 +166,8 @@ def analyse(records: list[Record], timings: dict[str, Any], max_tokens: int) -> 
         ttft.append(t_first)
         engine_ttft.append(e_first)
         ttft_added.append(t_first - e_first)
+        to_engine.append(arrived - rec.t_send)
+        first_back.append(tok_time[0] - emit[0])
         for k in range(len(tok_time)):
             delay.append(tok_time[k] - emit[k])
             if k:
@@ -176,6 +180,8 @@ def analyse(records: list[Record], timings: dict[str, Any], max_tokens: int) -> 
         "ttft_ms_p50": pct(ttft, 50) * ms, "ttft_ms_p99": pct(ttft, 99) * ms,
         "engine_ttft_ms_p50": pct(engine_ttft, 50) * ms,
         "ttft_added_ms_p50": pct(ttft_added, 50) * ms, "ttft_added_ms_p99": pct(ttft_added, 99) * ms,
+        "to_engine_ms_p50": pct(to_engine, 50) * ms, "to_engine_ms_p99": pct(to_engine, 99) * ms,
+        "first_back_ms_p50": pct(first_back, 50) * ms, "first_back_ms_p99": pct(first_back, 99) * ms,
         "delay_ms_p50": pct(delay, 50) * ms, "delay_ms_p99": pct(delay, 99) * ms,
         "itl_ms_p50": pct(itl, 50) * ms, "itl_ms_p99": pct(itl, 99) * ms,
         "itl_added_ms_p50": pct(itl_added, 50) * ms, "itl_added_ms_p99": pct(itl_added, 99) * ms,
@@ -365,12 +371,19 @@ def main(argv: list[str] | None = None) -> int:
                        ("TTFT p50", "ttft_ms_p50", ".2f"), ("TTFT p99", "ttft_ms_p99", ".2f"),
                        ("eng TTFT p50", "engine_ttft_ms_p50", ".2f"),
                        ("TTFT+ p50", "ttft_added_ms_p50", ".2f"), ("TTFT+ p99", "ttft_added_ms_p99", ".2f"),
+                       ("to eng p50", "to_engine_ms_p50", ".2f"), ("to eng p99", "to_engine_ms_p99", ".2f"),
+                       ("1st back p99", "first_back_ms_p99", ".2f"),
                        ("delay p50", "delay_ms_p50", ".2f"), ("delay p99", "delay_ms_p99", ".2f"),
                        ("ITL p50", "itl_ms_p50", ".2f"), ("ITL+ p99", "itl_added_ms_p99", ".2f"),
                        ("load", "load_avg_1m", ".1f")])
     print(f"(ms; engine step {args.step_ms:g} ms, {max_tokens} tokens per request; TTFT+ = TTFT - "
-          "engine TTFT, delay = token at client - step sent by engine, ITL+ = client gap - engine "
-          "gap; target: < 2 ms added at p99 at 500 req/s)")
+          "engine TTFT = (to eng: client send -> engine has it) + (1st back: its first step sent -> "
+          "first token at the client), delay = token at client - step sent by engine, ITL+ = "
+          "client gap - engine gap; target: < 2 ms added at p99 at 500 req/s)")
+    for r in rows:
+        per = {k: v / max(1, r["completed"]) * 1000 for k, v in r["cpu_s"].items()}
+        print(f"CPU per request, {r['endpoints']} {r['offered_rps']:g} req/s (ms): "
+              + ", ".join(f"{k} {v:.3f}" for k, v in per.items()))
     for f in floors:
         print(f"floor, {f['endpoints']}: pyzmq REQ/REP round trip to another process, "
               f"p50 {f['rtt_ms_p50']:.3f} ms, p99 {f['rtt_ms_p99']:.3f} ms (load {f['load_avg_1m']:.1f}); "

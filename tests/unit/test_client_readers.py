@@ -128,3 +128,24 @@ def test_pacer_lets_a_few_through_per_loop_turn_in_order() -> None:
     turns = asyncio.run(main())
     assert [i for turn in turns for i in turn] == list(range(10))
     assert max(len(t) for t in turns) <= 4 and len(turns) >= 3
+
+
+def test_first_outputs_wake_before_running_streams() -> None:
+    """An Outputs frame carries one output of every running stream; the streams getting their
+    first output (their TTFT) are woken first, whatever their place in the frame."""
+    order: list[str] = []
+    rids = [f"r{i}" for i in range(6)]
+    frame = Outputs([RequestOutput(rid, [{"content": "a"}]) for rid in rids])
+
+    async def main() -> None:
+        readers, inflight, sock = _readers([_ENCODE(frame)], [])
+        loop = asyncio.get_running_loop()
+        for i, rid in enumerate(rids):
+            stream = inflight.streams[rid] = StreamState(rid, 0)
+            stream.started = i % 2 == 0  # r0, r2, r4 had output before
+            stream.waiter = loop.create_future()
+            stream.waiter.add_done_callback(lambda _f, rid=rid: order.append(rid))
+        await _run_reader(readers, lambda: len(order) == len(rids))
+
+    asyncio.run(main())
+    assert order == ["r1", "r3", "r5", "r0", "r2", "r4"]

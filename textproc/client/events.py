@@ -93,7 +93,7 @@ class StreamState:
 
     __slots__ = ("request_id", "worker", "items", "waiter", "error", "accepted", "last_seen",
                  "pending_at_worker", "prompt_tokens", "unknown_seen", "sent_at", "timings",
-                 "detok_s")
+                 "detok_s", "started")
 
     def __init__(self, request_id: str, worker: int) -> None:
         self.request_id = request_id
@@ -109,6 +109,7 @@ class StreamState:
         self.sent_at = time.perf_counter()
         self.timings: dict[str, float] | None = None  # worker stages, handed to the next event
         self.detok_s = 0.0  # the detokenizer's time for the latest Outputs frame
+        self.started = False  # an output has arrived (the reader wakes first outputs first)
 
     def wake(self) -> None:
         waiter = self.waiter

@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq.asyncio
 
-from textproc.client.events import error_from
+from textproc.client.events import StreamState, error_from
 from textproc.client.inflight import InFlight
 from textproc.errors import ProtocolError, WorkerDied
 from textproc.protocol import (
@@ -150,6 +150,9 @@ class Readers:
                 case Outputs():
                     now = time.monotonic()
                     stray: list[str] = []
+                    # streams getting their first output wake first: a frame carries one output
+                    # of every running stream, and the new ones' first token is their TTFT
+                    later: list[StreamState] = []
                     for item in frame.items:
                         stream = streams.get(item.request_id)
                         if stream is None:
@@ -170,6 +173,12 @@ class Readers:
                         if stream.pending_at_worker:  # the detokenizer has it: a worker death
                             stream.pending_at_worker = False  # no longer concerns it
                             self.inflight.worker_pending[stream.worker].discard(item.request_id)
+                        if stream.started:
+                            later.append(stream)
+                        else:
+                            stream.started = True
+                            stream.wake()
+                    for stream in later:
                         stream.wake()
                     if stray:  # outputs of requests this client gave up on: stop them
                         self._abort_strays(stray, now)

@@ -396,27 +396,27 @@ class TextClient:
         accept_by = time.monotonic() + limit
         try:
             await self._workers[worker].send(self._encode(frame))
+            if n == 1:  # the common case, per event without the choice bookkeeping below
+                stream = streams[0]
+                while True:
+                    if stream.items:
+                        event = take_event(stream)
+                        if event.finish_reason is not None:
+                            done[0] = True
+                            yield event
+                            return
+                        yield event
+                    elif stream.error is not None:
+                        done[0] = stream.accepted or not stream.pending_at_worker
+                        raise stream.error
+                    else:
+                        await self._wait_output(streams, worker, rid, limit, accept_by)
             while not all(done):
                 ready = [k for k in range(n) if not done[k]
                          and (streams[k].items or streams[k].error is not None)]
-                if not ready:
-                    waiter = asyncio.get_running_loop().create_future()
-                    live = [s for k, s in enumerate(streams) if not done[k]]
-                    for stream in live:  # whichever choice gets output first wakes us
-                        stream.waiter = waiter
-                    if any(s.pending_at_worker for s in live):  # a stuck worker must not hold it
-                        try:
-                            await asyncio.wait_for(waiter, max(0.0, accept_by - time.monotonic()))
-                        except (asyncio.TimeoutError, TimeoutError):
-                            for stream in live:
-                                if stream.pending_at_worker and not stream.items:
-                                    stream.fail(self._timeout_error(
-                                        worker, rid, "(Accepted for a generation request)",
-                                        limit))
-                    else:
-                        await waiter
-                    for stream in live:
-                        stream.waiter = None
+                if not ready:  # whichever choice gets output first wakes us
+                    await self._wait_output([s for k, s in enumerate(streams) if not done[k]],
+                                            worker, rid, limit, accept_by)
                     continue
                 for k in ready:
                     stream = streams[k]
@@ -437,6 +437,35 @@ class TextClient:
             if running and not self._closed and self._detok is not None:
                 # the abort must go out even while this task is being cancelled
                 self._send_abort(running)
+
+    async def _wait_output(self, live: list[StreamState], worker: int, rid: str, limit: float,
+                           accept_by: float) -> None:
+        """Until one of ``live`` has output or an error; while one still waits at its worker,
+        at most until ``accept_by`` (then those fail with a timeout naming the worker)."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        for stream in live:
+            stream.waiter = waiter
+        timer = None
+        if any(s.pending_at_worker for s in live):  # a stuck worker must not hold it
+
+            def expire() -> None:
+                for stream in live:
+                    if stream.pending_at_worker and not stream.items:
+                        stream.fail(self._timeout_error(
+                            worker, rid, "(Accepted for a generation request)", limit))
+
+            # a timer, not asyncio.wait_for: that wakes this task one loop round after the
+            # output, behind every other stream woken by the same Outputs frame (the first
+            # token's delay, i.e. TTFT, went up by the whole frame's fan-out)
+            timer = loop.call_at(loop.time() + max(0.0, accept_by - time.monotonic()), expire)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for stream in live:
+                stream.waiter = None
 
     def _send_abort(self, request_ids: list[str]) -> None:
         """Send Abort to the detokenizer without waiting. On a zmq.asyncio socket a NOBLOCK send
