@@ -22,6 +22,9 @@ machine load hits them alike), each link mode beside a raw send of the bytes IT 
   (tuples turned into columns), ratio vs ``rawpk``;
 - ``columns``: ``send_step(request_ids, array('I') ids)`` -> EngineStepPacked (the engine holds
   columns), ratio vs ``rawpk``;
+- ``shards2``: ``send_step`` as in ``columns`` on a link to TWO detokenizer shards
+  (``--detokenizers 2``): the step is split by owner (``textproc.engine.routing``) and one
+  frame goes to each shard; ratio vs ``columns`` (the one-shard link);
 - every link mode also does ``poll_requests() + poll_aborts()`` (decode, validate, prompt ids as
   ``array('I')``); ``send us`` splits off the send half (raw send of ready bytes vs the link's
   encode + send). Target: ratio <= 1.5.
@@ -55,6 +58,7 @@ import msgspec  # noqa: E402
 import zmq  # noqa: E402
 
 from textproc.engine import EngineLink  # noqa: E402
+from textproc.sharding import shard_of  # noqa: E402
 from textproc.protocol import (  # noqa: E402
     EngineAbort,
     EngineRequest,
@@ -141,7 +145,7 @@ def _wait_arrival(sock_poll: Any) -> None:
     time.sleep(0.0003)
 
 
-MODES = ("raw", "raw_packed", "legacy", "packed", "columns")
+MODES = ("raw", "raw_packed", "legacy", "packed", "columns", "shards2")
 
 
 def run(n_active: int, steps: int) -> dict[str, Any]:
@@ -172,6 +176,7 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tp-bench-") as root:
         ctx: zmq.Context[Any] = zmq.Context()
         peers = {m: Peer(ctx, root, m.replace("_", "-")) for m in MODES}
+        second = Peer(ctx, root, "shards2-1")  # shards2's shard 1 (shard 0 is peers["shards2"])
         raws = {m: RawEngine(peers[m].engine_in, peers[m].engine_out)
                 for m in ("raw", "raw_packed")}
         links = {
@@ -181,9 +186,14 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                                          step_format="packed"),
             "columns": EngineLink.connect(peers["columns"].engine_in,
                                           peers["columns"].engine_out),
+            "shards2": EngineLink.connect([peers["shards2"].engine_in, second.engine_in],
+                                          [peers["shards2"].engine_out, second.engine_out]),
         }
         for m in links:
             peers[m].recv_step()  # EngineHello
+        second.recv_step()
+        owning = [p for k, p in enumerate([peers["shards2"], second])
+                  if any(shard_of(rid, 2) == k for rid in rids)]
         times: dict[str, list[float]] = {m: [] for m in MODES}
         recv_part: dict[str, list[float]] = {m: [] for m in MODES}
         state = {m: {"req": 0.0, "abort": 0.0} for m in MODES}
@@ -219,7 +229,7 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                             got = link.poll_requests()
                             aborted = link.poll_aborts()
                             tp = perf()
-                            if mode == "columns":
+                            if mode in ("columns", "shards2"):
                                 link.send_step(rids, column_ids)
                             else:
                                 link.send_outputs(outputs)
@@ -227,14 +237,18 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                             recv_part[mode].append(tp - t0)
                             received[mode] += len(got) + len(aborted)
                         times[mode].append(t1 - t0)
-                        peer.recv_step()
+                        if mode != "shards2":
+                            peer.recv_step()
+                        else:  # a frame reaches each shard that owns one of the requests
+                            for shard_peer in owning:
+                                shard_peer.recv_step()
                 done += block
         finally:
             for lk in links.values():
                 lk.close()
             for r in raws.values():
                 r.close()
-            for p in peers.values():
+            for p in [*peers.values(), second]:
                 p.push.close(0)
                 p.pull.close(0)
             ctx.term()
@@ -254,7 +268,8 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
         row[f"{mode}_send_us_p50"] = statistics.median(
             [t - r for t, r in zip(times[mode], recv_part[mode])]) * 1e6
     # each link mode against the raw send of the bytes it sends
-    for mode, base in (("legacy", "raw"), ("packed", "raw_packed"), ("columns", "raw_packed")):
+    for mode, base in (("legacy", "raw"), ("packed", "raw_packed"), ("columns", "raw_packed"),
+                       ("shards2", "columns")):
         row[f"{mode}_ratio_p50"] = row[f"{mode}_us_p50"] / row[f"{base}_us_p50"]
         row[f"{mode}_ratio_mean"] = row[f"{mode}_us_mean"] / row[f"{base}_us_mean"]
     # "link" = the recommended engine path (send_step with columns), keys as in earlier runs
@@ -299,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"EngineLink cost per step, {steps} steps per mode; {info['cpus']} cpus, "
           f"load {info['load_avg_1m']:.1f}, zmq {info['zmq']}", flush=True)
     header = (f"{'active':>6} {'bytes':>13} {'raw':>6} {'legacy':>7} {'ratio':>6} "
-              f"{'rawpk':>6} {'packed':>7} {'ratio':>6} {'columns':>8} {'ratio':>6}   "
+              f"{'rawpk':>6} {'packed':>7} {'ratio':>6} {'columns':>8} {'ratio':>6} "
+              f"{'shards2':>8} {'/cols':>6}   "
               f"{'send us: raw/legacy rawpk/packed/columns':>42}")
     print(header)
     rows: list[dict[str, Any]] = []
@@ -310,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:>6} {sizes:>13} {r['raw_us_p50']:>6.1f} {r['legacy_us_p50']:>7.1f} "
               f"{r['legacy_ratio_p50']:>6.2f} {r['raw_packed_us_p50']:>6.1f} "
               f"{r['packed_us_p50']:>7.1f} {r['packed_ratio_p50']:>6.2f} "
-              f"{r['columns_us_p50']:>8.1f} {r['columns_ratio_p50']:>6.2f}   "
+              f"{r['columns_us_p50']:>8.1f} {r['columns_ratio_p50']:>6.2f} "
+              f"{r['shards2_us_p50']:>8.1f} {r['shards2_ratio_p50']:>6.2f}   "
               f"{r['raw_send_us_p50']:>6.1f}/{r['legacy_send_us_p50']:<6.1f} "
               f"{r['raw_packed_send_us_p50']:>6.1f}/{r['packed_send_us_p50']:.1f}/"
               f"{r['columns_send_us_p50']:.1f}", flush=True)
@@ -320,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
           f"array {u['array_us']:.2f} us")
     print("(median microseconds per step; ratio = link mode / raw send of the bytes it sends, "
           "target <= 1.5; legacy = EngineStep from send_outputs, packed = EngineStepPacked "
-          "from send_outputs tuples, columns = send_step)")
+          "from send_outputs tuples, columns = send_step, shards2 = send_step to 2 detokenizer "
+          "shards, ratio vs columns)")
     write_json(args.json, rows, info, stamp=True)
     return 0
 

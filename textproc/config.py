@@ -1,7 +1,7 @@
 """Frozen settings of the service: endpoints, limits and timeouts, validated where they are built.
 
 Owns every tunable of the process layer. Never reads the environment or the command line (only
-``cli.py`` does) and imports nothing but the standard library, ``textproc.errors`` and the default
+``cli.py`` does) and imports nothing but the standard library, ``textproc.errors``, the default
 limits of ``textproc.protocol``, so every process gets its settings as one immutable value. The
 choice lists (engines, endpoint kinds, stub modes, log levels) are written here once; the CLI
 offers exactly these. ``to_json`` / ``from_json`` carry a config to a
@@ -19,6 +19,7 @@ from typing import Any
 from textproc.errors import InvalidInput, short
 from textproc.core.stops import MAX_STOP_CHARS
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN, MAX_STOP_STRINGS
+from textproc.sharding import MAX_DETOKENIZERS
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -30,10 +31,12 @@ __all__ = [
     "STUB_MODES",
     "CONTENT_SPECIALS",
     "Endpoints",
+    "ShardEndpoints",
     "ServiceConfig",
     "ServeConfig",
     "ipc_endpoints",
     "tcp_endpoints",
+    "tcp_port_count",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
@@ -80,13 +83,32 @@ def _check_address(name: str, value: object) -> None:
         )
 
 
+_SHARD_FIELDS = ("detok_in", "detok_front", "engine_in", "engine_out")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardEndpoints:
+    """The four addresses one detokenizer shard binds (see :class:`Endpoints`)."""
+
+    detok_in: str
+    detok_front: str
+    engine_in: str
+    engine_out: str
+
+    def to_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Endpoints:
     """Every ZeroMQ address of one service; the role named first binds it, the others connect.
 
     control (supervisor PULL), events (supervisor PUB), workers[i] (worker i ROUTER), detok_in
     (detokenizer PULL), detok_front (detokenizer ROUTER), engine_in (detokenizer PUSH, engine
-    PULL), engine_out (detokenizer PULL, engine PUSH).
+    PULL), engine_out (detokenizer PULL, engine PUSH). ``detokenizers[k]`` holds those four of
+    detokenizer shard k (``--detokenizers N``, :func:`textproc.sharding.shard_of`); the flat
+    four are shard 0's, so a one-shard client or engine reads them alone. Left empty, it is
+    filled with shard 0.
     """
 
     control: str
@@ -96,21 +118,42 @@ class Endpoints:
     detok_front: str
     engine_in: str
     engine_out: str
+    detokenizers: tuple[ShardEndpoints, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, tuple) or not self.workers:
             raise InvalidInput(f"endpoints.workers must be a non-empty tuple, got {short(self.workers)}")
-        named = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "workers"]
+        first = ShardEndpoints(**{name: getattr(self, name) for name in _SHARD_FIELDS})
+        shards = self.detokenizers
+        if not isinstance(shards, (tuple, list)) or not all(
+                isinstance(d, ShardEndpoints) or (isinstance(d, dict) and set(d) == set(_SHARD_FIELDS))
+                for d in shards):
+            raise InvalidInput(f"endpoints.detokenizers must be a list of objects with keys "
+                               f"{list(_SHARD_FIELDS)}, got {short(shards)}")
+        shards = tuple(d if isinstance(d, ShardEndpoints) else ShardEndpoints(**d) for d in shards)
+        object.__setattr__(self, "detokenizers", shards or (first,))
+        if self.detokenizers[0] != first:
+            raise InvalidInput(f"endpoints.detokenizers[0] must be the flat detok_in / detok_front / "
+                               f"engine_in / engine_out, got {short(self.detokenizers[0])}")
+        named = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                 if f.name not in ("workers", "detokenizers")]
         named += [(f"workers[{i}]", w) for i, w in enumerate(self.workers)]
+        named += [(f"detokenizers[{k}].{name}", getattr(shard, name))
+                  for k, shard in enumerate(self.detokenizers) if k for name in _SHARD_FIELDS]
         for name, value in named:
             _check_address(name, value)
         values = [v for _, v in named]
         if len(set(values)) != len(values):
             raise InvalidInput(f"endpoints must all differ, got {short(values, 300)}")
 
+    @property
+    def n_detokenizers(self) -> int:
+        return len(self.detokenizers)
+
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["workers"] = list(self.workers)
+        out["detokenizers"] = [d.to_dict() for d in self.detokenizers]
         return out
 
     @classmethod
@@ -119,7 +162,7 @@ class Endpoints:
             raise InvalidInput(f"endpoints in {source} must be an object, got {short(obj)}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(obj) - names
-        missing = names - set(obj)
+        missing = names - set(obj) - {"detokenizers"}  # one shard: may be left out
         if unknown or missing:
             raise InvalidInput(
                 f"endpoints in {source}: unknown keys {sorted(map(str, unknown))}, "
@@ -131,42 +174,63 @@ class Endpoints:
         return cls(**{**obj, "workers": tuple(workers)})
 
 
-def ipc_endpoints(runtime_dir: str, n_workers: int) -> Endpoints:
+def _shard_names(n_detokenizers: int) -> list[list[str]]:
+    """Socket names of each shard: shard 0 keeps the one-shard names, shard k adds ``-k``."""
+    names = ["detok-in", "detok-front", "engine-in", "engine-out"]
+    return [[n if k == 0 else f"{n}-{k}" for n in names] for k in range(n_detokenizers)]
+
+
+def ipc_endpoints(runtime_dir: str, n_workers: int, n_detokenizers: int = 1) -> Endpoints:
     """ipc:// endpoints as socket files inside ``runtime_dir`` (which should be mode 0700).
 
     >>> ipc_endpoints("/run/tp", 1).workers
     ('ipc:///run/tp/worker-0',)
+    >>> ipc_endpoints("/run/tp", 1, 2).detokenizers[1].engine_out
+    'ipc:///run/tp/engine-out-1'
     """
     _check_int("n_workers", n_workers, low=1, high=256)
+    _check_int("n_detokenizers", n_detokenizers, low=1, high=MAX_DETOKENIZERS)
     base = "ipc://" + runtime_dir.rstrip("/")
+    shards = tuple(ShardEndpoints(**{field: f"{base}/{name}" for field, name in zip(_SHARD_FIELDS, names)})
+                   for names in _shard_names(n_detokenizers))
     return Endpoints(
         control=f"{base}/control",
         events=f"{base}/events",
         workers=tuple(f"{base}/worker-{i}" for i in range(n_workers)),
-        detok_in=f"{base}/detok-in",
-        detok_front=f"{base}/detok-front",
-        engine_in=f"{base}/engine-in",
-        engine_out=f"{base}/engine-out",
+        **shards[0].to_dict(),
+        detokenizers=shards,
     )
 
 
-def tcp_endpoints(host: str, ports: list[int], n_workers: int) -> Endpoints:
-    """tcp:// endpoints on ``host``; ``ports`` gives 6 + n_workers distinct ports in field order."""
+def tcp_port_count(n_workers: int, n_detokenizers: int = 1) -> int:
+    """How many ports :func:`tcp_endpoints` needs."""
+    return 2 + n_workers + 4 * n_detokenizers
+
+
+def tcp_endpoints(host: str, ports: list[int], n_workers: int, n_detokenizers: int = 1) -> Endpoints:
+    """tcp:// endpoints on ``host``; ``ports`` gives ``tcp_port_count`` distinct ports: control,
+    events, shard 0's four (detok_in, detok_front, engine_in, engine_out), the workers', then
+    the four of each further shard."""
     _check_int("n_workers", n_workers, low=1, high=256)
-    if len(ports) != 6 + n_workers or len(set(ports)) != len(ports):
-        raise InvalidInput(f"tcp endpoints need {6 + n_workers} distinct ports, got {short(ports)}")
+    _check_int("n_detokenizers", n_detokenizers, low=1, high=MAX_DETOKENIZERS)
+    need = tcp_port_count(n_workers, n_detokenizers)
+    if len(ports) != need or len(set(ports)) != len(ports):
+        raise InvalidInput(f"tcp endpoints need {need} distinct ports, got {short(ports)}")
     for port in ports:
         _check_int("port", port, low=1, high=65535)
     host_part = f"[{host}]" if ":" in host else host
     addr = [f"tcp://{host_part}:{p}" for p in ports]
+    extra = addr[6 + n_workers:]
+    shards = (ShardEndpoints(detok_in=addr[2], detok_front=addr[3], engine_in=addr[4],
+                             engine_out=addr[5]),
+              *(ShardEndpoints(**dict(zip(_SHARD_FIELDS, extra[4 * k:4 * k + 4])))
+                for k in range(n_detokenizers - 1)))
     return Endpoints(
         control=addr[0],
         events=addr[1],
-        detok_in=addr[2],
-        detok_front=addr[3],
-        engine_in=addr[4],
-        engine_out=addr[5],
-        workers=tuple(addr[6:]),
+        **shards[0].to_dict(),
+        workers=tuple(addr[6:6 + n_workers]),
+        detokenizers=shards,
     )
 
 
@@ -176,6 +240,7 @@ class ServiceConfig:
 
     model_dir: str
     n_workers: int = 2
+    n_detokenizers: int = 1  # detokenizer shards, requests split by textproc.sharding.shard_of
     max_model_len: int = DEFAULT_MAX_MODEL_LEN  # prompt tokens + max_tokens must fit
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # ZMQ_MAXMSGSIZE on every receiving socket
     hwm: int = DEFAULT_HWM  # ZeroMQ send/receive high-water mark, in messages
@@ -201,6 +266,7 @@ class ServiceConfig:
         if not isinstance(self.model_dir, str) or not self.model_dir:
             raise InvalidInput(f"model_dir must be a non-empty path, got {short(self.model_dir)}")
         _check_int("n_workers", self.n_workers, low=1, high=256)
+        _check_int("n_detokenizers", self.n_detokenizers, low=1, high=MAX_DETOKENIZERS)
         _check_int("max_model_len", self.max_model_len, low=2, high=MAX_MODEL_LEN)
         _check_int("max_frame_bytes", self.max_frame_bytes, low=1024, high=1 << 31)
         _check_int("hwm", self.hwm, low=1)

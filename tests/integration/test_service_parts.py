@@ -319,3 +319,23 @@ def test_detokenizer_forgets_finished_ids_after_60_s(toy_model: Path, tok: Token
         core.housekeeping()
     assert list(core.done) == ["new"]
     assert core.all_counters()["done_ids_kept"] == 1
+
+
+def test_endpoints_list_every_detokenizer_shard() -> None:
+    one = ipc_endpoints("/tmp/rt", 1)
+    assert one.n_detokenizers == 1 and one.detokenizers[0].engine_in == one.engine_in
+    legacy = {k: v for k, v in one.to_dict().items() if k != "detokenizers"}
+    assert Endpoints.from_dict(legacy) == one  # an endpoints.json without the list: one shard
+    two = ipc_endpoints("/tmp/rt", 1, 2)
+    assert [d.detok_front for d in two.detokenizers] == ["ipc:///tmp/rt/detok-front",
+                                                         "ipc:///tmp/rt/detok-front-1"]
+    assert Endpoints.from_dict(two.to_dict()) == two
+    tcp = tcp_endpoints("127.0.0.1", list(range(5000, 5011)), 1, 2)
+    assert tcp.detokenizers[1].engine_out == "tcp://127.0.0.1:5010" and tcp.workers == (
+        "tcp://127.0.0.1:5006",)
+    with pytest.raises(InvalidInput, match="endpoints must all differ"):
+        Endpoints.from_dict({**two.to_dict(), "detokenizers": [two.to_dict()["detokenizers"][0]] * 2})
+    with pytest.raises(InvalidInput, match=r"detokenizers\[0\] must be the flat"):
+        Endpoints.from_dict({**two.to_dict(), "detokenizers": two.to_dict()["detokenizers"][::-1]})
+    with pytest.raises(InvalidInput, match="n_detokenizers must be in"):
+        ServiceConfig(model_dir="/m", n_detokenizers=0)

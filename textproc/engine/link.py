@@ -13,6 +13,15 @@ Owns the engine's two sockets (``textproc.protocol`` describes the frames):
   encode as they are, cheaper than turning them into columns); ``"packed"`` / ``"legacy"``
   send that frame from both.
 
+Detokenizer shards (``textproc serve --detokenizers N``): give ``engine_in`` / ``engine_out`` as
+sequences, shard k's address at k (``endpoints.json``'s ``detokenizers``, or
+:meth:`EngineLink.for_service`). The link then connects one pair of sockets per shard, reads
+requests, aborts and indexes from every shard, and sends each step's outputs for a request to
+the shard that owns it (``textproc.sharding.shard_of``, the function the workers route by;
+``textproc.engine.routing`` splits the step), one step frame per shard that has entries. Each
+shard gets its own ``EngineHello`` and its own index cache (each mirrors one shard's relay).
+With one address each (the default) nothing of this runs.
+
 Constraints: an ``EngineIndex`` frame (a compiled constraint, sent once before the first request
 that names it) is unpacked into the link's index cache; each request whose ``index_key`` names
 one gets ``IncomingRequest.guide`` (:class:`textproc.core.constraints.Guide`): table lookups
@@ -48,6 +57,7 @@ import logging
 import time
 import uuid
 import weakref
+from functools import partial
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +70,7 @@ if TYPE_CHECKING:
     from textproc.curve import CurveClientKeys
 from textproc.engine.indexes import IndexCache
 from textproc.engine.requests import IncomingRequest, check_request, unpack_array, unpack_list
+from textproc.engine.routing import Owners, entry_ids, split_columns, split_entries
 from textproc.engine.steps import (
     NO_FINISHED,
     PACKED_TAG,
@@ -112,8 +123,8 @@ class EngineLink:
 
     def __init__(
         self,
-        engine_in: str,
-        engine_out: str,
+        engine_in: str | Sequence[str],
+        engine_out: str | Sequence[str],
         *,
         instance_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
@@ -126,14 +137,25 @@ class EngineLink:
         max_index_bytes: int = 1 << 30,
     ) -> None:
         """``curve``: CURVE client keys for a service started with ``--curve-dir``
-        (``textproc.curve.load_client_keys(client_secret_file=..., server_public_file=...)``)."""
+        (``textproc.curve.load_client_keys(client_secret_file=..., server_public_file=...)``).
+        ``engine_in`` / ``engine_out``: one address each, or one per detokenizer shard."""
         if step_format not in STEP_FORMATS:
             raise InvalidInput(
                 f"EngineLink step_format must be one of {STEP_FORMATS}, got {short(step_format)}"
             )
+        ins = (engine_in,) if isinstance(engine_in, str) else tuple(engine_in)
+        outs = (engine_out,) if isinstance(engine_out, str) else tuple(engine_out)
+        if not ins or len(ins) != len(outs) or not all(isinstance(a, str) for a in ins + outs):
+            raise InvalidInput(
+                f"EngineLink needs one engine_in and one engine_out address per detokenizer "
+                f"shard, got engine_in={short(engine_in)} engine_out={short(engine_out)}"
+            )
         self.step_format = step_format
-        self.engine_in = engine_in
-        self.engine_out = engine_out
+        self.engine_ins = ins  # shard k's addresses at k
+        self.engine_outs = outs
+        self.engine_in = ins[0]  # shard 0's (the only shard by default)
+        self.engine_out = outs[0]
+        self.n_shards = len(ins)
         self.instance_id = instance_id if instance_id is not None else uuid.uuid4().hex
         self.max_frame_bytes = max_frame_bytes
         self.send_hwm_frames = send_hwm_frames
@@ -142,13 +164,17 @@ class EngineLink:
         self.prompt_ids_as_list = prompt_ids_as_list
         self.curve = curve
         self.max_index_bytes = max_index_bytes
-        self._indexes = IndexCache(max_index_bytes)
+        # one cache per shard: each mirrors what that shard's relay sent and evicted
+        self._index_caches = [IndexCache(max_index_bytes) for _ in ins]
+        self._indexes = self._index_caches[0]
+        self._owners = Owners(self.n_shards) if self.n_shards > 1 else None
         self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
         self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
         self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
         # requests whose outputs were in a dropped step: their text has a hole, so textproc is
         # told they failed (finish "error") with the next step that can be queued
-        self._lost: dict[str, None] = {}
+        self._lost_by_shard: list[dict[str, None]] = [{} for _ in ins]
+        self._lost = self._lost_by_shard[0]
         self.lost_requests_reported = 0
         self.hellos_sent = 0
         self.steps_sent = 0  # next EngineStep.step number
@@ -156,6 +182,11 @@ class EngineLink:
         self._in: zmq.Socket[Any] | None = None
         self._out: zmq.Socket[Any] | None = None
         self._monitor: zmq.Socket[Any] | None = None
+        # every shard's sockets, shard k at k (with one shard: [_in], [_out], [_monitor])
+        self._shard_ins: list[zmq.Socket[Any]] = []
+        self._shard_outs: list[zmq.Socket[Any]] = []
+        self._monitors: list[zmq.Socket[Any]] = []
+        self._poller: zmq.Poller | None = None  # wait() on every shard's engine-in
         self._sockets: list[zmq.Socket[Any]] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._requests: list[IncomingRequest] = []  # decoded, not yet handed to the engine
@@ -165,18 +196,36 @@ class EngineLink:
         )
         self._encoder = msgspec.msgpack.Encoder()
         self._buf = bytearray()
-        self._connects_seen = 0
+        self._connects_seen = [0] * self.n_shards
         self._next_monitor_check = 0.0
         self._fresh_drain = False  # poll_requests drained and poll_aborts has not run since
 
     # lifecycle -------------------------------------------------------------------------------
 
     @classmethod
-    def connect(cls, engine_in: str, engine_out: str, **options: Any) -> EngineLink:
+    def connect(cls, engine_in: str | Sequence[str], engine_out: str | Sequence[str],
+                **options: Any) -> EngineLink:
         """Build a link and :meth:`start` it; same keyword options as the constructor."""
         link = cls(engine_in, engine_out, **options)
         link.start()
         return link
+
+    @classmethod
+    def for_service(cls, runtime_dir: str, **options: Any) -> EngineLink:
+        """A link (not started) to every detokenizer shard of the service whose
+        ``endpoints.json`` is in ``runtime_dir``; same keyword options as the constructor."""
+        import json
+        from pathlib import Path
+
+        path = Path(runtime_dir) / "endpoints.json"
+        try:
+            endpoints = json.loads(path.read_text())["endpoints"]
+            shards = endpoints.get("detokenizers") or [endpoints]
+            ins = [str(s["engine_in"]) for s in shards]
+            outs = [str(s["engine_out"]) for s in shards]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InvalidInput(f"cannot read the engine endpoints from {path}: {exc!r}") from exc
+        return cls(ins, outs, **options)
 
     def start(self) -> None:
         """Create the zmq context and sockets, connect both, queue ``EngineHello``."""
@@ -186,42 +235,53 @@ class EngineLink:
         self._context = context
         self._finalizer = weakref.finalize(self, close_sockets, self._sockets, context)
         try:
-            sock_in = context.socket(zmq.PULL)
-            self._sockets.append(sock_in)
-            sock_in.setsockopt(zmq.LINGER, 0)
-            # No zmq MAXMSGSIZE here: on a CONNECTING socket libzmq treats an oversized frame as
-            # a protocol error and never reconnects (engine-in would be dead for good); the size
-            # is checked after receipt instead.
-            sock_in.setsockopt(zmq.RCVHWM, 0)  # textproc's PUSH side bounds what it sends
-            sock_out = context.socket(zmq.PUSH)
-            self._sockets.append(sock_out)
-            sock_out.setsockopt(zmq.LINGER, 0)
-            sock_out.setsockopt(zmq.SNDHWM, self.send_hwm_frames)
-            if self.curve is not None:  # textproc's sockets are CURVE servers: before connect
-                from textproc.curve import apply_curve_client
+            for address_in, address_out in zip(self.engine_ins, self.engine_outs):
+                sock_in = context.socket(zmq.PULL)
+                self._sockets.append(sock_in)
+                sock_in.setsockopt(zmq.LINGER, 0)
+                # No zmq MAXMSGSIZE here: on a CONNECTING socket libzmq treats an oversized frame
+                # as a protocol error and never reconnects (engine-in would be dead for good);
+                # the size is checked after receipt instead.
+                sock_in.setsockopt(zmq.RCVHWM, 0)  # textproc's PUSH side bounds what it sends
+                sock_out = context.socket(zmq.PUSH)
+                self._sockets.append(sock_out)
+                sock_out.setsockopt(zmq.LINGER, 0)
+                sock_out.setsockopt(zmq.SNDHWM, self.send_hwm_frames)
+                if self.curve is not None:  # textproc's sockets are CURVE servers: before connect
+                    from textproc.curve import apply_curve_client
 
-                apply_curve_client(sock_in, self.curve)
-                apply_curve_client(sock_out, self.curve)
-            if self.resend_hello_on_reconnect:
-                self._monitor = sock_out.get_monitor_socket(zmq.EVENT_CONNECTED)
-                self._sockets.append(self._monitor)
-            sock_in.connect(self.engine_in)
-            sock_out.connect(self.engine_out)
+                    apply_curve_client(sock_in, self.curve)
+                    apply_curve_client(sock_out, self.curve)
+                if self.resend_hello_on_reconnect:
+                    monitor = sock_out.get_monitor_socket(zmq.EVENT_CONNECTED)
+                    self._sockets.append(monitor)
+                    self._monitors.append(monitor)
+                sock_in.connect(address_in)
+                sock_out.connect(address_out)
+                self._shard_ins.append(sock_in)
+                self._shard_outs.append(sock_out)
         except zmq.ZMQError as exc:
             self.close()
             raise InvalidInput(
-                f"cannot connect EngineLink to engine_in={self.engine_in!r} "
-                f"engine_out={self.engine_out!r}: {exc}; expected tcp://host:port or ipc://path"
+                f"cannot connect EngineLink to engine_in={_shown(self.engine_ins)} "
+                f"engine_out={_shown(self.engine_outs)}: {exc}; expected tcp://host:port or ipc://path"
             ) from exc
-        self._in = sock_in
-        self._out = sock_out
-        self._send_hello()
+        self._in = self._shard_ins[0]
+        self._out = self._shard_outs[0]
+        self._monitor = self._monitors[0] if self._monitors else None
+        if self.n_shards > 1:
+            self._poller = zmq.Poller()
+            for sock_in in self._shard_ins:
+                self._poller.register(sock_in, zmq.POLLIN)
+        for shard in range(self.n_shards):
+            self._send_hello(shard)
 
     def close(self) -> None:
         """Close the sockets (linger=0) and the context; safe to call twice."""
         if self._finalizer is not None:
             self._finalizer()
-        self._in = self._out = self._monitor = None
+        self._in = self._out = self._monitor = self._poller = None
+        self._shard_ins, self._shard_outs, self._monitors = [], [], []
 
     @property
     def closed(self) -> bool:
@@ -271,6 +331,8 @@ class EngineLink:
             raise InvalidInput("EngineLink.wait on a link that is not started or closed")
         if self._requests or self._aborts:
             return True
+        if self._poller is not None:
+            return bool(self._poller.poll(max(0, int(timeout_s * 1000))))
         return bool(sock.poll(max(0, int(timeout_s * 1000))))
 
     def writable(self) -> bool:
@@ -278,6 +340,8 @@ class EngineLink:
         sock = self._out
         if sock is None:
             raise InvalidInput("EngineLink.writable on a link that is not started or closed")
+        if self.n_shards > 1:  # a step may have outputs for every shard
+            return all(int(s.getsockopt(zmq.EVENTS)) & zmq.POLLOUT for s in self._shard_outs)
         return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT)
 
     def _drain(self) -> None:
@@ -289,6 +353,9 @@ class EngineLink:
             if now >= self._next_monitor_check:
                 self._next_monitor_check = now + _MONITOR_EVERY_S
                 self._check_reconnect()
+        if self._owners is not None:
+            self._drain_shards()
+            return
         # one zmq call when nothing came (the common case); a raised zmq.Again costs more
         if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
             return
@@ -304,8 +371,24 @@ class EngineLink:
             if not int(getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                 break
 
-    def _take(self, data: bytes) -> None:
-        """Decode, check and queue one engine-in frame (a bad one is counted, never raised)."""
+    def _drain_shards(self) -> None:
+        """``_drain`` for more than one shard: every shard's engine-in, shard by shard (each
+        shard's requests and aborts stay in the order it sent them)."""
+        for shard, sock in enumerate(self._shard_ins):
+            if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                continue
+            while True:
+                try:
+                    data = sock.recv(zmq.NOBLOCK, copy=True)
+                except zmq.Again:
+                    break
+                self._take(data, shard)
+                if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                    break
+
+    def _take(self, data: bytes, shard: int = 0) -> None:
+        """Decode, check and queue one engine-in frame (a bad one is counted, never raised);
+        ``shard``: the detokenizer shard it came from."""
         if len(data) > self.max_frame_bytes:
             self._malformed(
                 f"frame of {len(data)} bytes is over max_frame_bytes={self.max_frame_bytes}"
@@ -325,14 +408,17 @@ class EngineLink:
                     return
                 guide = None
                 if frame.index_key:
-                    index = self._indexes.get(frame.index_key)
+                    cache = self._index_caches[shard]
+                    index = cache.get(frame.index_key)
                     if index is None:
                         self._reject(frame.request_id, f"constraint index {frame.index_key!r} is not "
-                                     f"in the engine's index cache ({len(self._indexes)} held)")
+                                     f"in the engine's index cache ({len(cache)} held)")
                         return
                     from textproc.core.constraints.guide import Guide
 
                     guide = Guide(index)
+                if self._owners is not None:
+                    self._owners.note(frame.request_id, shard)
                 unpack = unpack_list if self.prompt_ids_as_list else unpack_array
                 self._requests.append(
                     IncomingRequest(
@@ -351,27 +437,27 @@ class EngineLink:
                     )
                 )
             case EngineIndex(table=table, evict=evict):
-                self._take_index(table, evict)
+                self._take_index(table, evict, shard)
             case EngineAbort(request_ids=ids):
                 if self._requests:
                     gone = set(ids)
                     self._requests = [r for r in self._requests if r.request_id not in gone]
                 self._aborts.extend(ids)
 
-    def _take_index(self, table: Any, evict: list[str]) -> None:
-        problem = self._indexes.put(table, evict)
+    def _take_index(self, table: Any, evict: list[str], shard: int = 0) -> None:
+        problem = self._index_caches[shard].put(table, evict)
         if problem is not None:
             self._malformed(f"EngineIndex {short(table.key)}: {problem}"[:300])
 
     @property
     def index_bytes(self) -> int:
-        """Bytes the cached constraint indexes take."""
-        return self._indexes.nbytes
+        """Bytes the cached constraint indexes take (summed over the shards' caches)."""
+        return sum(cache.nbytes for cache in self._index_caches)
 
     @property
     def indexes_received(self) -> int:
-        """Constraint indexes stored since the link started."""
-        return self._indexes.received
+        """Constraint indexes stored since the link started (from every shard)."""
+        return sum(cache.received for cache in self._index_caches)
 
     def _malformed(self, what: str) -> None:
         self.malformed_frames += 1
@@ -395,16 +481,15 @@ class EngineLink:
                 self._send_step([(request_id, [], "error")])
 
     def _check_reconnect(self) -> None:
-        monitor = self._monitor
-        assert monitor is not None
-        while True:
-            try:
-                monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            self._connects_seen += 1
-            if self._connects_seen > 1:  # the first connect already carries the queued hello
-                self._send_hello()
+        for shard, monitor in enumerate(self._monitors):
+            while True:
+                try:
+                    monitor.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._connects_seen[shard] += 1
+                if self._connects_seen[shard] > 1:  # the first connect carries the queued hello
+                    self._send_hello(shard)
 
     # sending ---------------------------------------------------------------------------------
 
@@ -520,6 +605,9 @@ class EngineLink:
         out = self._out
         if out is None:
             raise InvalidInput("EngineLink.send_step before start() or after close()")
+        if self._owners is not None:
+            self._send_packed_shards(request_ids, tokens, counts, finished, logprobs, top_ids)
+            return
         if self._lost:
             self._report_lost(out)
         step = self.steps_sent
@@ -528,10 +616,38 @@ class EngineLink:
         )
         self._send_buf(out, step, lambda: request_ids)
 
+    def _send_packed_shards(
+        self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str],
+        logprobs: bytes, top_ids: bytes,
+    ) -> None:
+        """One step to N shards: each gets the entries it owns, as one EngineStepPacked."""
+        owners = self._owners
+        assert owners is not None
+        parts = split_columns(owners.of(request_ids), self.n_shards, request_ids, tokens, counts,
+                              finished, logprobs, top_ids)
+        self._report_lost_shards()
+        step = self.steps_sent
+        for shard, part in enumerate(parts):
+            if part is not None:
+                ids = part[0]
+                self._encoder.encode_into((PACKED_TAG, step, *part), self._buf)
+                self._send_buf(self._shard_outs[shard], step, partial(list, ids), shard)
+        self.steps_sent = step + 1
+        if finished:
+            owners.forget([request_ids[i] for i in finished])
+
+    def _report_lost_shards(self) -> None:
+        for shard, lost in enumerate(self._lost_by_shard):
+            if lost:
+                self._report_lost(self._shard_outs[shard], shard)
+
     def _send_step(self, outputs: Sequence[Any]) -> None:
         out = self._out
         if out is None:
             raise InvalidInput("EngineLink.send_outputs before start() or after close()")
+        if self._owners is not None:
+            self._send_step_shards(outputs)
+            return
         if self._lost:
             self._report_lost(out)
         step = self.steps_sent
@@ -543,9 +659,28 @@ class EngineLink:
         self._send_buf(out, step, lambda: [
             e.request_id if isinstance(e, StepOutput) else e[0] for e in outputs])
 
-    def _report_lost(self, out: zmq.Socket[Any]) -> None:
+    def _send_step_shards(self, outputs: Sequence[Any]) -> None:
+        """One step to N shards: each gets the entries it owns, as one EngineStep."""
+        owners = self._owners
+        assert owners is not None
+        parts = split_entries(owners.of(entry_ids(outputs)), self.n_shards, outputs)
+        self._report_lost_shards()
+        step = self.steps_sent
+        for shard, part in enumerate(parts):
+            if part is None:
+                continue
+            try:
+                self._encoder.encode_into(("EngineStep", step, part), self._buf)
+            except TypeError:
+                part = normalise(part)
+                self._encoder.encode_into(("EngineStep", step, part), self._buf)
+            self._send_buf(self._shard_outs[shard], step, partial(entry_ids, part), shard)
+        self.steps_sent = step + 1
+
+    def _report_lost(self, out: zmq.Socket[Any], shard: int = 0) -> None:
         """Tell textproc that requests whose tokens were dropped failed (finish "error")."""
-        lost = list(self._lost)
+        lost_ids = self._lost_by_shard[shard]
+        lost = list(lost_ids)
         data = self._encoder.encode((PACKED_TAG, self.steps_sent, lost, b"",
                                      pack_ids([0] * len(lost)), dict.fromkeys(range(len(lost)),
                                                                            "error")))
@@ -555,16 +690,16 @@ class EngineLink:
             return
         self.steps_sent += 1
         self.lost_requests_reported += len(lost)
-        self._lost.clear()
+        lost_ids.clear()
 
     def _send_buf(self, out: zmq.Socket[Any], step: int,
-                  request_ids: Callable[[], Iterable[str]]) -> None:
+                  request_ids: Callable[[], Iterable[str]], shard: int = 0) -> None:
         self.steps_sent = step + 1
         try:
             out.send(self._buf, zmq.NOBLOCK, copy=True)
         except zmq.Again:
             self.dropped_steps += 1
-            self._lost.update(dict.fromkeys(request_ids()))
+            self._lost_by_shard[shard].update(dict.fromkeys(request_ids()))
             if self.dropped_steps <= _LOG_FIRST_N or self.dropped_steps % _LOG_EVERY == 0:
                 _log.warning(
                     "EngineLink %s: dropped step %d (#%d): engine-out %r unreachable and "
@@ -572,25 +707,25 @@ class EngineLink:
                     self.instance_id[:8],
                     step,
                     self.dropped_steps,
-                    self.engine_out,
+                    self.engine_outs[shard],
                     self.send_hwm_frames,
                 )
 
-    def _send_hello(self) -> None:
-        out = self._out
-        assert out is not None
+    def _send_hello(self, shard: int = 0) -> None:
+        out = self._shard_outs[shard]
         data = self._encoder.encode(EngineHello(self.instance_id))
         try:
             out.send(data, zmq.NOBLOCK)
         except zmq.Again:
-            _log.warning("EngineLink %s: EngineHello not queued", self.instance_id[:8])
+            _log.warning("EngineLink %s: EngineHello not queued on %r", self.instance_id[:8],
+                         self.engine_outs[shard])
             return
         self.hellos_sent += 1
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return (
-            f"EngineLink(engine_in={self.engine_in!r}, engine_out={self.engine_out!r}, "
+            f"EngineLink(engine_in={_shown(self.engine_ins)}, engine_out={_shown(self.engine_outs)}, "
             f"instance_id={self.instance_id!r}, {state})"
         )
 
@@ -607,3 +742,8 @@ def _with_logprobs(entries: list[Any], logprobs: bytes, top_ids: bytes) -> list[
                               top_ids[4 * (width - 1) * at:4 * (width - 1) * end]))
         at = end
     return out
+
+
+def _shown(addresses: tuple[str, ...]) -> str:
+    """One shard's address as a repr, more shards' as a list."""
+    return repr(addresses[0]) if len(addresses) == 1 else repr(list(addresses))
