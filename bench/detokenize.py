@@ -84,6 +84,7 @@ from textproc.protocol import (  # noqa: E402
     StepOutput,
     Submit,
     Welcome,
+    pack_floats,
     pack_ids,
 )
 
@@ -222,33 +223,48 @@ class DetokProcess:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _case_frames(work: Workload, streams: int, steps: int, tag: str) -> tuple[list[str], list[bytes]]:
+def _rows(token_id: int, k: int) -> tuple[bytes, bytes]:
+    """One token's logprob row as an engine sends it: its logprob, then k alternatives'."""
+    value = -((token_id * 2654435761) % 1000) / 200.0
+    return (pack_floats([value] + [value - 0.5 * (i + 1) for i in range(k)]),
+            pack_ids([(token_id + i + 1) % 150_000 for i in range(k)]))
+
+
+def _case_frames(work: Workload, streams: int, steps: int, tag: str,
+                 top_logprobs: int | None = None) -> tuple[list[str], list[bytes]]:
     enc = msgspec.msgpack.Encoder()
     rids = [f"{tag}-{i}" for i in range(streams)]
     per_stream = [work.ids(i, 0, steps) for i in range(streams)]
     frames = []
     for k in range(steps):
-        frames.append(enc.encode(EngineStep(k, [StepOutput(rid, [per_stream[i][k]])
-                                                for i, rid in enumerate(rids)])))
+        if top_logprobs is None:
+            outs = [StepOutput(rid, [per_stream[i][k]]) for i, rid in enumerate(rids)]
+        else:
+            outs = [StepOutput(rid, [per_stream[i][k]], None, *_rows(per_stream[i][k], top_logprobs))
+                    for i, rid in enumerate(rids)]
+        frames.append(enc.encode(EngineStep(k, outs)))
     frames.append(enc.encode(EngineStep(steps, [StepOutput(rid, [], "length") for rid in rids])))
     return rids, frames
 
 
-def _submits(rids: list[str], mode: str, work: Workload) -> list[bytes]:
+def _submits(rids: list[str], mode: str, work: Workload,
+             top_logprobs: int | None = None) -> list[bytes]:
     enc = msgspec.msgpack.Encoder()
     on = mode != "plain"
     out = []
     for rid in rids:
-        er = enc.encode(EngineRequest(rid, pack_ids([1, 2, 3]), 1 << 30))
+        er = enc.encode(EngineRequest(rid, pack_ids([1, 2, 3]), 1 << 30, logprobs=top_logprobs))
         out.append(enc.encode(Submit(rid, CLIENT_ID, 3, 1 << 30, er,
-                                     stop=work.stops if on else [], reasoning=on, tools=on)))
+                                     stop=work.stops if on else [], reasoning=on, tools=on,
+                                     logprobs=top_logprobs)))
     return out
 
 
 def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode: str,
-                tag: str) -> dict[str, Any]:
-    rids, frames = _case_frames(work, streams, steps, tag)
-    for data in _submits(rids, mode, work):
+                tag: str, top_logprobs: int | None = None) -> dict[str, Any]:
+    rids, frames = _case_frames(work, streams, steps, tag, top_logprobs)
+    entry_bytes: list[bytes] = []  # stream 0's logprob entries, joined: its text in plain mode
+    for data in _submits(rids, mode, work, top_logprobs):
         dp.submit.send(data)
     # wait until every request reached the engine side (registered in the detokenizer)
     got = 0
@@ -290,6 +306,7 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
                     if item.request_id == rids[0]:
                         for d in item.deltas:
                             text0.append(d.get("content", "") + d.get("reasoning_content", ""))
+                        entry_bytes.extend(e[1] for e in item.logprobs)
                     if item.finish_reason is not None:
                         finished += 1
                         reasons[item.finish_reason] += 1
@@ -306,13 +323,16 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
     text = "".join(text0)
     # the parser drops the whitespace around the think tags: compare without whitespace there
     same = text == ref if mode == "plain" else "".join(text.split()) == "".join(ref.split())
+    if top_logprobs is not None and mode == "plain":  # every token's bytes, joined: the text
+        same = same and b"".join(entry_bytes) == text.encode()
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
             "detok_cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else None,
             "outputs_frames": frames_in, "finish_reasons": dict(reasons), "stream0_text_ok": same,
             "profile": str(profile) if profile else None}
 
 
-def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -> float:
+def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str,
+             top_logprobs: int | None = None) -> float:
     """The RequestTable core in this process: decode step frame, on_step, encode Outputs."""
     from textproc.service.request_table import RequestTable
     from textproc.protocol import EngineOutFrame
@@ -321,9 +341,9 @@ def run_core(model: Path, work: Workload, streams: int, steps: int, mode: str) -
 
     tok = _core_tokenizer(model)
     core = RequestTable(tok, ServiceConfig(model_dir=str(model), n_workers=1))
-    rids, frames = _case_frames(work, streams, steps, "core")
+    rids, frames = _case_frames(work, streams, steps, "core", top_logprobs)
     sub_dec = msgspec.msgpack.Decoder(Submit)
-    for data in _submits(rids, mode, work):
+    for data in _submits(rids, mode, work, top_logprobs):
         core.on_submit(sub_dec.decode(data))
     dec = msgspec.msgpack.Decoder(EngineOutFrame)
     enc = encoder().encode
@@ -522,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="only the least per-token Python a step can do (see run_floor), per stream count")
     p.add_argument("--send-costs", action="store_true",
                    help="only the cost of one Outputs send (send_multipart vs 2 sends, copy on/off)")
+    p.add_argument("--top-logprobs", type=int, metavar="K",
+                   help="every request asks for logprobs with K alternatives (0..20); the steps "
+                        "carry the engine's rows")
     args = p.parse_args(argv)
     if args.send_costs:
         info = machine()
@@ -566,11 +589,13 @@ def main(argv: list[str] | None = None) -> int:
             steps = max(10, min(max_steps, total // streams))
             for mode in modes:
                 tag = f"{mode}-{streams}"
-                r = run_process(dp, work, streams, steps, mode, tag)
+                r = run_process(dp, work, streams, steps, mode, tag, args.top_logprobs)
                 row: dict[str, Any] = {"bench": "detokenize", "streams": streams, "mode": mode,
-                                       "steps": steps, **r, "load_avg_1m": os.getloadavg()[0]}
+                                       "steps": steps, "top_logprobs": args.top_logprobs, **r,
+                                       "load_avg_1m": os.getloadavg()[0]}
                 if not args.no_reference:
-                    row["core_tokens_per_s"] = run_core(model, work, streams, steps, mode)
+                    row["core_tokens_per_s"] = run_core(model, work, streams, steps, mode,
+                                                        args.top_logprobs)
                     row["decodestream_tokens_per_s"] = run_decodestream(work, streams, steps, mode)
                     row["vs_decodestream"] = (r["tokens_per_cpu_s"] or 0) / row["decodestream_tokens_per_s"]
                 rows.append(row)
@@ -582,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         dp.close()
     print()
-    print_table(rows, [("streams", "streams", "d"), ("mode", "mode", ""), ("steps", "steps", "d"),
+    print_table(rows, [("streams", "streams", "d"), ("mode", "mode", ""),
+                       ("top_logprobs", "top_logprobs", ""), ("steps", "steps", "d"),
                        ("tokens", "tokens", "d"), ("textproc tok/s", "tokens_per_s", ",.0f"),
                        ("CPU tok/s", "tokens_per_cpu_s", ",.0f"),
                        ("core CPU tok/s", "core_tokens_per_s", ",.0f"),

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from textproc.core.deltas import one_delta
 from textproc.errors import InvalidInput, TemplateError, TextprocError, WorkerDied
-from textproc.protocol import RequestOutput
+from textproc.protocol import LogprobEntry, RequestOutput
 
 __all__ = ["Usage", "TextEvent", "StreamState", "take_event", "error_from"]
 
@@ -58,14 +58,19 @@ class TextEvent:
     time) and "queue" (time to reach a worker and come back, less those) on the first event,
     and "detokenize" (the detokenizer's time for the step that produced this event) on each.
     ``index`` is the choice (0..n-1) of a request made with ``n`` > 1, else 0; its
-    ``request_id`` is then the choice's sub-request id ``<id>-<index>``.
+    ``request_id`` is then the choice's sub-request id ``<id>-<index>``. ``logprobs`` (a request
+    made with ``logprobs``): the entries of the tokens this event's text came from
+    (:data:`textproc.core.logprobs.Entry`; their bytes join to the text, see
+    docs/architecture.md "Logprobs"), else empty.
     """
 
-    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings", "index")
+    __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings", "index",
+                 "logprobs")
 
     def __init__(self, request_id: str, deltas: list[dict[str, Any]], finish_reason: str | None,
                  stop: str | None, usage: Usage | None,
-                 timings: dict[str, float] | None = None) -> None:
+                 timings: dict[str, float] | None = None,
+                 logprobs: list[LogprobEntry] | None = None) -> None:
         self.request_id = request_id
         self.deltas = deltas
         self.finish_reason = finish_reason
@@ -73,6 +78,7 @@ class TextEvent:
         self.usage = usage
         self.timings: dict[str, float] = timings if timings is not None else {}
         self.index = 0
+        self.logprobs: list[LogprobEntry] = logprobs if logprobs is not None else []
 
     @property
     def delta(self) -> dict[str, Any]:
@@ -129,14 +135,17 @@ def take_event(stream: StreamState) -> TextEvent:
     """
     items = stream.items
     first = items.popleft()
+    logprobs = first.logprobs
     if not items:
         last, deltas = first, first.deltas
     else:
         deltas = list(first.deltas)
+        logprobs = list(logprobs)
         last = first
         while items:
             last = items.popleft()
             deltas.extend(last.deltas)
+            logprobs.extend(last.logprobs)
     if last.finish_reason == "error":
         raise error_from(last.error_kind or "internal", last.error or "request failed")
     usage = Usage(last.prompt_tokens, last.completion_tokens) if last.finish_reason else None
@@ -146,4 +155,5 @@ def take_event(stream: StreamState) -> TextEvent:
     else:
         stream.timings = None
         timings["detokenize"] = stream.detok_s
-    return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage, timings)
+    return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage, timings,
+                     logprobs)

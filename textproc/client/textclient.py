@@ -193,8 +193,13 @@ class TextClient:
              timeout_s: float | None = None,
              documents: list[dict[str, Any]] | None = None, stream_calls: bool = True,
              parallel_tool_calls: bool = True,
-             structured: dict[str, Any] | None = None, n: int = 1) -> AsyncIterator[TextEvent]:
+             structured: dict[str, Any] | None = None, n: int = 1,
+             logprobs: int | None = None) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        ``logprobs`` = k in 0..20: each event's ``logprobs`` holds an entry per output token
+        whose bytes reached the text (``textproc.core.logprobs``: token id, its bytes, its
+        logprob from the engine, and its k most likely alternatives as (id, bytes, logprob)).
 
         ``n`` > 1: n choices of one prompt (rendered and encoded once, seed + i for choice i
         when ``sampling`` has a seed), as one stream whose events carry ``index`` (0..n-1),
@@ -219,7 +224,8 @@ class TextClient:
                             min_tokens, include_stop, dict(chat_template_kwargs or {}),
                             skip_special_tokens, dict(sampling or {}), add_generation_prompt,
                             continue_final_message, list(stop_token_ids), ignore_eos,
-                            documents, stream_calls, parallel_tool_calls, structured, n)
+                            documents, stream_calls, parallel_tool_calls, structured, n,
+                            logprobs)
         return self._generate(rid, frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
@@ -228,9 +234,10 @@ class TextClient:
                  request_id: str | None = None, add_special_tokens: bool = True,
                  stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
                  timeout_s: float | None = None,
-                 structured: dict[str, Any] | None = None, n: int = 1) -> AsyncIterator[TextEvent]:
+                 structured: dict[str, Any] | None = None, n: int = 1,
+                 logprobs: int | None = None) -> AsyncIterator[TextEvent]:
         """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s``,
-        ``structured`` and ``n`` as in ``chat``."""
+        ``structured``, ``n`` and ``logprobs`` as in ``chat``."""
         rid = request_id if request_id is not None else self._next_id()
         if isinstance(prompt, str):
             text, ids = prompt, None
@@ -239,7 +246,7 @@ class TextClient:
         frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
                                   include_stop, skip_special_tokens, dict(sampling or {}),
                                   add_special_tokens, list(stop_token_ids), ignore_eos, structured,
-                                  n)
+                                  n, logprobs)
         return self._generate(rid, frame, timeout_s)
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,

@@ -38,7 +38,7 @@ from typing import NoReturn, Protocol
 
 from textproc.errors import InvalidInput, short
 
-__all__ = ["DetokenizerVocab", "IncrementalDetokenizer"]
+__all__ = ["DetokenizerVocab", "IncrementalDetokenizer", "special_byte_table"]
 
 _REPLACEMENT_BYTES = "\ufffd".encode()
 _utf8_decode = codecs.utf_8_decode  # (data, errors, final) -> (text, bytes consumed)
@@ -162,6 +162,12 @@ def _tables_for(tokenizer: DetokenizerVocab) -> _Tables:
     return tables
 
 
+def special_byte_table(tokenizer: DetokenizerVocab) -> list[bytes]:
+    """Token id -> bytes with special tokens spelled out (shared, built once per tokenizer):
+    how a logprob alternative that is a special token is shown."""
+    return _tables_for(tokenizer).keep
+
+
 class IncrementalDetokenizer:
     """Turns generated token ids into text deltas; ``feed()`` returns what is ready now.
 
@@ -241,6 +247,16 @@ class IncrementalDetokenizer:
                 at_start = False
                 break
         return cls(tokenizer, skip_special_tokens=skip_special_tokens, at_start=at_start)
+
+    @property
+    def byte_table(self) -> list[bytes]:
+        """Token id -> the bytes ``feed`` adds for it (b"" for a skipped special token)."""
+        return self._table
+
+    @property
+    def held_bytes(self) -> int:
+        """How many fed bytes are held back (an incomplete character, an open byte run)."""
+        return len(self._pending) + len(self._run)
 
     @property
     def is_holding(self) -> bool:

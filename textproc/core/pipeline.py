@@ -153,6 +153,21 @@ class OutputPipeline:
         return self._stops.matched
 
     @property
+    def byte_table(self) -> list[bytes]:
+        """Token id -> the bytes it adds to the output (the detokenizer's table)."""
+        return self._detok.byte_table
+
+    def unreleased_bytes(self) -> int:
+        """Bytes of the fed ids (as ``byte_table`` spells them) not in the text after stop
+        strings: an incomplete character or byte run the detokenizer holds, the tail the stop
+        checker holds, and once a stop string matched everything past the cut. The rest went
+        to the parser, so per-token logprobs line up with the text (exact while the output is
+        valid UTF-8: a U+FFFD in the text stands for one to three fed bytes)."""
+        stops = self._stops
+        tail = stops.cut_text if stops.matched is not None else stops.held_text
+        return self._detok.held_bytes + (len(tail.encode()) if tail else 0)
+
+    @property
     def has_tool_calls(self) -> bool:
         """True once the output made a tool call."""
         return self._parser is not None and self._parser.has_tool_calls

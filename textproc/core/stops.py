@@ -138,6 +138,7 @@ class StopChecker:
         "_include_stop",
         "_min_tokens",
         "_held",
+        "cut_text",
         "_tokens",
         "_eligible",
         "matched",
@@ -180,6 +181,7 @@ class StopChecker:
         # absolute position of the first character that may end a stop
         # may the characters fed now end a stop? (monotone: once True, stays True)
         self._eligible = min_tokens == 0
+        self.cut_text = ""  # after a stop string: the fed text past the end of the output
         self.matched: str | None = None  # the stop string that matched
         self.stop_reason: str | int | None = None  # matched stop string or stop token id
         self.is_finished = False
@@ -273,7 +275,9 @@ class StopChecker:
         self.is_finished = True
         self._held = ""
         if self._include_stop:  # window[:n_released] went out already
+            self.cut_text = window[end:]
             return window[n_released:end]
+        self.cut_text = window[start:]
         return window[:start]
 
     @staticmethod

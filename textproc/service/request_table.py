@@ -25,7 +25,9 @@ from textproc.config import ServiceConfig
 from textproc.errors import ProtocolError, TextprocError
 from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab
+from textproc.core.logprobs import LogprobTrack
 from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
+from textproc.service import logprobs as lp
 from textproc.protocol import (
     ENGINE_FINISH_REASONS,
     PROTOCOL_VERSION,
@@ -54,13 +56,14 @@ _RID, _IDS, _REASON = (attrgetter("request_id"), attrgetter("token_ids"),
 
 
 class _Request:
-    __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens")
+    __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens", "track")
 
     def __init__(self, client_id: bytes, state: OutputPipeline, prompt_tokens: int) -> None:
         self.client_id = client_id
         self.state = state
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
+        self.track: LogprobTrack | None = None  # with Submit.logprobs (service/logprobs.py)
 
 
 class RequestTable:
@@ -82,6 +85,7 @@ class RequestTable:
         self.outbox: dict[bytes, list[RequestOutput]] = {}
         self.engine_aborts: list[str] = []
         self.engine_instance: str | None = None
+        self.tracked: set[str] = set()  # requests with logprobs (pruned at housekeeping)
         self.counters: dict[str, int] = {
             "requests_submitted": 0,
             "requests_finished": 0,
@@ -93,6 +97,7 @@ class RequestTable:
             "early_outputs_buffered": 0,
             "early_outputs_dropped": 0,
             "engine_restarts": 0,
+            "logprobs_missing": 0,  # tokens of requests with logprobs that came without a row
         }
 
     # -- inputs --------------------------------------------------------------------------------
@@ -137,6 +142,9 @@ class RequestTable:
         self.counters["requests_submitted"] += 1
         self.done.pop(rid, None)
         req = _Request(submit.client_id, state, submit.prompt_tokens)
+        if submit.logprobs is not None:
+            req.track = lp.new_track(self.tokenizer, state, submit.logprobs)
+            self.tracked.add(rid)
         self.live[rid] = req
         self.per_client[submit.client_id] = n_client + 1
         buffered = self.early.pop(rid, None)
@@ -145,13 +153,20 @@ class RequestTable:
                 if rid not in self.live:
                     break
                 self.counters["tokens_in"] += len(out.token_ids)
-                self._feed(rid, req, out.token_ids, out.finish_reason)
+                if req.track is None:
+                    self._feed(rid, req, out.token_ids, out.finish_reason)
+                else:
+                    self._feed_tracked(rid, req, out.token_ids, out.finish_reason,
+                                       lp.step_rows(EngineStep(0, [out]))[0][3])
         return submit.engine_request
 
     def on_step(self, step: EngineStep | EngineStepPacked) -> None:
         """Feed one engine step; raises ProtocolError (nothing done) for a packed step whose
         columns do not fit together."""
         entries: Iterable[tuple[str, Sequence[int], str | None]]
+        if self.tracked or (type(step) is EngineStepPacked and step.logprobs):
+            self._on_step_tracked(step)
+            return
         if type(step) is EngineStepPacked:
             try:
                 entries = zip(*step_entries(step))
@@ -174,6 +189,52 @@ class RequestTable:
             n_tokens += len(token_ids)
             feed(rid, req, token_ids, reason)
         self.counters["tokens_in"] += n_tokens  # once per step, not per request
+
+    def _on_step_tracked(self, step: EngineStep | EngineStepPacked) -> None:
+        """``on_step`` while some request wants logprobs: their entries go with their text."""
+        try:
+            rows = lp.step_rows(step)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from e
+        self.counters["engine_steps"] += 1
+        live = self.live
+        n_tokens = 0
+        for rid, token_ids, reason, lp_rows in rows:
+            req = live.get(rid)
+            if req is None:
+                if rid not in self.done:
+                    self._buffer_early(lp.early_output(rid, token_ids, reason, lp_rows))
+                continue
+            n_tokens += len(token_ids)
+            if req.track is None:
+                self._feed(rid, req, token_ids, reason)
+            else:
+                self._feed_tracked(rid, req, token_ids, reason, lp_rows)
+        self.counters["tokens_in"] += n_tokens
+
+    def _feed_tracked(self, rid: str, req: _Request, token_ids: Sequence[int],
+                      engine_reason: str | None, rows: lp.Rows | None) -> None:
+        """``_feed`` for a request with logprobs: the entries whose bytes reached the text go
+        on the output it produced (or a new one)."""
+        track = req.track
+        assert track is not None
+        state = req.state
+        if not state.is_finished and token_ids:
+            if rows is not None:
+                track.feed(token_ids, *rows)
+            else:
+                missing = track.missing
+                track.feed(token_ids, None)
+                self.counters["logprobs_missing"] += track.missing - missing
+        self._feed(rid, req, token_ids, engine_reason)
+        if rid in self.live and not state.is_finished:
+            entries = track.release(state.unreleased_bytes())
+        elif state.finish_reason is not None and state.finish_reason != "abort":
+            entries = track.release(state.unreleased_bytes(), final=True)
+        else:  # failed or aborted: no more output
+            return
+        if entries:
+            lp.attach(self.outbox.setdefault(req.client_id, []), rid, entries)
 
     def on_hello(self, hello: EngineHello) -> bool:
         """A (re)started engine. Returns True when it is a new instance (all live requests fail)."""
@@ -354,6 +415,8 @@ class RequestTable:
         """Every 0.5 s: forget finished ids older than 60 s (late outputs come within steps), so
         the memory they hold is bounded by time, not only by count."""
         self.tick += 1
+        if self.tracked:
+            self.tracked.intersection_update(self.live)
         done, oldest = self.done, self.tick - _DONE_IDS_TICKS
         while done:
             rid = next(iter(done))

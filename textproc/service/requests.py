@@ -25,6 +25,7 @@ from textproc.errors import InvalidInput, short
 from textproc.protocol import (
     LOGIT_BIAS_RANGE,
     MAX_LOGIT_BIAS,
+    MAX_TOP_LOGPROBS,
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -177,7 +178,7 @@ class RequestBuilder:
                              reasoning=reasoning, tools=parse_tools,
                              starts_in_reasoning=starts_in_reasoning, prompt_param="messages",
                              constraint_param="response_format" if req.structured else "tools",
-                             template_s=template_s, tokenize_s=tokenize_s)
+                             template_s=template_s, tokenize_s=tokenize_s, logprobs=req.logprobs)
         submit = built.submit
         submit.tool_format = formats.tool_format or "hermes"
         submit.reasoning_format = formats.reasoning_format or "think"
@@ -282,7 +283,7 @@ class RequestBuilder:
                             req.stop_token_ids, req.ignore_eos,
                             None if req.structured is None else _structured(req.structured),
                             reasoning=False, tools=False, starts_in_reasoning=False,
-                            prompt_param="prompt", tokenize_s=tokenize_s)
+                            prompt_param="prompt", tokenize_s=tokenize_s, logprobs=req.logprobs)
 
     # -- tokenize / detokenize -----------------------------------------------------------------
 
@@ -317,7 +318,8 @@ class RequestBuilder:
                 skip_special_tokens: bool, sampling: dict[str, Any], stop_token_ids: list[int],
                 ignore_eos: bool, constraint: str | None, *, reasoning: bool, tools: bool,
                 starts_in_reasoning: bool, prompt_param: str, template_s: float = 0.0,
-                tokenize_s: float = 0.0, constraint_param: str = "response_format") -> Built:
+                tokenize_s: float = 0.0, constraint_param: str = "response_format",
+                logprobs: int | None = None) -> Built:
         # messages name no request id: the client knows which request it sent (OpenAI's wording)
         n_prompt = len(prompt_ids)
         limit = self.config.max_model_len
@@ -342,6 +344,10 @@ class RequestBuilder:
                 f"min_tokens={min_tokens!r}; allowed: 0..max_tokens ({max_tokens})",
                 param="min_tokens")
         self._check_stops(stop)
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise InvalidInput(f"logprobs={short(logprobs)}; allowed: alternatives per token, "
+                               f"0..{MAX_TOP_LOGPROBS}", param="logprobs")
         extra_ids = self._check_stop_token_ids(stop_token_ids)
         sampling = dict(sampling)
         logit_bias = self._check_logit_bias(sampling.pop("logit_bias", None))
@@ -357,10 +363,10 @@ class RequestBuilder:
         self.last_index_key = index_key if table is not None else ""
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
                                        sampling, constraint, min_tokens, ignore_eos, logit_bias,
-                                       index_key)
+                                       index_key, logprobs)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
-                        starts_in_reasoning, index=table)
+                        starts_in_reasoning, index=table, logprobs=logprobs)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)
 
     def _check_messages(self, messages: Any) -> None:
