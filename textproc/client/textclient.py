@@ -48,7 +48,7 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
-from textproc.transport import close_sockets, encoder, make_socket
+from textproc.transport import close_sockets, encoder, make_socket, new_context
 
 _log = logging.getLogger("textproc.client")
 
@@ -133,7 +133,7 @@ class TextClient:
 
         ep = Endpoints.from_dict(self.info.get("endpoints"), source=str(self.runtime_dir))
         max_frame = int(self.info.get("max_frame_bytes", MAX_FRAME_BYTES))
-        ctx = zmq.asyncio.Context()
+        ctx = new_context(zmq.asyncio.Context)
         self._ctx = ctx
         hwm = int(self.info.get("hwm", DEFAULT_HWM))  # the service's --hwm, for clients too
         opts: dict[str, Any] = {"max_frame_bytes": max_frame, "hwm": hwm,

@@ -84,7 +84,7 @@ from textproc.engine.steps import (
     pack,
     pack_logprobs,
 )
-from textproc.transport import close_sockets
+from textproc.transport import close_sockets, new_context
 from textproc.protocol import (
     MAX_FRAME_BYTES,
     EngineAbort,
@@ -231,7 +231,7 @@ class EngineLink:
         """Create the zmq context and sockets, connect both, queue ``EngineHello``."""
         if self._context is not None:
             raise InvalidInput(f"EngineLink to {self.engine_in!r} already started")
-        context: zmq.Context[Any] = zmq.Context(io_threads=1)
+        context: zmq.Context[Any] = new_context()
         self._context = context
         self._finalizer = weakref.finalize(self, close_sockets, self._sockets, context)
         try:

@@ -22,7 +22,7 @@ import zmq
 from textproc.config import ServiceConfig
 from textproc.core.tokenizer import Tokenizer
 from textproc.curve import CurveServerKeys, load_server_keys, start_authenticator
-from textproc.transport import close_sockets, encoder, make_socket
+from textproc.transport import close_sockets, encoder, make_socket, new_context
 
 __all__ = ["ChildRuntime"]
 
@@ -85,7 +85,7 @@ class ChildRuntime:
     # -- sockets ------------------------------------------------------------------------------
 
     def __enter__(self) -> ChildRuntime:
-        self._ctx = zmq.Context()
+        self._ctx = new_context()
         if self.config.curve_dir:
             self._keys = load_server_keys(self.config.curve_dir)
             self._auth = start_authenticator(self._ctx, self._keys)

@@ -38,6 +38,7 @@ from textproc.transport import (
     close_sockets,
     encoder,
     make_socket,
+    new_context,
     pick_free_ports,
     remove_ipc_files,
 )
@@ -150,7 +151,7 @@ class Supervisor:
                 if cfg.tcp_port_base else pick_free_ports(cfg.tcp_host, 6 + service.n_workers)
             self.endpoints = tcp_endpoints(cfg.tcp_host, ports, service.n_workers)
         ep = self.endpoints
-        self._ctx = zmq.Context()
+        self._ctx = new_context()
         if self._curve is not None:
             from textproc.curve import start_authenticator
 
