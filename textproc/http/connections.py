@@ -3,10 +3,12 @@ headers, and refusing requests whose body framing is ambiguous.
 
 Owns what uvicorn leaves open (issue 13): a client may hold a socket forever by sending headers
 a byte at a time (slowloris), any number of sockets may be open at once, and a request with
-both ``Transfer-Encoding`` and ``Content-Length`` is served (h11 picks chunked; a proxy in
-front may pick the length, which is how requests are smuggled). ``guarded_h11`` subclasses
-uvicorn's h11 protocol with the first two; ``FramingGuard`` (ASGI middleware) answers the third
-with 400 and closes the connection. Body read deadlines live in ``asgi.read_body``. Every refusal
+both ``Transfer-Encoding`` and ``Content-Length`` would be served by a lenient parser (a proxy
+in front may pick the length, which is how requests are smuggled). ``guarded_http`` subclasses
+uvicorn's httptools protocol (llhttp, C: a third of h11's CPU per request, bench/chat_cost.py)
+with the first two; llhttp would refuse the third with a bare "Invalid HTTP request received."
+and a log line per request, so the guard lets it through to ``FramingGuard`` (ASGI middleware),
+which answers 400 naming the problem, counts it and closes the connection. Body read deadlines live in ``asgi.read_body``. Every refusal
 is counted in :class:`~textproc.http.metrics.Metrics`; none is logged per connection (an attacker
 would choose the log volume).
 """
@@ -17,13 +19,13 @@ import asyncio
 
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import error_response
 from textproc.http.metrics import Metrics
 
-__all__ = ["guarded_h11", "FramingGuard"]
+__all__ = ["guarded_http", "FramingGuard"]
 
 
 def _busy_response(max_connections: int) -> bytes:
@@ -35,18 +37,20 @@ def _busy_response(max_connections: int) -> bytes:
     return head.encode() + body
 
 
-def guarded_h11(*, max_connections: int, header_timeout_s: float,
-                metrics: Metrics) -> type[H11Protocol]:
-    """uvicorn's h11 protocol that refuses connections past ``max_connections`` (503, counted)
+def guarded_http(*, max_connections: int, header_timeout_s: float,
+                 metrics: Metrics) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol that refuses connections past ``max_connections`` (503, counted)
     and closes one whose request headers take longer than ``header_timeout_s`` (counted), for
     the first request and for each next one on a kept-alive connection."""
     busy = _busy_response(max_connections)
 
-    class GuardedH11Protocol(H11Protocol):
+    class GuardedHttpProtocol(HttpToolsProtocol):
         _header_deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            # both Transfer-Encoding and Content-Length: let FramingGuard refuse it (see above)
+            self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
             metrics.open_connections = len(self.connections)
             if len(self.connections) > max_connections:
                 metrics.connections_refused += 1
@@ -94,7 +98,7 @@ def guarded_h11(*, max_connections: int, header_timeout_s: float,
             metrics.header_timeouts += 1
             self.transport.close()
 
-    return GuardedH11Protocol
+    return GuardedHttpProtocol
 
 
 class FramingGuard:

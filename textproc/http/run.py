@@ -73,7 +73,7 @@ def run_http(
     import uvicorn
 
     from textproc.http.client_backend import ClientBackend
-    from textproc.http.connections import guarded_h11
+    from textproc.http.connections import guarded_http
     from textproc.http.metrics import Metrics, watch_loop_lag
     from textproc.http.server import HttpLimits, build_app
 
@@ -121,8 +121,8 @@ def run_http(
         host=host,
         port=port,
         loop="uvloop",
-        http=guarded_h11(max_connections=limits.max_connections,
-                         header_timeout_s=limits.header_timeout_s, metrics=metrics),
+        http=guarded_http(max_connections=limits.max_connections,
+                          header_timeout_s=limits.header_timeout_s, metrics=metrics),
         lifespan="on",
         log_level=log_level.lower(),
         log_config=None,  # uvicorn's loggers propagate to the root handler set up above
