@@ -207,8 +207,8 @@ def _one_mode(serve: Serve, host: str, port: int, prompts_file: Path, args: argp
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="200 requests per mode")
-    p.add_argument("--requests", type=int, default=2000, help="requests per mode (default 2000)")
+    p.add_argument("--quick", action="store_true", help="200 requests per mode (unless --requests)")
+    p.add_argument("--requests", type=int, default=None, help="requests per mode (default 2000)")
     p.add_argument("--concurrency", type=int, default=16, help="connections (default 16)")
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per request (default 16)")
     p.add_argument("--step-ms", type=float, default=2.0, help="the stub's step cadence (default 2)")
@@ -217,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=Path, default=None, help="py-spy the HTTP process into DIR")
     p.add_argument("--model-dir", default=None, help="default .cache/models/qwen3")
     args = p.parse_args(argv)
-    if args.quick:
-        args.requests = 200
+    if args.requests is None:
+        args.requests = 200 if args.quick else 2000
     model = model_dir(args.model_dir)
     from tokenizers import Tokenizer as HFTokenizer
 

@@ -1,4 +1,4 @@
-"""Smoke tests of the service benchmarks (bench/tokenize, detokenize, e2e, long_prompt, follow_up).
+"""Smoke tests of the service benchmarks (bench/tokenize, detokenize, e2e, long_prompt, follow_up, chat_cost).
 
 Each runs its ``--quick`` mode on tiny settings against the real Qwen vocabulary (skipped when it
 is missing) and checks the JSON it writes: the service's results match the references (same ids
@@ -118,3 +118,12 @@ def test_follow_up_bench(tmp_path: Path) -> None:
     (row,) = rows
     assert row["identical"] is True
     assert row["segment_hits"] > 0 and row["first_ms"] > 0 and row["follow_up_ms"] > 0
+
+
+def test_chat_cost_bench(tmp_path: Path) -> None:
+    rows = _run("chat_cost.py", tmp_path, "--requests", "60", "--concurrency", "4")
+    assert [r["stream"] for r in rows] == [False, True]
+    for row in rows:
+        assert row["errors"] == 0 and row["rps"] > 0
+        cpu = row["cpu_ms_per_request"]
+        assert {"http", "detokenizer", "worker-0"} <= set(cpu) and cpu["http"] > 0
