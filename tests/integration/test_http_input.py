@@ -270,7 +270,8 @@ _COMMON = ["model", "max_tokens", "stream", "stop", "seed", "top_k", "logit_bias
 _FIELDS = {
     "/v1/chat/completions": [*_COMMON, "messages", "tools", "tool_choice", "documents",
                              "chat_template_kwargs", "response_format", "messages[0]",
-                             "messages[0].content", "max_completion_tokens"],
+                             "messages[0].content", "max_completion_tokens", "logprobs",
+                             "top_logprobs"],
     "/v1/completions": [*_COMMON, "prompt", "echo", "best_of", "logprobs"],
     "/tokenize": ["model", "prompt", "messages", "tools", "add_special_tokens",
                   "chat_template_kwargs", "unknown"],

@@ -115,7 +115,9 @@ def test_tool_choice_forms() -> None:
         ({"stop": ["s"] * 65}, "stop", "at most 64"),
         ({"stop": 7}, "stop", "Expected `str | array | null`, got `int`"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed when stream"),
-        ({"logprobs": True}, "logprobs", "not supported"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "top_logprobs=21 is out of range; allowed: 0..20"),
+        ({"top_logprobs": 1}, "top_logprobs", "needs logprobs set to true"),
+        ({"logprobs": 1}, "logprobs", "Expected `bool | null`"),
         ({"response_format": {"type": "grammar"}}, "response_format.type", "not supported"),
         ({"response_format": {"type": "json_schema"}}, "response_format.json_schema.schema", "needs"),
         ({"guided_grammar": "root ::= x"}, "guided_grammar", "not supported"),
@@ -186,6 +188,31 @@ def test_completion_prompt_forms() -> None:
         assert match in rejected(body, kind="completion").message
     body = json.dumps({"model": "qwen3", "prompt": "x", "suffix": "y"}).encode()
     assert rejected(body, kind="completion").param == "suffix"
+    assert prompt("x", logprobs=5).logprobs == 5 and prompt("x").logprobs is None
+    for extra, param, match in [({"logprobs": 6}, "logprobs", "logprobs=6 is out of range; "
+                                 "allowed: 0..5"), ({"logprobs": 0, "echo": True}, "echo",
+                                                    "prompt's logprobs")]:
+        err = rejected(json.dumps({"model": "qwen3", "prompt": "x", **extra}).encode(),
+                       kind="completion")
+        assert (err.param, match in err.message) == (param, True), err.message
+
+
+def test_logprob_bodies() -> None:
+    from textproc.http.responses import CompletionLogprobs, chat_logprobs
+
+    # "é" as two tokens of one byte each, then " ok": (id, bytes, logprob, alternatives)
+    entries = [(1, b"\xc3", -0.5, [(1, b"\xc3", -0.5), (9, b"<s>", -2.0)]),
+               (2, b"\xa9", -0.25, []), (3, b" ok", -1.0, [(4, b" no", -1.5)])]
+    body = chat_logprobs(entries)
+    assert body["refusal"] is None and [e["token"] for e in body["content"]] == [
+        "bytes:\\xc3", "bytes:\\xa9", " ok"]
+    assert body["content"][0]["top_logprobs"][1] == {"token": "<s>", "logprob": -2.0,
+                                                     "bytes": [60, 115, 62]}
+    assert b"".join(bytes(e["bytes"]) for e in body["content"]) == "é ok".encode()
+    comp = CompletionLogprobs()
+    first, rest = comp.feed(entries[:1]), comp.feed(entries[1:])  # chunk by chunk
+    assert first["text_offset"] + rest["text_offset"] == [0, 0, 1]  # "é" is character 0
+    assert rest["top_logprobs"] == [{"bytes:\\xa9": -0.25}, {" no": -1.5, " ok": -1.0}]
 
 
 def test_tokenize_detokenize_requests() -> None:

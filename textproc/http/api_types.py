@@ -319,6 +319,7 @@ class ChatParams(msgspec.Struct, kw_only=True):
     parallel_tool_calls: bool = True
     structured: dict[str, Any] | None = None  # {"json": schema} | {"regex": str} | {"choice": [str]}
     n: int = 1  # choices (the server's limit is HttpLimits.max_n)
+    logprobs: int | None = None  # None: off; k: each token's logprob and k alternatives
 
 
 class CompletionParams(msgspec.Struct, kw_only=True):
@@ -338,3 +339,4 @@ class CompletionParams(msgspec.Struct, kw_only=True):
     include_stop_str_in_output: bool
     structured: dict[str, Any] | None = None
     n: int = 1
+    logprobs: int | None = None  # as in ChatParams (the body's logprobs: 0..5)

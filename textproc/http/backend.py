@@ -33,6 +33,9 @@ class Output:
     error: str | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
     index: int = 0  # the choice (0..n-1) of a request with n > 1
+    # with logprobs: the entries of the tokens this output's text came from
+    # (textproc.core.logprobs.Entry: token id, bytes, logprob, alternatives)
+    logprobs: list[Any] = field(default_factory=list)
 
 
 def generation_error(out: Output) -> ApiError:

@@ -100,6 +100,7 @@ class ClientBackend:
             parallel_tool_calls=params.parallel_tool_calls,
             structured=params.structured,
             n=params.n,
+            logprobs=params.logprobs,
         ))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
@@ -115,6 +116,7 @@ class ClientBackend:
             ignore_eos=params.ignore_eos,
             structured=params.structured,
             n=params.n,
+            logprobs=params.logprobs,
         ))
 
     async def _outputs(self, start: Any) -> AsyncIterator[Output]:
@@ -130,6 +132,7 @@ class ClientBackend:
                     stop=event.stop,
                     timings_s=event.timings,
                     index=event.index,
+                    logprobs=event.logprobs,
                 )
         except TextprocError as exc:
             raise api_error(exc) from exc

@@ -2,7 +2,8 @@
 
 Owns every rule a request body must follow beyond its types (``api_types``): the served model
 (404), n, message and tool shapes, tool_choice against tools, stop lists, logit_bias keys,
-unsupported features (logprobs, suffix, batches of prompts; structured-output fields are mapped
+logprobs ranges (chat: ``logprobs`` + ``top_logprobs`` 0..20; completions: ``logprobs`` 0..5),
+unsupported features (suffix, batches of prompts, echo with logprobs; structured-output fields are mapped
 in ``textproc.http.structured``). Before decoding,
 ``body_check`` bounds what any JSON value may be (depth, integer range, valid Unicode). Limits
 the worker knows better (the vocabulary, max_model_len, the prompt size) are the worker's. Pure functions: no I/O, no sockets, no
@@ -22,7 +23,7 @@ import msgspec
 
 from textproc.errors import short
 from textproc.http.body_check import check_body
-from textproc.protocol import MAX_CHOICES, MAX_STOP_STRINGS, MAX_TOKEN_ID
+from textproc.protocol import MAX_CHOICES, MAX_STOP_STRINGS, MAX_TOKEN_ID, MAX_TOP_LOGPROBS
 from textproc.http.structured import structured_spec
 from textproc.http.api_types import (
     ApiError,
@@ -70,6 +71,7 @@ _SAMPLING_FIELDS = (
 )
 
 
+MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's limit (chat's top_logprobs: 20)
 ERROR_PATH = re.compile(r" - at `\$\.?(.*)`$")
 
 
@@ -319,9 +321,7 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
     Responses API (``textproc.http.responses_api``) builds one and comes through here too."""
     model = _check_model(req.model, served_models)
     include_usage, sampling = _common(req)
-    if req.logprobs or req.top_logprobs:
-        raise ApiError("logprobs are not supported by this server; omit logprobs/top_logprobs",
-                       param="logprobs")
+    logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
     structured = structured_spec(req)
     tools = _tools(req.tools)
     tool_choice = _tool_choice(req.tool_choice, tools)
@@ -359,7 +359,21 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
         include_stop_str_in_output=req.include_stop_str_in_output,
         structured=structured,
         n=req.n,
+        logprobs=logprobs,
     )
+
+
+def _chat_logprobs(logprobs: bool | None, top_logprobs: int | None) -> int | None:
+    """Chat's ``logprobs`` (a switch) and ``top_logprobs`` (0..20, needs the switch, as
+    OpenAI) as the alternatives per token, or None when off."""
+    if top_logprobs is not None:
+        if not logprobs:
+            raise ApiError("top_logprobs needs logprobs set to true", param="top_logprobs")
+        if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ApiError(f"top_logprobs={top_logprobs} is out of range; allowed: "
+                           f"0..{MAX_TOP_LOGPROBS}", param="top_logprobs")
+        return top_logprobs
+    return 0 if logprobs else None
 
 
 def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> CompletionParams:
@@ -371,8 +385,12 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
         raise ApiError(f"best_of={req.best_of} is not supported; only 1", param="best_of")
     if req.suffix:
         raise ApiError("suffix is not supported by this server", param="suffix")
-    if req.logprobs is not None:
-        raise ApiError("logprobs are not supported by this server", param="logprobs")
+    if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
+        raise ApiError(f"logprobs={req.logprobs} is out of range; allowed: "
+                       f"0..{MAX_COMPLETION_LOGPROBS}", param="logprobs")
+    if req.logprobs is not None and req.echo:
+        raise ApiError("echo with logprobs would need the prompt's logprobs, which this server "
+                       "does not compute; drop echo or logprobs", param="echo")
     prompt: str | list[int]
     raw: str | list[Any] = req.prompt
     if isinstance(raw, list) and len(raw) == 1 and not isinstance(raw[0], int):
@@ -409,6 +427,7 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
         include_stop_str_in_output=req.include_stop_str_in_output,
         structured=structured_spec(req),
         n=req.n,
+        logprobs=req.logprobs,
     )
 
 

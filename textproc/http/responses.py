@@ -3,7 +3,8 @@
 Owns the JSON the server sends back (``chat.completion``, ``chat.completion.chunk``,
 ``text_completion``, ``/v1/models``) and the server-sent-event framing (``data: {json}\\n\\n`` ...
 ``data: [DONE]\\n\\n``), and :class:`ChoiceEnds` (the finish and usage of a request's n
-choices). Pure: no I/O.
+choices), and the logprobs of both APIs from the service's entries (:func:`chat_logprobs`,
+:class:`CompletionLogprobs`; token text by ``textproc.core.logprobs.token_text``). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Sequence
 
 import msgspec
 
+from textproc.core.logprobs import Entry, token_text
 from textproc.http.backend import Output
 
 __all__ = [
@@ -27,6 +29,9 @@ __all__ = [
     "completion_chunk",
     "completion_response",
     "models_body",
+    "chat_logprobs",
+    "token_logprob",
+    "CompletionLogprobs",
     "sse_event",
     "SSE_DONE",
 ]
@@ -76,11 +81,12 @@ def chat_chunk(
     include_usage: bool = False,
     usage: dict[str, int] | None = None,
     index: int = 0,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` with one choice, ``index`` (``usage: null`` when
     include_usage); reasoning goes out as both ``reasoning_content`` and ``reasoning``."""
     return _choices(response_id, "chat.completion.chunk", created, model,
-                    [{"index": index, "delta": with_reasoning_alias(delta), "logprobs": None,
+                    [{"index": index, "delta": with_reasoning_alias(delta), "logprobs": logprobs,
                       "finish_reason": finish_reason}],
                     include_usage=include_usage, usage=usage)
 
@@ -146,11 +152,13 @@ def chat_response(
     model: str,
     choices: Sequence[tuple[dict[str, Any], str]],
     usage: dict[str, int],
+    logprobs: Sequence[dict[str, Any] | None] = (),
 ) -> dict[str, Any]:
     """A whole ``chat.completion`` from (message, finish reason) per choice, in index order
-    (reasoning as both ``reasoning_content`` and ``reasoning``)."""
+    (reasoning as both ``reasoning_content`` and ``reasoning``), ``logprobs`` per choice."""
     return _choices(response_id, "chat.completion", created, model,
-                    [{"index": i, "message": with_reasoning_alias(message), "logprobs": None,
+                    [{"index": i, "message": with_reasoning_alias(message),
+                      "logprobs": logprobs[i] if logprobs else None,
                       "finish_reason": reason} for i, (message, reason) in enumerate(choices)],
                     include_usage=True, usage=usage)
 
@@ -165,10 +173,11 @@ def completion_chunk(
     include_usage: bool = False,
     usage: dict[str, int] | None = None,
     index: int = 0,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One streamed ``text_completion`` chunk for choice ``index``."""
     return _choices(response_id, "text_completion", created, model,
-                    [{"index": index, "text": text, "logprobs": None,
+                    [{"index": index, "text": text, "logprobs": logprobs,
                       "finish_reason": finish_reason}],
                     include_usage=include_usage, usage=usage)
 
@@ -179,12 +188,61 @@ def completion_response(
     model: str,
     choices: Sequence[tuple[str, str]],
     usage: dict[str, int],
+    logprobs: Sequence[dict[str, Any] | None] = (),
 ) -> dict[str, Any]:
-    """A whole ``text_completion`` from (text, finish reason) per choice, in index order."""
+    """A whole ``text_completion`` from (text, finish reason) per choice, in index order,
+    ``logprobs`` per choice."""
     return _choices(response_id, "text_completion", created, model,
-                    [{"index": i, "text": text, "logprobs": None, "finish_reason": reason}
-                     for i, (text, reason) in enumerate(choices)],
+                    [{"index": i, "text": text, "logprobs": logprobs[i] if logprobs else None,
+                      "finish_reason": reason} for i, (text, reason) in enumerate(choices)],
                     include_usage=True, usage=usage)
+
+
+def token_logprob(entry: Entry) -> dict[str, Any]:
+    """One token's logprob object (chat's ``logprobs.content[i]``, the Responses API's
+    ``output_text.logprobs[i]``): ``token`` (``token_text``), ``logprob``, ``bytes`` (exact) and
+    ``top_logprobs`` (the alternatives, most likely first)."""
+    _, data, logprob, alts = entry
+    return {"token": token_text(data), "logprob": logprob, "bytes": list(data),
+            "top_logprobs": [{"token": token_text(b), "logprob": lp, "bytes": list(b)}
+                             for _, b, lp in alts]}
+
+
+def chat_logprobs(entries: Sequence[Entry]) -> dict[str, Any]:
+    """A chat choice's (or chunk's) ``logprobs``: ``{"content": [...], "refusal": None}``."""
+    return {"content": [token_logprob(e) for e in entries], "refusal": None}
+
+
+_CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 bytes that do not start a character
+
+
+class CompletionLogprobs:
+    """One completion choice's ``logprobs`` (``tokens``, ``token_logprobs``, ``top_logprobs``,
+    ``text_offset``), chunk by chunk: ``text_offset`` counts characters of the choice's text
+    before each token (a token that starts inside a character: the index of that character).
+    ``top_logprobs[i]`` maps the alternatives' texts and the chosen token's to their logprobs
+    (OpenAI's "the most likely tokens, as well as the chosen token")."""
+
+    def __init__(self) -> None:
+        self.chars = 0  # characters started so far (lead bytes seen)
+
+    def feed(self, entries: Sequence[Entry]) -> dict[str, Any]:
+        tokens: list[str] = []
+        logprobs: list[float] = []
+        tops: list[dict[str, float]] = []
+        offsets: list[int] = []
+        for _, data, logprob, alts in entries:
+            text = token_text(data)
+            tokens.append(text)
+            logprobs.append(logprob)
+            top = {token_text(b): lp for _, b, lp in alts}
+            top.setdefault(text, logprob)
+            tops.append(top)
+            inside = bool(data) and 0x80 <= data[0] < 0xC0
+            offsets.append(max(0, self.chars - inside))
+            self.chars += len(data.translate(None, _CONTINUATION))
+        return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops,
+                "text_offset": offsets}
 
 
 def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None) -> dict[

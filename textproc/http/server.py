@@ -48,6 +48,8 @@ from textproc.http.responses_api import ResponseStore, parse_responses_request
 from textproc.http.responses_events import respond_events, respond_whole
 from textproc.http.responses import (
     SSE_DONE,
+    CompletionLogprobs,
+    chat_logprobs,
     chat_chunk,
     chat_response,
     completion_chunk,
@@ -247,19 +249,24 @@ class _Api:
     async def _chat_whole(self, params: ChatParams, rid: str, run: _Run,
                           first: Output) -> Response:
         accs = [MessageAccumulator() for _ in range(params.n)]
+        entries: list[list[Any]] = [[] for _ in range(params.n)]  # logprob entries per choice
         ends = ChoiceEnds(params.n)
         out: Output | None = first
         while out is not None:
             run.observe(out)
             accs[out.index].feed(out.deltas)
+            if out.logprobs:
+                entries[out.index] += out.logprobs
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
                 if ends.finish(out):  # "tool_calls" already decided by the pipeline
                     choices = [(acc.message(new_call_id=lambda: new_id("call")), reason)
                                for acc, reason in zip(accs, ends.reasons)]
+                    logprobs = ([chat_logprobs(e) for e in entries]
+                                if params.logprobs is not None else [])
                     return json_response(chat_response(rid, now(), params.model, choices,
-                                                       ends.usage()))
+                                                       ends.usage(), logprobs))
             out = await run.next()
         raise no_finish_error()
 
@@ -277,20 +284,28 @@ class _Api:
             out: Output | None = first
             while out is not None:
                 run.observe(out)
+                # an output's logprob entries ride on its first chunk (a chunk of their own,
+                # delta {}, when the text they belong to is still held by the parser)
+                lp = chat_logprobs(out.logprobs) if out.logprobs else None
                 for frag in join_text(out.deltas):
                     yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage,
-                                               index=out.index))
+                                               index=out.index, logprobs=lp))
+                    lp = None
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
                         raise generation_error(out)
                     yield sse_event(chat_chunk(rid, created, model, {},
                                                finish_reason=out.finish_reason,
-                                               include_usage=usage, index=out.index))
+                                               include_usage=usage, index=out.index,
+                                               logprobs=lp))
                     if ends.finish(out):
                         if usage:
                             yield sse_event(usage_chunk(rid, created, model, ends.usage()))
                         yield SSE_DONE
                         return
+                elif lp is not None:
+                    yield sse_event(chat_chunk(rid, created, model, {}, include_usage=usage,
+                                               index=out.index, logprobs=lp))
                 out = await run.next()
             raise no_finish_error()
         except ApiError as exc:  # failed mid-stream (worker died, engine error): say so, then end
@@ -336,19 +351,24 @@ class _Api:
                                 first: Output) -> Response:
         echo = [params.prompt] if params.echo and isinstance(params.prompt, str) else []
         texts = [list(echo) for _ in range(params.n)]
+        entries: list[list[Any]] = [[] for _ in range(params.n)]  # logprob entries per choice
         ends = ChoiceEnds(params.n)
         out: Output | None = first
         while out is not None:
             run.observe(out)
             texts[out.index].extend(f["content"] for f in out.deltas if "content" in f)
+            if out.logprobs:
+                entries[out.index] += out.logprobs
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
                 if ends.finish(out):
+                    logprobs = ([CompletionLogprobs().feed(e) for e in entries]
+                                if params.logprobs is not None else [])
                     return json_response(completion_response(
                         rid, now(), params.model,
                         [("".join(t), reason) for t, reason in zip(texts, ends.reasons)],
-                        ends.usage()))
+                        ends.usage(), logprobs))
             out = await run.next()
         raise no_finish_error()
 
@@ -363,13 +383,16 @@ class _Api:
                     yield sse_event(completion_chunk(rid, created, model, params.prompt,
                                                      include_usage=usage, index=index))
             ends = ChoiceEnds(params.n)
+            offsets = [CompletionLogprobs() for _ in range(params.n)]  # text_offset per choice
             out: Output | None = first
             while out is not None:
                 run.observe(out)
                 text = "".join(f["content"] for f in out.deltas if "content" in f)
-                if text:
+                lp = offsets[out.index].feed(out.logprobs) if out.logprobs else None
+                if text or lp is not None:
                     yield sse_event(completion_chunk(rid, created, model, text,
-                                                     include_usage=usage, index=out.index))
+                                                     include_usage=usage, index=out.index,
+                                                     logprobs=lp))
                 if out.finish_reason is not None:
                     if out.finish_reason == "error":
                         raise generation_error(out)

@@ -1,0 +1,198 @@
+"""Logprobs end to end through the official ``openai`` client: chat (``logprobs`` /
+``top_logprobs``) and completions (``logprobs``), whole and streamed, against the echo stub.
+
+The contract: a choice's entries have bytes that concatenate to its content (a token split
+inside a UTF-8 character keeps its partial bytes and its ``token`` reads ``bytes:\\xNN``), each
+entry has the asked number of alternatives, the streamed entries equal the whole ones, a stop
+string cuts the entries with the text; bad values are 400s naming the parameter. Random mode
+gives the true uniform logprob of its draw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.helpers.service import Service, build_toy_model, wait_http
+
+pytestmark = pytest.mark.timeout(90)
+
+MODEL = "toy"
+TEXT = "Logprobs for 你好 and 🦜 (split in the toy BPE), token by token."
+
+
+def _serve(root: Any, *args: str) -> tuple[Service, str]:
+    model = build_toy_model(root / MODEL)
+    service = Service(root, model, workers=1, args=["--http", "127.0.0.1:0", *args]).start()
+    return service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
+    service, url = _serve(tmp_path_factory.mktemp("logprobs"), "--stub-arg=--step-ms=1")
+    try:
+        yield service, url
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="module")
+def client(echo: tuple[Service, str]) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=echo[1] + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
+        yield c
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def _check_entries(entries: list[Any], content: str, k: int) -> None:
+    assert entries, "no logprob entries"
+    assert b"".join(bytes(e.bytes) for e in entries) == content.encode()
+    for e in entries:
+        assert e.logprob <= 0 and len(e.top_logprobs) == k
+        data = bytes(e.bytes)
+        try:
+            assert e.token == data.decode()
+        except UnicodeDecodeError:  # a token inside a character: OpenAI's spelling
+            assert e.token == "bytes:" + data.decode("utf-8", "backslashreplace")
+        for alt in e.top_logprobs:
+            assert alt.logprob <= e.logprob + 1e-6 and isinstance(alt.bytes, list)
+
+
+def test_chat_whole(client: openai.OpenAI) -> None:
+    resp = client.chat.completions.create(model=MODEL, messages=user(TEXT), logprobs=True,  # type: ignore[arg-type]
+                                          top_logprobs=3)
+    choice = resp.choices[0]
+    assert choice.message.content == TEXT and choice.logprobs is not None
+    entries = choice.logprobs.content or []
+    _check_entries(entries, TEXT, 3)
+    assert any(e.token.startswith("bytes:") for e in entries)  # the parrot is three tokens
+    # the echo stub's first alternative is the sampled token itself
+    assert all(e.top_logprobs[0].token == e.token for e in entries)
+    assert resp.usage is not None and len(entries) == resp.usage.completion_tokens - 1  # no EOS
+
+
+def test_chat_streamed_equals_whole(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model=MODEL, messages=user(TEXT), logprobs=True,  # type: ignore[arg-type]
+                                           top_logprobs=2)
+    assert whole.choices[0].logprobs is not None
+    want = [e.model_dump() for e in whole.choices[0].logprobs.content or []]
+    got: list[Any] = []
+    text = ""
+    for chunk in client.chat.completions.create(model=MODEL, messages=user(TEXT), logprobs=True,  # type: ignore[arg-type]
+                                                top_logprobs=2, stream=True):
+        choice = chunk.choices[0]
+        text += choice.delta.content or ""
+        if choice.logprobs is not None:
+            got += [e.model_dump() for e in choice.logprobs.content or []]
+    assert text == TEXT and got == want
+
+
+def test_chat_logprobs_without_top_and_off(client: openai.OpenAI) -> None:
+    resp = client.chat.completions.create(model=MODEL, messages=user("plain text"), logprobs=True)  # type: ignore[arg-type]
+    assert resp.choices[0].logprobs is not None
+    _check_entries(resp.choices[0].logprobs.content or [], "plain text", 0)
+    off = client.chat.completions.create(model=MODEL, messages=user("plain text"))  # type: ignore[arg-type]
+    assert off.choices[0].logprobs is None
+
+
+def test_chat_stop_string_cuts_the_entries(client: openai.OpenAI) -> None:
+    for include in (False, True):
+        resp = client.chat.completions.create(  # type: ignore[call-overload]
+            model=MODEL, messages=user("cut here: 你好 world and more"), logprobs=True,
+            top_logprobs=1, stop=["好 wor"], extra_body={"include_stop_str_in_output": include})
+        content = resp.choices[0].message.content
+        assert content == ("cut here: 你好 wor" if include else "cut here: 你")
+        _check_entries(resp.choices[0].logprobs.content, content, 1)
+
+
+def test_chat_n2_each_choice_has_its_entries(client: openai.OpenAI) -> None:
+    resp = client.chat.completions.create(model=MODEL, messages=user(TEXT), n=2, logprobs=True,  # type: ignore[arg-type]
+                                          top_logprobs=1)
+    for choice in resp.choices:
+        assert choice.logprobs is not None
+        _check_entries(choice.logprobs.content or [], TEXT, 1)
+    streamed: dict[int, list[Any]] = defaultdict(list)
+    for chunk in client.chat.completions.create(model=MODEL, messages=user(TEXT), n=2,  # type: ignore[arg-type]
+                                                logprobs=True, top_logprobs=1, stream=True):
+        choice = chunk.choices[0]
+        if choice.logprobs is not None:
+            streamed[choice.index] += choice.logprobs.content or []
+    assert {i: [e.model_dump() for e in es] for i, es in streamed.items()} == {
+        c.index: [e.model_dump() for e in c.logprobs.content or []]  # type: ignore[union-attr]
+        for c in resp.choices}
+
+
+def test_completion_whole_and_streamed(client: openai.OpenAI) -> None:
+    prompt = "Completions count offsets in characters: 你好 🦜㐀 ok"
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=200, logprobs=2)
+    choice = whole.choices[0]
+    assert choice.text == prompt and choice.logprobs is not None
+    lp = choice.logprobs
+    tokens, offsets = lp.tokens or [], lp.text_offset or []
+    assert len(tokens) == len(lp.token_logprobs or []) == len(lp.top_logprobs or []) == len(offsets)
+    assert all(0 < len(top) <= 3 for top in lp.top_logprobs or [])  # 2 alternatives + the chosen
+    assert all(t in top for t, top in zip(tokens, lp.top_logprobs or []))
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    for token, offset in zip(tokens, offsets):  # whole tokens are where their offset says
+        if not token.startswith("bytes:"):
+            assert prompt[offset:offset + len(token)] == token
+    got: dict[str, list[Any]] = defaultdict(list)
+    text = ""
+    for chunk in client.completions.create(model=MODEL, prompt=prompt, max_tokens=200,
+                                           logprobs=2, stream=True):
+        text += chunk.choices[0].text
+        clp = chunk.choices[0].logprobs
+        if clp is not None:
+            for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                got[name] += getattr(clp, name) or []
+    assert text == prompt
+    assert dict(got) == {"tokens": tokens, "token_logprobs": lp.token_logprobs,
+                         "top_logprobs": lp.top_logprobs, "text_offset": offsets}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ("chat/completions", {"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+        ("chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+        ("chat/completions", {"logprobs": False, "top_logprobs": 2}, "top_logprobs"),
+        ("chat/completions", {"logprobs": 3}, "logprobs"),
+        ("completions", {"logprobs": 6}, "logprobs"),
+        ("completions", {"logprobs": -1}, "logprobs"),
+        ("completions", {"logprobs": 1, "echo": True}, "echo"),
+    ],
+)
+def test_bad_values_are_400s_naming_the_param(echo: tuple[Service, str], path: str,
+                                              body: dict[str, Any], param: str) -> None:
+    base = {"model": MODEL}
+    base.update({"messages": user("x")} if path.startswith("chat") else {"prompt": "x"})
+    r = httpx.post(f"{echo[1]}/v1/{path}", json={**base, **body}, timeout=10)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_random_mode_gives_the_uniform_value(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from textproc.core.tokenizer import Tokenizer
+
+    service, url = _serve(tmp_path_factory.mktemp("logprobs-random"), "--stub-mode", "random")
+    try:
+        tok = Tokenizer.from_dir(service.model_dir)
+        uniform = -math.log(tok.vocab_size - len(tok.special_ids))
+        with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                           timeout=30) as c:
+            resp = c.completions.create(model=MODEL, prompt="random", max_tokens=20, logprobs=3)
+        lp = resp.choices[0].logprobs
+        assert lp is not None and lp.token_logprobs
+        assert all(v == pytest.approx(uniform, rel=1e-5) for v in lp.token_logprobs)
+        assert all(v == pytest.approx(uniform, rel=1e-5)
+                   for top in lp.top_logprobs or [] for v in top.values())
+    finally:
+        service.stop()
