@@ -196,3 +196,34 @@ def test_random_mode_gives_the_uniform_value(tmp_path_factory: pytest.TempPathFa
                    for top in lp.top_logprobs or [] for v in top.values())
     finally:
         service.stop()
+
+
+def _message_logprobs(resp: Any) -> list[Any]:
+    parts = [part for item in resp.output if item.type == "message" for part in item.content]
+    return [lp for part in parts for lp in part.logprobs or []]
+
+
+def test_responses_include_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
+    include = ["message.output_text.logprobs"]
+    resp = client.responses.create(model=MODEL, input=TEXT, include=include, top_logprobs=2)  # type: ignore[arg-type]
+    assert resp.output_text == TEXT and resp.top_logprobs == 2
+    entries = _message_logprobs(resp)
+    _check_entries(entries, TEXT, 2)
+    events = list(client.responses.create(model=MODEL, input=TEXT, include=include,  # type: ignore[arg-type]
+                                          top_logprobs=2, stream=True))
+    streamed = [lp.model_dump() for e in events if e.type == "response.output_text.delta"
+                for lp in e.logprobs]
+    assert streamed == [lp.model_dump() for lp in entries]
+    done = [e for e in events if e.type == "response.output_text.done"][0]
+    assert [lp.model_dump() for lp in done.logprobs] == streamed
+    plain = client.responses.create(model=MODEL, input=TEXT)  # type: ignore[arg-type]
+    assert _message_logprobs(plain) == []
+
+
+@pytest.mark.parametrize(("body", "param"), [({"top_logprobs": 2}, "top_logprobs"), (
+    {"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs")])
+def test_responses_bad_logprobs_are_400s(echo: tuple[Service, str], body: dict[str, Any],
+                                         param: str) -> None:
+    r = httpx.post(f"{echo[1]}/v1/responses", json={"model": MODEL, "input": "x", **body},
+                   timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

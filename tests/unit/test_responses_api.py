@@ -66,7 +66,8 @@ def test_fields_map_onto_chat() -> None:
 
 
 @pytest.mark.parametrize("body, param, match", [
-    ({"input": "x", "top_logprobs": 2}, "top_logprobs", "not supported"),
+    ({"input": "x", "top_logprobs": 2}, "top_logprobs", "needs include"),
+    ({"input": "x", "include": ["message.input_image.image_url"]}, "include[0]", "not supported"),
     ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]},
      "input[0].call_id", "must be a string"),
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "previous_response_id"),
@@ -170,3 +171,26 @@ def test_store_is_bounded() -> None:
     expired = ResponseStore(ttl_s=0.0)
     expired.put("a", msg)
     assert expired.get("a") is None
+
+
+def test_logprobs_follow_the_output_text() -> None:
+    """An output's entries go with the output text it carries (held whitespace keeps its own);
+    entries of a reasoning-only output are not shown."""
+    req = _parse(input="x", include=["message.output_text.logprobs"], top_logprobs=1)
+    assert req.chat.logprobs == 1 and req.echo["top_logprobs"] == 1
+
+    def entry(data: bytes) -> Any:
+        return (1, data, -0.5, [(2, b"z", -1.0)])
+
+    builder = ResponseBuilder("resp-1", req, created_at=0)
+    builder.start()
+    events = builder.feed([{"reasoning_content": "hm"}], [entry(b"hm")])
+    events += builder.feed([{"content": "\n"}], [entry(b"\n")])
+    events += builder.feed([{"content": "ok"}], [entry(b"o"), entry(b"k")])
+    events += builder.finish("stop", prompt_tokens=1, completion_tokens=4)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert [[lp["token"] for lp in e["logprobs"]] for e in deltas] == [["\n", "o", "k"]]
+    part = builder.response()["output"][-1]["content"][0]
+    assert part["text"] == "\nok" and [lp["token"] for lp in part["logprobs"]] == ["\n", "o", "k"]
+    assert part["logprobs"][0]["top_logprobs"] == [{"token": "z", "logprob": -1.0,
+                                                    "bytes": [122]}]

@@ -9,7 +9,7 @@ structured outputs and reasoning come from there, not from a second copy here. O
 in-memory :class:`ResponseStore` behind ``previous_response_id`` too.
 
 Nothing is silently ignored: a feature this server does not run (hosted tools, images, files,
-``background``, logprobs, ``conversation``, stored prompts) is a 400 naming the field, with a
+``background``, ``conversation``, stored prompts) is a 400 naming the field, with a
 JSON path into the Responses body (``input[2].content[0].type``). Pure: no I/O.
 """
 
@@ -149,13 +149,15 @@ def _check_unsupported(req: ResponsesBody) -> None:
         raise _refuse("conversation (use previous_response_id)", "conversation")
     if req.prompt is not None:
         raise _refuse("prompt (stored prompt templates)", "prompt")
-    if req.top_logprobs:
-        raise _refuse("top_logprobs", "top_logprobs")
     if req.max_tool_calls is not None:
         raise _refuse("max_tool_calls", "max_tool_calls")
     for i, name in enumerate(req.include or []):
-        if "logprobs" in name or name.endswith("image_url") or name.endswith("results"):
+        if name != LOGPROBS_INCLUDE and ("logprobs" in name or name.endswith("image_url")
+                                         or name.endswith("results")):
             raise _refuse(f"include {short(name)}", f"include[{i}]")
+    if req.top_logprobs is not None and LOGPROBS_INCLUDE not in (req.include or []):
+        raise ApiError(f"top_logprobs needs include [{LOGPROBS_INCLUDE!r}] (logprobs come with "
+                       "the output text only when included)", param="top_logprobs")
     if req.truncation not in (None, "disabled", "auto"):
         raise ApiError(f"truncation {short(req.truncation)} is not one of 'disabled', 'auto'",
                        param="truncation")
@@ -299,6 +301,7 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
                    "'json_object', 'json_schema'", param="text.format.type")
 
 
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the include that turns logprobs on
 _MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
 
 
@@ -369,6 +372,9 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
         "response_format": _response_format(req.text),
         "chat_template_kwargs": template_kwargs or None, "user": req.user,
     }
+    if LOGPROBS_INCLUDE in (req.include or []):  # chat's rules: top_logprobs 0..20
+        chat["logprobs"] = True
+        chat["top_logprobs"] = req.top_logprobs
     if req.model is None:
         chat["model"] = served_models[0] if served_models else ""
     params = _chat({k: v for k, v in chat.items() if v is not None}, where, served_models)
@@ -387,6 +393,7 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
                         if isinstance(choice, dict) else choice),
         "tools": echo_tools,
         "top_p": req.top_p,
+        "top_logprobs": req.top_logprobs or 0,
         "truncation": req.truncation or "disabled",
         "user": req.user,
     }

@@ -16,8 +16,11 @@ A failure after the stream started is an ``error`` event then ``response.failed`
 opens when its first delta arrives and closes when a delta of another item arrives or
 the response ends; content that is only whitespace does not open a message by itself (the gap
 between ``</think>`` and a tool call is not an answer). Item text is folded by
-``core.deltas.MessageAccumulator``, the one accumulator. Also the serving loops over a backend
-stream (whole and streamed). Pure apart from those loops.
+``core.deltas.MessageAccumulator``, the one accumulator. With
+``include: ["message.output_text.logprobs"]`` an output's logprob entries go on the
+``output_text.delta`` of the text it carries and into the part's ``logprobs`` (entries of outputs
+that carry only reasoning or calls are not shown: the API has logprobs for output text only).
+Also the serving loops over a backend stream (whole and streamed). Pure apart from those loops.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import json_response
 from textproc.http.backend import Output, generation_error, no_finish_error
-from textproc.http.responses import new_id, now
+from textproc.http.responses import new_id, now, token_logprob
 from textproc.http.responses_api import ResponsesRequest, ResponseStore
 
 __all__ = ["ResponseBuilder", "response_sse", "respond_whole", "respond_events"]
@@ -48,7 +51,7 @@ def response_sse(event: dict[str, Any]) -> bytes:
 class _Item:
     """The open output item: its kind, id, place and the deltas folded so far."""
 
-    __slots__ = ("kind", "item_id", "index", "acc", "call_index", "call_id", "name")
+    __slots__ = ("kind", "item_id", "index", "acc", "call_index", "call_id", "name", "logprobs")
 
     def __init__(self, kind: str, item_id: str, index: int) -> None:
         self.kind = kind  # "reasoning" | "message" | "function_call"
@@ -58,6 +61,7 @@ class _Item:
         self.call_index = -1
         self.call_id = ""
         self.name = ""
+        self.logprobs: list[dict[str, Any]] = []  # the message's output_text logprobs
 
 
 class ResponseBuilder:
@@ -81,6 +85,8 @@ class ResponseBuilder:
         self._open: _Item | None = None
         self._blank = ""  # whitespace-only content not yet given to a message
         self._seq = 0
+        self._lp_new: list[Any] = []  # logprob entries of the output being fed
+        self._lp_held: list[Any] = []  # ... of the whitespace held in _blank
 
     # ------------------------------------------------------------ the object
 
@@ -114,8 +120,10 @@ class ResponseBuilder:
         return [self._event("response.created", response=self.response()),
                 self._event("response.in_progress", response=self.response())]
 
-    def feed(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def feed(self, deltas: list[dict[str, Any]],
+             logprobs: list[Any] | None = None) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
+        self._lp_new = logprobs or []
         self.whole.feed(deltas)
         for delta in deltas:
             if (text := delta.get("content")) is not None:
@@ -127,20 +135,29 @@ class ResponseBuilder:
                                           output_index=item.index, content_index=0, delta=text))
             for part in delta.get("tool_calls") or ():
                 self._call_part(part, events)
+        self._lp_new = []  # not on output text: not shown
         return events
+
+    def _take_logprobs(self, item: _Item) -> list[dict[str, Any]]:
+        entries, self._lp_held, self._lp_new = self._lp_held + self._lp_new, [], []
+        shown = [token_logprob(e) for e in entries]
+        item.logprobs += shown
+        return shown
 
     def _content(self, text: str, events: list[dict[str, Any]]) -> None:
         item = self._open
         if item is None or item.kind != "message":
             if not (self._blank + text).strip():
                 self._blank += text
+                self._lp_held += self._lp_new
+                self._lp_new = []
                 return
             text, self._blank = self._blank + text, ""
             item = self._ensure("message", events)
         item.acc.feed(({"content": text},))
         events.append(self._event("response.output_text.delta", item_id=item.item_id,
                                   output_index=item.index, content_index=0, delta=text,
-                                  logprobs=[]))
+                                  logprobs=self._take_logprobs(item)))
 
     def _call_part(self, part: dict[str, Any], events: list[dict[str, Any]]) -> None:
         item = self._open
@@ -162,7 +179,8 @@ class ResponseBuilder:
         if item is not None and item.kind == kind and not force:
             return item
         self._close(events)
-        self._blank = ""
+        if self._blank:  # held whitespace dropped (not an answer): its entries too
+            self._blank, self._lp_held = "", []
         prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
         item = _Item(kind, new_id(prefix), len(self.output))
         self._open = item
@@ -183,7 +201,8 @@ class ResponseBuilder:
     def _part(item: _Item, text: str) -> dict[str, Any]:
         if item.kind == "reasoning":
             return {"type": "reasoning_text", "text": text}
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "output_text", "text": text, "annotations": [],
+                "logprobs": list(item.logprobs) if text else []}
 
     def _item_body(self, item: _Item, *, done: bool) -> dict[str, Any]:
         status = "completed" if done else "in_progress"
@@ -218,7 +237,8 @@ class ResponseBuilder:
                                           content_index=0, text=part["text"]))
             else:
                 events.append(self._event("response.output_text.done", **where,
-                                          content_index=0, text=part["text"], logprobs=[]))
+                                          content_index=0, text=part["text"],
+                                          logprobs=part["logprobs"]))
             events.append(self._event("response.content_part.done", **where, content_index=0,
                                       part=part))
         events.append(self._event("response.output_item.done", output_index=item.index,
@@ -234,7 +254,7 @@ class ResponseBuilder:
             item.acc.feed(({"content": text},))
             events.append(self._event("response.output_text.delta", item_id=item.item_id,
                                       output_index=item.index, content_index=0, delta=text,
-                                      logprobs=[]))
+                                      logprobs=self._take_logprobs(item)))
         self._close(events)
         self.usage = {
             "input_tokens": prompt_tokens,
@@ -285,7 +305,7 @@ async def respond_whole(request: ResponsesRequest, response_id: str, run: _Run, 
     out: Output | None = first
     while out is not None:
         run.observe(out)
-        builder.feed(out.deltas)
+        builder.feed(out.deltas, out.logprobs)
         if out.finish_reason is not None:
             if out.finish_reason == "error":
                 raise generation_error(out)
@@ -308,7 +328,7 @@ async def respond_events(request: ResponsesRequest, response_id: str, run: _Run,
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            for event in builder.feed(join_text(out.deltas)):
+            for event in builder.feed(join_text(out.deltas), out.logprobs):
                 yield response_sse(event)
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
