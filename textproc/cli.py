@@ -113,6 +113,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--http-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for the HTTP frontend, repeatable (e.g. "
                         "--http-arg=--max-running=512; see python -m textproc.http --help)")
+    p.add_argument("--http-workers", type=int, default=1, metavar="N",
+                   help="HTTP frontend processes sharing the --http port, each its own client "
+                        "of the service, supervised and restarted like the others (default 1)")
+    p.add_argument("--health", nargs="?", const="127.0.0.1:8001", default=None, metavar="HOST:PORT",
+                   help="also answer GET /health on HOST:PORT from a thread of each frontend "
+                        "that does not wait behind the API's connections: what a load balancer "
+                        "should probe (default: none; 127.0.0.1:8001 when given without a value)")
     from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
 
     p.add_argument("--tool-format", default="auto", choices=["auto", "none", *TOOL_FORMATS],
@@ -221,6 +228,8 @@ def _serve(args: argparse.Namespace) -> int:
             stub_stats_file=args.stub_stats_file,
             http=args.http,
             http_args=tuple(args.http_arg),
+            http_workers=args.http_workers,
+            health=args.health,
         )
     except InvalidInput as e:
         print(f"textproc serve: {e}", file=sys.stderr)

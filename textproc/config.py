@@ -48,6 +48,7 @@ STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub 
 # ServiceConfig.special_tokens_in_content: special-token text typed in a message is the control
 # token ("control", what transformers and vLLM do) or ordinary text ("text")
 CONTENT_SPECIALS = ("control", "text")
+MAX_HTTP_WORKERS = 64  # ServeConfig.http_workers
 IPC_PATH_MAX_BYTES = 100  # sun_path is 108 bytes on Linux, 104 on macOS; keep a margin
 _SCHEMES = ("ipc://", "tcp://")
 
@@ -318,10 +319,16 @@ class ServeConfig:
     stub_stats_file: str | None = None
     http: str | None = None  # HOST:PORT: also run the OpenAI HTTP frontend (python -m textproc.http)
     http_args: tuple[str, ...] = field(default=())  # extra flags for the HTTP frontend
+    http_workers: int = 1  # HTTP frontend processes sharing the one listening socket
+    health: str | None = None  # HOST:PORT: each frontend also answers /health there (a thread)
 
     def __post_init__(self) -> None:
-        if self.http is not None and (":" not in self.http or not self.http.rsplit(":", 1)[1].isdigit()):
-            raise InvalidInput(f"http must be HOST:PORT, e.g. 127.0.0.1:8000, got {short(self.http)}")
+        for name, address in (("http", self.http), ("health", self.health)):
+            if address is not None and (":" not in address or not address.rsplit(":", 1)[1].isdigit()):
+                raise InvalidInput(f"{name} must be HOST:PORT, e.g. 127.0.0.1:8000, got {short(address)}")
+        _check_int("http_workers", self.http_workers, low=1, high=MAX_HTTP_WORKERS)
+        if self.http is None and (self.http_workers != 1 or self.health is not None):
+            raise InvalidInput("http_workers and health need http (serve --http HOST:PORT)")
         _check_choice("engine", self.engine, ENGINES)
         _check_choice("endpoints", self.endpoints, ENDPOINT_KINDS)
         _check_choice("stub_mode", self.stub_mode, STUB_MODES)

@@ -128,8 +128,9 @@ class Service(ServeProcess):
 
     def all_pids(self) -> dict[str, int]:
         """The pids of the last processes.json read (so dead processes are still named), without
-        the HTTP frontend's."""
-        return {k: v for k, v in self.pids(self.process_table).items() if k != "http"}
+        the HTTP frontends'."""
+        return {k: v for k, v in self.pids(self.process_table).items()
+                if k != "http" and not k.startswith("http-")}
 
     def stub_stats(self) -> Any:
         return json.loads(self.stats_file.read_text())

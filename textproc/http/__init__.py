@@ -4,8 +4,9 @@ Modules: ``api_types`` (request Structs, validated parameters, ApiError), ``open
 request validation), ``responses`` (pure response shaping and SSE framing), ``backend`` (the
 Protocol the server needs from the service), ``metrics`` (Prometheus text), ``asgi`` (SSE
 response, disconnect watching, body limit, API key), ``server`` (routes and the life of a
-request), ``client_backend`` (the TextClient adapter) and ``run`` (``run_http``, the process
-entry; ``python -m textproc.http``). Importing this package imports none of them.
+request), ``client_backend`` (the TextClient adapter), ``health`` (the ``--health`` port's
+thread), ``peers`` (``/metrics`` summed over the frontends sharing a port) and ``run``
+(``run_http``, the process entry; ``python -m textproc.http``). Importing this package imports none of them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["Histogram", "Metrics", "CONTENT_TYPE", "LATENCY_BUCKETS_S", "STAGES",
            "watch_loop_lag", "LAG_PROBE_S"]
@@ -42,6 +42,13 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.total += value
         self.count += 1
+
+    def add(self, counts: Sequence[int], total: float) -> None:
+        """Add another process's histogram of the same buckets (``counts``, ``total``)."""
+        if len(counts) == len(self.counts):
+            self.counts = [a + b for a, b in zip(self.counts, counts)]
+            self.total += total
+            self.count += sum(counts)
 
     def lines(self, name: str, labels: str) -> list[str]:
         sep = "," if labels else ""
@@ -83,6 +90,39 @@ class Metrics:
         self.loop_lag = Histogram()
         self.loop_lag_max_s = 0.0  # worst since the last /metrics scrape
 
+    # the plain numbers a snapshot carries and add() sums (frontends sharing a port)
+    _SUMMED = ("prompt_tokens", "completion_tokens", "running", "aborted_by_client",
+               "upload_disconnects", "open_connections", "connections_refused",
+               "header_timeouts", "body_timeouts", "framing_refused")
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything this process's ``render`` shows, as JSON-able data, for ``add``."""
+        return {
+            "requests": [[e, s, n] for (e, s), n in self.requests.items()],
+            "finish_reasons": dict(self.finish_reasons),
+            **{name: getattr(self, name) for name in self._SUMMED},
+            "stages": {k: [h.counts, h.total] for k, h in self.stages.items()},
+            "loop_lag": [self.loop_lag.counts, self.loop_lag.total],
+            "loop_lag_max_s": self.loop_lag_max_s,
+        }
+
+    def add(self, snap: Mapping[str, Any]) -> None:
+        """Add another frontend's ``snapshot()`` into this one (counters, gauges and histograms
+        summed; the worst loop lag is the max). A malformed snapshot raises KeyError,
+        TypeError or ValueError."""
+        for endpoint, status, n in snap["requests"]:
+            key = (str(endpoint), int(status))
+            self.requests[key] = self.requests.get(key, 0) + int(n)
+        for reason, n in snap["finish_reasons"].items():
+            self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + int(n)
+        for name in self._SUMMED:
+            setattr(self, name, getattr(self, name) + int(snap[name]))
+        for stage, (counts, total) in snap["stages"].items():
+            if stage in self.stages:
+                self.stages[stage].add(counts, float(total))
+        self.loop_lag.add(snap["loop_lag"][0], float(snap["loop_lag"][1]))
+        self.loop_lag_max_s = max(self.loop_lag_max_s, float(snap["loop_lag_max_s"]))
+
     def count_request(self, endpoint: str, status: int) -> None:
         key = (endpoint, status)
         self.requests[key] = self.requests.get(key, 0) + 1
@@ -100,11 +140,14 @@ class Metrics:
         queue_depths: Mapping[str, int] | None = None,
         processes: Sequence[tuple[str, int, Mapping[str, int]]] = (),
         worker_requests: Sequence[int] = (),
+        frontends: Sequence[tuple[int, int, int]] = (),
     ) -> str:
         """The text exposition format, one metric family after another.
 
         ``processes``: (role, index, counters) of each service process (TextClient.stats()),
-        exported as ``textproc_process_events_total{role, index, counter}``.
+        exported as ``textproc_process_events_total{role, index, counter}``. ``frontends``:
+        (index, pid, requests served) of each frontend process sharing the port, exported as
+        ``textproc_http_frontend_requests_total{frontend, pid}``.
         """
         out: list[str] = []
 
@@ -119,6 +162,12 @@ class Metrics:
                 f'textproc_http_requests_total{{endpoint="{_label(endpoint)}",'
                 f'status="{status}"}} {n}'
             )
+        family("textproc_http_frontend_requests_total", "counter",
+               "HTTP requests each frontend process served (serve --http-workers N; the "
+               "other families sum every frontend).")
+        for index, pid, n in frontends:
+            out.append(f'textproc_http_frontend_requests_total{{frontend="{index}",'
+                       f'pid="{pid}"}} {n}')
         family("textproc_finished_requests_total", "counter",
                "Generation requests finished, by finish_reason (abort: client went away).")
         for reason, n in sorted(self.finish_reasons.items()):
@@ -170,7 +219,8 @@ class Metrics:
                "every request and stream waits on top of its own work.")
         out.extend(self.loop_lag.lines("textproc_http_loop_lag_seconds", ""))
         family("textproc_http_loop_lag_max_seconds", "gauge",
-               "The worst loop lag since the previous scrape of /metrics.")
+               "The worst loop lag since the previous scrape of /metrics (with several "
+               "frontends: the worst any of them saw since it last answered a scrape).")
         out.append(f"textproc_http_loop_lag_max_seconds {self.loop_lag_max_s:.6f}")
         self.loop_lag_max_s = 0.0
         family("textproc_stage_seconds", "histogram",
@@ -184,8 +234,10 @@ class Metrics:
 LAG_PROBE_S = 0.05  # watch_loop_lag's timer
 
 
-async def watch_loop_lag(metrics: Metrics) -> None:
-    """Until cancelled: sleep LAG_PROBE_S, observe how much later than asked the loop woke."""
+async def watch_loop_lag(metrics: Metrics,
+                         on_probe: Callable[[float], None] | None = None) -> None:
+    """Until cancelled: sleep LAG_PROBE_S, observe how much later than asked the loop woke,
+    and pass the lag to ``on_probe`` (the health thread's heartbeat)."""
     while True:
         start = time.perf_counter()
         await asyncio.sleep(LAG_PROBE_S)
@@ -193,3 +245,5 @@ async def watch_loop_lag(metrics: Metrics) -> None:
         metrics.loop_lag.observe(lag)
         if lag > metrics.loop_lag_max_s:
             metrics.loop_lag_max_s = lag
+        if on_probe is not None:
+            on_probe(lag)

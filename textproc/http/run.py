@@ -1,9 +1,12 @@
 """The HTTP frontend process: ``run_http`` (entry function) and ``python -m textproc.http``.
 
 Owns the process around the Starlette app: logging, uvicorn on uvloop, the TextClient's
-lifetime (connected on startup inside the server's loop, closed on shutdown), ``http.json`` in
-the runtime dir (the address actually bound, so ``--http 127.0.0.1:0`` works), and leaving when
-the parent supervisor is gone. Reads no environment; the caller passes every setting.
+lifetime (connected on startup inside the server's loop, closed on shutdown), the address file
+(``http.json`` in the runtime dir, or ``--http-file``: the address actually bound, so
+``--http 127.0.0.1:0`` works), the ``/health`` listener of its own (``health.HealthResponder``,
+with ``--health``), and leaving when the parent supervisor is gone. With ``--listen-fd`` it
+serves a listening socket its parent bound and shares with other frontends (``serve
+--http-workers N``) instead of binding one. Reads no environment; the caller passes every setting.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from typing import Any, AsyncIterator, Sequence
 import msgspec
 
 from textproc.config import LOG_LEVELS
-from textproc.errors import InvalidInput, short
+from textproc.errors import InvalidInput, TextprocError, short
 
-__all__ = ["run_http", "main", "build_parser", "parse_address", "HTTP_FILE", "DEFAULT_HTTP"]
+__all__ = ["run_http", "main", "build_parser", "parse_address", "listen", "frontend_file",
+           "HTTP_FILE", "DEFAULT_HTTP", "DEFAULT_HEALTH"]
 
 _log = logging.getLogger("textproc.http")
 HTTP_FILE = "http.json"  # {"host", "port", "pid"} written once the socket is bound
 DEFAULT_HTTP = "127.0.0.1:8000"
+DEFAULT_HEALTH = "127.0.0.1:8001"
+LISTEN_BACKLOG = 2048
 _PARENT_CHECK_S = 0.5
 
 
@@ -42,11 +48,30 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def listen(address: str, *, flag: str = "--http") -> socket.socket:
+    """A listening TCP socket on ``HOST:PORT`` (the one way textproc binds an HTTP port: the
+    supervisor for its frontends, a standalone frontend for itself); a taken or bad address is
+    a TextprocError ``cannot listen on HOST:PORT (flag): reason``."""
+    host, port = parse_address(address)
+    try:
+        return socket.create_server((host, port), backlog=LISTEN_BACKLOG,
+                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as e:
+        raise TextprocError(f"cannot listen on {host}:{port} ({flag}): {e.strerror or e}") from e
+
+
+def frontend_file(index: int) -> str:
+    """The address file frontend ``index`` of ``serve --http-workers`` writes once serving."""
+    return f"http-{index}.json"
+
+
 def run_http(
     runtime_dir: str | Path,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    listener: socket.socket,
+    health_listener: socket.socket | None = None,
+    frontend: int = 0,
+    frontends: int = 1,
     served_model_name: str | None = None,
     max_body_bytes: int | None = None,
     max_running: int | None = None,
@@ -54,6 +79,7 @@ def run_http(
     max_n: int | None = None,
     header_timeout_s: float | None = None,
     body_timeout_s: float | None = None,
+    health_stale_after_s: float | None = None,
     connect_timeout_s: float = 60.0,
     parent_pid: int = 0,
     log_level: str = "INFO",
@@ -61,23 +87,30 @@ def run_http(
     api_key: str | None = None,
     curve_client_key: str | Path | None = None,
     curve_server_key: str | Path | None = None,
+    test_hooks: bool = False,
 ) -> int:
-    """Serve the OpenAI API on ``host:port`` for the service in ``runtime_dir``; returns 0,
-    or 1 at once when ``host:port`` cannot be bound (logged, naming the address).
+    """Serve the OpenAI API on ``listener`` (a listening socket, maybe shared with other
+    frontends) for the service in ``runtime_dir``; returns 0.
 
     Blocks until SIGINT/SIGTERM (uvicorn's graceful shutdown) or until ``parent_pid`` exits.
-    Once bound, writes ``{"host", "port", "pid"}`` to ``http_file`` (default
-    ``<runtime_dir>/http.json``) and removes it at shutdown. With ``api_key`` the API needs
-    ``Authorization: Bearer <api_key>``; without one, binding a non-loopback host logs a warning.
+    Once serving, writes ``{"host", "port", "pid", "frontend"}`` (and ``"health"``) to
+    ``http_file`` (default ``<runtime_dir>/http.json``) and removes it at shutdown. With
+    ``health_listener``, a thread answers ``GET /health`` there (``health.HealthResponder``).
+    ``frontend`` of ``frontends``: this process's place among those sharing the port (their
+    metrics are summed on ``/metrics``). With ``api_key`` the API needs ``Authorization: Bearer
+    <api_key>``; without one, serving a non-loopback host logs a warning. ``test_hooks`` adds
+    ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
     """
     import uvicorn
 
     from textproc.http.client_backend import ClientBackend
     from textproc.http.connections import guarded_http
+    from textproc.http.health import STALE_AFTER_S, HealthResponder
     from textproc.http.metrics import Metrics, watch_loop_lag
+    from textproc.http.peers import Peers
     from textproc.http.server import HttpLimits, build_app
 
-    logging.basicConfig(
+    logging.basicConfig(  # a no-op when main() did it already
         level=log_level,
         format="%(asctime)s http[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
@@ -90,36 +123,53 @@ def run_http(
         ("body_timeout_s", body_timeout_s)) if v is not None}
     limits = HttpLimits(**given)
     metrics = Metrics()
+    peers = Peers(runtime if frontends > 1 else None, frontend, frontends, metrics)
     backend = ClientBackend(runtime, served_model_name=served_model_name,
                             connect_timeout_s=connect_timeout_s,
                             curve_client_key=curve_client_key, curve_server_key=curve_server_key)
+    health = None if health_listener is None else HealthResponder(
+        health_listener, frontend=frontend,
+        stale_after_s=STALE_AFTER_S if health_stale_after_s is None else health_stale_after_s)
     server: uvicorn.Server | None = None
+
+    def beat(lag_s: float) -> None:  # every loop-lag probe: tell the health thread
+        if health is not None:
+            serving, why = backend.health()
+            health.publish(serving, why, lag_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         await backend.start()
-        watcher = asyncio.ensure_future(
-            _after_bind(address_file, runtime, lambda: server, parent_pid))
-        lag = asyncio.ensure_future(watch_loop_lag(metrics))
-        trim = asyncio.ensure_future(_return_memory_when_idle(metrics))
+        tasks = [asyncio.ensure_future(_after_bind(address_file, runtime, lambda: server,
+                                                   parent_pid, frontend, health_listener)),
+                 asyncio.ensure_future(watch_loop_lag(metrics, beat)),
+                 asyncio.ensure_future(_return_memory_when_idle(metrics))]
+        if frontends > 1:
+            tasks.append(asyncio.ensure_future(peers.publish(backend)))
         try:
             yield
         finally:
-            watcher.cancel()
-            lag.cancel()
-            trim.cancel()
+            for task in tasks:
+                task.cancel()
+            beat(0.0)
             await backend.close()
             address_file.unlink(missing_ok=True)
+            peers.remove()
 
+    host = str(listener.getsockname()[0])
     if api_key is None and host not in ("127.0.0.1", "::1", "localhost"):
         _log.warning("serving the API on %s without an API key: anyone who can reach it can "
                      "use it (pass --api-key-file)", host)
+    extra = []
+    if test_hooks:
+        from starlette.routing import Route
+
+        _log.warning("--test-hooks: POST /_test/block-loop can block this frontend; tests only")
+        extra.append(Route("/_test/block-loop", _block_loop, methods=["POST"]))
     app = build_app(backend, limits=limits, metrics=metrics, lifespan=lifespan,
-                    api_key=api_key)
+                    api_key=api_key, peers=peers, extra_routes=extra)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         loop="uvloop",
         http=guarded_http(max_connections=limits.max_connections,
                           header_timeout_s=limits.header_timeout_s, metrics=metrics),
@@ -128,17 +178,29 @@ def run_http(
         log_config=None,  # uvicorn's loggers propagate to the root handler set up above
         access_log=False,
         timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
+        headers=[("x-textproc-frontend", str(frontend))],  # which process answered
     )
-    try:  # bound here, not by uvicorn, so a taken port is one clear error and exit code 1
-        listener = socket.create_server(
-            (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-            backlog=2048)
-    except OSError as e:
-        _log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
-        return 1
-    server = uvicorn.Server(config)
-    server.run(sockets=[listener])
+    if health is not None:
+        health.start()
+    try:
+        server = uvicorn.Server(config)
+        server.run(sockets=[listener])
+    finally:
+        if health is not None:
+            health.close()
     return 0
+
+
+async def _block_loop(request: Any) -> Any:
+    """``POST /_test/block-loop?seconds=S`` (``--test-hooks`` only): hold the event loop for S
+    seconds (at most 60), as a stuck handler would; answers afterwards."""
+    import time
+
+    from starlette.responses import JSONResponse
+
+    seconds = min(60.0, float(request.query_params.get("seconds", "1")))
+    time.sleep(seconds)  # blocking on purpose: that is the test
+    return JSONResponse({"blocked_s": seconds})
 
 
 _IDLE_CHECK_S = 2.0
@@ -167,18 +229,24 @@ async def _return_memory_when_idle(metrics: Any) -> None:
 
 
 async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
-                      parent_pid: int) -> None:
-    """Write http.json once uvicorn has bound; then leave when the parent process is gone."""
+                      parent_pid: int, frontend: int,
+                      health_listener: socket.socket | None) -> None:
+    """Write the address file once uvicorn serves; then leave when the parent process is gone."""
     server = None
     while server is None or not server.started:
         await asyncio.sleep(0.02)
         server = get_server()
     addresses = [sock.getsockname() for srv in server.servers for sock in srv.sockets]
     host, port = addresses[0][0], addresses[0][1]
+    info: dict[str, Any] = {"host": host, "port": port, "pid": os.getpid(), "frontend": frontend}
+    if health_listener is not None:
+        h_host, h_port = health_listener.getsockname()[:2]
+        info["health"] = {"host": h_host, "port": h_port}
     tmp = address_file.with_name(address_file.name + ".tmp")
-    tmp.write_bytes(msgspec.json.encode({"host": host, "port": port, "pid": os.getpid()}))
+    tmp.write_bytes(msgspec.json.encode(info))
     os.replace(tmp, address_file)
-    _log.info("OpenAI API on http://%s:%d/v1 (runtime dir %s)", host, port, runtime)
+    _log.info("OpenAI API on http://%s:%d/v1 (frontend %d, runtime dir %s)", host, port,
+              frontend, runtime)
     while parent_pid:
         await asyncio.sleep(_PARENT_CHECK_S)
         if os.getppid() != parent_pid:
@@ -195,7 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m textproc.http",
                                 description="the OpenAI-compatible HTTP frontend of textproc")
     p.add_argument("--runtime-dir", required=True, help="a running service's runtime dir")
-    p.add_argument("--http", default=DEFAULT_HTTP, help=f"HOST:PORT (default {DEFAULT_HTTP})")
+    p.add_argument("--http", default=DEFAULT_HTTP,
+                   help=f"HOST:PORT to listen on (default {DEFAULT_HTTP})")
+    p.add_argument("--listen-fd", type=int, default=None, metavar="FD",
+                   help="serve this inherited listening socket instead of binding --http "
+                        "(what serve --http-workers passes; default: none)")
+    p.add_argument("--health", default=None, metavar="HOST:PORT",
+                   help="also answer GET /health on this port, from a thread of its own that "
+                        "does not wait for the event loop (default: none)")
+    p.add_argument("--health-fd", type=int, default=None, metavar="FD",
+                   help="like --health, on this inherited listening socket (default: none)")
+    p.add_argument("--health-stale-after", type=float, default=None, metavar="SECONDS",
+                   help="the health port answers 503 once the event loop has not run for this "
+                        "long (default 10)")
+    p.add_argument("--frontend", default="0/1", metavar="I/N",
+                   help="this is frontend I of N sharing the port; /metrics sums all N "
+                        "(default 0/1)")
     p.add_argument("--served-model-name", default=None,
                    help="the model name clients send (default: the model directory's name)")
     p.add_argument("--max-body-bytes", type=int, default=None,
@@ -230,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the key endpoints.json names, for a frontend on the same host)")
     p.add_argument("--curve-server-key", default=None, metavar="FILE",
                    help="the service's public server.key (default: from endpoints.json)")
+    p.add_argument("--test-hooks", action="store_true",
+                   help="add POST /_test/block-loop?seconds=S, which blocks the event loop "
+                        "(integration tests only; never in production)")
     return p
 
 
@@ -237,10 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m textproc.http --runtime-dir DIR [--http HOST:PORT] ...``."""
     p = build_parser()
     args = p.parse_args(argv)
-    try:
-        host, port = parse_address(args.http)
-    except InvalidInput as e:
-        p.error(str(e))
+    index_text, _, n_text = args.frontend.partition("/")
+    if not (index_text.isdigit() and n_text.isdigit() and int(index_text) < int(n_text)):
+        p.error(f"--frontend {args.frontend!r} is not I/N with 0 <= I < N, e.g. 0/2")
+    for flag, value in (("--http", args.http), ("--health", args.health)):
+        if value is not None:
+            try:
+                parse_address(value)
+            except InvalidInput as e:
+                p.error(f"{flag}: {e}")
     api_key = None
     if args.api_key_file:
         try:
@@ -249,10 +340,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--api-key-file {args.api_key_file}: {e.strerror}")
         if not api_key:
             p.error(f"--api-key-file {args.api_key_file} is empty")
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s http[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    try:  # bound here, before connecting to the service: a taken port is exit code 1 at once
+        listener = (socket.socket(fileno=args.listen_fd) if args.listen_fd is not None
+                    else listen(args.http))
+        health = (socket.socket(fileno=args.health_fd) if args.health_fd is not None
+                  else listen(args.health, flag="--health") if args.health else None)
+    except (TextprocError, OSError) as e:
+        _log.error("%s", e)
+        return 1
     return run_http(
         args.runtime_dir,
-        host=host,
-        port=port,
+        listener=listener,
+        health_listener=health,
+        frontend=int(index_text),
+        frontends=int(n_text),
+        health_stale_after_s=args.health_stale_after,
+        test_hooks=args.test_hooks,
         served_model_name=args.served_model_name,
         max_body_bytes=args.max_body_bytes,
         max_running=args.max_running,

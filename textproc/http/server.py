@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -35,6 +35,7 @@ from textproc.http.asgi import (
 from textproc.http.backend import Backend, Output, generation_error, no_finish_error
 from textproc.http.connections import FramingGuard
 from textproc.http.metrics import CONTENT_TYPE, Metrics
+from textproc.http.peers import Peers
 from textproc.http.openai_api import (
     parse_chat_request,
     parse_completion_request,
@@ -135,10 +136,12 @@ class _Run:
 class _Api:
     """The route handlers, sharing one backend, limits and metrics."""
 
-    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics) -> None:
+    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics,
+                 peers: Peers) -> None:
         self.backend = backend
         self.limits = limits
         self.metrics = metrics
+        self.peers = peers  # the frontends sharing this port: /metrics sums them
         self.started = now()
         self.response_store = ResponseStore()  # previous_response_id (bounds in responses_api)
         self.pacer = Pacer(limits.handlers_per_turn)
@@ -471,8 +474,10 @@ class _Api:
 
     async def metrics_text(self, request: Request) -> Response:
         processes = await self.backend.process_counters()
-        return Response(self.metrics.render(self.backend.queue_depths(), processes,
-                                            self.backend.worker_requests()),
+        total, depths, shares, frontends = self.peers.merged(self.backend.queue_depths(),
+                                                             self.backend.worker_requests())
+        self.metrics.loop_lag_max_s = 0.0  # "since the previous scrape" (total has a copy)
+        return Response(total.render(depths, processes, shares, frontends),
                         media_type=CONTENT_TYPE)
 
 
@@ -499,13 +504,18 @@ def build_app(
     metrics: Metrics | None = None,
     lifespan: Any = None,
     api_key: str | None = None,
+    peers: Peers | None = None,
+    extra_routes: Sequence[Route] = (),
 ) -> Starlette:
     """The Starlette app serving the OpenAI API over ``backend``.
 
     With ``api_key``, every route except /health and /metrics answers 401 unless the request
-    carries ``Authorization: Bearer <api_key>`` (what the openai client sends).
+    carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``peers``: the
+    other frontends on this port, whose metrics /metrics adds (default: none).
     """
-    api = _Api(backend, limits or HttpLimits(), metrics or Metrics())
+    metrics = metrics or Metrics()
+    api = _Api(backend, limits or HttpLimits(), metrics,
+               peers or Peers(None, 0, 1, metrics))
     routes = [
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
@@ -516,6 +526,7 @@ def build_app(
         Route("/detokenize", api.detokenize, methods=["POST"]),
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
+        *extra_routes,
     ]
     middleware = [Middleware(FramingGuard, metrics=api.metrics)]
     if api_key:

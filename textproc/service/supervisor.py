@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ import zmq
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
-from textproc.http.run import HTTP_FILE
+from textproc.http.run import HTTP_FILE, frontend_file, listen
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.transport import (
     FrameDecoder,
@@ -96,9 +97,12 @@ class _Child:
     restart_at: float | None = None
     ready: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()  # inherited by the child (an HTTP frontend's listeners)
 
     @property
     def name(self) -> str:
+        if self.role == "http":
+            return f"http-{self.index}"
         return self.role if self.role != "worker" else f"{self.role}-{self.index}"
 
 
@@ -121,6 +125,7 @@ class Supervisor:
         self._curve: CurveServerKeys | None = None
         self._auth: Any = None  # the ZAP handler (zmq.auth ThreadAuthenticator) with CURVE
         self._ready_decoder: FrameDecoder[Ready] = FrameDecoder(Ready, socket_name="control")
+        self._listeners: list[socket.socket] = []  # the HTTP (and health) ports, shared
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -186,14 +191,8 @@ class Supervisor:
             self._spawn(child)
         self._wait_ready(time.monotonic() + service.startup_timeout_s)
         self._write_files()
-        if cfg.http is not None:  # a client of the running service, so started last
-            http = _Child("http", 0, [sys.executable, "-m", "textproc.http", "--runtime-dir",
-                                      str(self.runtime_dir), "--http", cfg.http, "--parent-pid",
-                                      str(me), "--log-level", service.log_level, *cfg.http_args])
-            self.children.append(http)
-            self._spawn(http)
-            self._wait_http(http, time.monotonic() + service.startup_timeout_s)
-            self._write_files()
+        if cfg.http is not None:  # clients of the running service, so started last
+            self._start_http(me, time.monotonic() + service.startup_timeout_s)
         if cfg.engine == "external":
             _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
                       "PUSH to %s", ep.engine_in, ep.engine_out)
@@ -222,6 +221,8 @@ class Supervisor:
         self._closed = True
         timeout = self.config.service.stop_timeout_s
         _stop_children(self.children, timeout)
+        for listener in self._listeners:
+            listener.close()
         close_sockets(self._sockets)
         if self._auth is not None:
             self._auth.stop()
@@ -232,6 +233,8 @@ class Supervisor:
         if self.runtime_dir is not None:
             for name in (ENDPOINTS_FILE, PROCESSES_FILE, HTTP_FILE):
                 (self.runtime_dir / name).unlink(missing_ok=True)
+            for path in self.runtime_dir.glob("http-*"):  # each frontend's files, if left
+                path.unlink(missing_ok=True)
             if self._created_dir:
                 shutil.rmtree(self.runtime_dir, ignore_errors=True)
         if self._finalizer is not None:
@@ -242,6 +245,7 @@ class Supervisor:
     def _spawn(self, child: _Child) -> None:
         child.ready = False
         child.process = subprocess.Popen(child.command, stdin=subprocess.DEVNULL,
+                                         pass_fds=child.pass_fds,
                                          preexec_fn=_die_with_parent if _LINUX else None)
         child.started_at = time.monotonic()
         child.restart_at = None
@@ -268,25 +272,78 @@ class Supervisor:
             if ready is not None:
                 waiting.discard((ready.role, ready.index))
 
-    def _wait_http(self, child: _Child, deadline: float) -> None:
-        """Return once the HTTP frontend listens (it writes http.json after binding); a
-        frontend that exits first (the port is taken, a bad flag) fails the startup, naming
-        the address, instead of being restarted forever."""
-        assert self.runtime_dir is not None and child.process is not None
-        address = self.config.http
-        while not (self.runtime_dir / HTTP_FILE).is_file():
-            code = child.process.poll()
-            if code is not None:
-                raise WorkerDied(f"the HTTP frontend (pid {child.process.pid}) exited with code "
-                                 f"{code} before listening on {address}; is the address in use? "
-                                 "(its log is above)")
+    def _start_http(self, me: int, deadline: float) -> None:
+        """Bind the HTTP port (and the health port) once, here: a taken address fails the
+        start at once, naming it (a TextprocError), and port 0 resolves to one port for every
+        frontend. Then start ``http_workers`` frontends that share the listening socket
+        (inherited: the kernel's one accept queue, whichever frontend is free takes the next
+        connection; the socket outlives any frontend, so a restart loses no queued
+        connection), and wait until each one serves."""
+        cfg = self.config
+        assert self.runtime_dir is not None and cfg.http is not None
+        listener = listen(cfg.http)
+        self._listeners.append(listener)
+        host, port = listener.getsockname()[:2]
+        health = None
+        if cfg.health is not None:
+            health = listen(cfg.health, flag="--health")
+            self._listeners.append(health)
+        for i in range(cfg.http_workers):
+            command = [sys.executable, "-m", "textproc.http", "--runtime-dir",
+                       str(self.runtime_dir), "--http", f"{host}:{port}",
+                       "--listen-fd", str(listener.fileno()),
+                       "--frontend", f"{i}/{cfg.http_workers}",
+                       "--http-file", str(self.runtime_dir / frontend_file(i)),
+                       "--parent-pid", str(me), "--log-level", cfg.service.log_level]
+            fds = [listener.fileno()]
+            if health is not None:
+                command += ["--health-fd", str(health.fileno())]
+                fds.append(health.fileno())
+            child = _Child("http", i, command + list(cfg.http_args), pass_fds=tuple(fds))
+            self.children.append(child)
+            self._spawn(child)
+        while not all(c.ready for c in self.children if c.role == "http"):
+            for child in self.children:
+                if child.role != "http" or child.ready:
+                    continue
+                assert child.process is not None
+                code = child.process.poll()
+                if code is not None:
+                    raise WorkerDied(f"HTTP frontend {child.index} (pid {child.process.pid}) "
+                                     f"exited with code {code} before serving on {host}:{port} "
+                                     "(its log is above)")
+                self._check_http_ready(child)
             if self._stop_requested:
                 raise StartupTimeout("startup interrupted by a signal")
             if time.monotonic() >= deadline:
                 raise StartupTimeout(
-                    f"waited {self.config.service.startup_timeout_s:.0f} s for the HTTP frontend "
-                    f"to listen on {address}")
+                    f"waited {self.config.service.startup_timeout_s:.0f} s for the HTTP "
+                    f"frontends to serve on {host}:{port}")
             time.sleep(0.02)
+
+    def _check_http_ready(self, child: _Child) -> bool:
+        """Whether frontend ``child`` serves now (its address file names its pid); once every
+        frontend does, (re)write processes.json and then http.json (the address, the first
+        frontend's pid, every frontend's pid): http.json means every frontend serves."""
+        assert self.runtime_dir is not None and child.process is not None
+        try:
+            info = json.loads((self.runtime_dir / frontend_file(child.index)).read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(info, dict) or info.get("pid") != child.process.pid:
+            return False  # not written yet, or the previous process's
+        child.ready = True
+        frontends = [c for c in self.children if c.role == "http"]
+        if not all(c.ready for c in frontends):
+            return True
+        self._write_files()
+        info["pids"] = [c.process.pid if c.process is not None else None for c in frontends]
+        info["pid"] = info["pids"][0]
+        info.pop("frontend", None)
+        tmp = self.runtime_dir / (HTTP_FILE + ".tmp")
+        tmp.write_bytes(msgspec.json.encode(info))
+        os.replace(tmp, self.runtime_dir / HTTP_FILE)
+        return True
 
     def _recv_ready(self, timeout_ms: int) -> Ready | None:
         assert self._control is not None
@@ -319,6 +376,8 @@ class Supervisor:
             self._write_files()
         now = time.monotonic()
         for child in self.children:
+            if child.role == "http" and not child.ready and child.restart_at is None:
+                self._check_http_ready(child)  # a restarted frontend serves again?
             proc = child.process
             if child.restart_at is not None:
                 if now >= child.restart_at:
@@ -364,6 +423,9 @@ class Supervisor:
             pid = child.process.pid if child.process is not None else None
             if child.role == "worker":
                 pids["workers"][str(child.index)] = pid
+            elif child.role == "http":  # "http": the first frontend's, as before --http-workers
+                pids.setdefault("http_frontends", {})[str(child.index)] = pid
+                pids.setdefault("http", pid)
             else:
                 pids[child.role] = pid
         for name, obj in ((ENDPOINTS_FILE, info), (PROCESSES_FILE, pids)):

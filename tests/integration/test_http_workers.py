@@ -1,0 +1,241 @@
+"""Several HTTP frontends on one port (``serve --http-workers 2``, issue 15) and the health port
+that answers while a frontend's event loop is blocked (``--health``, issue 13).
+
+Real processes: the supervisor binds the port once and each frontend serves the shared socket;
+every response names its frontend (``x-textproc-frontend``), so the tests see where each
+connection went. Bounds are generous functional ones (a loaded 2-core box), never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from tests.helpers.service import REPO, Service, build_toy_model, wait_http
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _http_info(service: Service) -> dict[str, Any]:
+    return dict(json.loads((service.runtime_dir / "http.json").read_text()))
+
+
+def _metric_lines(url: str, prefix: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
+    """Two frontends on one port; the random-mode stub at 5 ms a step (a 300-token stream
+    lasts ~1.5 s), a health port."""
+    root = tmp_path_factory.mktemp("http-workers")
+    model = build_toy_model(root / "toy")
+    args = ["--http", "127.0.0.1:0", "--http-workers", "2", "--health", "127.0.0.1:0",
+            "--stub-mode", "random", "--stub-arg=--step-ms=5"]
+    service = Service(root, model, workers=1, args=args).start()
+    try:
+        url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        yield service, url
+    finally:
+        service.stop()
+
+
+def _stream(url: str, max_tokens: int, out: dict[str, Any]) -> None:
+    """POST one streamed chat on a connection of its own; record the frontend that answered,
+    the events read and how it ended ("done", or the error)."""
+    out["events"] = 0
+    try:
+        with httpx.Client(timeout=httpx.Timeout(30, connect=10)) as http, http.stream(
+                "POST", url + "/v1/chat/completions",
+                json={"model": "toy", "messages": _user("hi"), "stream": True,
+                      "max_tokens": max_tokens, "ignore_eos": True}) as resp:
+            out["status"] = resp.status_code
+            out["frontend"] = resp.headers.get("x-textproc-frontend")
+            for line in resp.iter_lines():
+                if line == "data: [DONE]":
+                    out["end"] = "done"
+                    return
+                if line.startswith("data: "):
+                    out["events"] += 1
+                    if out["events"] == 1:  # the role chunk (random text may hold U+2028,
+                        out["id"] = json.loads(line[6:])["id"]  # where iter_lines splits)
+                    if out["events"] == 3:
+                        out["streaming"] = True
+            out["end"] = "no [DONE]"
+    except httpx.HTTPError as e:
+        out["end"] = f"error: {type(e).__name__}"
+
+
+def _streams(url: str, n: int, max_tokens: int) -> tuple[list[dict[str, Any]], list[threading.Thread]]:
+    results: list[dict[str, Any]] = [{} for _ in range(n)]
+    threads = [threading.Thread(target=_stream, args=(url, max_tokens, r), daemon=True)
+               for r in results]
+    for t in threads:
+        t.start()
+    return results, threads
+
+
+def test_two_frontends_share_the_port_and_both_stream(pair: tuple[Service, str]) -> None:
+    service, url = pair
+    info = _http_info(service)
+    assert len(info["pids"]) == 2 and len(set(info["pids"])) == 2, info
+    assert service.pids()["http-1"] == info["pids"][1]
+    results, threads = _streams(url, 24, 200)
+    for t in threads:
+        t.join(60)
+    assert all(r.get("status") == 200 and r.get("end") == "done" for r in results), results
+    served = {r["frontend"] for r in results}
+    assert served == {"0", "1"}, f"every stream went to frontend {served}"
+    # /metrics, whichever frontend answers, sums both (the other's part is <= 1 s old)
+    time.sleep(1.5)
+    for _ in range(4):
+        lines = _metric_lines(url, "textproc_http_frontend_requests_total{")
+        assert sorted(k.split('"')[1] for k in lines) == ["0", "1"], lines
+        total = _metric_lines(url, "textproc_http_requests_total{")
+        assert total['textproc_http_requests_total{endpoint="/v1/chat/completions",'
+                     'status="200"}'] >= 24, total
+        assert sum(lines.values()) >= 24, lines
+
+
+def test_a_frontend_killed_fails_only_its_own_connections(pair: tuple[Service, str]) -> None:
+    service, url = pair
+    pids = _http_info(service)["pids"]
+    # long streams (~2000 steps of 5 ms); retry until both frontends hold some
+    for _ in range(5):
+        results, threads = _streams(url, 16, 2000)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(r.get("streaming") or r.get("end")
+                                                      for r in results):
+            time.sleep(0.05)
+        if {r.get("frontend") for r in results if r.get("streaming")} == {"0", "1"}:
+            break
+        for t in threads:
+            t.join(60)
+    else:
+        pytest.fail("16 concurrent streams never went to both frontends")
+    os.kill(pids[1], signal.SIGKILL)
+    for t in threads:
+        t.join(60)
+    mine = [r for r in results if r.get("frontend") == "1"]
+    others = [r for r in results if r.get("frontend") == "0"]
+    assert mine and all(r["end"] != "done" for r in mine), mine
+    assert others and all(r["end"] == "done" for r in others), others
+    # the killed frontend's requests are aborted in the engine (its outputs are unroutable)
+    deadline = time.monotonic() + 30
+    while True:
+        entries = service.stub_stats().get("requests", {})
+        reasons = [entries.get(r["id"], {}).get("finish_reason") for r in mine]
+        if all(reason == "abort" for reason in reasons):
+            break
+        assert time.monotonic() < deadline, reasons
+        time.sleep(0.5)
+    # restarted on the same port; frontend 0 was never touched
+    deadline = time.monotonic() + 30
+    while True:
+        info = _http_info(service)
+        if info["pids"][1] not in (None, pids[1]):
+            break
+        assert time.monotonic() < deadline, f"frontend 1 not restarted:\n{service.log()}"
+        time.sleep(0.1)
+    assert info["pids"][0] == pids[0] and info["port"] == int(url.rsplit(":", 1)[1])
+    results, threads = _streams(url, 24, 50)
+    for t in threads:
+        t.join(60)
+    assert all(r.get("end") == "done" for r in results), results
+
+
+def test_the_health_port_answers_for_every_frontend(pair: tuple[Service, str]) -> None:
+    service, _ = pair
+    health = _http_info(service)["health"]
+    seen = set()
+    for _ in range(40):
+        resp = httpx.get(f"http://{health['host']}:{health['port']}/health", timeout=10)
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["status"] == "ok" and body["loop_age_s"] < 10, body
+        seen.add(body["frontend"])
+    assert httpx.get(f"http://{health['host']}:{health['port']}/v1/models",
+                     timeout=10).status_code == 404
+    print("health answered by frontends", sorted(seen))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_http_port_in_use_fails_the_start_naming_the_address(tmp_path: Path, toy_model: Path,
+                                                             workers: int) -> None:
+    """Not 'textproc ready' and frontends restarted forever: exit 1, quickly, naming it."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(toy_model),
+             "--workers", "1", "--runtime-dir", str(tmp_path / "rt"), "--http",
+             f"127.0.0.1:{port}", "--http-workers", str(workers)],
+            cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        took = time.monotonic() - started
+    log = done.stdout + done.stderr
+    assert done.returncode == 1, log[-3000:]
+    assert f"cannot listen on 127.0.0.1:{port} (--http)" in log, log[-3000:]
+    assert "textproc ready" not in log and "restarting" not in log, log[-3000:]
+    assert took < 30, took
+    assert not (tmp_path / "rt").exists() or not list((tmp_path / "rt").iterdir())
+
+
+def test_the_health_port_answers_while_the_event_loop_is_blocked(tmp_path: Path) -> None:
+    """A handler that blocks the frontend's loop (the --test-hooks route) stops the API port,
+    /health included; the health port still answers, says 503 once the loop has been stuck for
+    --health-stale-after, and 200 again after."""
+    model = build_toy_model(tmp_path / "toy")
+    args = ["--http", "127.0.0.1:0", "--health", "127.0.0.1:0", "--http-arg=--test-hooks",
+            "--http-arg=--health-stale-after=1"]
+    service = Service(tmp_path, model, workers=1, args=args).start()
+    try:
+        url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        health = _http_info(service)["health"]
+        probe = f"http://{health['host']}:{health['port']}/health"
+        assert httpx.get(probe, timeout=10).status_code == 200
+        blocker = threading.Thread(target=lambda: httpx.post(
+            url + "/_test/block-loop?seconds=8", timeout=30), daemon=True)
+        blocker.start()
+        deadline = time.monotonic() + 20
+        while True:  # wait until the API port stops answering: the loop is blocked
+            try:
+                httpx.get(url + "/health", timeout=1)
+            except httpx.TimeoutException:
+                break
+            assert time.monotonic() < deadline, "the loop was never blocked"
+            time.sleep(0.1)
+        answers = []
+        deadline = time.monotonic() + 20
+        while blocker.is_alive() and time.monotonic() < deadline:
+            resp = httpx.get(probe, timeout=5)  # answered, never a timeout
+            answers.append((resp.status_code, resp.json()))
+            if resp.status_code == 503:
+                break
+            time.sleep(0.2)
+        assert answers and answers[-1][0] == 503, answers
+        assert "event loop has not run" in answers[-1][1]["reason"], answers[-1]
+        blocker.join(30)
+        deadline = time.monotonic() + 20
+        while httpx.get(probe, timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "the health port never recovered"
+            time.sleep(0.2)
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+    finally:
+        service.stop()
