@@ -8,11 +8,18 @@ What it does: starts ``textproc serve`` with the stub engine in random mode (``-
 ``max_tokens`` ``--max-tokens``, read ``--events`` SSE events and close the connection. All the
 while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
 
-- ``health_ms``: p50 / p99 / max latency of ``/health`` during the crowd (target: < 100 ms);
+- ``health_ms``: p50 / p99 / max latency of ``/health`` on the API port during the crowd, and
+  ``health_port_ms`` the same on the ``--health`` port (a thread of each frontend with a
+  socket of its own; what a load balancer should probe; target: < 100 ms), with
+  ``health_port_failed`` probes that got no 200;
 - ``aborted``: of the streams that left early, how many the engine saw end with ``abort``
-  (the rest ran to ``length``: the disconnect never reached it), and the tokens the engine had
-  generated for them when the abort arrived (p50 / max; fewer = noticed sooner);
-- ``http_rss_mb``: the HTTP process's RSS before, at peak, and 5 s after the crowd left;
+  (``ran_to_length``: the disconnect did not reach it in time; ``finished_before_leaving``:
+  the client read the end of its stream among its events, so there was nothing to abort), the
+  tokens the engine had generated for them when the abort arrived (p50 / max; fewer = noticed
+  sooner), and ``abort_ms``: from the client dropping its connection to the engine ending
+  the request (p50 / p99 / max; CLOCK_MONOTONIC in both processes);
+- ``http_rss_mb``: the HTTP processes' RSS (summed over ``--http-workers``) before, at peak,
+  and 5 s after the crowd left;
 - ``worker_shares``: ``textproc_worker_requests_total`` per worker (how the load spread);
 - ``stall_s``: the longest gap between two reads of a stream once its response had started;
 - ``loop_lag``: the frontend's own ``textproc_http_loop_lag_seconds`` (how late its event loop
@@ -21,7 +28,8 @@ while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
   box, the time before the scheduler runs the frontend at all.
 
     .venv/bin/python bench/crowd.py [--streams 500] [--rounds 5] [--events 5]
-        [--max-tokens 4000] [--workers 2] [--quick] [--json PATH] [--model-dir DIR]
+        [--max-tokens 4000] [--workers 2] [--http-workers 1] [--quick] [--json PATH]
+        [--model-dir DIR]
 
 ``--quick``: 100 streams, 2 rounds. ``CROWD_DEBUG=1`` also prints the worst probes (and when
 in their round they came) and the service log. Without ``--model-dir`` it uses ``.cache/models/qwen3`` if
@@ -35,6 +43,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -64,30 +73,33 @@ def _rss_mb(pid: int) -> float:
 
 def _probe_main(host: str, port: int) -> int:
     """``crowd.py --probe HOST PORT``: GET /health every PROBE_EVERY_S on a new connection
-    until stdin closes; then print one JSON list of [start, latency_s] (its own process, so the
-    crowd's client loop does not delay the measurement)."""
+    until stdin closes; then print one JSON list of [start, latency_s, ok] (its own process, so
+    the crowd's client loop does not delay the measurement)."""
     import select
     import socket
 
-    out: list[tuple[float, float]] = []
+    out: list[tuple[float, float, bool]] = []
     while not select.select([sys.stdin], [], [], 0)[0]:
         t0 = time.perf_counter()
         try:
+            data = b""
             with socket.create_connection((host, port), timeout=10) as sock:
                 sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-                while sock.recv(65536):
-                    pass
-            out.append((t0, time.perf_counter() - t0))
+                while chunk := sock.recv(65536):
+                    data += chunk
+            out.append((t0, time.perf_counter() - t0, data.startswith(b"HTTP/1.1 200")))
         except OSError:
-            out.append((t0, 10.0))
+            out.append((t0, 10.0, False))
         time.sleep(PROBE_EVERY_S)
     print(json.dumps(out), flush=True)
     return 0
 
 
 async def _one_stream(host: str, port: int, body: bytes, events: int,
-                      gaps: list[float]) -> str | None:
-    """POST a stream, read ``events`` SSE events, leave; the request id (None if refused)."""
+                      gaps: list[float]) -> tuple[str, float, float, bool] | None:
+    """POST a stream, read ``events`` SSE events, leave; (request id, when it connected, when
+    it left, whether it read the stream's end first), None if refused."""
+    posted = time.monotonic()
     reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
@@ -110,11 +122,13 @@ async def _one_stream(host: str, port: int, body: bytes, events: int,
         first = rest.split(b"\n\n", 1)[0]
         start = first.find(b"data: ")
         try:
-            return str(json.loads(first[start + 6:])["id"])
+            rid = str(json.loads(first[start + 6:])["id"])
         except (ValueError, KeyError):
             return None
-    finally:
         writer.transport.abort()  # leave at once, like a client that gave up
+        return rid, posted, time.monotonic(), b'"finish_reason":"' in rest
+    finally:
+        writer.transport.abort()
 
 
 def _stub_entries(path: Path) -> dict[str, Any]:
@@ -131,29 +145,37 @@ def _metrics(host: str, port: int) -> str:
         return str(resp.read().decode())
 
 
-async def _crowd(args: argparse.Namespace, host: str, port: int, http_pid: int,
-                 stats_file: Path) -> dict[str, Any]:
+async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list[int],
+                 health: tuple[str, int], stats_file: Path) -> dict[str, Any]:
     rng = random.Random(0)
     gaps: list[float] = []
     stop = asyncio.Event()
-    rss_before = _rss_mb(http_pid)
+    load_start = os.getloadavg()[0]
+
+    def rss() -> float:
+        return sum(_rss_mb(pid) for pid in http_pids)
+
+    rss_before = rss()
     peak = [rss_before]
 
     async def sample_rss() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _rss_mb(http_pid))
+            peak[0] = max(peak[0], rss())
             await asyncio.sleep(0.25)
 
     round_at: list[float] = []
-    prober = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--probe", host, str(port), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE)
+    prober, health_prober = [await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--probe", h, str(p), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE) for h, p in ((host, port), health)]
     sampler = asyncio.ensure_future(sample_rss())
     import urllib.request
 
     with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=10) as resp:
         model = json.loads(resp.read())["data"][0]["id"]
     ids: list[str] = []
+    left_at: dict[str, float] = {}
+    stay_s: dict[str, float] = {}  # connect to leaving: what the engine ran meanwhile
+    saw_end: set[str] = set()
     refused = 0
     t0 = time.perf_counter()
     for _ in range(args.rounds):
@@ -165,17 +187,25 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pid: int,
         got = await asyncio.gather(*(_one_stream(host, port, b, args.events, gaps)
                                      for b in bodies), return_exceptions=True)
         for g in got:
-            if isinstance(g, str):
-                ids.append(g)
+            if isinstance(g, tuple):
+                ids.append(g[0])
+                left_at[g[0]] = g[2]
+                stay_s[g[0]] = g[2] - g[1]
+                if g[3]:
+                    saw_end.add(g[0])
             else:
                 refused += 1
     crowd_s = time.perf_counter() - t0
     stop.set()
-    assert prober.stdin is not None
-    prober.stdin.close()
-    probes = json.loads((await prober.communicate())[0])
-    health = [latency for _, latency in probes]
-    probe_at = [t for t, _ in probes]
+    results = []
+    for proc in (prober, health_prober):
+        assert proc.stdin is not None
+        proc.stdin.close()
+        results.append(json.loads((await proc.communicate())[0]))
+    probes, port_probes = results
+    health = [latency for _, latency, _ in probes]
+    probe_at = [t for t, _, _ in probes]
+    port_health = [latency for _, latency, _ in port_probes]
     if os.environ.get("CROWD_DEBUG"):
         worst = sorted(zip(health, probe_at), reverse=True)[:8]
         print("worst probes (latency s, since round start s):",
@@ -193,8 +223,11 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pid: int,
     reasons = [entries.get(i, {}).get("finish_reason") for i in ids]
     generated = sorted(float(entries[i]["generated"]) for i in ids
                        if entries.get(i, {}).get("finish_reason") == "abort")
+    abort_s = sorted(max(0.0, float(entries[i]["ended_at"]) - left_at[i]) for i in ids
+                     if entries.get(i, {}).get("finish_reason") == "abort")
+    ran_on = [i for i in ids if entries.get(i, {}).get("finish_reason") == "length"]
     await asyncio.sleep(SETTLE_S)
-    rss_after = _rss_mb(http_pid)
+    rss_after = rss()
     shares = {}
     lag: dict[str, float] = {}
     for line in _metrics(host, port).splitlines():
@@ -206,16 +239,33 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pid: int,
             lag[line.split()[0]] = float(line.split()[-1])
     return {
         "streams": args.streams, "rounds": args.rounds, "events": args.events,
-        "max_tokens": args.max_tokens, "crowd_s": round(crowd_s, 2),
+        "max_tokens": args.max_tokens, "http_workers": args.http_workers,
+        "crowd_s": round(crowd_s, 2),
         "left_early": len(ids), "refused": refused,
-        "aborted": reasons.count("abort"), "ran_to_length": reasons.count("length"),
+        "aborted": reasons.count("abort"),
+        "ran_to_length": len([i for i in ran_on if i not in saw_end]),
+        "finished_before_leaving": len([i for i in ran_on if i in saw_end]),
         "unfinished": reasons.count(None),
+        "abort_ms_p50": round(pct(abort_s, 50) * 1000, 1) if abort_s else None,
+        "abort_ms_p99": round(pct(abort_s, 99) * 1000, 1) if abort_s else None,
+        "abort_ms_max": round(abort_s[-1] * 1000, 1) if abort_s else None,
+        # connect to leaving (reading the role chunk and --events events): the engine runs
+        # the stream meanwhile, so a stay longer than max_tokens steps runs it to length
+        "stay_s_p50": round(pct(sorted(stay_s.values()), 50), 2) if stay_s else None,
+        "stay_s_max": round(max(stay_s.values()), 2) if stay_s else None,
+        "stay_s_of_ran_to_length_min": round(min(stay_s[i] for i in ran_on), 2)
+        if ran_on else None,
         "generated_at_abort_p50": pct(generated, 50) if generated else None,
         "generated_at_abort_max": generated[-1] if generated else None,
         "health_ms_p50": round(pct(health, 50) * 1000, 1),
         "health_ms_p99": round(pct(health, 99) * 1000, 1),
         "health_ms_max": round(max(health) * 1000, 1),
         "health_probes": len(health),
+        "health_port_ms_p50": round(pct(port_health, 50) * 1000, 1),
+        "health_port_ms_p99": round(pct(port_health, 99) * 1000, 1),
+        "health_port_ms_max": round(max(port_health) * 1000, 1),
+        "health_port_probes": len(port_health),
+        "health_port_failed": sum(1 for _, _, ok in port_probes if not ok),
         "stall_s_max": round(max(gaps), 3) if gaps else None,
         "http_rss_mb_before": round(rss_before, 1), "http_rss_mb_peak": round(peak[0], 1),
         "http_rss_mb_after": round(rss_after, 1),
@@ -224,6 +274,7 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pid: int,
         "loop_lag_ms_max": round(lag.get("textproc_http_loop_lag_max_seconds", 0) * 1000, 1),
         "loop_lags_over_100ms": int(lag.get("textproc_http_loop_lag_seconds_count", 0)
                                     - lag.get('textproc_http_loop_lag_seconds_bucket{le="0.1"}', 0)),
+        "load_avg_start": load_start,
         "load_avg": os.getloadavg()[0],
     }
 
@@ -238,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=5, help="SSE events each reads (default 5)")
     p.add_argument("--max-tokens", type=int, default=4000, help="per stream (default 4000)")
     p.add_argument("--workers", type=int, default=2, help="tokenizer workers (default 2)")
+    p.add_argument("--http-workers", type=int, default=1,
+                   help="HTTP frontend processes on the port (default 1)")
     p.add_argument("--quick", action="store_true", help="100 streams, 2 rounds")
     p.add_argument("--json", type=Path, default=None, help="append the result as a JSON line")
     p.add_argument("--model-dir", default=None, help="default .cache/models/qwen3, else a toy")
@@ -252,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         model = build_toy_model(tmp / "toy")
     serve = Serve(model, workers=args.workers, engine="stub", max_model_len=args.max_tokens + 512,
                   extra=["--stub-mode", "random", "--stub-arg=--step-ms=0",
-                         "--stub-arg=--max-batch=1024", "--http", "127.0.0.1:0"])
+                         "--stub-arg=--max-batch=1024", "--http", "127.0.0.1:0",
+                         "--http-workers", str(args.http_workers), "--health", "127.0.0.1:0"])
     stats_file = serve.serve.stats_file  # the launcher's engine_stub --stats-file
     try:
         deadline = time.monotonic() + 60
@@ -265,12 +319,14 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            row = runner.run(_crowd(args, info["host"], int(info["port"]), int(info["pid"]),
-                                    stats_file))
+            health = (info["health"]["host"], int(info["health"]["port"]))
+            row = runner.run(_crowd(args, info["host"], int(info["port"]),
+                                    [int(p) for p in info["pids"]], health, stats_file))
     finally:
         if os.environ.get("CROWD_DEBUG"):
             print(serve.log()[-4000:], file=sys.stderr)
         serve.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(row), flush=True)
     write_json(args.json, [row], machine(), stamp=True)
     return 0

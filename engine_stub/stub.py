@@ -19,7 +19,8 @@ stats count constrained requests.
 
 Stats (``--stats-file``, JSON, rewritten atomically every ``--stats-interval-s`` and on exit):
 step time p50/p99/mean/max in ms over busy steps, tokens generated per request with its finish
-reason (``requests``: {request_id: {"generated": n, "finish_reason": r}}; bounded, oldest
+reason and end time (``requests``: {request_id: {"generated": n, "finish_reason": r,
+"ended_at": time.monotonic()}}; bounded, oldest
 dropped), aborted ids, link counters. Imports only ``textproc.engine`` and, for echo and replay,
 ``textproc.core.tokenizer``: what a real engine would have.
 """
@@ -252,6 +253,9 @@ class StubEngine:
         if entry is not None:
             entry["generated"] = generated
             entry["finish_reason"] = reason
+            # CLOCK_MONOTONIC, the same in every process: bench/crowd.py subtracts when the
+            # client left to get how long its abort took to arrive
+            entry["ended_at"] = time.monotonic()
 
     def stats(self) -> dict[str, Any]:
         """Everything the stats file holds (running requests' counts are current)."""

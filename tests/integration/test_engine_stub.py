@@ -205,7 +205,9 @@ def test_max_tokens_stop_ids_and_min_tokens(make_stub: Any, tok: Tokenizer) -> N
     assert len(got) - 1 >= len(answer) + 2
     assert max(len(o.token_ids) for s in stub.steps for o in s.outputs) == 2
     stats = stub.stats(when=lambda s: s["finished"]["stop"] == 2)
-    assert stats["requests"]["len"] == {"generated": 4, "finish_reason": "length"}
+    entry = stats["requests"]["len"]
+    assert entry["generated"] == 4 and entry["finish_reason"] == "length", entry
+    assert isinstance(entry["ended_at"], float)
     assert stats["finished"] == {"stop": 2, "length": 2, "abort": 0}
 
 

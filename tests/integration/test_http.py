@@ -422,7 +422,7 @@ def _assert_aborted(service: Service, request_id: str) -> None:
 
 
 def _stub_entry(service: Service, request_id: str) -> dict[str, Any] | None:
-    """The stub's stats entry of one request: {"generated": n, "finish_reason": r}."""
+    """The stub's stats entry of one request: {"generated": n, "finish_reason": r, ...}."""
     try:
         entry = service.stub_stats()["requests"].get(request_id)
     except (OSError, ValueError, KeyError):
