@@ -1,32 +1,36 @@
 #!/usr/bin/env python3
-"""Long prompts: time to first token through the service vs tokenizing in the engine (issue 6, item 6).
+"""Long prompts: time to first token through the service against workers, vs tokenizing in the engine.
 
-    .venv/bin/python bench/long_prompt.py [--quick] [--json PATH] [--sizes 8000,32000,128000]
-        [--reps N] [--model-dir DIR]
+    .venv/bin/python bench/long_prompt.py [--quick] [--json PATH] [--sizes 8000,32000,200000]
+        [--reps N] [--workers 1,2] [--path chat|completion] [--no-unsplit] [--model-dir DIR]
 
 (also ``textproc bench long-prompt``: the CLI maps ``-`` to ``_``.)
 
-Set-up: ``textproc serve --engine external --workers N --max-model-len 140000`` and the fake
-engine of ``bench/_common.py`` (no step delay: a request's single token is sent in the engine's
-next loop turn; it records when the request arrived and when that step was sent). Prompts: ``--reps``
-different prompts per size cut from the mixed corpus of ``tests/corpus.py`` (prose, code, 20+
-scripts, emoji), each used once per implementation so every tokenizer sees it cold.
+Set-up, once per pool in ``--workers`` (plus, for the largest pool, the same pool with
+``--split-min-chars 0``, i.e. every prompt encoded by the one worker that got it, unless
+``--no-unsplit``): ``textproc serve --engine external --workers N`` and the fake engine of
+``bench/_common.py`` (no step delay: a request's single token is sent in the engine's next loop
+turn; it records when the request arrived and when that step was sent). Each pool is a fresh
+service, so every prompt is new to its workers (no piece or segment cache holds it). Prompts:
+``--reps`` different prompts per size cut from the mixed corpus of ``tests/corpus.py`` (prose,
+code, 20+ scripts, emoji). ``--path chat`` (default) sends each as the user message of a chat
+request (the worker renders the template and encodes); ``completion`` sends the raw text.
 
 Per prompt, one at a time (nothing else in flight):
 
-- ``TTFT``: ``TextClient.complete(prompt, max_tokens=1)`` send -> the first (only) token at the
-  client, wall clock; ``textproc part`` = TTFT - (engine sent the step - request arrived at the
-  engine): what textproc itself took (ship the text to a worker, encode, validate, Submit, forward
-  to the engine, detokenize the token, deliver it);
-- ``worker CPU``: CPU seconds the workers spent (from /proc) during that request;
-- ``tokenizers``: HF ``Tokenizer.encode(prompt)`` in this process, as an engine would do it in
-  its own process (wall and CPU), and ``textproc encode``: ``textproc.core.tokenizer.Tokenizer.encode``
-  in this process (CPU), both on the same prompts;
-- ``TTFT / HF`` = TTFT / tokenizers wall time.
+- ``TTFT``: send -> the first (only) token at the client (``max_tokens=1``), wall clock;
+  ``textproc part`` = TTFT - (engine sent the step - request arrived at the engine);
+- ``worker CPU``: CPU seconds all workers spent (from /proc, 10 ms ticks) during that request,
+  and the ``busiest worker``'s: the CPU on the request's critical path, what TTFT comes down to
+  where each worker has a core of its own;
+- the references, in this process, after the services (same run, same prompts): HF
+  ``tokenizers`` ``Tokenizer.encode`` of the rendered prompt (chat) or the text (completion),
+  one thread, as an engine would do it in its own process (CPU = ``time.process_time``, and
+  wall), and ``textproc.core.tokenizer.Tokenizer.encode`` (CPU);
+- ``TTFT / HF CPU``: the ratio the issue's target is written in.
 
-Medians over the reps. The point: with textproc the engine spends nothing on the prompt's text
-(its loop is free), at the price of TTFT; with in-process tokenization the engine loop is blocked
-for the ``tokenizers`` time.
+Medians over the reps; the load average beside every row (a 2-core box shared with other jobs
+shows in wall times first).
 """
 
 from __future__ import annotations
@@ -56,10 +60,15 @@ from _common import (  # noqa: E402
 
 __all__ = ["main"]
 
-MAX_MODEL_LEN = 140_000
+MAX_MODEL_LEN = 400_000
 
 
-async def _drive(serve: Serve, prompts: dict[int, list[str]]) -> dict[int, list[dict[str, Any]]]:
+def _messages(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+async def _drive(serve: Serve, prompts: dict[int, list[str]], path: str,
+                 label: str) -> dict[int, list[dict[str, Any]]]:
     from textproc.client import TextClient
 
     perf = time.perf_counter
@@ -72,96 +81,146 @@ async def _drive(serve: Serve, prompts: dict[int, list[str]]) -> dict[int, list[
         for size, texts in prompts.items():
             for k, text in enumerate(texts):
                 rid = f"long-{size}-{k}"
-                cpu0 = sum(cpu_seconds(p) for p in worker_pids.values())
+                stream = (client.chat(_messages(text), max_tokens=1, request_id=rid)
+                          if path == "chat" else client.complete(text, max_tokens=1, request_id=rid))
+                cpu0 = [cpu_seconds(p) for p in worker_pids.values()]
                 t0 = perf()
                 first = None
                 prompt_tokens = 0
-                async for ev in client.complete(text, max_tokens=1, request_id=rid):
+                async for ev in stream:
                     if first is None:
                         first = perf()
                     if ev.usage is not None:
                         prompt_tokens = ev.usage.prompt_tokens
                 await asyncio.sleep(0.05)  # let /proc catch up with the worker's last tick
-                cpu = sum(cpu_seconds(p) for p in worker_pids.values()) - cpu0
+                cpus = [cpu_seconds(p) - c for p, c in zip(worker_pids.values(), cpu0)]
                 assert first is not None
+                load = os.getloadavg()[0]
                 out.setdefault(size, []).append({"rid": rid, "t_send": t0, "t_first": first,
-                                                 "prompt_tokens": prompt_tokens, "worker_cpu_s": cpu})
-                print(f"  {size:>7} tokens #{k + 1}: TTFT {(first - t0) * 1000:8.1f} ms "
-                      f"({prompt_tokens} prompt tokens), load {os.getloadavg()[0]:.1f}", flush=True)
+                                                 "prompt_tokens": prompt_tokens,
+                                                 "worker_cpu_s": sum(cpus),
+                                                 "busiest_cpu_s": max(cpus), "load": load})
+                print(f"  {label}: {size:>7} tokens #{k + 1}: TTFT {(first - t0) * 1000:8.1f} ms "
+                      f"({prompt_tokens} prompt tokens), load {load:.1f}", flush=True)
+    return out
+
+
+def _run_pool(model: Path, hf: Any, prompts: dict[int, list[str]], workers: int, split: bool,
+              path: str) -> dict[int, list[dict[str, Any]]]:
+    import uvloop
+
+    label = f"{workers} worker{'s' if workers > 1 else ''}{'' if split or workers == 1 else ', unsplit'}"
+    serve = Serve(model, workers=workers, engine="external", max_model_len=MAX_MODEL_LEN,
+                  extra=[] if split else ["--split-min-chars", "0"])
+    engine = FakeEngine(serve.engine_in, serve.engine_out, letter_ids(hf), step_ms=0.0)
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            got = runner.run(_drive(serve, prompts, path, label))
+    finally:
+        timings = engine.stop()
+        serve.close()
+    for recs in got.values():
+        for rec in recs:
+            arrived, s0, _ = timings["requests"][rec["rid"]]
+            rec["engine_s"] = timings["steps"][s0] - arrived
+    return got
+
+
+def _references(model: Path, hf: Any, prompts: dict[int, list[str]],
+                path: str) -> dict[int, list[dict[str, Any]]]:
+    """HF tokenizers (wall, CPU) and textproc's in-process encode (CPU) on the same prompts."""
+    from textproc.core.chat.template import render_chat
+    from textproc.core.tokenizer import Tokenizer
+
+    tp = Tokenizer.from_dir(model)
+    warm = "warm up: first-call costs, 123 ü 日本 🙂 def f(x): return x"
+    tp.encode(warm)
+    hf.encode(warm)
+    out: dict[int, list[dict[str, Any]]] = {}
+    for size, texts in prompts.items():
+        for text in texts:
+            if path == "chat":
+                assert isinstance(tp.chat_template, str)
+                prompt = render_chat(tp.chat_template, _messages(text), add_generation_prompt=True,
+                                     **tp.special_tokens_map)
+                special = False
+            else:
+                prompt, special = text, True
+            w0, c0 = time.perf_counter(), time.process_time()
+            ids = hf.encode(prompt, add_special_tokens=special).ids
+            hf_wall, hf_cpu = time.perf_counter() - w0, time.process_time() - c0
+            c0 = time.process_time()
+            tp_ids = tp.encode(prompt, add_special_tokens=special)
+            tp_cpu = time.process_time() - c0
+            out.setdefault(size, []).append({"ids": len(ids), "same": tp_ids == ids,
+                                             "hf_wall_s": hf_wall, "hf_cpu_s": hf_cpu,
+                                             "tp_cpu_s": tp_cpu})
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="8k and 32k, 1 rep (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per size here")
+    p.add_argument("--json", type=Path, help="append one JSON line per pool and size here")
     p.add_argument("--model-dir", help="default .cache/models/qwen3")
-    p.add_argument("--sizes", help="prompt sizes in tokens (default 8000,32000,128000)")
+    p.add_argument("--sizes", help="prompt sizes in tokens (default 8000,32000,200000)")
     p.add_argument("--reps", type=int, help="different prompts per size (default 1 quick / 3)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--workers", default=None,
+                   help="pool sizes, comma-separated (default 1 and the core count, if more)")
+    p.add_argument("--path", choices=("chat", "completion"), default="chat")
+    p.add_argument("--no-unsplit", action="store_true",
+                   help="skip the largest pool with --split-min-chars 0")
     args = p.parse_args(argv)
     model = model_dir(args.model_dir)
-    sizes = [int(x) for x in (args.sizes or ("8000,32000" if args.quick else "8000,32000,128000")).split(",")]
+    sizes = [int(x) for x in (args.sizes or ("8000,32000" if args.quick else "8000,32000,200000")).split(",")]
     reps = args.reps or (1 if args.quick else 3)
+    pools = sorted({int(x) for x in (args.workers or f"1,{os.cpu_count() or 1}").split(",")})
+    runs = [(n, True) for n in pools]
+    if not args.no_unsplit and pools[-1] > 1:
+        runs.append((pools[-1], False))
     info = machine()
     print(f"long-prompt: {describe(info)}", flush=True)
-    import uvloop
     from tokenizers import Tokenizer as HFTokenizer
 
-    from textproc.core.tokenizer import Tokenizer
-
     hf = HFTokenizer.from_file(str(model / "tokenizer.json"))
-
     prompts = {size: make_prompts(hf, size, reps, seed=31 + size % 97) for size in sizes}
-    serve = Serve(model, workers=args.workers, engine="external", max_model_len=MAX_MODEL_LEN)
-    engine = FakeEngine(serve.engine_in, serve.engine_out, letter_ids(hf), step_ms=0.0)
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            got = runner.run(_drive(serve, prompts))
-    finally:
-        timings = engine.stop()
-        serve.close()
-    tp = Tokenizer.from_dir(model)
-    warm = "warm up: first-call costs, 123 ü 日本 🙂 def f(x): return x"
-    tp.encode(warm)
-    hf.encode(warm)
+    results = {run: _run_pool(model, hf, prompts, run[0], run[1], args.path) for run in runs}
+    refs = _references(model, hf, prompts, args.path)
+    med = statistics.median
     rows: list[dict[str, Any]] = []
-    for size in sizes:
-        ttft, part, wcpu, hf_wall, hf_cpu, tp_cpu, ntok = [], [], [], [], [], [], []
-        for rec, text in zip(got[size], prompts[size]):
-            arrived, s0, _ = timings["requests"][rec["rid"]]
-            engine_s = timings["steps"][s0] - arrived
-            ttft.append(rec["t_first"] - rec["t_send"])
-            part.append(ttft[-1] - engine_s)
-            wcpu.append(rec["worker_cpu_s"])
-            ntok.append(rec["prompt_tokens"])
-            w0, c0 = time.perf_counter(), time.process_time()
-            ids = hf.encode(text, add_special_tokens=True).ids
-            hf_wall.append(time.perf_counter() - w0)
-            hf_cpu.append(time.process_time() - c0)
-            c0 = time.process_time()
-            tp_ids = tp.encode(text, add_special_tokens=True)
-            tp_cpu.append(time.process_time() - c0)
-            if tp_ids != ids or len(ids) != rec["prompt_tokens"]:
-                print(f"WARNING: {rec['rid']}: textproc {len(tp_ids)} / service "
-                      f"{rec['prompt_tokens']} / tokenizers {len(ids)} tokens", file=sys.stderr)
-        med = statistics.median
-        row = {"bench": "long-prompt", "size": size, "reps": reps, "prompt_tokens": int(med(ntok)),
-               "ttft_ms": med(ttft) * 1000, "textproc_ms": med(part) * 1000,
-               "worker_cpu_ms": med(wcpu) * 1000, "hf_wall_ms": med(hf_wall) * 1000,
-               "hf_cpu_ms": med(hf_cpu) * 1000, "textproc_encode_cpu_ms": med(tp_cpu) * 1000,
-               "ttft_vs_hf": med(ttft) / med(hf_wall), "load_avg_1m": os.getloadavg()[0],
-               "workers": args.workers}
-        rows.append(row)
+    for (workers, split), got in results.items():
+        for size in sizes:
+            recs, ref = got[size], refs[size]
+            for rec, r in zip(recs, ref):
+                if not r["same"] or r["ids"] != rec["prompt_tokens"]:
+                    print(f"WARNING: {rec['rid']}: textproc in-process same ids: {r['same']}, "
+                          f"service {rec['prompt_tokens']} / tokenizers {r['ids']} tokens",
+                          file=sys.stderr)
+            ttft = med(x["t_first"] - x["t_send"] for x in recs)
+            hf_cpu = med(x["hf_cpu_s"] for x in ref)
+            rows.append({
+                "bench": "long-prompt", "path": args.path, "workers": workers, "split": split,
+                "size": size, "reps": reps, "prompt_tokens": int(med(x["prompt_tokens"] for x in recs)),
+                "ttft_ms": ttft * 1000,
+                "textproc_ms": med(x["t_first"] - x["t_send"] - x["engine_s"] for x in recs) * 1000,
+                "worker_cpu_ms": med(x["worker_cpu_s"] for x in recs) * 1000,
+                "busiest_worker_cpu_ms": med(x["busiest_cpu_s"] for x in recs) * 1000,
+                "hf_wall_ms": med(x["hf_wall_s"] for x in ref) * 1000, "hf_cpu_ms": hf_cpu * 1000,
+                "textproc_encode_cpu_ms": med(x["tp_cpu_s"] for x in ref) * 1000,
+                "ttft_vs_hf_cpu": ttft / hf_cpu, "ttft_vs_hf": ttft / med(x["hf_wall_s"] for x in ref),
+                "load_avg_1m": max(x["load"] for x in recs)})
     print()
-    print_table(rows, [("size", "size", "d"), ("prompt tokens", "prompt_tokens", "d"),
-                       ("TTFT ms", "ttft_ms", ".1f"), ("textproc part ms", "textproc_ms", ".1f"),
+    print_table(rows, [("workers", "workers", "d"), ("split", "split", ""), ("size", "size", "d"),
+                       ("prompt tokens", "prompt_tokens", "d"), ("TTFT ms", "ttft_ms", ".1f"),
+                       ("textproc part ms", "textproc_ms", ".1f"),
                        ("worker CPU ms", "worker_cpu_ms", ".1f"),
-                       ("tokenizers ms", "hf_wall_ms", ".1f"), ("tokenizers CPU ms", "hf_cpu_ms", ".1f"),
+                       ("busiest worker CPU ms", "busiest_worker_cpu_ms", ".1f"),
+                       ("tokenizers CPU ms", "hf_cpu_ms", ".1f"), ("tokenizers ms", "hf_wall_ms", ".1f"),
                        ("textproc encode CPU ms", "textproc_encode_cpu_ms", ".1f"),
-                       ("TTFT / HF", "ttft_vs_hf", ".2f"), ("load", "load_avg_1m", ".1f")])
-    print("(medians; tokenizers = HF Tokenizer.encode in this process, what an engine would block "
-          "its loop for; textproc part = TTFT minus the engine's own time)")
+                       ("TTFT / HF CPU", "ttft_vs_hf_cpu", ".2f"), ("load", "load_avg_1m", ".1f")])
+    print(f"(medians; path {args.path}; tokenizers = HF Tokenizer.encode in this process, one "
+          "thread, what an engine would block its loop for; textproc part = TTFT minus the "
+          "engine's own time; load = the highest 1-minute load average during the pool's run)")
     write_json(args.json, rows, info)
     return 0
 

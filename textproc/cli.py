@@ -132,6 +132,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "control = the real control token, as transformers and vLLM do (a user "
                         "can forge turns); text = encoded as ordinary text (default control; "
                         "see docs/operations.md)")
+    p.add_argument("--split-min-chars", type=int, default=_service_default("split_min_chars"),
+                   metavar="N", help="a prompt of at least N characters is encoded by the worker "
+                   "that got it and its peers together, exactly (0: never; default "
+                   f"{_service_default('split_min_chars')})")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (default: run until SIGINT/SIGTERM)")
 
@@ -213,6 +217,7 @@ def _serve(args: argparse.Namespace) -> int:
                 special_tokens_in_content=args.special_tokens_in_content,
                 tool_format=args.tool_format,
                 reasoning_format=args.reasoning_format,
+                split_min_chars=args.split_min_chars,
                 **{name: value for name, value in (
                     ("max_live_requests", args.max_live_requests),
                     ("max_live_per_client", args.max_live_per_client),

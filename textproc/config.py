@@ -259,6 +259,8 @@ class ServiceConfig:
     special_tokens_in_content: str = "control"  # one of CONTENT_SPECIALS
     tool_format: str = "auto"  # "auto" (from the model's files), "none" or a parsing.TOOL_FORMATS name
     reasoning_format: str = "auto"  # "auto", "none" or a parsing.REASONING_FORMATS name
+    # a text this long is shared with the peer workers (service/peers.py); 0: never
+    split_min_chars: int = 16_384
 
     def __post_init__(self) -> None:
         if self.curve_dir is not None and (not isinstance(self.curve_dir, str) or not self.curve_dir):
@@ -274,6 +276,7 @@ class ServiceConfig:
         _check_int("max_stops", self.max_stops, low=0)
         _check_int("max_stop_chars", self.max_stop_chars, low=1)
         _check_int("max_prompt_chars", self.max_prompt_chars, low=1)
+        _check_int("split_min_chars", self.split_min_chars, low=0)
         _check_int("max_live_requests", self.max_live_requests, low=1)
         _check_int("max_early_outputs", self.max_early_outputs, low=0)
         _check_float("early_output_age_s", self.early_output_age_s, low=0.0)

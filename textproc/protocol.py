@@ -83,6 +83,9 @@ __all__ = [
     "Ready",
     "ProcessDied",
     "WorkerInFrame",
+    "EncodePart",
+    "EncodedPart",
+    "PeerOutFrame",
     "WorkerOutFrame",
     "FrontInFrame",
     "FrontOutFrame",
@@ -96,7 +99,8 @@ __all__ = [
 # CompletionRequest.structured); 7: ChatRequest.n / CompletionRequest.n (one prompt, n choices);
 # 8: logprobs (EngineRequest / ChatRequest / CompletionRequest / Submit.logprobs, StepOutput and
 # EngineStepPacked .logprobs / .top_ids, RequestOutput.logprobs)
-PROTOCOL_VERSION = 8
+# 9: EncodePart / EncodedPart (a worker's share of another worker's long prompt)
+PROTOCOL_VERSION = 9
 
 # Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket
@@ -358,6 +362,7 @@ EngineOutFrame = EngineStep | EngineHello | EngineStepPacked
 #
 # Sockets and the union each one decodes (docs/architecture.md has the full picture):
 #   worker-i    ROUTER (worker binds)      in: WorkerInFrame           out: WorkerOutFrame
+#               (peer workers connect a DEALER: in EncodePart, out EncodedPart = PeerOutFrame)
 #   detok-in    PULL   (detokenizer binds) in: Submit
 #   detok-front ROUTER (detokenizer binds) in: FrontInFrame            out: FrontOutFrame
 #   control     PULL   (supervisor binds)  in: Ready (children announce themselves)
@@ -600,8 +605,33 @@ class ProcessDied(msgspec.Struct, tag=True, array_like=True):
     pid: int = 0
 
 
-WorkerInFrame = ChatRequest | CompletionRequest | TokenizeRequest | DetokenizeRequest | StatsRequest
+class EncodePart(msgspec.Struct, tag=True, array_like=True):
+    """worker -> peer worker (protocol 9, on the peer's worker-j ROUTER): encode these units.
+
+    One share of a long prompt a worker cut (``Tokenizer.plan_parts``): normalized text with no
+    added token in it, encoded with ``Tokenizer.encode_units``; ``at_start``: the first unit
+    starts the prompt. Answered with ``EncodedPart``.
+    """
+
+    job_id: str
+    texts: list[str]
+    at_start: bool = False
+
+
+class EncodedPart(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """peer worker -> worker (protocol 9): the ids of an EncodePart's units, all packed in
+    ``token_ids``, with the number of ids of each unit packed in ``counts``; or ``error``."""
+
+    job_id: str
+    token_ids: bytes = b""
+    counts: bytes = b""
+    error: str = ""
+
+
+WorkerInFrame = (ChatRequest | CompletionRequest | TokenizeRequest | DetokenizeRequest
+                 | StatsRequest | EncodePart)
 WorkerOutFrame = Accepted | Failure | TokenizeResult | DetokenizeResult | Stats
 FrontInFrame = Hello | Abort | Query | StatsRequest
 FrontOutFrame = Welcome | Outputs | Unknown | Stats
 EventFrame = Ready | ProcessDied
+PeerOutFrame = EncodedPart  # what a worker's DEALER to a peer receives

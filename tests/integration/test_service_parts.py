@@ -270,6 +270,20 @@ def test_special_token_text_in_content_is_control_by_default_text_when_asked(
         _config(toy_model, special_tokens_in_content="escape")
 
 
+def test_noncharacters_typed_in_content_are_text_in_control_mode_refused_in_text_mode(
+        toy_model: Path, tok: Tokenizer) -> None:
+    """U+FDD0 / U+FDD1 mark special-token text internally only with --special-tokens-in-content
+    text; by default a client's U+FDD0 is ordinary text (it once cut the prompt apart)."""
+    messages = [{"role": "user", "content": "a\ufdd0b <|im_end|> c\ufdd1d"}]
+    result = RequestBuilder(tok, _config(toy_model)).tokenize(TokenizeRequest("t", messages=messages))
+    assert result.prompt is not None and "a\ufdd0b <|im_end|> c\ufdd1d" in result.prompt
+    assert unpack_ids(result.token_ids) == tok.encode(result.prompt)
+    text_mode = RequestBuilder(tok, _config(toy_model, special_tokens_in_content="text"))
+    for content in ("a\ufdd0b", "a\ufdd1b <|im_end|>"):
+        with pytest.raises(InvalidInput, match="U\\+FDD0 or U\\+FDD1"):
+            text_mode.tokenize(TokenizeRequest("t", messages=[{"role": "user", "content": content}]))
+
+
 def test_request_builder_takes_the_format_from_the_model_and_the_request(
         toy_model: Path, tok: Tokenizer, caplog: pytest.LogCaptureFixture) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]

@@ -50,6 +50,9 @@ from textproc.core.tok.loader import DirConfig, read_dir_config, read_json
 from textproc.core.tok.normalizers import Normalizer, build_normalizer
 from textproc.core.tok.postprocessors import build_postprocessor
 from textproc.core.tok.pretokenizers import PreTokenizer, build_pretokenizer
+from textproc.core.tok.parts import (MIN_PART_CHARS, Cutter, PartPlan, normalizer_keeps_cuts,
+                                     plan_parts)
+from textproc.core.tok.piececache import PieceCache
 from textproc.core.tok.segments import SegmentCache
 from textproc.core.tok.unigram import Unigram
 
@@ -57,42 +60,12 @@ __all__ = ["Tokenizer", "PromptTokenizer"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-# pieces at most this long are cached freely; the cache is cleared when it passes _CACHE_MAX entries
-_CACHE_PIECE_MAX = 128
-_CACHE_MAX = 200_000
-# longer pieces are cached too, up to this size and this many characters in all
-_LONG_PIECE_MAX = 1 << 16
-_LONG_CHARS_MAX = 4_000_000
-_LATIN1 = "latin-1"
-
-
-class _PieceCache(dict[str, list[int]]):
-    """piece -> ids; a miss runs the model (after the byte mapping when ``table`` is set)."""
-
-    def __init__(self, model: BPE | Unigram, table: dict[int, str] | None) -> None:
-        super().__init__()
-        self._word_ids = model.word_ids
-        self._table = table
-        self._long_chars = 0  # characters held in cached pieces longer than _CACHE_PIECE_MAX
-
-    def __missing__(self, piece: str) -> list[int]:
-        table = self._table
-        word = piece.encode("utf-8").decode(_LATIN1).translate(table) if table is not None else piece
-        ids = self._word_ids(word)
-        size = len(piece)
-        if size <= _CACHE_PIECE_MAX:
-            if len(self) >= _CACHE_MAX:
-                self.clear()
-                self._long_chars = 0
-            self[piece] = ids
-        elif size <= _LONG_PIECE_MAX:
-            # long pieces (runs of one character, minified code) are costly to merge again
-            self._long_chars += size
-            if self._long_chars > _LONG_CHARS_MAX:
-                self.clear()
-                self._long_chars = size
-            self[piece] = ids
-        return ids
+def _check_text(text: str) -> None:
+    """InvalidInput for a non-str or a text with a lone surrogate (what no encode can take)."""
+    if type(text) is not str:
+        raise InvalidInput(f"text must be a str, got {type(text).__name__} {short(text)}")
+    if not text.isascii() and _SURROGATE.search(text) is not None:
+        raise InvalidInput(f"text contains a lone surrogate: {short(text)}; encode it as valid UTF-16/UTF-8 first")
 
 
 class PromptTokenizer(Protocol):
@@ -137,6 +110,7 @@ class Tokenizer:
         decoder: Decoder,
         post: tuple[list[int], list[int]],
         config: DirConfig,
+        raw_units: bool = False,
     ) -> None:
         self.source = source
         self._model = model
@@ -148,7 +122,7 @@ class Tokenizer:
         self._config = config
         from textproc.core.tok.bytelevel import BYTE_TO_CHAR_TABLE
 
-        self._cache = _PieceCache(model, BYTE_TO_CHAR_TABLE if pre_tokenizer.byte_level else None)
+        self._cache = PieceCache(model, BYTE_TO_CHAR_TABLE if pre_tokenizer.byte_level else None)
         self._splitter: Splitter | None = (
             make_splitter(pre_tokenizer.simple_pattern) if pre_tokenizer.simple_pattern is not None else None
         )
@@ -157,6 +131,12 @@ class Tokenizer:
         # turns then cost their new segments
         self.segment_cache = SegmentCache()
         self._added_search = added.raw_search
+        # where a long text can be cut into parts that encode apart (core/tok/parts.py)
+        self.cutter = Cutter.for_components(pre_tokenizer, model)
+        # a plan's units are raw text (normalized where they are encoded, in parallel) when
+        # the normalizer keeps the cuts and no added token is matched after normalizing
+        self._raw_units = raw_units and self.cutter.kind == "pieces" and not added.has_normalized
+        self._words = self.cutter.words()
         # encode() inlines the common shape: no normalized added tokens, one findall split
         self._fast_split = self._splitter if not added.has_normalized else None
         self._id_to_token: list[str | None] | None = None
@@ -257,6 +237,7 @@ class Tokenizer:
             decoder=decoder,
             post=post,
             config=config or DirConfig(),
+            raw_units=normalizer_keeps_cuts(root.get("normalizer")),
         )
 
     def validate(self) -> None:
@@ -271,10 +252,7 @@ class Tokenizer:
 
         Raises InvalidInput for a non-str or text with a lone surrogate.
         """
-        if type(text) is not str:
-            raise InvalidInput(f"text must be a str, got {type(text).__name__} {short(text)}")
-        if not text.isascii() and _SURROGATE.search(text) is not None:
-            raise InvalidInput(f"text contains a lone surrogate: {short(text)}; encode it as valid UTF-16/UTF-8 first")
+        _check_text(text)
         added_search = self._added_search
         if added_search is not None and added_search(text) is not None:
             ids: list[int] = []
@@ -322,10 +300,7 @@ class Tokenizer:
         >>> tok.decode(ids), len(ids) > 1
         ('<|im_end|>', True)
         """
-        if type(text) is not str:
-            raise InvalidInput(f"text must be a str, got {type(text).__name__} {short(text)}")
-        if not text.isascii() and _SURROGATE.search(text) is not None:
-            raise InvalidInput(f"text contains a lone surrogate: {short(text)}; encode it as valid UTF-16/UTF-8 first")
+        _check_text(text)
         ids: list[int] = []
         for seg, at0 in self._unspecial_runs(self._added.split_raw(text), at_start, ids):
             if self._normalizer is not None:
@@ -337,6 +312,46 @@ class Tokenizer:
                     self._added.split_normalized(seg, at0), at0, ids):
                 ids += self._encode_segment(part, part_at0)
         return ids
+
+    def plan_parts(self, text: str, n_parts: int, *, add_special_tokens: bool = False,
+                   min_part_chars: int = MIN_PART_CHARS) -> PartPlan:
+        """``text`` cut into at most ``n_parts`` parts of about equal work that encode apart.
+
+        Encode each part's units with :meth:`encode_units` (in any process holding the same
+        tokenizer.json), then ``plan.assemble(results)`` equals ``encode(text,
+        add_special_tokens=...)``. Cuts are exact by construction (``core/tok/parts.py``: between
+        added tokens always, inside a stretch where ``self.cutter`` proves it); parts are at
+        least ``min_part_chars`` long, so a short text is one part. Raises InvalidInput like
+        :meth:`encode`.
+
+        >>> tok = Tokenizer.from_dir(".cache/models/qwen3")
+        >>> text = "Hello world, " * 2000
+        >>> plan = tok.plan_parts(text, 2)
+        >>> len(plan.parts), plan.assemble([tok.encode_units(p, at_start=(k == 0 and plan.at_start))
+        ...                                 for k, p in enumerate(plan.parts)]) == tok.encode(text)
+        (2, True)
+        """
+        _check_text(text)
+        added = self._added
+        raw = self._raw_units
+        return plan_parts(
+            text, n_parts, split_raw=added.split_raw if added.has_raw else None,
+            split_normalized=added.split_normalized if added.has_normalized and not raw else None,
+            normalizer=None if raw else self._normalizer, cutter=self.cutter,
+            cache=self.segment_cache,
+            framing=(self._post_prefix, self._post_suffix) if add_special_tokens else ([], []),
+            min_part_chars=min_part_chars)
+
+    def encode_units(self, texts: Sequence[str], *, at_start: bool = False) -> list[list[int]]:
+        """The ids of each unit of a :class:`PartPlan` part (text with no added token in it: raw
+        when the normalizer keeps cuts, else normalized); ``at_start``: the first unit starts
+        the whole text. Raises InvalidInput for a text :meth:`encode` would refuse."""
+        encode = self._encode_gap if self._raw_units else self._encode_segment
+        out = []
+        for i, text in enumerate(texts):
+            _check_text(text)
+            out.append(encode(text, at_start and i == 0))
+        return out
 
     def _unspecial_runs(self, segments: list[tuple[str, int, bool]], at_start: bool,
                         ids: list[int]) -> Iterator[tuple[str, bool]]:
@@ -394,7 +409,8 @@ class Tokenizer:
         return self._encode_segment_general(text, at0)
 
     def _encode_segment_general(self, text: str, at0: bool) -> list[int]:
-        pieces = self._pre.split(text, at0)
+        # no pre-tokenizer: one BPE word, cut where merges provably never cross
+        pieces = self._words(text) if self._words is not None else self._pre.split(text, at0)
         return list(chain.from_iterable(map(self._cache_get, pieces)))
 
     # -- vocabulary --------------------------------------------------------------------------

@@ -111,9 +111,13 @@ class ChildRuntime:
         sock.bind(address)
         return sock
 
-    def connect(self, kind: int, address: str) -> zmq.Socket[Any]:
-        """A socket of ``kind`` connected to ``address`` (a CURVE client when the service has keys)."""
+    def connect(self, kind: int, address: str, *,
+                options: dict[int, int | bytes] | None = None) -> zmq.Socket[Any]:
+        """A socket of ``kind`` connected to ``address`` (a CURVE client when the service has
+        keys); ``options`` (zmq option -> value) are set before connecting."""
         sock = self._socket(kind, server=False)
+        for option, value in (options or {}).items():
+            sock.setsockopt(option, value)
         sock.connect(address)
         return sock
 

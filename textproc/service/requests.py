@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 
@@ -50,9 +51,6 @@ _SCALARS = (str, int, float, bool, type(None))
 _MARK_OPEN, _MARK_CLOSE = "\ufdd0", "\ufdd1"
 
 
-def _unmarked(prompt: str) -> str:
-    return prompt.replace(_MARK_OPEN, "").replace(_MARK_CLOSE, "") if _MARK_OPEN in prompt \
-        else prompt
 
 
 def _structured(spec: Any) -> str:
@@ -91,6 +89,8 @@ class RequestBuilder:
         self.tokenizer = tokenizer
         self.config = config
         self.encode = encoder().encode
+        # text -> ids for prompts; the worker puts its PeerPool's encode here (same ids)
+        self.encode_text: Callable[..., list[int]] = tokenizer.encode
         added = dict(tokenizer.added_tokens)
         from textproc.core.parsing.detect import detect_formats, resolve_formats
 
@@ -120,6 +120,7 @@ class RequestBuilder:
                                              max_frame_bytes=config.max_frame_bytes,
                                              text_specials=frozenset(markers))
         self.last_index_key = ""  # the index the last Submit carried the table of ("" none)
+        self._marks = config.special_tokens_in_content == "text"  # see _mark_typed_specials
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,
                          reverse=True)
@@ -140,7 +141,7 @@ class RequestBuilder:
                              documents=req.documents)
         t1 = time.perf_counter()
         prompt_ids = self.encode_prompt(prompt)
-        prompt = _unmarked(prompt)
+        prompt = self._unmarked(prompt)
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
         formats = self.formats
         reasoning = formats.reasoning_format is not None
@@ -226,13 +227,19 @@ class RequestBuilder:
                 param="messages")
         return prompt
 
+    def _unmarked(self, prompt: str) -> str:
+        if not self._marks or _MARK_OPEN not in prompt:
+            return prompt
+        return prompt.replace(_MARK_OPEN, "").replace(_MARK_CLOSE, "")
+
     def _mark_typed_specials(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Messages whose content holds special-token text, that content wrapped in marks, so
         ``encode_prompt`` encodes it as ordinary text (``--special-tokens-in-content text``)."""
         out = []
         for i, message in enumerate(messages):
             content = message.get("content")
-            if isinstance(content, str) and self._specials.search(content):
+            if isinstance(content, str) and (_MARK_OPEN in content or _MARK_CLOSE in content
+                                             or self._specials.search(content)):
                 if _MARK_OPEN in content or _MARK_CLOSE in content:
                     raise InvalidInput(
                         f"messages[{i}].content holds U+FDD0 or U+FDD1, Unicode noncharacters "
@@ -245,8 +252,9 @@ class RequestBuilder:
         """Ids of a rendered prompt: marked message contents (see ``_mark_typed_specials``)
         with special tokens' text as ordinary text, the rest (what the template wrote) as
         usual."""
-        encode = self.tokenizer.encode
-        if _MARK_OPEN not in prompt:
+        encode = self.encode_text
+        # marks exist only in "text" mode: in "control" mode U+FDD0 typed by a client is text
+        if not self._marks or _MARK_OPEN not in prompt:
             return encode(prompt, add_special_tokens=add_special_tokens)
         head, *marked = prompt.split(_MARK_OPEN)
         ids = encode(head)
@@ -276,7 +284,7 @@ class RequestBuilder:
                     f"the prompt has {len(req.prompt)} characters, over the limit of "
                     f"{self.config.max_prompt_chars} characters", param="prompt")
             t0 = time.perf_counter()
-            prompt_ids = self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+            prompt_ids = self.encode_text(req.prompt, add_special_tokens=req.add_special_tokens)
             tokenize_s = time.perf_counter() - t0
         return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
@@ -297,12 +305,12 @@ class RequestBuilder:
                                  add_generation_prompt=req.add_generation_prompt,
                                  chat_template_kwargs=req.chat_template_kwargs)
             ids = self.encode_prompt(prompt, add_special_tokens=req.add_special_tokens)
-            return TokenizeResult(req.request_id, pack_ids(ids), _unmarked(prompt))
+            return TokenizeResult(req.request_id, pack_ids(ids), self._unmarked(prompt))
         assert req.text is not None
         if len(req.text) > self.config.max_prompt_chars:
             raise InvalidInput(f"text has {len(req.text)} characters, over the limit of "
                                f"{self.config.max_prompt_chars}")
-        ids = self.tokenizer.encode(req.text, add_special_tokens=req.add_special_tokens)
+        ids = self.encode_text(req.text, add_special_tokens=req.add_special_tokens)
         return TokenizeResult(req.request_id, pack_ids(ids))
 
     def detokenize(self, req: DetokenizeRequest) -> DetokenizeResult:

@@ -1,6 +1,8 @@
 """Tokenizer worker process: the serve loop around :class:`~textproc.service.requests.RequestBuilder`.
 
-Binds ROUTER ``worker-i``; the peer's routing id is the client id carried into ``Submit``. Each
+Binds ROUTER ``worker-i``; the peer's routing id is the client id carried into ``Submit``. A long
+prompt is encoded together with the other workers (``service/peers.PeerPool``: DEALERs to their
+ROUTERs, which also answer the peers' ``EncodePart`` shares here). Each
 frame is decoded by one typed decoder and answered once: a built request goes to the
 detokenizer as ONE ``Submit`` (n of them, ``<id>-<i>``, for ``n`` > 1: the prompt is rendered and
 encoded once) and the client gets ``Accepted`` per Submit; a bad one gets a ``Failure`` (per
@@ -25,6 +27,7 @@ from textproc.protocol import (
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EncodePart,
     Failure,
     Stats,
     StatsRequest,
@@ -33,6 +36,7 @@ from textproc.protocol import (
     WorkerInFrame,
 )
 from textproc.service.bootstrap import ChildRuntime
+from textproc.service.peers import PeerPool
 from textproc.service.requests import Built, RequestBuilder
 from textproc.transport import FrameDecoder
 
@@ -45,7 +49,8 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     """Worker ``index`` entry: bind worker-i, announce Ready, serve until SIGTERM or parent exit."""
     runtime = ChildRuntime(role="worker", index=index, config=config, parent_pid=parent_pid)
     runtime.start()
-    builder = RequestBuilder(runtime.load_tokenizer(), config)
+    tokenizer = runtime.load_tokenizer()
+    builder = RequestBuilder(tokenizer, config)
     # the constraint vocabulary (exact token bytes + bitset tables, ~1 s on Qwen3) before Ready,
     # so no request's compile budget pays for it
     builder.constraints.prepare()
@@ -54,34 +59,47 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
         front = runtime.bind(zmq.ROUTER, endpoints.workers[index])
         detok = runtime.connect(zmq.PUSH, endpoints.detok_in)
         control = runtime.connect(zmq.PUSH, endpoints.control)
+        decoder: FrameDecoder[WorkerInFrame] = FrameDecoder(WorkerInFrame,
+                                                            socket_name=f"worker-{index}")
+        pool = PeerPool(tokenizer, index,
+                        endpoints.workers, min_chars=config.split_min_chars,
+                        max_chars=config.max_prompt_chars)
+        pool.start(runtime, front, decoder)
+        builder.encode_text = pool.encode
         runtime.send_ready(control)
         _log.info("worker %d ready on %s", index, endpoints.workers[index])
-        _serve(builder, runtime, index, front, detok)
+        _serve(builder, runtime, index, front, detok, decoder, pool)
     return 0
 
 
 def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
-           front: zmq.Socket[Any], detok: zmq.Socket[Any]) -> None:
-    name = f"worker-{index}"
-    decoder: FrameDecoder[WorkerInFrame] = FrameDecoder(WorkerInFrame, socket_name=name)
+           front: zmq.Socket[Any], detok: zmq.Socket[Any], decoder: FrameDecoder[WorkerInFrame],
+           pool: PeerPool) -> None:
     encode = builder.encode
+    deferred = pool.deferred  # frames the pool read while it waited on its peers
     counters = {"requests": 0, "failures": 0, "prompt_tokens": 0, "submit_blocked": 0}
     gate = _SubmitGate(detok, counters)
     poller = zmq.Poller()
     poller.register(front, zmq.POLLIN)
     next_parent_check = time.monotonic() + 1.0
     while not runtime.should_stop:
-        ready = poller.poll(200)
+        ready = [] if deferred else poller.poll(200)
         now = time.monotonic()
         if now >= next_parent_check:  # by time, so a busy worker notices too
             next_parent_check = now + 1.0
             if not runtime.parent_alive():
                 _log.error("supervisor %d is gone; exiting", runtime.parent_pid)
                 return
-        if not ready:
+        if deferred:
+            client_id, frame = deferred.popleft()
+        elif not ready:
             continue
-        client_id, frame = decoder.decode_routed(front.recv_multipart(copy=True))
+        else:
+            client_id, frame = decoder.decode_routed(front.recv_multipart(copy=True))
         if frame is None:
+            continue
+        if isinstance(frame, EncodePart):  # a peer's share of its long prompt
+            pool.reply(client_id, pool.serve(frame))
             continue
         counters["requests"] += 1
         replies: list[Any]
@@ -95,7 +113,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     replies = [builder.detokenize(frame)]
                 case StatsRequest():
                     replies = [Stats(frame.request_id, "worker", index,
-                                     {**counters, **decoder.counters(),
+                                     {**counters, **decoder.counters(), **pool.all_counters(),
                                       **builder.tokenizer.segment_cache.counters(),
                                       "pid": os.getpid()})]
         except TemplateError as e:

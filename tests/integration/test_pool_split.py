@@ -1,0 +1,174 @@
+"""One long prompt across the pool (service/peers.py), through the real service with 2 workers:
+the ids of a long chat prompt equal HF ``tokenizers``' ids of the rendered prompt whether the
+peer worker takes its share, is stopped (SIGSTOP: alive, never answering) or killed (-9), and
+the worker that got the prompt never waits on a peer for long (it takes the share back)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import zmq
+
+from tests.helpers.corpus import fast_items
+from tests.helpers.models import MODELS_DIR
+from tests.helpers.service import Service
+from textproc.protocol import (Stats, StatsRequest, TokenizeRequest, TokenizeResult,
+                               WorkerOutFrame, unpack_ids)
+from textproc.transport import FrameDecoder, encoder
+
+pytestmark = pytest.mark.timeout(180)
+
+PIECES = [text for _, text in fast_items() if text.strip()]
+
+
+def _long_text(seed: int, n_chars: int) -> str:
+    rng = random.Random(seed)
+    out: list[str] = []
+    while sum(map(len, out)) < n_chars:
+        out.append(rng.choice(PIECES)[:3000])
+    return "".join(out)
+
+
+class _Worker:
+    """A DEALER to one worker's ROUTER, so a test chooses which worker gets a request."""
+
+    def __init__(self, ctx: zmq.Context[Any], address: str) -> None:
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(address)
+        self.decoder: FrameDecoder[Any] = FrameDecoder(WorkerOutFrame, socket_name="test")
+        self.n = 0
+
+    def call(self, frame: Any, timeout_s: float = 60) -> Any:
+        self.sock.send(encoder().encode(frame))
+        assert self.sock.poll(int(timeout_s * 1000)), f"no answer to {frame!r:.80} in {timeout_s} s"
+        return self.decoder.decode(self.sock.recv())
+
+    def render(self, text: str) -> tuple[str, list[int]]:
+        self.n += 1
+        got = self.call(TokenizeRequest(f"t{self.n}", None, [{"role": "user", "content": text}]))
+        assert isinstance(got, TokenizeResult), got
+        return got.prompt or "", unpack_ids(got.token_ids)
+
+    def counters(self) -> dict[str, int]:
+        self.n += 1
+        got = self.call(StatsRequest(f"s{self.n}"))
+        assert isinstance(got, Stats), got
+        return got.counters
+
+
+def _service(root: Path, model: Path) -> Service:
+    return Service(root, model, workers=2, args=["--max-model-len", "4000000"]).start(timeout_s=120)
+
+
+@pytest.fixture
+def workers(tmp_path: Path, toy_model: Path) -> Iterator[tuple[Service, list[_Worker]]]:
+    service = _service(tmp_path / "s", toy_model)
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        addresses = json.loads((service.runtime_dir / "endpoints.json").read_text())["endpoints"]["workers"]
+        yield service, [_Worker(ctx, a) for a in addresses]
+    finally:
+        ctx.destroy(linger=0)
+        service.stop()
+
+
+def _reference(model: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(model / "tokenizer.json"))
+
+
+def _worker_pid(service: Service, i: int) -> int:
+    return int(service.refresh_pids()["workers"][str(i)])
+
+
+def test_long_prompts_are_shared_and_equal_the_reference(
+        workers: tuple[Service, list[_Worker]], toy_model: Path) -> None:
+    _, (w0, w1) = workers
+    hf = _reference(toy_model)
+    for seed, worker in ((1, w0), (2, w1), (3, w0)):
+        prompt, ids = worker.render(_long_text(seed, 120_000))
+        assert ids == hf.encode(prompt, add_special_tokens=False).ids, f"seed {seed}"
+    c0, c1 = w0.counters(), w1.counters()
+    assert c0["split_prompts"] == 2 and c1["split_prompts"] == 1
+    assert c0["split_shares_served"] == 1 and c1["split_shares_served"] == 2
+    # a short prompt stays on its worker
+    w0.render("hello there")
+    assert w0.counters()["split_prompts"] == 2
+
+
+def test_a_stopped_peer_costs_its_share_not_a_stall(
+        workers: tuple[Service, list[_Worker]], toy_model: Path) -> None:
+    service, (w0, w1) = workers
+    hf = _reference(toy_model)
+    w1.render("warm up")  # both workers up and connected
+    pid = _worker_pid(service, 1)
+    os.kill(pid, signal.SIGSTOP)  # alive, but never answers
+    try:
+        t0 = time.monotonic()
+        prompt, ids = w0.render(_long_text(4, 120_000))
+        stalled_s = time.monotonic() - t0
+        assert ids == hf.encode(prompt, add_special_tokens=False).ids
+        counters = w0.counters()
+        assert counters["split_shares_sent"] == 1 and counters["split_chunks_taken_back"] >= 1, counters
+        # within the cooldown the stopped peer gets no share at all
+        prompt, ids = w0.render(_long_text(5, 120_000))
+        assert ids == hf.encode(prompt, add_special_tokens=False).ids
+        assert w0.counters()["split_shares_sent"] == 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    print(f"long prompt with a stopped peer: {stalled_s:.2f} s")
+    # the late answer comes and is dropped; shares go to the peer again after the cooldown
+    time.sleep(1.2)
+    prompt, ids = w0.render(_long_text(6, 120_000))
+    assert ids == hf.encode(prompt, add_special_tokens=False).ids
+    counters = w0.counters()
+    assert counters["split_shares_sent"] == 2 and counters["split_answers_late"] >= 1, counters
+
+
+def test_a_killed_peer_is_covered_and_shares_resume_after_its_restart(
+        workers: tuple[Service, list[_Worker]], toy_model: Path) -> None:
+    service, (w0, w1) = workers
+    hf = _reference(toy_model)
+    w1.render("warm up")
+    pid = _worker_pid(service, 1)
+    os.kill(pid, signal.SIGKILL)
+    prompt, ids = w0.render(_long_text(7, 120_000))
+    assert ids == hf.encode(prompt, add_special_tokens=False).ids
+    deadline = time.monotonic() + 60
+    while _worker_pid(service, 1) == pid:
+        assert time.monotonic() < deadline, f"worker 1 was not restarted:\n{service.log()}"
+        time.sleep(0.05)
+    w1.render("warm up")  # the new worker answers: it is bound and ready
+    time.sleep(1.2)  # past any cooldown
+    before = w0.counters()["split_shares_served"]
+    prompt, ids = w1.render(_long_text(8, 120_000))
+    assert ids == hf.encode(prompt, add_special_tokens=False).ids
+    assert w1.counters()["split_prompts"] == 1
+    assert w0.counters()["split_shares_served"] == before + 1
+
+
+@pytest.mark.skipif(not (MODELS_DIR / "qwen3" / "tokenizer.json").is_file(),
+                    reason="real vocabulary qwen3 missing; build it with scripts/fetch_fixtures.py")
+def test_a_long_qwen3_chat_prompt_across_two_workers_equals_tokenizers(tmp_path: Path) -> None:
+    model = MODELS_DIR / "qwen3"
+    hf = _reference(model)
+    service = _service(tmp_path / "q", model)
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        address = json.loads((service.runtime_dir / "endpoints.json").read_text())["endpoints"]["workers"][0]
+        w0 = _Worker(ctx, address)
+        prompt, ids = w0.render(_long_text(9, 300_000))
+        assert ids == hf.encode(prompt, add_special_tokens=False).ids
+        assert w0.counters()["split_prompts"] == 1
+    finally:
+        ctx.destroy(linger=0)
+        service.stop()
