@@ -66,8 +66,8 @@ IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking 
 
 @dataclass(frozen=True)
 class StubSettings:
-    engine_in: str
-    engine_out: str
+    engine_in: str | tuple[str, ...]  # one address per detokenizer shard
+    engine_out: str | tuple[str, ...]
     model_dir: str | None = None
     mode: str = "echo"
     replay_file: str | None = None
@@ -330,8 +330,11 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="python -m engine_stub",
         description="A fake LLM engine on textproc.engine.EngineLink (echo / replay / random).",
     )
-    p.add_argument("--engine-in", required=True, help="address textproc's engine-in PUSH binds")
-    p.add_argument("--engine-out", required=True, help="address textproc's engine-out PULL binds")
+    p.add_argument("--engine-in", required=True, action="append",
+                   help="address textproc's engine-in PUSH binds; once per detokenizer shard, "
+                        "in shard order")
+    p.add_argument("--engine-out", required=True, action="append",
+                   help="address textproc's engine-out PULL binds; once per shard, as --engine-in")
     p.add_argument("--model-dir", help="tokenizer.json (+ tokenizer_config.json) directory")
     p.add_argument("--mode", choices=MODES, default="echo")
     p.add_argument("--replay-file", help="text file whose tokens every request replays")
@@ -361,6 +364,9 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
         parser.error(f"--mode {a.mode} needs --model-dir (the tokenizer to encode answers)")
     if a.mode == "random" and not a.model_dir and not a.vocab_size:
         parser.error("--mode random needs --model-dir or --vocab-size")
+    if len(a.engine_in) != len(a.engine_out):
+        parser.error(f"{len(a.engine_in)} --engine-in for {len(a.engine_out)} --engine-out; "
+                     "give one of each per detokenizer shard")
     if a.mode == "replay" and not a.replay_file:
         parser.error("--mode replay needs --replay-file PATH")
     if (a.curve_client_key is None) != (a.curve_server_key is None):
@@ -370,7 +376,9 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
     if a.model_dir and not (Path(a.model_dir) / "tokenizer.json").is_file():
         parser.error(f"--model-dir {a.model_dir!r} has no tokenizer.json")
     return StubSettings(
-        engine_in=a.engine_in, engine_out=a.engine_out, model_dir=a.model_dir, mode=a.mode,
+        engine_in=a.engine_in[0] if len(a.engine_in) == 1 else tuple(a.engine_in),
+        engine_out=a.engine_out[0] if len(a.engine_out) == 1 else tuple(a.engine_out),
+        model_dir=a.model_dir, mode=a.mode,
         replay_file=a.replay_file, max_batch=a.max_batch, step_ms=a.step_ms,
         step_busy=a.step_busy, tokens_per_step=a.tokens_per_step, seed=a.seed,
         stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,

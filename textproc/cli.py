@@ -66,6 +66,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help=f"tokenizer worker processes (default: the number of cores, "
                         f"{os.cpu_count() or 1} here)")
+    p.add_argument("--detokenizers", type=int, default=1, metavar="N",
+                   help="detokenizer processes; requests are split among them by a hash of the "
+                        "request id (textproc.sharding.shard_of) and the engine's EngineLink "
+                        "connects to each (default 1)")
     p.add_argument("--engine", choices=ENGINES, default="stub",
                    help="stub: run engine_stub as a child; external: print the two endpoints "
                         "your engine's EngineLink connects to (default stub)")
@@ -209,6 +213,7 @@ def _serve(args: argparse.Namespace) -> int:
             service=ServiceConfig(
                 model_dir=str(model_dir.absolute()),
                 n_workers=args.workers,
+                n_detokenizers=args.detokenizers,
                 max_model_len=args.max_model_len,
                 max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
                 startup_timeout_s=args.startup_timeout,
@@ -249,11 +254,14 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         ep = supervisor.endpoints
         assert ep is not None
-        _log.info("textproc ready: runtime dir %s (endpoints.json), %d workers, detok-front %s, "
-                  "engine-in %s, engine-out %s", supervisor.runtime_dir, config.service.n_workers,
-                  ep.detok_front, ep.engine_in, ep.engine_out)
-        if config.engine == "external":
-            print(json.dumps({"engine_in": ep.engine_in, "engine_out": ep.engine_out}), flush=True)
+        shards = ep.detokenizers
+        engine_in: object = ep.engine_in if len(shards) == 1 else [d.engine_in for d in shards]
+        engine_out: object = ep.engine_out if len(shards) == 1 else [d.engine_out for d in shards]
+        _log.info("textproc ready: runtime dir %s (endpoints.json), %d workers, %d detokenizers, "
+                  "detok-front %s, engine-in %s, engine-out %s", supervisor.runtime_dir,
+                  config.service.n_workers, len(shards), ep.detok_front, engine_in, engine_out)
+        if config.engine == "external":  # with N shards: N addresses each, shard k's at k
+            print(json.dumps({"engine_in": engine_in, "engine_out": engine_out}), flush=True)
         supervisor.run(duration_s=args.duration)
         return 0
     except (StartupTimeout, WorkerDied) as e:
@@ -285,7 +293,7 @@ def _child(argv: list[str]) -> int:
         return run_worker(config, endpoints, args.index, parent_pid=args.parent_pid)
     from textproc.service.detokenizer_process import run_detokenizer
 
-    return run_detokenizer(config, endpoints, parent_pid=args.parent_pid)
+    return run_detokenizer(config, endpoints, args.index, parent_pid=args.parent_pid)
 
 
 def _bench(argv: list[str]) -> int:

@@ -99,8 +99,11 @@ __all__ = [
 # CompletionRequest.structured); 7: ChatRequest.n / CompletionRequest.n (one prompt, n choices);
 # 8: logprobs (EngineRequest / ChatRequest / CompletionRequest / Submit.logprobs, StepOutput and
 # EngineStepPacked .logprobs / .top_ids, RequestOutput.logprobs)
-# 9: EncodePart / EncodedPart (a worker's share of another worker's long prompt)
-PROTOCOL_VERSION = 9
+# 9: EncodePart / EncodedPart (a worker's share of another worker's long prompt);
+# 10: detokenizer shards (no frame changed: endpoints.json lists every shard in
+# endpoints.detokenizers, the index of the detokenizer's Ready / Ready(role="engine") / Stats /
+# ProcessDied is its shard, requests are routed by textproc.sharding.shard_of)
+PROTOCOL_VERSION = 10
 
 # Default limits, written once: config.py's settings, the HTTP frontend and clients import them.
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # zmq MAXMSGSIZE on every receiving socket

@@ -200,8 +200,9 @@ def pick_free_ports(host: str, n: int) -> list[int]:
 def remove_ipc_files(endpoints: Endpoints) -> list[str]:
     """Unlink the socket files of ipc:// endpoints; returns the paths removed."""
     removed = []
-    addresses = [endpoints.control, endpoints.events, endpoints.detok_in, endpoints.detok_front,
-                 endpoints.engine_in, endpoints.engine_out, *endpoints.workers]
+    addresses = [endpoints.control, endpoints.events, *endpoints.workers]
+    for shard in endpoints.detokenizers:
+        addresses += [shard.detok_in, shard.detok_front, shard.engine_in, shard.engine_out]
     for address in addresses:
         if address.startswith("ipc://"):
             path = address[len("ipc://"):]

@@ -39,7 +39,7 @@ def _readers(frames: list[bytes], aborts: list[list[str]]) -> tuple[Readers, InF
                                                                      _BackloggedSocket]:
     inflight = InFlight(1)
     sock = _BackloggedSocket(frames)
-    readers = Readers(inflight, sock, None, _ENCODE, aborts.append)  # type: ignore[arg-type]
+    readers = Readers(inflight, [sock], None, _ENCODE, aborts.append)  # type: ignore[arg-type, list-item]
     return readers, inflight, sock
 
 

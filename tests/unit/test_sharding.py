@@ -22,7 +22,7 @@ from textproc.sharding import group_by_shard, shard_of
 def test_shard_of_is_pinned_and_the_same_in_another_process() -> None:
     ids = ["r1", "r4", "chatcmpl-3f2a", "abcdef-17", "abcdef-17-0", "émoji-😀"]
     here = [shard_of(rid, n) for rid in ids for n in (1, 2, 3, 7)]
-    assert [shard_of(rid, 2) for rid in ids[:2]] == [1, 0]
+    assert [shard_of(rid, 2) for rid in ids[:2]] == [0, 1]
     assert all(shard_of(rid, 1) == 0 for rid in ids)
     code = ("from textproc.sharding import shard_of; "
             f"print([shard_of(r, n) for r in {ids!r} for n in (1, 2, 3, 7)])")
@@ -38,6 +38,12 @@ def test_shard_of_spreads_sequential_client_ids_evenly() -> None:
             counts = Counter(shard_of(pattern.format(i), n) for i in range(6000))
             assert sorted(counts) == list(range(n))
             assert max(counts.values()) < 1.15 * 6000 / n, (pattern, n, counts)
+
+
+def test_sub_request_ids_of_one_request_spread_like_random_ones() -> None:
+    # plain CRC-32 put all of <id>-0..3 on one shard for every id (it is linear in the bits)
+    together = sum(len({shard_of(f"base{b}-{i}", 2) for i in range(4)}) == 1 for b in range(2000))
+    assert 0.08 < together / 2000 < 0.17  # 1/8 for independent coin flips
 
 
 def test_group_by_shard_keeps_order_within_a_shard() -> None:

@@ -6,6 +6,11 @@ events (a process died or is ready again), and the periodic ``Query`` for quiet 
 only fills :class:`~textproc.client.inflight.InFlight` and wakes waiters; sending requests
 is :class:`~textproc.client.textclient.TextClient`'s job. Each reader runs until cancelled;
 one that raises is reported by the client at once (see ``TextClient._reader_done``).
+
+With detokenizer shards (``--detokenizers N``) there is one detok-front socket, one reader and
+one connection state (Welcome, up, the oldest unanswered Query) per shard; a stream belongs to
+the shard ``textproc.sharding.shard_of`` names, so a shard's death or silence fails only its
+streams.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import zmq.asyncio
 from textproc.client.events import StreamState, error_from
 from textproc.client.inflight import InFlight
 from textproc.errors import ProtocolError, WorkerDied
+from textproc.sharding import shard_of
 from textproc.protocol import (
     PROTOCOL_VERSION,
     Accepted,
@@ -56,21 +62,24 @@ _MAX_STRAYS_REMEMBERED = 20_000
 class Readers:
     """The reader coroutines of one client and the detokenizer-connection state they keep.
 
-    ``detok_up`` is set while the detokenizer has answered Hello on the current connection
-    (outputs to this client are routable only then); ``welcome`` resolves to its instance id.
+    Per detokenizer shard k (``detoks[k]``): ``detok_up[k]`` is set while shard k has answered
+    Hello on the current connection (outputs to this client are routable only then);
+    ``welcome[k]`` resolves to its instance id, kept in ``detok_instances[k]``.
     """
 
-    def __init__(self, inflight: InFlight, detok: zmq.asyncio.Socket, events: zmq.asyncio.Socket,
-                 encode: Callable[[Any], bytes], send_abort: Callable[[list[str]], None]) -> None:
+    def __init__(self, inflight: InFlight, detoks: list[zmq.asyncio.Socket],
+                 events: zmq.asyncio.Socket, encode: Callable[[Any], bytes],
+                 send_abort: Callable[[list[str]], None]) -> None:
         self.inflight = inflight
-        self.detok = detok
+        self.detoks = detoks
+        self.n_shards = len(detoks)
         self.events = events
         self.encode = encode
         self.send_abort = send_abort
-        self.detok_instance: str | None = None
-        self.welcome: asyncio.Future[str] | None = None
-        self.detok_up: asyncio.Event | None = None
-        self.query_sent_at: float | None = None  # oldest unanswered Query
+        self.detok_instances: list[str | None] = [None] * self.n_shards
+        self.welcome: list[asyncio.Future[str] | None] = [None] * self.n_shards
+        self.detok_up: list[asyncio.Event] | None = None
+        self.query_sent_at: list[float | None] = [None] * self.n_shards  # oldest unanswered Query
         self.malformed = 0
         # stray request id -> when its Abort was last re-sent: until the engine stops, every
         # step brings outputs for it again, and an Abort per id per frame was 14% of the HTTP
@@ -91,14 +100,26 @@ class Readers:
                 sent[rid] = now
             self.send_abort(due)
 
-    async def hello(self) -> str:
-        """Say Hello to the detokenizer and wait for its Welcome; returns its instance id."""
-        self.detok_up = asyncio.Event()
-        self.welcome = asyncio.get_running_loop().create_future()
-        await self.detok.send(self.encode(Hello()))
-        instance = await asyncio.shield(self.welcome)
-        self.detok_instance = instance
-        return instance
+    @property
+    def detok_instance(self) -> str | None:
+        """Shard 0's instance id once every shard has answered Hello, else None."""
+        return self.detok_instances[0] if all(self.detok_instances) else None
+
+    async def hello(self) -> list[str]:
+        """Say Hello to every detokenizer shard and wait for each Welcome; returns their
+        instance ids."""
+        loop = asyncio.get_running_loop()
+        self.detok_up = [asyncio.Event() for _ in self.detoks]
+        welcomes = [loop.create_future() for _ in self.detoks]
+        self.welcome = list(welcomes)
+        for sock in self.detoks:
+            await sock.send(self.encode(Hello()))
+        instances = [await asyncio.shield(w) for w in welcomes]
+        self.detok_instances = list(instances)
+        return instances
+
+    def shard_of(self, request_id: str) -> int:
+        return shard_of(request_id, self.n_shards)
 
     async def read_worker(self, index: int, sock: zmq.asyncio.Socket) -> None:
         decoder: FrameDecoder[WorkerOutFrame] = FrameDecoder(WorkerOutFrame, socket_name=f"client<-worker-{index}")
@@ -140,12 +161,16 @@ class Readers:
                 case Stats():
                     self.inflight.on_stats(frame)
 
-    async def read_detok(self) -> None:
-        decoder: FrameDecoder[FrontOutFrame] = FrameDecoder(FrontOutFrame, socket_name="client<-detok-front")
+    async def read_detok(self, shard: int = 0) -> None:
+        """Read detokenizer shard ``shard``'s frames until cancelled."""
+        name = "client<-detok-front" if shard == 0 else f"client<-detok-front-{shard}"
+        decoder: FrameDecoder[FrontOutFrame] = FrameDecoder(FrontOutFrame, socket_name=name)
         streams = self.inflight.streams
+        sock = self.detoks[shard]
+        peer = "detokenizer" if self.n_shards == 1 else f"detokenizer-{shard}"
         while True:
-            data = await self.detok.recv(copy=True)
-            frame = decoder.decode(data, peer="detokenizer")
+            data = await sock.recv(copy=True)
+            frame = decoder.decode(data, peer=peer)
             match frame:
                 case Outputs():
                     now = time.monotonic()
@@ -189,21 +214,22 @@ class Readers:
                     # yielding only after 5 ms bursts measured worse.
                     await asyncio.sleep(0)
                 case Welcome():
+                    welcome = self.welcome[shard]
                     if frame.protocol_version != PROTOCOL_VERSION:
                         _fail = ProtocolError(
-                            f"detokenizer speaks protocol {frame.protocol_version}, client "
+                            f"{peer} speaks protocol {frame.protocol_version}, client "
                             f"{PROTOCOL_VERSION}")
-                        if self.welcome is not None and not self.welcome.done():
-                            self.welcome.set_exception(_fail)
+                        if welcome is not None and not welcome.done():
+                            welcome.set_exception(_fail)
                         continue
-                    self.detok_instance = frame.instance_id
-                    self.query_sent_at = None
+                    self.detok_instances[shard] = frame.instance_id
+                    self.query_sent_at[shard] = None
                     if self.detok_up is not None:
-                        self.detok_up.set()
-                    if self.welcome is not None and not self.welcome.done():
-                        self.welcome.set_result(frame.instance_id)
+                        self.detok_up[shard].set()
+                    if welcome is not None and not welcome.done():
+                        welcome.set_result(frame.instance_id)
                 case Unknown():
-                    self.query_sent_at = None
+                    self.query_sent_at[shard] = None
                     for rid in frame.request_ids:
                         stream = streams.get(rid)
                         if stream is None or stream.pending_at_worker:
@@ -211,7 +237,7 @@ class Readers:
                         stream.unknown_seen += 1
                         if stream.unknown_seen >= 2:  # twice, 0.5 s apart: really lost
                             stream.fail(WorkerDied(
-                                f"request {rid!r} was lost: the detokenizer holds no state for "
+                                f"request {rid!r} was lost: the {peer} holds no state for "
                                 "it (it restarted, or the request never reached it)"))
                 case Stats():
                     self.inflight.on_stats(frame)
@@ -227,43 +253,64 @@ class Readers:
                 case ProcessDied(role="worker"):
                     self.inflight.on_worker_died(frame)
                 case ProcessDied(role="detokenizer"):
+                    shard = frame.index
+                    if not 0 <= shard < self.n_shards:
+                        continue
                     if self.detok_up is not None:
-                        self.detok_up.clear()
-                    self.query_sent_at = None
-                    err = WorkerDied(f"the detokenizer (pid {frame.pid}) exited with code "
-                                     f"{frame.exit_code}; in-flight requests were lost")
+                        self.detok_up[shard].clear()
+                    self.query_sent_at[shard] = None
+                    name = "the detokenizer" if self.n_shards == 1 else f"detokenizer {shard}"
+                    err = WorkerDied(f"{name} (pid {frame.pid}) exited with code "
+                                     f"{frame.exit_code}; its in-flight requests were lost")
                     for stream in list(self.inflight.streams.values()):
-                        if not stream.pending_at_worker:
+                        if not stream.pending_at_worker and self.shard_of(stream.request_id) == shard:
                             stream.fail(err)
                 case Ready(role="detokenizer"):
-                                await self.detok.send(self.encode(Hello()))
+                    if 0 <= frame.index < self.n_shards:
+                        await self.detoks[frame.index].send(self.encode(Hello()))
                 case _:
                     pass
 
     async def reconcile(self) -> None:
-        """Ask the detokenizer about quiet accepted streams; those it does not know fail."""
+        """Ask each detokenizer shard about its quiet accepted streams; those it does not know
+        fail, and so do all of a shard's streams when it leaves a Query unanswered."""
         while True:
             await asyncio.sleep(RECONCILE_EVERY_S)
             up = self.detok_up
-            if up is not None and not up.is_set():
-                await self.detok.send(self.encode(Hello()))  # in case the Ready event was missed
+            for shard, sock in enumerate(self.detoks):
+                if up is not None and not up[shard].is_set():
+                    await sock.send(self.encode(Hello()))  # in case the Ready event was missed
             cutoff = time.monotonic() - QUERY_AFTER_S
             quiet = [s.request_id for s in self.inflight.streams.values()
                      if not s.pending_at_worker and s.last_seen < cutoff and s.error is None]
-            now = time.monotonic()
-            if self.query_sent_at is not None and now - self.query_sent_at > QUERY_ANSWER_S:
-                # no answer: the detokenizer (or the whole service) is gone without a
-                # ProcessDied event, e.g. the supervisor was killed too
-                self.query_sent_at = None
-                err = WorkerDied(f"the detokenizer has not answered for {QUERY_ANSWER_S:.0f} s; "
-                                 "in-flight requests were lost")
-                for stream in list(self.inflight.streams.values()):  # none can finish without it
-                    stream.fail(err)
-                continue
-            if not quiet:
-                self.query_sent_at = None  # nothing waits on the answer
+            by_shard: dict[int, list[str]] = {}
+            if self.n_shards == 1:
+                by_shard = {0: quiet} if quiet else {}
             else:
-                if self.query_sent_at is None:
-                    self.query_sent_at = now
-                for i in range(0, len(quiet), 4096):
-                    await self.detok.send(self.encode(Query(quiet[i:i + 4096])))
+                for rid in quiet:
+                    by_shard.setdefault(self.shard_of(rid), []).append(rid)
+            now = time.monotonic()
+            for shard, sock in enumerate(self.detoks):
+                await self._query(shard, sock, by_shard.get(shard, []), now)
+
+    async def _query(self, shard: int, sock: zmq.asyncio.Socket, quiet: list[str],
+                     now: float) -> None:
+        sent_at = self.query_sent_at[shard]
+        if sent_at is not None and now - sent_at > QUERY_ANSWER_S:
+            # no answer: the shard (or the whole service) is gone without a ProcessDied
+            # event, e.g. the supervisor was killed too
+            self.query_sent_at[shard] = None
+            name = "the detokenizer" if self.n_shards == 1 else f"detokenizer {shard}"
+            err = WorkerDied(f"{name} has not answered for {QUERY_ANSWER_S:.0f} s; "
+                             "in-flight requests were lost")
+            for stream in list(self.inflight.streams.values()):  # none can finish without it
+                if self.n_shards == 1 or self.shard_of(stream.request_id) == shard:
+                    stream.fail(err)
+            return
+        if not quiet:
+            self.query_sent_at[shard] = None  # nothing waits on the answer
+            return
+        if sent_at is None:
+            self.query_sent_at[shard] = now
+        for i in range(0, len(quiet), 4096):
+            await sock.send(self.encode(Query(quiet[i:i + 4096])))

@@ -8,7 +8,9 @@ and usage). Closing or cancelling the iterator before the end aborts the request
 detokenizer and the engine. A request held by a worker that dies fails with ``WorkerDied``; so
 do requests in flight when the detokenizer dies, and requests the detokenizer turns out not to
 know (checked with ``Query`` after a few quiet seconds), so no request waits forever.
-Must be used from one event loop; never pickles.
+With detokenizer shards (``--detokenizers N``) the client holds one DEALER per shard and sends
+each request's Abort / Query to the shard ``textproc.sharding.shard_of`` names; a shard that
+dies fails only the streams it held. Must be used from one event loop; never pickles.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
+from textproc.sharding import group_by_shard
 from textproc.transport import close_sockets, encoder, make_socket, new_context
 
 _log = logging.getLogger("textproc.client")
@@ -75,7 +78,7 @@ class TextClient:
         self.client_id = b"c" + os.urandom(15)
         self._ctx: zmq.asyncio.Context | None = None
         self._workers: list[zmq.asyncio.Socket] = []
-        self._detok: zmq.asyncio.Socket | None = None
+        self._detoks: list[zmq.asyncio.Socket] = []  # detokenizer shard k's detok-front at k
         self._inflight = InFlight(0)
         self._readers: Readers | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -143,19 +146,22 @@ class TextClient:
             sock.connect(address)
             self._workers.append(sock)  # type: ignore[arg-type]
         self._inflight = InFlight(len(self._workers))
-        detok: zmq.asyncio.Socket = make_socket(ctx, zmq.DEALER, routing_id=self.client_id, **opts)  # type: ignore[assignment]
-        detok.connect(ep.detok_front)
-        self._detok = detok
+        for shard in ep.detokenizers:
+            detok: zmq.asyncio.Socket = make_socket(ctx, zmq.DEALER, routing_id=self.client_id, **opts)  # type: ignore[assignment]
+            detok.connect(shard.detok_front)
+            self._detoks.append(detok)
         events: zmq.asyncio.Socket = make_socket(ctx, zmq.SUB, **opts)  # type: ignore[assignment]
         events.setsockopt(zmq.SUBSCRIBE, b"")
         events.connect(ep.events)
-        self._finalizer = weakref.finalize(self, close_sockets, [*self._workers, detok, events], ctx)
-        readers = self._readers = Readers(self._inflight, detok, events, self._encode,
+        self._finalizer = weakref.finalize(self, close_sockets, [*self._workers, *self._detoks, events],
+                                           ctx)
+        readers = self._readers = Readers(self._inflight, self._detoks, events, self._encode,
                                           self._send_abort)
         loop = asyncio.get_running_loop()
         named = [(f"worker-{i}", readers.read_worker(i, sock)) for i, sock in enumerate(self._workers)]
-        named += [("detokenizer", readers.read_detok()), ("events", readers.read_events()),
-                  ("reconcile", readers.reconcile())]
+        named += [("detokenizer" if k == 0 else f"detokenizer-{k}", readers.read_detok(k))
+                  for k in range(len(self._detoks))]
+        named += [("events", readers.read_events()), ("reconcile", readers.reconcile())]
         for name, coro in named:
             task = loop.create_task(coro, name=f"TextClient reader {name}")
             task.add_done_callback(self._reader_done)
@@ -163,8 +169,10 @@ class TextClient:
         try:
             await asyncio.wait_for(readers.hello(), timeout_s)
         except (asyncio.TimeoutError, TimeoutError) as e:
+            missing = [d.detok_front for d, instance in zip(ep.detokenizers, readers.welcome)
+                       if instance is None or not instance.done()]
             raise StartupTimeout(f"waited {timeout_s:.1f} s for the detokenizer's Welcome at "
-                                 f"{ep.detok_front}") from e
+                                 f"{', '.join(missing) or ep.detok_front}") from e
 
     def _reader_done(self, task: asyncio.Task[None]) -> None:
         """A reader task ended: unless the client is closing, that is a crash. Fail everything in
@@ -284,19 +292,17 @@ class TextClient:
         return result.text
 
     async def stats(self, *, timeout_s: float = 5.0) -> list[Stats]:
-        """Counters of every worker and the detokenizer (malformed frames per socket, ...)."""
+        """Counters of every worker and detokenizer shard (malformed frames per socket, ...)."""
         self._check_open()
         rid = self._next_id()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         got: list[Stats] = []
-        self._inflight.stats_waiters[rid] = (got, len(self._workers) + 1, done)
+        self._inflight.stats_waiters[rid] = (got, len(self._workers) + len(self._detoks), done)
         data = self._encode(StatsRequest(rid))
         try:
-            for sock in self._workers:
+            for sock in [*self._workers, *self._detoks]:
                 await sock.send(data)
-            assert self._detok is not None
-            await self._detok.send(data)
             await asyncio.wait_for(done, timeout_s)
         except (asyncio.TimeoutError, TimeoutError) as e:
             have = sorted(f"{s.role}-{s.index}" for s in got)
@@ -320,6 +326,15 @@ class TextClient:
     def worker_requests(self) -> list[int]:
         """Requests (streams and calls) this client has sent to each worker, by worker index."""
         return list(self._inflight.worker_requests)
+
+    @property
+    def n_detokenizers(self) -> int:
+        return len(self._detoks)
+
+    @property
+    def detok_instances(self) -> list[str | None]:
+        """Each detokenizer shard's instance id as last welcomed (None before)."""
+        return list(self._readers.detok_instances) if self._readers is not None else []
 
     @property
     def detok_instance(self) -> str | None:
@@ -383,13 +398,18 @@ class TextClient:
         for sub in ids:
             if sub in self._inflight.streams or sub in self._inflight.calls:
                 raise InvalidInput(f"request_id {sub!r} is already in flight on this client")
-        up = self._readers.detok_up if self._readers is not None else None
-        if up is not None and not up.is_set():
-            try:
-                await asyncio.wait_for(up.wait(), _DETOK_WAIT_S)
-            except (asyncio.TimeoutError, TimeoutError) as e:
-                raise WorkerDied(f"request {rid!r}: the detokenizer did not come back within "
-                                 f"{_DETOK_WAIT_S:.0f} s") from e
+        readers = self._readers
+        ups = readers.detok_up if readers is not None else None
+        if readers is not None and ups is not None:  # the request's shards must be up
+            shards = {0} if len(ups) == 1 else {readers.shard_of(sub) for sub in ids}
+            for shard in sorted(shards):
+                if not ups[shard].is_set():
+                    try:
+                        await asyncio.wait_for(ups[shard].wait(), _DETOK_WAIT_S)
+                    except (asyncio.TimeoutError, TimeoutError) as e:
+                        name = "the detokenizer" if len(ups) == 1 else f"detokenizer {shard}"
+                        raise WorkerDied(f"request {rid!r}: {name} did not come back within "
+                                         f"{_DETOK_WAIT_S:.0f} s") from e
         # follow-up turns go where the conversation's encoded segments are cached
         affinity = (conversation_key(frame.messages)
                     if isinstance(frame, ChatRequest) and len(self._workers) > 1 else None)
@@ -441,7 +461,7 @@ class TextClient:
                 self._inflight.streams.pop(stream.request_id, None)
                 self._inflight.worker_pending[worker].discard(stream.request_id)
             running = [ids[k] for k in range(n) if not done[k]]
-            if running and not self._closed and self._detok is not None:
+            if running and not self._closed and self._detoks:
                 # the abort must go out even while this task is being cancelled
                 self._send_abort(running)
 
@@ -475,12 +495,19 @@ class TextClient:
                 stream.waiter = None
 
     def _send_abort(self, request_ids: list[str]) -> None:
-        """Send Abort to the detokenizer without waiting. On a zmq.asyncio socket a NOBLOCK send
-        returns a future that holds its error (e.g. Again when the queue is full): consume it and
-        count the loss rather than leave an unretrieved exception behind."""
-        assert self._detok is not None
+        """Send Abort to the detokenizer shards that own ``request_ids``, without waiting."""
+        if len(self._detoks) == 1:
+            self._send_abort_to(0, request_ids)
+            return
+        for shard, ids in group_by_shard(request_ids, len(self._detoks)).items():
+            self._send_abort_to(shard, ids)
+
+    def _send_abort_to(self, shard: int, request_ids: list[str]) -> None:
+        """On a zmq.asyncio socket a NOBLOCK send returns a future that holds its error (e.g.
+        Again when the queue is full): consume it and count the loss rather than leave an
+        unretrieved exception behind."""
         try:
-            sent = self._detok.send(self._encode(Abort(request_ids)), flags=zmq.NOBLOCK)
+            sent = self._detoks[shard].send(self._encode(Abort(request_ids)), flags=zmq.NOBLOCK)
         except zmq.ZMQError:  # socket closed under us
             self.aborts_lost += len(request_ids)
             return

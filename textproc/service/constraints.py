@@ -66,7 +66,9 @@ class WorkerConstraints:
         self.max_index_bytes = min(MAX_INDEX_BYTES, max_frame_bytes // 2)
         self.cache = IndexCache(WORKER_CACHE_BYTES)
         self._vocab: TokenVocabulary | None = None
-        self._sent: OrderedDict[str, None] = OrderedDict()
+        # (detokenizer shard, key) of the tables this worker has handed over
+        self._sent: OrderedDict[tuple[int, str], None] = OrderedDict()
+        self.last: TokenIndex | None = None  # the index of the last compile
         self.compiles = 0
 
     def prepare(self) -> None:
@@ -81,20 +83,35 @@ class WorkerConstraints:
             self._vocab.tables()
         return self._vocab
 
-    def compile(self, pattern: str) -> tuple[TokenIndex, IndexTable | None]:
-        """The index of ``pattern`` and, if this worker has not sent it yet, its table."""
+    def compile(self, pattern: str, shard: int = 0) -> tuple[TokenIndex, IndexTable | None]:
+        """The index of ``pattern`` and, if this worker has not sent it to detokenizer shard
+        ``shard`` yet, its table."""
         misses = self.cache.misses
         vocab = self.vocab  # built before the budget's clock starts (once per worker)
         budget = Budget(max_seconds=MAX_COMPILE_S, max_bytes=self.max_index_bytes)
         index = compile_constraint(vocab, regex=pattern, budget=budget, cache=self.cache)
         if self.cache.misses != misses:
             self.compiles += 1
-        return index, None if index.key in self._sent else table_of(index)
+        self.last = index
+        return index, self.table_for(shard)
 
-    def sent(self, key: str) -> None:
-        """The Submit carrying ``key``'s table reached the detokenizer."""
-        self._sent[key] = None
-        self._sent.move_to_end(key)
+    def table_for(self, shard: int) -> IndexTable | None:
+        """The last compiled index's table, unless shard ``shard`` has it from this worker."""
+        index = self.last
+        if index is None or (shard, index.key) in self._sent:
+            return None
+        return table_of(index)
+
+    def forget_shard(self, shard: int) -> None:
+        """Detokenizer shard ``shard`` restarted: it holds none of the tables sent to it."""
+        for entry in [e for e in self._sent if e[0] == shard]:
+            del self._sent[entry]
+
+    def sent(self, key: str, shard: int = 0) -> None:
+        """The Submit carrying ``key``'s table reached detokenizer shard ``shard``."""
+        entry = (shard, key)
+        self._sent[entry] = None
+        self._sent.move_to_end(entry)
         while len(self._sent) > WORKER_SENT_KEYS:
             self._sent.popitem(last=False)
 

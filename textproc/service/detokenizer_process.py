@@ -8,6 +8,12 @@ EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Qu
 StatsRequest in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id). Each
 socket has one typed decoder; the request table decides, this loop moves frames, and flushes
 one Outputs frame per client per round. Never raises out of the loop for one bad frame.
+
+With ``--detokenizers N`` this process is shard ``index`` of N: it binds that shard's four
+addresses (``Endpoints.detokenizers[index]``) and holds only the requests
+``textproc.sharding.shard_of`` gives it (workers route Submits, clients Aborts and Queries,
+and EngineLink step outputs by that one function); its Ready, ``Ready(role="engine")`` and
+Stats carry the shard index.
 """
 
 from __future__ import annotations
@@ -58,23 +64,26 @@ _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 _ENGINE_DRAIN_BATCH = 4
 
 
-def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, *, parent_pid: int = 0) -> int:
-    """The detokenizer process entry: bind, announce Ready, serve until SIGTERM or parent exit."""
-    runtime = ChildRuntime(role="detokenizer", index=0, config=config, parent_pid=parent_pid)
+def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, index: int = 0, *,
+                    parent_pid: int = 0) -> int:
+    """Detokenizer shard ``index``'s entry: bind, announce Ready, serve until SIGTERM or parent
+    exit."""
+    runtime = ChildRuntime(role="detokenizer", index=index, config=config, parent_pid=parent_pid)
     runtime.start()
     table = RequestTable(runtime.load_tokenizer(), config)
     runtime.freeze_heap(GC_THRESHOLDS)
     instance_id = uuid.uuid4().hex
+    shard = endpoints.detokenizers[index]
     with runtime:
-        detok_in = runtime.bind(zmq.PULL, endpoints.detok_in)
-        engine_in = runtime.bind(zmq.PUSH, endpoints.engine_in)
-        engine_out = runtime.bind(zmq.PULL, endpoints.engine_out)
-        front = runtime.bind(zmq.ROUTER, endpoints.detok_front)
+        detok_in = runtime.bind(zmq.PULL, shard.detok_in)
+        engine_in = runtime.bind(zmq.PUSH, shard.engine_in)
+        engine_out = runtime.bind(zmq.PULL, shard.engine_out)
+        front = runtime.bind(zmq.ROUTER, shard.detok_front)
         control = runtime.connect(zmq.PUSH, endpoints.control)
         runtime.send_ready(control)
-        _log.info("detokenizer ready: detok-in %s, engine-in %s, engine-out %s, detok-front %s",
-                  endpoints.detok_in, endpoints.engine_in, endpoints.engine_out,
-                  endpoints.detok_front)
+        _log.info("detokenizer %d of %d ready: detok-in %s, engine-in %s, engine-out %s, "
+                  "detok-front %s", index, endpoints.n_detokenizers, shard.detok_in,
+                  shard.engine_in, shard.engine_out, shard.detok_front)
         _Loop(table, runtime, instance_id, detok_in, engine_in, engine_out, front, control).run()
     return 0
 
@@ -245,7 +254,7 @@ class _Loop:
                     counters["engine_backlog"] = len(self.engine_backlog)
                     counters["indexes_sent_to_engine"] = self.relay.sent_to_engine
                     counters["pid"] = os.getpid()
-                    stats = Stats(frame.request_id, "detokenizer", 0, counters)
+                    stats = Stats(frame.request_id, "detokenizer", self.runtime.index, counters)
                     self._send_front(client_id, self.encode(stats))
                 case None:
                     pass

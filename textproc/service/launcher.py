@@ -89,9 +89,10 @@ class ServeProcess:
         return dict(json.loads((self.runtime_dir / "processes.json").read_text()))
 
     def pids(self, procs: Mapping[str, Any] | None = None) -> dict[str, int]:
-        """Every process's pid by name: supervisor, detokenizer, engine, http (the first HTTP
-        frontend), http-i (each of ``--http-workers``), worker-i; from ``procs`` (a
-        processes.json read earlier) or read now."""
+        """Every process's pid by name: supervisor, detokenizer (shard 0), engine, http (the
+        first HTTP frontend), http-i (each of ``--http-workers``), worker-i, detokenizer-k (each
+        shard k > 0 of ``--detokenizers``); from ``procs`` (a processes.json read earlier) or
+        read now."""
         procs = self.processes() if procs is None else procs
         out = {"supervisor": int(procs.get("supervisor") or (self.proc.pid if self.proc else 0))}
         for key in ("detokenizer", "engine", "http"):
@@ -102,6 +103,9 @@ class ServeProcess:
         for i, pid in (procs.get("http_frontends") or {}).items():
             if pid:
                 out[f"http-{i}"] = int(pid)
+        for k, pid in (procs.get("detokenizers") or {}).items():
+            if k != "0" and pid:
+                out[f"detokenizer-{k}"] = int(pid)
         return out
 
     def exit_code(self) -> int | None:

@@ -20,6 +20,7 @@ from textproc.config import ServiceConfig
 from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.vocab import END_TOKEN_NAMES
 from textproc.service.constraints import WorkerConstraints, structured_regex
+from textproc.sharding import shard_of
 from textproc.core.tokenizer import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES
 from textproc.errors import InvalidInput, short
@@ -119,7 +120,6 @@ class RequestBuilder:
         self.constraints = WorkerConstraints(tokenizer, self.default_stop_ids,
                                              max_frame_bytes=config.max_frame_bytes,
                                              text_specials=frozenset(markers))
-        self.last_index_key = ""  # the index the last Submit carried the table of ("" none)
         self._marks = config.special_tokens_in_content == "text"  # see _mark_typed_specials
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,
@@ -364,11 +364,11 @@ class RequestBuilder:
         index_key, table = "", None
         if constraint is not None:
             try:
-                index, table = self.constraints.compile(constraint)
+                index, table = self.constraints.compile(
+                    constraint, shard_of(request_id, self.config.n_detokenizers))
             except InvalidInput as e:  # the field the constraint came from
                 raise InvalidInput(str(e), param=constraint_param) from e
             index_key = index.key
-        self.last_index_key = index_key if table is not None else ""
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
                                        sampling, constraint, min_tokens, ignore_eos, logit_bias,
                                        index_key, logprobs)

@@ -2,7 +2,8 @@
 
 Owns the runtime directory (mode 0700: ipc socket files, ``endpoints.json``, ``processes.json``),
 the ``control`` PULL socket children announce ``Ready`` on, the ``events`` PUB socket
-(``Ready`` / ``ProcessDied``), and every child process: the detokenizer, N tokenizer workers and,
+(``Ready`` / ``ProcessDied``), and every child process: the detokenizer (or its shards,
+``--detokenizers N``: one process per shard, each restarted on its own), N tokenizer workers and,
 with ``engine="stub"``, ``python -m engine_stub`` (textproc never imports engine_stub). Children
 are started as fresh interpreters (``python -m textproc.cli _child ...``, settings as JSON on the
 command line: no pickle, nothing inherited). A child that exits is reported on ``events`` and
@@ -30,7 +31,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
+from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.http.run import HTTP_FILE, frontend_file, listen
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
@@ -99,11 +100,13 @@ class _Child:
     extra: dict[str, Any] = field(default_factory=dict)
     pass_fds: tuple[int, ...] = ()  # inherited by the child (an HTTP frontend's listeners)
 
+    sharded: bool = False  # one of several detokenizer shards: named with its index
+
     @property
     def name(self) -> str:
         if self.role == "http":
             return f"http-{self.index}"
-        return self.role if self.role != "worker" else f"{self.role}-{self.index}"
+        return self.role if self.role != "worker" and not self.sharded else f"{self.role}-{self.index}"
 
 
 class Supervisor:
@@ -149,12 +152,14 @@ class Supervisor:
         _check_private_dir(self.runtime_dir)
         self._finalizer = weakref.finalize(self, _cleanup, self.children, self._sockets,
                                            self.runtime_dir, self._created_dir)
+        n_shards = service.n_detokenizers
         if cfg.endpoints == "ipc":
-            self.endpoints = ipc_endpoints(str(self.runtime_dir), service.n_workers)
+            self.endpoints = ipc_endpoints(str(self.runtime_dir), service.n_workers, n_shards)
         else:
-            ports = list(range(cfg.tcp_port_base, cfg.tcp_port_base + 6 + service.n_workers)) \
-                if cfg.tcp_port_base else pick_free_ports(cfg.tcp_host, 6 + service.n_workers)
-            self.endpoints = tcp_endpoints(cfg.tcp_host, ports, service.n_workers)
+            n_ports = tcp_port_count(service.n_workers, n_shards)
+            ports = list(range(cfg.tcp_port_base, cfg.tcp_port_base + n_ports)) \
+                if cfg.tcp_port_base else pick_free_ports(cfg.tcp_host, n_ports)
+            self.endpoints = tcp_endpoints(cfg.tcp_host, ports, service.n_workers, n_shards)
         ep = self.endpoints
         self._ctx = new_context()
         if self._curve is not None:
@@ -172,15 +177,17 @@ class Supervisor:
         config_json = service.to_json()
         endpoints_json = json.dumps(ep.to_dict())
         me = os.getpid()
-        self.children.append(_Child("detokenizer", 0, child_command(
-            "detokenizer", 0, config_json, endpoints_json, me)))
+        for k in range(n_shards):
+            self.children.append(_Child("detokenizer", k, child_command(
+                "detokenizer", k, config_json, endpoints_json, me), sharded=n_shards > 1))
         for i in range(service.n_workers):
             self.children.append(_Child("worker", i, child_command(
                 "worker", i, config_json, endpoints_json, me)))
         if cfg.engine == "stub":
-            stub = [sys.executable, "-m", "engine_stub", "--engine-in", ep.engine_in,
-                    "--engine-out", ep.engine_out, "--model-dir", service.model_dir,
-                    "--mode", cfg.stub_mode]
+            stub = [sys.executable, "-m", "engine_stub"]
+            for shard in ep.detokenizers:  # the stub's EngineLink connects to every shard
+                stub += ["--engine-in", shard.engine_in, "--engine-out", shard.engine_out]
+            stub += ["--model-dir", service.model_dir, "--mode", cfg.stub_mode]
             if cfg.stub_stats_file:
                 stub += ["--stats-file", cfg.stub_stats_file]
             if service.curve_dir is not None:  # the stub connects with the service's key pair
@@ -253,6 +260,9 @@ class Supervisor:
 
     def _wait_ready(self, deadline: float) -> None:
         waiting = {(c.role, c.index) for c in self.children}
+        if any(c.role == "engine" for c in self.children):
+            # Ready(role="engine", index=k): the engine's EngineHello reached shard k
+            waiting |= {("engine", k) for k in range(self.config.service.n_detokenizers)}
         while waiting:
             if self._stop_requested:
                 raise StartupTimeout("startup interrupted by a signal")
@@ -263,11 +273,13 @@ class Supervisor:
                                      f"(command: {' '.join(child.command[:4])} ...); see its log above")
             now = time.monotonic()
             if now >= deadline:
-                names = sorted(f"{r}-{i}" if r == "worker" else r for r, i in waiting)
+                sharded = self.config.service.n_detokenizers > 1
+                names = sorted(f"{r}-{i}" if r == "worker" or sharded and r != "http" else r
+                               for r, i in waiting)
                 raise StartupTimeout(
                     f"waited {self.config.service.startup_timeout_s:.0f} s for Ready from "
                     f"{', '.join(names)}" + (" (the engine's EngineHello reaches the detokenizer "
-                    "on engine-out)" if ("engine", 0) in waiting else ""))
+                    "on engine-out)" if any(r == "engine" for r, _ in waiting) else ""))
             ready = self._recv_ready(int(min(100, (deadline - now) * 1000)) + 1)
             if ready is not None:
                 waiting.discard((ready.role, ready.index))
@@ -403,6 +415,7 @@ class Supervisor:
         info = {
             "protocol_version": PROTOCOL_VERSION,
             "n_workers": service.n_workers,
+            "n_detokenizers": service.n_detokenizers,
             "model_dir": service.model_dir,
             "max_model_len": service.max_model_len,
             "max_frame_bytes": service.max_frame_bytes,
@@ -418,7 +431,8 @@ class Supervisor:
                 "server_public_key": self._curve.public.decode(),
                 "client_key_file": str(Path(service.curve_dir).absolute() / CURVE_FILES["server_secret"]),
             }
-        pids: dict[str, Any] = {"supervisor": os.getpid(), "workers": {}}
+        # "detokenizer" is shard 0's pid (one-shard readers), "detokenizers" every shard's
+        pids: dict[str, Any] = {"supervisor": os.getpid(), "workers": {}, "detokenizers": {}}
         for child in self.children:
             pid = child.process.pid if child.process is not None else None
             if child.role == "worker":
@@ -426,6 +440,10 @@ class Supervisor:
             elif child.role == "http":  # "http": the first frontend's, as before --http-workers
                 pids.setdefault("http_frontends", {})[str(child.index)] = pid
                 pids.setdefault("http", pid)
+            elif child.role == "detokenizer":
+                pids["detokenizers"][str(child.index)] = pid
+                if child.index == 0:
+                    pids["detokenizer"] = pid
             else:
                 pids[child.role] = pid
         for name, obj in ((ENDPOINTS_FILE, info), (PROCESSES_FILE, pids)):

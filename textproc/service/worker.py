@@ -7,6 +7,11 @@ frame is decoded by one typed decoder and answered once: a built request goes to
 detokenizer as ONE ``Submit`` (n of them, ``<id>-<i>``, for ``n`` > 1: the prompt is rendered and
 encoded once) and the client gets ``Accepted`` per Submit; a bad one gets a ``Failure`` (per
 sub-request id) naming what was wrong. Never raises out of the loop for one bad frame or request.
+With ``--detokenizers N`` each Submit goes to the shard ``textproc.sharding.shard_of`` names
+for its (sub-)request id, through one PUSH and one gate per shard (a shard that is down
+refuses only its own requests), and a constraint table rides on the first Submit naming it to
+each shard. A worker subscribes to the supervisor's events: when a detokenizer shard dies or
+comes back it forgets which tables that shard had (the new process holds none).
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from textproc.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     EncodePart,
+    EventFrame,
     Failure,
+    ProcessDied,
+    Ready,
     Stats,
     StatsRequest,
     Submit,
@@ -38,6 +46,7 @@ from textproc.protocol import (
 from textproc.service.bootstrap import ChildRuntime
 from textproc.service.peers import PeerPool
 from textproc.service.requests import Built, RequestBuilder
+from textproc.sharding import shard_of
 from textproc.transport import FrameDecoder
 
 __all__ = ["run_worker", "SUBMIT_WAIT_MS"]
@@ -57,7 +66,7 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     runtime.freeze_heap()
     with runtime:
         front = runtime.bind(zmq.ROUTER, endpoints.workers[index])
-        detok = runtime.connect(zmq.PUSH, endpoints.detok_in)
+        detoks = [runtime.connect(zmq.PUSH, shard.detok_in) for shard in endpoints.detokenizers]
         control = runtime.connect(zmq.PUSH, endpoints.control)
         decoder: FrameDecoder[WorkerInFrame] = FrameDecoder(WorkerInFrame,
                                                             socket_name=f"worker-{index}")
@@ -66,21 +75,26 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
                         max_chars=config.max_prompt_chars)
         pool.start(runtime, front, decoder)
         builder.encode_text = pool.encode
+        events = runtime.connect(zmq.SUB, endpoints.events)
+        events.setsockopt(zmq.SUBSCRIBE, b"")
         runtime.send_ready(control)
         _log.info("worker %d ready on %s", index, endpoints.workers[index])
-        _serve(builder, runtime, index, front, detok, decoder, pool)
+        _serve(builder, runtime, index, front, detoks, decoder, pool, events)
     return 0
 
 
 def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
-           front: zmq.Socket[Any], detok: zmq.Socket[Any], decoder: FrameDecoder[WorkerInFrame],
-           pool: PeerPool) -> None:
+           front: zmq.Socket[Any], detoks: list[zmq.Socket[Any]],
+           decoder: FrameDecoder[WorkerInFrame], pool: PeerPool, events: zmq.Socket[Any]) -> None:
     encode = builder.encode
     deferred = pool.deferred  # frames the pool read while it waited on its peers
     counters = {"requests": 0, "failures": 0, "prompt_tokens": 0, "submit_blocked": 0}
-    gate = _SubmitGate(detok, counters)
+    gate = _SubmitGate(detoks, counters)
     poller = zmq.Poller()
     poller.register(front, zmq.POLLIN)
+    poller.register(events, zmq.POLLIN)
+    event_decoder: FrameDecoder[EventFrame] = FrameDecoder(EventFrame,
+                                                           socket_name=f"worker-{index}<-events")
     next_parent_check = time.monotonic() + 1.0
     while not runtime.should_stop:
         ready = [] if deferred else poller.poll(200)
@@ -95,6 +109,10 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
         elif not ready:
             continue
         else:
+            if len(ready) > 1 or ready[0][0] is events:
+                _take_events(events, event_decoder, builder)
+                if len(ready) == 1:
+                    continue
             client_id, frame = decoder.decode_routed(front.recv_multipart(copy=True))
         if frame is None:
             continue
@@ -134,6 +152,21 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                              reply.request_id, e)
 
 
+def _take_events(events: zmq.Socket[Any], decoder: FrameDecoder[EventFrame],
+                 builder: RequestBuilder) -> None:
+    """A detokenizer shard that died or came back holds no table this worker sent it."""
+    while True:
+        try:
+            data = events.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        match decoder.decode(data, peer="supervisor"):
+            case ProcessDied(role="detokenizer", index=shard) | Ready(role="detokenizer", index=shard):
+                builder.constraints.forget_shard(shard)
+            case _:
+                pass
+
+
 def _sub_ids(frame: Any) -> list[str]:
     """The ids the client waits on: the request's own, or ``<id>-<i>`` for each of n > 1."""
     n = getattr(frame, "n", 1)
@@ -157,14 +190,16 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
              else builder.completion(frame, client_id))
     submits = [built.submit] if n == 1 else _choices(builder, built, n)
     replies: list[Any] = []
+    n_shards = gate.n_shards
     for i, submit in enumerate(submits):
+        shard = shard_of(submit.request_id, n_shards)
         # after one refusal the rest are refused too (they may need the index the first carried)
         if (not replies or isinstance(replies[-1], Accepted)) and gate.send(
-                builder.encode(submit)):
+                builder.encode(submit), shard):
             if i == 0:
                 counters["prompt_tokens"] += built.prompt_tokens
-                if builder.last_index_key:  # the detokenizer has this index's table now
-                    builder.constraints.sent(builder.last_index_key)
+            if submit.index is not None:  # this shard has the index's table now
+                builder.constraints.sent(submit.index.key, shard)
             replies.append(Accepted(submit.request_id, built.prompt_tokens, built.template_s,
                                     built.tokenize_s))
         else:
@@ -179,20 +214,28 @@ _INT64 = 2**63
 
 def _choices(builder: RequestBuilder, built: Built, n: int) -> list[Submit]:
     """The n Submits of one built request: ids ``<id>-<i>``, seed + i when a seed was given
-    (wrapped into int64), the constraint table on the first only. The prompt is not encoded
+    (wrapped into int64), the constraint table on the first one of each detokenizer shard
+    that does not hold it yet (sub-ids shard by their own id). The prompt is not encoded
     again: each engine request carries the same packed ids."""
     engine = built.engine_request
     assert engine is not None
     seed = engine.sampling.get("seed")
+    constraints = builder.constraints
+    n_shards = builder.config.n_detokenizers
+    given: set[int] = set()  # shards whose first sub-request carries the table
     out = []
     for i in range(n):
         rid = f"{built.submit.request_id}-{i}"
         sampling = engine.sampling if not isinstance(seed, int) else {
             **engine.sampling, "seed": (seed + i + _INT64) % (2 * _INT64) - _INT64}
         request = msgspec.structs.replace(engine, request_id=rid, sampling=sampling)
+        table = None
+        shard = shard_of(rid, n_shards)
+        if engine.index_key and shard not in given:
+            given.add(shard)
+            table = constraints.table_for(shard)
         out.append(msgspec.structs.replace(
-            built.submit, request_id=rid, engine_request=builder.encode(request),
-            index=built.submit.index if i == 0 else None))
+            built.submit, request_id=rid, engine_request=builder.encode(request), index=table))
     return out
 
 
@@ -200,24 +243,28 @@ SUBMIT_WAIT_MS = 2000
 
 
 class _SubmitGate:
-    """Sends Submits to the detokenizer; after one wait for it failed, refuses at once for
-    SUBMIT_WAIT_MS instead of stalling every queued request for the full wait."""
+    """Sends Submits to the detokenizer shards; after one wait for a shard failed, refuses
+    that shard's Submits at once for SUBMIT_WAIT_MS instead of stalling every queued request
+    for the full wait (the other shards are not affected)."""
 
-    __slots__ = ("detok", "counters", "blocked_until")
+    __slots__ = ("detoks", "counters", "blocked_until", "n_shards")
 
-    def __init__(self, detok: zmq.Socket[Any], counters: dict[str, int]) -> None:
-        self.detok = detok
+    def __init__(self, detoks: list[zmq.Socket[Any]], counters: dict[str, int]) -> None:
+        self.detoks = detoks  # shard k's detok-in PUSH at k
+        self.n_shards = len(detoks)
         self.counters = counters
-        self.blocked_until = 0.0  # time.monotonic() before which the detokenizer counts as down
+        # per shard: time.monotonic() before which it counts as down
+        self.blocked_until = [0.0] * len(detoks)
 
-    def send(self, data: bytes) -> bool:
-        """Send one Submit; False when the detokenizer is down or its queue stays full."""
+    def send(self, data: bytes, shard: int = 0) -> bool:
+        """Send one Submit to ``shard``; False when it is down or its queue stays full."""
         # a PUSH blocks when the detokenizer is down or its queue is full: wait, then refuse
-        wait_ms = 0 if time.monotonic() < self.blocked_until else SUBMIT_WAIT_MS
-        if self.detok.poll(wait_ms, zmq.POLLOUT):
-            self.detok.send(data, flags=zmq.NOBLOCK)
+        detok = self.detoks[shard]
+        wait_ms = 0 if time.monotonic() < self.blocked_until[shard] else SUBMIT_WAIT_MS
+        if detok.poll(wait_ms, zmq.POLLOUT):
+            detok.send(data, flags=zmq.NOBLOCK)
             return True
         if wait_ms:
-            self.blocked_until = time.monotonic() + SUBMIT_WAIT_MS / 1000
+            self.blocked_until[shard] = time.monotonic() + SUBMIT_WAIT_MS / 1000
         self.counters["submit_blocked"] += 1
         return False
