@@ -6,6 +6,7 @@ spread over both shards (each shard gets the index table it needs, the engine's 
 caches answer repeats); endpoints.json and processes.json list every shard. A shard killed with
 kill -9 fails only its own streams (a WorkerDied naming it), the others finish whole; the
 supervisor restarts it, the engine and the clients reconnect, and new requests to it work.
+Over tcp behind the HTTP frontend both shards serve, and /metrics has each shard's counters.
 """
 
 from __future__ import annotations
@@ -195,5 +196,34 @@ def test_one_shard_is_the_default_and_unchanged(tmp_path: Path, toy_model: Path)
                     ("detokenizer", 0), ("worker", 0)]
 
         run(main)
+    finally:
+        service.stop()
+
+
+def test_two_shards_over_tcp_behind_the_http_frontend(tmp_path: Path, toy_model: Path) -> None:
+    import httpx
+
+    from tests.helpers.service import http_url
+
+    service = Service(tmp_path / "s", toy_model, workers=1,
+                      args=["--detokenizers", "2", "--endpoints", "tcp", "--http", "127.0.0.1:0"]
+                      ).start()
+    try:
+        info = json.loads((service.runtime_dir / "endpoints.json").read_text())
+        addresses = [a for shard in info["endpoints"]["detokenizers"] for a in shard.values()]
+        assert len(set(addresses)) == 8 and all(a.startswith("tcp://127.0.0.1:") for a in addresses)
+        url, _ = http_url(service, None)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            for i in range(6):  # server-made ids: both shards serve them
+                body = {"model": toy_model.name, "messages": [{"role": "user", "content": f"hi {i}"}]}
+                answer = http.post("/v1/chat/completions", json={**body, "n": 2}).json()
+                assert "choices" in answer, answer
+                assert [c["message"]["content"] for c in answer["choices"]] == [f"hi {i}"] * 2
+            metrics = http.get("/metrics").text
+        finished = [line for line in metrics.splitlines() if line.startswith(
+            'textproc_process_events_total{role="detokenizer"') and "requests_finished" in line]
+        counts = {line.split('index="')[1].split('"')[0]: int(line.rsplit(" ", 1)[1])
+                  for line in finished}
+        assert set(counts) == {"0", "1"} and sum(counts.values()) == 12, finished
     finally:
         service.stop()
