@@ -306,7 +306,7 @@ def run_process(dp: DetokProcess, work: Workload, streams: int, steps: int, mode
                     if item.request_id == rids[0]:
                         for d in item.deltas:
                             text0.append(d.get("content", "") + d.get("reasoning_content", ""))
-                        entry_bytes.extend(e[1] for e in item.logprobs)
+                        entry_bytes.extend(e[1] for e in item.logprobs or ())
                     if item.finish_reason is not None:
                         finished += 1
                         reasons[item.finish_reason] += 1

@@ -576,8 +576,9 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     # "engine_error" (500), "internal" (500); the client raises the matching textproc error
     error_kind: str | None = None
     # protocol 8, with Submit.logprobs: one entry per token whose bytes reached the output
-    # since the last frame, in order (see textproc.core.logprobs)
-    logprobs: list[LogprobEntry] = []
+    # since the last frame, in order (see textproc.core.logprobs); None: none (a None default
+    # costs nothing per output, an empty list default one allocation each)
+    logprobs: list[LogprobEntry] | None = None
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

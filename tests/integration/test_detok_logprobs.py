@@ -93,7 +93,7 @@ def _run(table: RequestTable, frames: list[Any]) -> tuple[str, list[Any], str | 
             if item.request_id != "r":
                 continue
             text += "".join(d.get("content", "") for d in item.deltas)
-            entries += item.logprobs
+            entries += item.logprobs or []
             reason = item.finish_reason or reason
         table.outbox.clear()
     return text, entries, reason
@@ -168,7 +168,7 @@ def test_requests_without_logprobs_get_none_and_the_same_text(toy_model: Path) -
     table.on_submit(Submit("p", b"c", 1, 500, ENC.encode(EngineRequest("p", pack_ids([1]), 500))))
     table.on_step(_packed(0, [("r", ids, 0), ("p", ids, 0)], tok.vocab_size, {0: "stop", 1: "stop"}))
     items = {item.request_id: item for item in table.outbox[b"c"]}
-    assert items["p"].logprobs == [] and len(items["r"].logprobs) == len(ids)
+    assert items["p"].logprobs is None and len(items["r"].logprobs or []) == len(ids)
 
 
 def test_eos_has_no_entry(toy_model: Path) -> None:
@@ -184,7 +184,7 @@ def test_rows_missing_for_a_request_that_asked_are_counted(toy_model: Path) -> N
     ids = tok.encode("ab cd")
     table = _table(toy_model)
     table.on_step(EngineStep(0, [StepOutput("r", ids, "length")]))
-    entries = table.outbox[b"c"][-1].logprobs
+    entries = table.outbox[b"c"][-1].logprobs or []
     assert [e[2] for e in entries] == [MISSING_LOGPROB] * len(ids)
     assert table.counters["logprobs_missing"] == len(ids)
 
@@ -209,3 +209,22 @@ def test_malformed_logprob_rows_refuse_the_step(toy_model: Path, frame: Any, why
     with pytest.raises(ProtocolError, match=why):
         table.on_step(frame)
     assert table.counters == before and table.outbox == {} and set(table.live) == {"r"}
+
+
+def test_reasoning_tokens_have_entries_too() -> None:
+    """With a reasoning parser the entries cover the raw output (think tags, reasoning and
+    content, in order): what vLLM's chat endpoint does; docs/architecture.md "Logprobs"."""
+    from tests.helpers.models import model_dir
+    from textproc.core.tokenizer import Tokenizer
+
+    model = model_dir("qwen3")
+    tok = Tokenizer.from_dir(model)
+    raw = "<think>\nwhy 🦜?\n</think>\n\nAn answer: 你好"
+    ids = tok.encode(raw)
+    table = RequestTable(tok, ServiceConfig(model_dir=str(model)))
+    table.on_submit(Submit("r", b"c", 1, 500, ENC.encode(EngineRequest("r", pack_ids([1]), 500)),
+                           reasoning=True, logprobs=1))
+    content, entries, reason = _run(table, _steps(ids, [3, 5], tok.vocab_size, True))
+    assert content == "An answer: 你好" and reason == "length"
+    assert b"".join(e[1] for e in entries) == raw.encode()
+    assert [e[0] for e in entries] == ids

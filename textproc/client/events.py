@@ -135,7 +135,7 @@ def take_event(stream: StreamState) -> TextEvent:
     """
     items = stream.items
     first = items.popleft()
-    logprobs = first.logprobs
+    logprobs = first.logprobs or []
     if not items:
         last, deltas = first, first.deltas
     else:
@@ -145,7 +145,8 @@ def take_event(stream: StreamState) -> TextEvent:
         while items:
             last = items.popleft()
             deltas.extend(last.deltas)
-            logprobs.extend(last.logprobs)
+            if last.logprobs:
+                logprobs.extend(last.logprobs)
     if last.finish_reason == "error":
         raise error_from(last.error_kind or "internal", last.error or "request failed")
     usage = Usage(last.prompt_tokens, last.completion_tokens) if last.finish_reason else None

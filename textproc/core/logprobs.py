@@ -76,8 +76,30 @@ class LogprobTrack:
         """Queue entries for ``token_ids``; their rows start at ``row`` in ``floats`` (``width``
         = 1 + k floats per token: its logprob, then its alternatives') and ``alt_ids`` (k per
         token). ``floats=None``: the engine sent no rows (entries get ``MISSING_LOGPROB``)."""
+        if len(token_ids) == 1 and floats is not None:  # the common step: one new id
+            token_id = token_ids[0]
+            try:
+                data = self._table[token_id] if token_id >= 0 else b""
+            except IndexError:
+                data = b""
+            if data:
+                self._fed += len(data)
+                base = row * width
+                k = self._k if self._k < width else width - 1
+                if k:
+                    first = row * (width - 1)
+                    ids_k = alt_ids[first:first + k]
+                    try:
+                        alts = list(zip(ids_k, map(self._alt_table.__getitem__, ids_k),
+                                        floats[base + 1:base + 1 + k]))
+                    except (IndexError, TypeError):
+                        alts = self._alts(ids_k, floats[base + 1:base + 1 + k])
+                    self._pending.append((token_id, data, floats[base], alts))
+                else:
+                    self._pending.append((token_id, data, floats[base], []))
+            return
         table, alt_table = self._table, self._alt_table
-        n_table, n_alt = len(table), len(alt_table)
+        n_table = len(table)
         k = min(self._k, width - 1)
         pending = self._pending
         for j, token_id in enumerate(token_ids):
@@ -91,7 +113,7 @@ class LogprobTrack:
                 continue
             r = row + j
             base = r * width + 1
-            alts: list[tuple[int, bytes, float]] = []
+            alts = []
             if k:
                 first = r * (width - 1)
                 ids_k = alt_ids[first:first + k]
@@ -99,9 +121,13 @@ class LogprobTrack:
                     alts = list(zip(ids_k, map(alt_table.__getitem__, ids_k),
                                     floats[base:base + k]))
                 except (IndexError, TypeError):
-                    alts = [(a, alt_table[a] if 0 <= a < n_alt else b"", f)
-                            for a, f in zip(ids_k, floats[base:base + k])]
+                    alts = self._alts(ids_k, floats[base:base + k])
             pending.append((token_id, data, floats[base - 1], alts))
+
+    def _alts(self, ids: Sequence[int], floats: Sequence[float]) -> list[tuple[int, bytes, float]]:
+        # an alternative id outside the vocabulary is shown with no bytes
+        n_alt = len(self._alt_table)
+        return [(a, self._alt_table[a] if 0 <= a < n_alt else b"", f) for a, f in zip(ids, floats)]
 
     def release(self, unreleased_bytes: int, *, final: bool = False) -> list[Entry]:
         """The entries whose bytes are all out now that ``unreleased_bytes`` of the fed bytes

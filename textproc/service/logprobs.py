@@ -42,6 +42,7 @@ def step_rows(step: EngineStep | EngineStepPacked,
         floats, alt_ids = step.logprobs, step.top_ids
         width, floats_s, alts_s = logprob_rows(n_tokens, floats, alt_ids,
                                                f"EngineStepPacked step {step.step}")
+        floats_s = _as_list(floats_s)  # list slices and items are cheaper than array ones
         out: list[tuple[str, Sequence[int], str | None, Rows | None]] = []
         row = 0
         for rid, new, reason in zip(rids, ids, reasons):
@@ -55,9 +56,14 @@ def step_rows(step: EngineStep | EngineStepPacked,
             width, floats_s, alts_s = logprob_rows(
                 len(o.token_ids), o.logprobs or b"", o.top_ids or b"",
                 f"EngineStep step {step.step} request {o.request_id!r}")
-            rows = (floats_s, alts_s, width, 0)
+            rows = (_as_list(floats_s), alts_s, width, 0)
         out.append((o.request_id, o.token_ids, o.finish_reason, rows))
     return out
+
+
+def _as_list(values: Sequence[float]) -> Sequence[float]:
+    tolist = getattr(values, "tolist", None)
+    return tolist() if tolist is not None else values
 
 
 def early_output(rid: str, ids: Sequence[int], reason: str | None, rows: Rows | None) -> StepOutput:
