@@ -266,8 +266,8 @@ class EngineStepPacked(msgspec.Struct, tag=True, array_like=True):
 
 
 # one generated token's logprob entry as it travels to clients: (token id, its bytes in the
-# output, its logprob, [(alternative id, its bytes, its logprob), ...] most likely first)
-LogprobEntry = tuple[int, bytes, float, list[tuple[int, bytes, float]]]
+# output, its logprob, its alternatives' ids, bytes and logprobs, most likely first)
+LogprobEntry = tuple[int, bytes, float, list[int], list[bytes], list[float]]
 
 
 def logprob_rows(

@@ -141,11 +141,11 @@ def test_entries_carry_the_engine_numbers_and_alternative_bytes(toy_model: Path)
     ids = tok.encode("ab 😀")
     vocab = tok.vocab_size
     _, entries, _ = _run(_table(toy_model), _steps(ids, [1, 2, 3], vocab, True))
-    for pos, (token_id, data, logprob, alts) in enumerate(entries):
+    for pos, (token_id, data, logprob, alt_ids, alt_bytes, alt_lps) in enumerate(entries):
         f, a = _row(pos, token_id, vocab)
         assert data == tok.token_bytes(token_id) and logprob == f[0]
-        assert alts == [(a[0], tok.token_bytes(a[0], skip_special_tokens=False), f[1]),
-                        (a[1], tok.token_bytes(a[1], skip_special_tokens=False), f[2])]
+        assert (alt_ids, alt_lps) == (a, f[1:])
+        assert alt_bytes == [tok.token_bytes(t, skip_special_tokens=False) for t in a]
     split = [token_text(e[1]) for e in entries if not e[1].decode("utf-8", "ignore")]
     assert all(t.startswith("bytes:\\x") for t in split)  # the emoji's partial tokens
 

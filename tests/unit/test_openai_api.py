@@ -201,8 +201,8 @@ def test_logprob_bodies() -> None:
     from textproc.http.responses import CompletionLogprobs, chat_logprobs
 
     # "é" as two tokens of one byte each, then " ok": (id, bytes, logprob, alternatives)
-    entries = [(1, b"\xc3", -0.5, [(1, b"\xc3", -0.5), (9, b"<s>", -2.0)]),
-               (2, b"\xa9", -0.25, []), (3, b" ok", -1.0, [(4, b" no", -1.5)])]
+    entries = [(1, b"\xc3", -0.5, [1, 9], [b"\xc3", b"<s>"], [-0.5, -2.0]),
+               (2, b"\xa9", -0.25, [], [], []), (3, b" ok", -1.0, [4], [b" no"], [-1.5])]
     body = chat_logprobs(entries)
     assert body["refusal"] is None and [e["token"] for e in body["content"]] == [
         "bytes:\\xc3", "bytes:\\xa9", " ok"]

@@ -180,7 +180,7 @@ def test_logprobs_follow_the_output_text() -> None:
     assert req.chat.logprobs == 1 and req.echo["top_logprobs"] == 1
 
     def entry(data: bytes) -> Any:
-        return (1, data, -0.5, [(2, b"z", -1.0)])
+        return (1, data, -0.5, [2], [b"z"], [-1.0])
 
     builder = ResponseBuilder("resp-1", req, created_at=0)
     builder.start()

@@ -206,8 +206,9 @@ class TextClient:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
 
         ``logprobs`` = k in 0..20: each event's ``logprobs`` holds an entry per output token
-        whose bytes reached the text (``textproc.core.logprobs``: token id, its bytes, its
-        logprob from the engine, and its k most likely alternatives as (id, bytes, logprob)).
+        whose bytes reached the text (``textproc.core.logprobs.Entry``: token id, its bytes,
+        its logprob from the engine, and its k most likely alternatives as three lists: ids,
+        bytes, logprobs).
 
         ``n`` > 1: n choices of one prompt (rendered and encoded once, seed + i for choice i
         when ``sampling`` has a seed), as one stream whose events carry ``index`` (0..n-1),

@@ -25,8 +25,14 @@ from collections.abc import Sequence
 
 __all__ = ["Entry", "LogprobTrack", "token_text", "MISSING_LOGPROB"]
 
-# (token id, its bytes in the output, its logprob, [(alternative id, its bytes, logprob), ...])
-Entry = tuple[int, bytes, float, list[tuple[int, bytes, float]]]
+# (token id, its bytes in the output, its logprob, then its k alternatives as three columns:
+# ids, bytes (special tokens spelled out), logprobs; most likely first). Columns, not k
+# tuples: half the cost to build, encode and decode (bench/README.md, "Logprobs")
+Entry = tuple[int, bytes, float, list[int], list[bytes], list[float]]
+# the columns of an entry without alternatives (shared; never mutated)
+_NO_IDS: list[int] = []
+_NO_BYTES: list[bytes] = []
+_NO_FLOATS: list[float] = []
 # the logprob of a token the engine sent no row for (OpenAI's "very unlikely" value)
 MISSING_LOGPROB = -9999.0
 
@@ -53,11 +59,11 @@ class LogprobTrack:
     many alternatives the request wants (the engine may send more; fewer if it sends fewer).
 
     >>> t = LogprobTrack([b"", b"ab", b"c"], [b"<s>", b"ab", b"c"], 1)
-    >>> t.feed([1, 0, 2], [-0.5, -0.1, -1.0, -2.0, -0.25, -0.25], [2, 1, 2], 2)
+    >>> t.feed([1, 0, 2], [-0.5, -0.1, -1.0, -2.0, -0.25, -0.25], [2, 0, 2], 2)
     >>> t.release(1)  # one byte still held: only "ab" is out
-    [(1, b'ab', -0.5, [(2, b'c', -0.1)])]
+    [(1, b'ab', -0.5, [2], [b'c'], [-0.1])]
     >>> t.release(0, final=True)
-    [(2, b'c', -0.25, [(2, b'c', -0.25)])]
+    [(2, b'c', -0.25, [2], [b'c'], [-0.25])]
     """
 
     __slots__ = ("_table", "_alt_table", "_k", "_pending", "_fed", "_out", "missing")
@@ -75,59 +81,36 @@ class LogprobTrack:
              alt_ids: Sequence[int] = (), width: int = 1, row: int = 0) -> None:
         """Queue entries for ``token_ids``; their rows start at ``row`` in ``floats`` (``width``
         = 1 + k floats per token: its logprob, then its alternatives') and ``alt_ids`` (k per
-        token). ``floats=None``: the engine sent no rows (entries get ``MISSING_LOGPROB``)."""
-        if len(token_ids) == 1 and floats is not None:  # the common step: one new id
-            token_id = token_ids[0]
-            try:
-                data = self._table[token_id] if token_id >= 0 else b""
-            except IndexError:
-                data = b""
-            if data:
-                self._fed += len(data)
-                base = row * width
-                k = self._k if self._k < width else width - 1
-                if k:
-                    first = row * (width - 1)
-                    ids_k = alt_ids[first:first + k]
-                    try:
-                        alts = list(zip(ids_k, map(self._alt_table.__getitem__, ids_k),
-                                        floats[base + 1:base + 1 + k]))
-                    except (IndexError, TypeError):
-                        alts = self._alts(ids_k, floats[base + 1:base + 1 + k])
-                    self._pending.append((token_id, data, floats[base], alts))
-                else:
-                    self._pending.append((token_id, data, floats[base], []))
-            return
-        table, alt_table = self._table, self._alt_table
-        n_table = len(table)
-        k = min(self._k, width - 1)
+        token), both lists (slices of them are the entries' columns). ``floats=None``: the
+        engine sent no rows (entries get ``MISSING_LOGPROB``)."""
+        table, alt_bytes = self._table, self._alt_table.__getitem__
+        k = self._k if self._k < width else width - 1
         pending = self._pending
         for j, token_id in enumerate(token_ids):
-            data = table[token_id] if 0 <= token_id < n_table else b""
+            try:
+                data = table[token_id] if token_id >= 0 else b""
+            except IndexError:  # an id the pipeline refuses (the request fails there)
+                data = b""
             if not data:
-                continue  # adds nothing to the text (or is an id the pipeline refuses)
+                continue  # adds nothing to the text
             self._fed += len(data)
             if floats is None:
                 self.missing += 1
-                pending.append((token_id, data, MISSING_LOGPROB, []))
+                pending.append((token_id, data, MISSING_LOGPROB, _NO_IDS, _NO_BYTES, _NO_FLOATS))
                 continue
-            r = row + j
-            base = r * width + 1
-            alts = []
-            if k:
-                first = r * (width - 1)
-                ids_k = alt_ids[first:first + k]
-                try:  # C-level zip/map; ids from the wire are uint32, so only too large fails
-                    alts = list(zip(ids_k, map(alt_table.__getitem__, ids_k),
-                                    floats[base:base + k]))
-                except (IndexError, TypeError):
-                    alts = self._alts(ids_k, floats[base:base + k])
-            pending.append((token_id, data, floats[base - 1], alts))
-
-    def _alts(self, ids: Sequence[int], floats: Sequence[float]) -> list[tuple[int, bytes, float]]:
-        # an alternative id outside the vocabulary is shown with no bytes
-        n_alt = len(self._alt_table)
-        return [(a, self._alt_table[a] if 0 <= a < n_alt else b"", f) for a, f in zip(ids, floats)]
+            base = (row + j) * width
+            if not k:
+                pending.append((token_id, data, floats[base], _NO_IDS, _NO_BYTES, _NO_FLOATS))
+                continue
+            first = (row + j) * (width - 1)
+            ids_k = alt_ids[first:first + k]  # a list: the entry's column as it is
+            try:  # C-level map; wire ids are uint32, so only an id past the table fails
+                texts = list(map(alt_bytes, ids_k))
+            except IndexError:
+                n_alt = len(self._alt_table)
+                texts = [self._alt_table[a] if a < n_alt else b"" for a in ids_k]
+            pending.append((token_id, data, floats[base], ids_k, texts,  # type: ignore[arg-type]
+                            floats[base + 1:base + 1 + k]))
 
     def release(self, unreleased_bytes: int, *, final: bool = False) -> list[Entry]:
         """The entries whose bytes are all out now that ``unreleased_bytes`` of the fed bytes
@@ -142,8 +125,8 @@ class LogprobTrack:
             out.append(entry)
         if final and pending:
             if self._out < target:
-                token_id, data, logprob, alts = pending[0]
-                out.append((token_id, data[:target - self._out], logprob, alts))
+                token_id, data, *rest = pending[0]
+                out.append((token_id, data[:target - self._out], *rest))  # type: ignore[arg-type]
                 self._out = target
             pending.clear()
         return out

@@ -202,10 +202,10 @@ def token_logprob(entry: Entry) -> dict[str, Any]:
     """One token's logprob object (chat's ``logprobs.content[i]``, the Responses API's
     ``output_text.logprobs[i]``): ``token`` (``token_text``), ``logprob``, ``bytes`` (exact) and
     ``top_logprobs`` (the alternatives, most likely first)."""
-    _, data, logprob, alts = entry
+    _, data, logprob, _, alt_bytes, alt_logprobs = entry
     return {"token": token_text(data), "logprob": logprob, "bytes": list(data),
             "top_logprobs": [{"token": token_text(b), "logprob": lp, "bytes": list(b)}
-                             for _, b, lp in alts]}
+                             for b, lp in zip(alt_bytes, alt_logprobs)]}
 
 
 def chat_logprobs(entries: Sequence[Entry]) -> dict[str, Any]:
@@ -231,11 +231,11 @@ class CompletionLogprobs:
         logprobs: list[float] = []
         tops: list[dict[str, float]] = []
         offsets: list[int] = []
-        for _, data, logprob, alts in entries:
+        for _, data, logprob, _, alt_bytes, alt_logprobs in entries:
             text = token_text(data)
             tokens.append(text)
             logprobs.append(logprob)
-            top = {token_text(b): lp for _, b, lp in alts}
+            top = {token_text(b): lp for b, lp in zip(alt_bytes, alt_logprobs)}
             top.setdefault(text, logprob)
             tops.append(top)
             inside = bool(data) and 0x80 <= data[0] < 0xC0

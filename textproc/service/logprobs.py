@@ -9,6 +9,7 @@ nothing. Rows that do not fit their ids raise ValueError (the whole step is malf
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 from textproc.core.detokenizer import DetokenizerVocab, special_byte_table
@@ -27,6 +28,7 @@ from textproc.protocol import (
 
 __all__ = ["Rows", "step_rows", "new_track", "attach", "early_output"]
 
+_BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
 # one request's rows in a step: (floats, alternative ids, width 1 + k, index of its first row)
 Rows = tuple[Sequence[float], Sequence[int], int, int]
 
@@ -50,14 +52,27 @@ def step_rows(step: EngineStep | EngineStepPacked,
             row += len(new)
         return out
     out = []
+    append = out.append
     for o in step.outputs:
-        rows: Rows | None = None
-        if o.logprobs or o.top_ids:  # None or empty: no rows
-            width, floats_s, alts_s = logprob_rows(
-                len(o.token_ids), o.logprobs or b"", o.top_ids or b"",
-                f"EngineStep step {step.step} request {o.request_id!r}")
-            rows = (_as_list(floats_s), alts_s, width, 0)
-        out.append((o.request_id, o.token_ids, o.finish_reason, rows))
+        row_floats, row_ids = o.logprobs, o.top_ids
+        if not row_floats and not row_ids:  # None or empty: no rows
+            append((o.request_id, o.token_ids, o.finish_reason, None))
+            continue
+        n = len(o.token_ids)
+        if type(row_floats) is bytes and not row_ids and n and len(row_floats) == 4 * n:
+            # k = 0, packed (the common shape): one float per id, nothing else to check
+            packed = array("f")
+            packed.frombytes(row_floats)
+            if _BIG_ENDIAN:
+                packed.byteswap()
+            append((o.request_id, o.token_ids, o.finish_reason, (packed.tolist(), (), 1, 0)))
+            continue
+        try:
+            width, floats_s, alts_s = logprob_rows(n, row_floats or b"", row_ids or b"", "rows")
+        except ValueError as e:
+            raise ValueError(f"EngineStep step {step.step} request {o.request_id!r}: "
+                             f"{str(e).removeprefix('rows: ')}") from e
+        append((o.request_id, o.token_ids, o.finish_reason, (_as_list(floats_s), alts_s, width, 0)))
     return out
 
 
