@@ -6,15 +6,16 @@
 
 (also ``textproc bench long-prompt``: the CLI maps ``-`` to ``_``.)
 
-Set-up, once per pool in ``--workers`` (plus, for the largest pool, the same pool with
-``--split-min-chars 0``, i.e. every prompt encoded by the one worker that got it, unless
-``--no-unsplit``): ``textproc serve --engine external --workers N`` and the fake engine of
-``bench/_common.py`` (no step delay: a request's single token is sent in the engine's next loop
-turn; it records when the request arrived and when that step was sent). Each pool is a fresh
-service, so every prompt is new to its workers (no piece or segment cache holds it). Prompts:
-``--reps`` different prompts per size cut from the mixed corpus of ``tests/corpus.py`` (prose,
-code, 20+ scripts, emoji). ``--path chat`` (default) sends each as the user message of a chat
-request (the worker renders the template and encodes); ``completion`` sends the raw text.
+Set-up: one service per pool in ``--workers``, all running at once (plus, for the largest
+pool, the same pool with ``--split-min-chars 0``, i.e. every prompt encoded by the one worker
+that got it, unless ``--no-unsplit``): ``textproc serve --engine external --workers N``, each
+with the fake engine of ``bench/_common.py`` (no step delay: a request's single token is sent in
+the engine's next loop turn; it records when the request arrived and when that step was sent).
+Each prompt goes to each pool in turn, so the pools share the machine's load alike; every
+prompt is new to each pool's workers (no piece or segment cache holds it). Prompts: ``--reps``
+different prompts per size cut from the mixed corpus of ``tests/corpus.py`` (prose, code, 20+
+scripts, emoji). ``--path chat`` (default) sends each as the user message of a chat request
+(the worker renders the template and encodes); ``completion`` sends the raw text.
 
 Per prompt, one at a time (nothing else in flight):
 
@@ -67,62 +68,94 @@ def _messages(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 
 
-async def _drive(serve: Serve, prompts: dict[int, list[str]], path: str,
-                 label: str) -> dict[int, list[dict[str, Any]]]:
+async def _drive(pools: list[tuple[str, Serve]], prompts: dict[int, list[str]],
+                 path: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """Each prompt to each pool in turn (so every pool sees the same load), one at a time."""
+    from contextlib import AsyncExitStack
+
     from textproc.client import TextClient
 
     perf = time.perf_counter
-    out: dict[int, list[dict[str, Any]]] = {}
-    worker_pids = {k: v for k, v in serve.pids().items() if k.startswith("worker")}
-    async with await TextClient.connect(serve.runtime_dir, timeout_s=120) as client:
-        for i in range(2 * client.n_workers):  # connections up, first-call costs paid
-            async for _ in client.complete("warm up " * 20, max_tokens=1, request_id=f"warm-{i}"):
-                pass
+    out: dict[str, dict[int, list[dict[str, Any]]]] = {label: {} for label, _ in pools}
+    async with AsyncExitStack() as stack:
+        clients = []
+        for label, serve in pools:
+            client = await stack.enter_async_context(
+                await TextClient.connect(serve.runtime_dir, timeout_s=120))
+            pids = [v for k, v in serve.pids().items() if k.startswith("worker")]
+            clients.append((label, client, pids))
+            for i in range(2 * client.n_workers):  # connections up, first-call costs paid
+                async for _ in client.complete("warm up " * 20, max_tokens=1, request_id=f"warm-{i}"):
+                    pass
+                # the chat template compiles on a worker's first chat (~50 ms): not a prompt's
+                async for _ in client.chat(_messages("warm up"), max_tokens=1, request_id=f"warmc-{i}"):
+                    pass
         for size, texts in prompts.items():
             for k, text in enumerate(texts):
-                rid = f"long-{size}-{k}"
-                stream = (client.chat(_messages(text), max_tokens=1, request_id=rid)
-                          if path == "chat" else client.complete(text, max_tokens=1, request_id=rid))
-                cpu0 = [cpu_seconds(p) for p in worker_pids.values()]
-                t0 = perf()
-                first = None
-                prompt_tokens = 0
-                async for ev in stream:
-                    if first is None:
-                        first = perf()
-                    if ev.usage is not None:
-                        prompt_tokens = ev.usage.prompt_tokens
-                await asyncio.sleep(0.05)  # let /proc catch up with the worker's last tick
-                cpus = [cpu_seconds(p) - c for p, c in zip(worker_pids.values(), cpu0)]
-                assert first is not None
-                load = os.getloadavg()[0]
-                out.setdefault(size, []).append({"rid": rid, "t_send": t0, "t_first": first,
-                                                 "prompt_tokens": prompt_tokens,
-                                                 "worker_cpu_s": sum(cpus),
-                                                 "busiest_cpu_s": max(cpus), "load": load})
-                print(f"  {label}: {size:>7} tokens #{k + 1}: TTFT {(first - t0) * 1000:8.1f} ms "
-                      f"({prompt_tokens} prompt tokens), load {load:.1f}", flush=True)
+                for label, client, worker_pids in clients:
+                    rid = f"long-{size}-{k}"
+                    stream = (client.chat(_messages(text), max_tokens=1, request_id=rid)
+                              if path == "chat" else
+                              client.complete(text, max_tokens=1, request_id=rid))
+                    cpu0 = [cpu_seconds(p) for p in worker_pids]
+                    t0 = perf()
+                    first = None
+                    prompt_tokens = 0
+                    async for ev in stream:
+                        if first is None:
+                            first = perf()
+                        if ev.usage is not None:
+                            prompt_tokens = ev.usage.prompt_tokens
+                    await asyncio.sleep(0.05)  # let /proc catch up with the worker's last tick
+                    cpus = [cpu_seconds(p) - c for p, c in zip(worker_pids, cpu0)]
+                    assert first is not None
+                    load = os.getloadavg()[0]
+                    out[label].setdefault(size, []).append({
+                        "rid": rid, "t_send": t0, "t_first": first, "prompt_tokens": prompt_tokens,
+                        "worker_cpu_s": sum(cpus), "busiest_cpu_s": max(cpus), "load": load})
+                    print(f"  {label}: {size:>7} tokens #{k + 1}: TTFT {(first - t0) * 1000:8.1f} ms "
+                          f"({prompt_tokens} prompt tokens), load {load:.1f}", flush=True)
+        for label, client, _ in clients:
+            split: dict[str, int] = {}
+            for stats in await client.stats():
+                for key, value in stats.counters.items():
+                    if key.startswith("split_"):
+                        split[key] = split.get(key, 0) + value
+            print(f"  {label}: {split}", flush=True)
+            for recs in out[label].values():
+                for rec in recs:
+                    rec["split"] = split
     return out
 
 
-def _run_pool(model: Path, hf: Any, prompts: dict[int, list[str]], workers: int, split: bool,
-              path: str) -> dict[int, list[dict[str, Any]]]:
+def _label(workers: int, split: bool) -> str:
+    return f"{workers} worker{'s' if workers > 1 else ''}{'' if split or workers == 1 else ', unsplit'}"
+
+
+def _run_pools(model: Path, hf: Any, prompts: dict[int, list[str]], runs: list[tuple[int, bool]],
+               path: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """Start every pool (a service + the timing fake engine each), drive them, stop them."""
     import uvloop
 
-    label = f"{workers} worker{'s' if workers > 1 else ''}{'' if split or workers == 1 else ', unsplit'}"
-    serve = Serve(model, workers=workers, engine="external", max_model_len=MAX_MODEL_LEN,
-                  extra=[] if split else ["--split-min-chars", "0"])
-    engine = FakeEngine(serve.engine_in, serve.engine_out, letter_ids(hf), step_ms=0.0)
+    started: list[tuple[str, Serve, FakeEngine]] = []
     try:
+        for workers, split in runs:
+            serve = Serve(model, workers=workers, engine="external", max_model_len=MAX_MODEL_LEN,
+                          extra=[] if split else ["--split-min-chars", "0"])
+            engine = FakeEngine(serve.engine_in, serve.engine_out, letter_ids(hf), step_ms=0.0)
+            started.append((_label(workers, split), serve, engine))
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            got = runner.run(_drive(serve, prompts, path, label))
+            got = runner.run(_drive([(label, serve) for label, serve, _ in started], prompts, path))
     finally:
-        timings = engine.stop()
-        serve.close()
-    for recs in got.values():
-        for rec in recs:
-            arrived, s0, _ = timings["requests"][rec["rid"]]
-            rec["engine_s"] = timings["steps"][s0] - arrived
+        timings = {}
+        for label, serve, engine in started:
+            timings[label] = engine.stop()
+            serve.close()
+    for label, by_size in got.items():
+        for recs in by_size.values():
+            for rec in recs:
+                arrived, s0, _ = timings[label]["requests"][rec["rid"]]
+                rec["engine_s"] = timings[label]["steps"][s0] - arrived
     return got
 
 
@@ -141,8 +174,9 @@ def _references(model: Path, hf: Any, prompts: dict[int, list[str]],
         for text in texts:
             if path == "chat":
                 assert isinstance(tp.chat_template, str)
+                variables: dict[str, Any] = dict(tp.special_tokens_map)
                 prompt = render_chat(tp.chat_template, _messages(text), add_generation_prompt=True,
-                                     **tp.special_tokens_map)
+                                     **variables)
                 special = False
             else:
                 prompt, special = text, True
@@ -184,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
 
     hf = HFTokenizer.from_file(str(model / "tokenizer.json"))
     prompts = {size: make_prompts(hf, size, reps, seed=31 + size % 97) for size in sizes}
-    results = {run: _run_pool(model, hf, prompts, run[0], run[1], args.path) for run in runs}
+    results = _run_pools(model, hf, prompts, runs, args.path)
     refs = _references(model, hf, prompts, args.path)
     med = statistics.median
     rows: list[dict[str, Any]] = []
-    for (workers, split), got in results.items():
+    for workers, split in runs:
+        got = results[_label(workers, split)]
         for size in sizes:
             recs, ref = got[size], refs[size]
             for rec, r in zip(recs, ref):
@@ -208,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
                 "hf_wall_ms": med(x["hf_wall_s"] for x in ref) * 1000, "hf_cpu_ms": hf_cpu * 1000,
                 "textproc_encode_cpu_ms": med(x["tp_cpu_s"] for x in ref) * 1000,
                 "ttft_vs_hf_cpu": ttft / hf_cpu, "ttft_vs_hf": ttft / med(x["hf_wall_s"] for x in ref),
-                "load_avg_1m": max(x["load"] for x in recs)})
+                "load_avg_1m": max(x["load"] for x in recs),
+                # the pool's counters over all sizes (service/peers.py)
+                "pool_split_prompts": recs[0]["split"].get("split_prompts", 0),
+                "pool_chunks_taken_back": recs[0]["split"].get("split_chunks_taken_back", 0)})
     print()
     print_table(rows, [("workers", "workers", "d"), ("split", "split", ""), ("size", "size", "d"),
                        ("prompt tokens", "prompt_tokens", "d"), ("TTFT ms", "ttft_ms", ".1f"),

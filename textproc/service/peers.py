@@ -7,7 +7,7 @@ see ``core/tok/parts.py``), and the chunks are grouped into one share per peer t
 cooling down plus the worker's own. The worker sends the peers' shares, encodes its own, then
 collects the answers.
 
-It never waits on a peer for long: after a grace of a quarter of its own share's time it
+It never waits on a peer for long: after a grace of half its own share's time it
 encodes the missing chunks itself, last first, one at a time, taking any answer that arrives
 in between; so a busy, stopped or dead peer costs at most about the time of encoding the whole
 text here, never a stall (a peer whose answer did not come in time is skipped for
@@ -37,14 +37,16 @@ from textproc.protocol import EncodedPart, EncodePart, PeerOutFrame, pack_ids, u
 from textproc.service.bootstrap import ChildRuntime
 from textproc.transport import FrameDecoder, encoder
 
-__all__ = ["PeerPool", "SPLIT_MIN_CHARS", "CHUNK_CHARS", "CHUNKS_PER_SHARE", "PEER_COOLDOWN_S"]
+__all__ = ["PeerPool", "CHUNK_CHARS", "CHUNKS_PER_SHARE", "GRACE_FACTOR", "PEER_COOLDOWN_S"]
 
 _log = logging.getLogger("textproc.worker")
 
-SPLIT_MIN_CHARS = 16_384  # shorter texts are encoded in one piece (a share would not pay)
 CHUNK_CHARS = 4_096  # the smallest chunk; a share is several chunks
 CHUNKS_PER_SHARE = 8  # what the worker can take back one at a time from a late peer
-GRACE_FACTOR = 0.25  # wait idle this fraction of the own share's time before taking chunks back
+# wait idle this fraction of the own share's time before taking chunks back: a peer's answer
+# comes about when the own share is done; on a loaded box (load 5 on 2 cores) a quarter took
+# back 2 chunks per prompt, work done twice while the peer was only waiting for a core
+GRACE_FACTOR = 0.5
 GRACE_MIN_S = 0.002
 PEER_COOLDOWN_S = 1.0  # a peer that answered too late gets no share for this long
 _DRAIN_MAX = 64  # frames read from the worker's own socket per look while waiting
@@ -55,7 +57,7 @@ class PeerPool:
     shared with the peers for long texts. ``start()`` connects; ``close`` is the runtime's."""
 
     def __init__(self, tokenizer: Tokenizer, index: int, addresses: Sequence[str], *,
-                 min_chars: int = SPLIT_MIN_CHARS, max_chars: int = 1 << 62) -> None:
+                 min_chars: int, max_chars: int) -> None:
         self.tokenizer = tokenizer
         self.index = index
         self.addresses = {j: a for j, a in enumerate(addresses) if j != index}
