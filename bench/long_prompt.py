@@ -87,9 +87,10 @@ async def _drive(pools: list[tuple[str, Serve]], prompts: dict[int, list[str]],
             for i in range(2 * client.n_workers):  # connections up, first-call costs paid
                 async for _ in client.complete("warm up " * 20, max_tokens=1, request_id=f"warm-{i}"):
                     pass
-                # the chat template compiles on a worker's first chat (~50 ms): not a prompt's
-                async for _ in client.chat(_messages("warm up"), max_tokens=1, request_id=f"warmc-{i}"):
-                    pass
+                if path == "chat":  # the template compiles on a worker's first chat (~50 ms)
+                    async for _ in client.chat(_messages("warm up"), max_tokens=1,
+                                               request_id=f"warmc-{i}"):
+                        pass
         for size, texts in prompts.items():
             for k, text in enumerate(texts):
                 for label, client, worker_pids in clients:
