@@ -10,6 +10,7 @@ requests); ``for_service`` reads every shard from endpoints.json.
 from __future__ import annotations
 
 import json
+import time
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from tests.helpers.engine_peer import EnginePeer, entries_of, poll_until
 from textproc import TokenVocabulary, compile_constraint
 from textproc.config import ipc_endpoints
-from textproc.engine import EngineLink
+from textproc.engine import EngineLink, IncomingRequest
 from textproc.errors import InvalidInput
 from textproc.protocol import EngineAbort, EngineHello, EngineIndex, EngineRequest, pack_ids
 from textproc.service.constraints import table_of
@@ -97,7 +98,9 @@ def test_aborts_from_every_shard_and_rejects_go_to_the_owner(peers: list[EngineP
     while len(aborts) < 2:
         got += sharded.poll_requests()
         aborts += sharded.poll_aborts()
-    assert sorted(aborts) == sorted([a, b]) and got == []  # aborted before handed over
+    # each abort follows its request (same shard, same socket): a request handed over in an
+    # earlier drain is aborted in a later one, one still pending when its abort came is dropped
+    assert sorted(aborts) == sorted([a, b]) and {r.request_id for r in got} <= {a, b}
     bad = _ids_on(1, 2)[1]
     peers[1].send(EngineRequest(bad, pack_ids([1]), 0))  # max_tokens 0: rejected
     poll_until(lambda: sharded.poll_requests() or peers[1].pull.poll(0))
@@ -115,7 +118,13 @@ def test_index_caches_are_per_shard(peers: list[EnginePeer], sharded: EngineLink
     a, b = _ids_on(0, 1)[0], _ids_on(1, 1)[0]
     peers[1].send(EngineRequest(b, pack_ids([1]), 8, [4], index_key=index.key))
     peers[0].send(EngineRequest(a, pack_ids([1]), 8, [4], index_key=index.key))
-    got = poll_until(sharded.poll_requests)
+    got: list[IncomingRequest] = []
+
+    def both_arrived() -> bool:  # shard 1's request handed over, shard 0's rejected
+        got.extend(sharded.poll_requests())
+        return bool(got) and bool(peers[0].pull.poll(0))
+
+    poll_until(both_arrived)
     assert [r.request_id for r in got] == [b] and got[0].guide is not None
     assert entries_of(peers[0].recv()) == [(a, [], "error")]
     assert sharded.indexes_received == 3
@@ -143,3 +152,42 @@ def test_logprob_rows_follow_their_requests(peers: list[EnginePeer], sharded: En
         [a], array("f", [-0.5, -1.5]).tobytes(), array("I", [11]).tobytes())
     assert (second.request_ids, second.logprobs, second.top_ids) == (
         [b], array("f", [-0.25, -2.0]).tobytes(), array("I", [12]).tobytes())
+
+
+def test_a_shard_that_is_away_loses_only_its_own_steps(tmp_path: Path) -> None:
+    """Shard 1 is not bound: its frames drop once its queue is full, and its requests (only
+    its) are reported failed on its socket when it comes; shard 0 gets every step."""
+    (tmp_path / "0").mkdir()
+    (tmp_path / "1").mkdir()
+    first = EnginePeer(tmp_path / "0")
+    away_in, away_out = f"ipc://{tmp_path}/1/engine-in", f"ipc://{tmp_path}/1/engine-out"
+    # a queue of 64 frames: shard 0, read after every step, stays far from it (zmq's credit
+    # comes back every hwm/2 frames read, so a tiny queue can refuse a frame already read)
+    lk = EngineLink.connect([first.engine_in, away_in], [first.engine_out, away_out],
+                            send_hwm_frames=64)
+    try:
+        assert first.recv() == EngineHello(lk.instance_id)
+        a, b = _ids_on(0, 1)[0], _ids_on(1, 2)
+        for i in range(200):
+            lk.send_outputs([(a, [1], None), (b[i % 2], [1], None)])
+            assert entries_of(first.recv()) == [(a, [1], None)]  # shard 0 never drops
+        assert lk.dropped_steps >= 100 and lk.lost_requests_reported == 0
+        assert not lk.writable()  # a step may have outputs for the full shard
+        second = EnginePeer(tmp_path / "1")
+        try:
+            failed: set[str] = set()
+            deadline = time.monotonic() + 10
+            while not set(b) <= failed and time.monotonic() < deadline:
+                if lk.writable():
+                    lk.send_outputs([(b[0], [2], None)])
+                while second.pull.poll(50):
+                    frame = second.recv()
+                    if not isinstance(frame, EngineHello):
+                        failed |= {rid for rid, _, reason in entries_of(frame) if reason == "error"}
+            assert failed == set(b) and lk.lost_requests_reported == 2
+            assert not first.pull.poll(100)  # nothing was reported lost to shard 0
+        finally:
+            second.close()
+    finally:
+        lk.close()
+        first.close()
