@@ -64,8 +64,9 @@ class _Worker:
         return got.counters
 
 
-def _service(root: Path, model: Path) -> Service:
-    return Service(root, model, workers=2, args=["--max-model-len", "4000000"]).start(timeout_s=120)
+def _service(root: Path, model: Path, workers: int = 2) -> Service:
+    return Service(root, model, workers=workers,
+                   args=["--max-model-len", "4000000"]).start(timeout_s=120)
 
 
 @pytest.fixture
@@ -154,6 +155,23 @@ def test_a_killed_peer_is_covered_and_shares_resume_after_its_restart(
     assert ids == hf.encode(prompt, add_special_tokens=False).ids
     assert w1.counters()["split_prompts"] == 1
     assert w0.counters()["split_shares_served"] == before + 1
+
+
+def test_three_workers_share_one_prompt_three_ways(tmp_path: Path, toy_model: Path) -> None:
+    service = _service(tmp_path / "s3", toy_model, workers=3)
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        addresses = json.loads((service.runtime_dir / "endpoints.json").read_text())["endpoints"]["workers"]
+        w = [_Worker(ctx, a) for a in addresses]
+        for worker in w:
+            worker.render("warm up")
+        prompt, ids = w[2].render(_long_text(10, 150_000))
+        assert ids == _reference(toy_model).encode(prompt, add_special_tokens=False).ids
+        assert w[2].counters()["split_shares_sent"] == 2
+        assert [w[i].counters()["split_shares_served"] for i in (0, 1)] == [1, 1]
+    finally:
+        ctx.destroy(linger=0)
+        service.stop()
 
 
 @pytest.mark.skipif(not (MODELS_DIR / "qwen3" / "tokenizer.json").is_file(),

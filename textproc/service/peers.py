@@ -101,7 +101,11 @@ class PeerPool:
         peers = [(j, s) for j, s in self._dealers if self._slow_until.get(j, 0.0) <= now]
         if len(text) < self.min_chars or not peers:
             return tok.encode(text, add_special_tokens=add_special_tokens)
-        n_shares = 1 + len(peers)
+        # shares of at least half the threshold (a text at it is cut in two), the peers taken
+        # in turn so that no one of them gets every first share
+        n_shares = max(2, min(1 + len(peers), 2 * len(text) // self.min_chars))
+        turn = self._jobs % len(peers)
+        peers = (peers[turn:] + peers[:turn])[:n_shares - 1]
         t_plan = time.perf_counter()
         plan = tok.plan_parts(text, n_shares * CHUNKS_PER_SHARE,
                               add_special_tokens=add_special_tokens, min_part_chars=CHUNK_CHARS)
