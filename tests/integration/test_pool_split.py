@@ -5,6 +5,7 @@ the worker that got the prompt never waits on a peer for long (it takes the shar
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -18,7 +19,8 @@ import zmq
 
 from tests.helpers.corpus import fast_items
 from tests.helpers.models import MODELS_DIR
-from tests.helpers.service import Service
+from tests.helpers.service import Service, run
+from textproc.client import TextClient
 from textproc.protocol import (Stats, StatsRequest, TokenizeRequest, TokenizeResult,
                                WorkerOutFrame, unpack_ids)
 from textproc.transport import FrameDecoder, encoder
@@ -155,6 +157,23 @@ def test_a_killed_peer_is_covered_and_shares_resume_after_its_restart(
     assert ids == hf.encode(prompt, add_special_tokens=False).ids
     assert w1.counters()["split_prompts"] == 1
     assert w0.counters()["split_shares_served"] == before + 1
+
+
+def test_long_prompts_at_once_on_both_workers_all_equal_the_reference(
+        workers: tuple[Service, list[_Worker]], toy_model: Path) -> None:
+    """Both workers cut prompts and answer each other's shares at the same time (each waits
+    on the other while the other waits on it); every prompt's ids are still exact."""
+    service, _ = workers
+    hf = _reference(toy_model)
+    texts = [_long_text(20 + i, 60_000) for i in range(8)]
+
+    async def main() -> list[tuple[str, list[int]]]:
+        async with await TextClient.connect(service.runtime_dir, timeout_s=60) as client:
+            return list(await asyncio.gather(*(
+                client.render([{"role": "user", "content": t}]) for t in texts)))
+
+    for i, (prompt, ids) in enumerate(run(main)):
+        assert ids == hf.encode(prompt, add_special_tokens=False).ids, f"prompt {i}"
 
 
 def test_three_workers_share_one_prompt_three_ways(tmp_path: Path, toy_model: Path) -> None:
