@@ -186,3 +186,11 @@ def wait_http(http_file: Path, proc: subprocess.Popen[bytes] | None, log_path: P
         time.sleep(0.05)
     info = json.loads(http_file.read_text())
     return f"http://{info['host']}:{info['port']}"
+
+
+def serve_toy_http(root: Path, *args: str, name: str = "toy") -> tuple[Service, str]:
+    """``textproc serve`` of the toy model (built in ``root / name``, served as ``name``) with one
+    worker and the HTTP frontend on a free port: the service and its base URL."""
+    model = build_toy_model(root / name)
+    service = Service(root, model, workers=1, args=["--http", "127.0.0.1:0", *args]).start()
+    return service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)

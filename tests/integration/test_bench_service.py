@@ -61,6 +61,14 @@ def test_detokenize_bench(tmp_path: Path) -> None:
         assert r["core_tokens_per_s"] > 0
 
 
+def test_detokenize_bench_with_logprobs(tmp_path: Path) -> None:
+    # stream0_text_ok in plain mode also checks that the entries' bytes join to the text
+    rows = _run("detokenize.py", tmp_path, "--streams", "16", "--tokens", "320",
+                "--max-steps", "20", "--top-logprobs", "5", "--no-reference")
+    assert [(r["mode"], r["top_logprobs"]) for r in rows] == [("plain", 5), ("stops+parse", 5)]
+    assert all(r["stream0_text_ok"] is True and r["tokens_per_s"] > 0 for r in rows)
+
+
 def test_e2e_bench(tmp_path: Path) -> None:
     rows = _run("e2e.py", tmp_path, "--rates", "20", "--duration", "1.5", "--max-tokens", "4",
                 "--workers", "1", "--step-ms", "5")

@@ -18,19 +18,13 @@ import jsonschema
 import openai
 import pytest
 
-from tests.helpers.service import Service, build_toy_model, wait_http
+from tests.helpers.service import Service, serve_toy_http as _serve
 
 pytestmark = pytest.mark.timeout(90)
 
 MODEL = "toy"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-
-
-def _serve(root: Any, *args: str) -> tuple[Service, str]:
-    model = build_toy_model(root / MODEL)
-    service = Service(root, model, workers=1, args=["--http", "127.0.0.1:0", *args]).start()
-    return service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
 
 
 @pytest.fixture(scope="module")

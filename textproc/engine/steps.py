@@ -121,38 +121,23 @@ def columns(outputs: Sequence[Any]) -> tuple[Sequence[str], bytes, bytes, Mappin
 
 def pack(values: Any, what: str) -> bytes:
     """Little-endian uint32 bytes of ``values`` (bytes are taken as already packed)."""
-    try:
-        view = memoryview(values)
-    except TypeError:
-        view = None
-    if view is not None and view.ndim in (1, 2) and view.c_contiguous:
-        if view.format in ("B", "b", "c") and view.itemsize == 1 and view.ndim == 1:
-            if len(view) % 4:
-                raise InvalidInput(
-                    f"send_step: {what} given as {len(view)} bytes; packed token ids are "
-                    f"little-endian uint32, a multiple of 4 bytes"
-                )
-            return view.tobytes()
-        if view.itemsize == 4 and view.format.lstrip("@=<") in ("I", "L"):
-            if view.format.startswith("<") or not _BIG_ENDIAN:
-                return view.tobytes()
-        if view.ndim == 2:  # a (tokens, k) matrix: its items in row order
-            values = view.cast("B").cast(view.format.lstrip("@=<"))  # type: ignore[call-overload]
-    try:
-        packed = array("I", values)
-    except (TypeError, OverflowError, ValueError) as exc:
-        raise InvalidInput(
-            f"send_step: {what} is {short(values)}; expected uint32 ids: array('I'), a numpy "
-            f"uint32 array, packed bytes or a sequence of ints in [0, 2**32)"
-        ) from exc
-    if _BIG_ENDIAN:
-        packed.byteswap()
-    return packed.tobytes()
+    return _pack(values, f"send_step: {what}", "I", ("I", "L"), "token ids are little-endian "
+                 "uint32", "uint32 ids: array('I'), a numpy uint32 array, packed bytes or a "
+                 "sequence of ints in [0, 2**32)")
 
 
 def pack_logprobs(values: Any, what: str) -> bytes:
     """Little-endian float32 bytes of ``values`` (array('f'), numpy float32, packed bytes, or
     a sequence of floats)."""
+    return _pack(values, what, "f", ("f",), "logprobs are little-endian float32",
+                 "float32 logprobs: array('f'), a numpy float32 array, packed bytes or a "
+                 "sequence of floats")
+
+
+def _pack(values: Any, what: str, code: str, codes: tuple[str, ...], packed_as: str,
+          expected: str) -> bytes:
+    # 4-byte items of type ``code``: a contiguous buffer of them (1-D, or a (rows, k) matrix)
+    # is taken as it is on a little-endian machine, bytes as already packed, the rest converted
     try:
         view = memoryview(values)
     except TypeError:
@@ -160,21 +145,18 @@ def pack_logprobs(values: Any, what: str) -> bytes:
     if view is not None and view.ndim in (1, 2) and view.c_contiguous:
         if view.format in ("B", "b", "c") and view.itemsize == 1 and view.ndim == 1:
             if len(view) % 4:
-                raise InvalidInput(f"{what} given as {len(view)} bytes; packed logprobs are "
-                                   f"little-endian float32, a multiple of 4 bytes")
+                raise InvalidInput(f"{what} given as {len(view)} bytes; packed {packed_as}, "
+                                   f"a multiple of 4 bytes")
             return view.tobytes()
-        if view.itemsize == 4 and view.format.lstrip("@=<") == "f":
+        if view.itemsize == 4 and view.format.lstrip("@=<") in codes:
             if view.format.startswith("<") or not _BIG_ENDIAN:
                 return view.tobytes()
-        if view.ndim == 2:  # a (tokens, 1 + k) matrix: its items in row order
+        if view.ndim == 2:  # a (tokens, k) matrix: its items in row order
             values = view.cast("B").cast(view.format.lstrip("@=<"))  # type: ignore[call-overload]
     try:
-        packed = array("f", values)
+        packed = array(code, values)
     except (TypeError, OverflowError, ValueError) as exc:
-        raise InvalidInput(
-            f"{what} is {short(values)}; expected float32 logprobs: array('f'), a numpy float32 "
-            f"array, packed bytes or a sequence of floats"
-        ) from exc
+        raise InvalidInput(f"{what} is {short(values)}; expected {expected}") from exc
     if _BIG_ENDIAN:
         packed.byteswap()
     return packed.tobytes()
