@@ -179,3 +179,30 @@ def test_stub_random_rows_are_the_uniform_value() -> None:
     for value, alts in state.logprob_rows(new, 0):
         assert value == pytest.approx(-math.log(50)) and len(alts) == 2
         assert all(lp == value for _, lp in alts)
+
+
+def test_stub_constrained_rows_are_uniform_over_the_allowed_ids() -> None:
+    import math
+    import random
+
+    from engine_stub.scripts import RequestState
+    from textproc import TokenVocabulary, compile_constraint
+    from textproc.core.constraints import Guide
+
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b"c", b""], end_ids=[4])
+    index = compile_constraint(vocab, regex="(ab|c)+", cache=None)
+    request = IncomingRequest("r", [1], 6, [4], {}, None, 0, False, logprobs=1)
+    state = RequestState(request, None, eos_token_id=None, pool=list(range(5)))
+    guide = Guide(index)
+    state.constrain(guide, random.Random(3))
+    allowed = []  # the allowed ids before each token, replayed on a second guide
+    replay = Guide(index)
+    new, _ = state.take(6)
+    for token_id in new:
+        allowed.append(replay.allowed_ids())
+        replay.advance(token_id)
+    rows = state.logprob_rows(new, 0)
+    assert len(rows) == len(new)
+    for ids, (value, alts) in zip(allowed, rows):
+        assert value == pytest.approx(-math.log(len(ids)) if len(ids) > 1 else 0.0)
+        assert len(alts) == 1 and alts[0][0] in ids and alts[0][1] == value

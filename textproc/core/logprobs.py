@@ -118,7 +118,12 @@ class LogprobTrack:
         before the cut, and nothing after."""
         target = self._fed - unreleased_bytes
         pending = self._pending
-        out: list[Entry] = []
+        if target == self._fed:  # nothing held (the common case): everything pending is out
+            out = list(pending)
+            pending.clear()
+            self._out = target
+            return out
+        out = []
         while pending and self._out + len(pending[0][1]) <= target:
             entry = pending.popleft()
             self._out += len(entry[1])
