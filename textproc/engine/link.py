@@ -11,14 +11,16 @@ Owns the engine's two sockets (``textproc.protocol`` describes the frames):
   default ``step_format="auto"`` ``send_step`` sends the columnar ``EngineStepPacked``
   (protocol 2) and ``send_outputs`` the per-request ``EngineStep`` (protocol 1: the tuples
   encode as they are, cheaper than turning them into columns); ``"packed"`` / ``"legacy"``
-  send that frame from both.
+  send that frame from both. The link checks and converts what the engine gives;
+  :class:`textproc.engine.sending.StepSender` encodes and sends the frames.
 
 Detokenizer shards (``textproc serve --detokenizers N``): give ``engine_in`` / ``engine_out`` as
 sequences, shard k's address at k (``endpoints.json``'s ``detokenizers``, or
 :meth:`EngineLink.for_service`). The link then connects one pair of sockets per shard, reads
 requests, aborts and indexes from every shard, and sends each step's outputs for a request to
 the shard that owns it (``textproc.sharding.shard_of``, the function the workers route by;
-``textproc.engine.routing`` splits the step), one step frame per shard that has entries. Each
+``StepSender`` splits the step with ``textproc.engine.routing``), one step frame per shard that
+has entries. Each
 shard gets its own ``EngineHello`` and its own index cache (each mirrors one shard's relay).
 With one address each (the default) nothing of this runs.
 
@@ -57,8 +59,7 @@ import logging
 import time
 import uuid
 import weakref
-from functools import partial
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -70,10 +71,9 @@ if TYPE_CHECKING:
     from textproc.curve import CurveClientKeys
 from textproc.engine.indexes import IndexCache
 from textproc.engine.requests import IncomingRequest, check_request, unpack_array, unpack_list
-from textproc.engine.routing import Owners, entry_ids, split_columns, split_entries
+from textproc.engine.sending import StepSender
 from textproc.engine.steps import (
     NO_FINISHED,
-    PACKED_TAG,
     STEP_FORMATS,
     StepEntry,
     StepFormat,
@@ -88,13 +88,11 @@ from textproc.transport import close_sockets, new_context
 from textproc.protocol import (
     MAX_FRAME_BYTES,
     EngineAbort,
-    EngineHello,
     EngineIndex,
     EngineInFrame,
     EngineRequest,
     EngineStepPacked,
     StepOutput,
-    pack_ids,
     step_entries,
 )
 
@@ -167,17 +165,10 @@ class EngineLink:
         # one cache per shard: each mirrors what that shard's relay sent and evicted
         self._index_caches = [IndexCache(max_index_bytes) for _ in ins]
         self._indexes = self._index_caches[0]
-        self._owners = Owners(self.n_shards) if self.n_shards > 1 else None
+        self._sender = StepSender(self.instance_id, outs, send_hwm_frames)
+        self._owners = self._sender.owners  # with N shards: who owns each request id
         self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
         self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
-        self.dropped_steps = 0  # EngineStep frames not queued (textproc unreachable, HWM full)
-        # requests whose outputs were in a dropped step: their text has a hole, so textproc is
-        # told they failed (finish "error") with the next step that can be queued
-        self._lost_by_shard: list[dict[str, None]] = [{} for _ in ins]
-        self._lost = self._lost_by_shard[0]
-        self.lost_requests_reported = 0
-        self.hellos_sent = 0
-        self.steps_sent = 0  # next EngineStep.step number
         self._context: zmq.Context[Any] | None = None
         self._in: zmq.Socket[Any] | None = None
         self._out: zmq.Socket[Any] | None = None
@@ -194,8 +185,6 @@ class EngineLink:
         self._decoder: msgspec.msgpack.Decoder[EngineInFrame] = msgspec.msgpack.Decoder(
             EngineInFrame
         )
-        self._encoder = msgspec.msgpack.Encoder()
-        self._buf = bytearray()
         self._connects_seen = [0] * self.n_shards
         self._next_monitor_check = 0.0
         self._fresh_drain = False  # poll_requests drained and poll_aborts has not run since
@@ -273,8 +262,9 @@ class EngineLink:
             self._poller = zmq.Poller()
             for sock_in in self._shard_ins:
                 self._poller.register(sock_in, zmq.POLLIN)
+        self._sender.attach(self._shard_outs)
         for shard in range(self.n_shards):
-            self._send_hello(shard)
+            self._sender.hello(shard)
 
     def close(self) -> None:
         """Close the sockets (linger=0) and the context; safe to call twice."""
@@ -282,6 +272,7 @@ class EngineLink:
             self._finalizer()
         self._in = self._out = self._monitor = self._poller = None
         self._shard_ins, self._shard_outs, self._monitors = [], [], []
+        self._sender.attach([])
 
     @property
     def closed(self) -> bool:
@@ -340,9 +331,7 @@ class EngineLink:
         sock = self._out
         if sock is None:
             raise InvalidInput("EngineLink.writable on a link that is not started or closed")
-        if self.n_shards > 1:  # a step may have outputs for every shard
-            return all(int(s.getsockopt(zmq.EVENTS)) & zmq.POLLOUT for s in self._shard_outs)
-        return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT)
+        return self._sender.writable()
 
     def _drain(self) -> None:
         sock = self._in
@@ -476,9 +465,9 @@ class EngineLink:
         self.rejected_requests += 1
         if request_id:
             if self.step_format != "legacy":
-                self._send_packed([request_id], b"", b"\0\0\0\0", {0: "error"})
+                self._sender.packed([request_id], b"", b"\0\0\0\0", {0: "error"})
             else:
-                self._send_step([(request_id, [], "error")])
+                self._sender.entries([(request_id, [], "error")])
 
     def _check_reconnect(self) -> None:
         for shard, monitor in enumerate(self._monitors):
@@ -489,9 +478,28 @@ class EngineLink:
                     break
                 self._connects_seen[shard] += 1
                 if self._connects_seen[shard] > 1:  # the first connect carries the queued hello
-                    self._send_hello(shard)
+                    self._sender.hello(shard)
 
-    # sending ---------------------------------------------------------------------------------
+    # sending (textproc.engine.sending.StepSender makes and sends the frames) ------------------
+
+    @property
+    def steps_sent(self) -> int:
+        """The next step frame's number (steps sent so far, plus lost-request reports)."""
+        return self._sender.steps_sent
+
+    @property
+    def dropped_steps(self) -> int:
+        """Step frames not queued (textproc unreachable, its queue full): never waited for."""
+        return self._sender.dropped_steps
+
+    @property
+    def lost_requests_reported(self) -> int:
+        """Requests of dropped steps reported to textproc as finished with "error"."""
+        return self._sender.lost_requests_reported
+
+    @property
+    def hellos_sent(self) -> int:
+        return self._sender.hellos_sent
 
     def send_step(
         self,
@@ -556,9 +564,9 @@ class EngineLink:
                 *step_entries(frame))]
             if floats:
                 entries = _with_logprobs(entries, floats, alt_ids)
-            self._send_step(entries)
+            self._sender.entries(entries)
             return
-        self._send_packed(request_ids, tokens, packed_counts, finished, floats, alt_ids)
+        self._sender.packed(request_ids, tokens, packed_counts, finished, floats, alt_ids)
 
     def send_outputs(self, outputs: Iterable[StepEntry]) -> None:
         """Send one step's outputs as ONE step frame; never blocks.
@@ -586,141 +594,17 @@ class EngineLink:
         if self.check_outputs:
             outputs = normalise(outputs)
         if self.step_format != "packed":
-            self._send_step(outputs)
+            self._sender.entries(outputs)
             return
         try:
             cols = columns(outputs)
         except (TypeError, ValueError, OverflowError):
             fixed = normalise(outputs)
             if any(len(entry) == 5 for entry in fixed):  # logprobs: per-request rows
-                self._send_step(fixed)
+                self._sender.entries(fixed)
                 return
             cols = columns(fixed)
-        self._send_packed(*cols)
-
-    def _send_packed(
-        self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str],
-        logprobs: bytes = b"", top_ids: bytes = b"",
-    ) -> None:
-        out = self._out
-        if out is None:
-            raise InvalidInput("EngineLink.send_step before start() or after close()")
-        if self._owners is not None:
-            self._send_packed_shards(request_ids, tokens, counts, finished, logprobs, top_ids)
-            return
-        if self._lost:
-            self._report_lost(out)
-        step = self.steps_sent
-        self._encoder.encode_into(
-            (PACKED_TAG, step, request_ids, tokens, counts, finished, logprobs, top_ids), self._buf
-        )
-        self._send_buf(out, step, lambda: request_ids)
-
-    def _send_packed_shards(
-        self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str],
-        logprobs: bytes, top_ids: bytes,
-    ) -> None:
-        """One step to N shards: each gets the entries it owns, as one EngineStepPacked."""
-        owners = self._owners
-        assert owners is not None
-        parts = split_columns(owners.of(request_ids), self.n_shards, request_ids, tokens, counts,
-                              finished, logprobs, top_ids)
-        self._report_lost_shards()
-        step = self.steps_sent
-        for shard, part in enumerate(parts):
-            if part is not None:
-                ids = part[0]
-                self._encoder.encode_into((PACKED_TAG, step, *part), self._buf)
-                self._send_buf(self._shard_outs[shard], step, partial(list, ids), shard)
-        self.steps_sent = step + 1
-        if finished:
-            owners.forget([request_ids[i] for i in finished])
-
-    def _report_lost_shards(self) -> None:
-        for shard, lost in enumerate(self._lost_by_shard):
-            if lost:
-                self._report_lost(self._shard_outs[shard], shard)
-
-    def _send_step(self, outputs: Sequence[Any]) -> None:
-        out = self._out
-        if out is None:
-            raise InvalidInput("EngineLink.send_outputs before start() or after close()")
-        if self._owners is not None:
-            self._send_step_shards(outputs)
-            return
-        if self._lost:
-            self._report_lost(out)
-        step = self.steps_sent
-        try:
-            # into one reused buffer: ~25% faster than encode() at 1,024 entries (the send copies)
-            self._encoder.encode_into(("EngineStep", step, outputs), self._buf)
-        except TypeError:
-            self._encoder.encode_into(("EngineStep", step, normalise(outputs)), self._buf)
-        self._send_buf(out, step, lambda: [
-            e.request_id if isinstance(e, StepOutput) else e[0] for e in outputs])
-
-    def _send_step_shards(self, outputs: Sequence[Any]) -> None:
-        """One step to N shards: each gets the entries it owns, as one EngineStep."""
-        owners = self._owners
-        assert owners is not None
-        parts = split_entries(owners.of(entry_ids(outputs)), self.n_shards, outputs)
-        self._report_lost_shards()
-        step = self.steps_sent
-        for shard, part in enumerate(parts):
-            if part is None:
-                continue
-            try:
-                self._encoder.encode_into(("EngineStep", step, part), self._buf)
-            except TypeError:
-                part = normalise(part)
-                self._encoder.encode_into(("EngineStep", step, part), self._buf)
-            self._send_buf(self._shard_outs[shard], step, partial(entry_ids, part), shard)
-        self.steps_sent = step + 1
-
-    def _report_lost(self, out: zmq.Socket[Any], shard: int = 0) -> None:
-        """Tell textproc that requests whose tokens were dropped failed (finish "error")."""
-        lost_ids = self._lost_by_shard[shard]
-        lost = list(lost_ids)
-        data = self._encoder.encode((PACKED_TAG, self.steps_sent, lost, b"",
-                                     pack_ids([0] * len(lost)), dict.fromkeys(range(len(lost)),
-                                                                           "error")))
-        try:
-            out.send(data, zmq.NOBLOCK)
-        except zmq.Again:
-            return
-        self.steps_sent += 1
-        self.lost_requests_reported += len(lost)
-        lost_ids.clear()
-
-    def _send_buf(self, out: zmq.Socket[Any], step: int,
-                  request_ids: Callable[[], Iterable[str]], shard: int = 0) -> None:
-        self.steps_sent = step + 1
-        try:
-            out.send(self._buf, zmq.NOBLOCK, copy=True)
-        except zmq.Again:
-            self.dropped_steps += 1
-            self._lost_by_shard[shard].update(dict.fromkeys(request_ids()))
-            if self.dropped_steps <= _LOG_FIRST_N or self.dropped_steps % _LOG_EVERY == 0:
-                _log.warning(
-                    "EngineLink %s: dropped step %d (#%d): engine-out %r unreachable and "
-                    "%d frames queued",
-                    self.instance_id[:8],
-                    step,
-                    self.dropped_steps,
-                    self.engine_outs[shard],
-                    self.send_hwm_frames,
-                )
-
-    def _send_hello(self, shard: int = 0) -> None:
-        out = self._shard_outs[shard]
-        data = self._encoder.encode(EngineHello(self.instance_id))
-        try:
-            out.send(data, zmq.NOBLOCK)
-        except zmq.Again:
-            _log.warning("EngineLink %s: EngineHello not queued on %r", self.instance_id[:8],
-                         self.engine_outs[shard])
-            return
-        self.hellos_sent += 1
+        self._sender.packed(*cols)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
