@@ -115,6 +115,8 @@ class PeerPool:
         jobs: dict[str, tuple[int, int, int]] = {}  # job id -> (peer, first chunk, end chunk)
         if len(groups) > 1:
             self.counters["split_prompts"] += 1
+        a0, b0 = groups[0] if groups else (0, 0)
+        own = list(range(a0, b0))
         for (a, b), (j, sock) in zip(groups[1:], peers):
             self._jobs += 1
             job_id = f"{self.index}.{self._jobs}"
@@ -122,12 +124,12 @@ class PeerPool:
             try:
                 sock.send(self._encode(frame), flags=zmq.NOBLOCK)
             except zmq.ZMQError:  # not connected (restarting) or its queue is full: ours then
+                own += range(a, b)
                 continue
             jobs[job_id] = (j, a, b)
             self.counters["split_shares_sent"] += 1
         t0 = time.perf_counter()
-        a0, b0 = groups[0] if groups else (0, 0)
-        for i in range(a0, b0):
+        for i in own:  # chunk 0 is always ours
             results[i] = tok.encode_units(chunks[i], at_start=plan.at_start and i == 0)
             if jobs:
                 self._read_front()  # a peer's share first: it may be waiting on us
