@@ -228,3 +228,19 @@ def test_reasoning_tokens_have_entries_too() -> None:
     assert content == "An answer: 你好" and reason == "length"
     assert b"".join(e[1] for e in entries) == raw.encode()
     assert [e[0] for e in entries] == ids
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_outputs_before_their_submit_keep_their_rows(toy_model: Path, packed: bool) -> None:
+    tok = _tok(toy_model)
+    ids = tok.encode("early 🦜 bird")
+    frames = _steps(ids, [2, 4], tok.vocab_size, packed)
+    want = _run(_table(toy_model), frames)
+    table = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))
+    for frame in frames[:2]:  # the engine's first steps overtake the Submit: buffered
+        table.on_step(msgspec.msgpack.decode(ENC.encode(frame), type=type(frame)))
+    assert set(table.early) == {"r"} and table.outbox == {}
+    engine_request = ENC.encode(EngineRequest("r", pack_ids([1]), 500, logprobs=K))
+    table.on_submit(Submit("r", b"c", 1, 500, engine_request, logprobs=K))
+    # on_submit replays the buffered steps into the outbox; _run collects them with the rest
+    assert _run(table, frames[2:]) == want

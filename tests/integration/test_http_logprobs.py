@@ -151,6 +151,27 @@ def test_completion_whole_and_streamed(client: openai.OpenAI) -> None:
                          "top_logprobs": lp.top_logprobs, "text_offset": offsets}
 
 
+def test_chat_tool_call_entries_cover_the_raw_output(client: openai.OpenAI) -> None:
+    """With a tool-call parser the entries cover every generated token (the call's text too,
+    as vLLM): they join to the raw output, not to ``content``; streamed == whole."""
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    raw = 'Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    kw: Any = {"model": MODEL, "messages": user(raw), "tools": [weather], "logprobs": True,
+               "top_logprobs": 1}
+    resp = client.chat.completions.create(**kw)
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Checking."
+    assert choice.logprobs is not None
+    entries = [e.model_dump() for e in choice.logprobs.content or []]
+    assert b"".join(bytes(e["bytes"]) for e in entries) == raw.encode()
+    streamed = []
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        if chunk.choices[0].logprobs is not None:
+            streamed += [e.model_dump() for e in chunk.choices[0].logprobs.content or []]
+    assert streamed == entries
+
+
 @pytest.mark.parametrize(
     ("path", "body", "param"),
     [
@@ -188,6 +209,17 @@ def test_random_mode_gives_the_uniform_value(tmp_path_factory: pytest.TempPathFa
         assert all(v == pytest.approx(uniform, rel=1e-5) for v in lp.token_logprobs)
         assert all(v == pytest.approx(uniform, rel=1e-5)
                    for top in lp.top_logprobs or [] for v in top.values())
+        # constrained: uniform over the ids the constraint allows in each state (<= 0, and the
+        # entries still join to the text)
+        with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                           timeout=60) as c:
+            chat = c.chat.completions.create(  # type: ignore[call-overload]
+                model=MODEL, messages=user("x"), logprobs=True, top_logprobs=2, max_tokens=40,
+                extra_body={"guided_regex": "(ab|cd|e){2,6}"})
+        content = chat.choices[0].message.content
+        assert content and chat.choices[0].logprobs is not None
+        _check_entries(chat.choices[0].logprobs.content, content, 2)
+        assert any(e.logprob > uniform + 1 for e in chat.choices[0].logprobs.content)
     finally:
         service.stop()
 

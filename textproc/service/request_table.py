@@ -156,8 +156,11 @@ class RequestTable:
                 if req.track is None:
                     self._feed(rid, req, out.token_ids, out.finish_reason)
                 else:
-                    self._feed_tracked(rid, req, out.token_ids, out.finish_reason,
-                                       lp.step_rows(EngineStep(0, [out]))[0][3])
+                    try:
+                        rows = lp.step_rows(EngineStep(0, [out]))[0][3]
+                    except ValueError:  # rows that do not fit: entries without logprobs
+                        rows = None
+                    self._feed_tracked(rid, req, out.token_ids, out.finish_reason, rows)
         return submit.engine_request
 
     def on_step(self, step: EngineStep | EngineStepPacked) -> None:
@@ -180,11 +183,17 @@ class RequestTable:
         live = self.live
         feed = self._feed
         n_tokens = 0
+        by_rid: dict[str, StepOutput] | None = None  # an EngineStep's outputs, when one is early
         for rid, token_ids, reason in entries:
             req = live.get(rid)
             if req is None:
                 if rid not in self.done:
-                    self._buffer_early(StepOutput(rid, list(token_ids), reason))
+                    out = StepOutput(rid, list(token_ids), reason)
+                    if type(step) is EngineStep:  # keep its logprob rows (protocol 8)
+                        if by_rid is None:
+                            by_rid = {o.request_id: o for o in step.outputs}
+                        out.logprobs, out.top_ids = by_rid[rid].logprobs, by_rid[rid].top_ids
+                    self._buffer_early(out)
                 continue
             n_tokens += len(token_ids)
             feed(rid, req, token_ids, reason)
