@@ -6,7 +6,8 @@ spread over both shards (each shard gets the index table it needs, the engine's 
 caches answer repeats); endpoints.json and processes.json list every shard. A shard killed with
 kill -9 fails only its own streams (a WorkerDied naming it), the others finish whole; the
 supervisor restarts it, the engine and the clients reconnect, and new requests to it work.
-Over tcp behind the HTTP frontend both shards serve, and /metrics has each shard's counters.
+Over tcp behind the HTTP frontend both shards serve, and /metrics has each shard's counters;
+an external engine started from the printed addresses (a list per socket) serves both shards.
 """
 
 from __future__ import annotations
@@ -226,4 +227,35 @@ def test_two_shards_over_tcp_behind_the_http_frontend(tmp_path: Path, toy_model:
                   for line in finished}
         assert set(counts) == {"0", "1"} and sum(counts.values()) == 12, finished
     finally:
+        service.stop()
+
+
+def test_an_external_engine_connects_to_every_printed_shard(tmp_path: Path, toy_model: Path) -> None:
+    import subprocess
+    import sys
+
+    service = Service(tmp_path / "s", toy_model, workers=1, engine="external",
+                      args=["--detokenizers", "2"]).start()
+    engine: subprocess.Popen[bytes] | None = None
+    try:
+        line = next(ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"'))
+        addresses = json.loads(line)
+        assert len(addresses["engine_in"]) == len(addresses["engine_out"]) == 2
+        command = [sys.executable, "-m", "engine_stub", "--model-dir", str(toy_model)]
+        for engine_in, engine_out in zip(addresses["engine_in"], addresses["engine_out"]):
+            command += ["--engine-in", engine_in, "--engine-out", engine_out]
+        engine = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+
+        async def main() -> list[tuple[str, str | None]]:
+            async with await TextClient.connect(service.runtime_dir) as client:
+                ids = _ids("ext", 0, 3) + _ids("ext", 1, 3)
+                return await asyncio.wait_for(asyncio.gather(
+                    *(_text(client, rid, f"to {rid}") for rid in ids)), 60)
+
+        got = run(main)
+        assert got == [(f"to {rid}", "stop") for rid in _ids("ext", 0, 3) + _ids("ext", 1, 3)]
+    finally:
+        if engine is not None:
+            engine.terminate()
+            engine.wait(10)
         service.stop()
