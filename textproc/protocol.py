@@ -592,6 +592,7 @@ class Ready(msgspec.Struct, tag=True, array_like=True):
     """child -> supervisor (control), and supervisor -> everyone (events): a process is serving.
 
     The detokenizer also sends ``Ready(role="engine")`` when an engine's EngineHello arrives.
+    A detokenizer's ``index`` is its shard (``--detokenizers N``), also in ``Ready(role="engine")``.
     """
 
     role: str  # "worker" | "detokenizer" | "engine"
