@@ -57,6 +57,7 @@ QUERY_ANSWER_S = 10.0  # a detokenizer that leaves a Query unanswered this long 
 MAX_BUFFERED_OUTPUTS = 4096
 STRAY_ABORT_EVERY_S = 0.5  # outputs for an id nobody waits for: Abort it again at most this often
 _MAX_STRAYS_REMEMBERED = 20_000
+_STRAY_FORGET_S = 5.0  # a stray id not seen for this long is forgotten (by reconcile)
 
 
 class Readers:
@@ -99,6 +100,14 @@ class Readers:
             for rid in due:
                 sent[rid] = now
             self.send_abort(due)
+
+    def aborted(self, request_ids: list[str]) -> None:
+        """The client just sent Abort for these: outputs already on their way are not strays
+        to abort again until STRAY_ABORT_EVERY_S has passed (one Abort per stream, not two)."""
+        now = time.monotonic()
+        sent = self._strays_aborted
+        for rid in request_ids:
+            sent[rid] = now
 
     @property
     def detok_instance(self) -> str | None:
@@ -290,6 +299,11 @@ class Readers:
                 for rid in quiet:
                     by_shard.setdefault(self.shard_of(rid), []).append(rid)
             now = time.monotonic()
+            if self._strays_aborted:  # forget ids whose outputs stopped coming: once a crowd
+                # has left, its ids would otherwise pin the heap pages they sit on
+                forget = now - _STRAY_FORGET_S
+                self._strays_aborted = {r: t for r, t in self._strays_aborted.items()
+                                        if t > forget}
             for shard, sock in enumerate(self.detoks):
                 await self._query(shard, sock, by_shard.get(shard, []), now)
 
