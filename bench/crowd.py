@@ -9,8 +9,8 @@ What it does: starts ``textproc serve`` with the stub engine in random mode (``-
 while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
 
 - ``health_ms``: p50 / p99 / max latency of ``/health`` on the API port during the crowd, and
-  ``health_port_ms`` the same on the ``--health`` port (a thread of each frontend with a
-  socket of its own; what a load balancer should probe; target: < 100 ms), with
+  ``health_port_ms`` the same on the ``--health`` port (``python -m textproc.http.health``, a
+  process of its own; what a load balancer should probe; target: < 100 ms), with
   ``health_port_failed`` probes that got no 200;
 - ``aborted``: of the streams that left early, how many the engine saw end with ``abort``
   (``ran_to_length``: the disconnect did not reach it in time; ``finished_before_leaving``:

@@ -121,8 +121,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="HTTP frontend processes sharing the --http port, each its own client "
                         "of the service, supervised and restarted like the others (default 1)")
     p.add_argument("--health", nargs="?", const="127.0.0.1:8001", default=None, metavar="HOST:PORT",
-                   help="also answer GET /health on HOST:PORT from a thread of each frontend "
-                        "that does not wait behind the API's connections: what a load balancer "
+                   help="also answer GET /health on HOST:PORT from a process of its own that "
+                        "does not wait behind the API's connections: what a load balancer "
                         "should probe (default: none; 127.0.0.1:8001 when given without a value)")
     from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
 

@@ -324,7 +324,7 @@ class ServeConfig:
     http: str | None = None  # HOST:PORT: also run the OpenAI HTTP frontend (python -m textproc.http)
     http_args: tuple[str, ...] = field(default=())  # extra flags for the HTTP frontend
     http_workers: int = 1  # HTTP frontend processes sharing the one listening socket
-    health: str | None = None  # HOST:PORT: each frontend also answers /health there (a thread)
+    health: str | None = None  # HOST:PORT: /health answered there by a process of its own
 
     def __post_init__(self) -> None:
         for name, address in (("http", self.http), ("health", self.health)):

@@ -1,125 +1,192 @@
-"""The HTTP frontend's ``/health`` listener of its own: a thread with its own socket and loop.
+"""The ``--health`` port: a process of its own answering ``GET /health`` for the frontends.
 
-Owns answering ``GET /health`` on the ``--health`` port without the frontend's event loop: a
-load balancer's probe on the API port waits behind every connection in the kernel's accept
-queue and every callback in the loop (under ``bench/crowd.py``'s 500 leaving streams that was
-p99 ~1.1 s). Here the probe has a socket nobody else uses, and a thread that only reads what the
-main loop last published (``publish``, from the loop-lag watcher every 50 ms): serving or not,
-why not, and when the loop last ran. It must not touch the TextClient, the app or anything
-else the main loop owns, and it answers 503 when the loop has not run for ``stale_after_s``
-(a frontend whose loop is stuck is not healthy, even if this thread still answers).
+A load balancer's probe on the API port waits behind every connection in the kernel's accept
+queue and every callback in the frontend's event loop (under ``bench/crowd.py``'s 500 leaving
+streams, p99 ~1 s); a thread inside the frontend still waits for the interpreter lock the busy
+loop holds (p99 243 ms in the same run where a separate process answered in 11 ms). So the
+answer comes from ``python -m textproc.http.health``, which shares no lock with any frontend:
+each frontend publishes its state (``StatePublisher``: serving or not and why, its loop lag,
+when its loop last ran) every 50 ms into a small file, and this process reads those files per
+probe. It must not talk to the service or the frontends in any other way.
+
+Owns the state record (``<dd?H`` + reason + CRC32: a torn read is detected and retried) and the
+answer: 200 when at least one frontend serves and its loop ran within its ``stale_after_s``
+(the frontends share one accept queue, and a stuck one takes no new connections), else 503;
+the body lists every frontend.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import logging
+import os
 import socket
-import sys
-import threading
+import struct
 import time
-from typing import Any
+import zlib
+from pathlib import Path
+from typing import Any, Sequence
 
 import msgspec
 
-__all__ = ["HealthResponder", "STALE_AFTER_S"]
+__all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "state_file"]
 
-STALE_AFTER_S = 10.0  # the loop has not beaten for this long: 503
-SWITCH_INTERVAL_S = 0.001
+_log = logging.getLogger("textproc.http.health")
+STALE_AFTER_S = 10.0  # a frontend whose loop has not run for this long is not serving
+_HEAD = struct.Struct("<dddBH")  # beat_at (CLOCK_MONOTONIC), loop lag, stale_after_s, serving, reason length
+_REASON_BYTES = 240
+_RECORD = _HEAD.size + _REASON_BYTES
 _READ_TIMEOUT_S = 2.0  # a probe must send its request head within this
-_MAX_HEAD_BYTES = 8192
+_PARENT_CHECK_S = 0.5
 
 
-class HealthResponder:
-    """``GET /health`` (and ``HEAD``) on ``listener`` from a thread; anything else is 404.
+def state_file(index: int) -> str:
+    """Where frontend ``index`` of ``serve --health`` publishes its state."""
+    return f"http-{index}.health"
 
-    The answer is ``{"status": "ok", "loop_lag_s", "loop_age_s", "pid", "frontend"}`` with 200,
-    or ``{"status": "unavailable", "reason", ...}`` with 503 when the last ``publish`` said not
-    serving or the main loop has not published for ``stale_after_s``. ``start()`` starts the
-    thread; ``close()`` stops it (idempotent).
-    """
 
-    def __init__(self, listener: socket.socket, *, frontend: int = 0,
-                 stale_after_s: float = STALE_AFTER_S) -> None:
-        self.listener = listener
-        self.frontend = frontend
+class StatePublisher:
+    """A frontend's side: ``publish(...)`` rewrites its record in ``path`` (one ``pwrite``)."""
+
+    def __init__(self, path: Path, *, stale_after_s: float = STALE_AFTER_S) -> None:
+        self.path = path
         self.stale_after_s = stale_after_s
-        # the main loop's last word, replaced whole (one reference assignment: no lock needed)
-        self._state: tuple[bool, str, float, float] = (False, "starting", time.monotonic(), 0.0)
-        self.answered = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._started = threading.Event()
+        self._fd: int | None = None
 
     def publish(self, serving: bool, reason: str, loop_lag_s: float) -> None:
-        """From the main loop: its current state; also the heartbeat ``stale_after_s`` checks."""
-        self._state = (serving, reason, time.monotonic(), loop_lag_s)
-
-    def start(self) -> None:
-        """Start the thread; returns once it accepts connections.
-
-        Also lowers the interpreter's switch interval to SWITCH_INTERVAL_S (process-wide): a
-        probe takes the interpreter lock a few times, each a wait of up to one interval while
-        the busy main loop holds it (5 ms by default). It costs nothing while only one thread
-        wants the lock, which is all the time between probes."""
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-        self.listener.setblocking(False)
-        self._thread = threading.Thread(target=self._run, name="health", daemon=True)
-        self._thread.start()
-        self._started.wait(10)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        text = reason.encode("utf-8", "replace")[:_REASON_BYTES]
+        body = _HEAD.pack(time.monotonic(), loop_lag_s, self.stale_after_s, serving,
+                          len(text)) + text.ljust(_REASON_BYTES, b"\0")
+        os.pwrite(self._fd, body + struct.pack("<I", zlib.crc32(body)), 0)
 
     def close(self) -> None:
-        loop, thread = self._loop, self._thread
-        self._thread = None
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
-    def answer(self) -> tuple[int, bytes]:
-        """The status and JSON body a probe gets now."""
-        serving, reason, beat_at, lag = self._state
-        age = time.monotonic() - beat_at
-        body: dict[str, Any] = {"status": "ok", "frontend": self.frontend,
-                                "loop_lag_s": round(lag, 6), "loop_age_s": round(age, 3)}
-        if serving and age > self.stale_after_s:
-            serving, reason = False, (f"the frontend's event loop has not run for {age:.1f} s "
-                                      f"(over {self.stale_after_s:g} s)")
-        if not serving:
-            body["status"] = "unavailable"
-            body["reason"] = reason
-        return (200 if serving else 503), msgspec.json.encode(body)
 
-    def _run(self) -> None:
-        # no timers of its own: between probes this thread sleeps in epoll, never taking the
-        # interpreter lock from the main loop
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+def read_state(path: Path) -> dict[str, Any] | None:
+    """A frontend's last record: serving, reason, loop_lag_s, loop_age_s, stale_after_s; None
+    when there is none (not started yet) or it stays unreadable."""
+    for _ in range(3):  # a read that raced the frontend's write fails its CRC: read again
         try:
-            server = loop.run_until_complete(asyncio.start_server(self._one, sock=self.listener))
-            self._started.set()
-            loop.run_forever()
-            server.close()
-        finally:
-            self._started.set()
-            loop.close()
+            with open(path, "rb") as f:
+                data = f.read(_RECORD + 4)
+        except OSError:
+            return None
+        if len(data) < _RECORD + 4:
+            return None
+        body, crc = data[:_RECORD], struct.unpack("<I", data[_RECORD:])[0]
+        if zlib.crc32(body) != crc:
+            continue
+        beat_at, lag, stale_after, serving, n = _HEAD.unpack_from(body)
+        return {"serving": bool(serving),
+                "reason": body[_HEAD.size:_HEAD.size + n].decode("utf-8", "replace"),
+                "loop_lag_s": round(lag, 6), "loop_age_s": round(time.monotonic() - beat_at, 3),
+                "stale_after_s": stale_after}
+    return None
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
-            method, _, rest = head[:_MAX_HEAD_BYTES].partition(b" ")
-            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-            if path == b"/health" and method in (b"GET", b"HEAD"):
-                status, body = self.answer()
-                self.answered += 1
-            else:
-                status, body = 404, b'{"error": "only GET /health is served on this port"}'
-            reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
-            writer.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-                         f"content-length: {len(body)}\r\ncache-control: no-store\r\n"
-                         "connection: close\r\n\r\n".encode()
-                         + (body if method != b"HEAD" else b""))
-            await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                OSError):
-            pass  # a probe that left or sent no request head: nothing to answer
-        finally:
-            writer.close()
+
+def answer(paths: Sequence[Path]) -> tuple[int, bytes]:
+    """The status and JSON body for a probe now, from the frontends' records."""
+    frontends = []
+    ok = False
+    for index, path in enumerate(paths):
+        state = read_state(path)
+        entry: dict[str, Any] = {"frontend": index}
+        if state is None:
+            entry.update(status="unavailable", reason="the frontend has not started")
+        elif not state["serving"]:
+            entry.update(status="unavailable", reason=state["reason"])
+        elif state["loop_age_s"] > state["stale_after_s"]:
+            entry.update(status="unavailable", reason=(
+                f"the frontend's event loop has not run for {state['loop_age_s']:.1f} s "
+                f"(over {state['stale_after_s']:g} s)"))
+        else:
+            entry["status"] = "ok"
+            ok = True
+        if state is not None:
+            entry.update(loop_lag_s=state["loop_lag_s"], loop_age_s=state["loop_age_s"])
+        frontends.append(entry)
+    body: dict[str, Any] = {"status": "ok" if ok else "unavailable", "frontends": frontends}
+    if not ok:
+        body["reason"] = "; ".join(f"frontend {e['frontend']}: {e['reason']}" for e in frontends)
+    return (200 if ok else 503), msgspec.json.encode(body)
+
+
+async def _one(paths: Sequence[Path], reader: asyncio.StreamReader,
+               writer: asyncio.StreamWriter) -> None:
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
+        method, _, rest = head.partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        if path == b"/health" and method in (b"GET", b"HEAD"):
+            status, body = answer(paths)
+        else:
+            status, body = 404, b'{"error": "only GET /health is served on this port"}'
+        reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
+        writer.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+                     f"content-length: {len(body)}\r\ncache-control: no-store\r\n"
+                     "connection: close\r\n\r\n".encode() + (body if method != b"HEAD" else b""))
+        await writer.drain()
+    except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            OSError):
+        pass  # a probe that left or sent no request head: nothing to answer
+    finally:
+        writer.close()
+
+
+async def _serve(listener: socket.socket, paths: Sequence[Path], parent_pid: int) -> None:
+    server = await asyncio.start_server(lambda r, w: _one(paths, r, w), sock=listener)
+    _log.info("/health on http://%s:%d for %d frontend(s)", *listener.getsockname()[:2],
+              len(paths))
+    async with server:
+        while True:
+            await asyncio.sleep(_PARENT_CHECK_S)
+            if parent_pid and os.getppid() != parent_pid:
+                _log.warning("parent process %d is gone; shutting down", parent_pid)
+                return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m textproc.http.health (--listen-fd FD | --health HOST:PORT) --state FILE...``"""
+    import signal
+
+    from textproc.config import LOG_LEVELS
+    from textproc.errors import TextprocError
+    from textproc.http.run import listen
+
+    p = argparse.ArgumentParser(prog="python -m textproc.http.health",
+                                description="answer GET /health from the frontends' states")
+    p.add_argument("--health", default=None, metavar="HOST:PORT",
+                   help="listen here (default: --listen-fd)")
+    p.add_argument("--listen-fd", type=int, default=None, metavar="FD",
+                   help="serve this inherited listening socket (default: none)")
+    p.add_argument("--state", action="append", default=[], metavar="FILE",
+                   help="a frontend's state file (its --health-file), one per frontend")
+    p.add_argument("--parent-pid", type=int, default=0,
+                   help="exit when this process is gone (default 0: none)")
+    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS,
+                   help="log level (default INFO)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s health[%(process)d] %(levelname)s %(name)s: %(message)s")
+    if not args.state:
+        p.error("name each frontend's state file with --state")
+    try:
+        listener = (socket.socket(fileno=args.listen_fd) if args.listen_fd is not None
+                    else listen(args.health or "127.0.0.1:8001", flag="--health"))
+    except (TextprocError, OSError) as e:
+        _log.error("%s", e)
+        return 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops children in order
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    asyncio.run(_serve(listener, [Path(s) for s in args.state], args.parent_pid))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

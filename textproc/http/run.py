@@ -3,8 +3,9 @@
 Owns the process around the Starlette app: logging, uvicorn on uvloop, the TextClient's
 lifetime (connected on startup inside the server's loop, closed on shutdown), the address file
 (``http.json`` in the runtime dir, or ``--http-file``: the address actually bound, so
-``--http 127.0.0.1:0`` works), the ``/health`` listener of its own (``health.HealthResponder``,
-with ``--health``), and leaving when the parent supervisor is gone. With ``--listen-fd`` it
+``--http 127.0.0.1:0`` works), publishing its state for the ``--health`` port's process
+(``health.StatePublisher``, with ``--health-file``), and leaving when the parent supervisor is
+gone. With ``--listen-fd`` it
 serves a listening socket its parent bound and shares with other frontends (``serve
 --http-workers N``) instead of binding one. Reads no environment; the caller passes every setting.
 """
@@ -69,7 +70,7 @@ def run_http(
     runtime_dir: str | Path,
     *,
     listener: socket.socket,
-    health_listener: socket.socket | None = None,
+    health_file: str | Path | None = None,
     frontend: int = 0,
     frontends: int = 1,
     served_model_name: str | None = None,
@@ -93,9 +94,10 @@ def run_http(
     frontends) for the service in ``runtime_dir``; returns 0.
 
     Blocks until SIGINT/SIGTERM (uvicorn's graceful shutdown) or until ``parent_pid`` exits.
-    Once serving, writes ``{"host", "port", "pid", "frontend"}`` (and ``"health"``) to
-    ``http_file`` (default ``<runtime_dir>/http.json``) and removes it at shutdown. With
-    ``health_listener``, a thread answers ``GET /health`` there (``health.HealthResponder``).
+    Once serving, writes ``{"host", "port", "pid", "frontend"}`` to ``http_file`` (default
+    ``<runtime_dir>/http.json``) and removes it at shutdown. With ``health_file``, publishes
+    its state there every 50 ms for ``python -m textproc.http.health`` (``health_stale_after_s``:
+    when that process should call this frontend stuck).
     ``frontend`` of ``frontends``: this process's place among those sharing the port (their
     metrics are summed on ``/metrics``). With ``api_key`` the API needs ``Authorization: Bearer
     <api_key>``; without one, serving a non-loopback host logs a warning. ``test_hooks`` adds
@@ -105,7 +107,7 @@ def run_http(
 
     from textproc.http.client_backend import ClientBackend
     from textproc.http.connections import guarded_http
-    from textproc.http.health import STALE_AFTER_S, HealthResponder
+    from textproc.http.health import STALE_AFTER_S, StatePublisher
     from textproc.http.metrics import Metrics, watch_loop_lag
     from textproc.http.peers import Peers
     from textproc.http.server import HttpLimits, build_app
@@ -127,12 +129,12 @@ def run_http(
     backend = ClientBackend(runtime, served_model_name=served_model_name,
                             connect_timeout_s=connect_timeout_s,
                             curve_client_key=curve_client_key, curve_server_key=curve_server_key)
-    health = None if health_listener is None else HealthResponder(
-        health_listener, frontend=frontend,
+    health = None if health_file is None else StatePublisher(
+        Path(health_file),
         stale_after_s=STALE_AFTER_S if health_stale_after_s is None else health_stale_after_s)
     server: uvicorn.Server | None = None
 
-    def beat(lag_s: float) -> None:  # every loop-lag probe: tell the health thread
+    def beat(lag_s: float) -> None:  # every loop-lag probe: tell the health process
         if health is not None:
             serving, why = backend.health()
             health.publish(serving, why, lag_s)
@@ -141,7 +143,7 @@ def run_http(
     async def lifespan(app: Any) -> AsyncIterator[None]:
         await backend.start()
         tasks = [asyncio.ensure_future(_after_bind(address_file, runtime, lambda: server,
-                                                   parent_pid, frontend, health_listener)),
+                                                   parent_pid, frontend)),
                  asyncio.ensure_future(watch_loop_lag(metrics, beat)),
                  asyncio.ensure_future(_return_memory_when_idle(metrics))]
         if frontends > 1:
@@ -151,8 +153,8 @@ def run_http(
         finally:
             for task in tasks:
                 task.cancel()
-            beat(0.0)
             await backend.close()
+            beat(0.0)  # "shutting down"
             address_file.unlink(missing_ok=True)
             peers.remove()
 
@@ -180,8 +182,6 @@ def run_http(
         timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
         headers=[("x-textproc-frontend", str(frontend))],  # which process answered
     )
-    if health is not None:
-        health.start()
     try:
         server = uvicorn.Server(config)
         server.run(sockets=[listener])
@@ -229,8 +229,7 @@ async def _return_memory_when_idle(metrics: Any) -> None:
 
 
 async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
-                      parent_pid: int, frontend: int,
-                      health_listener: socket.socket | None) -> None:
+                      parent_pid: int, frontend: int) -> None:
     """Write the address file once uvicorn serves; then leave when the parent process is gone."""
     server = None
     while server is None or not server.started:
@@ -239,9 +238,6 @@ async def _after_bind(address_file: Path, runtime: Path, get_server: Any,
     addresses = [sock.getsockname() for srv in server.servers for sock in srv.sockets]
     host, port = addresses[0][0], addresses[0][1]
     info: dict[str, Any] = {"host": host, "port": port, "pid": os.getpid(), "frontend": frontend}
-    if health_listener is not None:
-        h_host, h_port = health_listener.getsockname()[:2]
-        info["health"] = {"host": h_host, "port": h_port}
     tmp = address_file.with_name(address_file.name + ".tmp")
     tmp.write_bytes(msgspec.json.encode(info))
     os.replace(tmp, address_file)
@@ -268,14 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen-fd", type=int, default=None, metavar="FD",
                    help="serve this inherited listening socket instead of binding --http "
                         "(what serve --http-workers passes; default: none)")
-    p.add_argument("--health", default=None, metavar="HOST:PORT",
-                   help="also answer GET /health on this port, from a thread of its own that "
-                        "does not wait for the event loop (default: none)")
-    p.add_argument("--health-fd", type=int, default=None, metavar="FD",
-                   help="like --health, on this inherited listening socket (default: none)")
+    p.add_argument("--health-file", default=None, metavar="FILE",
+                   help="publish this frontend's state there every 50 ms for python -m "
+                        "textproc.http.health, the --health port's process (default: none)")
     p.add_argument("--health-stale-after", type=float, default=None, metavar="SECONDS",
-                   help="the health port answers 503 once the event loop has not run for this "
-                        "long (default 10)")
+                   help="the health port calls this frontend stuck once its event loop has not "
+                        "run for this long (default 10)")
     p.add_argument("--frontend", default="0/1", metavar="I/N",
                    help="this is frontend I of N sharing the port; /metrics sums all N "
                         "(default 0/1)")
@@ -326,12 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     index_text, _, n_text = args.frontend.partition("/")
     if not (index_text.isdigit() and n_text.isdigit() and int(index_text) < int(n_text)):
         p.error(f"--frontend {args.frontend!r} is not I/N with 0 <= I < N, e.g. 0/2")
-    for flag, value in (("--http", args.http), ("--health", args.health)):
-        if value is not None:
-            try:
-                parse_address(value)
-            except InvalidInput as e:
-                p.error(f"{flag}: {e}")
+    try:
+        parse_address(args.http)
+    except InvalidInput as e:
+        p.error(str(e))
     api_key = None
     if args.api_key_file:
         try:
@@ -347,15 +339,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # bound here, before connecting to the service: a taken port is exit code 1 at once
         listener = (socket.socket(fileno=args.listen_fd) if args.listen_fd is not None
                     else listen(args.http))
-        health = (socket.socket(fileno=args.health_fd) if args.health_fd is not None
-                  else listen(args.health, flag="--health") if args.health else None)
     except (TextprocError, OSError) as e:
         _log.error("%s", e)
         return 1
     return run_http(
         args.runtime_dir,
         listener=listener,
-        health_listener=health,
+        health_file=args.health_file,
         frontend=int(index_text),
         frontends=int(n_text),
         health_stale_after_s=args.health_stale_after,

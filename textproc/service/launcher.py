@@ -89,13 +89,13 @@ class ServeProcess:
         return dict(json.loads((self.runtime_dir / "processes.json").read_text()))
 
     def pids(self, procs: Mapping[str, Any] | None = None) -> dict[str, int]:
-        """Every process's pid by name: supervisor, detokenizer (shard 0), engine, http (the
-        first HTTP frontend), http-i (each of ``--http-workers``), worker-i, detokenizer-k (each
+        """Every process's pid by name: supervisor, detokenizer (shard 0), engine, health, http
+        (the first HTTP frontend), http-i (each of ``--http-workers``), worker-i, detokenizer-k (each
         shard k > 0 of ``--detokenizers``); from ``procs`` (a processes.json read earlier) or
         read now."""
         procs = self.processes() if procs is None else procs
         out = {"supervisor": int(procs.get("supervisor") or (self.proc.pid if self.proc else 0))}
-        for key in ("detokenizer", "engine", "http"):
+        for key in ("detokenizer", "engine", "http", "health"):
             if procs.get(key):
                 out[key] = int(procs[key])
         for i, pid in (procs.get("workers") or {}).items():

@@ -33,6 +33,7 @@ import zmq
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
+from textproc.http.health import state_file
 from textproc.http.run import HTTP_FILE, frontend_file, listen
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.transport import (
@@ -290,16 +291,26 @@ class Supervisor:
         frontend. Then start ``http_workers`` frontends that share the listening socket
         (inherited: the kernel's one accept queue, whichever frontend is free takes the next
         connection; the socket outlives any frontend, so a restart loses no queued
-        connection), and wait until each one serves."""
+        connection), and wait until each one serves. With ``--health``, the health process
+        (``python -m textproc.http.health``) serves the second port from the frontends'
+        state files."""
         cfg = self.config
         assert self.runtime_dir is not None and cfg.http is not None
         listener = listen(cfg.http)
         self._listeners.append(listener)
         host, port = listener.getsockname()[:2]
-        health = None
-        if cfg.health is not None:
+        if cfg.health is not None:  # its own process: it shares no lock with a frontend
             health = listen(cfg.health, flag="--health")
             self._listeners.append(health)
+            states = [f"--state={self.runtime_dir / state_file(i)}"
+                      for i in range(cfg.http_workers)]
+            child = _Child("health", 0, [sys.executable, "-m", "textproc.http.health",
+                                         "--listen-fd", str(health.fileno()), *states,
+                                         "--parent-pid", str(me),
+                                         "--log-level", cfg.service.log_level],
+                           pass_fds=(health.fileno(),))
+            self.children.append(child)
+            self._spawn(child)
         for i in range(cfg.http_workers):
             command = [sys.executable, "-m", "textproc.http", "--runtime-dir",
                        str(self.runtime_dir), "--http", f"{host}:{port}",
@@ -307,11 +318,10 @@ class Supervisor:
                        "--frontend", f"{i}/{cfg.http_workers}",
                        "--http-file", str(self.runtime_dir / frontend_file(i)),
                        "--parent-pid", str(me), "--log-level", cfg.service.log_level]
-            fds = [listener.fileno()]
-            if health is not None:
-                command += ["--health-fd", str(health.fileno())]
-                fds.append(health.fileno())
-            child = _Child("http", i, command + list(cfg.http_args), pass_fds=tuple(fds))
+            if cfg.health is not None:
+                command += ["--health-file", str(self.runtime_dir / state_file(i))]
+            child = _Child("http", i, command + list(cfg.http_args),
+                           pass_fds=(listener.fileno(),))
             self.children.append(child)
             self._spawn(child)
         while not all(c.ready for c in self.children if c.role == "http"):
@@ -352,6 +362,9 @@ class Supervisor:
         info["pids"] = [c.process.pid if c.process is not None else None for c in frontends]
         info["pid"] = info["pids"][0]
         info.pop("frontend", None)
+        if len(self._listeners) > 1:  # --health
+            h_host, h_port = self._listeners[1].getsockname()[:2]
+            info["health"] = {"host": h_host, "port": h_port}
         tmp = self.runtime_dir / (HTTP_FILE + ".tmp")
         tmp.write_bytes(msgspec.json.encode(info))
         os.replace(tmp, self.runtime_dir / HTTP_FILE)
@@ -394,6 +407,8 @@ class Supervisor:
             if child.restart_at is not None:
                 if now >= child.restart_at:
                     self._spawn(child)
+                    if child.role == "health":  # sends no Ready: its new pid is known now
+                        self._write_files()
                 continue
             if proc is None:
                 continue
