@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any, Sequence
 
 import msgspec
 
-__all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "state_file"]
+__all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "state_file",
+           "health_command"]
 
 _log = logging.getLogger("textproc.http.health")
 STALE_AFTER_S = 10.0  # a frontend whose loop has not run for this long is not serving
@@ -44,6 +46,13 @@ _PARENT_CHECK_S = 0.5
 def state_file(index: int) -> str:
     """Where frontend ``index`` of ``serve --health`` publishes its state."""
     return f"http-{index}.health"
+
+
+def health_command(listen_fd: int, state_files: Sequence[Path]) -> list[str]:
+    """The command line of the health process serving the inherited ``listen_fd`` (the
+    supervisor appends --parent-pid and --log-level)."""
+    return [sys.executable, "-m", "textproc.http.health", "--listen-fd", str(listen_fd),
+            *(f"--state={path}" for path in state_files)]
 
 
 class StatePublisher:

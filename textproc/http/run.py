@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
@@ -27,6 +28,7 @@ from textproc.config import LOG_LEVELS
 from textproc.errors import InvalidInput, TextprocError, short
 
 __all__ = ["run_http", "main", "build_parser", "parse_address", "listen", "frontend_file",
+           "frontend_command",
            "HTTP_FILE", "DEFAULT_HTTP", "DEFAULT_HEALTH"]
 
 _log = logging.getLogger("textproc.http")
@@ -64,6 +66,18 @@ def listen(address: str, *, flag: str = "--http") -> socket.socket:
 def frontend_file(index: int) -> str:
     """The address file frontend ``index`` of ``serve --http-workers`` writes once serving."""
     return f"http-{index}.json"
+
+
+def frontend_command(runtime_dir: Path, address: str, listen_fd: int, index: int, n: int,
+                     health_file: Path | None) -> list[str]:
+    """The command line of frontend ``index`` of ``n`` serving the inherited ``listen_fd``
+    (what the supervisor starts; it appends --parent-pid, --log-level and --http-arg flags)."""
+    command = [sys.executable, "-m", "textproc.http", "--runtime-dir", str(runtime_dir),
+               "--http", address, "--listen-fd", str(listen_fd), "--frontend", f"{index}/{n}",
+               "--http-file", str(runtime_dir / frontend_file(index))]
+    if health_file is not None:
+        command += ["--health-file", str(health_file)]
+    return command
 
 
 def run_http(

@@ -33,8 +33,8 @@ import zmq
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
-from textproc.http.health import state_file
-from textproc.http.run import HTTP_FILE, frontend_file, listen
+from textproc.http.health import health_command, state_file
+from textproc.http.run import HTTP_FILE, frontend_command, frontend_file, listen
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.transport import (
     FrameDecoder,
@@ -286,44 +286,28 @@ class Supervisor:
                 waiting.discard((ready.role, ready.index))
 
     def _start_http(self, me: int, deadline: float) -> None:
-        """Bind the HTTP port (and the health port) once, here: a taken address fails the
-        start at once, naming it (a TextprocError), and port 0 resolves to one port for every
-        frontend. Then start ``http_workers`` frontends that share the listening socket
-        (inherited: the kernel's one accept queue, whichever frontend is free takes the next
-        connection; the socket outlives any frontend, so a restart loses no queued
-        connection), and wait until each one serves. With ``--health``, the health process
-        (``python -m textproc.http.health``) serves the second port from the frontends'
-        state files."""
+        """Bind the HTTP (and health) port once, here: a taken address fails the start at once,
+        naming it, and port 0 is one port for all. Start ``http_workers`` frontends sharing the
+        socket (the kernel's one accept queue; it outlives any frontend, so a restart loses no
+        queued connection) and the health process, and wait until every frontend serves."""
         cfg = self.config
         assert self.runtime_dir is not None and cfg.http is not None
         listener = listen(cfg.http)
         self._listeners.append(listener)
         host, port = listener.getsockname()[:2]
+        runtime, common = self.runtime_dir, ["--parent-pid", str(me), "--log-level",
+                                             cfg.service.log_level]
+        n = cfg.http_workers
         if cfg.health is not None:  # its own process: it shares no lock with a frontend
             health = listen(cfg.health, flag="--health")
             self._listeners.append(health)
-            states = [f"--state={self.runtime_dir / state_file(i)}"
-                      for i in range(cfg.http_workers)]
-            child = _Child("health", 0, [sys.executable, "-m", "textproc.http.health",
-                                         "--listen-fd", str(health.fileno()), *states,
-                                         "--parent-pid", str(me),
-                                         "--log-level", cfg.service.log_level],
-                           pass_fds=(health.fileno(),))
-            self.children.append(child)
-            self._spawn(child)
-        for i in range(cfg.http_workers):
-            command = [sys.executable, "-m", "textproc.http", "--runtime-dir",
-                       str(self.runtime_dir), "--http", f"{host}:{port}",
-                       "--listen-fd", str(listener.fileno()),
-                       "--frontend", f"{i}/{cfg.http_workers}",
-                       "--http-file", str(self.runtime_dir / frontend_file(i)),
-                       "--parent-pid", str(me), "--log-level", cfg.service.log_level]
-            if cfg.health is not None:
-                command += ["--health-file", str(self.runtime_dir / state_file(i))]
-            child = _Child("http", i, command + list(cfg.http_args),
-                           pass_fds=(listener.fileno(),))
-            self.children.append(child)
-            self._spawn(child)
+            self._spawn_listener(_Child("health", 0, health_command(
+                health.fileno(), [runtime / state_file(i) for i in range(n)]) + common), health)
+        for i in range(n):
+            command = frontend_command(runtime, f"{host}:{port}", listener.fileno(), i, n,
+                                       runtime / state_file(i) if cfg.health else None)
+            self._spawn_listener(_Child("http", i, command + common + list(cfg.http_args)),
+                                 listener)
         while not all(c.ready for c in self.children if c.role == "http"):
             for child in self.children:
                 if child.role != "http" or child.ready:
@@ -342,6 +326,11 @@ class Supervisor:
                     f"waited {self.config.service.startup_timeout_s:.0f} s for the HTTP "
                     f"frontends to serve on {host}:{port}")
             time.sleep(0.02)
+
+    def _spawn_listener(self, child: _Child, listener: socket.socket) -> None:
+        child.pass_fds = (listener.fileno(),)
+        self.children.append(child)
+        self._spawn(child)
 
     def _check_http_ready(self, child: _Child) -> bool:
         """Whether frontend ``child`` serves now (its address file names its pid); once every
