@@ -349,21 +349,26 @@ def test_no_pickle_or_marshal_anywhere_in_textproc() -> None:
     assert any(isinstance(n, ast.Import) and n.names[0].name == "pickle" for n in ast.walk(planted))
 
 
-def test_curve_with_the_stub_engine(tmp_path: Path, toy_model: Path) -> None:
+@pytest.mark.parametrize("detokenizers", [1, 2])
+def test_curve_with_the_stub_engine(tmp_path: Path, toy_model: Path, detokenizers: int) -> None:
     """``serve --engine stub --curve-dir``: the supervisor gives the stub the service's key pair;
-    the HTTP frontend here uses the client key pair given on its command line."""
+    the HTTP frontend here uses the client key pair given on its command line. With two
+    detokenizer shards every shard's sockets are CURVE servers too (echo-0 and echo-2 are owned
+    by different shards)."""
     keys_dir = tmp_path / "keys"
     write_curve_keys(keys_dir)
     service = Service(tmp_path / "s", toy_model, workers=1,
                       args=["--endpoints", "tcp", "--curve-dir", str(keys_dir), "--http", "127.0.0.1:0",
                             f"--http-arg=--curve-client-key={keys_dir / 'client.key_secret'}",
-                            f"--http-arg=--curve-server-key={keys_dir / 'server.key'}"]).start()
+                            f"--http-arg=--curve-server-key={keys_dir / 'server.key'}",
+                            "--detokenizers", str(detokenizers)]).start()
     try:
         async def main() -> list[str]:
             async with await TextClient.connect(
                     service.runtime_dir, curve_client_key=keys_dir / "client.key_secret",
                     curve_server_key=keys_dir / "server.key") as client:
-                return ["".join([ev.text async for ev in client.chat([{"role": "user", "content": f"echo {i}"}])])
+                return ["".join([ev.text async for ev in client.chat(
+                    [{"role": "user", "content": f"echo {i}"}], request_id=f"echo-{i}")])
                         for i in range(3)]
 
         assert run(main) == ["echo 0", "echo 1", "echo 2"]
