@@ -163,6 +163,8 @@ class OutputPipeline:
         checker holds, and once a stop string matched everything past the cut. The rest went
         to the parser, so per-token logprobs line up with the text (exact while the output is
         valid UTF-8: a U+FFFD in the text stands for one to three fed bytes)."""
+        if self._fast_key is not None and self._strs is not None:
+            return 0  # the fast path's state: no stage holds anything (see feed)
         stops = self._stops
         tail = stops.cut_text if stops.matched is not None else stops.held_text
         return self._detok.held_bytes + (len(tail.encode()) if tail else 0)
