@@ -23,6 +23,7 @@ from tests.helpers.service import Service, run
 from textproc.client import TextClient
 from textproc.protocol import (Stats, StatsRequest, TokenizeRequest, TokenizeResult,
                                WorkerOutFrame, unpack_ids)
+from textproc.service.peers import PEER_COOLDOWN_S
 from textproc.transport import FrameDecoder, encoder
 
 pytestmark = pytest.mark.timeout(180)
@@ -118,23 +119,26 @@ def test_a_stopped_peer_costs_its_share_not_a_stall(
     try:
         t0 = time.monotonic()
         prompt, ids = w0.render(_long_text(4, 120_000))
-        stalled_s = time.monotonic() - t0
+        done = time.monotonic()
         assert ids == hf.encode(prompt, add_special_tokens=False).ids
         counters = w0.counters()
         assert counters["split_shares_sent"] == 1 and counters["split_chunks_taken_back"] >= 1, counters
-        # within the cooldown the stopped peer gets no share at all
-        prompt, ids = w0.render(_long_text(5, 120_000))
+        text = _long_text(5, 120_000)
+        in_cooldown = time.monotonic() - done < PEER_COOLDOWN_S * 0.8
+        prompt, ids = w0.render(text)
         assert ids == hf.encode(prompt, add_special_tokens=False).ids
-        assert w0.counters()["split_shares_sent"] == 1
+        if in_cooldown:  # (a loaded box may take longer than the cooldown to get here)
+            assert w0.counters()["split_shares_sent"] == 1, "a share went to a peer cooling down"
     finally:
         os.kill(pid, signal.SIGCONT)
-    print(f"long prompt with a stopped peer: {stalled_s:.2f} s")
-    # the late answer comes and is dropped; shares go to the peer again after the cooldown
-    time.sleep(1.2)
+    print(f"long prompt with a stopped peer: {done - t0:.2f} s")
+    # the peer answers its stale shares; they are dropped; after the cooldown it gets shares again
+    time.sleep(PEER_COOLDOWN_S + 0.5)
+    sent = w0.counters()["split_shares_sent"]
     prompt, ids = w0.render(_long_text(6, 120_000))
     assert ids == hf.encode(prompt, add_special_tokens=False).ids
     counters = w0.counters()
-    assert counters["split_shares_sent"] == 2 and counters["split_answers_late"] >= 1, counters
+    assert counters["split_shares_sent"] == sent + 1 and counters["split_answers_late"] >= 1, counters
 
 
 def test_a_killed_peer_is_covered_and_shares_resume_after_its_restart(
@@ -153,9 +157,13 @@ def test_a_killed_peer_is_covered_and_shares_resume_after_its_restart(
     w1.render("warm up")  # the new worker answers: it is bound and ready
     time.sleep(1.2)  # past any cooldown
     before = w0.counters()["split_shares_served"]
-    prompt, ids = w1.render(_long_text(8, 120_000))
-    assert ids == hf.encode(prompt, add_special_tokens=False).ids
-    assert w1.counters()["split_prompts"] == 1
+    for attempt in range(5):  # until the new worker's DEALER to worker 0 is connected
+        prompt, ids = w1.render(_long_text(8 + attempt, 120_000))
+        assert ids == hf.encode(prompt, add_special_tokens=False).ids
+        if w1.counters()["split_shares_sent"]:
+            break
+        time.sleep(0.2)
+    assert w1.counters()["split_shares_sent"] == 1
     assert w0.counters()["split_shares_served"] == before + 1
 
 
