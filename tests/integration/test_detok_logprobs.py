@@ -244,3 +244,11 @@ def test_outputs_before_their_submit_keep_their_rows(toy_model: Path, packed: bo
     table.on_submit(Submit("r", b"c", 1, 500, engine_request, logprobs=K))
     # on_submit replays the buffered steps into the outbox; _run collects them with the rest
     assert _run(table, frames[2:]) == want
+
+
+def test_a_finished_request_leaves_the_tracked_set(toy_model: Path) -> None:
+    tok = _tok(toy_model)
+    table = _table(toy_model)
+    assert table.tracked == {"r"}
+    _run(table, _steps(tok.encode("done"), [], tok.vocab_size, True))
+    assert table.tracked == set()  # later steps take the plain path again

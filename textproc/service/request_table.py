@@ -240,6 +240,7 @@ class RequestTable:
             entries = track.release(state.unreleased_bytes())
         elif state.finish_reason is not None and state.finish_reason != "abort":
             entries = track.release(state.unreleased_bytes(), final=True)
+            self.tracked.discard(rid)  # failures and aborts: pruned at housekeeping
         else:  # failed or aborted: no more output
             return
         if entries:
