@@ -62,14 +62,23 @@ class StatePublisher:
         self.path = path
         self.stale_after_s = stale_after_s
         self._fd: int | None = None
+        self._warned = False
 
     def publish(self, serving: bool, reason: str, loop_lag_s: float) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        """Rewrite the record; a file that cannot be written (the runtime dir is going away at
+        shutdown) is logged once and skipped: the health port then sees the record go stale."""
         text = reason.encode("utf-8", "replace")[:_REASON_BYTES]
         body = _HEAD.pack(time.monotonic(), loop_lag_s, self.stale_after_s, serving,
                           len(text)) + text.ljust(_REASON_BYTES, b"\0")
-        os.pwrite(self._fd, body + struct.pack("<I", zlib.crc32(body)), 0)
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.pwrite(self._fd, body + struct.pack("<I", zlib.crc32(body)), 0)
+            self._warned = False
+        except OSError as e:
+            if not self._warned:
+                _log.warning("cannot publish the health state to %s: %s", self.path, e)
+            self._warned = True
 
     def close(self) -> None:
         if self._fd is not None:
