@@ -36,7 +36,8 @@ __all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "s
 
 _log = logging.getLogger("textproc.http.health")
 STALE_AFTER_S = 10.0  # a frontend whose loop has not run for this long is not serving
-_HEAD = struct.Struct("<dddBH")  # beat_at (CLOCK_MONOTONIC), loop lag, stale_after_s, serving, reason length
+# beat_at (CLOCK_MONOTONIC), loop lag, stale_after_s, pid, serving, reason length
+_HEAD = struct.Struct("<dddIBH")
 _REASON_BYTES = 240
 _RECORD = _HEAD.size + _REASON_BYTES
 _READ_TIMEOUT_S = 2.0  # a probe must send its request head within this
@@ -46,6 +47,20 @@ _PARENT_CHECK_S = 0.5
 def state_file(index: int) -> str:
     """Where frontend ``index`` of ``serve --health`` publishes its state."""
     return f"http-{index}.health"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped by the supervisor) is gone too
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b") ", 1)[-1][:1] != b"Z"
+    except OSError:
+        return True  # no /proc: the signal test is all there is
 
 
 def health_command(listen_fd: int, state_files: Sequence[Path]) -> list[str]:
@@ -68,8 +83,8 @@ class StatePublisher:
         """Rewrite the record; a file that cannot be written (the runtime dir is going away at
         shutdown) is logged once and skipped: the health port then sees the record go stale."""
         text = reason.encode("utf-8", "replace")[:_REASON_BYTES]
-        body = _HEAD.pack(time.monotonic(), loop_lag_s, self.stale_after_s, serving,
-                          len(text)) + text.ljust(_REASON_BYTES, b"\0")
+        body = _HEAD.pack(time.monotonic(), loop_lag_s, self.stale_after_s, os.getpid(),
+                          serving, len(text)) + text.ljust(_REASON_BYTES, b"\0")
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -87,8 +102,9 @@ class StatePublisher:
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
-    """A frontend's last record: serving, reason, loop_lag_s, loop_age_s, stale_after_s; None
-    when there is none (not started yet) or it stays unreadable."""
+    """A frontend's last record: serving, reason, loop_lag_s, loop_age_s, stale_after_s, pid
+    and whether that process is alive; None when there is none (not started yet) or it stays
+    unreadable."""
     for _ in range(3):  # a read that raced the frontend's write fails its CRC: read again
         try:
             with open(path, "rb") as f:
@@ -100,8 +116,8 @@ def read_state(path: Path) -> dict[str, Any] | None:
         body, crc = data[:_RECORD], struct.unpack("<I", data[_RECORD:])[0]
         if zlib.crc32(body) != crc:
             continue
-        beat_at, lag, stale_after, serving, n = _HEAD.unpack_from(body)
-        return {"serving": bool(serving),
+        beat_at, lag, stale_after, pid, serving, n = _HEAD.unpack_from(body)
+        return {"serving": bool(serving), "pid": pid, "alive": _alive(pid),
                 "reason": body[_HEAD.size:_HEAD.size + n].decode("utf-8", "replace"),
                 "loop_lag_s": round(lag, 6), "loop_age_s": round(time.monotonic() - beat_at, 3),
                 "stale_after_s": stale_after}
@@ -117,6 +133,9 @@ def answer(paths: Sequence[Path]) -> tuple[int, bytes]:
         entry: dict[str, Any] = {"frontend": index}
         if state is None:
             entry.update(status="unavailable", reason="the frontend has not started")
+        elif not state["alive"]:  # killed: its last record would look fine until it is stale
+            entry.update(status="unavailable",
+                         reason=f"the frontend (pid {state['pid']}) is not running")
         elif not state["serving"]:
             entry.update(status="unavailable", reason=state["reason"])
         elif state["loop_age_s"] > state["stale_after_s"]:
