@@ -246,6 +246,10 @@ class Serve:
         self.info = self.serve.info
         self.engine_in: str = self.info["endpoints"]["engine_in"]
         self.engine_out: str = self.info["endpoints"]["engine_out"]
+        # every detokenizer shard's (serve --detokenizers N), shard k's at k
+        shards = self.info["endpoints"].get("detokenizers") or [self.info["endpoints"]]
+        self.engine_ins: list[str] = [s["engine_in"] for s in shards]
+        self.engine_outs: list[str] = [s["engine_out"] for s in shards]
 
     def log(self) -> str:
         return self.serve.log(tail=None)
@@ -268,13 +272,16 @@ class FakeEngine:
     """The fake engine (``python bench/_common.py engine``) in a subprocess; ``stop()`` returns
     its timings: {"requests": {rid: [t_arrived, first_step, n_tokens]}, "steps": [t_sent...]}."""
 
-    def __init__(self, engine_in: str, engine_out: str, token_ids: Sequence[int], *,
-                 step_ms: float = 0.0, timings: bool = True) -> None:
+    def __init__(self, engine_in: str | Sequence[str], engine_out: str | Sequence[str],
+                 token_ids: Sequence[int], *, step_ms: float = 0.0, timings: bool = True) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="tp-bench-engine-"))
         self.out = self.root / "timings.json"
+        ins = [engine_in] if isinstance(engine_in, str) else list(engine_in)
+        outs = [engine_out] if isinstance(engine_out, str) else list(engine_out)
+        addresses = [flag for a, b in zip(ins, outs) for flag in ("--engine-in", a, "--engine-out", b)]
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "engine", "--engine-in", engine_in,
-             "--engine-out", engine_out, "--tokens", ",".join(map(str, token_ids)),
+            [sys.executable, str(Path(__file__).resolve()), "engine", *addresses,
+             "--tokens", ",".join(map(str, token_ids)),
              "--step-ms", str(step_ms), *(["--timings", str(self.out)] if timings else [])],
             cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
 
@@ -303,8 +310,8 @@ def _engine_main(argv: list[str]) -> int:
     from textproc.engine import EngineLink
 
     p = argparse.ArgumentParser(prog="bench/_common.py engine")
-    p.add_argument("--engine-in", required=True)
-    p.add_argument("--engine-out", required=True)
+    p.add_argument("--engine-in", required=True, action="append")  # once per detokenizer shard
+    p.add_argument("--engine-out", required=True, action="append")
     p.add_argument("--tokens", required=True)
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--timings")
@@ -339,7 +346,7 @@ def _engine_main(argv: list[str]) -> int:
         for rid in aborted:
             running.pop(rid, None)
 
-    with EngineLink.connect(a.engine_in, a.engine_out) as link:
+    with EngineLink.connect(a.engine_in, a.engine_out) as link:  # lists: one per shard
         step = 0
         next_step = perf()
         while not stop[0]:

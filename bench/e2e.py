@@ -2,7 +2,7 @@
 """End to end: requests/s and the latency textproc adds, over ipc and tcp (issue 6, item 5).
 
     .venv/bin/python bench/e2e.py [--quick] [--json PATH] [--rates 50,100,...] [--endpoints ipc,tcp]
-        [--duration S] [--step-ms X] [--max-tokens N] [--workers N] [--plot PNG]
+        [--duration S] [--step-ms X] [--max-tokens N] [--workers N] [--detokenizers N] [--plot PNG]
 
 Set-up: ``textproc serve --engine external --workers N`` and the fake engine of
 ``bench/_common.py`` (an ``EngineLink`` step loop with a fixed ``--step-ms`` cadence, default 10
@@ -191,13 +191,14 @@ def analyse(records: list[Record], timings: dict[str, Any], max_tokens: int) -> 
 
 def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], duration: float,
                   max_tokens: int, step_ms: float, prompts: list[str], ids: list[int],
-                  warm: int) -> list[dict[str, Any]]:
+                  warm: int, *, detokenizers: int = 1) -> list[dict[str, Any]]:
     import uvloop
 
     from textproc.client import TextClient
 
-    serve = Serve(model, workers=workers, engine="external", endpoints=kind)
-    engine = FakeEngine(serve.engine_in, serve.engine_out, ids, step_ms=step_ms)
+    serve = Serve(model, workers=workers, engine="external", endpoints=kind,
+                  extra=["--detokenizers", str(detokenizers)])
+    engine = FakeEngine(serve.engine_ins, serve.engine_outs, ids, step_ms=step_ms)
     results: list[tuple[float, list[Record], float, float, dict[str, float], float]] = []
 
     def alive() -> str | None:
@@ -238,7 +239,7 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
     rows = []
     for rate, records, t0, t1, cpu, load in results:
         a = analyse(records, timings, max_tokens)
-        rows.append({"bench": "e2e", "endpoints": kind, "workers": workers, "offered_rps": rate,
+        rows.append({"bench": "e2e", "endpoints": kind, "workers": workers, "detokenizers": detokenizers, "offered_rps": rate,
                      "achieved_rps": a["completed"] / (t1 - t0), "duration_s": t1 - t0,
                      "max_tokens": max_tokens, "step_ms": step_ms,
                      "tokens_per_s": a["completed"] * max_tokens / (t1 - t0),
@@ -344,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=10.0, help="the engine's step cadence")
     p.add_argument("--max-tokens", type=int, help="tokens per request (default 16 quick / 32)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--detokenizers", type=int, default=1,
+                   help="detokenizer shards (serve --detokenizers); the fake engine connects to each")
     p.add_argument("--plot", type=Path, help="PNG with the latency CDFs")
     args = p.parse_args(argv)
     model = model_dir(args.model_dir)
@@ -364,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in kinds:
         floors.append(hop_floor(kind, 100 if args.quick else 1000))
         rows += run_endpoints(model, kind, args.workers, rates, duration, max_tokens,
-                              args.step_ms, prompts, ids, int(rates[0]))
+                              args.step_ms, prompts, ids, int(rates[0]),
+                              detokenizers=args.detokenizers)
     print()
     print_table(rows, [("endpoints", "endpoints", ""), ("offered/s", "offered_rps", "g"),
                        ("done/s", "achieved_rps", ".1f"), ("err", "errors", "d"),

@@ -69,13 +69,14 @@ def test_detokenize_bench_with_logprobs(tmp_path: Path) -> None:
     assert all(r["stream0_text_ok"] is True and r["tokens_per_s"] > 0 for r in rows)
 
 
-def test_e2e_bench(tmp_path: Path) -> None:
+@pytest.mark.parametrize("detokenizers", [1, 2])
+def test_e2e_bench(tmp_path: Path, detokenizers: int) -> None:
     rows = _run("e2e.py", tmp_path, "--rates", "20", "--duration", "1.5", "--max-tokens", "4",
-                "--workers", "1", "--step-ms", "5")
+                "--workers", "1", "--step-ms", "5", "--detokenizers", str(detokenizers))
     assert [r["bench"] for r in rows] == ["e2e", "e2e-hop-floor"]
     r, floor = rows
     assert 0 < floor["rtt_ms_p50"] <= floor["rtt_ms_p99"]
-    assert r["endpoints"] == "ipc" and r["errors"] == 0
+    assert r["endpoints"] == "ipc" and r["errors"] == 0 and r["detokenizers"] == detokenizers
     assert r["completed"] == r["requests"] > 5
     # the client can only see a token after the engine sent it
     assert 0 < r["delay_ms_p50"] <= r["delay_ms_p99"]
