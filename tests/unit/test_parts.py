@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.corpus import fast_items
 from tests.helpers.references import CASE_NAMES, get_case, trained_json
-from textproc.core.tok.parts import Cutter
+from textproc.core.tok.parts import CUT_SEARCH_CHARS, Cutter
 from textproc.core.tok.segments import SegmentCache
 from textproc.core.tokenizer import Tokenizer
 
@@ -122,5 +122,9 @@ def test_cutter_cuts_before_a_space_and_letter_or_not_at_all() -> None:
     assert pieces.cut_near("hello big world", 2) == 5
     assert pieces.cut_near("12345 67890", 3) is None
     assert Cutter("segments").cut_near("hello world", 3) is None
+    # the letter must be followed by ASCII in the real text (no normalizer composes it), also
+    # where the search window ends right after it
+    assert pieces.cut_near("x" * (CUT_SEARCH_CHARS - 2) + " a\u0301", 0) is None
+    assert pieces.cut_near("x" * (CUT_SEARCH_CHARS - 2) + " ab", 0) == CUT_SEARCH_CHARS - 2
     words = Cutter("words")
     assert words.cut_near("\u2581\u2581a\u2581b", 1) == 3

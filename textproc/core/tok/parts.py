@@ -123,15 +123,18 @@ class Cutter:
         pattern = self._pattern
         if pattern is None:
             return None
-        n = len(text)
-        m = pattern.search(text, target, min(n, target + CUT_SEARCH_CHARS))
-        if m is not None and m.start() > 0:
-            return m.start()
-        lo = max(1, target - CUT_SEARCH_CHARS)
+        # no endpos: the look-ahead must read the real text, not an end put there
+        for m in pattern.finditer(text, target):
+            if m.start() > target + CUT_SEARCH_CHARS:
+                break
+            if m.start() > 0:
+                return m.start()
         best = None
-        for m in pattern.finditer(text, lo, target):
+        for m in pattern.finditer(text, max(1, target - CUT_SEARCH_CHARS)):
+            if m.start() >= target:
+                break
             best = m.start()
-        return best if best is not None and best > 0 else None
+        return best
 
 
 def normalizer_keeps_cuts(spec: Any) -> bool:
