@@ -68,8 +68,21 @@ class _Worker:
 
 
 def _service(root: Path, model: Path, workers: int = 2) -> Service:
-    return Service(root, model, workers=workers,
-                   args=["--max-model-len", "4000000"]).start(timeout_s=120)
+    service = Service(root, model, workers=workers,
+                      args=["--max-model-len", "4000000"]).start(timeout_s=120)
+    # a worker that started before its peer bound retries the connect every RECONNECT_IVL_MS;
+    # until then its shares stay its own (ZMQ_IMMEDIATE), which the counts below would see
+    time.sleep(0.5)
+    return service
+
+
+def _settled(worker: _Worker, key: str, want: int) -> int:
+    """The counter once it reaches ``want`` (a share is counted when its peer reads it), or
+    after 5 s what it is then."""
+    deadline = time.monotonic() + 5
+    while (got := worker.counters()[key]) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return got
 
 
 @pytest.fixture
@@ -103,7 +116,10 @@ def test_long_prompts_are_shared_and_equal_the_reference(
         assert ids == hf.encode(prompt, add_special_tokens=False).ids, f"seed {seed}"
     c0, c1 = w0.counters(), w1.counters()
     assert c0["split_prompts"] == 2 and c1["split_prompts"] == 1
-    assert c0["split_shares_served"] == 1 and c1["split_shares_served"] == 2
+    # every share sent is served (after the connect, all of them are sent)
+    assert c0["split_shares_sent"] + c1["split_shares_sent"] >= 1
+    assert _settled(w1, "split_shares_served", c0["split_shares_sent"]) == c0["split_shares_sent"]
+    assert _settled(w0, "split_shares_served", c1["split_shares_sent"]) == c1["split_shares_sent"]
     # a short prompt stays on its worker
     w0.render("hello there")
     assert w0.counters()["split_prompts"] == 2
@@ -124,7 +140,7 @@ def test_a_stopped_peer_costs_its_share_not_a_stall(
         counters = w0.counters()
         assert counters["split_shares_sent"] == 1 and counters["split_chunks_taken_back"] >= 1, counters
         text = _long_text(5, 120_000)
-        in_cooldown = time.monotonic() - done < PEER_COOLDOWN_S * 0.8
+        in_cooldown = time.monotonic() - done < PEER_COOLDOWN_S * 0.5
         prompt, ids = w0.render(text)
         assert ids == hf.encode(prompt, add_special_tokens=False).ids
         if in_cooldown:  # (a loaded box may take longer than the cooldown to get here)
@@ -164,7 +180,7 @@ def test_a_killed_peer_is_covered_and_shares_resume_after_its_restart(
             break
         time.sleep(0.2)
     assert w1.counters()["split_shares_sent"] == 1
-    assert w0.counters()["split_shares_served"] == before + 1
+    assert _settled(w0, "split_shares_served", before + 1) == before + 1
 
 
 def test_long_prompts_at_once_on_both_workers_all_equal_the_reference(
@@ -195,7 +211,7 @@ def test_three_workers_share_one_prompt_three_ways(tmp_path: Path, toy_model: Pa
         prompt, ids = w[2].render(_long_text(10, 150_000))
         assert ids == _reference(toy_model).encode(prompt, add_special_tokens=False).ids
         assert w[2].counters()["split_shares_sent"] == 2
-        assert [w[i].counters()["split_shares_served"] for i in (0, 1)] == [1, 1]
+        assert [_settled(w[i], "split_shares_served", 1) for i in (0, 1)] == [1, 1]
     finally:
         ctx.destroy(linger=0)
         service.stop()
