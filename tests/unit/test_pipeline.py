@@ -14,7 +14,7 @@ from tests.helpers.stream_vocab import byte_level_hf, real_vocab, textproc_vocab
 from tests.helpers.stop_reference import reference as stop_reference
 from textproc.core.detokenizer import IncrementalDetokenizer
 from textproc.errors import InvalidInput
-from textproc.core.parsing import merge_deltas, parse_output
+from textproc.core.parsing import OutputParser, merge_deltas, parse_output
 from textproc.core.pipeline import OutputPipeline
 
 FRAGMENTS = [
@@ -54,6 +54,9 @@ def cases(draw: st.DrawFn, tok: Any) -> dict[str, Any]:
             "reasoning": reasoning,
             "tools": draw(st.booleans()),
             "starts_in_reasoning": reasoning and draw(st.booleans()),
+            # streamed calls keep a header already sent when the rest turns out malformed;
+            # held calls (the non-streamed answer) become content whole
+            "stream_calls": draw(st.booleans()),
         },
     }
 
@@ -77,14 +80,20 @@ def _reference(tok: Any, ids: list[int], options: dict[str, Any]) -> tuple[Any, 
     out, stop = stop_reference(
         text, options["stops"], include_stop=options["include_stop"], eligible_from=eligible_from
     )
-    merged = parse_output(
-        out,
+    parser = OutputParser(
         reasoning=options["reasoning"],
         tools=options["tools"],
         starts_in_reasoning=options["starts_in_reasoning"],
+        stream_calls=options["stream_calls"],
         request_id="r",
     )
-    reason = "length" if stop is None else ("tool_calls" if merged["tool_calls"] else "stop")
+    merged = merge_deltas(parser.feed(out) + parser.finish())
+    assert merged == parse_output(out, reasoning=options["reasoning"], tools=options["tools"],
+                                  starts_in_reasoning=options["starts_in_reasoning"],
+                                  stream_calls=options["stream_calls"], request_id="r")
+    # "tool_calls" only for a complete call: a streamed header whose call a stop string cut
+    # (or that turned out malformed) ends with "stop"
+    reason = "length" if stop is None else ("tool_calls" if parser.has_tool_calls else "stop")
     return merged, reason, stop
 
 
@@ -207,3 +216,17 @@ def test_specials_a_format_needs_reach_the_parser_with_skip_special_tokens() -> 
     # without tool parsing the client asked to skip specials: none is seen
     p = OutputPipeline(tok, at_start=True)
     assert merge_deltas(p.feed(ids) + p.finish("stop"))["content"] == 'hi f{"a": 1}'
+
+
+@pytest.mark.parametrize("stream_calls", [True, False])
+def test_a_call_malformed_after_its_name_matches_the_reference(stream_calls: bool) -> None:
+    """Found by the property test above: `{"name": "f"",` cut by length. Streamed, the header
+    already sent stays and the rest is content; held, the whole call is content (the reference
+    had been asked for the held answer while the pipeline streamed)."""
+    tok = _vocab("toy")
+    ids = tok.encode('<tool_call>{"name": "f"", "arguments": {"x": 1}}')
+    options = {"stops": [], "include_stop": False, "min_tokens": 0, "reasoning": False,
+               "tools": True, "starts_in_reasoning": False, "stream_calls": stream_calls}
+    got = _run(tok, [ids], options)
+    assert got == _reference(tok, ids, options)
+    assert bool(got[0]["tool_calls"]) is stream_calls
