@@ -188,22 +188,23 @@ def test_the_health_port_answers_for_every_frontend(pair: tuple[Service, str]) -
     assert service.pids()["health"] != pid
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_http_port_in_use_fails_the_start_naming_the_address(tmp_path: Path, toy_model: Path,
-                                                             workers: int) -> None:
+@pytest.mark.parametrize("flag,workers", [("--http", 1), ("--http", 2), ("--health", 2)])
+def test_a_port_in_use_fails_the_start_naming_the_address(tmp_path: Path, toy_model: Path,
+                                                          flag: str, workers: int) -> None:
     """Not 'textproc ready' and frontends restarted forever: exit 1, quickly, naming it."""
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
+        ports = {"--http": "127.0.0.1:0", "--health": "127.0.0.1:0", flag: f"127.0.0.1:{port}"}
         started = time.monotonic()
         done = subprocess.run(
             [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(toy_model),
-             "--workers", "1", "--runtime-dir", str(tmp_path / "rt"), "--http",
-             f"127.0.0.1:{port}", "--http-workers", str(workers)],
+             "--workers", "1", "--runtime-dir", str(tmp_path / "rt"), "--http", ports["--http"],
+             "--health", ports["--health"], "--http-workers", str(workers)],
             cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         took = time.monotonic() - started
     log = done.stdout + done.stderr
     assert done.returncode == 1, log[-3000:]
-    assert f"cannot listen on 127.0.0.1:{port} (--http)" in log, log[-3000:]
+    assert f"cannot listen on 127.0.0.1:{port} ({flag})" in log, log[-3000:]
     assert "textproc ready" not in log and "restarting" not in log, log[-3000:]
     assert took < 30, took
     assert not (tmp_path / "rt").exists() or not list((tmp_path / "rt").iterdir())
