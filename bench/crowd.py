@@ -17,7 +17,10 @@ while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
   the client read the end of its stream among its events, so there was nothing to abort), the
   tokens the engine had generated for them when the abort arrived (p50 / max; fewer = noticed
   sooner), and ``abort_ms``: from the client dropping its connection to the engine ending
-  the request (p50 / p99 / max; CLOCK_MONOTONIC in both processes);
+  the request (p50 / p99 / max; CLOCK_MONOTONIC in both processes); of the streams that ran to
+  ``length``, ``ran_to_length_after_leaving`` is how many ended only after their client had
+  left (the others had ended before it left: it was still reading what the frontend had not yet
+  sent), with the longest such wait;
 - ``http_rss_mb``: the HTTP processes' RSS (summed over ``--http-workers``) before, at peak,
   and 5 s after the crowd left;
 - ``worker_shares``: ``textproc_worker_requests_total`` per worker (how the load spread);
@@ -255,6 +258,13 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
         "stay_s_max": round(max(stay_s.values()), 2) if stay_s else None,
         "stay_s_of_ran_to_length_min": round(min(stay_s[i] for i in ran_on), 2)
         if ran_on else None,
+        # of those that ran to length: how many the engine ended only after their client left
+        # (the rest had ended already: the client was still reading the backlog), and the
+        # longest such wait (an abort that was too slow, or lost)
+        "ran_to_length_after_leaving": sum(1 for i in ran_on
+                                           if float(entries[i]["ended_at"]) > left_at[i]),
+        "ran_to_length_after_leaving_ms_max": round(max(
+            [(float(entries[i]["ended_at"]) - left_at[i]) * 1000 for i in ran_on] + [0.0]), 1),
         "generated_at_abort_p50": pct(generated, 50) if generated else None,
         "generated_at_abort_max": generated[-1] if generated else None,
         "health_ms_p50": round(pct(health, 50) * 1000, 1),
