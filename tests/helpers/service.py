@@ -15,12 +15,14 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import uvloop
 
 from textproc.errors import StartupTimeout
+from textproc.http.health import pid_alive
 from textproc.service.launcher import ServeProcess
 
 T = TypeVar("T")
@@ -77,28 +79,14 @@ def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
         return runner.run(coro_fn())  # type: ignore[arg-type]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return False
-
-
 def reap(pids: dict[str, int], *, timeout_s: float, poll_s: float) -> dict[str, int]:
     """Wait up to ``timeout_s`` for these processes to exit; SIGKILL the ones still alive and
     return them (name -> pid) so the caller can assert there were none."""
     deadline = time.monotonic() + timeout_s
-    left = {name: pid for name, pid in pids.items() if pid and _alive(pid)}
+    left = {name: pid for name, pid in pids.items() if pid and pid_alive(pid)}
     while left and time.monotonic() < deadline:
         time.sleep(poll_s)
-        left = {name: pid for name, pid in left.items() if _alive(pid)}
+        left = {name: pid for name, pid in left.items() if pid_alive(pid)}
     for pid in left.values():
         os.kill(pid, signal.SIGKILL)
     return left
@@ -186,6 +174,26 @@ def wait_http(http_file: Path, proc: subprocess.Popen[bytes] | None, log_path: P
         time.sleep(0.05)
     info = json.loads(http_file.read_text())
     return f"http://{info['host']}:{info['port']}"
+
+
+@contextmanager
+def toy_http(root: Path, *args: str) -> Iterator[tuple[Service, str]]:
+    """:func:`serve_toy_http` for a ``with`` block (module fixtures): stopped at the end."""
+    service, url = serve_toy_http(root, *args)
+    try:
+        yield service, url
+    finally:
+        service.stop()
+
+
+@contextmanager
+def openai_client(url: str) -> Iterator[Any]:
+    """The official ``openai`` client of a served base URL: no retries (a 5xx must show),
+    30 s timeout."""
+    import openai
+
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
+        yield c
 
 
 def serve_toy_http(root: Path, *args: str, name: str = "toy") -> tuple[Service, str]:

@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from tests.helpers.service import Service, serve_toy_http as _serve
+from tests.helpers.service import Service, openai_client, serve_toy_http as _serve, toy_http
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -28,16 +28,13 @@ TEXT = "Logprobs for 你好 and 🦜 (split in the toy BPE), token by token."
 
 @pytest.fixture(scope="module")
 def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
-    service, url = _serve(tmp_path_factory.mktemp("logprobs"), "--stub-arg=--step-ms=1")
-    try:
-        yield service, url
-    finally:
-        service.stop()
+    with toy_http(tmp_path_factory.mktemp("logprobs"), "--stub-arg=--step-ms=1") as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")
 def client(echo: tuple[Service, str]) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=echo[1] + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
+    with openai_client(echo[1]) as c:
         yield c
 
 

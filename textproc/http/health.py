@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import msgspec
 
 __all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "state_file",
-           "health_command"]
+           "pid_alive", "health_command"]
 
 _log = logging.getLogger("textproc.http.health")
 STALE_AFTER_S = 10.0  # a frontend whose loop has not run for this long is not serving
@@ -49,7 +49,8 @@ def state_file(index: int) -> str:
     return f"http-{index}.health"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """The process exists and is not a zombie (killed, not yet reaped by its parent)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,7 +118,7 @@ def read_state(path: Path) -> dict[str, Any] | None:
         if zlib.crc32(body) != crc:
             continue
         beat_at, lag, stale_after, pid, serving, n = _HEAD.unpack_from(body)
-        return {"serving": bool(serving), "pid": pid, "alive": _alive(pid),
+        return {"serving": bool(serving), "pid": pid, "alive": pid_alive(pid),
                 "reason": body[_HEAD.size:_HEAD.size + n].decode("utf-8", "replace"),
                 "loop_lag_s": round(lag, 6), "loop_age_s": round(time.monotonic() - beat_at, 3),
                 "stale_after_s": stale_after}
