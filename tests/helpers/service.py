@@ -120,6 +120,18 @@ class Service(ServeProcess):
         return {k: v for k, v in self.pids(self.process_table).items()
                 if k != "http" and not k.startswith("http-")}
 
+    def engine_addresses(self, timeout_s: float = 20.0) -> dict[str, Any]:
+        """``--engine external``'s printed ``{"engine_in": ..., "engine_out": ...}``: printed
+        right after processes.json is written, so ``start()`` may return before it is there."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lines = [ln for ln in self.log(tail=None).splitlines() if ln.startswith('{"engine_in"')]
+            if lines:
+                return dict(json.loads(lines[0]))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no engine endpoints line after {timeout_s} s:\n{self.log()}")
+            time.sleep(0.05)
+
     def stub_stats(self) -> Any:
         return json.loads(self.stats_file.read_text())
 

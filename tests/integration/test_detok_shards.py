@@ -238,8 +238,7 @@ def test_an_external_engine_connects_to_every_printed_shard(tmp_path: Path, toy_
                       args=["--detokenizers", "2"]).start()
     engine: subprocess.Popen[bytes] | None = None
     try:
-        line = next(ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"'))
-        addresses = json.loads(line)
+        addresses = service.engine_addresses()
         assert len(addresses["engine_in"]) == len(addresses["engine_out"]) == 2
         command = [sys.executable, "-m", "engine_stub", "--model-dir", str(toy_model)]
         for engine_in, engine_out in zip(addresses["engine_in"], addresses["engine_out"]):

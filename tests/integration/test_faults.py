@@ -133,15 +133,13 @@ def test_kill_9_supervisor_leaves_no_orphans_and_no_hung_requests(tmp_path: Path
 
 
 def test_external_engine_connects_to_the_printed_endpoints(tmp_path: Path, toy_model: Path) -> None:
-    import json
     import subprocess
     import sys
 
     service = Service(tmp_path / "s", toy_model, workers=1, engine="external").start()
     engine: subprocess.Popen[bytes] | None = None
     try:
-        line = next(ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"'))
-        addresses = json.loads(line)
+        addresses = service.engine_addresses()
         engine = subprocess.Popen([sys.executable, "-m", "engine_stub", "--engine-in",
                                    addresses["engine_in"], "--engine-out", addresses["engine_out"],
                                    "--model-dir", str(toy_model)], stdin=subprocess.DEVNULL)

@@ -100,14 +100,7 @@ def _stats_counter(stats: list[Any], role: str, index: int, name: str) -> int:
 
 def _serve_external(tmp_path: Path, toy_model: Path, args: list[str]) -> tuple[Service, dict[str, str]]:
     service = Service(tmp_path / "s", toy_model, workers=1, engine="external", args=args).start()
-    deadline = time.monotonic() + 20  # printed right after processes.json is written
-    while True:
-        lines = [ln for ln in service.log(tail=None).splitlines() if ln.startswith('{"engine_in"')]
-        if lines or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert lines, f"no engine endpoints line:\n{service.log()}"
-    return service, json.loads(lines[0])
+    return service, service.engine_addresses()
 
 
 def test_keys_command_writes_private_zmq_certificates(tmp_path: Path) -> None:
