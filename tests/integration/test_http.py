@@ -22,7 +22,8 @@ import httpx
 import openai
 import pytest
 
-from tests.helpers.service import REPO, Service, _alive, build_toy_model, wait_http
+from tests.helpers.service import REPO, Service, build_toy_model, wait_http
+from textproc.http.health import pid_alive
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,7 +99,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, s
         yield service, url
     finally:
         service.stop()
-    assert http_pid and not _alive(http_pid), "the HTTP frontend outlived the service"
+    assert http_pid and not pid_alive(http_pid), "the HTTP frontend outlived the service"
 
 
 @pytest.fixture(scope="module")

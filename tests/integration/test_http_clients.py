@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from tests.helpers.service import REPO, Service, build_toy_model, wait_http
+from tests.helpers.service import Service, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(60)
 

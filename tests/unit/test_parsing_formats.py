@@ -95,7 +95,7 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
         ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
          f"to=functions.get_weather <|constrain|>json<|message|>{_j(ARGS)}<|call|>", "", [("get_weather", ARGS)]),
         ("<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Sunny.", "Sunny.", []),
-        (f"<|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{{}}<|call|>", "", [("ping", {})]),
+        ("<|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{}<|call|>", "", [("ping", {})]),
     ],
 }
 
