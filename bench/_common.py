@@ -261,7 +261,15 @@ class Serve:
         return self.serve.pids()
 
     def cpu(self) -> dict[str, float]:
-        return {name: cpu_seconds(pid) for name, pid in self.pids().items()}
+        """CPU seconds so far of every process, each once (``http`` and ``http-0`` name the
+        same frontend: the first name wins)."""
+        out: dict[str, float] = {}
+        seen: set[int] = set()
+        for name, pid in self.pids().items():
+            if pid not in seen:
+                seen.add(pid)
+                out[name] = cpu_seconds(pid)
+        return out
 
     def close(self) -> None:
         self.serve.stop(timeout_s=30)
