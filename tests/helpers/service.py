@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
@@ -188,24 +187,34 @@ def wait_http(http_file: Path, proc: subprocess.Popen[bytes] | None, log_path: P
     return f"http://{info['host']}:{info['port']}"
 
 
-@contextmanager
-def toy_http(root: Path, *args: str) -> Iterator[tuple[Service, str]]:
-    """:func:`serve_toy_http` for a ``with`` block (module fixtures): stopped at the end."""
-    service, url = serve_toy_http(root, *args)
-    try:
-        yield service, url
-    finally:
-        service.stop()
-
-
-@contextmanager
-def openai_client(url: str) -> Iterator[Any]:
-    """The official ``openai`` client of a served base URL: no retries (a 5xx must show),
-    30 s timeout."""
+def toy_http_fixtures(name: str, *args: str) -> tuple[Any, Any]:
+    """Module-scoped pytest fixtures ``(echo, client)`` for an HTTP test module: the toy model
+    served by :func:`serve_toy_http` with ``args`` (stopped after the module), and the
+    official ``openai`` client of it (no retries, so a 5xx shows; 30 s timeout). Use as
+    ``echo, client = toy_http_fixtures("name", ...)`` at module level."""
     import openai
+    import pytest
 
-    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
-        yield c
+    @pytest.fixture(scope="module")
+    def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
+        service, url = serve_toy_http(tmp_path_factory.mktemp(name), *args)
+        try:
+            yield service, url
+        finally:
+            service.stop()
+
+    @pytest.fixture(scope="module")
+    def client(echo: tuple[Service, str]) -> Iterator[openai.OpenAI]:
+        with openai.OpenAI(base_url=echo[1] + "/v1", api_key="unused", max_retries=0,
+                           timeout=30) as c:
+            yield c
+
+    return echo, client
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    """One user message: the messages of a one-turn chat."""
+    return [{"role": "user", "content": text}]
 
 
 def serve_toy_http(root: Path, *args: str, name: str = "toy") -> tuple[Service, str]:

@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from tests.helpers.service import REPO, Service, build_toy_model, wait_http
+from tests.helpers.service import REPO, Service, build_toy_model, user, wait_http
 from textproc.http.health import pid_alive
 
 pytestmark = pytest.mark.timeout(60)
@@ -108,10 +108,6 @@ def client(stack: tuple[Service, str]) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=stack[1] + "/v1", api_key="unused", max_retries=0,
                        timeout=30) as c:
         yield c
-
-
-def user(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}]
 
 
 def test_models_health_metrics(stack: tuple[Service, str], client: openai.OpenAI) -> None:

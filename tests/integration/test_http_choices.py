@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import httpx
 import jsonschema
 import openai
 import pytest
 
-from tests.helpers.service import Service, openai_client, serve_toy_http as _serve, toy_http
+from tests.helpers.service import Service, serve_toy_http as _serve, toy_http_fixtures, user
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -27,20 +27,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-@pytest.fixture(scope="module")
-def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
-    with toy_http(tmp_path_factory.mktemp("choices"), "--stub-arg=--step-ms=2") as stack:
-        yield stack
-
-
-@pytest.fixture(scope="module")
-def client(echo: tuple[Service, str]) -> Iterator[openai.OpenAI]:
-    with openai_client(echo[1]) as c:
-        yield c
-
-
-def user(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}]
+echo, client = toy_http_fixtures("choices", "--stub-arg=--step-ms=2")
 
 
 def test_chat_n3_whole(echo: tuple[Service, str], client: openai.OpenAI) -> None:

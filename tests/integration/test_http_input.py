@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.service import Service, build_toy_model, wait_http
+from tests.helpers.service import Service, build_toy_model, user, wait_http
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,10 +50,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, s
         yield service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
     finally:
         service.stop()
-
-
-def user(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}]
 
 
 def chat_body(**fields: Any) -> dict[str, Any]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.helpers.service import Service, openai_client, serve_toy_http as _serve, toy_http
+from tests.helpers.service import Service, serve_toy_http as _serve, toy_http_fixtures, user
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,20 +26,7 @@ MODEL = "toy"
 TEXT = "Logprobs for 你好 and 🦜 (split in the toy BPE), token by token."
 
 
-@pytest.fixture(scope="module")
-def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
-    with toy_http(tmp_path_factory.mktemp("logprobs"), "--stub-arg=--step-ms=1") as stack:
-        yield stack
-
-
-@pytest.fixture(scope="module")
-def client(echo: tuple[Service, str]) -> Iterator[openai.OpenAI]:
-    with openai_client(echo[1]) as c:
-        yield c
-
-
-def user(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}]
+echo, client = toy_http_fixtures("logprobs", "--stub-arg=--step-ms=1")
 
 
 def _check_entries(entries: list[Any], content: str, k: int) -> None:
