@@ -13,7 +13,7 @@ import pytest
 from textproc.client.events import StreamState
 from textproc.client.inflight import InFlight
 from textproc.client.readers import MAX_BUFFERED_OUTPUTS, Readers
-from textproc.http.asgi import Pacer
+from textproc.http.asgi import Pacer, PaceRequests
 from textproc.protocol import Outputs, RequestOutput
 
 pytestmark = pytest.mark.timeout(30)
@@ -149,3 +149,27 @@ def test_first_outputs_wake_before_running_streams() -> None:
 
     asyncio.run(main())
     assert order == ["r1", "r3", "r5", "r0", "r2", "r4"]
+
+
+def test_requests_wait_for_their_turn_before_the_app_but_health_does_not() -> None:
+    """PaceRequests is the first middleware: of 100 requests arriving at once only a few reach
+    the app per loop iteration, and a /health among them goes straight through."""
+    async def main() -> tuple[int, list[str]]:
+        reached: list[str] = []
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            reached.append(scope["path"])
+
+        paced = PaceRequests(app, Pacer(4))
+        calls = [paced({"type": "http", "path": "/v1/chat/completions"}, None, None)
+                 for _ in range(100)]
+        calls.append(paced({"type": "http", "path": "/health"}, None, None))
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        await asyncio.sleep(0)
+        first = list(reached)
+        await asyncio.gather(*tasks)
+        return len(reached), first
+
+    total, first = asyncio.run(main())
+    assert total == 101
+    assert "/health" in first and len(first) <= 5

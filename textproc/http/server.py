@@ -27,6 +27,7 @@ from textproc.http.asgi import (
     BearerAuth,
     EventStream,
     Pacer,
+    PaceRequests,
     error_response,
     json_response,
     read_body,
@@ -164,7 +165,6 @@ class _Api:
         try:
             body = await read_body(request, self.limits.max_body_bytes,
                                    timeout_s=self.limits.body_timeout_s, metrics=self.metrics)
-            await self.pacer.turn()  # a burst of requests must not hold the loop in one go
             response = await handler(request, body)
             status = response.status_code
             return response
@@ -528,7 +528,9 @@ def build_app(
         Route("/metrics", api.metrics_text, methods=["GET"]),
         *extra_routes,
     ]
-    middleware = [Middleware(FramingGuard, metrics=api.metrics)]
+    # pacing first: a burst of requests must not hold the loop in one go (asgi.PaceRequests)
+    middleware = [Middleware(PaceRequests, pacer=api.pacer),
+                  Middleware(FramingGuard, metrics=api.metrics)]
     if api_key:
         middleware.append(Middleware(BearerAuth, api_key=api_key))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
