@@ -353,3 +353,20 @@ def test_endpoints_list_every_detokenizer_shard() -> None:
         Endpoints.from_dict({**two.to_dict(), "detokenizers": two.to_dict()["detokenizers"][::-1]})
     with pytest.raises(InvalidInput, match="n_detokenizers must be in"):
         ServiceConfig(model_dir="/m", n_detokenizers=0)
+
+
+def test_request_builder_prepare_compiles_the_template_before_the_first_chat(
+        toy_model: Path, tok: Tokenizer) -> None:
+    """The worker calls ``prepare`` before Ready: each worker's first chat used to compile the
+    chat template (~50 ms on Qwen3) while its client waited."""
+    from textproc.core.chat.sandbox import compile_template
+
+    compile_template.cache_clear()
+    builder = RequestBuilder(tok, _config(toy_model))
+    builder.prepare()
+    compiled = compile_template.cache_info().misses
+    assert compiled >= 1
+    tools = [{"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}]
+    builder.chat(ChatRequest("r", [{"role": "user", "content": "hi"}]), b"c")
+    builder.chat(ChatRequest("t", [{"role": "user", "content": "hi"}], tools=tools), b"c")
+    assert compile_template.cache_info().misses == compiled  # nothing left to compile

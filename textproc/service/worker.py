@@ -63,6 +63,7 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     # the constraint vocabulary (exact token bytes + bitset tables, ~1 s on Qwen3) before Ready,
     # so no request's compile budget pays for it
     builder.constraints.prepare()
+    builder.prepare()  # the chat template's compile and lazy encoder tables, also before Ready
     runtime.freeze_heap()
     with runtime:
         front = runtime.bind(zmq.ROUTER, endpoints.workers[index])
