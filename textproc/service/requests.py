@@ -193,17 +193,16 @@ class RequestBuilder:
         """Render and encode a one-turn chat now, with and without a tool, so the chat
         template's jinja compile (~50 ms on Qwen3) and the encoder's lazy tables are paid
         before Ready, not by each worker's first chat. A template that refuses this chat is
-        left to the requests (they get its error)."""
-        from textproc.errors import TextprocError
-
+        left to the requests (they get its error); nothing here may stop the worker starting."""
         tool = {"type": "function", "function": {"name": "f", "description": "",
                                                  "parameters": {"type": "object"}}}
         for tools in (None, [tool]):
             try:
                 prompt = self.render([{"role": "user", "content": "Hello"}], tools)
                 self.encode_prompt(prompt)
-            except TextprocError as e:
-                _log.debug("warm-up chat not rendered (%s); the first chat compiles it", e)
+            except Exception as e:  # noqa: BLE001 - a warm-up; the requests report errors
+                _log.debug("warm-up chat not rendered (%s: %s); the first chat compiles it",
+                           type(e).__name__, e)
 
     def render(self, messages: Any, tools: list[dict[str, Any]] | None, *,
                add_generation_prompt: bool = True, continue_final_message: bool = False,
