@@ -1,8 +1,10 @@
 """What an LLM engine imports to talk to textproc: ``EngineLink`` and the types it hands over.
 
-Parts: ``link`` (EngineLink: the two sockets, polling requests and aborts, sending steps),
+Parts: ``link`` (EngineLink: the two sockets, polling requests and aborts, sending steps; its
+halves ``receiving``, ``sending`` with ``routing``, and ``connection`` for the sockets),
 ``requests`` (IncomingRequest and the checks on a decoded request), ``steps`` (step entries,
-formats, finish reasons and the packing of step frames). Public names are re-exported here,
+formats, finish reasons and the packing of step frames), ``indexes`` (the constraint index
+cache). Public names are re-exported here,
 so ``from textproc.engine import EngineLink`` is the one import an engine needs.
 """
 

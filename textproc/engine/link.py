@@ -12,7 +12,9 @@ Owns the engine's two sockets (``textproc.protocol`` describes the frames):
   (protocol 2) and ``send_outputs`` the per-request ``EngineStep`` (protocol 1: the tuples
   encode as they are, cheaper than turning them into columns); ``"packed"`` / ``"legacy"``
   send that frame from both. The link checks and converts what the engine gives;
-  :class:`textproc.engine.sending.StepSender` encodes and sends the frames.
+  :class:`textproc.engine.sending.StepSender` encodes and sends the frames,
+  :class:`textproc.engine.receiving.FrameReceiver` drains engine-in (requests, aborts, indexes,
+  the reconnect check) and ``textproc.engine.connection`` makes the sockets.
 
 Detokenizer shards (``textproc serve --detokenizers N``): give ``engine_in`` / ``engine_out`` as
 sequences, shard k's address at k (``endpoints.json``'s ``detokenizers``, or
@@ -36,7 +38,7 @@ Must never block the engine loop: every receive is
 non-blocking, sends are non-blocking (a step that cannot be queued because textproc is gone for
 longer than the send buffer covers is dropped and counted, never waited for), and a malformed
 incoming frame is counted in ``malformed_frames`` and logged, never raised. A request frame that
-decodes but breaks a rule (empty prompt, ``max_tokens < 1``, ...) is answered at once with an
+decodes but breaks a rule (empty prompt, ``max_tokens < 1``, ...) is answered at once with a
 step frame carrying ``(request_id, [], "error")`` so the caller does not wait forever.
 
 Invariant: requests and aborts come out in the order textproc sent them. Both pollers read the
@@ -55,22 +57,20 @@ and a memcpy of its packed prompt ids (no per-token Python objects unless asked 
 
 from __future__ import annotations
 
-import logging
-import time
 import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import zmq
 
-from textproc.errors import InvalidInput, ProtocolError, short
+from textproc.errors import InvalidInput, short
 
 if TYPE_CHECKING:
     from textproc.curve import CurveClientKeys
-from textproc.engine.indexes import IndexCache
-from textproc.engine.requests import IncomingRequest, check_request, unpack_array, unpack_list
+from textproc.engine.connection import connect_shard, read_endpoints, shown
+from textproc.engine.receiving import FrameReceiver
+from textproc.engine.requests import IncomingRequest
 from textproc.engine.sending import StepSender
 from textproc.engine.steps import (
     NO_FINISHED,
@@ -87,10 +87,6 @@ from textproc.engine.steps import (
 from textproc.transport import close_sockets, new_context
 from textproc.protocol import (
     MAX_FRAME_BYTES,
-    EngineAbort,
-    EngineIndex,
-    EngineInFrame,
-    EngineRequest,
     EngineStepPacked,
     StepOutput,
     step_entries,
@@ -98,13 +94,9 @@ from textproc.protocol import (
 
 __all__ = ["EngineLink", "SEND_HWM_FRAMES"]
 
-_log = logging.getLogger("textproc.engine")
-
 # Steps queued in the engine's process while textproc is unreachable (about 10 s at 1 kHz).
 SEND_HWM_FRAMES = 10_000
-_LOG_FIRST_N = 10  # log the first N malformed frames, then every _LOG_EVERY-th
-_LOG_EVERY = 1000
-_MONITOR_EVERY_S = 0.2  # how often the drain looks for a reconnect (to resend EngineHello)
+
 
 class EngineLink:
     """An engine's connection to textproc: poll requests and aborts, send one frame per step.
@@ -162,13 +154,18 @@ class EngineLink:
         self.prompt_ids_as_list = prompt_ids_as_list
         self.curve = curve
         self.max_index_bytes = max_index_bytes
-        # one cache per shard: each mirrors what that shard's relay sent and evicted
-        self._index_caches = [IndexCache(max_index_bytes) for _ in ins]
-        self._indexes = self._index_caches[0]
         self._sender = StepSender(self.instance_id, outs, send_hwm_frames)
-        self._owners = self._sender.owners  # with N shards: who owns each request id
-        self.malformed_frames = 0  # frames on engine-in that failed to decode or validate
-        self.rejected_requests = 0  # well-formed frames answered with finish_reason "error"
+        self._receiver = FrameReceiver(
+            self.instance_id,
+            ins[0],
+            self._sender,
+            n_shards=self.n_shards,
+            max_frame_bytes=max_frame_bytes,
+            max_index_bytes=max_index_bytes,
+            prompt_ids_as_list=prompt_ids_as_list,
+            step_format=step_format,
+        )
+        self._indexes = self._receiver.caches[0]  # shard 0's index cache
         self._context: zmq.Context[Any] | None = None
         self._in: zmq.Socket[Any] | None = None
         self._out: zmq.Socket[Any] | None = None
@@ -180,14 +177,6 @@ class EngineLink:
         self._poller: zmq.Poller | None = None  # wait() on every shard's engine-in
         self._sockets: list[zmq.Socket[Any]] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
-        self._requests: list[IncomingRequest] = []  # decoded, not yet handed to the engine
-        self._aborts: list[str] = []
-        self._decoder: msgspec.msgpack.Decoder[EngineInFrame] = msgspec.msgpack.Decoder(
-            EngineInFrame
-        )
-        self._connects_seen = [0] * self.n_shards
-        self._next_monitor_check = 0.0
-        self._fresh_drain = False  # poll_requests drained and poll_aborts has not run since
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -203,17 +192,7 @@ class EngineLink:
     def for_service(cls, runtime_dir: str, **options: Any) -> EngineLink:
         """A link (not started) to every detokenizer shard of the service whose
         ``endpoints.json`` is in ``runtime_dir``; same keyword options as the constructor."""
-        import json
-        from pathlib import Path
-
-        path = Path(runtime_dir) / "endpoints.json"
-        try:
-            endpoints = json.loads(path.read_text())["endpoints"]
-            shards = endpoints.get("detokenizers") or [endpoints]
-            ins = [str(s["engine_in"]) for s in shards]
-            outs = [str(s["engine_out"]) for s in shards]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InvalidInput(f"cannot read the engine endpoints from {path}: {exc!r}") from exc
+        ins, outs = read_endpoints(runtime_dir)
         return cls(ins, outs, **options)
 
     def start(self) -> None:
@@ -225,35 +204,20 @@ class EngineLink:
         self._finalizer = weakref.finalize(self, close_sockets, self._sockets, context)
         try:
             for address_in, address_out in zip(self.engine_ins, self.engine_outs):
-                sock_in = context.socket(zmq.PULL)
-                self._sockets.append(sock_in)
-                sock_in.setsockopt(zmq.LINGER, 0)
-                # No zmq MAXMSGSIZE here: on a CONNECTING socket libzmq treats an oversized frame
-                # as a protocol error and never reconnects (engine-in would be dead for good);
-                # the size is checked after receipt instead.
-                sock_in.setsockopt(zmq.RCVHWM, 0)  # textproc's PUSH side bounds what it sends
-                sock_out = context.socket(zmq.PUSH)
-                self._sockets.append(sock_out)
-                sock_out.setsockopt(zmq.LINGER, 0)
-                sock_out.setsockopt(zmq.SNDHWM, self.send_hwm_frames)
-                if self.curve is not None:  # textproc's sockets are CURVE servers: before connect
-                    from textproc.curve import apply_curve_client
-
-                    apply_curve_client(sock_in, self.curve)
-                    apply_curve_client(sock_out, self.curve)
-                if self.resend_hello_on_reconnect:
-                    monitor = sock_out.get_monitor_socket(zmq.EVENT_CONNECTED)
-                    self._sockets.append(monitor)
+                sock_in, sock_out, monitor = connect_shard(
+                    context, address_in, address_out, self._sockets,
+                    send_hwm_frames=self.send_hwm_frames, curve=self.curve,
+                    with_monitor=self.resend_hello_on_reconnect,
+                )
+                if monitor is not None:
                     self._monitors.append(monitor)
-                sock_in.connect(address_in)
-                sock_out.connect(address_out)
                 self._shard_ins.append(sock_in)
                 self._shard_outs.append(sock_out)
         except zmq.ZMQError as exc:
             self.close()
             raise InvalidInput(
-                f"cannot connect EngineLink to engine_in={_shown(self.engine_ins)} "
-                f"engine_out={_shown(self.engine_outs)}: {exc}; expected tcp://host:port or ipc://path"
+                f"cannot connect EngineLink to engine_in={shown(self.engine_ins)} "
+                f"engine_out={shown(self.engine_outs)}: {exc}; expected tcp://host:port or ipc://path"
             ) from exc
         self._in = self._shard_ins[0]
         self._out = self._shard_outs[0]
@@ -263,6 +227,7 @@ class EngineLink:
             for sock_in in self._shard_ins:
                 self._poller.register(sock_in, zmq.POLLIN)
         self._sender.attach(self._shard_outs)
+        self._receiver.attach(self._shard_ins, self._monitors)
         for shard in range(self.n_shards):
             self._sender.hello(shard)
 
@@ -273,6 +238,7 @@ class EngineLink:
         self._in = self._out = self._monitor = self._poller = None
         self._shard_ins, self._shard_outs, self._monitors = [], [], []
         self._sender.attach([])
+        self._receiver.attach([], [])
 
     @property
     def closed(self) -> bool:
@@ -286,17 +252,11 @@ class EngineLink:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # receiving -------------------------------------------------------------------------------
+    # receiving (textproc.engine.receiving.FrameReceiver drains and decodes engine-in) --------
 
     def poll_requests(self) -> list[IncomingRequest]:
         """New requests received since the last call, in arrival order; never blocks."""
-        self._drain()
-        self._fresh_drain = True
-        if not self._requests:
-            return []
-        requests = self._requests
-        self._requests = []
-        return requests
+        return self._receiver.poll_requests()
 
     def poll_aborts(self) -> list[str]:
         """Ids of requests to stop, received since the last call, in arrival order; never blocks.
@@ -305,22 +265,14 @@ class EngineLink:
         as its request is then applied after the request was added, and it reuses that drain
         (one receive per step; frames arriving in between wait for the next step).
         """
-        if self._fresh_drain:
-            self._fresh_drain = False
-        else:
-            self._drain()
-        if not self._aborts:
-            return []
-        aborts = self._aborts
-        self._aborts = []
-        return aborts
+        return self._receiver.poll_aborts()
 
     def wait(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for input on engine-in (for an idle engine); True if any."""
         sock = self._in
         if sock is None:
             raise InvalidInput("EngineLink.wait on a link that is not started or closed")
-        if self._requests or self._aborts:
+        if self._receiver.requests or self._receiver.aborts:
             return True
         if self._poller is not None:
             return bool(self._poller.poll(max(0, int(timeout_s * 1000))))
@@ -333,152 +285,25 @@ class EngineLink:
             raise InvalidInput("EngineLink.writable on a link that is not started or closed")
         return self._sender.writable()
 
-    def _drain(self) -> None:
-        sock = self._in
-        if sock is None:
-            raise InvalidInput("EngineLink used before start() or after close()")
-        if self._monitor is not None:
-            now = time.monotonic()
-            if now >= self._next_monitor_check:
-                self._next_monitor_check = now + _MONITOR_EVERY_S
-                self._check_reconnect()
-        if self._owners is not None:
-            self._drain_shards()
-            return
-        # one zmq call when nothing came (the common case); a raised zmq.Again costs more
-        if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-            return
-        recv = sock.recv
-        getsockopt = sock.getsockopt
-        while True:
-            try:
-                data = recv(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
-                break
-            self._take(data)
-            # EVENTS again instead of a recv that raises zmq.Again: ~10 us less per drain
-            if not int(getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                break
-
-    def _drain_shards(self) -> None:
-        """``_drain`` for more than one shard: every shard's engine-in, shard by shard (each
-        shard's requests and aborts stay in the order it sent them)."""
-        for shard, sock in enumerate(self._shard_ins):
-            if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                continue
-            while True:
-                try:
-                    data = sock.recv(zmq.NOBLOCK, copy=True)
-                except zmq.Again:
-                    break
-                self._take(data, shard)
-                if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                    break
-
-    def _take(self, data: bytes, shard: int = 0) -> None:
-        """Decode, check and queue one engine-in frame (a bad one is counted, never raised);
-        ``shard``: the detokenizer shard it came from."""
-        if len(data) > self.max_frame_bytes:
-            self._malformed(
-                f"frame of {len(data)} bytes is over max_frame_bytes={self.max_frame_bytes}"
-            )
-            return
-        try:
-            frame = self._decoder.decode(data)
-        except (msgspec.MsgspecError, RecursionError, ValueError) as exc:
-            # RecursionError: msgspec gives up on frames nested ~1000 deep (2 KB is enough)
-            self._malformed(f"undecodable frame of {len(data)} bytes: {exc!r}"[:300])
-            return
-        match frame:
-            case EngineRequest():
-                problem = check_request(frame)
-                if problem is not None:
-                    self._reject(frame.request_id, problem)
-                    return
-                guide = None
-                if frame.index_key:
-                    cache = self._index_caches[shard]
-                    index = cache.get(frame.index_key)
-                    if index is None:
-                        self._reject(frame.request_id, f"constraint index {frame.index_key!r} is not "
-                                     f"in the engine's index cache ({len(cache)} held)")
-                        return
-                    from textproc.core.constraints.guide import Guide
-
-                    guide = Guide(index)
-                if self._owners is not None:
-                    self._owners.note(frame.request_id, shard)
-                unpack = unpack_list if self.prompt_ids_as_list else unpack_array
-                self._requests.append(
-                    IncomingRequest(
-                        frame.request_id,
-                        unpack(frame.prompt_token_ids),
-                        frame.max_tokens,
-                        frame.stop_token_ids,
-                        frame.sampling,
-                        frame.constraint,
-                        frame.min_tokens,
-                        frame.ignore_eos,
-                        frame.logit_bias,
-                        frame.index_key,
-                        guide,
-                        frame.logprobs,
-                    )
-                )
-            case EngineIndex(table=table, evict=evict):
-                self._take_index(table, evict, shard)
-            case EngineAbort(request_ids=ids):
-                if self._requests:
-                    gone = set(ids)
-                    self._requests = [r for r in self._requests if r.request_id not in gone]
-                self._aborts.extend(ids)
-
-    def _take_index(self, table: Any, evict: list[str], shard: int = 0) -> None:
-        problem = self._index_caches[shard].put(table, evict)
-        if problem is not None:
-            self._malformed(f"EngineIndex {short(table.key)}: {problem}"[:300])
-
     @property
     def index_bytes(self) -> int:
         """Bytes the cached constraint indexes take (summed over the shards' caches)."""
-        return sum(cache.nbytes for cache in self._index_caches)
+        return sum(cache.nbytes for cache in self._receiver.caches)
 
     @property
     def indexes_received(self) -> int:
         """Constraint indexes stored since the link started (from every shard)."""
-        return sum(cache.received for cache in self._index_caches)
+        return sum(cache.received for cache in self._receiver.caches)
 
-    def _malformed(self, what: str) -> None:
-        self.malformed_frames += 1
-        n = self.malformed_frames
-        if n <= _LOG_FIRST_N or n % _LOG_EVERY == 0:
-            _log.warning(
-                "EngineLink %s: dropped malformed frame #%d on engine-in %r: %s",
-                self.instance_id[:8],
-                n,
-                self.engine_in,
-                ProtocolError(what),
-            )
+    @property
+    def malformed_frames(self) -> int:
+        """Frames on engine-in that failed to decode or validate (counted, never raised)."""
+        return self._receiver.malformed_frames
 
-    def _reject(self, request_id: str, problem: str) -> None:
-        self._malformed(f"request_id={short(request_id)}: {problem}")
-        self.rejected_requests += 1
-        if request_id:
-            if self.step_format != "legacy":
-                self._sender.packed([request_id], b"", b"\0\0\0\0", {0: "error"})
-            else:
-                self._sender.entries([(request_id, [], "error")])
-
-    def _check_reconnect(self) -> None:
-        for shard, monitor in enumerate(self._monitors):
-            while True:
-                try:
-                    monitor.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._connects_seen[shard] += 1
-                if self._connects_seen[shard] > 1:  # the first connect carries the queued hello
-                    self._sender.hello(shard)
+    @property
+    def rejected_requests(self) -> int:
+        """Well-formed request frames answered at once with finish_reason "error"."""
+        return self._receiver.rejected_requests
 
     # sending (textproc.engine.sending.StepSender makes and sends the frames) ------------------
 
@@ -609,7 +434,7 @@ class EngineLink:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return (
-            f"EngineLink(engine_in={_shown(self.engine_ins)}, engine_out={_shown(self.engine_outs)}, "
+            f"EngineLink(engine_in={shown(self.engine_ins)}, engine_out={shown(self.engine_outs)}, "
             f"instance_id={self.instance_id!r}, {state})"
         )
 
@@ -627,7 +452,3 @@ def _with_logprobs(entries: list[Any], logprobs: bytes, top_ids: bytes) -> list[
         at = end
     return out
 
-
-def _shown(addresses: tuple[str, ...]) -> str:
-    """One shard's address as a repr, more shards' as a list."""
-    return repr(addresses[0]) if len(addresses) == 1 else repr(list(addresses))
