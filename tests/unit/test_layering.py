@@ -2,7 +2,7 @@
 
 - ``textproc/core/`` imports only the standard library, ``regex``, ``jinja2``,
   ``textproc.errors`` and other core modules; never reads ``os.environ``.
-- ``textproc/protocol.py`` and the core never import each other.
+- ``textproc/protocol/`` (every part) and the core never import each other.
 - ``textproc`` never imports ``engine_stub``, ``tests``, ``bench`` or ``scripts``.
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
@@ -67,12 +67,19 @@ def test_core_module_imports_only_core_and_allowed(path: Path) -> None:
     assert "os.environ" not in path.read_text(encoding="utf-8"), f"{path.name} reads the environment"
 
 
+PROTOCOL_FILES = sorted((PACKAGE / "protocol").rglob("*.py"))
+
+
 def test_protocol_and_core_never_import_each_other() -> None:
-    for lineno, name in _imports(PACKAGE / "protocol.py"):
-        assert not name.startswith("textproc.core"), f"protocol.py:{lineno} imports {name}"
+    assert {_module_name(p) for p in PROTOCOL_FILES} >= {"textproc.protocol",
+                                                        "textproc.protocol.engine_frames"}
+    for path in PROTOCOL_FILES:
+        for lineno, name in _imports(path):
+            assert not name.startswith("textproc.core"), f"{path.name}:{lineno} imports {name}"
     for path in CORE_FILES:
         for lineno, name in _imports(path):
-            assert name != "textproc.protocol", f"{path.name}:{lineno} imports the protocol"
+            assert not (name == "textproc.protocol" or name.startswith("textproc.protocol.")), (
+                f"{path.name}:{lineno} imports the protocol")
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=_module_name)

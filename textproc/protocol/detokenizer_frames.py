@@ -1,0 +1,131 @@
+"""The frames of the detokenizer's sockets: Submit on detok-in, streams and aborts on detok-front.
+
+``detok-in`` is a PULL the detokenizer binds: workers push ``Submit``. ``detok-front`` is a
+ROUTER it binds: a client's DEALER sends ``FrontInFrame`` and gets ``FrontOutFrame``; the
+routing id is the client id, so a client only ever receives outputs of requests it sent. These
+frames change when the output a client streams changes (deltas, parsing, logprobs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from textproc.protocol.engine_frames import IndexTable
+from textproc.protocol.version import PROTOCOL_VERSION
+from textproc.protocol.worker_frames import Stats, StatsRequest
+
+__all__ = [
+    "Submit",
+    "Hello",
+    "Welcome",
+    "Abort",
+    "Query",
+    "Unknown",
+    "LogprobEntry",
+    "RequestOutput",
+    "Outputs",
+    "FrontInFrame",
+    "FrontOutFrame",
+]
+
+# one generated token's logprob entry as it travels to clients: (token id, its bytes in the
+# output, its logprob, its alternatives' ids, bytes and logprobs, most likely first)
+LogprobEntry = tuple[int, bytes, float, list[int], list[bytes], list[float]]
+
+
+class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """worker -> detokenizer: how to treat one request's output, plus its encoded EngineRequest.
+
+    The detokenizer registers the per-request state, then forwards ``engine_request`` (an
+    ``EngineRequest`` already encoded by the worker) to the engine untouched.
+    """
+
+    request_id: str
+    client_id: bytes  # the client's routing id on detok-front
+    prompt_tokens: int
+    max_tokens: int
+    engine_request: bytes
+    stop: list[str] = []
+    include_stop: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    reasoning: bool = False  # parse <think>...</think> into reasoning_content
+    tools: bool = False  # parse <tool_call>...</tool_call> into tool_calls
+    starts_in_reasoning: bool = False  # the prompt ends inside an open <think>
+    tool_format: str = "hermes"  # parsing.TOOL_FORMATS name (with tools)
+    reasoning_format: str = "think"  # parsing.REASONING_FORMATS name (with reasoning)
+    tool_schemas: list[dict[str, Any]] = []  # the request's tools: declared names, value types
+    stream_calls: bool = True  # False: hold each call until complete and valid
+    max_calls: int = -1  # -1: no limit (parallel_tool_calls false: 1)
+    # the constraint index the engine request names, when this worker has not sent it yet
+    index: IndexTable | None = None
+    logprobs: int | None = None  # protocol 8: alternatives per token the client wants (None: off)
+
+
+class Hello(msgspec.Struct, tag=True, array_like=True):
+    """client -> detokenizer: first frame on detok-front (the routing id is the client id)."""
+
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Welcome(msgspec.Struct, tag=True, array_like=True):
+    """detokenizer -> client: answer to Hello; a new ``instance_id`` means a new detokenizer."""
+
+    instance_id: str
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Abort(msgspec.Struct, tag=True, array_like=True):
+    """client -> detokenizer: stop these requests (forwarded to the engine as EngineAbort)."""
+
+    request_ids: list[str]
+
+
+class Query(msgspec.Struct, tag=True, array_like=True):
+    """client -> detokenizer: which of these in-flight requests does the detokenizer not know?"""
+
+    request_ids: list[str]
+
+
+class Unknown(msgspec.Struct, tag=True, array_like=True):
+    """detokenizer -> client: answer to Query, the ids it holds no state or buffer for."""
+
+    request_ids: list[str]
+
+
+class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One request's part of an Outputs frame: deltas since the last frame, and the end if it ended.
+
+    ``deltas`` are OpenAI-style deltas ({"content": s}, {"reasoning_content": s},
+    {"tool_calls": [...]}) in order. On the last output ``finish_reason`` is set ("stop",
+    "length", "tool_calls", "abort" or "error" with ``error`` saying why), ``stop`` is the matched
+    stop string if any, and the token counts are the usage.
+    """
+
+    request_id: str
+    deltas: list[dict[str, Any]]
+    finish_reason: str | None = None
+    stop: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+    # with ``error``: "invalid_input" (400), "overloaded" (503), "engine_restarted" (503),
+    # "engine_error" (500), "internal" (500); the client raises the matching textproc error
+    error_kind: str | None = None
+    # protocol 8, with Submit.logprobs: one entry per token whose bytes reached the output
+    # since the last frame, in order (see textproc.core.logprobs); None: none (a None default
+    # costs nothing per output, an empty list default one allocation each)
+    logprobs: list[LogprobEntry] | None = None
+
+
+class Outputs(msgspec.Struct, tag=True, array_like=True):
+    """detokenizer -> client: every output for this client from one engine step, in one frame."""
+
+    items: list[RequestOutput]
+    detok_s: float = 0.0  # detokenizer time from reading the engine's step(s) to this frame
+
+
+FrontInFrame = Hello | Abort | Query | StatsRequest
+FrontOutFrame = Welcome | Outputs | Unknown | Stats

@@ -1,0 +1,22 @@
+"""PROTOCOL_VERSION: the one number every frame change bumps, and what each bump changed.
+
+``Hello``, ``Welcome``, ``EngineHello`` and ``Ready`` carry it; ``Ready`` and the client's
+handshake check it. Bump it here, and only here, on any field or frame change.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PROTOCOL_VERSION"]
+
+# 2: EngineStepPacked; 3: stage timings on Accepted and Outputs; 4: EngineRequest.logit_bias,
+# ChatRequest.documents, Failure.param; 5: tool formats (ChatRequest.stream_calls /
+# parallel_tool_calls, Submit.tool_format / reasoning_format / tool_schemas / stream_calls / max_calls);
+# 6: constraint indexes (EngineIndex, EngineRequest.index_key, Submit.index, ChatRequest/
+# CompletionRequest.structured); 7: ChatRequest.n / CompletionRequest.n (one prompt, n choices);
+# 8: logprobs (EngineRequest / ChatRequest / CompletionRequest / Submit.logprobs, StepOutput and
+# EngineStepPacked .logprobs / .top_ids, RequestOutput.logprobs)
+# 9: EncodePart / EncodedPart (a worker's share of another worker's long prompt);
+# 10: detokenizer shards (no frame changed: endpoints.json lists every shard in
+# endpoints.detokenizers, the index of the detokenizer's Ready / Ready(role="engine") / Stats /
+# ProcessDied is its shard, requests are routed by textproc.sharding.shard_of)
+PROTOCOL_VERSION = 10
