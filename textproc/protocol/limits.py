@@ -1,7 +1,6 @@
 """The default limits and finish reasons of the wire, written once.
 
-config.py's settings, the HTTP frontend, clients and the engine side import them from
-``textproc.protocol``; nothing else spells these numbers.
+They change with policy (what a request may ask for), not with the shape of a frame.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """PROTOCOL_VERSION: the one number every frame change bumps, and what each bump changed.
 
-``Hello``, ``Welcome``, ``EngineHello`` and ``Ready`` carry it; ``Ready`` and the client's
-handshake check it. Bump it here, and only here, on any field or frame change.
+``Hello``, ``Welcome``, ``EngineHello`` and ``Ready`` carry it as their default, the receiving
+side compares it, and the supervisor writes it into endpoints.json. Bump it here, and only here,
+on any field or frame change, and add a line saying what changed.
 """
 
 from __future__ import annotations
