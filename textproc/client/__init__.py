@@ -1,8 +1,10 @@
 """The asyncio client of a running textproc service: ``TextClient.connect(runtime_dir)``.
 
-Parts, one job each: ``textclient`` (TextClient: connect, send requests, streams and calls,
-close), ``readers`` (one task per socket filling what arrives), ``inflight`` (the request
-tables and the choice of worker), ``events`` (TextEvent, Usage, errors from Failure kinds).
+Parts, one job each: ``textclient`` (TextClient: connect, the public calls, close),
+``streams`` (one chat/complete stream's generation loop, the Accepted deadline, aborts of
+streams closed early), ``endpoints`` (reading ``endpoints.json``: protocol check, CURVE keys),
+``readers`` (one task per socket filling what arrives), ``inflight`` (the request tables and
+the choice of worker), ``events`` (TextEvent, Usage, errors from Failure kinds).
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ dies fails only the streams it held. Must be used from one event loop; never pic
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -27,18 +26,17 @@ from typing import Any, AsyncIterator, Sequence
 import zmq
 import zmq.asyncio
 
-from textproc.client.events import StreamState, TextEvent, error_from, take_event
+from textproc.client.endpoints import client_curve, read_endpoints
+from textproc.client.events import TextEvent, error_from
 from textproc.client.inflight import InFlight, conversation_key
 from textproc.client.readers import Readers
-from textproc.curve import CurveClientKeys, load_client_keys
-from textproc.errors import InvalidInput, ProtocolError, StartupTimeout, TextprocError, WorkerDied, short
+from textproc.client.streams import Aborts, generate
+from textproc.curve import CurveClientKeys
+from textproc.errors import InvalidInput, StartupTimeout, TextprocError, short
 from textproc.protocol import (
     DEFAULT_HWM,
     MAX_TOKEN_ID,
-    MAX_CHOICES,
     MAX_FRAME_BYTES,
-    PROTOCOL_VERSION,
-    Abort,
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -50,14 +48,12 @@ from textproc.protocol import (
     pack_ids,
     unpack_ids,
 )
-from textproc.sharding import group_by_shard
 from textproc.transport import close_sockets, encoder, make_socket, new_context
 
 _log = logging.getLogger("textproc.client")
 
 __all__ = ["TextClient", "DEFAULT_CALL_TIMEOUT_S"]
 
-_DETOK_WAIT_S = 60.0  # how long a new request waits for a restarting detokenizer
 DEFAULT_CALL_TIMEOUT_S = 60.0  # a worker that has not answered a call / accepted a stream by then
 
 
@@ -87,8 +83,7 @@ class TextClient:
         self._broken: TextprocError | None = None  # set when a reader task crashed
         self._encode = encoder().encode
         self._finalizer: weakref.finalize[Any, TextClient] | None = None
-        self.aborts_lost = 0  # Abort frames the detokenizer socket would not take
-        self._aborts_queued: list[str] = []  # streams closed this loop round (_abort_soon)
+        self._aborts = Aborts(self._detoks, self._encode)  # streams closed before their end
 
     # -- construction --------------------------------------------------------------------------
 
@@ -107,23 +102,9 @@ class TextClient:
         pair, readable only by its user). ``call_timeout_s`` bounds how long tokenize /
         detokenize / render and a stream's acceptance wait for a worker (per call overridable).
         """
-        path = Path(runtime_dir) / "endpoints.json"
         deadline = time.monotonic() + timeout_s
-        while not path.is_file():
-            if time.monotonic() >= deadline:
-                raise StartupTimeout(
-                    f"waited {timeout_s:.1f} s for {path}; is `textproc serve --runtime-dir "
-                    f"{runtime_dir}` running?")
-            await asyncio.sleep(0.05)
-        try:
-            info = json.loads(path.read_text())
-        except ValueError as e:
-            raise ProtocolError(f"{path} is not JSON: {e}") from e
-        if not isinstance(info, dict) or info.get("protocol_version") != PROTOCOL_VERSION:
-            got = info.get("protocol_version") if isinstance(info, dict) else short(info)
-            raise ProtocolError(f"{path}: service speaks protocol {got!r}, this client "
-                                f"{PROTOCOL_VERSION}; upgrade the older side")
-        curve = _client_curve(info, path, curve_client_key, curve_server_key)
+        path, info = await read_endpoints(runtime_dir, deadline=deadline, timeout_s=timeout_s)
+        curve = client_curve(info, path, curve_client_key, curve_server_key)
         client = cls(info, Path(runtime_dir), curve=curve, call_timeout_s=call_timeout_s)
         try:
             await client.start(max(0.1, deadline - time.monotonic()))
@@ -157,7 +138,8 @@ class TextClient:
         self._finalizer = weakref.finalize(self, close_sockets, [*self._workers, *self._detoks, events],
                                            ctx)
         readers = self._readers = Readers(self._inflight, self._detoks, events, self._encode,
-                                          self._send_abort)
+                                          self._aborts.send)
+        self._aborts.readers = readers
         loop = asyncio.get_running_loop()
         named = [(f"worker-{i}", readers.read_worker(i, sock)) for i, sock in enumerate(self._workers)]
         named += [("detokenizer" if k == 0 else f"detokenizer-{k}", readers.read_detok(k))
@@ -236,7 +218,7 @@ class TextClient:
                             continue_final_message, list(stop_token_ids), ignore_eos,
                             documents, stream_calls, parallel_tool_calls, structured, n,
                             logprobs)
-        return self._generate(rid, frame, timeout_s)
+        return self._generate(frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
                  max_tokens: int | None = None, min_tokens: int = 0, include_stop: bool = False,
@@ -257,7 +239,7 @@ class TextClient:
                                   include_stop, skip_special_tokens, dict(sampling or {}),
                                   add_special_tokens, list(stop_token_ids), ignore_eos, structured,
                                   n, logprobs)
-        return self._generate(rid, frame, timeout_s)
+        return self._generate(frame, timeout_s)
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
                        tools: list[dict[str, Any]] | None = None, add_special_tokens: bool = False,
@@ -330,6 +312,11 @@ class TextClient:
         return list(self._inflight.worker_requests)
 
     @property
+    def aborts_lost(self) -> int:
+        """Request ids whose Abort frame the detokenizer socket would not take."""
+        return self._aborts.lost
+
+    @property
     def n_detokenizers(self) -> int:
         return len(self._detoks)
 
@@ -352,7 +339,7 @@ class TextClient:
         """Fail every pending request, stop the readers, close the sockets. Idempotent."""
         if self._closed:
             return
-        self._flush_aborts()  # streams closed just before
+        self._aborts.close()  # sends those of streams closed just before
         self._closed = True
         self._inflight.fail_all(TextprocError("the TextClient was closed"))
         for task in self._tasks:
@@ -385,159 +372,18 @@ class TextClient:
         if self._broken is not None:
             raise self._broken
 
+    def _generate(self, frame: ChatRequest | CompletionRequest,
+                  timeout_s: float | None) -> AsyncIterator[TextEvent]:
+        return generate(frame, check_open=self._check_open, inflight=self._inflight,
+                        readers=self._readers, workers=self._workers, encode=self._encode,
+                        limit_s=self.call_timeout_s if timeout_s is None else timeout_s,
+                        timeout_error=self._timeout_error, aborts=self._aborts)
+
     def _timeout_error(self, worker: int, rid: str, what: str, timeout_s: float) -> TextprocError:
         address = self.info.get("endpoints", {}).get("workers", ["?"] * (worker + 1))[worker]
         return error_from("timeout", f"worker {worker} ({address}) did not answer {what} for request "
                                  f"{rid!r} within {timeout_s:g} s; it is alive but stuck or "
                                  "overloaded (retry, or raise timeout_s)")
-
-    async def _generate(self, rid: str, frame: ChatRequest | CompletionRequest,
-                        timeout_s: float | None) -> AsyncIterator[TextEvent]:
-        self._check_open()
-        n = frame.n
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
-            raise InvalidInput(f"n={n!r}; allowed: 1..{MAX_CHOICES}", param="n")
-        ids = [rid] if n == 1 else [f"{rid}-{i}" for i in range(n)]  # the worker's sub-ids
-        for sub in ids:
-            if sub in self._inflight.streams or sub in self._inflight.calls:
-                raise InvalidInput(f"request_id {sub!r} is already in flight on this client")
-        readers = self._readers
-        ups = readers.detok_up if readers is not None else None
-        if readers is not None and ups is not None:  # the request's shards must be up
-            shards = {0} if len(ups) == 1 else {readers.shard_of(sub) for sub in ids}
-            for shard in sorted(shards):
-                if not ups[shard].is_set():
-                    try:
-                        await asyncio.wait_for(ups[shard].wait(), _DETOK_WAIT_S)
-                    except (asyncio.TimeoutError, TimeoutError) as e:
-                        name = "the detokenizer" if len(ups) == 1 else f"detokenizer {shard}"
-                        raise WorkerDied(f"request {rid!r}: {name} did not come back within "
-                                         f"{_DETOK_WAIT_S:.0f} s") from e
-        # follow-up turns go where the conversation's encoded segments are cached
-        affinity = (conversation_key(frame.messages)
-                    if isinstance(frame, ChatRequest) and len(self._workers) > 1 else None)
-        worker = self._inflight.pick_worker(affinity)
-        streams = [StreamState(sub, worker) for sub in ids]
-        for stream in streams:
-            self._inflight.streams[stream.request_id] = stream
-            self._inflight.worker_pending[worker].add(stream.request_id)
-        done = [False] * n  # finished, or failed where no abort is needed
-        limit = self.call_timeout_s if timeout_s is None else timeout_s
-        accept_by = time.monotonic() + limit
-        try:
-            await self._workers[worker].send(self._encode(frame))
-            if n == 1:  # the common case, per event without the choice bookkeeping below
-                stream = streams[0]
-                while True:
-                    if stream.items:
-                        event = take_event(stream)
-                        if event.finish_reason is not None:
-                            done[0] = True
-                            yield event
-                            return
-                        yield event
-                    elif stream.error is not None:
-                        done[0] = stream.accepted or not stream.pending_at_worker
-                        raise stream.error
-                    else:
-                        await self._wait_output(streams, worker, rid, limit, accept_by)
-            while not all(done):
-                ready = [k for k in range(n) if not done[k]
-                         and (streams[k].items or streams[k].error is not None)]
-                if not ready:  # whichever choice gets output first wakes us
-                    await self._wait_output([s for k, s in enumerate(streams) if not done[k]],
-                                            worker, rid, limit, accept_by)
-                    continue
-                for k in ready:
-                    stream = streams[k]
-                    if stream.items:
-                        event = take_event(stream)
-                        event.index = k
-                        if event.finish_reason is not None:
-                            done[k] = True
-                        yield event
-                    elif stream.error is not None:
-                        done[k] = stream.accepted or not stream.pending_at_worker
-                        raise stream.error
-        finally:
-            for stream in streams:
-                self._inflight.streams.pop(stream.request_id, None)
-                self._inflight.worker_pending[worker].discard(stream.request_id)
-            running = [ids[k] for k in range(n) if not done[k]]
-            if running and not self._closed and self._detoks:
-                # the abort must go out even while this task is being cancelled
-                self._abort_soon(running)
-
-    def _abort_soon(self, request_ids: list[str]) -> None:
-        """Abort these at the end of this loop round, in one frame with every other stream
-        closed in the same round: 500 streams leaving at once were 500 sends, ~4% of the HTTP
-        frontend's CPU under bench/crowd.py (each send can wake the socket's I/O thread)."""
-        if not self._aborts_queued:
-            asyncio.get_running_loop().call_soon(self._flush_aborts)
-        self._aborts_queued.extend(request_ids)
-
-    def _flush_aborts(self) -> None:
-        ids, self._aborts_queued = self._aborts_queued, []
-        if ids and not self._closed and self._detoks:
-            self._send_abort(ids)
-            if self._readers is not None:  # their outputs still in flight are expected
-                self._readers.aborted(ids)
-
-    async def _wait_output(self, live: list[StreamState], worker: int, rid: str, limit: float,
-                           accept_by: float) -> None:
-        """Until one of ``live`` has output or an error; while one still waits at its worker,
-        at most until ``accept_by`` (then those fail with a timeout naming the worker)."""
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        for stream in live:
-            stream.waiter = waiter
-        timer = None
-        if any(s.pending_at_worker for s in live):  # a stuck worker must not hold it
-
-            def expire() -> None:
-                for stream in live:
-                    if stream.pending_at_worker and not stream.items:
-                        stream.fail(self._timeout_error(
-                            worker, rid, "(Accepted for a generation request)", limit))
-
-            # a timer, not asyncio.wait_for: that wakes this task one loop round after the
-            # output, behind every other stream woken by the same Outputs frame (the first
-            # token's delay, i.e. TTFT, went up by the whole frame's fan-out)
-            timer = loop.call_at(loop.time() + max(0.0, accept_by - time.monotonic()), expire)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            for stream in live:
-                stream.waiter = None
-
-    def _send_abort(self, request_ids: list[str]) -> None:
-        """Send Abort to the detokenizer shards that own ``request_ids``, without waiting."""
-        if len(self._detoks) == 1:
-            self._send_abort_to(0, request_ids)
-            return
-        for shard, ids in group_by_shard(request_ids, len(self._detoks)).items():
-            self._send_abort_to(shard, ids)
-
-    def _send_abort_to(self, shard: int, request_ids: list[str]) -> None:
-        """On a zmq.asyncio socket a NOBLOCK send returns a future that holds its error (e.g.
-        Again when the queue is full): consume it and count the loss rather than leave an
-        unretrieved exception behind."""
-        try:
-            sent = self._detoks[shard].send(self._encode(Abort(request_ids)), flags=zmq.NOBLOCK)
-        except zmq.ZMQError:  # socket closed under us
-            self.aborts_lost += len(request_ids)
-            return
-        n = len(request_ids)
-
-        def _done(fut: Any) -> None:
-            if not fut.cancelled() and fut.exception() is not None:
-                self.aborts_lost += n
-                _log.warning("could not send Abort for %d request(s) to the detokenizer: %s",
-                             n, fut.exception())
-
-        asyncio.ensure_future(sent).add_done_callback(_done)
 
     async def _call(self, frame: TokenizeRequest | DetokenizeRequest, timeout_s: float | None) -> Any:
         self._check_open()
@@ -561,24 +407,6 @@ class TextClient:
         finally:
             self._inflight.calls.pop(rid, None)
             self._inflight.worker_pending[worker].discard(rid)
-
-def _client_curve(info: dict[str, Any], path: Path, client_key: str | os.PathLike[str] | None,
-                  server_key: str | os.PathLike[str] | None) -> CurveClientKeys | None:
-    """The CURVE keys for a service described by ``info`` (None when it runs without CURVE)."""
-    curve = info.get("curve")
-    if curve is None and client_key is None:
-        return None
-    if curve is not None and not isinstance(curve, dict):
-        raise ProtocolError(f"{path}: 'curve' must be an object, got {short(curve)}")
-    curve = curve or {}
-    client_key = client_key if client_key is not None else curve.get("client_key_file")
-    if client_key is None:
-        raise InvalidInput(f"the service in {path.parent} uses CURVE: pass curve_client_key (a "
-                           "*.key_secret file made by `textproc keys`)")
-    server_public = curve.get("server_public_key")
-    return load_client_keys(
-        client_secret_file=client_key, server_public_file=server_key,
-        server_public=server_public.encode() if isinstance(server_public, str) else None)
 
 
 def _stops(stop: str | Sequence[str] | None) -> list[str]:
