@@ -4,7 +4,7 @@ Modules: ``api_types`` (request Structs, validated parameters, ApiError), ``open
 request validation), ``responses`` (pure response shaping and SSE framing), ``backend`` (the
 Protocol the server needs from the service), ``metrics`` (Prometheus text), ``asgi`` (SSE
 response, disconnect watching, body limit, API key), ``server`` (routes and the life of a
-request), ``client_backend`` (the TextClient adapter), ``health`` (the ``--health`` port's
+request), ``generation`` (chat and completion answers, streamed and whole), ``client_backend`` (the TextClient adapter), ``health`` (the ``--health`` port's
 process, ``python -m textproc.http.health``), ``peers`` (``/metrics`` summed over the frontends sharing a port) and ``run``
 (``run_http``, the process entry; ``python -m textproc.http``). Importing this package imports none of them.
 """

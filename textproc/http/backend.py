@@ -1,7 +1,7 @@
 """What the HTTP frontend needs from the service, as a typing.Protocol, plus its output record.
 
 Owns the seam between the HTTP layer and ``textproc.client.TextClient``: the server codes
-against :class:`Backend`; ``textproc.http.server.ClientBackend`` adapts the real TextClient and
+against :class:`Backend`; ``textproc.http.client_backend.ClientBackend`` adapts the real TextClient and
 tests may pass any object with the same methods. Cancelling (``aclose`` or cancelling the task
 that iterates) a stream returned by ``chat``/``complete`` must abort the request in the engine.
 """
@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
 
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 
-__all__ = ["Backend", "Output", "generation_error", "no_finish_error"]
+__all__ = ["Backend", "Output", "Run", "generation_error", "no_finish_error"]
 
 
 @dataclass(slots=True)
@@ -36,6 +36,15 @@ class Output:
     # with logprobs: the entries of the tokens this output's text came from
     # (textproc.core.logprobs.Entry: token id, bytes, logprob, alternatives)
     logprobs: list[Any] = field(default_factory=list)
+
+
+class Run(Protocol):
+    """What the answer loops (``generation``, ``responses_events``) need of the server's
+    request in flight: its next Output (None at the end) and the accounting of each one."""
+
+    async def next(self) -> Output | None: ...
+
+    def observe(self, out: Output) -> None: ...
 
 
 def generation_error(out: Output) -> ApiError:

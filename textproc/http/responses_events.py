@@ -25,7 +25,7 @@ Also the serving loops over a backend stream (whole and streamed). Pure apart fr
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator
 
 import msgspec
 from starlette.responses import Response
@@ -33,7 +33,7 @@ from starlette.responses import Response
 from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import json_response
-from textproc.http.backend import Output, generation_error, no_finish_error
+from textproc.http.backend import Output, Run, generation_error, no_finish_error
 from textproc.http.responses import new_id, now, token_logprob
 from textproc.http.responses_api import ResponsesRequest, ResponseStore
 
@@ -284,21 +284,13 @@ class ResponseBuilder:
                 self._event("response.failed", response=self.response())]
 
 
-class _Run(Protocol):
-    """What the loops need of the server's request in flight."""
-
-    async def next(self) -> Output | None: ...
-
-    def observe(self, out: Output) -> None: ...
-
-
 def _remember(store: ResponseStore | None, builder: ResponseBuilder) -> None:
     request = builder.request
     if store is not None and request.echo["store"]:
         store.put(builder.response_id, [*request.history, builder.assistant_message()])
 
 
-async def respond_whole(request: ResponsesRequest, response_id: str, run: _Run, first: Output,
+async def respond_whole(request: ResponsesRequest, response_id: str, run: Run, first: Output,
                         store: ResponseStore | None) -> Response:
     """The whole Response object once the request finishes."""
     builder = ResponseBuilder(response_id, request, created_at=now())
@@ -317,7 +309,7 @@ async def respond_whole(request: ResponsesRequest, response_id: str, run: _Run, 
     raise no_finish_error()
 
 
-async def respond_events(request: ResponsesRequest, response_id: str, run: _Run, first: Output,
+async def respond_events(request: ResponsesRequest, response_id: str, run: Run, first: Output,
                          store: ResponseStore | None) -> AsyncIterator[bytes]:
     """The streamed events, as SSE bytes (no ``[DONE]``: the Responses stream ends with
     ``response.completed`` / ``.incomplete`` / ``.failed``)."""

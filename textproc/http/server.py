@@ -3,8 +3,9 @@
 Owns the routes and the life of one generation request: limits (body size -> 413, requests in
 flight -> 429, service down -> 503), accounting in the metrics, and closing the backend stream
 when the request ends or the client leaves (which aborts it in the engine). Bodies are validated
-by ``openai_api`` and shaped by ``responses`` (pure); SSE and disconnect watching live in
-``asgi``. It never touches the service's sockets itself: everything goes through a ``Backend``
+by ``openai_api``; the answer loops over a run's outputs (streamed and whole) are ``generation``
+(chat, completions) and ``responses_events`` (/v1/responses), shaped by ``responses`` (pure);
+SSE and disconnect watching live in ``asgi``. It never touches the service's sockets itself: everything goes through a ``Backend``
 (the TextClient adapter in ``client_backend`` in production).
 """
 
@@ -22,7 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from textproc.http.api_types import ApiError, ChatParams, CompletionParams
+from textproc.http.api_types import ApiError
 from textproc.http.asgi import (
     BearerAuth,
     EventStream,
@@ -33,8 +34,9 @@ from textproc.http.asgi import (
     read_body,
     until_disconnect,
 )
-from textproc.http.backend import Backend, Output, generation_error, no_finish_error
+from textproc.http.backend import Backend, Output, no_finish_error
 from textproc.http.connections import FramingGuard
+from textproc.http.generation import chat_events, chat_whole, completion_events, completion_whole
 from textproc.http.metrics import CONTENT_TYPE, Metrics
 from textproc.http.peers import Peers
 from textproc.http.openai_api import (
@@ -45,24 +47,9 @@ from textproc.http.openai_api import (
     tokenize_messages,
     tokenize_tools,
 )
-from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.responses_api import ResponseStore, parse_responses_request
 from textproc.http.responses_events import respond_events, respond_whole
-from textproc.http.responses import (
-    SSE_DONE,
-    CompletionLogprobs,
-    chat_logprobs,
-    chat_chunk,
-    chat_response,
-    completion_chunk,
-    completion_response,
-    models_body,
-    new_id,
-    now,
-    sse_event,
-    usage_chunk,
-    ChoiceEnds,
-)
+from textproc.http.responses import models_body, new_id, now
 
 __all__ = ["HttpLimits", "build_app"]
 
@@ -130,8 +117,6 @@ class _Run:
                 await aclose()
             except Exception:
                 _log.exception("closing a request stream failed")
-
-
 
 
 class _Api:
@@ -245,75 +230,9 @@ class _Api:
             request, lambda: self.backend.chat(params, request_id=rid))
         return await self._respond(
             request, run, params.stream,
-            lambda: self._chat_events(params, rid, run, first),
-            lambda: self._chat_whole(params, rid, run, first),
+            lambda: chat_events(params, rid, run, first),
+            lambda: chat_whole(params, rid, run, first),
         )
-
-    async def _chat_whole(self, params: ChatParams, rid: str, run: _Run,
-                          first: Output) -> Response:
-        accs = [MessageAccumulator() for _ in range(params.n)]
-        entries: list[list[Any]] = [[] for _ in range(params.n)]  # logprob entries per choice
-        ends = ChoiceEnds(params.n)
-        out: Output | None = first
-        while out is not None:
-            run.observe(out)
-            accs[out.index].feed(out.deltas)
-            if out.logprobs:
-                entries[out.index] += out.logprobs
-            if out.finish_reason is not None:
-                if out.finish_reason == "error":
-                    raise generation_error(out)
-                if ends.finish(out):  # "tool_calls" already decided by the pipeline
-                    choices = [(acc.message(new_call_id=lambda: new_id("call")), reason)
-                               for acc, reason in zip(accs, ends.reasons)]
-                    logprobs = ([chat_logprobs(e) for e in entries]
-                                if params.logprobs is not None else [])
-                    return json_response(chat_response(rid, now(), params.model, choices,
-                                                       ends.usage(), logprobs))
-            out = await run.next()
-        raise no_finish_error()
-
-    async def _chat_events(self, params: ChatParams, rid: str, run: _Run,
-                           first: Output) -> AsyncIterator[bytes]:
-        created = now()
-        model = params.model
-        usage = params.include_usage
-        try:
-            for index in range(params.n):
-                yield sse_event(chat_chunk(rid, created, model, {"role": "assistant",
-                                                                 "content": ""},
-                                           include_usage=usage, index=index))
-            ends = ChoiceEnds(params.n)
-            out: Output | None = first
-            while out is not None:
-                run.observe(out)
-                # an output's logprob entries ride on its first chunk (a chunk of their own,
-                # delta {}, when the text they belong to is still held by the parser)
-                lp = chat_logprobs(out.logprobs) if out.logprobs else None
-                for frag in join_text(out.deltas):
-                    yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage,
-                                               index=out.index, logprobs=lp))
-                    lp = None
-                if out.finish_reason is not None:
-                    if out.finish_reason == "error":
-                        raise generation_error(out)
-                    yield sse_event(chat_chunk(rid, created, model, {},
-                                               finish_reason=out.finish_reason,
-                                               include_usage=usage, index=out.index,
-                                               logprobs=lp))
-                    if ends.finish(out):
-                        if usage:
-                            yield sse_event(usage_chunk(rid, created, model, ends.usage()))
-                        yield SSE_DONE
-                        return
-                elif lp is not None:
-                    yield sse_event(chat_chunk(rid, created, model, {}, include_usage=usage,
-                                               index=out.index, logprobs=lp))
-                out = await run.next()
-            raise no_finish_error()
-        except ApiError as exc:  # failed mid-stream (worker died, engine error): say so, then end
-            yield sse_event(exc.body())
-            yield SSE_DONE
 
     # ------------------------------------------------------------ responses
 
@@ -346,73 +265,9 @@ class _Api:
             request, lambda: self.backend.complete(params, request_id=rid))
         return await self._respond(
             request, run, params.stream,
-            lambda: self._completion_events(params, rid, run, first),
-            lambda: self._completion_whole(params, rid, run, first),
+            lambda: completion_events(params, rid, run, first),
+            lambda: completion_whole(params, rid, run, first),
         )
-
-    async def _completion_whole(self, params: CompletionParams, rid: str, run: _Run,
-                                first: Output) -> Response:
-        echo = [params.prompt] if params.echo and isinstance(params.prompt, str) else []
-        texts = [list(echo) for _ in range(params.n)]
-        entries: list[list[Any]] = [[] for _ in range(params.n)]  # logprob entries per choice
-        ends = ChoiceEnds(params.n)
-        out: Output | None = first
-        while out is not None:
-            run.observe(out)
-            texts[out.index].extend(f["content"] for f in out.deltas if "content" in f)
-            if out.logprobs:
-                entries[out.index] += out.logprobs
-            if out.finish_reason is not None:
-                if out.finish_reason == "error":
-                    raise generation_error(out)
-                if ends.finish(out):
-                    logprobs = ([CompletionLogprobs().feed(e) for e in entries]
-                                if params.logprobs is not None else [])
-                    return json_response(completion_response(
-                        rid, now(), params.model,
-                        [("".join(t), reason) for t, reason in zip(texts, ends.reasons)],
-                        ends.usage(), logprobs))
-            out = await run.next()
-        raise no_finish_error()
-
-    async def _completion_events(self, params: CompletionParams, rid: str, run: _Run,
-                                 first: Output) -> AsyncIterator[bytes]:
-        created = now()
-        model = params.model
-        usage = params.include_usage
-        try:
-            if params.echo and isinstance(params.prompt, str):
-                for index in range(params.n):
-                    yield sse_event(completion_chunk(rid, created, model, params.prompt,
-                                                     include_usage=usage, index=index))
-            ends = ChoiceEnds(params.n)
-            offsets = [CompletionLogprobs() for _ in range(params.n)]  # text_offset per choice
-            out: Output | None = first
-            while out is not None:
-                run.observe(out)
-                text = "".join(f["content"] for f in out.deltas if "content" in f)
-                lp = offsets[out.index].feed(out.logprobs) if out.logprobs else None
-                if text or lp is not None:
-                    yield sse_event(completion_chunk(rid, created, model, text,
-                                                     include_usage=usage, index=out.index,
-                                                     logprobs=lp))
-                if out.finish_reason is not None:
-                    if out.finish_reason == "error":
-                        raise generation_error(out)
-                    yield sse_event(completion_chunk(rid, created, model, "",
-                                                     finish_reason=out.finish_reason,
-                                                     include_usage=usage, index=out.index))
-                    if ends.finish(out):
-                        if usage:
-                            yield sse_event(usage_chunk(rid, created, model, ends.usage(),
-                                                        chat=False))
-                        yield SSE_DONE
-                        return
-                out = await run.next()
-            raise no_finish_error()
-        except ApiError as exc:
-            yield sse_event(exc.body())
-            yield SSE_DONE
 
     # ------------------------------------------------------------ the rest
 
