@@ -135,8 +135,8 @@ async def completion_whole(params: CompletionParams, rid: str, run: Run,
 
 async def completion_events(params: CompletionParams, rid: str, run: Run,
                             first: Output) -> AsyncIterator[bytes]:
-    """The text_completion chunk stream as SSE bytes, ending with ``[DONE]`` (also after an
-    error event when the request fails mid-stream)."""
+    """The streamed text_completion chunks (with ``echo``, the prompt first) as SSE bytes;
+    ``[DONE]`` comes last, after an error event too when the request fails mid-stream."""
     created = now()
     model = params.model
     usage = params.include_usage
