@@ -24,9 +24,17 @@ from textproc.sharding import shard_of
 from textproc.core.tokenizer import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES
 from textproc.errors import InvalidInput, short
+from textproc.service.request_checks import (
+    check_ids,
+    check_logit_bias,
+    check_messages,
+    check_sampling,
+    check_stop_token_ids,
+    check_stops,
+    check_tool_choice,
+    check_tools,
+)
 from textproc.protocol import (
-    LOGIT_BIAS_RANGE,
-    MAX_LOGIT_BIAS,
     MAX_TOP_LOGPROBS,
     ChatRequest,
     CompletionRequest,
@@ -37,7 +45,6 @@ from textproc.protocol import (
     TokenizeRequest,
     TokenizeResult,
     pack_ids,
-    unpack_ids,
 )
 from textproc.transport import encoder
 
@@ -45,8 +52,6 @@ __all__ = ["Built", "RequestBuilder", "MAX_REQUEST_ID_CHARS"]
 
 _log = logging.getLogger("textproc.worker")
 MAX_REQUEST_ID_CHARS = 256
-_TOOL_CHOICES = ("none", "auto", "required")
-_SCALARS = (str, int, float, bool, type(None))
 # around a message's content that holds special-token text (--special-tokens-in-content text):
 # Unicode noncharacters, "for internal use", never text a client means
 _MARK_OPEN, _MARK_CLOSE = "\ufdd0", "\ufdd1"
@@ -131,8 +136,8 @@ class RequestBuilder:
 
     def chat(self, req: ChatRequest, client_id: bytes) -> Built:
         _check_request_id(req.request_id)
-        tools = self._check_tools(req.tools)
-        tool_choice, forced_name = self._check_tool_choice(req.tool_choice, tools)
+        tools = check_tools(req.tools)
+        tool_choice, forced_name = check_tool_choice(req.tool_choice, tools)
         t0 = time.perf_counter()
         prompt = self.render(req.messages, tools if tool_choice != "none" else None,
                              add_generation_prompt=req.add_generation_prompt,
@@ -210,7 +215,7 @@ class RequestBuilder:
                documents: list[dict[str, Any]] | None = None) -> str:
         from textproc.core.chat.template import render_chat
 
-        self._check_messages(messages)
+        check_messages(messages, self.config.max_prompt_chars)
         template = self.tokenizer.chat_template
         if template is None:
             raise InvalidInput(
@@ -292,7 +297,8 @@ class RequestBuilder:
         if req.prompt_token_ids is not None:
             if req.prompt:
                 raise InvalidInput("give prompt or prompt_token_ids, not both", param="prompt")
-            prompt_ids = self._check_ids(req.prompt_token_ids, "prompt", "prompt token ids")
+            prompt_ids = check_ids(req.prompt_token_ids, self.tokenizer.vocab_size, "prompt",
+                                   "prompt token ids")
         else:
             if len(req.prompt) > self.config.max_prompt_chars:
                 raise InvalidInput(
@@ -315,7 +321,7 @@ class RequestBuilder:
         if (req.text is None) == (req.messages is None):
             raise InvalidInput(f"request {req.request_id!r}: give exactly one of text or messages")
         if req.messages is not None:
-            tools = self._check_tools(req.tools)
+            tools = check_tools(req.tools)
             prompt = self.render(req.messages, tools or None,
                                  add_generation_prompt=req.add_generation_prompt,
                                  chat_template_kwargs=req.chat_template_kwargs)
@@ -330,7 +336,8 @@ class RequestBuilder:
 
     def detokenize(self, req: DetokenizeRequest) -> DetokenizeResult:
         _check_request_id(req.request_id)
-        ids = self._check_ids(req.token_ids, "tokens", "token ids", allow_empty=True)
+        ids = check_ids(req.token_ids, self.tokenizer.vocab_size, "tokens", "token ids",
+                        allow_empty=True)
         text = self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
         return DetokenizeResult(req.request_id, text)
 
@@ -366,15 +373,15 @@ class RequestBuilder:
             raise InvalidInput(
                 f"min_tokens={min_tokens!r}; allowed: 0..max_tokens ({max_tokens})",
                 param="min_tokens")
-        self._check_stops(stop)
+        check_stops(stop, self.config.max_stops, self.config.max_stop_chars)
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
             raise InvalidInput(f"logprobs={short(logprobs)}; allowed: alternatives per token, "
                                f"0..{MAX_TOP_LOGPROBS}", param="logprobs")
-        extra_ids = self._check_stop_token_ids(stop_token_ids)
+        extra_ids = check_stop_token_ids(stop_token_ids, self.tokenizer.vocab_size)
         sampling = dict(sampling)
-        logit_bias = self._check_logit_bias(sampling.pop("logit_bias", None))
-        self._check_sampling(sampling)
+        logit_bias = check_logit_bias(sampling.pop("logit_bias", None), self.tokenizer.vocab_size)
+        check_sampling(sampling)
         stop_ids = sorted(set(extra_ids if ignore_eos else self.default_stop_ids + extra_ids))
         index_key, table = "", None
         if constraint is not None:
@@ -391,131 +398,3 @@ class RequestBuilder:
                         stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
                         starts_in_reasoning, index=table, logprobs=logprobs)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)
-
-    def _check_messages(self, messages: Any) -> None:
-        if not isinstance(messages, list) or not messages:
-            raise InvalidInput(f"messages must be a non-empty list, got {short(messages)}",
-                               param="messages")
-        chars = 0
-        for i, message in enumerate(messages):
-            if not isinstance(message, dict):
-                raise InvalidInput(f"messages[{i}] must be an object, got {short(message)}",
-                                   param=f"messages[{i}]")
-            role = message.get("role")
-            if not isinstance(role, str) or not role:
-                raise InvalidInput(f"messages[{i}].role must be a non-empty string, got "
-                                   f"{short(role)}", param=f"messages[{i}].role")
-            content = message.get("content")
-            chars += len(content) if isinstance(content, str) else 0
-        # before rendering: a 10 MB message must not reach the template's output budget
-        if chars > self.config.max_prompt_chars:
-            raise InvalidInput(
-                f"the messages have {chars} characters of content, over the limit of "
-                f"{self.config.max_prompt_chars} characters; shorten the messages",
-                param="messages")
-
-    def _check_tools(self, tools: Any) -> list[dict[str, Any]]:
-        if tools is None:
-            return []
-        if not isinstance(tools, list):
-            raise InvalidInput(f"tools must be a list, got {short(tools)}")
-        for i, tool in enumerate(tools):
-            fn = tool.get("function") if isinstance(tool, dict) else None
-            name = fn.get("name") if isinstance(fn, dict) else None
-            if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
-                    not isinstance(name, str) or not name:
-                raise InvalidInput(
-                    f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, ...}}}}, "
-                    f"got {short(tool)}")
-        return tools
-
-    def _check_tool_choice(self, tool_choice: Any,
-                           tools: list[dict[str, Any]]) -> tuple[str, str | None]:
-        names = [t["function"]["name"] for t in tools]
-        if isinstance(tool_choice, str):
-            if tool_choice not in _TOOL_CHOICES:
-                raise InvalidInput(
-                    f"tool_choice {tool_choice!r} is not allowed; use 'none', 'auto', 'required' "
-                    "or {'type': 'function', 'function': {'name': ...}}")
-            if tool_choice == "required" and not tools:
-                raise InvalidInput("tool_choice 'required' needs at least one tool in tools")
-            return tool_choice, None
-        fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str):
-            raise InvalidInput(
-                f"tool_choice {short(tool_choice)} must name a function: "
-                "{'type': 'function', 'function': {'name': ...}}")
-        if name not in names:
-            raise InvalidInput(f"tool_choice names unknown tool {name!r}; tools are {short(names)}")
-        return "named", name
-
-    def _check_stops(self, stop: list[str]) -> None:
-        if len(stop) > self.config.max_stops:
-            raise InvalidInput(f"stop has {len(stop)} strings; at most {self.config.max_stops} "
-                               "are allowed", param="stop")
-        for i, s in enumerate(stop):
-            if not s:
-                raise InvalidInput(f"stop[{i}] is empty; stop strings must be non-empty",
-                                   param="stop")
-            if len(s) > self.config.max_stop_chars:
-                raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most "
-                                   f"{self.config.max_stop_chars} allowed", param="stop")
-
-    def _check_stop_token_ids(self, ids: list[int]) -> list[int]:
-        vocab = self.tokenizer.vocab_size
-        for i, t in enumerate(ids):
-            if not 0 <= t < vocab:
-                raise InvalidInput(f"stop_token_ids[{i}]={t!r} is outside the vocabulary "
-                                   f"[0, {vocab})", param="stop_token_ids")
-        return list(ids)
-
-    def _check_logit_bias(self, bias: Any) -> dict[int, float]:
-        """OpenAI's rules: token ids (ints, or their decimal strings as JSON keys) in the
-        vocabulary -> numbers in LOGIT_BIAS_RANGE; at most MAX_LOGIT_BIAS entries."""
-        if bias is None:
-            return {}
-        if not isinstance(bias, dict):
-            raise InvalidInput(f"logit_bias must map token ids to numbers, got {short(bias)}",
-                               param="logit_bias")
-        if len(bias) > MAX_LOGIT_BIAS:
-            raise InvalidInput(f"logit_bias has {len(bias)} entries; at most {MAX_LOGIT_BIAS} "
-                               "are allowed", param="logit_bias")
-        vocab = self.tokenizer.vocab_size
-        low, high = LOGIT_BIAS_RANGE
-        out: dict[int, float] = {}
-        for key, value in bias.items():
-            token_id = key if isinstance(key, int) and not isinstance(key, bool) else (
-                int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else None)
-            if token_id is None or not 0 <= token_id < vocab:
-                raise InvalidInput(f"logit_bias key {short(key)} is not a token id of this "
-                                   f"model; allowed: 0..{vocab - 1}", param="logit_bias")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not low <= value <= high:
-                raise InvalidInput(f"logit_bias[{short(key)}]={short(value)}; allowed: numbers "
-                                   f"from {low:g} to {high:g}", param="logit_bias")
-            out[token_id] = float(value)
-        return out
-
-    def _check_sampling(self, sampling: dict[str, Any]) -> None:
-        for key, value in sampling.items():
-            if not isinstance(value, _SCALARS) and not (
-                    isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value)):
-                raise InvalidInput(f"sampling[{key!r}]={short(value)}; allowed: numbers, strings, "
-                                   "booleans, null or lists of them", param=str(key))
-
-    def _check_ids(self, data: bytes, param: str, what: str, *,
-                   allow_empty: bool = False) -> list[int]:
-        try:
-            ids = unpack_ids(data)
-        except ValueError as e:
-            raise InvalidInput(f"{what}: {e}", param=param) from e
-        if not ids and not allow_empty:
-            raise InvalidInput(f"{what} are empty", param=param)
-        vocab = self.tokenizer.vocab_size
-        bad = [t for t in ids if t >= vocab]
-        if bad:
-            raise InvalidInput(f"{what} outside the vocabulary [0, {vocab}): {short(bad[:10])}",
-                               param=param)
-        return ids
-
