@@ -83,8 +83,96 @@ def test_a_burst_is_accepted_in_a_few_iterations() -> None:
         return took, len(_Counting.made)
 
     took, made = uvloop.run(main())
-    assert took <= 5
+    assert took <= 300 // 64 + 4  # all taken at once, handed over 64 per iteration
     assert made == 300
+
+
+class _Order(asyncio.Protocol):
+    ports: list[int] = []
+
+    def connection_made(self, transport: Any) -> None:
+        _Order.ports.append(transport.get_extra_info("peername")[1])
+
+
+def test_a_burst_is_handed_over_a_slice_per_iteration_newest_first() -> None:
+    """A connection that arrives last in a burst (a /health probe) starts first; no iteration
+    sets up more than ``per_turn`` connections."""
+    async def main() -> tuple[list[int], list[int], list[int]]:
+        _Order.ports = []
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        acceptor = BatchAcceptor(loop, listener, _Order, per_turn=10)
+        socks = []
+        for _ in range(45):  # one at a time: their order in the accept queue is known
+            socks += _connect_many(listener.getsockname()[1], 1)
+            time.sleep(0.002)
+        time.sleep(0.05)
+        per_iteration = []
+        for _ in range(50):
+            seen = len(_Order.ports)
+            await asyncio.sleep(0)
+            per_iteration.append(len(_Order.ports) - seen)
+            if len(_Order.ports) == 45:
+                break
+        order = [s.getsockname()[1] for s in socks]
+        acceptor.close()
+        for s in socks:
+            s.close()
+        listener.close()
+        return _Order.ports, order, per_iteration
+
+    made, order, per_iteration = uvloop.run(main())
+    assert sorted(made) == sorted(order)
+    assert made[0] == order[-1]  # the newest first
+    assert max(per_iteration) <= 10
+
+
+def test_past_max_pending_it_stops_accepting_until_it_catches_up() -> None:
+    async def main() -> tuple[int, int, int]:
+        _Counting.made = []
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        acceptor = BatchAcceptor(loop, listener, _Counting, per_turn=5, max_pending=20)
+        socks = _connect_many(listener.getsockname()[1], 100)
+        time.sleep(0.05)
+        acceptor._accept()  # one readiness: takes only up to max_pending
+        first = acceptor.accepted
+        reading_after_full = acceptor._reading
+        await _iterations_until(100, limit=500)
+        acceptor.close()
+        for s in socks:
+            s.close()
+        listener.close()
+        return first, int(reading_after_full), len(_Counting.made)
+
+    first, reading, made = uvloop.run(main())
+    assert first == 20 and reading == 0
+    assert made == 100  # reading resumed once half were handed over
+
+
+def test_close_closes_the_connections_not_yet_handed_over() -> None:
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        acceptor = BatchAcceptor(loop, listener, _Counting, per_turn=1)
+        socks = _connect_many(listener.getsockname()[1], 5)
+        time.sleep(0.05)
+        acceptor._accept()
+        acceptor.close()  # before any hand-over ran
+        await asyncio.sleep(0.05)
+        last = socks[0]
+        last.setblocking(True)
+        last.settimeout(2)
+        try:
+            got = last.recv(10)  # b"" (closed) or a reset
+        except ConnectionResetError:
+            got = b""
+        for s in socks:
+            s.close()
+        listener.close()
+        return got
+
+    assert uvloop.run(main()) == b""
 
 
 def test_uvicorn_serves_through_it_and_shuts_down() -> None:
