@@ -27,7 +27,7 @@ import msgspec
 from textproc.config import LOG_LEVELS
 from textproc.errors import InvalidInput, TextprocError, short
 
-__all__ = ["run_http", "main", "build_parser", "parse_address", "listen", "frontend_file",
+__all__ = ["run_http", "GC_THRESHOLDS", "main", "build_parser", "parse_address", "listen", "frontend_file",
            "frontend_command",
            "HTTP_FILE", "DEFAULT_HTTP", "DEFAULT_HEALTH"]
 
@@ -119,6 +119,7 @@ def run_http(
     """
     import uvicorn
 
+    from textproc.heap import freeze_heap
     from textproc.http.accept import BatchAcceptingServer
     from textproc.http.client_backend import ClientBackend
     from textproc.http.connections import guarded_http
@@ -157,7 +158,7 @@ def run_http(
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         await backend.start()
-        _quiet_gc()
+        freeze_heap(GC_THRESHOLDS)  # see GC_THRESHOLDS
         tasks = [asyncio.ensure_future(_after_bind(address_file, runtime, lambda: server,
                                                    parent_pid, frontend)),
                  asyncio.ensure_future(watch_loop_lag(metrics, beat)),
@@ -225,19 +226,7 @@ _IDLE_CHECK_S = 2.0
 # and 0 objects found: the frontend's longest loop stalls (bench/crowd.py with gc.callbacks).
 # (5000, 20, 50) traded them for generation-1 scans of ~100,000 young objects (30 ms each);
 # with these no collection took over 16 ms of CPU in the same run.
-_GC_THRESHOLDS = (1000, 10, 1000)
-
-
-def _quiet_gc() -> None:
-    """Once started: move everything made so far (modules, app, client: ~32,000 objects) out
-    of the collector's sight (``gc.freeze``) and collect the young generations less often.
-    Cycles are still found (a full collection also runs whenever the frontend goes idle, see
-    _return_memory_when_idle); only the stop-the-loop full scans under load get rarer."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
+GC_THRESHOLDS = (1000, 10, 1000)
 
 
 async def _return_memory_when_idle(metrics: Any) -> None:

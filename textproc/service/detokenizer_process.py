@@ -51,6 +51,7 @@ from textproc.protocol import (
     Unknown,
     Welcome,
 )
+from textproc.heap import freeze_heap
 from textproc.service.bootstrap import ChildRuntime
 from textproc.service.constraints import IndexRelay
 from textproc.service.request_table import GC_THRESHOLDS, RequestTable
@@ -74,7 +75,7 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, index: int = 0,
     tokenizer = runtime.load_tokenizer()
     detokenizer.prepare(tokenizer)  # else the first request waited ~0.3 s for the tables
     table = RequestTable(tokenizer, config)
-    runtime.freeze_heap(GC_THRESHOLDS)
+    freeze_heap(GC_THRESHOLDS)
     instance_id = uuid.uuid4().hex
     shard = endpoints.detokenizers[index]
     with runtime:

@@ -43,6 +43,7 @@ from textproc.protocol import (
     TokenizeRequest,
     WorkerInFrame,
 )
+from textproc.heap import freeze_heap
 from textproc.service.bootstrap import ChildRuntime
 from textproc.service.peers import PeerPool
 from textproc.service.requests import Built, RequestBuilder
@@ -64,7 +65,7 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     # so no request's compile budget pays for it
     builder.constraints.prepare()
     builder.prepare()  # the chat template's compile and lazy encoder tables, also before Ready
-    runtime.freeze_heap()
+    freeze_heap()
     with runtime:
         front = runtime.bind(zmq.ROUTER, endpoints.workers[index])
         detoks = [runtime.connect(zmq.PUSH, shard.detok_in) for shard in endpoints.detokenizers]
