@@ -213,7 +213,8 @@ def test_a_port_in_use_fails_the_start_naming_the_address(tmp_path: Path, toy_mo
 def test_the_health_port_answers_while_the_event_loop_is_blocked(tmp_path: Path) -> None:
     """A handler that blocks the frontend's loop (the --test-hooks route) stops the API port,
     /health included; the health port (its own process) still answers, says 503 once the loop
-    has been stuck for --health-stale-after, and 200 again after."""
+    has been stuck for --health-stale-after, and 200 again after. Probes that connected and sent
+their request meanwhile are answered where the frontend accepts them (textproc.http.probe)."""
     model = build_toy_model(tmp_path / "toy")
     args = ["--http", "127.0.0.1:0", "--health", "127.0.0.1:0", "--http-arg=--test-hooks",
             "--http-arg=--health-stale-after=1"]
@@ -244,7 +245,23 @@ def test_the_health_port_answers_while_the_event_loop_is_blocked(tmp_path: Path)
             time.sleep(0.2)
         assert answers and answers[-1][0] == 503, answers
         assert "event loop has not run" in answers[-1][1]["reason"], answers[-1]
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        probes = [socket.create_connection((host, int(port)), timeout=30) for _ in range(5)]
+        for s in probes:  # whole requests waiting with their connections: answered on accept
+            s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
         blocker.join(30)
+        for s in probes:
+            with s:
+                got = b"".join(iter(lambda s=s: s.recv(65536), b""))  # to a clean end
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK"), got
+            assert b"x-textproc-frontend: 0" in head and b"connection: close" in head, got
+            assert json.loads(body) == {"status": "ok"}
+        on_accept = _metric_lines(url, "textproc_http_health_on_accept_total")
+        assert on_accept["textproc_http_health_on_accept_total"] >= 5, on_accept
+        with httpx.Client(timeout=10) as keep_alive:  # a second request on one connection:
+            for _ in range(2):  # uvicorn's route, the same answer
+                assert keep_alive.get(url + "/health").json() == {"status": "ok"}
         deadline = time.monotonic() + 20
         while httpx.get(probe, timeout=5).status_code != 200:
             assert time.monotonic() < deadline, "the health port never recovered"

@@ -31,6 +31,8 @@ from typing import Any, Sequence
 
 import msgspec
 
+from textproc.http.probe import http_reply
+
 __all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "state_file",
            "pid_alive", "health_command"]
 
@@ -165,10 +167,7 @@ async def _one(paths: Sequence[Path], reader: asyncio.StreamReader,
             status, body = answer(paths)
         else:
             status, body = 404, b'{"error": "only GET /health is served on this port"}'
-        reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
-        writer.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-                     f"content-length: {len(body)}\r\ncache-control: no-store\r\n"
-                     "connection: close\r\n\r\n".encode() + (body if method != b"HEAD" else b""))
+        writer.write(http_reply(status, body, head_only=method == b"HEAD"))
         await writer.drain()
     except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
             OSError):

@@ -85,6 +85,7 @@ class Metrics:
         self.header_timeouts = 0  # request headers not complete within --header-timeout
         self.body_timeouts = 0  # request body not complete within --body-timeout: 408
         self.framing_refused = 0  # Transfer-Encoding and Content-Length both: 400
+        self.health_on_accept = 0  # /health probes answered on accept (textproc.http.probe)
         self.stages = {stage: Histogram() for stage in STAGES}
         # how late the event loop runs a timer (watch_loop_lag): every request waits this much
         self.loop_lag = Histogram()
@@ -93,7 +94,7 @@ class Metrics:
     # the plain numbers a snapshot carries and add() sums (frontends sharing a port)
     _SUMMED = ("prompt_tokens", "completion_tokens", "running", "aborted_by_client",
                "upload_disconnects", "open_connections", "connections_refused",
-               "header_timeouts", "body_timeouts", "framing_refused")
+               "header_timeouts", "body_timeouts", "framing_refused", "health_on_accept")
 
     def snapshot(self) -> dict[str, Any]:
         """Everything this process's ``render`` shows, as JSON-able data, for ``add``."""
@@ -195,6 +196,9 @@ class Metrics:
              "Requests answered 408 because the body took longer than --body-timeout."),
             ("framing_refused", self.framing_refused,
              "Requests refused (400) for carrying both Transfer-Encoding and Content-Length."),
+            ("health_on_accept", self.health_on_accept,
+             "GET /health probes answered where their connection was accepted (also in "
+             "textproc_http_requests_total)."),
         ):
             family(f"textproc_http_{name}_total", "counter", text)
             out.append(f"textproc_http_{name}_total {value}")

@@ -126,7 +126,8 @@ def run_http(
     from textproc.http.health import STALE_AFTER_S, StatePublisher
     from textproc.http.metrics import Metrics, watch_loop_lag
     from textproc.http.peers import Peers
-    from textproc.http.server import HttpLimits, build_app
+    from textproc.http.probe import reply
+    from textproc.http.server import HttpLimits, build_app, health_answer
 
     logging.basicConfig(  # a no-op when main() did it already
         level=log_level,
@@ -199,8 +200,14 @@ def run_http(
         timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
         headers=[("x-textproc-frontend", str(frontend))],  # which process answered
     )
+    def answer_probe(data: bytes) -> bytes | None:  # a /health probe, answered on accept
+        got = reply(data, lambda: health_answer(backend, metrics), config.headers)
+        if got is not None:
+            metrics.health_on_accept += 1
+        return got
+
     try:
-        server = BatchAcceptingServer(config)  # uvicorn's, accepting bursts at once
+        server = BatchAcceptingServer(config, answer=answer_probe)
         server.run(sockets=[listener])
     finally:
         if health is not None:

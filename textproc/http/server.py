@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -321,11 +322,8 @@ class _Api:
         return json_response({"prompt": text})
 
     async def health(self, request: Request) -> Response:
-        serving, why = self.backend.health()
-        status = 200 if serving else 503
-        self.metrics.count_request("/health", status)
-        return json_response({"status": "ok"} if serving else {"status": "unavailable", "reason": why},
-                     status)
+        status, body = health_answer(self.backend, self.metrics)
+        return Response(body, status_code=status, media_type="application/json")
 
     async def metrics_text(self, request: Request) -> Response:
         processes = await self.backend.process_counters()
@@ -350,6 +348,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                               code="not_found" if exc.status_code == 404 else None))
     response.headers.update(headers)
     return response
+
+
+def health_answer(backend: Backend, metrics: Metrics) -> tuple[int, bytes]:
+    """``GET /health``'s status and JSON body (counted): the route's, and the one a probe gets
+    on accept (``textproc.http.probe``)."""
+    serving, why = backend.health()
+    status = 200 if serving else 503
+    metrics.count_request("/health", status)
+    body = {"status": "ok"} if serving else {"status": "unavailable", "reason": why}
+    return status, msgspec.json.encode(body)
 
 
 def build_app(
