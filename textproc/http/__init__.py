@@ -5,7 +5,8 @@ request validation), ``responses`` (pure response shaping and SSE framing), ``ba
 Protocol the server needs from the service), ``metrics`` (Prometheus text), ``asgi`` (SSE
 response, disconnect watching, body limit, API key), ``server`` (routes and the life of a
 request), ``generation`` (chat and completion answers, streamed and whole), ``client_backend`` (the TextClient adapter), ``health`` (the ``--health`` port's
-process, ``python -m textproc.http.health``), ``peers`` (``/metrics`` summed over the frontends sharing a port) and ``run``
+process, ``python -m textproc.http.health``), ``peers`` (``/metrics`` summed over the frontends sharing a port), ``accept`` (accepting
+bursts of connections), ``probe`` (a ``/health`` probe answered on accept) and ``run``
 (``run_http``, the process entry; ``python -m textproc.http``). Importing this package imports none of them.
 """
 
