@@ -10,8 +10,11 @@ import socket
 import time
 from typing import Any
 
+import httptools
 import pytest
 import uvloop
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from textproc.http.accept import BatchAcceptor
 from textproc.http.probe import http_reply, is_health_request, reply
@@ -130,3 +133,52 @@ def test_the_acceptor_answers_a_probe_on_accept_and_hands_over_the_rest() -> Non
     assert head.startswith(b"HTTP/1.1 200 OK") and b"x-f: 0" in head and body == OK
     assert in_accept == 1 and answered == 1 and asked == [1]
     assert made == 2  # the other request and the silent connection were handed over
+
+
+class _Parsed:
+    def __init__(self) -> None:
+        self.url = b""
+        self.complete = False
+        self.body = b""
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+_NAMES = st.sampled_from([b"host", b"Host", b"user-agent", b"accept", b"connection",
+                          b"content-length", b"transfer-encoding", b"x-a", b"ho(st", b"",
+                          b" host", b"host ", b"ex pect", b"expect", b"upgrade", b"x\x00"])
+_VALUES = st.sampled_from([b"x", b" close", b"0", b"chunked", b"\t1", b"a\x00b", b"\x7f",
+                           b"caf\xc3\xa9", b"x\ry"]) | st.binary(max_size=8)
+_LINES = st.tuples(_NAMES, st.sampled_from([b": ", b": ", b":", b"", b" :"]), _VALUES).map(b"".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(method=st.sampled_from([b"GET", b"GET", b"HEAD", b"POST", b"get"]),
+       target=st.sampled_from([b"/health", b"/health", b"/health?x=1", b"/health#x",
+                               b"/healthz", b"/hea%6Cth", b"http://h/health"]),
+       version=st.sampled_from([b"HTTP/1.1", b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0"]),
+       lines=st.lists(_LINES, max_size=3),
+       tail=st.sampled_from([b"", b"", b"", b"x", b"GET / HTTP/1.1\r\n\r\n"]))
+def test_only_what_llhttp_parses_as_a_lone_bodiless_health_request_is_answered(
+        method: bytes, target: bytes, version: bytes, lines: list[bytes], tail: bytes) -> None:
+    """Differential against uvicorn's parser (httptools = llhttp): whenever the probe path
+    answers, llhttp takes the same bytes as one whole GET/HEAD of /health, no body, nothing
+    after it; so a probe never gets a 200 where uvicorn would have answered 400."""
+    data = b"\r\n".join([b" ".join([method, target, version]), *lines]) + b"\r\n\r\n" + tail
+    ok, head_only = is_health_request(data)
+    if not ok:
+        return
+    parsed = _Parsed()
+    parser = httptools.HttpRequestParser(parsed)
+    parser.feed_data(data)  # raises HttpParserError on what llhttp refuses
+    assert parsed.complete and parsed.body == b""
+    assert parser.get_method() in (b"GET", b"HEAD") and head_only == (parser.get_method() == b"HEAD")
+    assert httptools.parse_url(parsed.url).path == b"/health"
+    assert parser.should_upgrade() is False

@@ -17,6 +17,7 @@ process (``textproc.http.health``) answers with it too.
 from __future__ import annotations
 
 import email.utils
+import re
 from collections.abc import Callable, Sequence
 
 __all__ = ["PEEK_BYTES", "is_health_request", "http_reply", "reply"]
@@ -24,13 +25,16 @@ __all__ = ["PEEK_BYTES", "is_health_request", "http_reply", "reply"]
 PEEK_BYTES = 2048  # a probe's whole request head fits (curl, kubelet, ALB: ~100-200 bytes)
 _REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
 _BODY_HEADERS = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
+# a header line as llhttp takes it: an RFC 9110 token, a colon, a value without control bytes
+_HEADER = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*")
 
 
 def is_health_request(data: bytes) -> tuple[bool, bool]:
     """(is a lone complete ``GET``/``HEAD /health`` head, is ``HEAD``) for the first bytes of a
     connection. False for anything uvicorn should see: another method or path, an HTTP version
-    other than 1.0/1.1, a head not complete in ``data``, bytes after it, a header without a
-    colon, or one that announces a body or a protocol switch."""
+    other than 1.0/1.1, a head not complete in ``data``, bytes after it, a header line that is
+    not a token, a colon and a value without control bytes (what llhttp refuses), or one that
+    announces a body or a protocol switch."""
     end = data.find(b"\r\n\r\n")
     if end < 0 or end + 4 != len(data):
         return False, False
@@ -42,8 +46,7 @@ def is_health_request(data: bytes) -> tuple[bool, bool]:
     if method not in (b"GET", b"HEAD") or target.split(b"?", 1)[0] != b"/health":
         return False, False
     for line in lines[1:]:
-        name, colon, _ = line.partition(b":")
-        if not colon or not name or name != name.strip() or name.lower() in _BODY_HEADERS:
+        if _HEADER.fullmatch(line) is None or line.partition(b":")[0].lower() in _BODY_HEADERS:
             return False, False
     return True, method == b"HEAD"
 
