@@ -86,7 +86,7 @@ def test_slow_headers_are_cut_off(stack: tuple[Service, str]) -> None:
     assert time.monotonic() - started < 4
     # a kept-alive connection gets the same deadline for its next request
     with _connect(url) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
         sock.settimeout(5)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         assert _closed_while_trickling(sock), "a slowly sent second request held the connection"
