@@ -370,3 +370,34 @@ def test_request_builder_prepare_compiles_the_template_before_the_first_chat(
     builder.chat(ChatRequest("r", [{"role": "user", "content": "hi"}]), b"c")
     builder.chat(ChatRequest("t", [{"role": "user", "content": "hi"}], tools=tools), b"c")
     assert compile_template.cache_info().misses == compiled  # nothing left to compile
+
+
+def test_a_steps_first_tokens_are_flushed_before_the_running_requests(toy_model: Path,
+                                                                      tok: Tokenizer) -> None:
+    """A step carrying a new request's first token and running requests' next ones: the new
+    request's output is handed to ``flush_first`` (the process loop sends it) before any
+    running request is fed; a step with no first tokens is one flush, as before; a request
+    that ended during that flush is not fed."""
+    core = RequestTable(tok, _config(toy_model))
+    ids = tok.encode("alpha beta gamma delta")
+    flushed: list[list[str]] = []
+    core.flush_first = lambda: flushed.append(
+        [o.request_id for items in _outputs(core).values() for o in items])
+    for rid in ("run1", "run2"):
+        core.on_submit(_submit(rid))
+    core.on_step(EngineStep(0, [StepOutput("run1", ids[:1]), StepOutput("run2", ids[:1])]))
+    assert flushed == [] and sorted(o.request_id for o in _outputs(core)[b"c1"]) == ["run1", "run2"]
+    core.on_submit(_submit("new", client=b"c2"))
+    core.on_step(EngineStep(1, [StepOutput("run1", ids[1:2]), StepOutput("run2", ids[1:2]),
+                                StepOutput("new", ids[:1])]))  # engines append new requests
+    assert flushed == [["new"]]
+    assert sorted(o.request_id for o in _outputs(core)[b"c1"]) == ["run1", "run2"]
+    # an abort that lands in the flush (here: from the hook) leaves that request unfed
+    core.on_submit(_submit("new2"))
+    core.flush_first = lambda: (_outputs(core), core.on_abort(b"c1", ["run2"]))  # type: ignore[func-returns-value]
+    core.on_step(EngineStep(2, [StepOutput("run1", ids[2:3]), StepOutput("run2", ids[2:3]),
+                                StepOutput("new2", ids[:1])]))
+    left = _outputs(core)[b"c1"]
+    assert [o.request_id for o in left if o.finish_reason is None] == ["run1"]
+    assert "run2" not in core.live and core.counters["requests_aborted"] == 1
+    assert core.live["run1"].completion_tokens == 3 and core.live["new"].completion_tokens == 1

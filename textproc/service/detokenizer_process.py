@@ -7,7 +7,8 @@ its request and a constraint index always arrives before the first request namin
 EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/
 StatsRequest in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id). Each
 socket has one typed decoder; the request table decides, this loop moves frames, and flushes
-one Outputs frame per client per round. Never raises out of the loop for one bad frame.
+one Outputs frame per client per round (two in a step that brings requests their first tokens:
+those go first, see ``RequestTable``). Never raises out of the loop for one bad frame.
 
 With ``--detokenizers N`` this process is shard ``index`` of N: it binds that shard's four
 addresses (``Endpoints.detokenizers[index]``) and holds only the requests
@@ -118,6 +119,7 @@ class _Loop:
         # engine frames waiting for an engine to connect (a PUSH with no peer would block)
         self.engine_backlog: deque[bytes] = deque()
         self.relay = IndexRelay()  # constraint indexes: each sent to the engine once
+        core.flush_first = self._flush  # a step's first tokens go out before the rest
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -218,7 +220,7 @@ class _Loop:
                     except ProtocolError as e:
                         self.engine_decoder.count_malformed(str(e), data=data, peer="engine")
                         continue
-                    self._flush()  # one Outputs frame per client per engine step
+                    self._flush()  # one Outputs frame per client per engine step (+ first tokens)
                 case EngineHello():
                     _log.info("engine connected: instance %s", frame.instance_id)
                     if frame.instance_id != self.core.engine_instance:

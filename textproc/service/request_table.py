@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Callable
 
 
 from textproc.config import ServiceConfig
@@ -72,7 +72,11 @@ class RequestTable:
     ``on_submit`` / ``on_step`` / ``on_abort`` return nothing; what they produce collects in
     ``self.outbox`` (client id -> outputs for this round) and ``self.engine_aborts``; the loop
     flushes both after each batch of frames, so each client gets one Outputs frame per round.
-    """
+    A step that brings some requests their first tokens is fed in two parts: those requests
+    first, then ``flush_first`` (the loop's flush, when set), then the running ones; so a new
+    request's first token leaves before the work of every running request's (bench/e2e.py at
+    500 req/s: the first token's way back p99 5.2-5.8 -> 2.6-3.6 ms), at the price of a second
+    Outputs frame per client in such steps."""
 
     def __init__(self, tokenizer: DetokenizerVocab, config: ServiceConfig) -> None:
         self.tokenizer = tokenizer
@@ -86,6 +90,9 @@ class RequestTable:
         self.engine_aborts: list[str] = []
         self.engine_instance: str | None = None
         self.tracked: set[str] = set()  # requests with logprobs (pruned at housekeeping)
+        # called (by the process loop: send the outbox) between a step's first outputs and the
+        # rest, so a new request's first token does not wait for every running request's
+        self.flush_first: Callable[[], None] | None = None
         self.counters: dict[str, int] = {
             "requests_submitted": 0,
             "requests_finished": 0,
@@ -184,6 +191,7 @@ class RequestTable:
         feed = self._feed
         n_tokens = 0
         by_rid: dict[str, StepOutput] | None = None  # an EngineStep's outputs, when one is early
+        running: list[tuple[str, _Request, Sequence[int], str | None]] = []
         for rid, token_ids, reason in entries:
             req = live.get(rid)
             if req is None:
@@ -196,7 +204,16 @@ class RequestTable:
                     self._buffer_early(out)
                 continue
             n_tokens += len(token_ids)
-            feed(rid, req, token_ids, reason)
+            if req.completion_tokens:
+                running.append((rid, req, token_ids, reason))
+            else:  # its first tokens: fed (and sent) before the running requests'
+                feed(rid, req, token_ids, reason)
+        if running:
+            if self.outbox and self.flush_first is not None:
+                self.flush_first()  # may end requests (a client gone): feed only the live ones
+                running = [r for r in running if live.get(r[0]) is r[1]]
+            for rid, req, token_ids, reason in running:
+                feed(rid, req, token_ids, reason)
         self.counters["tokens_in"] += n_tokens  # once per step, not per request
 
     def _on_step_tracked(self, step: EngineStep | EngineStepPacked) -> None:
