@@ -75,7 +75,7 @@ class RequestTable:
     A step that brings some requests their first tokens is fed in two parts: those requests
     first, then ``flush_first`` (the loop's flush, when set), then the running ones; so a new
     request's first token leaves before the work of every running request's (bench/e2e.py at
-    500 req/s: the first token's way back p99 5.2-5.8 -> 2.6-3.6 ms), at the price of a second
+    500 req/s: the first token's way back p99 4.5-5.8 -> 2.6-3.7 ms), at the price of a second
     Outputs frame per client in such steps."""
 
     def __init__(self, tokenizer: DetokenizerVocab, config: ServiceConfig) -> None:
