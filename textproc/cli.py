@@ -142,6 +142,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    f"{_service_default('split_min_chars')})")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (default: run until SIGINT/SIGTERM)")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="stop, with every child, once the process that started serve is gone, "
+                   "even if it was killed with -9 (launchers pass it: the benchmarks, the "
+                   "tests; default: keep running)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,6 +244,7 @@ def _serve(args: argparse.Namespace) -> int:
             http_args=tuple(args.http_arg),
             http_workers=args.http_workers,
             health=args.health,
+            exit_with_parent=args.exit_with_parent,
         )
     except InvalidInput as e:
         print(f"textproc serve: {e}", file=sys.stderr)

@@ -325,6 +325,7 @@ class ServeConfig:
     http_args: tuple[str, ...] = field(default=())  # extra flags for the HTTP frontend
     http_workers: int = 1  # HTTP frontend processes sharing the one listening socket
     health: str | None = None  # HOST:PORT: /health answered there by a process of its own
+    exit_with_parent: bool = False  # stop once the process that started serve is gone
 
     def __post_init__(self) -> None:
         for name, address in (("http", self.http), ("health", self.health)):

@@ -132,6 +132,40 @@ def test_kill_9_supervisor_leaves_no_orphans_and_no_hung_requests(tmp_path: Path
     assert ended_s < 20, f"requests took {ended_s:.1f} s to fail after the service died"
 
 
+def test_a_launcher_killed_with_9_takes_its_service_with_it(tmp_path: Path, toy_model: Path) -> None:
+    """``serve --exit-with-parent`` (what ServeProcess, hence the benchmarks and these tests,
+    passes): when the process that started serve dies, even by kill -9 with no cleanup, the
+    supervisor stops every child and removes its files instead of running on as an orphan."""
+    import subprocess
+    import sys
+
+    from tests.helpers.service import reap
+
+    runtime = tmp_path / "rt"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); "
+         "time.sleep(600)", sys.executable, "-m", "textproc.cli", "serve", "--model-dir",
+         str(toy_model), "--workers", "1", "--runtime-dir", str(runtime), "--exit-with-parent"],
+        stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (runtime / "processes.json").is_file():
+            assert launcher.poll() is None and time.monotonic() < deadline, "serve never started"
+            time.sleep(0.05)
+        procs = json.loads((runtime / "processes.json").read_text())
+        pids = {"supervisor": int(procs["supervisor"]), "detokenizer": int(procs["detokenizer"]),
+                "engine": int(procs["engine"]),
+                **{f"worker-{i}": int(p) for i, p in procs["workers"].items()}}
+        launcher.kill()
+        launcher.wait(10)
+        left = reap(pids, timeout_s=20, poll_s=0.1)
+        assert not left, f"still running after their launcher was killed: {left}"
+        assert not (runtime / "processes.json").exists()  # the supervisor cleaned up
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
 def test_external_engine_connects_to_the_printed_endpoints(tmp_path: Path, toy_model: Path) -> None:
     import subprocess
     import sys

@@ -26,7 +26,8 @@ __all__ = ["ServeProcess"]
 class ServeProcess:
     """``textproc serve --model-dir M --runtime-dir ROOT/rt ...`` with its log in ``ROOT/serve.log``.
 
-    ``args`` are more ``serve`` flags; with ``engine="stub"`` the stub's stats go to
+    It passes ``--exit-with-parent``: if this process dies, even by kill -9, the service stops
+    too. ``args`` are more ``serve`` flags; with ``engine="stub"`` the stub's stats go to
     ``ROOT/stub-stats.json``. ``capture_stdout`` keeps the supervisor's stdout on a pipe
     (``--engine external`` prints the engine endpoints there) instead of the log.
     """
@@ -52,7 +53,7 @@ class ServeProcess:
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(self.model_dir),
                "--workers", str(self.workers), "--runtime-dir", str(self.runtime_dir),
-               "--engine", self.engine, *self.args]
+               "--engine", self.engine, "--exit-with-parent", *self.args]
         if self.engine == "stub":
             cmd += ["--stub-stats-file", str(self.stats_file)]
         return cmd

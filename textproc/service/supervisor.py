@@ -217,10 +217,16 @@ class Supervisor:
         signal.signal(signal.SIGTERM, handler)
 
     def run(self, *, duration_s: float | None = None) -> None:
-        """Watch children until ``request_stop()`` (SIGINT/SIGTERM) or ``duration_s`` passes."""
+        """Watch children until ``request_stop()`` (SIGINT/SIGTERM) or ``duration_s`` passes,
+        or (``exit_with_parent``) the process that started this one is gone."""
         deadline = None if duration_s is None else time.monotonic() + duration_s
+        parent = os.getppid() if self.config.exit_with_parent else 0
         while not self._stop_requested and (deadline is None or time.monotonic() < deadline):
             self._poll_once()
+            if parent and os.getppid() != parent:  # reparented: our launcher died
+                _log.error("the process that started textproc serve (pid %d) is gone; "
+                           "stopping", parent)
+                return
 
     def close(self) -> None:
         """Stop every child (terminate, then kill), remove socket files and the runtime dir."""
