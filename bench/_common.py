@@ -221,6 +221,20 @@ class Progress:
             print(f"  [{self.what}] {text}", file=sys.stderr, flush=True)
 
 
+def _exit_on_sigterm() -> None:
+    """A benchmark stopped with SIGTERM (``timeout``, a CI runner) unwinds like one stopped with
+    Ctrl-C, so its ``finally`` blocks stop the service and remove the temp dirs (the service
+    also stops by itself when this process dies: ``serve --exit-with-parent``)."""
+    import threading
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, on_term)
+
+
 class Serve:
     """``textproc serve`` in a subprocess (runtime dir + log in a temp dir) through the one
     launcher, ``textproc.service.launcher.ServeProcess``; ``close()`` stops it and removes the dir."""
@@ -230,6 +244,7 @@ class Serve:
                  extra: Sequence[str] = (), timeout_s: float = 120.0) -> None:
         from textproc.service.launcher import ServeProcess
 
+        _exit_on_sigterm()
         self.root = Path(tempfile.mkdtemp(prefix="tp-bench-"))
         env = dict(os.environ, TEXTPROC_LOG_LEVEL=os.environ.get("TEXTPROC_LOG_LEVEL", "WARNING"))
         self.serve = ServeProcess(self.root, model, workers=workers, engine=engine,
