@@ -19,12 +19,10 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.http.health import health_command, state_file
 from textproc.http.run import HTTP_FILE, frontend_command, frontend_file, listen
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
+from textproc.service.children import Child, child_command, spawn, stop_children
 from textproc.transport import (
     FrameDecoder,
     close_sockets,
@@ -54,20 +53,6 @@ _log = logging.getLogger("textproc.supervisor")
 ENDPOINTS_FILE = "endpoints.json"
 PROCESSES_FILE = "processes.json"
 _POLL_MS = 50
-_LINUX = sys.platform.startswith("linux")
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): SIGTERM when the supervisor dies, even by kill -9.
-
-    textproc's own children also watch ``os.getppid()``; this covers the engine stub and the
-    HTTP frontend as well, whatever they do.
-    """
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 _MAX_RESTART_DELAY_S = 5.0
 
 
@@ -80,36 +65,6 @@ def engine_link_supports_curve() -> bool:
     return "curve" in inspect.signature(EngineLink.__init__).parameters
 
 
-def child_command(role: str, index: int, config_json: str, endpoints_json: str,
-                  parent_pid: int) -> list[str]:
-    """The command line of a textproc child process (a fresh interpreter)."""
-    return [sys.executable, "-m", "textproc.cli", "_child", role, str(index),
-            "--config", config_json, "--endpoints", endpoints_json,
-            "--parent-pid", str(parent_pid)]
-
-
-@dataclass
-class _Child:
-    role: str
-    index: int
-    command: list[str]
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    fast_failures: int = 0
-    restart_at: float | None = None
-    ready: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-    pass_fds: tuple[int, ...] = ()  # inherited by the child (an HTTP frontend's listeners)
-
-    sharded: bool = False  # one of several detokenizer shards: named with its index
-
-    @property
-    def name(self) -> str:
-        if self.role == "http":
-            return f"http-{self.index}"
-        return self.role if self.role != "worker" and not self.sharded else f"{self.role}-{self.index}"
-
-
 class Supervisor:
     """Starts, watches and stops one service. ``start()`` returns once every child is Ready."""
 
@@ -117,7 +72,7 @@ class Supervisor:
         self.config = config
         self.runtime_dir: Path | None = None
         self.endpoints: Endpoints | None = None
-        self.children: list[_Child] = []
+        self.children: list[Child] = []
         self._created_dir = False
         self._ctx: zmq.Context[Any] | None = None
         self._sockets: list[zmq.Socket[Any]] = []
@@ -179,10 +134,10 @@ class Supervisor:
         endpoints_json = json.dumps(ep.to_dict())
         me = os.getpid()
         for k in range(n_shards):
-            self.children.append(_Child("detokenizer", k, child_command(
+            self.children.append(Child("detokenizer", k, child_command(
                 "detokenizer", k, config_json, endpoints_json, me), sharded=n_shards > 1))
         for i in range(service.n_workers):
-            self.children.append(_Child("worker", i, child_command(
+            self.children.append(Child("worker", i, child_command(
                 "worker", i, config_json, endpoints_json, me)))
         if cfg.engine == "stub":
             stub = [sys.executable, "-m", "engine_stub"]
@@ -194,7 +149,7 @@ class Supervisor:
             if service.curve_dir is not None:  # the stub connects with the service's key pair
                 stub += ["--curve-client-key", str(Path(service.curve_dir) / CURVE_FILES["server_secret"]),
                          "--curve-server-key", str(Path(service.curve_dir) / CURVE_FILES["server_public"])]
-            self.children.append(_Child("engine", 0, stub + list(cfg.stub_args)))
+            self.children.append(Child("engine", 0, stub + list(cfg.stub_args)))
         for child in self.children:
             self._spawn(child)
         self._wait_ready(time.monotonic() + service.startup_timeout_s)
@@ -234,7 +189,7 @@ class Supervisor:
             return
         self._closed = True
         timeout = self.config.service.stop_timeout_s
-        _stop_children(self.children, timeout)
+        stop_children(self.children, timeout)
         for listener in self._listeners:
             listener.close()
         close_sockets(self._sockets)
@@ -256,13 +211,9 @@ class Supervisor:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _spawn(self, child: _Child) -> None:
-        child.ready = False
-        child.process = subprocess.Popen(child.command, stdin=subprocess.DEVNULL,
-                                         pass_fds=child.pass_fds,
-                                         preexec_fn=_die_with_parent if _LINUX else None)
-        child.started_at = time.monotonic()
-        child.restart_at = None
+    def _spawn(self, child: Child) -> None:
+        spawn(child)
+        assert child.process is not None
         _log.info("started %s (pid %d)", child.name, child.process.pid)
 
     def _wait_ready(self, deadline: float) -> None:
@@ -307,12 +258,12 @@ class Supervisor:
         if cfg.health is not None:  # its own process: it shares no lock with a frontend
             health = listen(cfg.health, flag="--health")
             self._listeners.append(health)
-            self._spawn_listener(_Child("health", 0, health_command(
+            self._spawn_listener(Child("health", 0, health_command(
                 health.fileno(), [runtime / state_file(i) for i in range(n)]) + common), health)
         for i in range(n):
             command = frontend_command(runtime, f"{host}:{port}", listener.fileno(), i, n,
                                        runtime / state_file(i) if cfg.health else None)
-            self._spawn_listener(_Child("http", i, command + common + list(cfg.http_args)),
+            self._spawn_listener(Child("http", i, command + common + list(cfg.http_args)),
                                  listener)
         while not all(c.ready for c in self.children if c.role == "http"):
             for child in self.children:
@@ -333,12 +284,12 @@ class Supervisor:
                     f"frontends to serve on {host}:{port}")
             time.sleep(0.02)
 
-    def _spawn_listener(self, child: _Child, listener: socket.socket) -> None:
+    def _spawn_listener(self, child: Child, listener: socket.socket) -> None:
         child.pass_fds = (listener.fileno(),)
         self.children.append(child)
         self._spawn(child)
 
-    def _check_http_ready(self, child: _Child) -> bool:
+    def _check_http_ready(self, child: Child) -> bool:
         """Whether frontend ``child`` serves now (its address file names its pid); once every
         frontend does, (re)write processes.json and then http.json (the address, the first
         frontend's pid, every frontend's pid): http.json means every frontend serves."""
@@ -480,24 +431,10 @@ def _check_private_dir(path: Path) -> None:
         raise InvalidInput(f"runtime dir {path} has mode {mode:04o} after chmod 0700")
 
 
-def _stop_children(children: list[_Child], timeout_s: float) -> None:
-    live = [c.process for c in children if c.process is not None and c.process.poll() is None]
-    for proc in live:
-        proc.terminate()
-    deadline = time.monotonic() + timeout_s
-    for proc in live:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _log.warning("pid %d did not exit %.1f s after SIGTERM; killing it", proc.pid, timeout_s)
-            proc.kill()
-            proc.wait(5)
-
-
-def _cleanup(children: list[_Child], sockets: list[zmq.Socket[Any]], runtime_dir: Path,
+def _cleanup(children: list[Child], sockets: list[zmq.Socket[Any]], runtime_dir: Path,
              created: bool) -> None:
     """Finalizer: the same as close() when a Supervisor is dropped without it."""
-    _stop_children(children, 2.0)
+    stop_children(children, 2.0)
     close_sockets(sockets)
     if created:
         shutil.rmtree(runtime_dir, ignore_errors=True)
