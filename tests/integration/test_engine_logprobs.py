@@ -44,6 +44,8 @@ def test_request_asks_for_alternatives(peer: EnginePeer, link: EngineLink) -> No
     peer.send(EngineRequest("r", pack_ids([1, 2]), 5, logprobs=3))
     peer.send(EngineRequest("plain", pack_ids([1]), 5))
     got: list[IncomingRequest] = poll_until(link.poll_requests)
+    while len(got) < 2:  # the two frames may arrive in different polls on a busy box
+        got += poll_until(link.poll_requests)
     assert [(r.request_id, r.logprobs) for r in got] == [("r", 3), ("plain", None)]
 
 
