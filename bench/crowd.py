@@ -8,7 +8,9 @@ What it does: starts ``textproc serve`` with the stub engine in random mode (``-
 ``max_tokens`` ``--max-tokens``, read ``--events`` SSE events and close the connection. All the
 while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
 
-- ``health_ms``: p50 / p99 / max latency of ``/health`` on the API port during the crowd, and
+- ``health_ms``: p50 / p99 / max latency of ``/health`` on the API port during the crowd
+  (``health_on_accept``: how many of ``health_probes`` were answered where their connection was
+  accepted, ``textproc.http.probe``, summed over the frontends), and
   ``health_port_ms`` the same on the ``--health`` port (``python -m textproc.http.health``, a
   process of its own; what a load balancer should probe; target: < 100 ms), with
   ``health_port_failed`` probes that got no 200;
@@ -233,6 +235,7 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
     rss_after = rss()
     shares = {}
     lag: dict[str, float] = {}
+    on_accept = 0
     for line in _metrics(host, port).splitlines():
         if line.startswith("textproc_worker_requests_total{"):
             shares[line.split('"')[1]] = int(float(line.split()[-1]))
@@ -240,6 +243,8 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
                               'textproc_http_loop_lag_seconds_bucket{le="0.1"}',
                               "textproc_http_loop_lag_seconds_count")):
             lag[line.split()[0]] = float(line.split()[-1])
+        elif line.startswith("textproc_http_health_on_accept_total "):
+            on_accept = int(float(line.split()[-1]))
     return {
         "streams": args.streams, "rounds": args.rounds, "events": args.events,
         "max_tokens": args.max_tokens, "http_workers": args.http_workers,
@@ -271,6 +276,7 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
         "health_ms_p99": round(pct(health, 99) * 1000, 1),
         "health_ms_max": round(max(health) * 1000, 1),
         "health_probes": len(health),
+        "health_on_accept": on_accept,
         "health_port_ms_p50": round(pct(port_health, 50) * 1000, 1),
         "health_port_ms_p99": round(pct(port_health, 99) * 1000, 1),
         "health_port_ms_max": round(max(port_health) * 1000, 1),
