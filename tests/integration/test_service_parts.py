@@ -9,6 +9,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from textproc.config import Endpoints, ServeConfig, ServiceConfig, ipc_endpoints, tcp_endpoints
 from textproc.core.deltas import join_text
@@ -401,3 +403,60 @@ def test_a_steps_first_tokens_are_flushed_before_the_running_requests(toy_model:
     assert [o.request_id for o in left if o.finish_reason is None] == ["run1"]
     assert "run2" not in core.live and core.counters["requests_aborted"] == 1
     assert core.live["run1"].completion_tokens == 3 and core.live["new"].completion_tokens == 1
+
+
+_WORDS = ["alpha", " beta", " STOP", " 你好", " 😀", "\n", " gamma", "é", " ok"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=8),
+                      min_size=1, max_size=5),
+       starts=st.lists(st.integers(0, 4), min_size=5, max_size=5),
+       sizes=st.lists(st.integers(1, 3), min_size=40, max_size=40),
+       early_flush=st.booleans())
+def test_any_arrival_order_and_step_split_gives_each_request_its_whole_text(
+        toy_model: Path, tok: Tokenizer, texts: list[list[str]], starts: list[int],
+        sizes: list[int], early_flush: bool) -> None:
+    """Requests joining at different steps, each step a random number of tokens per request,
+    first tokens flushed ahead or not: each request's outputs join to exactly what its
+    pipeline gives for its whole output (stop string included), in order, once finished."""
+    core = RequestTable(tok, _config(toy_model))
+    got: dict[str, list[RequestOutput]] = {}
+
+    def take() -> None:
+        for items in _outputs(core).values():
+            for item in items:
+                got.setdefault(item.request_id, []).append(item)
+
+    if early_flush:
+        core.flush_first = take
+    ids = {f"r{i}": tok.encode("".join(words)) + [tok.eos_token_id]
+           for i, words in enumerate(texts)}
+    at = {rid: 0 for rid in ids}
+    size = iter(sizes * 10)
+    step = 0
+    while any(at[rid] < len(seq) for rid, seq in ids.items()):
+        outs = []
+        for i, (rid, seq) in enumerate(ids.items()):
+            if step == starts[i]:
+                core.on_submit(_submit(rid, stop=["STOP"]))
+            if step >= starts[i] and at[rid] < len(seq):
+                n = next(size)
+                chunk = seq[at[rid]:at[rid] + n]
+                at[rid] += len(chunk)
+                outs.append(StepOutput(rid, chunk, "stop" if at[rid] == len(seq) else None))
+        if outs:
+            core.on_step(EngineStep(step, outs))
+        take()
+        step += 1
+    for rid, seq in ids.items():
+        ref = OutputPipeline(tok, stops=["STOP"])
+        deltas = ref.feed(seq[:-1])
+        if not ref.is_finished:
+            deltas += ref.finish("stop")
+        want = "".join(d.get("content", "") for d in deltas)
+        outputs = got[rid]
+        assert "".join(d.get("content", "") for o in outputs for d in o.deltas) == want
+        assert outputs[-1].finish_reason == "stop"
+        assert all(o.finish_reason is None for o in outputs[:-1])
+    assert core.live == {}
