@@ -182,3 +182,26 @@ def test_only_what_llhttp_parses_as_a_lone_bodiless_health_request_is_answered(
     assert parser.get_method() in (b"GET", b"HEAD") and head_only == (parser.get_method() == b"HEAD")
     assert httptools.parse_url(parsed.url).path == b"/health"
     assert parser.should_upgrade() is False
+
+
+def test_an_answer_that_raises_hands_the_connection_over() -> None:
+    """A bug in the on-accept answer costs that one fast path, never the connection or the
+    acceptor: the request goes to uvicorn's protocol as if there were no fast path."""
+    def broken(data: bytes) -> bytes | None:
+        raise RuntimeError("bug")
+
+    async def main() -> tuple[bytes, int, int]:
+        _Made.made = []
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0), backlog=16)
+        acceptor = BatchAcceptor(loop, listener, _Made, answer=broken)
+        probe = _send(listener.getsockname()[1], b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        time.sleep(0.05)
+        acceptor._accept()
+        got = await loop.run_in_executor(None, _read_all, probe)
+        acceptor.close()
+        listener.close()
+        return got, acceptor.answered, len(_Made.made)
+
+    got, answered, made = uvloop.run(main())
+    assert got.endswith(b"uv") and answered == 0 and made == 1

@@ -131,7 +131,12 @@ class BatchAcceptor:
             data = conn.recv(PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except OSError:  # nothing sent yet (BlockingIOError), or reset: uvicorn's to handle
             return False
-        if not data or (reply := answer(data)) is None:
+        try:
+            reply = answer(data) if data else None
+        except Exception:  # our bug: log it, and let uvicorn serve the request as usual
+            _log.exception("answering a new connection's first bytes on accept failed")
+            return False
+        if reply is None:
             return False
         try:
             conn.recv(len(data), socket.MSG_DONTWAIT)  # read it: a close with unread bytes resets

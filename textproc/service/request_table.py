@@ -76,7 +76,8 @@ class RequestTable:
     first, then ``flush_first`` (the loop's flush, when set), then the running ones; so a new
     request's first token leaves before the work of every running request's (bench/e2e.py at
     500 req/s: the first token's way back p99 4.5-5.8 -> 2.6-3.7 ms), at the price of a second
-    Outputs frame per client in such steps."""
+    Outputs frame per client in such steps. (Not while a request with logprobs is live: those
+    steps take the one-pass ``_on_step_tracked``.)"""
 
     def __init__(self, tokenizer: DetokenizerVocab, config: ServiceConfig) -> None:
         self.tokenizer = tokenizer

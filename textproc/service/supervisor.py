@@ -85,6 +85,7 @@ class Supervisor:
         self._auth: Any = None  # the ZAP handler (zmq.auth ThreadAuthenticator) with CURVE
         self._ready_decoder: FrameDecoder[Ready] = FrameDecoder(Ready, socket_name="control")
         self._listeners: list[socket.socket] = []  # the HTTP (and health) ports, shared
+        self._parent_pid = os.getppid()  # exit_with_parent: who started us
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -175,7 +176,7 @@ class Supervisor:
         """Watch children until ``request_stop()`` (SIGINT/SIGTERM) or ``duration_s`` passes,
         or (``exit_with_parent``) the process that started this one is gone."""
         deadline = None if duration_s is None else time.monotonic() + duration_s
-        parent = os.getppid() if self.config.exit_with_parent else 0
+        parent = self._parent_pid if self.config.exit_with_parent else 0
         while not self._stop_requested and (deadline is None or time.monotonic() < deadline):
             self._poll_once()
             if parent and os.getppid() != parent:  # reparented: our launcher died
