@@ -304,3 +304,16 @@ def test_random_schemas_sampled_strings_validate_and_instances_match(
     value = data.draw(instances(schema, schema))
     validator.validate(value)
     assert compiled.fullmatch(json.dumps(value, ensure_ascii=False))
+
+
+@pytest.mark.parametrize("fmt, text, ok", [
+    ("date", "0000-07-31", False),  # no year 0 (seen from the random engine under CI)
+    ("date", "0001-01-01", True), ("date", "1000-12-31", True), ("date", "2024-02-28", True),
+    ("date", "9999-11-30", True), ("date", "2024-02-30", False), ("date", "2024-04-31", False),
+    ("date-time", "0000-01-01T00:00:00Z", False), ("date-time", "0010-01-01T23:59:59Z", True),
+])
+def test_date_formats_match_only_what_jsonschema_accepts(fmt: str, text: str, ok: bool) -> None:
+    pattern = re.compile(json_schema_to_regex({"type": "string", "format": fmt}))
+    assert bool(pattern.fullmatch(json.dumps(text))) is ok
+    checker = jsonschema.FormatChecker()
+    assert checker.conforms(text, fmt) or not ok  # what matches validates

@@ -61,8 +61,10 @@ _SCALARS = {
     "null": "null",
 }
 # a valid calendar date; February 29 is left out (leap years are not worth their regex), so the
-# language stays a subset of what the format allows
-_DATE = (r"[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+# language stays a subset of what the format allows; years 0001-9999 (a year 0000 is not a date
+# to jsonschema's "date" check, Python's date.fromisoformat)
+_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
+_DATE = (_YEAR + r"-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
          r"|02-(?:0[1-9]|1[0-9]|2[0-8]))")
 _FORMATS = {
     "date": _DATE,
