@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/e2e.py [--quick] [--json PATH] [--rates 50,100,...] [--endpoints ipc,tcp]
         [--duration S] [--step-ms X] [--max-tokens N] [--workers N] [--detokenizers N] [--plot PNG]
+        [--probe]
 
 Set-up: ``textproc serve --engine external --workers N`` and the fake engine of
 ``bench/_common.py`` (an ``EngineLink`` step loop with a fixed ``--step-ms`` cadence, default 10
@@ -26,9 +27,11 @@ Per request, with ``perf_counter`` (CLOCK_MONOTONIC, shared by all processes):
 - ``ITL added`` = client inter-token gap - engine inter-step gap for the same tokens.
 
 Percentiles p50/p99 over all requests (TTFT) or all tokens (delay, ITL) of a level. The
-``floor`` line: a pyzmq REQ/REP round trip to an echo process, paced, on the same machine at the
-same time: what any hop between processes costs there (TTFT added crosses 5 hops: client ->
-worker -> detokenizer -> engine -> detokenizer -> client; a token's delay 2). Target
+``floor`` line (``bench/hop_probe.py``, before the service starts): round trips to an echo
+process, paced, pyzmq and a plain unix socket: what any hop between processes costs on this
+machine (TTFT added crosses 5 hops: client -> worker -> detokenizer -> engine -> detokenizer ->
+client; a token's delay 2). ``--probe`` runs the same probe beside every level, so the floor
+under that very load is printed next to it (the probe's own wake-ups add to the load). Target
 (issue 6): under 2 ms added at p99 at 500 requests/s. ``--plot`` writes a PNG of the latency
 distributions per level (needs matplotlib, the ``bench`` extra).
 """
@@ -37,8 +40,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,6 +70,7 @@ from _common import (  # noqa: E402
 __all__ = ["main"]
 
 STOPS = ["<|NEVER|>", "\n@@@@\n"]
+HOP_PROBE = Path(__file__).resolve().parent / "hop_probe.py"
 
 
 class Record:
@@ -191,7 +197,7 @@ def analyse(records: list[Record], timings: dict[str, Any], max_tokens: int) -> 
 
 def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], duration: float,
                   max_tokens: int, step_ms: float, prompts: list[str], ids: list[int],
-                  warm: int, *, detokenizers: int = 1) -> list[dict[str, Any]]:
+                  warm: int, *, detokenizers: int = 1, probe: bool = False) -> list[dict[str, Any]]:
     import uvloop
 
     from textproc.client import TextClient
@@ -200,6 +206,7 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
                   extra=["--detokenizers", str(detokenizers)])
     engine = FakeEngine(serve.engine_ins, serve.engine_outs, ids, step_ms=step_ms)
     results: list[tuple[float, list[Record], float, float, dict[str, float], float]] = []
+    floors: list[dict[str, Any] | None] = []  # the hop probe beside each level
 
     def alive() -> str | None:
         if engine.proc.poll() is not None:
@@ -217,8 +224,12 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
                 for k, rate in enumerate(rates):
                     pids = {**serve.pids(), "engine": engine.pid, "bench": os.getpid()}
                     cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
-                    records, t0, t1 = await _level(client, prompts, rate, duration, max_tokens,
-                                                   kind, k + 1, alive)
+                    prober = start_probe(kind) if probe else None
+                    try:
+                        records, t0, t1 = await _level(client, prompts, rate, duration,
+                                                       max_tokens, kind, k + 1, alive)
+                    finally:
+                        floors.append(finish_probe(prober) if prober is not None else None)
                     cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
                     results.append((rate, records, t0, t1, cpu, os.getloadavg()[0]))
                     done = sum(1 for r in records if r.error is None and r.counts
@@ -237,76 +248,37 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
         timings = engine.stop()
         serve.close()
     rows = []
-    for rate, records, t0, t1, cpu, load in results:
+    for (rate, records, t0, t1, cpu, load), floor in zip(results, floors):
         a = analyse(records, timings, max_tokens)
         rows.append({"bench": "e2e", "endpoints": kind, "workers": workers, "detokenizers": detokenizers, "offered_rps": rate,
                      "achieved_rps": a["completed"] / (t1 - t0), "duration_s": t1 - t0,
                      "max_tokens": max_tokens, "step_ms": step_ms,
                      "tokens_per_s": a["completed"] * max_tokens / (t1 - t0),
                      "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
-                     "load_avg_1m": load, **a})
+                     "load_avg_1m": load, "floor_beside": floor, **a})
     return rows
 
 
-_ECHO = """
-import sys, zmq
-ctx = zmq.Context()
-s = ctx.socket(zmq.REP)
-s.bind(sys.argv[1])
-print("ready", flush=True)
-while True:
-    m = s.recv()
-    if m == b"quit":
-        s.send(b"")
-        break
-    s.send(m)
-"""
+def start_probe(kind: str, count: int = 0) -> subprocess.Popen[str]:
+    """``hop_probe.py`` in its own process: round trips to an echo process (pyzmq over ``kind``,
+    and a unix socket), until ``count`` of each, or (0) until ``finish_probe``."""
+    return subprocess.Popen([sys.executable, str(HOP_PROBE), "--count", str(count),
+                             "--transport", kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
 
 
-def hop_floor(kind: str, n: int, interval_s: float = 0.005) -> dict[str, Any]:
-    """Round trips of a 100-byte message to an echo process (pyzmq REQ/REP), paced like light
-    load: the machine's floor for one process hop and back (wake-ups, scheduling, zmq)."""
-    import subprocess
-    import tempfile
+def finish_probe(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """Stop a probe (closing its stdin ends a ``count`` 0 probe) and take its JSON line."""
+    out, _ = proc.communicate(timeout=60)
+    if proc.returncode != 0 or not out.strip():
+        raise RuntimeError(f"bench/hop_probe.py exited with {proc.returncode}")
+    row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return row
 
-    import zmq
 
-    with tempfile.TemporaryDirectory(prefix="tp-bench-hop-") as root:
-        if kind == "tcp":
-            from textproc.transport import pick_free_ports
-
-            address = f"tcp://127.0.0.1:{pick_free_ports('127.0.0.1', 1)[0]}"
-        else:
-            address = f"ipc://{root}/echo"
-        child = subprocess.Popen([sys.executable, "-c", _ECHO, address], stdout=subprocess.PIPE,
-                                 stdin=subprocess.DEVNULL)
-        assert child.stdout is not None
-        child.stdout.readline()
-        ctx: zmq.Context[Any] = zmq.Context()
-        sock = ctx.socket(zmq.REQ)
-        sock.linger = 0
-        sock.connect(address)
-        msg = b"x" * 100
-        rtts: list[float] = []
-        try:
-            for i in range(n + 20):
-                t0 = time.perf_counter()
-                sock.send(msg)
-                if not sock.poll(10_000):
-                    raise RuntimeError(f"no echo from {address}")
-                sock.recv()
-                if i >= 20:
-                    rtts.append(time.perf_counter() - t0)
-                time.sleep(interval_s)
-            sock.send(b"quit")
-            sock.poll(2000)
-        finally:
-            sock.close(0)
-            ctx.term()
-            child.wait(10) if child.poll() is None else None
-    return {"bench": "e2e-hop-floor", "endpoints": kind, "round_trips": n,
-            "rtt_ms_p50": pct(rtts, 50) * 1000, "rtt_ms_p99": pct(rtts, 99) * 1000,
-            "load_avg_1m": os.getloadavg()[0]}
+def hop_floor(kind: str, n: int) -> dict[str, Any]:
+    """The machine's floor for one process hop and back, idle (before the service starts)."""
+    return {"bench": "e2e-hop-floor", "endpoints": kind, **finish_probe(start_probe(kind, n))}
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -334,6 +306,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _floor_text(f: dict[str, Any]) -> str:
+    return (f"round trip to an echo process, pyzmq {f['zmq_transport']} p50 {f['zmq_ms_p50']:.3f} "
+            f"/ p99 {f['zmq_ms_p99']:.3f} ms, unix socket p50 {f['unix_ms_p50']:.3f} / p99 "
+            f"{f['unix_ms_p99']:.3f} ms ({f['round_trips']} each, load {f['load_avg_1m']:.1f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="two low rates, ipc only, short (< 1 min)")
@@ -348,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--detokenizers", type=int, default=1,
                    help="detokenizer shards (serve --detokenizers); the fake engine connects to each")
     p.add_argument("--plot", type=Path, help="PNG with the latency CDFs")
+    p.add_argument("--probe", action="store_true",
+                   help="run bench/hop_probe.py beside every level: the floor of one round trip "
+                   "under the same load (it adds two processes waking 400 times/s, which raises "
+                   "the TTFT+ tail it sits beside)")
     args = p.parse_args(argv)
     model = model_dir(args.model_dir)
     rates = [float(x) for x in (args.rates or ("20,100" if args.quick else
@@ -368,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         floors.append(hop_floor(kind, 100 if args.quick else 1000))
         rows += run_endpoints(model, kind, args.workers, rates, duration, max_tokens,
                               args.step_ms, prompts, ids, int(rates[0]),
-                              detokenizers=args.detokenizers)
+                              detokenizers=args.detokenizers, probe=args.probe)
     print()
     print_table(rows, [("endpoints", "endpoints", ""), ("offered/s", "offered_rps", "g"),
                        ("done/s", "achieved_rps", ".1f"), ("err", "errors", "d"),
@@ -389,9 +371,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU per request, {r['endpoints']} {r['offered_rps']:g} req/s (ms): "
               + ", ".join(f"{k} {v:.3f}" for k, v in per.items()))
     for f in floors:
-        print(f"floor, {f['endpoints']}: pyzmq REQ/REP round trip to another process, "
-              f"p50 {f['rtt_ms_p50']:.3f} ms, p99 {f['rtt_ms_p99']:.3f} ms (load {f['load_avg_1m']:.1f}); "
-              "TTFT+ crosses 5 process hops (2.5 round trips), delay 2 hops")
+        print(f"floor, {f['endpoints']}, idle: {_floor_text(f)}; TTFT+ crosses 5 process hops (2.5 "
+              "round trips), delay 2 hops")
+    for r in rows:
+        if r["floor_beside"] is not None:
+            print(f"floor beside {r['endpoints']} {r['offered_rps']:g} req/s: "
+                  f"{_floor_text(r['floor_beside'])}")
     if args.plot:
         if plot(rows, args.plot):
             print(f"plot: {args.plot}")

@@ -72,10 +72,13 @@ def test_detokenize_bench_with_logprobs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("detokenizers", [1, 2])
 def test_e2e_bench(tmp_path: Path, detokenizers: int) -> None:
     rows = _run("e2e.py", tmp_path, "--rates", "20", "--duration", "1.5", "--max-tokens", "4",
-                "--workers", "1", "--step-ms", "5", "--detokenizers", str(detokenizers))
+                "--workers", "1", "--step-ms", "5", "--detokenizers", str(detokenizers), "--probe")
     assert [r["bench"] for r in rows] == ["e2e", "e2e-hop-floor"]
     r, floor = rows
-    assert 0 < floor["rtt_ms_p50"] <= floor["rtt_ms_p99"]
+    for f in (floor, r["floor_beside"]):  # idle, and beside the level
+        assert f["round_trips"] > 0 and f["zmq_transport"] == "ipc"
+        assert 0 < f["zmq_ms_p50"] <= f["zmq_ms_p99"] <= f["zmq_ms_max"]
+        assert 0 < f["unix_ms_p50"] <= f["unix_ms_p99"] <= f["unix_ms_max"]
     assert r["endpoints"] == "ipc" and r["errors"] == 0 and r["detokenizers"] == detokenizers
     assert r["completed"] == r["requests"] > 5
     # the client can only see a token after the engine sent it
