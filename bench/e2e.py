@@ -278,7 +278,7 @@ def finish_probe(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 def hop_floor(kind: str, n: int) -> dict[str, Any]:
     """The machine's floor for one process hop and back, idle (before the service starts)."""
-    return {"bench": "e2e-hop-floor", "endpoints": kind, **finish_probe(start_probe(kind, n))}
+    return {**finish_probe(start_probe(kind, n)), "bench": "e2e-hop-floor", "endpoints": kind}
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:

@@ -3,7 +3,8 @@
 this machine, at this moment, under whatever else runs (``e2e.py`` runs it before each
 transport, idle, and beside every load level).
 
-    .venv/bin/python bench/hop_probe.py [--count N] [--interval-ms X] [--transport ipc|tcp]
+    .venv/bin/python bench/hop_probe.py [--quick] [--json PATH] [--count N] [--interval-ms X]
+        [--transport ipc|tcp]
 
 It starts one echo process and alternates two kinds of round trip to it, one every
 ``--interval-ms``: pyzmq (REQ -> REP over ipc or loopback tcp, each side with its context's I/O thread, as
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import pct  # noqa: E402
+from _common import machine, pct, write_json  # noqa: E402
 
 __all__ = ["main"]
 
@@ -132,8 +133,10 @@ def probe(count: int, interval_s: float, transport: str = "ipc") -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--count", type=int, default=1000, help="round trips of each kind (0: until "
-                   "stdin closes)")
+    p.add_argument("--count", type=int, help="round trips of each kind (default 1000, --quick "
+                   "100; 0: until stdin closes)")
+    p.add_argument("--quick", action="store_true", help="100 round trips of each kind")
+    p.add_argument("--json", type=Path, help="append the JSON line here too")
     p.add_argument("--interval-ms", type=float, default=2.5, help="pause between round trips")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc",
                    help="the pyzmq round trip's transport (tcp: loopback)")
@@ -142,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.echo:
         serve_echo(*args.echo)
         return 0
-    print(json.dumps(probe(args.count, args.interval_ms / 1000, args.transport)), flush=True)
+    count = args.count if args.count is not None else (100 if args.quick else 1000)
+    row = {"bench": "hop-probe", **probe(count, args.interval_ms / 1000, args.transport)}
+    print(json.dumps(row), flush=True)
+    write_json(args.json, [row], machine())
     return 0
 
 
