@@ -428,6 +428,66 @@ def test_app_chat_whole_and_streamed_agree() -> None:
     assert backend.finished and not backend.aborted
 
 
+def asgi_sends(backend: FakeBackend, path: str, body: bytes) -> list[dict[str, Any]]:
+    """The ASGI messages the app sends for one request (what uvicorn turns into writes)."""
+    sent: list[dict[str, Any]] = []
+
+    async def go() -> None:
+        app = build_app(backend)
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+                 "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 80),
+                 "headers": [(b"host", b"test"), (b"content-type", b"application/json"),
+                             (b"content-length", str(len(body)).encode())]}
+        given = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)  # the client stays
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await asyncio.wait_for(app(scope, receive, send), 5)
+
+    asyncio.run(go())
+    return sent
+
+
+@pytest.mark.parametrize("path, body, sends, last", [
+    # the first output (no text) and three scripted ones: a send each
+    ("/v1/chat/completions", chat_body(tools=[WEATHER], stream=True,
+                                       stream_options={"include_usage": True}), 4, SSE_DONE),
+    # only the third output has text a completion streams
+    ("/v1/completions", json.dumps({"model": "qwen3", "prompt": "hi", "stream": True}).encode(),
+     2, SSE_DONE),
+    ("/v1/responses", json.dumps({"model": "qwen3", "input": "hi", "stream": True}).encode(),
+     4, b"response.completed"),
+])
+def test_stream_sends_one_write_per_output(path: str, body: bytes, sends: int,
+                                           last: bytes) -> None:
+    """The events of one engine output go out in one send (one socket write): the role chunk
+    with the first output's, the finish, usage and [DONE] with the last output's, which also
+    ends the body, so no empty send follows."""
+    backend = FakeBackend(TOOL_SCRIPT)
+    sent = asgi_sends(backend, path, body)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    bodies = sent[1:]
+    assert all(m["type"] == "http.response.body" and m["body"].endswith(b"\n\n")
+               for m in bodies)
+    assert [m["more_body"] for m in bodies] == [True] * (sends - 1) + [False]
+    assert last in bodies[-1]["body"] and last not in b"".join(m["body"] for m in bodies[:-1])
+    if path == "/v1/chat/completions":  # the role chunk; the finish, usage and [DONE] together
+        counts = [m["body"].count(b"data: ") for m in bodies]
+        assert counts[0] == 1 and counts[-1] >= 3, counts
+    assert backend.finished and not backend.aborted
+
+
 def test_app_errors_have_status_and_error_object() -> None:
     def check(resp: httpx.Response, status: int, match: str) -> None:
         assert resp.status_code == status, resp.text

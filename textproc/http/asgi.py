@@ -29,6 +29,7 @@ __all__ = [
     "until_disconnect",
     "read_body",
     "EventStream",
+    "LastEvents",
     "BearerAuth",
     "Pacer",
 ]
@@ -58,8 +59,17 @@ async def wait_disconnect(receive: Receive) -> None:
             return
 
 
+class LastEvents(bytes):
+    """The last bytes of an event stream: ``EventStream`` sends them with the end of the body
+    (one write, not two) and stops reading the iterator."""
+
+
 class EventStream(Response):
     """An ASGI ``text/event-stream`` response that cancels its producer when the client leaves.
+
+    ``events`` yields bytes of one or more whole SSE events; each is one ASGI send (one write
+    to the socket), so a generator joins the events it has at the same moment (those of one
+    engine output) into one. A ``LastEvents`` ends the stream in the same send.
 
     ``cleanup`` always runs once at the end (after the last event, an error or a disconnect);
     ``on_disconnect`` runs before it if the client went away before the last event was sent.
@@ -110,6 +120,9 @@ class EventStream(Response):
     async def _produce(self, send: Send) -> None:
         try:
             async for data in self.events:
+                if type(data) is LastEvents:  # the end of the body goes in the same write
+                    await send({"type": "http.response.body", "body": data, "more_body": False})
+                    return
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
-from textproc.http.asgi import json_response
+from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
 from textproc.http.responses import (
     SSE_DONE,
@@ -64,15 +64,17 @@ async def chat_whole(params: ChatParams, rid: str, run: Run, first: Output) -> R
 async def chat_events(params: ChatParams, rid: str, run: Run,
                       first: Output) -> AsyncIterator[bytes]:
     """The chat.completion.chunk stream as SSE bytes, ending with ``[DONE]`` (also after an
-    error event when the request fails mid-stream)."""
+    error event when the request fails mid-stream). The chunks of one output go out together
+    (``EventStream``: one write), the role chunk with the first's, the last with the end."""
     created = now()
     model = params.model
     usage = params.include_usage
+    parts: list[bytes] = []
     try:
         for index in range(params.n):
-            yield sse_event(chat_chunk(rid, created, model, {"role": "assistant",
-                                                             "content": ""},
-                                       include_usage=usage, index=index))
+            parts.append(sse_event(chat_chunk(rid, created, model,
+                                              {"role": "assistant", "content": ""},
+                                              include_usage=usage, index=index)))
         ends = ChoiceEnds(params.n)
         out: Output | None = first
         while out is not None:
@@ -81,29 +83,33 @@ async def chat_events(params: ChatParams, rid: str, run: Run,
             # delta {}, when the text they belong to is still held by the parser)
             lp = chat_logprobs(out.logprobs) if out.logprobs else None
             for frag in join_text(out.deltas):
-                yield sse_event(chat_chunk(rid, created, model, frag, include_usage=usage,
-                                           index=out.index, logprobs=lp))
+                parts.append(sse_event(chat_chunk(rid, created, model, frag,
+                                                  include_usage=usage, index=out.index,
+                                                  logprobs=lp)))
                 lp = None
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
-                yield sse_event(chat_chunk(rid, created, model, {},
-                                           finish_reason=out.finish_reason,
-                                           include_usage=usage, index=out.index,
-                                           logprobs=lp))
+                parts.append(sse_event(chat_chunk(rid, created, model, {},
+                                                  finish_reason=out.finish_reason,
+                                                  include_usage=usage, index=out.index,
+                                                  logprobs=lp)))
                 if ends.finish(out):
                     if usage:
-                        yield sse_event(usage_chunk(rid, created, model, ends.usage()))
-                    yield SSE_DONE
+                        parts.append(sse_event(usage_chunk(rid, created, model, ends.usage())))
+                    parts.append(SSE_DONE)
+                    yield LastEvents(b"".join(parts))
                     return
             elif lp is not None:
-                yield sse_event(chat_chunk(rid, created, model, {}, include_usage=usage,
-                                           index=out.index, logprobs=lp))
+                parts.append(sse_event(chat_chunk(rid, created, model, {}, include_usage=usage,
+                                                  index=out.index, logprobs=lp)))
+            if parts:
+                yield b"".join(parts)
+                parts = []
             out = await run.next()
         raise no_finish_error()
     except ApiError as exc:  # failed mid-stream (worker died, engine error): say so, then end
-        yield sse_event(exc.body())
-        yield SSE_DONE
+        yield LastEvents(b"".join([*parts, sse_event(exc.body()), SSE_DONE]))
 
 
 async def completion_whole(params: CompletionParams, rid: str, run: Run,
@@ -136,15 +142,17 @@ async def completion_whole(params: CompletionParams, rid: str, run: Run,
 async def completion_events(params: CompletionParams, rid: str, run: Run,
                             first: Output) -> AsyncIterator[bytes]:
     """The streamed text_completion chunks (with ``echo``, the prompt first) as SSE bytes;
-    ``[DONE]`` comes last, after an error event too when the request fails mid-stream."""
+    ``[DONE]`` comes last, after an error event too when the request fails mid-stream. The
+    chunks of one output go out together, as in ``chat_events``."""
     created = now()
     model = params.model
     usage = params.include_usage
+    parts: list[bytes] = []
     try:
         if params.echo and isinstance(params.prompt, str):
             for index in range(params.n):
-                yield sse_event(completion_chunk(rid, created, model, params.prompt,
-                                                 include_usage=usage, index=index))
+                parts.append(sse_event(completion_chunk(rid, created, model, params.prompt,
+                                                        include_usage=usage, index=index)))
         ends = ChoiceEnds(params.n)
         offsets = [CompletionLogprobs() for _ in range(params.n)]  # text_offset per choice
         out: Output | None = first
@@ -153,23 +161,26 @@ async def completion_events(params: CompletionParams, rid: str, run: Run,
             text = "".join(f["content"] for f in out.deltas if "content" in f)
             lp = offsets[out.index].feed(out.logprobs) if out.logprobs else None
             if text or lp is not None:
-                yield sse_event(completion_chunk(rid, created, model, text,
-                                                 include_usage=usage, index=out.index,
-                                                 logprobs=lp))
+                parts.append(sse_event(completion_chunk(rid, created, model, text,
+                                                        include_usage=usage, index=out.index,
+                                                        logprobs=lp)))
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
-                yield sse_event(completion_chunk(rid, created, model, "",
-                                                 finish_reason=out.finish_reason,
-                                                 include_usage=usage, index=out.index))
+                parts.append(sse_event(completion_chunk(rid, created, model, "",
+                                                        finish_reason=out.finish_reason,
+                                                        include_usage=usage, index=out.index)))
                 if ends.finish(out):
                     if usage:
-                        yield sse_event(usage_chunk(rid, created, model, ends.usage(),
-                                                    chat=False))
-                    yield SSE_DONE
+                        parts.append(sse_event(usage_chunk(rid, created, model, ends.usage(),
+                                                           chat=False)))
+                    parts.append(SSE_DONE)
+                    yield LastEvents(b"".join(parts))
                     return
+            if parts:
+                yield b"".join(parts)
+                parts = []
             out = await run.next()
         raise no_finish_error()
     except ApiError as exc:
-        yield sse_event(exc.body())
-        yield SSE_DONE
+        yield LastEvents(b"".join([*parts, sse_event(exc.body()), SSE_DONE]))

@@ -32,7 +32,7 @@ from starlette.responses import Response
 
 from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError
-from textproc.http.asgi import json_response
+from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
 from textproc.http.responses import new_id, now, token_logprob
 from textproc.http.responses_api import ResponsesRequest, ResponseStore
@@ -314,24 +314,26 @@ async def respond_events(request: ResponsesRequest, response_id: str, run: Run, 
     """The streamed events, as SSE bytes (no ``[DONE]``: the Responses stream ends with
     ``response.completed`` / ``.incomplete`` / ``.failed``)."""
     builder = ResponseBuilder(response_id, request, created_at=now())
+    parts: list[bytes] = []  # the events of one output go out together (one write)
     try:
-        for event in builder.start():
-            yield response_sse(event)
+        parts += map(response_sse, builder.start())
         out: Output | None = first
         while out is not None:
             run.observe(out)
-            for event in builder.feed(join_text(out.deltas), out.logprobs):
-                yield response_sse(event)
+            parts += map(response_sse, builder.feed(join_text(out.deltas), out.logprobs))
             if out.finish_reason is not None:
                 if out.finish_reason == "error":
                     raise generation_error(out)
-                for event in builder.finish(out.finish_reason, prompt_tokens=out.prompt_tokens,
-                                            completion_tokens=out.completion_tokens):
-                    yield response_sse(event)
+                parts += map(response_sse, builder.finish(
+                    out.finish_reason, prompt_tokens=out.prompt_tokens,
+                    completion_tokens=out.completion_tokens))
                 _remember(store, builder)
+                yield LastEvents(b"".join(parts))
                 return
+            if parts:
+                yield b"".join(parts)
+                parts = []
             out = await run.next()
         raise no_finish_error()
     except ApiError as exc:
-        for event in builder.fail(exc):
-            yield response_sse(event)
+        yield LastEvents(b"".join([*parts, *map(response_sse, builder.fail(exc))]))
