@@ -224,7 +224,8 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
                 for k, rate in enumerate(rates):
                     pids = {**serve.pids(), "engine": engine.pid, "bench": os.getpid()}
                     cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
-                    prober = start_probe(kind) if probe else None
+                    # 5 ms apart (200 wake-ups/s of the echo): less load than the idle floor's
+                    prober = start_probe(kind, interval_ms=5.0) if probe else None
                     try:
                         records, t0, t1 = await _level(client, prompts, rate, duration,
                                                        max_tokens, kind, k + 1, alive)
@@ -259,12 +260,13 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
     return rows
 
 
-def start_probe(kind: str, count: int = 0) -> subprocess.Popen[str]:
+def start_probe(kind: str, count: int = 0, interval_ms: float = 2.5) -> subprocess.Popen[str]:
     """``hop_probe.py`` in its own process: round trips to an echo process (pyzmq over ``kind``,
-    and a unix socket), until ``count`` of each, or (0) until ``finish_probe``."""
+    and a unix socket), one every ``interval_ms``, until ``count`` of each, or (0) until
+    ``finish_probe``."""
     return subprocess.Popen([sys.executable, str(HOP_PROBE), "--count", str(count),
-                             "--transport", kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+                             "--transport", kind, "--interval-ms", str(interval_ms)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
 def finish_probe(proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -328,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", type=Path, help="PNG with the latency CDFs")
     p.add_argument("--probe", action="store_true",
                    help="run bench/hop_probe.py beside every level: the floor of one round trip "
-                   "under the same load (it adds two processes waking 400 times/s, which raises "
+                   "under the same load (it adds two processes waking 200 times/s, which raises "
                    "the TTFT+ tail it sits beside)")
     args = p.parse_args(argv)
     model = model_dir(args.model_dir)
