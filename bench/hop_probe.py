@@ -80,19 +80,20 @@ def probe(count: int, interval_s: float, transport: str = "ipc") -> dict[str, An
             zmq_address = f"tcp://127.0.0.1:{pick_free_ports('127.0.0.1', 1)[0]}"
         echo = subprocess.Popen([sys.executable, __file__, "--echo", zmq_address, unix_path],
                                 stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        assert echo.stdout is not None
-        echo.stdout.readline()
         ctx: zmq.Context[Any] = zmq.Context()
         req = ctx.socket(zmq.REQ)
         req.linger = 0
-        req.connect(zmq_address)
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        unix.connect(unix_path)
-        unix.settimeout(10)
         rtts: dict[str, list[float]] = {"zmq": [], "unix": []}
         perf = time.perf_counter
         stdin = [sys.stdin] if count == 0 else []
         try:
+            assert echo.stdout is not None
+            if echo.stdout.readline() != b"ready\n":
+                raise RuntimeError(f"the echo process did not start (exit {echo.wait()})")
+            req.connect(zmq_address)
+            unix.connect(unix_path)
+            unix.settimeout(10)
             i = 0
             while count == 0 or i < count + 20:
                 t0 = perf()
@@ -114,14 +115,14 @@ def probe(count: int, interval_s: float, transport: str = "ipc") -> dict[str, An
                 if select.select(stdin, [], [], interval_s)[0]:
                     break
             unix.send(b"quit")
+            echo.wait(10)
         finally:
             req.close(0)
             ctx.term()
             unix.close()
-            try:
-                echo.wait(10)
-            except subprocess.TimeoutExpired:
+            if echo.poll() is None:  # an error above: it would wait for us forever
                 echo.kill()
+                echo.wait()
     row: dict[str, Any] = {"zmq_transport": transport, "round_trips": len(rtts["zmq"]),
                            "load_avg_1m": os.getloadavg()[0]}
     for kind, values in rtts.items():
