@@ -27,6 +27,7 @@ from textproc.config import (
     ENGINES,
     STUB_MODES,
 )
+from textproc.engines import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
 
@@ -71,8 +72,14 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "request id (textproc.sharding.shard_of) and the engine's EngineLink "
                         "connects to each (default 1)")
     p.add_argument("--engine", choices=ENGINES, default="stub",
-                   help="stub: run engine_stub as a child; external: print the two endpoints "
-                        "your engine's EngineLink connects to (default stub)")
+                   help="; ".join(f"{name}: {engine_adapter(name).summary}" for name in ENGINES)
+                        + " (default stub)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="FLAG",
+                   help="extra flag for the engine's process, repeatable (e.g. "
+                        "--engine-arg=--kv-cache-gib=2 with --engine vllm)")
+    p.add_argument("--engine-python", metavar="PATH",
+                   help="the Python of the engine's own environment (--engine vllm; default: "
+                        "the .venv-vllm beside this checkout when it exists)")
     p.add_argument("--endpoints", choices=ENDPOINT_KINDS, default="ipc",
                    help="ipc: socket files in the runtime dir; tcp: loopback ports, for "
                         "processes on other machines (default ipc)")
@@ -84,8 +91,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "(--stub-arg=--replay-file=F), or random ids (default echo)")
     p.add_argument("--stub-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for engine_stub, repeatable (e.g. --stub-arg=--step-ms=5)")
-    p.add_argument("--stub-stats-file", metavar="FILE",
-                   help="engine_stub writes its per-request stats here (default: none)")
+    p.add_argument("--engine-stats-file", "--stub-stats-file", dest="stub_stats_file",
+                   metavar="FILE", help="the engine (stub or vllm) writes its per-request stats "
+                                        "here (default: none)")
     p.add_argument("--runtime-dir", help="directory for ipc sockets and endpoints.json (default: a new private temp dir)")
     p.add_argument("--tcp-host", default="127.0.0.1",
                    help="host for --endpoints tcp (default 127.0.0.1); any other than loopback "
@@ -233,6 +241,8 @@ def _serve(args: argparse.Namespace) -> int:
                     ("hwm", args.hwm)) if value is not None},
             ),
             engine=args.engine,
+            engine_args=tuple(args.engine_arg),
+            engine_python=args.engine_python,
             endpoints=args.endpoints,
             runtime_dir=args.runtime_dir,
             tcp_host=args.tcp_host,
@@ -265,7 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
         _log.info("textproc ready: runtime dir %s (endpoints.json), %d workers, %d detokenizers, "
                   "detok-front %s, engine-in %s, engine-out %s", supervisor.runtime_dir,
                   config.service.n_workers, len(shards), ep.detok_front, engine_in, engine_out)
-        if config.engine == "external":  # with N shards: N addresses each, shard k's at k
+        if not supervisor.runs_engine:  # with N shards: N addresses each, shard k's at k
             print(json.dumps({"engine_in": engine_in, "engine_out": engine_out}), flush=True)
         supervisor.run(duration_s=args.duration)
         return 0

@@ -2,9 +2,9 @@
 
 Owns every tunable of the process layer. Never reads the environment or the command line (only
 ``cli.py`` does) and imports nothing but the standard library, ``textproc.errors``, the default
-limits of ``textproc.protocol``, so every process gets its settings as one immutable value. The
-choice lists (engines, endpoint kinds, stub modes, log levels) are written here once; the CLI
-offers exactly these. ``to_json`` / ``from_json`` carry a config to a
+limits of ``textproc.protocol`` and the engine names of ``textproc.engines``, so every process
+gets its settings as one immutable value. The choice lists (endpoint kinds, stub modes, log
+levels) are written here once; the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to a
 child process as JSON (never pickle); ``from_json`` validates like the constructor does.
 """
 
@@ -20,6 +20,7 @@ from textproc.errors import InvalidInput, short
 from textproc.core.stops import MAX_STOP_CHARS
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN, MAX_STOP_STRINGS
 from textproc.sharding import MAX_DETOKENIZERS
+from textproc.engines import engine_names
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -42,7 +43,7 @@ __all__ = [
 DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 DEFAULT_MAX_MODEL_LEN = 32768
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # ServiceConfig.log_level values
-ENGINES = ("stub", "external")  # ServeConfig.engine: engine_stub as a child, or your engine
+ENGINES = engine_names()  # ServeConfig.engine: the adapters of textproc.engines
 ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints
 STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub --mode)
 # ServiceConfig.special_tokens_in_content: special-token text typed in a message is the control
@@ -313,7 +314,9 @@ class ServeConfig:
     """``textproc serve``: the service settings plus how to lay out endpoints and the engine."""
 
     service: ServiceConfig
-    engine: str = "stub"  # one of ENGINES
+    engine: str = "stub"  # one of ENGINES (textproc.engines)
+    engine_args: tuple[str, ...] = field(default=())  # extra flags for the engine's process
+    engine_python: str | None = None  # the interpreter of the engine's environment (vllm)
     endpoints: str = "ipc"  # one of ENDPOINT_KINDS
     runtime_dir: str | None = None  # None: a fresh private directory under the temp dir
     tcp_host: str = "127.0.0.1"

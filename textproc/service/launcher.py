@@ -54,8 +54,7 @@ class ServeProcess:
         cmd = [sys.executable, "-m", "textproc.cli", "serve", "--model-dir", str(self.model_dir),
                "--workers", str(self.workers), "--runtime-dir", str(self.runtime_dir),
                "--engine", self.engine, "--exit-with-parent", *self.args]
-        if self.engine == "stub":
-            cmd += ["--stub-stats-file", str(self.stats_file)]
+        cmd += ["--engine-stats-file", str(self.stats_file)]  # an external engine: unused
         return cmd
 
     def start(self, *, timeout_s: float = 60.0) -> ServeProcess:

@@ -45,24 +45,16 @@ from textproc.transport import (
     remove_ipc_files,
 )
 from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys
+from textproc.engines import engine_adapter
 
-__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command",
-           "engine_link_supports_curve"]
+__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command"]
 
 _log = logging.getLogger("textproc.supervisor")
 ENDPOINTS_FILE = "endpoints.json"
 PROCESSES_FILE = "processes.json"
 _POLL_MS = 50
 _MAX_RESTART_DELAY_S = 5.0
-
-
-def engine_link_supports_curve() -> bool:
-    """Whether ``EngineLink`` (and so ``engine_stub``) takes CURVE client keys yet."""
-    import inspect
-
-    from textproc.engine import EngineLink
-
-    return "curve" in inspect.signature(EngineLink.__init__).parameters
+_PROGRESS_EVERY_S = 5.0  # a "still waiting for ..." line while children start
 
 
 class Supervisor:
@@ -94,11 +86,11 @@ class Supervisor:
         service = cfg.service
         if service.curve_dir is not None:  # bad key files stop the start here, with their name
             self._curve = load_server_keys(service.curve_dir)
-            if cfg.engine == "stub" and not engine_link_supports_curve():
+            if not engine_adapter(cfg.engine).takes_curve_keys:
                 raise InvalidInput(
-                    "--curve-dir with --engine stub: this EngineLink takes no CURVE keys yet, "
-                    "so the stub could not connect; use --engine external with an engine that "
-                    "applies textproc.curve.apply_curve_client to its sockets")
+                    f"--curve-dir with --engine {cfg.engine}: that engine connects without CURVE "
+                    "keys; use --engine external with an engine that applies "
+                    "textproc.curve.apply_curve_client to its sockets")
         if cfg.runtime_dir is None:
             self.runtime_dir = Path(tempfile.mkdtemp(prefix="textproc-"))
             self._created_dir = True
@@ -140,26 +132,24 @@ class Supervisor:
         for i in range(service.n_workers):
             self.children.append(Child("worker", i, child_command(
                 "worker", i, config_json, endpoints_json, me)))
-        if cfg.engine == "stub":
-            stub = [sys.executable, "-m", "engine_stub"]
-            for shard in ep.detokenizers:  # the stub's EngineLink connects to every shard
-                stub += ["--engine-in", shard.engine_in, "--engine-out", shard.engine_out]
-            stub += ["--model-dir", service.model_dir, "--mode", cfg.stub_mode]
-            if cfg.stub_stats_file:
-                stub += ["--stats-file", cfg.stub_stats_file]
-            if service.curve_dir is not None:  # the stub connects with the service's key pair
-                stub += ["--curve-client-key", str(Path(service.curve_dir) / CURVE_FILES["server_secret"]),
-                         "--curve-server-key", str(Path(service.curve_dir) / CURVE_FILES["server_public"])]
-            self.children.append(Child("engine", 0, stub + list(cfg.stub_args)))
+        engine_command = engine_adapter(cfg.engine).command(
+            cfg, [d.engine_in for d in ep.detokenizers], [d.engine_out for d in ep.detokenizers])
+        if engine_command is not None:
+            self.children.append(Child("engine", 0, engine_command))
         for child in self.children:
             self._spawn(child)
-        self._wait_ready(time.monotonic() + service.startup_timeout_s)
+        self._wait_ready(time.monotonic())
         self._write_files()
         if cfg.http is not None:  # clients of the running service, so started last
             self._start_http(me, time.monotonic() + service.startup_timeout_s)
-        if cfg.engine == "external":
+        if not self.runs_engine:
             _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
                       "PUSH to %s", ep.engine_in, ep.engine_out)
+
+    @property
+    def runs_engine(self) -> bool:
+        """Whether the engine is this service's child (False: the user runs it)."""
+        return any(c.role == "engine" for c in self.children)
 
     def request_stop(self) -> None:
         """Ask ``run()`` to return (called from a signal handler)."""
@@ -217,11 +207,17 @@ class Supervisor:
         assert child.process is not None
         _log.info("started %s (pid %d)", child.name, child.process.pid)
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, started: float) -> None:
+        """Wait for Ready from every child: the service's ``startup_timeout_s``, or the engine
+        adapter's own (longer) one while only the engine is awaited, with a progress line every
+        ``_PROGRESS_EVERY_S`` so a slow engine is never a silent wait."""
         waiting = {(c.role, c.index) for c in self.children}
         if any(c.role == "engine" for c in self.children):
             # Ready(role="engine", index=k): the engine's EngineHello reached shard k
             waiting |= {("engine", k) for k in range(self.config.service.n_detokenizers)}
+        timeout_s = self.config.service.startup_timeout_s
+        engine_timeout_s = max(timeout_s, engine_adapter(self.config.engine).startup_timeout_s)
+        next_progress = started + _PROGRESS_EVERY_S
         while waiting:
             if self._stop_requested:
                 raise StartupTimeout("startup interrupted by a signal")
@@ -231,15 +227,21 @@ class Supervisor:
                     raise WorkerDied(f"{child.name} exited with code {code} during startup "
                                      f"(command: {' '.join(child.command[:4])} ...); see its log above")
             now = time.monotonic()
-            if now >= deadline:
+            only_engine = all(role == "engine" for role, _ in waiting)
+            limit_s = engine_timeout_s if only_engine else timeout_s
+            if now >= started + limit_s:
                 sharded = self.config.service.n_detokenizers > 1
                 names = sorted(f"{r}-{i}" if r == "worker" or sharded and r != "http" else r
                                for r, i in waiting)
                 raise StartupTimeout(
-                    f"waited {self.config.service.startup_timeout_s:.0f} s for Ready from "
+                    f"waited {limit_s:.0f} s for Ready from "
                     f"{', '.join(names)}" + (" (the engine's EngineHello reaches the detokenizer "
                     "on engine-out)" if any(r == "engine" for r, _ in waiting) else ""))
-            ready = self._recv_ready(int(min(100, (deadline - now) * 1000)) + 1)
+            if now >= next_progress:
+                _log.info("starting: %.0f s, still waiting for %s (gives up at %.0f s)",
+                          now - started, ", ".join(sorted({r for r, _ in waiting})), limit_s)
+                next_progress = now + _PROGRESS_EVERY_S
+            ready = self._recv_ready(int(min(100, (started + limit_s - now) * 1000)) + 1)
             if ready is not None:
                 waiting.discard((ready.role, ready.index))
 

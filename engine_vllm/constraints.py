@@ -1,0 +1,108 @@
+"""textproc's compiled constraints as a vLLM structured-output backend.
+
+vLLM's scheduler asks its structured-output manager for one bitmask row per constrained request
+each step and its sampler applies it (int32 words, bit i of word i // 32 = token i allowed: the
+layout of textproc's masks). This backend compiles nothing: the engine loop registers each
+request's :class:`textproc.core.constraints.Guide` (tables textproc compiled in its workers and
+sent once) under a key before adding the request, and the "grammar" vLLM asks for is a view of
+that guide. Per step: one dict lookup and a copy of the state's mask row (its tensor cached per
+distinct mask), and one table lookup per accepted token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+__all__ = ["GUIDE_PREFIX", "TextprocBackend", "TextprocGrammar"]
+
+GUIDE_PREFIX = "textproc-guide:"  # StructuredOutputsParams(regex=GUIDE_PREFIX + request_id)
+
+
+class TextprocGrammar(StructuredOutputGrammar):
+    """One request's walk through its textproc index, as vLLM's grammar interface."""
+
+    def __init__(self, guide: Any, masks: dict[int, tuple[bytes, torch.Tensor]]) -> None:
+        self.guide = guide
+        self.masks = masks  # id(mask bytes) -> (the bytes, kept alive; its int32 tensor)
+        self.history: list[int] = []  # accepted ids, for rollback
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        guide = self.guide
+        for token_id in tokens:
+            try:
+                guide.advance(token_id)
+            except ValueError:  # textproc's InvalidInput: not allowed here
+                return False
+            self.history.append(token_id)
+        return True
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        index, state = self.guide.index, self.guide.state
+        accepted: list[int] = []
+        for token_id in tokens:
+            state = index.next_state(state, token_id)
+            if state < 0:
+                break
+            accepted.append(token_id)
+        return accepted
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens <= 0:
+            return
+        kept = self.history[:-num_tokens]
+        self.reset()
+        self.accept_tokens("", kept)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        mask = self.guide.allowed_mask()
+        entry = self.masks.get(id(mask))
+        if entry is None or entry[0] is not mask:
+            entry = (mask, torch.frombuffer(bytearray(mask), dtype=torch.int32))
+            self.masks[id(mask)] = entry
+        row = bitmask[batch_index]
+        words = entry[1]
+        row[: words.numel()].copy_(words)
+        if row.numel() > words.numel():  # the model's padding rows past the tokenizer's ids
+            row[words.numel():].zero_()
+
+    def is_terminated(self) -> bool:
+        return bool(self.guide.ended)
+
+    def reset(self) -> None:
+        guide = self.guide
+        guide.state = guide.index.initial_state
+        guide.ended = False
+        self.history = []
+
+
+class TextprocBackend(StructuredOutputBackend):
+    """Hands vLLM the guides the engine loop registered; never compiles."""
+
+    def __init__(self, vllm_config: Any, tokenizer: Any, vocab_size: int) -> None:
+        super().__init__(vllm_config, tokenizer, vocab_size)
+        self.guides: dict[str, Any] = {}  # request_id -> Guide, until vLLM asks for it
+        self.masks: dict[int, tuple[bytes, torch.Tensor]] = {}
+
+    def compile_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str,
+                        stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
+        if request_type != StructuredOutputOptions.REGEX or not grammar_spec.startswith(GUIDE_PREFIX):
+            raise ValueError(f"engine_vllm applies only textproc's compiled constraints, got "
+                             f"{request_type.name} {grammar_spec[:80]!r}")
+        guide = self.guides.pop(grammar_spec[len(GUIDE_PREFIX):])
+        if len(self.masks) > 65536:  # distinct masks of indexes long gone: start over
+            self.masks.clear()
+        return TextprocGrammar(guide, self.masks)
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    def destroy(self) -> None:
+        self.guides.clear()
+        self.masks.clear()

@@ -1,0 +1,364 @@
+"""The engine process: vLLM's ``EngineCore`` and textproc's ``EngineLink`` in one loop.
+
+Per iteration: take new requests and aborts from the link, add them to (or abort them in)
+vLLM's scheduler, run one ``EngineCore.step()`` (schedule, forward, sample: vLLM's own code,
+unmodified), and send that step's new ids, finish reasons and logprobs back as ONE step frame.
+No extra process or hop sits between textproc and the engine core (vLLM's own model executor
+may run its worker in a process of its own, as it does behind its own server).
+
+Constraints: a request whose ``IncomingRequest.guide`` is set gets vLLM's structured-output
+path with :class:`engine_vllm.constraints.TextprocBackend`, which hands vLLM that guide (no
+compile in this process); vLLM fills its bitmask from the guide's state every step.
+
+Aborts: textproc already ended an aborted request, so it is removed from vLLM's scheduler (its
+KV blocks freed) and sends nothing more. The stats file (``--stats-file``) shows vLLM's own
+scheduler state: running and waiting requests, free KV blocks, per-request counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Sequence
+
+from textproc.engine import EngineLink, IncomingRequest
+
+__all__ = ["VllmSettings", "VllmEngine", "parse_args", "main"]
+
+_log = logging.getLogger("engine_vllm")
+
+IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking signals/stats
+MAX_TRACKED_REQUESTS = 100_000
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort", "error": "error",
+           "repetition": "stop"}
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    engine_in: tuple[str, ...]
+    engine_out: tuple[str, ...]
+    model_dir: str
+    max_model_len: int = 32768
+    max_num_seqs: int = 64
+    kv_cache_gib: int = 1
+    dtype: str = "float32"
+    stats_file: str | None = None
+    stats_interval_s: float = 0.5
+    curve_client_key: str | None = None
+    curve_server_key: str | None = None
+
+
+def build_core(settings: VllmSettings) -> Any:
+    """vLLM's EngineCore on the model (the slow part: model load, KV cache, warm-up)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))  # whole GiB
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.executor import Executor
+
+    args = EngineArgs(model=settings.model_dir, max_model_len=settings.max_model_len,
+                      max_num_seqs=settings.max_num_seqs, dtype=settings.dtype,
+                      enforce_eager=True, gpu_memory_utilization=0.1)
+    config = args.create_engine_config()
+    core = EngineCore(config, Executor.get_class(config), log_stats=False)
+    warm_up(core)
+    return core
+
+
+def warm_up(core: Any) -> None:
+    """Run two short requests to the end before serving: the first forward passes of a fresh
+    engine cost seconds (kernels, allocations), which a first real request would wait for."""
+    from vllm import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+
+    for i, params in enumerate((SamplingParams(max_tokens=4, temperature=0.0),
+                                SamplingParams(max_tokens=4, temperature=1.0, seed=0, logprobs=5))):
+        request = EngineCoreRequest(
+            request_id=f"warm-up-{i}", prompt_token_ids=list(range(100, 100 + 16 * (i + 1))),
+            mm_features=None, sampling_params=params, pooling_params=None,
+            arrival_time=time.time(), lora_request=None, cache_salt=None, data_parallel_rank=None)
+        core.add_request(*core.preprocess_add_request(request))
+    deadline = time.monotonic() + 300
+    while core.scheduler.has_requests() and time.monotonic() < deadline:
+        core.step()
+
+
+class VllmEngine:
+    """The loop. ``run()`` returns when ``stop()`` is called (SIGTERM/SIGINT in main)."""
+
+    def __init__(self, settings: VllmSettings, core: Any) -> None:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+        from vllm.v1.engine import EngineCoreRequest
+
+        from engine_vllm.constraints import TextprocBackend
+
+        self.settings = settings
+        self.core = core
+        self._params_cls = SamplingParams
+        self._structured_cls = StructuredOutputsParams
+        self._request_cls = EngineCoreRequest
+        manager = core.structured_output_manager
+        vocab = core.vllm_config.model_config.get_vocab_size()
+        self.backend = TextprocBackend(core.vllm_config, None, vocab)
+        manager.backend = self.backend  # the manager builds none of its own once one is set
+        curve = None
+        if settings.curve_client_key is not None:
+            from textproc.curve import load_client_keys
+
+            curve = load_client_keys(client_secret_file=settings.curve_client_key,
+                                     server_public_file=settings.curve_server_key)
+        self.link = EngineLink(settings.engine_in, settings.engine_out, curve=curve)
+        self.live: set[str] = set()  # request ids vLLM holds
+        self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.steps = 0
+        self.tokens_generated = 0
+        self.rejected = 0
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        s = self.settings
+        link = self.link
+        link.start()
+        next_stats = time.monotonic() + s.stats_interval_s
+        try:
+            while not self._stop.is_set():
+                if not self.live:
+                    link.wait(IDLE_WAIT_S)
+                elif not link.writable():  # textproc is behind: wait rather than drop tokens
+                    time.sleep(0.001)
+                    continue
+                self.step()
+                if s.stats_file and time.monotonic() >= next_stats:
+                    self.write_stats()
+                    next_stats = time.monotonic() + s.stats_interval_s
+        finally:
+            if s.stats_file:
+                self.write_stats()
+            link.close()
+
+    def step(self) -> None:
+        """Take requests and aborts, run one engine step, send its outputs (one frame)."""
+        link = self.link
+        outputs: list[Any] = []
+        for request in link.poll_requests():
+            self._add(request, outputs)
+        aborts = link.poll_aborts()
+        if aborts:
+            known = [rid for rid in aborts if rid in self.live]
+            if known:
+                self.core.abort_requests(known)
+                for rid in known:
+                    self.live.discard(rid)
+                    self._record(rid, "abort")
+        if self.live:
+            engine_outputs, executed = self.core.step()
+            self.core.post_step(executed)
+            for eco in engine_outputs.values():
+                for out in eco.outputs:
+                    entry = self._entry(out)
+                    if entry is not None:
+                        outputs.append(entry)
+            self.steps += 1
+        if outputs:
+            link.send_outputs(outputs)
+
+    def _add(self, request: IncomingRequest, outputs: list[Any]) -> None:
+        rid = request.request_id
+        try:
+            params = self._params(request)
+            core_request = self._request_cls(
+                request_id=rid, prompt_token_ids=list(request.prompt_token_ids), mm_features=None,
+                sampling_params=params, pooling_params=None, arrival_time=time.time(),
+                lora_request=None, cache_salt=None, data_parallel_rank=None)
+            if request.guide is not None:
+                self.backend.guides[rid] = request.guide
+            vllm_request, wave = self.core.preprocess_add_request(core_request)
+            self.core.add_request(vllm_request, wave)
+        except Exception as exc:  # noqa: BLE001 - one bad request fails alone
+            self.backend.guides.pop(rid, None)
+            _log.error("request %r refused by vLLM: %s", rid, exc)
+            self.rejected += 1
+            outputs.append((rid, [], "error"))
+            return
+        self.live.add(rid)
+        self.requests[rid] = {"generated": 0, "finish_reason": None}
+        while len(self.requests) > MAX_TRACKED_REQUESTS:
+            self.requests.popitem(last=False)
+
+    def _params(self, request: IncomingRequest) -> Any:
+        s = request.sampling
+        options: dict[str, Any] = {
+            "n": 1,
+            "max_tokens": request.max_tokens,
+            "min_tokens": request.min_tokens,
+            "stop_token_ids": list(request.stop_token_ids),
+            "ignore_eos": request.ignore_eos,
+            "skip_special_tokens": False,
+            "detokenize": False,
+        }
+        for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
+                     "frequency_penalty", "repetition_penalty"):
+            if s.get(name) is not None:
+                options[name] = s[name]
+        if request.logit_bias:
+            options["logit_bias"] = dict(request.logit_bias)
+        if request.logprobs is not None:
+            options["logprobs"] = request.logprobs
+        if request.guide is not None:
+            from engine_vllm.constraints import GUIDE_PREFIX
+
+            options["structured_outputs"] = self._structured_cls(
+                regex=GUIDE_PREFIX + request.request_id)
+        params = self._params_cls(**options)
+        if request.guide is not None:
+            params.structured_outputs._backend = "textproc"
+        return params
+
+    def _entry(self, out: Any) -> Any:
+        """One vLLM output as an EngineLink entry (None for an aborted request: textproc
+        ended it already)."""
+        rid = out.request_id
+        reason = None if out.finish_reason is None else _FINISH.get(str(out.finish_reason), "error")
+        if reason == "abort":
+            self.live.discard(rid)
+            return None
+        ids = list(out.new_token_ids)
+        self.tokens_generated += len(ids)
+        info = self.requests.get(rid)
+        if info is not None:
+            info["generated"] += len(ids)
+        if reason is not None:
+            self.live.discard(rid)
+            self._record(rid, reason)
+        lp = out.new_logprobs
+        if lp is None or not ids:
+            return (rid, ids, reason)
+        # vLLM's rows: [sampled id, top 1..k], their logprobs the same way
+        rows = lp.logprobs.tolist()
+        ranked = lp.logprob_token_ids.tolist()
+        logprobs = [value for row in rows for value in row]
+        top_ids = [token for row in ranked for token in row[1:]]
+        return (rid, ids, reason, logprobs, top_ids)
+
+    def _record(self, rid: str, reason: str) -> None:
+        info = self.requests.get(rid)
+        if info is not None:
+            info["finish_reason"] = reason
+            info["ended_at"] = time.monotonic()
+
+    def scheduler_state(self) -> dict[str, Any]:
+        """vLLM's own view: requests it holds, running and waiting, free KV cache blocks."""
+        scheduler = self.core.scheduler
+        state: dict[str, Any] = {
+            "requests": len(scheduler.requests),
+            "running": len(scheduler.running),
+            "waiting": len(scheduler.waiting),
+        }
+        try:
+            pool = scheduler.kv_cache_manager.block_pool
+            state["free_kv_blocks"] = pool.get_num_free_blocks()
+            state["kv_blocks"] = pool.num_gpu_blocks
+        except AttributeError:
+            pass
+        return state
+
+    def stats(self) -> dict[str, Any]:
+        link = self.link
+        return {
+            "pid": os.getpid(),
+            "engine": "vllm",
+            "instance_id": link.instance_id,
+            "written_at": time.time(),
+            "steps": self.steps,
+            "tokens_generated": self.tokens_generated,
+            "rejected": self.rejected,
+            "live": len(self.live),
+            "scheduler": self.scheduler_state(),
+            "link": {"malformed_frames": link.malformed_frames,
+                     "rejected_requests": link.rejected_requests,
+                     "dropped_steps": link.dropped_steps,
+                     "steps_sent": link.steps_sent},
+            "requests": self.requests,
+        }
+
+    def write_stats(self) -> None:
+        path = self.settings.stats_file
+        if not path:
+            return
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.stats(), fh)
+        os.replace(tmp, path)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
+    p = argparse.ArgumentParser(prog="python -m engine_vllm",
+                                description="vLLM's v1 engine core on textproc's EngineLink.")
+    p.add_argument("--engine-in", required=True, action="append",
+                   help="textproc's engine-in address; once per detokenizer shard, in order")
+    p.add_argument("--engine-out", required=True, action="append")
+    p.add_argument("--model-dir", required=True, help="a Hugging Face model directory")
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--max-num-seqs", type=int, default=64,
+                   help="requests vLLM runs at once (its scheduler queues the rest)")
+    p.add_argument("--kv-cache-gib", type=int, default=1,
+                   help="KV cache size (VLLM_CPU_KVCACHE_SPACE) unless that is set")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--stats-file")
+    p.add_argument("--stats-interval-s", type=float, default=0.5)
+    p.add_argument("--curve-client-key", metavar="FILE")
+    p.add_argument("--curve-server-key", metavar="FILE")
+    a = p.parse_args(argv)
+    if len(a.engine_in) != len(a.engine_out):
+        p.error("give one --engine-in and one --engine-out per detokenizer shard")
+    return VllmSettings(
+        engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
+        max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs, kv_cache_gib=a.kv_cache_gib,
+        dtype=a.dtype, stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
+        curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start vLLM's engine core, then serve textproc until SIGTERM/SIGINT."""
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s engine_vllm[{os.getpid()}] %(levelname)s %(message)s")
+    settings = parse_args(argv)
+    stopping = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        if engine is not None:
+            engine.stop()
+
+    engine: VllmEngine | None = None
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    started = time.monotonic()
+    _log.info("starting vLLM's engine core on %s (model load, KV cache, warm-up)", settings.model_dir)
+    try:
+        core = build_core(settings)
+    except Exception as exc:  # noqa: BLE001 - process entry: report and exit non-zero
+        _log.error("vLLM's engine core did not start on %r: %s", settings.model_dir, exc)
+        return 1
+    if stopping.is_set():
+        core.shutdown()
+        return 0
+    _log.info("vLLM's engine core is ready after %.1f s", time.monotonic() - started)
+    engine = VllmEngine(settings, core)
+    try:
+        engine.run()
+    finally:
+        core.shutdown()
+    _log.info("engine_vllm stopped after %d steps, %d tokens", engine.steps, engine.tokens_generated)
+    return 0

@@ -1,0 +1,79 @@
+"""Engines by name: what ``textproc serve --engine NAME`` starts beside the service.
+
+Owns the registry of engine adapters. An adapter is one module in this package with one
+``ADAPTER`` (an :class:`EngineAdapter`): its name, what it is, how long it may take to start,
+and the command line of its process (``None``: textproc starts nothing and waits for the
+user's engine). The engine process itself runs the engine's own loop with
+:class:`textproc.engine.EngineLink` (``engine_stub`` for the stub, ``engine_vllm`` for vLLM's
+engine core); textproc never imports an engine.
+
+Adding an engine: a module here with ``ADAPTER`` and its name in ``_MODULES``; nothing else
+names it (``serve --engine`` offers :func:`engine_names`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from textproc.config import ServeConfig
+
+__all__ = ["EngineAdapter", "curve_flags", "engine_adapter", "engine_names"]
+
+# adapter modules, in the order `serve --help` lists them
+_MODULES = ("stub", "vllm", "external")
+
+
+class EngineAdapter(Protocol):
+    """How one engine is started by ``textproc serve``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def summary(self) -> str:
+        """One line for ``serve --help``."""
+        ...
+
+    @property
+    def startup_timeout_s(self) -> float:
+        """How long serve waits for the engine's first ``EngineHello`` (0: the service's
+        ``--startup-timeout``); a slow engine is waited for with a progress line."""
+        ...
+
+    @property
+    def takes_curve_keys(self) -> bool:
+        """Whether its process connects with CURVE keys (``--curve-dir``)."""
+        ...
+
+    def command(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str] | None:
+        """The engine process's command line (shard k's addresses at k), or None when textproc
+        starts nothing (the user runs the engine)."""
+        ...
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every registered engine name."""
+    return _MODULES
+
+
+def engine_adapter(name: str) -> EngineAdapter:
+    """The adapter registered as ``name`` (``KeyError`` naming the choices if none)."""
+    if name not in _MODULES:
+        raise KeyError(f"no engine {name!r}; registered: {', '.join(_MODULES)}")
+    adapter: EngineAdapter = importlib.import_module(f"textproc.engines.{name}").ADAPTER
+    return adapter
+
+
+def curve_flags(config: ServeConfig) -> list[str]:
+    """The service's own key pair for an engine that connects with CURVE (``--curve-dir``)."""
+    # here, not at the top: textproc.curve imports zmq, and config.py imports this registry
+    from textproc.curve import CURVE_FILES
+
+    curve_dir = config.service.curve_dir
+    if curve_dir is None:
+        return []
+    return ["--curve-client-key", str(Path(curve_dir) / CURVE_FILES["server_secret"]),
+            "--curve-server-key", str(Path(curve_dir) / CURVE_FILES["server_public"])]

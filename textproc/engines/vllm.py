@@ -1,0 +1,54 @@
+"""``--engine vllm``: vLLM's v1 engine core on the model in ``--model-dir``, run by
+``engine_vllm`` in the engine's own Python environment (textproc never imports vLLM).
+
+The engine process runs vLLM's ``EngineCore`` and ``EngineLink`` in one loop (no hop between
+them): requests in, aborts in, each step's new ids, finish reasons and logprobs out; textproc's
+compiled constraints are applied through vLLM's structured-output bitmask. Its Python is
+``--engine-python``, else the ``.venv-vllm`` that ``scripts/setup.sh`` makes beside this
+checkout, else this interpreter. Flags after ``--engine-arg`` go to ``python -m engine_vllm``
+(``--kv-cache-gib``, ``--max-num-seqs``, ``--dtype``, ``--stats-file``, ...).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textproc.engines import curve_flags
+
+if TYPE_CHECKING:
+    from textproc.config import ServeConfig
+
+__all__ = ["ADAPTER", "default_python"]
+
+ENV_DIR = ".venv-vllm"  # made by scripts/setup_vllm.sh beside the checkout
+
+
+def default_python() -> str:
+    """``.venv-vllm/bin/python`` beside this checkout when it exists, else this interpreter."""
+    beside = Path(__file__).resolve().parents[2] / ENV_DIR / "bin" / "python"
+    return str(beside) if beside.is_file() else sys.executable
+
+
+@dataclass(frozen=True)
+class VllmAdapter:
+    name: str = "vllm"
+    summary: str = "vLLM's v1 engine core on --model-dir, in its own environment (--engine-python)"
+    # model load, KV cache and warm-up: ~15 s idle, 40 s and more on a busy 2-core host
+    startup_timeout_s: float = 600.0
+    takes_curve_keys: bool = True
+
+    def command(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str]:
+        command = [config.engine_python or default_python(), "-m", "engine_vllm"]
+        for address_in, address_out in zip(engine_in, engine_out):
+            command += ["--engine-in", address_in, "--engine-out", address_out]
+        command += ["--model-dir", config.service.model_dir,
+                    "--max-model-len", str(config.service.max_model_len)]
+        if config.stub_stats_file:
+            command += ["--stats-file", config.stub_stats_file]
+        return command + curve_flags(config) + list(config.engine_args)
+
+
+ADAPTER = VllmAdapter()
