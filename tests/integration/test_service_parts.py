@@ -57,7 +57,7 @@ def test_config_validates_every_field_and_round_trips(toy_model: Path) -> None:
         _config(toy_model, max_model_len=True)
     with pytest.raises(InvalidInput, match=r"unknown service config keys \['bogus'\]"):
         ServiceConfig.from_json('{"model_dir": "m", "bogus": 1}')
-    with pytest.raises(InvalidInput, match="engine must be one of stub, external; got 'gpu'"):
+    with pytest.raises(InvalidInput, match="engine must be one of stub, vllm, external; got 'gpu'"):
         ServeConfig(service=cfg, engine="gpu")  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="http must be HOST:PORT"):
         ServeConfig(service=cfg, http="localhost")
