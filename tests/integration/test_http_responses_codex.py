@@ -131,6 +131,20 @@ def test_namespace_call_streamed(client: openai.OpenAI) -> None:
     assert final.output[0].encrypted_content == done[0].encrypted_content
 
 
+def test_parallel_tool_calls_false_keeps_one_call(client: openai.OpenAI) -> None:
+    second = {"name": "exec_command", "arguments": {"cmd": "ls"}}
+    two = f"{TURN}<tool_call>\n{json.dumps(second)}\n</tool_call>"
+    both = client.responses.create(model=MODEL, input=two, tools=TOOLS,  # type: ignore[arg-type]
+                                   **CODEX_ARGS)
+    assert [i.type for i in both.output] == ["reasoning", "function_call", "function_call"]
+    one = client.responses.create(model=MODEL, input=two, tools=TOOLS,  # type: ignore[arg-type]
+                                  **{**CODEX_ARGS, "parallel_tool_calls": False})
+    # one call, as chat completions gives (the echo engine still says the rest: it is content)
+    assert [i.type for i in one.output if i.type == "function_call"] == ["function_call"]
+    assert one.output[1].type == "function_call" and one.output[1].name == "close_agent"
+    assert one.parallel_tool_calls is False
+
+
 # ---------------------------------------------------------------- the real Codex CLI
 
 CONFIG = """\
