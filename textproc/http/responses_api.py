@@ -3,10 +3,11 @@
 Owns the mapping of Responses ``input`` items (messages with content parts, ``function_call``
 (namespaced too), ``function_call_output``, ``reasoning`` with its text or ``encrypted_content``),
 ``instructions``, ``tools`` / ``tool_choice`` (through ``responses_tools``), ``text.format``,
-``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions body, which then passes the same rules (``openai_api.chat_params``) and the same
-``TextClient.chat`` call as ``/v1/chat/completions``: templates, tool formats, forced calls,
-structured outputs and reasoning come from there, not from a second copy here. Owns the bounded
-in-memory :class:`ResponseStore` behind ``previous_response_id`` too.
+``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions body, which then
+passes the same rules (``openai_api.chat_params``) and the same ``TextClient.chat`` call as
+``/v1/chat/completions``: templates, tool formats, forced calls, structured outputs and
+reasoning come from there, not from a second copy here. Owns the bounded in-memory
+:class:`ResponseStore` behind ``previous_response_id`` too.
 
 Nothing is silently ignored: a feature this server does not run (images, files, ``background``,
 ``conversation``, stored prompts) is a 400 naming the field, with a JSON path into the Responses
