@@ -4,8 +4,10 @@
 # agent below. Without npm it says so and exits 0: those tests then skip, naming this command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Pinned: each version's requests are what the tests were written against; bump deliberately
+# and rerun tests/integration/test_http_responses_codex.py.
 AGENTS=(
-    "@openai/codex"  # Codex CLI: the Responses API through a custom model provider
+    "@openai/codex@0.171.0"  # Codex CLI: the Responses API through a custom model provider
 )
 if [ "$#" -gt 0 ]; then
     AGENTS=("$@")
