@@ -17,4 +17,4 @@ if ! command -v npm >/dev/null 2>&1; then
     exit 0
 fi
 mkdir -p .cache/npm
-npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error "${AGENTS[@]}"
+npm install --prefix .cache/npm --save-exact --no-audit --no-fund --loglevel=error "${AGENTS[@]}"
