@@ -145,6 +145,21 @@ def test_parallel_tool_calls_false_keeps_one_call(client: openai.OpenAI) -> None
     assert one.parallel_tool_calls is False
 
 
+def test_store_false_continues_a_stored_response_and_keeps_nothing(
+        client: openai.OpenAI) -> None:
+    stored = client.responses.create(model=MODEL, input=TURN, tools=TOOLS,  # type: ignore[arg-type]
+                                     include=["reasoning.encrypted_content"])
+    call = stored.output[1]
+    assert call.type == "function_call" and stored.store is True
+    unstored = client.responses.create(  # type: ignore[call-overload]
+        model=MODEL, tools=TOOLS, previous_response_id=stored.id, store=False,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "done"}])
+    assert unstored.output_text.strip() == "<tool_response>\ndone\n</tool_response>"
+    assert unstored.previous_response_id == stored.id and unstored.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="more", previous_response_id=unstored.id)
+
+
 # ---------------------------------------------------------------- the real Codex CLI
 
 CONFIG = """\
