@@ -10,3 +10,4 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,bench]'
 .venv/bin/python scripts/fetch_fixtures.py
+bash scripts/fetch_agents.sh

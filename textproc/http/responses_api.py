@@ -1,16 +1,21 @@
 """The Responses API's request side: a ``POST /v1/responses`` body -> the chat request it is.
 
-Owns the mapping of Responses ``input`` items (messages with content parts, ``function_call``,
-``function_call_output``, ``reasoning``), ``instructions``, function ``tools``, ``tool_choice``,
-``text.format``, ``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions
-body, which then passes the same rules (``openai_api.chat_params``) and the same
-``TextClient.chat`` call as ``/v1/chat/completions``: templates, tool formats, forced calls,
-structured outputs and reasoning come from there, not from a second copy here. Owns the bounded
-in-memory :class:`ResponseStore` behind ``previous_response_id`` too.
+Owns the mapping of Responses ``input`` items (messages with content parts, ``function_call``
+(namespaced too), ``function_call_output``, ``reasoning`` with its text or ``encrypted_content``),
+``instructions``, ``tools`` / ``tool_choice`` (through ``responses_tools``), ``text.format``,
+``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions body, which then
+passes the same rules (``openai_api.chat_params``) and the same ``TextClient.chat`` call as
+``/v1/chat/completions``: templates, tool formats, forced calls, structured outputs and
+reasoning come from there, not from a second copy here. Owns the bounded in-memory
+:class:`ResponseStore` behind ``previous_response_id`` too.
 
-Nothing is silently ignored: a feature this server does not run (hosted tools, images, files,
-``background``, ``conversation``, stored prompts) is a 400 naming the field, with a
-JSON path into the Responses body (``input[2].content[0].type``). Pure: no I/O.
+Nothing is silently ignored: a feature this server does not run (images, files, ``background``,
+``conversation``, stored prompts) is a 400 naming the field, with a JSON path into the Responses
+body (``input[2].content[0].type``). Two things are named in the response's ``warnings``
+instead, so that agents which always send them keep working: tools this server cannot run (not
+offered to the model) and reasoning items whose ``encrypted_content`` this service did not seal
+(their visible text, if any, is used). ``prompt_cache_key``, ``safety_identifier`` and
+``client_metadata`` are accepted (the first two echoed); they change nothing here. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import msgspec
 from textproc.errors import short
 from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
 from textproc.http.openai_api import ERROR_PATH, chat_params, decode_body
+from textproc.http.responses_reasoning import ReasoningSeal
+from textproc.http.responses_tools import ResponsesTools, chat_tool_choice, flat_name, parse_tools
 
 __all__ = [
     "ResponsesBody",
@@ -35,6 +42,7 @@ __all__ = [
     "STORE_MAX_ENTRIES",
     "STORE_TTL_S",
     "STORE_MAX_BYTES",
+    "ENCRYPTED_REASONING_INCLUDE",
 ]
 
 STORE_MAX_ENTRIES = 1024  # responses kept for previous_response_id (oldest evicted first)
@@ -44,6 +52,8 @@ STORE_MAX_BYTES = 64 * 1024 * 1024  # JSON size of all kept conversations togeth
 _ITEM_TYPES = "message, function_call, function_call_output, reasoning"
 _ROLES = ("user", "system", "developer", "assistant")
 _TEXT_PARTS = ("input_text", "output_text", "text")
+_SUMMARIES = ("auto", "concise", "detailed", "none")
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"  # reasoning items come back sealed
 
 
 class ResponsesBody(msgspec.Struct, kw_only=True):
@@ -76,6 +86,10 @@ class ResponsesBody(msgspec.Struct, kw_only=True):
     conversation: Any = None
     prompt: Any = None
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's extension, as on chat
+    prompt_cache_key: str | None = None  # accepted and echoed: prefix caching is the engine's
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    client_metadata: dict[str, Any] | None = None  # Codex CLI's session ids: accepted, unused
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,11 +98,16 @@ class ResponsesRequest:
 
     ``history`` is the conversation without the instructions (OpenAI does not carry
     ``instructions`` over to a follow-up), in chat-body message shape; the store keeps it plus
-    the answer. ``echo`` holds the request fields every Response object repeats."""
+    the answer. ``echo`` holds the request fields every Response object repeats. ``tools``
+    names calls back (namespaces); ``seal`` is set when reasoning items must carry
+    ``encrypted_content``; ``warnings`` go into the response as they are."""
 
     chat: ChatParams
     history: list[dict[str, Any]]
     echo: dict[str, Any]
+    tools: ResponsesTools
+    seal: ReasoningSeal | None = None
+    warnings: tuple[dict[str, Any], ...] = ()
 
 
 class ResponseStore:
@@ -97,10 +116,13 @@ class ResponseStore:
     Keeps at most ``max_entries`` responses, each for ``ttl_s`` seconds after it finished, and
     at most ``max_bytes`` of their JSON in all (oldest evicted first; a conversation larger
     than that is not kept). One frontend process's memory: a restart forgets everything.
+    Holds the service's :class:`ReasoningSeal` too (``seal``; a random one by default), which
+    outlives both: a client that keeps reasoning items itself needs no stored conversation.
     """
 
     def __init__(self, *, max_entries: int = STORE_MAX_ENTRIES, ttl_s: float = STORE_TTL_S,
-                 max_bytes: int = STORE_MAX_BYTES) -> None:
+                 max_bytes: int = STORE_MAX_BYTES, seal: ReasoningSeal | None = None) -> None:
+        self.seal = seal if seal is not None else ReasoningSeal.random()
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self.max_bytes = max_bytes
@@ -158,6 +180,10 @@ def _check_unsupported(req: ResponsesBody) -> None:
     if req.top_logprobs is not None and LOGPROBS_INCLUDE not in (req.include or []):
         raise ApiError(f"top_logprobs needs include [{LOGPROBS_INCLUDE!r}] (logprobs come with "
                        "the output text only when included)", param="top_logprobs")
+    summary = (req.reasoning or {}).get("summary")
+    if summary is not None and summary not in _SUMMARIES:
+        raise ApiError(f"reasoning.summary {short(summary)} is not one of "
+                       f"{', '.join(map(repr, _SUMMARIES))}", param="reasoning.summary")
     if req.truncation not in (None, "disabled", "auto"):
         raise ApiError(f"truncation {short(req.truncation)} is not one of 'disabled', 'auto'",
                        param="truncation")
@@ -193,12 +219,25 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _reasoning_text(item: dict[str, Any]) -> str:
+def _reasoning_text(item: dict[str, Any], at: str, seal: ReasoningSeal | None,
+                    warnings: list[dict[str, Any]]) -> str:
+    """A reasoning input item's text: its ``encrypted_content`` opened when this service sealed
+    it, else its visible ``content`` (or ``summary``) text, with a warning."""
+    sealed = item.get("encrypted_content")
+    if isinstance(sealed, str) and sealed:
+        text = seal.open(sealed) if seal is not None else None
+        if text is not None:
+            return text
+        warnings.append({"code": "reasoning_not_restored", "param": f"{at}.encrypted_content",
+                         "message": f"{at}.encrypted_content was not sealed by this service "
+                                    "(another server, or its key changed); the item's visible "
+                                    "text, if any, stands in for it"})
     parts = item.get("content") or item.get("summary") or []
     return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
 
 
-def _input_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
+def _input_messages(items: list[Any], where: list[str], seal: ReasoningSeal | None,
+                    warnings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Responses items -> chat messages; ``where`` gets each message's source path."""
     out: list[dict[str, Any]] = []
     reasoning = ""  # a reasoning item goes with the assistant turn that follows it
@@ -227,8 +266,11 @@ def _input_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
             out.append(msg)
             where.append(at)
         elif kind == "function_call":
+            name = _string(item, "name", at)
+            if isinstance(item.get("namespace"), str) and item["namespace"]:
+                name = flat_name(item["namespace"], name)  # as the model was offered it
             call = {"id": _string(item, "call_id", at), "type": "function",
-                    "function": {"name": _string(item, "name", at),
+                    "function": {"name": name,
                                  "arguments": _string(item, "arguments", at)}}
             if not (out and out[-1]["role"] == "assistant" and not reasoning):
                 out.append(assistant())
@@ -240,7 +282,7 @@ def _input_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
                         "content": _text_parts(output, f"{at}.output")})
             where.append(at)
         elif kind == "reasoning":
-            reasoning += _reasoning_text(item)
+            reasoning += _reasoning_text(item, at, seal, warnings)
         elif kind == "item_reference":
             raise ApiError(f"{at} is an item_reference; this server keeps whole conversations "
                            "only: use previous_response_id", param=f"{at}.type")
@@ -248,36 +290,6 @@ def _input_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
             raise ApiError(f"input item type {short(kind)} at {at}.type is not supported; "
                            f"supported: {_ITEM_TYPES}", param=f"{at}.type")
     return out
-
-
-def _tools(tools: list[Any] | None) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
-    """(chat-completions tools, the Responses tools as echoed)."""
-    if tools is None:
-        return None, []
-    chat, echo = [], []
-    for i, tool in enumerate(tools):
-        at = f"tools[{i}]"
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise ApiError(f"tool type {short(kind)} at {at}.type is not supported; this server "
-                           "runs function tools only", param=f"{at}.type")
-        fn: dict[str, Any] = {"name": _string(tool, "name", at)}
-        for key in ("description", "parameters", "strict"):
-            if tool.get(key) is not None:
-                fn[key] = tool[key]
-        chat.append({"type": "function", "function": fn})
-        echo.append({"type": "function", "description": None, "parameters": None,
-                     "strict": None, **fn})
-    return chat, echo
-
-
-def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
-    if choice is None or isinstance(choice, str):
-        return choice  # none / auto / required: checked by the chat rules
-    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise ApiError(f"tool_choice {short(choice)} is not supported; use 'none', 'auto', "
-                   "'required' or {\"type\": \"function\", \"name\": ...}", param="tool_choice")
 
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -326,6 +338,12 @@ def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) 
         raise
 
 
+def _echo_choice(name: str, tools: ResponsesTools) -> dict[str, Any]:
+    namespace, own = tools.call_name(name)
+    choice = {"type": "function", "name": own}
+    return choice if namespace is None else {**choice, "namespace": namespace}
+
+
 def parse_responses_request(body: bytes, *, served_models: Sequence[str],
                             store: ResponseStore | None = None) -> ResponsesRequest:
     """Decode and validate a Responses body into the chat request it runs; raise ApiError.
@@ -354,12 +372,15 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
                 code="previous_response_not_found")
         history = list(found)
     where = ["previous_response_id"] * len(history)
-    history += _input_messages(items, where)
+    warnings: list[dict[str, Any]] = []
+    seal = store.seal if store is not None else None
+    history += _input_messages(items, where, seal, warnings)
     messages = history
     if req.instructions:
         messages = [{"role": "system", "content": req.instructions}, *history]
         where.insert(0, "instructions")
-    tools, echo_tools = _tools(req.tools)
+    tools = parse_tools(req.tools)
+    warnings[:0] = tools.warnings
     template_kwargs = dict(req.chat_template_kwargs or {})
     effort = (req.reasoning or {}).get("effort")
     if effort is not None:
@@ -367,7 +388,8 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
     chat: dict[str, Any] = {
         "model": req.model, "messages": messages, "stream": req.stream,
         "max_tokens": req.max_output_tokens, "temperature": req.temperature,
-        "top_p": req.top_p, "tools": tools, "tool_choice": _tool_choice(req.tool_choice),
+        "top_p": req.top_p, "tools": tools.chat,
+        "tool_choice": chat_tool_choice(req.tool_choice),
         "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": _response_format(req.text),
         "chat_template_kwargs": template_kwargs or None, "user": req.user,
@@ -386,15 +408,20 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
         "parallel_tool_calls": params.parallel_tool_calls,
         "previous_response_id": req.previous_response_id,
         "reasoning": {"effort": effort, "summary": (req.reasoning or {}).get("summary")},
+        "prompt_cache_key": req.prompt_cache_key,
+        "safety_identifier": req.safety_identifier,
         "store": req.store,
         "temperature": req.temperature,
         "text": {"format": (req.text or {}).get("format") or {"type": "text"}},
-        "tool_choice": ({"type": "function", "name": choice["function"]["name"]}
+        "tool_choice": (_echo_choice(choice["function"]["name"], tools)
                         if isinstance(choice, dict) else choice),
-        "tools": echo_tools,
+        "tools": tools.echo,
         "top_p": req.top_p,
         "top_logprobs": req.top_logprobs or 0,
         "truncation": req.truncation or "disabled",
         "user": req.user,
     }
-    return ResponsesRequest(chat=params, history=history, echo=echo)
+    sealed = ENCRYPTED_REASONING_INCLUDE in (req.include or [])
+    return ResponsesRequest(chat=params, history=history, echo=echo, tools=tools,
+                            seal=seal if sealed and seal is not None else None,
+                            warnings=tuple(warnings))

@@ -20,6 +20,11 @@ between ``</think>`` and a tool call is not an answer). Item text is folded by
 ``include: ["message.output_text.logprobs"]`` an output's logprob entries go on the
 ``output_text.delta`` of the text it carries and into the part's ``logprobs`` (entries of outputs
 that carry only reasoning or calls are not shown: the API has logprobs for output text only).
+A call of a namespaced function carries ``namespace`` and the function's own ``name`` (the
+model was offered ``<namespace>__<name>``: ``responses_tools``); a finished reasoning item
+carries ``encrypted_content`` (its text sealed by the service, ``responses_reasoning``) when the
+request included ``reasoning.encrypted_content``, null until then. The request's ``warnings``
+(tools not offered, reasoning not restored) are on the response object when there are any.
 Also the serving loops over a backend stream (whole and streamed). Pure apart from those loops.
 """
 
@@ -91,12 +96,15 @@ class ResponseBuilder:
     # ------------------------------------------------------------ the object
 
     def response(self) -> dict[str, Any]:
-        return {
+        body = {
             "id": self.response_id, "object": "response", "created_at": self.created_at,
             "status": self.status, "error": self.error, "incomplete_details": self.incomplete,
             "model": self.request.chat.model, "output": list(self.output),
             "usage": self.usage, "background": False, **self.request.echo,
         }
+        if self.request.warnings:  # what was not offered or not restored (responses_api)
+            body["warnings"] = list(self.request.warnings)
+        return body
 
     def assistant_message(self) -> dict[str, Any]:
         """The answer as a chat-body assistant message (what the store adds to the history)."""
@@ -209,14 +217,19 @@ class ResponseBuilder:
         parts = item.acc.parts()
         if item.kind == "function_call":
             calls = parts["tool_calls"]
-            return {"id": item.item_id, "type": "function_call", "call_id": item.call_id,
-                    "name": (calls[0]["function"]["name"] if calls else "") or item.name,
+            namespace, name = self.request.tools.call_name(
+                (calls[0]["function"]["name"] if calls else "") or item.name)
+            body = {"id": item.item_id, "type": "function_call", "call_id": item.call_id,
+                    "name": name,
                     "arguments": calls[0]["function"]["arguments"] if calls and done else "",
                     "status": status}
+            return body if namespace is None else {**body, "namespace": namespace}
         key = "reasoning_content" if item.kind == "reasoning" else "content"
         content = [self._part(item, parts[key])] if done else []
         if item.kind == "reasoning":
+            seal = self.request.seal
             return {"id": item.item_id, "type": "reasoning", "summary": [], "content": content,
+                    "encrypted_content": seal.seal(parts[key]) if seal and done else None,
                     "status": status}
         return {"id": item.item_id, "type": "message", "role": "assistant", "status": status,
                 "content": content}

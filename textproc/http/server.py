@@ -49,6 +49,7 @@ from textproc.http.openai_api import (
     tokenize_tools,
 )
 from textproc.http.responses_api import ResponseStore, parse_responses_request
+from textproc.http.responses_reasoning import ReasoningSeal
 from textproc.http.responses_events import respond_events, respond_whole
 from textproc.http.responses import models_body, new_id, now
 
@@ -130,7 +131,10 @@ class _Api:
         self.metrics = metrics
         self.peers = peers  # the frontends sharing this port: /metrics sums them
         self.started = now()
-        self.response_store = ResponseStore()  # previous_response_id (bounds in responses_api)
+        # previous_response_id (bounds in responses_api), and the reasoning items' seal: one
+        # secret per service, kept in its runtime dir, so every frontend opens what any sealed
+        self.response_store = ResponseStore(
+            seal=ReasoningSeal.for_service(getattr(backend, "runtime_dir", None)))
         self.pacer = Pacer(limits.handlers_per_turn)
 
     # ------------------------------------------------------------ helpers
