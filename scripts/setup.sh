@@ -11,3 +11,4 @@ fi
 .venv/bin/python -m pip install -q -e '.[test,bench]'
 .venv/bin/python scripts/fetch_fixtures.py
 bash scripts/fetch_agents.sh
+bash scripts/setup_vllm.sh

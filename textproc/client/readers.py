@@ -82,6 +82,8 @@ class Readers:
         self.detok_up: list[asyncio.Event] | None = None
         self.query_sent_at: list[float | None] = [None] * self.n_shards  # oldest unanswered Query
         self.malformed = 0
+        # why the engine cannot take requests now (it died and is restarting), or None
+        self.engine_down: str | None = None
         # stray request id -> when its Abort was last re-sent: until the engine stops, every
         # step brings outputs for it again, and an Abort per id per frame was 14% of the HTTP
         # frontend's CPU under a crowd of 500 leaving streams (bench/crowd.py)
@@ -274,6 +276,17 @@ class Readers:
                     for stream in list(self.inflight.streams.values()):
                         if not stream.pending_at_worker and self.shard_of(stream.request_id) == shard:
                             stream.fail(err)
+                case ProcessDied(role="engine"):
+                    # every request this client has in flight was in (or on its way to) that
+                    # engine: end them now rather than when the restarted engine says hello
+                    # (a real engine takes seconds to minutes to start)
+                    self.engine_down = (f"the engine (pid {frame.pid}) exited with code "
+                                        f"{frame.exit_code} and is restarting")
+                    err = WorkerDied(f"{self.engine_down}; its in-flight requests were lost")
+                    for stream in list(self.inflight.streams.values()):
+                        stream.fail(err)
+                case Ready(role="engine"):
+                    self.engine_down = None
                 case Ready(role="detokenizer"):
                     if 0 <= frame.index < self.n_shards:
                         await self.detoks[frame.index].send(self.encode(Hello()))

@@ -331,6 +331,11 @@ class TextClient:
         return self._readers.detok_instance if self._readers is not None else None
 
     @property
+    def engine_down(self) -> str | None:
+        """Why the engine cannot take requests now (it died and is restarting), else None."""
+        return self._readers.engine_down if self._readers is not None else None
+
+    @property
     def malformed(self) -> int:
         """Frames this client received that did not decode."""
         return self._readers.malformed if self._readers is not None else 0

@@ -185,5 +185,7 @@ class ClientBackend:
             return False, "the frontend is still connecting to the service"
         if self.client.detok_instance is None:
             return False, "waiting for the detokenizer"
+        if self.client.engine_down is not None:
+            return False, self.client.engine_down
         return True, ""
 
