@@ -122,21 +122,39 @@ def test_greedy_chat_matches_vllm_serve(servers: tuple[Service, str, str], name:
     assert ours["choices"][0]["finish_reason"] == theirs["choices"][0]["finish_reason"]
 
 
+def _exact(entry: dict[str, Any]) -> bool:
+    """vLLM's server writes a token's ``bytes`` from its decoded text (a token inside a UTF-8
+    character becomes U+FFFD or ""); textproc's are the token's own bytes. Compare the others."""
+    data = bytes(entry["bytes"])
+    return bool(data) and "\ufffd".encode() not in data
+
+
 def test_seeded_logprobs_are_the_models(servers: tuple[Service, str, str]) -> None:
-    """A seeded sampled request: the chosen tokens and the top-5 alternatives, with their
-    logprobs, as vLLM's server gives them (logprobs to 1e-3: the two processes' float sums)."""
+    """A seeded sampled request: the chosen tokens and their logprobs, and the alternatives'
+    logprobs, as vLLM's server gives them (to 1e-3: the two processes' float sums).
+
+    textproc lists the k most likely tokens, most likely first (OpenAI's ``top_logprobs``);
+    vLLM's server lists the sampled token first and then the most likely others, k in all
+    (its ``_get_top_logprobs`` takes the first k of the step's dict), so every alternative it
+    shows other than the sampled token is in textproc's list with the same logprob."""
     _, url, reference = servers
     request = {"messages": [{"role": "user", "content": "Count: 1, 2, 3"}], "temperature": 1.0,
                "seed": 11, "max_tokens": 16, "logprobs": True, "top_logprobs": 5}
     ours = _chat(url, request)["choices"][0]["logprobs"]["content"]
     theirs = _chat(reference, request)["choices"][0]["logprobs"]["content"]
     assert len(ours) == len(theirs) == 16
+    compared = 0
     for mine, ref in zip(ours, theirs):
-        assert mine["bytes"] == ref["bytes"]
         assert mine["logprob"] == pytest.approx(ref["logprob"], abs=1e-3)
-        assert [t["bytes"] for t in mine["top_logprobs"]] == [t["bytes"] for t in ref["top_logprobs"]]
-        for a, b in zip(mine["top_logprobs"], ref["top_logprobs"]):
-            assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-3)
+        if _exact(ref):
+            assert mine["bytes"] == ref["bytes"]
+        top = {bytes(t["bytes"]): t["logprob"] for t in mine["top_logprobs"]}
+        assert len(top) == 5 and list(top.values()) == sorted(top.values(), reverse=True)
+        for alt in ref["top_logprobs"][1:]:
+            if _exact(alt):
+                assert top[bytes(alt["bytes"])] == pytest.approx(alt["logprob"], abs=1e-3)
+                compared += 1
+    assert compared >= 30  # most alternatives are whole characters
 
 
 def test_stop_string_cuts_where_vllm_does(servers: tuple[Service, str, str]) -> None:
@@ -263,7 +281,7 @@ def test_engine_killed_under_load_fails_in_flight_and_recovers(
     engine_pid = int(service.refresh_pids()["engine"])
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(stream, i) for i in range(4)]
-        _wait_engine(service, lambda s: s["scheduler"]["running"] >= 1)
+        _wait_engine(service, lambda s: s["scheduler"]["running"] == 4)
         killed_at = time.monotonic()
         os.kill(engine_pid, signal.SIGKILL)
         outcomes = [f.result(timeout=60) for f in futures]

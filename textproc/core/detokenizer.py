@@ -117,6 +117,8 @@ def _build_tables(tokenizer: DetokenizerVocab) -> _Tables:
                 skip.append(tokenizer.token_bytes(token_id, skip_special_tokens=True))
             except (KeyError, IndexError, ValueError):
                 skip.append(b"")  # a gap in the ids: decode ignores unknown ids
+    # padding ids of the model's embedding past the tokenizer's last id decode to nothing
+    skip += [b""] * (int(getattr(tokenizer, "model_vocab_size", 0)) - len(skip))
     keep = list(skip)
     special = frozenset(tokenizer.special_ids)
     for token_id in special:

@@ -162,6 +162,9 @@ class Tokenizer:
             )
         vocab_tokens = set(model.vocab)
         self.vocab_size: int = len(vocab_tokens) + sum(1 for c in added.content_to_id if c not in vocab_tokens)
+        # ids the model may produce: the tokenizer's, and padding rows of the model's embedding
+        # (config.json) past them, which decode to nothing (as Hugging Face and vLLM decode them)
+        self.model_vocab_size: int = max(self.vocab_size, config.model_vocab_size)
 
     # -- construction ------------------------------------------------------------------------
 

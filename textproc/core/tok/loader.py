@@ -127,6 +127,9 @@ class DirConfig:
 
     special_tokens_map: dict[str, str] = field(default_factory=dict)
     chat_template: str | dict[str, str] | None = None
+    # config.json's vocab_size: the model's embedding rows, often more than the tokenizer's ids
+    # (Qwen3: 151,936 rows for 151,669 ids); an engine may sample a padding id past the last one
+    model_vocab_size: int = 0
 
 
 def _token_text(ctx: Ctx, value: Any, path: str) -> str | None:
@@ -175,6 +178,13 @@ def read_dir_config(model_dir: Path) -> DirConfig:
                 if text is not None:
                     cfg.special_tokens_map[key] = text
         cfg.chat_template = _chat_template(ctx, conf.get("chat_template"), "$.chat_template")
+    model_path = model_dir / "config.json"
+    if model_path.is_file():
+        model = read_json(model_path)
+        if isinstance(model, dict):
+            size = model.get("vocab_size", (model.get("text_config") or {}).get("vocab_size"))
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                cfg.model_vocab_size = size
     jinja = model_dir / "chat_template.jinja"
     if jinja.is_file():
         try:
