@@ -9,26 +9,24 @@ by one test module. Where the engine is not installed the tests skip, naming the
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.models import REPO_ROOT
 from tests.helpers.service import Service, wait_http
+from textproc.engines.vllm_reference import ReferenceServer
 
-__all__ = ["MAX_MODEL_LEN", "SETUP_HINT", "TINY_MODEL", "VLLM_PYTHON", "ReferenceServer",
-           "missing", "serve_vllm_textproc"]
+__all__ = ["ENGINE_ENV", "MAX_MODEL_LEN", "SETUP_HINT", "TINY_MODEL", "VLLM_PYTHON",
+           "engine_stats", "missing", "reference_server", "serve_vllm_textproc"]
 
 VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 TINY_MODEL = REPO_ROOT / ".cache" / "models" / "qwen3-tiny"
 SETUP_HINT = "bash scripts/setup_vllm.sh (run by scripts/setup.sh)"
 MAX_MODEL_LEN = 4096
-START_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 600.0  # 15-80 s seen on 2 busy cores
 # the same engine settings on both sides: float32 (greedy ids then do not depend on rounding),
 # a 1 GiB KV cache
-_ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def missing() -> str | None:
@@ -40,64 +38,11 @@ def missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class ReferenceServer:
-    """``vllm serve`` (vLLM's own OpenAI server) on the tiny model, on a free loopback port."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = root / "vllm-serve.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ReferenceServer:
-        """Start it (returns at once; :meth:`wait` waits until it serves)."""
-        vllm = VLLM_PYTHON.parent / "vllm"
-        command = [str(vllm), "serve", str(TINY_MODEL), "--host", "127.0.0.1",
-                   "--port", str(self.port), "--served-model-name", TINY_MODEL.name,
-                   "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
-                   "--gpu-memory-utilization", "0.1", "--enforce-eager",
-                   "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL,
-                                         env={**os.environ, **_ENGINE_ENV})
-        return self
-
-    def wait(self, timeout_s: float = START_TIMEOUT_S) -> str:
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.proc.returncode}:\n"
-                                   f"{self.log_path.read_text(errors='replace')[-4000:]}")
-            try:
-                if httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"vllm serve not serving after {timeout_s} s:\n"
-                           f"{self.log_path.read_text(errors='replace')[-4000:]}")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+def reference_server(root: Path) -> ReferenceServer:
+    """``vllm serve`` of the tiny model with the same engine settings (not started)."""
+    return ReferenceServer(root, TINY_MODEL, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
+                           python=str(VLLM_PYTHON),
+                           args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
 
 
 def serve_vllm_textproc(root: Path, *args: str) -> tuple[Service, str]:
@@ -106,7 +51,7 @@ def serve_vllm_textproc(root: Path, *args: str) -> tuple[Service, str]:
     service = Service(root, TINY_MODEL, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
                             "--engine-arg=--stats-interval-s=0.1", *args])
-    service.env = {**os.environ, **_ENGINE_ENV}
+    service.env = {**os.environ, **ENGINE_ENV}
     service.start(timeout_s=START_TIMEOUT_S)
     return service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 60)
 

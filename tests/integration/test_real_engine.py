@@ -25,10 +25,10 @@ import jsonschema
 import pytest
 
 from tests.helpers.real_engine import (
-    ReferenceServer,
     TINY_MODEL,
     engine_stats,
     missing,
+    reference_server,
     serve_vllm_textproc,
 )
 from tests.helpers.service import Service
@@ -62,7 +62,7 @@ SCHEMA = {"type": "object", "properties": {
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str, str]]:
     """textproc + vLLM's engine core, and vLLM's own server: started together."""
-    reference = ReferenceServer(tmp_path_factory.mktemp("vllm-serve")).start()
+    reference = reference_server(tmp_path_factory.mktemp("vllm-serve")).start()
     service = None
     try:
         service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"))

@@ -1,0 +1,98 @@
+"""vLLM's own OpenAI server (``vllm serve``) on a model, started from the engine's environment:
+the reference textproc is compared with (the real-engine tests, ``textproc bench vllm``).
+
+Starts a process and waits on HTTP; imports nothing of vLLM (its console script runs in its own
+environment, ``textproc.engines.vllm.default_python``'s).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from textproc.engines.vllm import default_python
+from textproc.errors import StartupTimeout, WorkerDied
+
+__all__ = ["ReferenceServer"]
+
+START_TIMEOUT_S = 600.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ReferenceServer:
+    """``vllm serve`` (vLLM's own OpenAI server) on ``model_dir``, on a free loopback port, served
+    as the directory's name; ``args`` are more ``vllm serve`` flags, ``env`` more environment."""
+
+    def __init__(self, root: Path, model_dir: Path, *, max_model_len: int,
+                 args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 python: str | None = None) -> None:
+        self.root = root
+        self.model_dir = model_dir
+        self.max_model_len = max_model_len
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.python = python or default_python()
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / "vllm-serve.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ReferenceServer:
+        """Start it (returns at once; :meth:`wait` waits until it serves)."""
+        vllm = Path(self.python).parent / "vllm"
+        command = [str(vllm), "serve", str(self.model_dir), "--host", "127.0.0.1",
+                   "--port", str(self.port), "--served-model-name", self.model_dir.name,
+                   "--max-model-len", str(self.max_model_len), "--dtype", "float32",
+                   "--gpu-memory-utilization", "0.1", "--enforce-eager", *self.args]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL,
+                                         env={**os.environ, **self.env})
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait(self, timeout_s: float = START_TIMEOUT_S) -> str:
+        """Wait until it answers ``GET /v1/models``; its base URL."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise WorkerDied(f"vllm serve exited with {self.proc.returncode}:\n"
+                                   f"{self.log_path.read_text(errors='replace')[-4000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self.url
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.5)
+        raise StartupTimeout(f"vllm serve not serving after {timeout_s} s:\n"
+                           f"{self.log_path.read_text(errors='replace')[-4000:]}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
