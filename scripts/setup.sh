@@ -11,4 +11,7 @@ fi
 .venv/bin/python -m pip install -q -e '.[test,bench]'
 .venv/bin/python scripts/fetch_fixtures.py
 bash scripts/fetch_agents.sh
-bash scripts/setup_vllm.sh
+# the real engine's own environment (.venv-vllm) and a small model; TEXTPROC_SKIP_VLLM=1 skips
+if [ "${TEXTPROC_SKIP_VLLM:-0}" != "1" ]; then
+    bash scripts/setup_vllm.sh
+fi

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""textproc + vLLM's engine core against vLLM's own server: one run, same model, same load.
+
+    .venv/bin/textproc bench vllm [--quick] [--json PATH] [--concurrency 4,16,64]
+        [--mixes short,long,schema,tools] [--rounds 3] [--engine-cores CPUS] [--model-dir DIR]
+
+Starts ``vllm serve DIR`` and ``textproc serve --engine vllm --model-dir DIR --http`` (both from
+the engine's environment, ``.venv-vllm``), warms each up, then drives each with vLLM's own load
+client (``vllm bench serve --backend openai-chat``, random dataset), so neither side picks its
+own yardstick. Per mix and concurrency the two servers alternate, ``--rounds`` times; the
+medians are compared and the spread (min-max over rounds) printed.
+
+Mixes: ``short`` (128 tokens in, 64 out, ``--ignore-eos``), ``long`` (8,192 in, 32 out),
+``schema`` (a JSON-schema ``response_format`` on every request: vLLM compiles it with xgrammar
+in its engine process, textproc in its workers; no ``--ignore-eos``: the schema ends the
+answer), ``tools`` (a named tool call forced on every request, its parameters' schema enforced).
+Reported per side: requests/s, output tokens/s, TTFT p50/p99, TPOT mean, ITL p99, and the CPU
+seconds per request of the engine process (with its model worker) and of everything else
+(textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc.
+
+``--engine-cores`` pins both engines (engine_vllm and vLLM's EngineCore, with their model
+workers) to those CPUs and everything else to the others, so the comparison can be made with the
+text work off the engine's cores. Results, machine and date go to bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO_ROOT, cpu_seconds, describe, machine, write_json  # noqa: E402
+
+from textproc.engines.vllm import default_python  # noqa: E402
+from textproc.engines.vllm_reference import ReferenceServer  # noqa: E402
+from textproc.service.launcher import ServeProcess  # noqa: E402
+
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 24},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "email": {"type": "string", "maxLength": 40},
+    "tags": {"type": "array", "items": {"enum": ["admin", "user", "guest"]}, "maxItems": 3}},
+    "required": ["name", "age", "email", "tags"], "additionalProperties": False}
+TOOL = {"type": "function", "function": {"name": "create_user", "parameters": SCHEMA}}
+MIXES: dict[str, dict[str, Any]] = {
+    "short": {"input": 128, "output": 64, "ignore_eos": True, "extra": None},
+    "long": {"input": 8192, "output": 32, "ignore_eos": True, "extra": None},
+    "schema": {"input": 128, "output": 160, "ignore_eos": False, "extra": {
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "user", "schema": SCHEMA}}}},
+    "tools": {"input": 128, "output": 160, "ignore_eos": False, "extra": {
+        "tools": [TOOL], "tool_choice": {"type": "function",
+                                         "function": {"name": "create_user"}}}},
+}
+METRICS = [("request_throughput", "req/s"), ("output_throughput", "out tok/s"),
+           ("median_ttft_ms", "TTFT p50 ms"), ("p99_ttft_ms", "TTFT p99 ms"),
+           ("mean_tpot_ms", "TPOT ms"), ("p99_itl_ms", "ITL p99 ms")]
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every descendant (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of these processes onto ``cpus`` (children started later inherit it)."""
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
+class Side:
+    """One server under test: its base URL, model name and process groups."""
+
+    def __init__(self, name: str, url: str, model: str, root_pid: int, engine_marker: str) -> None:
+        self.name, self.url, self.model = name, url, model
+        self.root_pid = root_pid
+        self.engine_marker = engine_marker  # a command-line part of the engine process
+
+    def groups(self) -> dict[str, list[int]]:
+        """"engine": the engine process and its descendants; "text": every other process."""
+        pids = tree(self.root_pid)
+        engine_roots = [p for p in pids if self.engine_marker in cmdline(p)]
+        engine = set()
+        for p in engine_roots:
+            engine.update(tree(p))
+        return {"engine": sorted(engine), "text": [p for p in pids if p not in engine]}
+
+    def cpu(self) -> dict[str, float]:
+        return {group: sum(cpu_seconds(p) for p in pids) for group, pids in self.groups().items()}
+
+
+def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path,
+             python: str, tokenizer: Path) -> dict[str, Any]:
+    spec = MIXES[mix]
+    result_file = f"{side.name}-{mix}-{concurrency}-{time.monotonic_ns()}.json"
+    command = [str(Path(python).parent / "vllm"), "bench", "serve", "--backend", "openai-chat",
+               "--endpoint", "/v1/chat/completions", "--base-url", side.url,
+               "--model", side.model, "--tokenizer", str(tokenizer),
+               "--dataset-name", "random", "--random-input-len", str(spec["input"]),
+               "--random-output-len", str(spec["output"]), "--num-prompts", str(prompts),
+               "--max-concurrency", str(concurrency), "--seed", "0",
+               "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+               "--save-result", "--result-dir", str(out_dir), "--result-filename", result_file,
+               "--disable-tqdm"]
+    if spec["ignore_eos"]:
+        command.append("--ignore-eos")
+    if spec["extra"] is not None:
+        command += ["--extra-body", json.dumps(spec["extra"])]
+    before = side.cpu()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    after = side.cpu()
+    if done.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed against {side.name}:\n{done.stdout[-3000:]}\n"
+                         f"{done.stderr[-3000:]}")
+    result = json.loads((out_dir / result_file).read_text())
+    completed = max(1, int(result.get("completed", prompts)))
+    row = {key: float(result.get(key) or 0.0) for key, _ in METRICS}
+    row["completed"] = completed
+    row["failed"] = int(result.get("failed", 0) or 0)
+    for group in ("engine", "text"):
+        row[f"cpu_{group}_ms"] = (after.get(group, 0.0) - before.get(group, 0.0)) / completed * 1000
+    return row
+
+
+def start_sides(model: Path, tmp: Path, max_model_len: int, python: str) -> tuple[Any, Any, Side, Side]:
+    reference = ReferenceServer(tmp / "ref", model, max_model_len=max_model_len, env=ENGINE_ENV,
+                                python=python, args=["--enable-auto-tool-choice",
+                                                     "--tool-call-parser", "hermes"])
+    (tmp / "ref").mkdir()
+    reference.start()
+    serve = ServeProcess(tmp / "tp", model, workers=2, engine="vllm",
+                         args=["--http", "127.0.0.1:0", "--max-model-len", str(max_model_len),
+                               "--engine-python", python, "--engine-arg=--kv-cache-gib=2"],
+                         env={**os.environ, **ENGINE_ENV})
+    serve.start(timeout_s=900)
+    ref_url = reference.wait()
+    deadline = time.monotonic() + 60
+    while not (serve.runtime_dir / "http.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    info = json.loads((serve.runtime_dir / "http.json").read_text())
+    assert serve.proc is not None
+    ours = Side("textproc", f"http://{info['host']}:{info['port']}", model.name, serve.proc.pid,
+                "engine_vllm")
+    theirs = Side("vllm", ref_url, model.name, reference.pid, "EngineCore")
+    return reference, serve, ours, theirs
+
+
+def pin_engines(sides: list[Side], engine_cpus: set[int]) -> None:
+    others = set(range(os.cpu_count() or 1)) - engine_cpus or engine_cpus
+    for side in sides:
+        groups = side.groups()
+        pin(groups["engine"], engine_cpus)
+        pin(groups["text"], others)
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    keys = sorted({(r["mix"], r["concurrency"]) for r in rows},
+                  key=lambda k: (list(MIXES).index(k[0]), k[1]))
+    for mix, conc in keys:
+        line: dict[str, Any] = {"mix": mix, "concurrency": conc}
+        for side in ("textproc", "vllm"):
+            mine = [r for r in rows if r["mix"] == mix and r["concurrency"] == conc
+                    and r["side"] == side]
+            for key, _ in METRICS + [("cpu_engine_ms", ""), ("cpu_text_ms", "")]:
+                values = [r[key] for r in mine]
+                line[f"{side}_{key}"] = statistics.median(values) if values else 0.0
+                line[f"{side}_{key}_range"] = (min(values), max(values)) if values else (0, 0)
+        for key, _ in METRICS:
+            theirs = line[f"vllm_{key}"]
+            line[f"ratio_{key}"] = line[f"textproc_{key}"] / theirs if theirs else float("nan")
+        out.append(line)
+    return out
+
+
+def print_summary(summary: list[dict[str, Any]]) -> None:
+    for line in summary:
+        print(f"\n{line['mix']} @ concurrency {line['concurrency']}:")
+        print(f"  {'metric':<14} {'textproc':>22} {'vllm serve':>22} {'ratio':>7}")
+        for key, label in METRICS:
+            a, b = line[f"textproc_{key}"], line[f"vllm_{key}"]
+            ra, rb = line[f"textproc_{key}_range"], line[f"vllm_{key}_range"]
+            print(f"  {label:<14} {a:9.1f} ({ra[0]:.1f}-{ra[1]:.1f})".ljust(40)
+                  + f"{b:9.1f} ({rb[0]:.1f}-{rb[1]:.1f})".ljust(24) + f"{line[f'ratio_{key}']:6.2f}x")
+        for group in ("engine", "text"):
+            key = f"cpu_{group}_ms"
+            print(f"  {'CPU ' + group + ' ms/req':<14} {line['textproc_' + key]:9.1f}".ljust(40)
+                  + f"{line['vllm_' + key]:9.1f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="concurrency 4 only, one round, short + schema")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--concurrency", default="4,16,64")
+    p.add_argument("--mixes", default=",".join(MIXES))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--engine-cores", help="CPU list for both engines, e.g. 1 (the rest: text work)")
+    p.add_argument("--model-dir", type=Path, default=REPO_ROOT / ".cache" / "models" / "qwen3-tiny")
+    p.add_argument("--engine-python", default=None)
+    a = p.parse_args()
+    python = a.engine_python or default_python()
+    if not (a.model_dir / "config.json").is_file() or not Path(python).parent.joinpath("vllm").is_file():
+        print(f"bench vllm: needs the engine environment and model: bash scripts/setup_vllm.sh "
+              f"(model {a.model_dir}, python {python})", file=sys.stderr)
+        return 2
+    concurrencies = [4] if a.quick else [int(c) for c in a.concurrency.split(",")]
+    mixes = ["short", "schema"] if a.quick else a.mixes.split(",")
+    rounds = 1 if a.quick else a.rounds
+    max_model_len = 16384 if "long" in mixes else 4096
+    info = machine()
+    print(f"# bench vllm: {describe(info)}", flush=True)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp_name:
+        tmp = Path(tmp_name)
+        t0 = time.monotonic()
+        reference, serve, ours, theirs = start_sides(a.model_dir, tmp, max_model_len, python)
+        print(f"# both servers up in {time.monotonic() - t0:.0f} s", flush=True)
+        try:
+            if a.engine_cores:
+                pin_engines([ours, theirs], {int(c) for c in a.engine_cores.split(",")})
+            out_dir = tmp / "results"
+            out_dir.mkdir()
+            for side in (ours, theirs):  # warm-up: first requests, first schema compile
+                for mix in mixes:
+                    run_load(side, mix, 4, 4, out_dir, python, a.model_dir)
+            for round_index in range(rounds):
+                for mix in mixes:
+                    for conc in concurrencies:
+                        prompts = max(8, 2 * conc) if MIXES[mix]["input"] < 4096 else max(4, conc)
+                        order = (ours, theirs) if (round_index + conc) % 2 == 0 else (theirs, ours)
+                        for side in order:
+                            row = run_load(side, mix, conc, prompts, out_dir, python, a.model_dir)
+                            row.update(side=side.name, mix=mix, concurrency=conc,
+                                       round=round_index, load_avg=os.getloadavg()[0])
+                            rows.append(row)
+                            print(f"# round {round_index} {mix} c={conc} {side.name}: "
+                                  f"{row['request_throughput']:.2f} req/s, TTFT p99 "
+                                  f"{row['p99_ttft_ms']:.0f} ms, load {row['load_avg']:.1f}",
+                                  flush=True)
+        finally:
+            serve.stop(timeout_s=60)
+            reference.stop()
+    summary = summarise(rows)
+    print_summary(summary)
+    info_end = machine()
+    print(f"\n# end: {describe(info_end)}")
+    write_json(a.json, rows + [{"summary": s} for s in summary], info)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
