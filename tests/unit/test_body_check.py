@@ -112,3 +112,34 @@ def test_matches_the_rules_on_the_decoded_value(value: Any, max_depth: int,
         assert bad, body
     else:
         assert not bad, body
+
+
+_ESCAPY = st.text(alphabet=["\\", "u", "d", "8", "3", "e", "c", "0", "x", "\ud83d", "\ude00",
+                            "\udc00", "😀", '"'], max_size=24)
+
+
+@given(_ESCAPY)
+@settings(max_examples=400, deadline=None)
+def test_only_a_real_escape_counts_as_a_surrogate(text: str) -> None:
+    """The fast scan flags a body exactly when its decoded strings hold a lone surrogate: a
+    backslash after an even run of backslashes starts an escape, text like ``\\\\ud83d`` (an
+    escaped backslash, then "ud83d") is not one."""
+    from textproc.http.body_check import _LONE_SURROGATE
+
+    body = json.dumps({"content": text}).encode()
+    decoded = json.loads(body)["content"]
+    lone = any("\ud800" <= c <= "\udfff" for c in decoded)
+    assert (_LONE_SURROGATE.search(body) is not None) == lone
+
+
+def test_escaped_backslashes_never_take_the_slow_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversation whose text holds ``\\ud83d`` as characters is checked by the C-level
+    scans alone (the token-by-token walk is only for a body that breaks a rule)."""
+    import textproc.http.body_check as body_check
+
+    def walk(body: bytes, max_depth: int) -> None:
+        raise AssertionError("the slow walk ran")
+
+    monkeypatch.setattr(body_check, "_locate", walk)
+    messages = [{"role": "user", "content": "escape \\ud83d\\ude00 and \\\\ud800 " * 50}] * 100
+    check_body(json.dumps({"messages": messages}).encode())
