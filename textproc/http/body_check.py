@@ -19,6 +19,8 @@ import re
 from array import array
 from itertools import accumulate
 
+import regex
+
 from textproc.errors import short
 from textproc.http.api_types import ApiError
 from textproc.protocol import MAX_JSON_DEPTH
@@ -30,13 +32,16 @@ INT_RANGE = (-(2**63), 2**63 - 1)  # JSON integers anywhere in a body (MessagePa
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 # an integer literal of 19+ digits (2**63 has 19): not inside a fraction or an exponent
 _LONG_INT = re.compile(rb"(?<![\d.eE+-])-?\d{19,}(?![\d.eE])")
-# a high surrogate escape not followed by a low one, or a low one not preceded by a high one;
-# an escape is a backslash after an even run of them: text such as "\\ud83d" (an escaped
-# backslash, then "ud83d") is no escape, and sent the body down the slow walk (~10 ms for a
-# 38k-token conversation)
-_LONE_SURROGATE = re.compile(
-    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    rb"|(?<!\\)(?:\\\\)*(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+# a high surrogate escape not followed by a low one, or a low one not right after a high one.
+# An escape is a backslash after an even run of them: text such as "\\ud83d" (an escaped
+# backslash, then "ud83d") is no escape (taking it for one sent a 38k-token conversation down
+# the slow walk, ~10 ms). The `regex` module: the last branch looks behind a variable length.
+_HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_LOW = rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_LONE_SURROGATE = regex.compile(
+    rb"(?<!\\)(?:\\\\)*" + _HIGH + rb"(?!" + _LOW + rb")"  # a high, no low after it
+    + rb"|(?<!\\)(?:\\\\)+" + _LOW  # a low after escaped backslashes
+    + rb"|(?=" + _LOW + rb")(?<!\\)(?<!(?:^|[^\\])(?:\\\\)*" + _HIGH + rb")" + _LOW
 )
 _BRACKETS = b"[]{}"
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in _BRACKETS)
