@@ -11,6 +11,8 @@ distinct mask), and one table lookup per accepted token.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any
 
 import torch
@@ -28,9 +30,11 @@ GUIDE_PREFIX = "textproc-guide:"  # StructuredOutputsParams(regex=GUIDE_PREFIX +
 class TextprocGrammar(StructuredOutputGrammar):
     """One request's walk through its textproc index, as vLLM's grammar interface."""
 
-    def __init__(self, guide: Any, masks: dict[int, tuple[bytes, torch.Tensor]]) -> None:
+    def __init__(self, guide: Any, masks: dict[int, tuple[bytes, torch.Tensor]],
+                 fill_times: deque[float]) -> None:
         self.guide = guide
         self.masks = masks  # id(mask bytes) -> (the bytes, kept alive; its int32 tensor)
+        self.fill_times = fill_times  # seconds per fill_bitmask, most recent (engine stats)
         self.history: list[int] = []  # accepted ids, for rollback
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
@@ -61,6 +65,7 @@ class TextprocGrammar(StructuredOutputGrammar):
         self.accept_tokens("", kept)
 
     def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        t0 = time.perf_counter()
         mask = self.guide.allowed_mask()
         entry = self.masks.get(id(mask))
         if entry is None or entry[0] is not mask:
@@ -71,6 +76,7 @@ class TextprocGrammar(StructuredOutputGrammar):
         row[: words.numel()].copy_(words)
         if row.numel() > words.numel():  # the model's padding rows past the tokenizer's ids
             row[words.numel():].zero_()
+        self.fill_times.append(time.perf_counter() - t0)
 
     def is_terminated(self) -> bool:
         return bool(self.guide.ended)
@@ -89,6 +95,7 @@ class TextprocBackend(StructuredOutputBackend):
         super().__init__(vllm_config, tokenizer, vocab_size)
         self.guides: dict[str, Any] = {}  # request_id -> Guide, until vLLM asks for it
         self.masks: dict[int, tuple[bytes, torch.Tensor]] = {}
+        self.fill_times: deque[float] = deque(maxlen=100_000)
 
     def compile_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str,
                         stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
@@ -98,7 +105,7 @@ class TextprocBackend(StructuredOutputBackend):
         guide = self.guides.pop(grammar_spec[len(GUIDE_PREFIX):])
         if len(self.masks) > 65536:  # distinct masks of indexes long gone: start over
             self.masks.clear()
-        return TextprocGrammar(guide, self.masks)
+        return TextprocGrammar(guide, self.masks, self.fill_times)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)

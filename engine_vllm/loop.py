@@ -285,6 +285,8 @@ class VllmEngine:
             "rejected": self.rejected,
             "live": len(self.live),
             "scheduler": self.scheduler_state(),
+            # per constrained request per step: the state's mask copied into vLLM's bitmask
+            "bitmask_fill_us": _percentiles(self.backend.fill_times),
             "link": {"malformed_frames": link.malformed_frames,
                      "rejected_requests": link.rejected_requests,
                      "dropped_steps": link.dropped_steps,
@@ -300,6 +302,18 @@ class VllmEngine:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(self.stats(), fh)
         os.replace(tmp, path)
+
+
+def _percentiles(seconds: Any) -> dict[str, float]:
+    """p50 / p99 / max in microseconds of a window of durations in seconds."""
+    values = sorted(seconds)
+    if not values:
+        return {"samples": 0}
+
+    def pick(q: float) -> float:
+        return float(values[min(len(values) - 1, int(q * (len(values) - 1)))] * 1e6)
+
+    return {"samples": len(values), "p50": pick(0.5), "p99": pick(0.99), "max": values[-1] * 1e6}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
