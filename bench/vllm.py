@@ -274,6 +274,9 @@ def main() -> int:
                                   f"{row['request_throughput']:.2f} req/s, TTFT p99 "
                                   f"{row['p99_ttft_ms']:.0f} ms, load {row['load_avg']:.1f}",
                                   flush=True)
+            fill = json.loads(serve.stats_file.read_text()).get("bitmask_fill_us", {})
+            print(f"# textproc's engine: bitmask fill per constrained request per step "
+                  f"{fill} (microseconds)", flush=True)
         finally:
             serve.stop(timeout_s=60)
             reference.stop()
