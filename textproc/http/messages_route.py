@@ -76,15 +76,16 @@ class MessagesRoutes:
         """The run, its first output, and the room the context left when that was less than
         ``max_tokens`` (None when the request ran as sent)."""
         api = self.api
-        try:
-            run, first = await api._start(request, lambda: api.backend.chat(req.chat,
-                                                                             request_id=mid))
-            return run, first, None
-        except ApiError as exc:
-            limit = api.backend.max_model_len
-            # the worker's refusal of prompt + max_tokens over the context names max_tokens
-            if exc.status != 400 or exc.param != "max_tokens" or limit is None:
-                raise
+        limit = api.backend.max_model_len
+        if limit is None or req.max_tokens < limit:  # it may fit: try as sent
+            try:
+                run, first = await api._start(request, lambda: api.backend.chat(
+                    req.chat, request_id=mid))
+                return run, first, None
+            except ApiError as exc:
+                # the worker's refusal of prompt + max_tokens over the context names max_tokens
+                if exc.status != 400 or exc.param != "max_tokens" or limit is None:
+                    raise
         n_prompt = await self._count(req.chat)
         room = limit - n_prompt
         if room < 1:
