@@ -265,7 +265,7 @@ def _tool_choice(choice: dict[str, Any] | None) -> tuple[str | dict[str, Any] | 
     if kind == "tool" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}, parallel
     raise ApiError(f"tool_choice {short(choice)} is not supported; use type 'auto', 'any', "
-                   "'none' or {\"type\": \"tool\", \"name\": ...}", param="tool_choice.type")
+                   "'none' or {\"type\": \"tool\", \"name\": ...}", param="tool_choice")
 
 
 def _thinking(thinking: dict[str, Any] | None, max_tokens: int | None) -> bool | None:
@@ -311,12 +311,15 @@ def _check_unsupported(body: MessagesBody) -> None:
 
 
 _MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
+_TOOL_PATH = re.compile(r"(tools\[\d+\])\.function\.(name|parameters)")
 
 
 def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) -> ChatParams:
-    """Run the chat rules; an error naming chat ``messages[k]`` is rewritten to the Anthropic
-    path it came from."""
+    """Run the chat rules; an error naming a chat path (``messages[k]``,
+    ``tools[i].function.parameters``) is rewritten to the Anthropic path it came from."""
     def place(text: str) -> str:
+        text = _TOOL_PATH.sub(lambda m: m.group(1) + (".name" if m.group(2) == "name"
+                                                      else ".input_schema"), text)
         return _MESSAGE_PATH.sub(lambda m: where[int(m.group(1))]
                                  if int(m.group(1)) < len(where) else m.group(0), text)
 
