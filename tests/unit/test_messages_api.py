@@ -252,3 +252,31 @@ def test_stream_writes_once_per_output_and_fails_with_an_error_event() -> None:
     error = json.loads(chunks[-1].decode().split("data: ")[-1])
     assert error == {"type": "error", "error": {"type": "api_error",
                                                 "message": "generation failed: engine died"}}
+
+
+def test_auth_and_status_shapes() -> None:
+    """``x-api-key`` (what Anthropic clients send) passes the API key check; refusals under
+    /v1/messages are Anthropic-shaped (401 authentication_error; a service down: 529)."""
+    import httpx
+
+    from tests.unit.test_openai_api import MODELS as FAKE_MODELS, FakeBackend
+    from textproc.http.server import build_app
+
+    body = {"model": FAKE_MODELS[0], "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+
+    async def go(headers: dict[str, str], backend: Any) -> httpx.Response:
+        app = build_app(backend, api_key="s3cret")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.post("/v1/messages", json=body, headers=headers)
+
+    ok = FakeBackend([Output([{"content": "hi"}], finish_reason="stop", prompt_tokens=5,
+                             completion_tokens=1)])
+    reply = asyncio.run(go({"x-api-key": "s3cret"}, ok))
+    assert reply.status_code == 200 and reply.json()["content"] == [{"type": "text", "text": "hi"}]
+    denied = asyncio.run(go({"x-api-key": "nope"}, ok))
+    assert denied.status_code == 401
+    assert denied.json()["error"]["type"] == "authentication_error"
+    down = asyncio.run(go({"x-api-key": "s3cret"}, FakeBackend(serving=False)))
+    assert down.status_code == 529 and down.headers["retry-after"] == "1"
+    assert down.json()["error"]["type"] == "overloaded_error"

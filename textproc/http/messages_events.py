@@ -264,8 +264,7 @@ async def message_events(request: MessagesRequest, message_id: str, run: Run, fi
     builder = MessageBuilder(message_id, request)
     parts: list[bytes] = []
     try:
-        prompt_tokens = first.prompt_tokens if first.finish_reason is not None else 0
-        parts += map(_sse, builder.start(prompt_tokens))
+        parts += map(_sse, builder.start(first.prompt_tokens))  # 0 when not known yet
         out: Output | None = first
         while out is not None:
             run.observe(out)
