@@ -26,7 +26,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.helpers.service import REPO, Service, serve_toy_http
+from tests.helpers.models import model_dir
+from tests.helpers.service import REPO, Service, serve_toy_http, wait_http
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,6 +58,20 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         service.stop()
 
 
+@pytest.fixture(scope="module")
+def qwen_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real Qwen3 tokenizer and chat template (skips when not built), at the default
+    context of 32,768 tokens: Claude Code's ~19k-token prompt leaves less than its 32,000."""
+    root = tmp_path_factory.mktemp("claude-qwen")
+    service = Service(root, model_dir("qwen3"), workers=1,
+                      args=["--http", "127.0.0.1:0", "--stub-arg=--step-ms=1"]).start(
+                          timeout_s=90)
+    try:
+        yield wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+    finally:
+        service.stop()
+
+
 def _strace_works() -> bool:
     if shutil.which("strace") is None:
         return False
@@ -65,14 +80,15 @@ def _strace_works() -> bool:
     return probe.returncode == 0
 
 
-def _claude(url: str, home: Path, prompt: str, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def _claude(url: str, home: Path, prompt: str, *args: str,
+            model: str = MODEL) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``claude -p prompt`` in ``home`` (its HOME and working directory); the result and
     the addresses of the internet sockets it connected (empty when strace cannot run here)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ANTHROPIC_", "CLAUDE_", "HTTP_PROXY", "HTTPS_PROXY"))}
     env.update(QUIET, HOME=str(home), ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="placeholder",
-               ANTHROPIC_MODEL=MODEL, ANTHROPIC_SMALL_FAST_MODEL=MODEL,
-               ANTHROPIC_DEFAULT_HAIKU_MODEL=MODEL)
+               ANTHROPIC_MODEL=model, ANTHROPIC_SMALL_FAST_MODEL=model,
+               ANTHROPIC_DEFAULT_HAIKU_MODEL=model)
     command = [str(CLAUDE), "-p", prompt, *args]
     trace = home / "connect.trace"
     traced = _strace_works()
@@ -113,4 +129,20 @@ def test_tool_loop(url: str, tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["num_turns"] == 2, result
     assert result["result"].startswith("The file says 7 apples.")
+    _only_loopback(addresses)
+
+
+def test_tool_loop_on_qwen3(qwen_url: str, tmp_path: Path) -> None:
+    """The same loop through Qwen3's own template (its tool-call and tool-response spelling,
+    thinking on: the prompt does not open <think>, so the echo is the answer)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The file says 7 apples.")
+    call = {"name": "Read", "arguments": {"file_path": str(notes)}}
+    done, addresses = _claude(qwen_url, tmp_path, f"<tool_call>{json.dumps(call)}</tool_call>",
+                              "--output-format", "json", model="qwen3")
+    assert done.returncode == 0, done.stderr + done.stdout
+    result = json.loads(done.stdout)
+    assert result["is_error"] is False and result["num_turns"] == 2, result
+    assert result["result"].startswith("<tool_response>")
+    assert "The file says 7 apples." in result["result"]
     _only_loopback(addresses)
