@@ -10,8 +10,8 @@ headers and fields. Nothing may leave the machine: the env switches off its tele
 reporting, update checks and other non-essential traffic, and where ``strace`` works every
 socket it connects is checked to be loopback.
 
-Installed by ``bash scripts/install_claude_code.sh`` (``scripts/setup.sh`` runs it when npm is
-there); the tests skip without it.
+Installed by ``bash scripts/fetch_agents.sh`` (``scripts/setup.sh`` runs it; it needs npm); the
+tests skip without it.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ QUIET = {  # what its docs list to turn off everything but the model's own reque
 }
 
 if not CLAUDE.exists():
-    pytest.skip("Claude Code is not installed; run: bash scripts/install_claude_code.sh (needs "
-                "npm)", allow_module_level=True)
+    pytest.skip("Claude Code is not installed; run: bash scripts/fetch_agents.sh "
+                "@anthropic-ai/claude-code@2.1.197 (needs npm)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -254,15 +254,31 @@ def test_stream_writes_once_per_output_and_fails_with_an_error_event() -> None:
                                                 "message": "generation failed: engine died"}}
 
 
+class _Backend:
+    """The little of a Backend the Messages route uses: one scripted answer, or down."""
+
+    served_models = MODELS
+    max_model_len = 4096
+
+    def __init__(self, *, serving: bool = True) -> None:
+        self.serving = serving
+
+    def health(self) -> tuple[bool, str]:
+        return self.serving, "" if self.serving else "the detokenizer is restarting"
+
+    async def chat(self, params: Any, *, request_id: str) -> AsyncIterator[Output]:
+        yield Output([{"content": "hi"}], finish_reason="stop", prompt_tokens=5,
+                     completion_tokens=1)
+
+
 def test_auth_and_status_shapes() -> None:
     """``x-api-key`` (what Anthropic clients send) passes the API key check; refusals under
     /v1/messages are Anthropic-shaped (401 authentication_error; a service down: 529)."""
     import httpx
 
-    from tests.unit.test_openai_api import MODELS as FAKE_MODELS, FakeBackend
     from textproc.http.server import build_app
 
-    body = {"model": FAKE_MODELS[0], "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
 
     async def go(headers: dict[str, str], backend: Any) -> httpx.Response:
         app = build_app(backend, api_key="s3cret")
@@ -270,13 +286,12 @@ def test_auth_and_status_shapes() -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return await client.post("/v1/messages", json=body, headers=headers)
 
-    ok = FakeBackend([Output([{"content": "hi"}], finish_reason="stop", prompt_tokens=5,
-                             completion_tokens=1)])
-    reply = asyncio.run(go({"x-api-key": "s3cret"}, ok))
+    reply = asyncio.run(go({"x-api-key": "s3cret"}, _Backend()))
     assert reply.status_code == 200 and reply.json()["content"] == [{"type": "text", "text": "hi"}]
-    denied = asyncio.run(go({"x-api-key": "nope"}, ok))
+    assert reply.json()["usage"]["input_tokens"] == 5
+    denied = asyncio.run(go({"x-api-key": "nope"}, _Backend()))
     assert denied.status_code == 401
     assert denied.json()["error"]["type"] == "authentication_error"
-    down = asyncio.run(go({"x-api-key": "s3cret"}, FakeBackend(serving=False)))
+    down = asyncio.run(go({"x-api-key": "s3cret"}, _Backend(serving=False)))
     assert down.status_code == 529 and down.headers["retry-after"] == "1"
     assert down.json()["error"]["type"] == "overloaded_error"
