@@ -298,6 +298,23 @@ def test_structured_output(client: anthropic.Anthropic) -> None:
     jsonschema.validate(json.loads(msg.content[0].text), schema)  # type: ignore[union-attr]
 
 
+def test_prefill_continues_the_final_assistant_turn(url: str,
+                                                   client: anthropic.Anthropic) -> None:
+    """A final assistant turn is continued (chat's continue_final_message): the prompt is the
+    one chat completions renders with it, not a closed turn plus a new one."""
+    turns = [{"role": "user", "content": "Name a colour."},
+             {"role": "assistant", "content": "The colour is"}]
+    msg = client.messages.create(model=MODEL, max_tokens=50, messages=turns)  # type: ignore[arg-type]
+    chat = httpx.post(url + "/v1/chat/completions", timeout=10, json={
+        "model": MODEL, "messages": turns, "max_tokens": 50,
+        "continue_final_message": True, "add_generation_prompt": False}).json()
+    assert msg.usage.input_tokens == chat["usage"]["prompt_tokens"]
+    closed = httpx.post(url + "/v1/chat/completions", timeout=10, json={
+        "model": MODEL, "messages": turns, "max_tokens": 50}).json()
+    assert closed["usage"]["prompt_tokens"] > msg.usage.input_tokens
+    assert msg.content[0].text == chat["choices"][0]["message"]["content"]  # type: ignore[union-attr]
+
+
 def test_claude_code_fields_are_accepted(url: str) -> None:
     """What Claude Code sends beside the conversation, none of which changes the output here."""
     body = {

@@ -125,6 +125,20 @@ def test_errors_name_the_field(body: dict[str, Any], param: str, message: str) -
     assert param in exc.value.message or param in ("max_tokens", "model", "temperature")
 
 
+def test_final_assistant_turn_is_a_prefill() -> None:
+    req = _parse(messages=[{"role": "user", "content": "x"},
+                           {"role": "assistant", "content": [{"type": "text", "text": "{"}]}])
+    assert (req.chat.continue_final_message, req.chat.add_generation_prompt) == (True, False)
+    assert req.chat.messages[-1] == {"role": "assistant", "content": "{"}
+    for content, message in (("ends here ", "trailing whitespace"),
+                             ([{"type": "tool_use", "id": "t", "name": "f", "input": {}}],
+                              "ends with tool_use")):
+        with pytest.raises(ApiError, match=message) as exc:
+            _parse(tools=[{"name": "f", "input_schema": SCHEMA}], messages=[
+                {"role": "user", "content": "x"}, {"role": "assistant", "content": content}])
+        assert exc.value.param == "messages[1].content"
+
+
 def test_count_tokens_body_needs_no_max_tokens() -> None:
     chat = parse_count_tokens_request(b'{"model": "m", "messages": [{"role": "user", '
                                       b'"content": "hi"}]}', served_models=MODELS)

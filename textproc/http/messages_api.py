@@ -4,7 +4,8 @@ Owns the mapping of ``system`` (a string or text blocks), ``messages`` (content 
 ``tool_use``, ``tool_result``, ``thinking`` / ``redacted_thinking``), custom ``tools`` with
 ``input_schema``, ``tool_choice`` (``auto`` / ``any`` / ``tool`` / ``none``,
 ``disable_parallel_tool_use``), ``stop_sequences``, ``max_tokens``, ``temperature`` /
-``top_p`` / ``top_k``, ``thinking`` and ``output_config.format`` onto a chat completions body,
+``top_p`` / ``top_k``, ``thinking``, ``output_config.format`` and a final assistant turn (a
+prefill, which the answer continues) onto a chat completions body,
 which then passes the same rules (``openai_api.chat_params``) and the same ``TextClient.chat``
 call as ``/v1/chat/completions``: templates, tool formats, forced calls, constraints and
 reasoning come from there, not from a second copy here. Owns Anthropic's error shape too
@@ -336,6 +337,23 @@ def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) 
         raise
 
 
+def _prefill(messages: list[dict[str, Any]], where: list[str]) -> dict[str, Any]:
+    """A final assistant turn is a prefill: the answer continues it (chat's
+    ``continue_final_message``), as Anthropic's does; like Anthropic, it may not end in
+    whitespace, and it cannot hold a tool call (a call's result must come first)."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant":
+        return {}
+    at = where[-1]
+    if last.get("tool_calls"):
+        raise ApiError(f"the final assistant turn at {at} ends with tool_use; send its "
+                       "tool_result in a user turn after it", param=f"{at}.content")
+    if last["content"] != last["content"].rstrip():
+        raise ApiError(f"final assistant content at {at} cannot end with trailing whitespace",
+                       param=f"{at}.content")
+    return {"continue_final_message": True, "add_generation_prompt": False}
+
+
 def _to_chat(body: MessagesBody, served_models: Sequence[str]) -> ChatParams:
     _check_unsupported(body)
     messages, where = _messages(body)
@@ -349,6 +367,7 @@ def _to_chat(body: MessagesBody, served_models: Sequence[str]) -> ChatParams:
         kwargs.setdefault("thinking", thinking)
     chat: dict[str, Any] = {
         "model": body.model, "messages": messages, "stream": body.stream,
+        **_prefill(messages, where),
         "max_tokens": body.max_tokens, "stop": body.stop_sequences,
         "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
         # without tools, auto and none mean the same (chat's rules refuse any / tool)

@@ -99,7 +99,9 @@ class MessagesRoutes:
         return run, first, room
 
     async def _count(self, chat: ChatParams) -> int:
-        """The prompt's tokens as the chat route renders and encodes it."""
+        """The prompt's tokens as the chat route renders and encodes it (a prefill is counted
+        as a closed assistant turn, the few tokens of its end included: ``/tokenize`` has no
+        continue_final_message; the room left is then, if anything, underestimated)."""
         self.api._check_serving()
         ids = await self.api.backend.tokenize(
             text=None, messages=chat.messages,
