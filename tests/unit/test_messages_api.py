@@ -309,3 +309,26 @@ def test_auth_and_status_shapes() -> None:
     down = asyncio.run(go({"x-api-key": "s3cret"}, _Backend(serving=False)))
     assert down.status_code == 529 and down.headers["retry-after"] == "1"
     assert down.json()["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.parametrize("limits, status, kind", [
+    ({"max_body_bytes": 50}, 413, "request_too_large"),
+    ({"max_running": 0}, 429, "rate_limit_error"),
+])
+def test_limits_are_anthropic_shaped(limits: dict[str, int], status: int, kind: str) -> None:
+    import httpx
+
+    from textproc.http.server import HttpLimits, build_app
+
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x" * 60}]}
+
+    async def go() -> httpx.Response:
+        app = build_app(_Backend(), limits=HttpLimits(**limits))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.post("/v1/messages", json=body)
+
+    reply = asyncio.run(go())
+    assert reply.status_code == status
+    assert reply.json() == {"type": "error", "error": {"type": kind,
+                                                       "message": reply.json()["error"]["message"]}}
