@@ -5,6 +5,7 @@ flight -> 429, service down -> 503), accounting in the metrics, and closing the 
 when the request ends or the client leaves (which aborts it in the engine). Bodies are validated
 by ``openai_api``; the answer loops over a run's outputs (streamed and whole) are ``generation``
 (chat, completions) and ``responses_events`` (/v1/responses), shaped by ``responses`` (pure);
+Anthropic's /v1/messages has its handlers in ``messages_route`` (over this module's ``_Api``);
 SSE and disconnect watching live in ``asgi``. It never touches the service's sockets itself: everything goes through a ``Backend``
 (the TextClient adapter in ``client_backend`` in production).
 """
