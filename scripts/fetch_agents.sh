@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Pinned: each version's requests are what the tests were written against; bump deliberately
-# and rerun tests/integration/test_http_responses_codex.py.
+# and rerun tests/integration/test_http_responses_codex.py / test_claude_code.py.
 AGENTS=(
     "@openai/codex@0.171.0"  # Codex CLI: the Responses API through a custom model provider
+    "@anthropic-ai/claude-code@2.1.197"  # Claude Code: the Messages API (ANTHROPIC_BASE_URL)
 )
 if [ "$#" -gt 0 ]; then
     AGENTS=("$@")

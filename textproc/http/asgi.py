@@ -240,23 +240,30 @@ class PaceRequests:
 
 
 class BearerAuth:
-    """ASGI middleware: every route but /health and /metrics needs ``Authorization: Bearer KEY``."""
+    """ASGI middleware: every route but /health and /metrics needs ``Authorization: Bearer KEY``
+    (what OpenAI clients send) or ``x-api-key: KEY`` (what Anthropic clients send). ``errors``:
+    the error shape of a path (the API it belongs to)."""
 
     OPEN_PATHS = ("/health", "/metrics")
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str,
+                 errors: Callable[[str, ApiError], Response] | None = None) -> None:
         self.app = app
         self.expected = f"Bearer {api_key}".encode()
+        self.expected_key = api_key.encode()
+        self.errors = errors or (lambda path, exc: error_response(exc))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(given, self.expected):
+        key = next((v for k, v in scope["headers"] if k == b"x-api-key"), b"")
+        if hmac.compare_digest(given, self.expected) or hmac.compare_digest(key,
+                                                                            self.expected_key):
             await self.app(scope, receive, send)
             return
-        response = error_response(ApiError(
-            "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
-            status=401, code="invalid_api_key"))
+        response = self.errors(scope["path"], ApiError(
+            "missing or wrong API key; send the header 'Authorization: Bearer <key>' or "
+            "'x-api-key: <key>'", status=401, code="invalid_api_key"))
         await response(scope, receive, send)

@@ -114,7 +114,7 @@ def run_http(
     when that process should call this frontend stuck).
     ``frontend`` of ``frontends``: this process's place among those sharing the port (their
     metrics are summed on ``/metrics``). With ``api_key`` the API needs ``Authorization: Bearer
-    <api_key>``; without one, serving a non-loopback host logs a warning. ``test_hooks`` adds
+    <api_key>`` (or ``x-api-key: <api_key>``, Anthropic's header); without one, serving a non-loopback host logs a warning. ``test_hooks`` adds
     ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
     """
     import uvicorn

@@ -5,6 +5,7 @@ flight -> 429, service down -> 503), accounting in the metrics, and closing the 
 when the request ends or the client leaves (which aborts it in the engine). Bodies are validated
 by ``openai_api``; the answer loops over a run's outputs (streamed and whole) are ``generation``
 (chat, completions) and ``responses_events`` (/v1/responses), shaped by ``responses`` (pure);
+Anthropic's /v1/messages has its handlers in ``messages_route`` (over this module's ``_Api``);
 SSE and disconnect watching live in ``asgi``. It never touches the service's sockets itself: everything goes through a ``Backend``
 (the TextClient adapter in ``client_backend`` in production).
 """
@@ -38,6 +39,7 @@ from textproc.http.asgi import (
 from textproc.http.backend import Backend, Output, no_finish_error
 from textproc.http.connections import FramingGuard
 from textproc.http.generation import chat_events, chat_whole, completion_events, completion_whole
+from textproc.http.messages_route import MessagesRoutes, anthropic_error_response
 from textproc.http.metrics import CONTENT_TYPE, Metrics
 from textproc.http.peers import Peers
 from textproc.http.openai_api import (
@@ -150,6 +152,7 @@ class _Api:
         endpoint: str,
         request: Request,
         handler: Callable[[Request, bytes], Awaitable[Response]],
+        errors: Callable[[ApiError], Response] = error_response,  # the API's error shape
     ) -> Response:
         status = 500
         try:
@@ -165,10 +168,10 @@ class _Api:
             return Response(status_code=499)
         except ApiError as exc:
             status = exc.status
-            return error_response(exc)
+            return errors(exc)
         except Exception:
             _log.exception("unexpected error serving %s", endpoint)
-            return error_response(ApiError("internal server error; see the server log", status=500,
+            return errors(ApiError("internal server error; see the server log", status=500,
                                    type="server_error", code="internal_error"))
         finally:
             self.metrics.count_request(endpoint, status)
@@ -348,10 +351,15 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                    f"{headers.get('Allow', '?')}")
     else:
         message = str(exc.detail)
-    response = error_response(ApiError(message, status=exc.status_code,
-                              code="not_found" if exc.status_code == 404 else None))
+    response = _error_shape(request.url.path, ApiError(
+        message, status=exc.status_code, code="not_found" if exc.status_code == 404 else None))
     response.headers.update(headers)
     return response
+
+
+def _error_shape(path: str, exc: ApiError) -> Response:
+    """An error in the shape of the API ``path`` belongs to (Anthropic's under /v1/messages)."""
+    return (anthropic_error_response if path.startswith("/v1/messages") else error_response)(exc)
 
 
 def health_answer(backend: Backend, metrics: Metrics) -> tuple[int, bytes]:
@@ -387,6 +395,8 @@ def build_app(
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/responses", api.responses, methods=["POST"]),
+        Route("/v1/messages", (messages := MessagesRoutes(api)).create, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/v1/models/{model:path}", api.model, methods=["GET"]),
         Route("/tokenize", api.tokenize, methods=["POST"]),
@@ -399,7 +409,7 @@ def build_app(
     middleware = [Middleware(PaceRequests, pacer=api.pacer),
                   Middleware(FramingGuard, metrics=api.metrics)]
     if api_key:
-        middleware.append(Middleware(BearerAuth, api_key=api_key))
+        middleware.append(Middleware(BearerAuth, api_key=api_key, errors=_error_shape))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
                     middleware=middleware, lifespan=lifespan)
     app.state.api = api
