@@ -36,7 +36,7 @@ __all__ = ["VllmSettings", "VllmEngine", "parse_args", "main"]
 _log = logging.getLogger("engine_vllm")
 
 IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking signals/stats
-MAX_TRACKED_REQUESTS = 100_000
+MAX_TRACKED_REQUESTS = 4_096  # per-request stats kept (oldest dropped), written each interval
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort", "error": "error",
            "repetition": "stop"}
 
@@ -47,7 +47,7 @@ class VllmSettings:
     engine_out: tuple[str, ...]
     model_dir: str
     max_model_len: int = 32768
-    max_num_seqs: int = 64
+    max_num_seqs: int = 0  # 0: vLLM's own default for an API server
     kv_cache_gib: int = 1
     dtype: str = "float32"
     stats_file: str | None = None
@@ -59,14 +59,18 @@ class VllmSettings:
 def build_core(settings: VllmSettings) -> Any:
     """vLLM's EngineCore on the model (the slow part: model load, KV cache, warm-up)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))  # whole GiB
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # no usage report leaves this machine
+    os.environ.setdefault("DO_NOT_TRACK", "1")
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.executor import Executor
 
     args = EngineArgs(model=settings.model_dir, max_model_len=settings.max_model_len,
-                      max_num_seqs=settings.max_num_seqs, dtype=settings.dtype,
+                      max_num_seqs=settings.max_num_seqs or None, dtype=settings.dtype,
                       enforce_eager=True, gpu_memory_utilization=0.1)
-    config = args.create_engine_config()
+    # the defaults `vllm serve` gets (batch sizes differ by usage context)
+    config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     core = EngineCore(config, Executor.get_class(config), log_stats=False)
     warm_up(core)
     return core
@@ -162,9 +166,9 @@ class VllmEngine:
                     self.live.discard(rid)
                     self._record(rid, "abort")
         if self.live:
-            engine_outputs, executed = self.core.step()
+            engine_outputs, executed = self.core.step_fn()  # what vLLM's own busy loop calls
             self.core.post_step(executed)
-            for eco in engine_outputs.values():
+            for eco in (engine_outputs or {}).values():
                 for out in eco.outputs:
                     entry = self._entry(out)
                     if entry is not None:
@@ -324,8 +328,9 @@ def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
     p.add_argument("--engine-out", required=True, action="append")
     p.add_argument("--model-dir", required=True, help="a Hugging Face model directory")
     p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--max-num-seqs", type=int, default=64,
-                   help="requests vLLM runs at once (its scheduler queues the rest)")
+    p.add_argument("--max-num-seqs", type=int, default=0,
+                   help="requests vLLM runs at once, its scheduler queues the rest (default: "
+                        "vLLM's own for an API server)")
     p.add_argument("--kv-cache-gib", type=int, default=1,
                    help="KV cache size (VLLM_CPU_KVCACHE_SPACE) unless that is set")
     p.add_argument("--dtype", default="float32")

@@ -58,7 +58,8 @@ class ReferenceServer:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL,
-                                         env={**os.environ, **self.env})
+                                         env={**os.environ, "VLLM_NO_USAGE_STATS": "1",
+                                              "DO_NOT_TRACK": "1", **self.env})
         return self
 
     @property
