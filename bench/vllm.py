@@ -13,7 +13,11 @@ medians are compared and the spread (min-max over rounds) printed.
 Mixes: ``short`` (128 tokens in, 64 out, ``--ignore-eos``), ``long`` (8,192 in, 32 out),
 ``schema`` (a JSON-schema ``response_format`` on every request: vLLM compiles it with xgrammar
 in its engine process, textproc in its workers; no ``--ignore-eos``: the schema ends the
-answer), ``tools`` (a named tool call forced on every request, its parameters' schema enforced).
+answer), ``tools`` (a named tool call forced on every request, its parameters' schema enforced),
+``grow`` (conversations that grow: each of ``concurrency`` conversations starts with ~16k
+characters of mixed text and is resent ``GROW_TURNS`` times, each time with the previous
+answer and one more short user turn, 16 tokens out; vLLM's load client sends one user message
+per request, so this mix is driven by a small client of this script's, the same for both).
 Reported per side: requests/s, output tokens/s, TTFT p50/p99, TPOT mean, ITL p99, and the CPU
 seconds per request of the engine process (with its model worker) and of everything else
 (textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc.
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO_ROOT, cpu_seconds, describe, machine, write_json  # noqa: E402
+from _common import REPO_ROOT, cpu_seconds, describe, machine, mixed_text, write_json  # noqa: E402
 
 from textproc.engines.vllm import default_python  # noqa: E402
 from textproc.engines.vllm_reference import ReferenceServer  # noqa: E402
@@ -62,7 +66,9 @@ MIXES: dict[str, dict[str, Any]] = {
     "tools": {"input": 128, "output": 160, "ignore_eos": False, "extra": {
         "tools": [TOOL], "tool_choice": {"type": "function",
                                          "function": {"name": "create_user"}}}},
+    "grow": {"input": 4096, "output": 16, "ignore_eos": False, "extra": None},
 }
+GROW_TURNS = 6
 METRICS = [("request_throughput", "req/s"), ("output_throughput", "out tok/s"),
            ("median_ttft_ms", "TTFT p50 ms"), ("p99_ttft_ms", "TTFT p99 ms"),
            ("mean_tpot_ms", "TPOT ms"), ("p99_itl_ms", "ITL p99 ms")]
@@ -128,7 +134,9 @@ class Side:
 
 
 def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path,
-             python: str, tokenizer: Path) -> dict[str, Any]:
+             python: str, tokenizer: Path, round_index: int = -1) -> dict[str, Any]:
+    if mix == "grow":  # new conversations each round, the same ones for both sides
+        return run_grow(side, concurrency, seed=1000 + 100 * round_index + concurrency)
     spec = MIXES[mix]
     result_file = f"{side.name}-{mix}-{concurrency}-{time.monotonic_ns()}.json"
     command = [str(Path(python).parent / "vllm"), "bench", "serve", "--backend", "openai-chat",
@@ -161,6 +169,68 @@ def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path
               f"{str(errors)[:300]}", flush=True)
     for group in ("engine", "text"):
         row[f"cpu_{group}_ms"] = (after.get(group, 0.0) - before.get(group, 0.0)) / completed * 1000
+    return row
+
+
+def run_grow(side: Side, concurrency: int, seed: int) -> dict[str, Any]:
+    """``concurrency`` growing conversations at once, each resent ``GROW_TURNS`` times."""
+    import asyncio
+
+    import httpx
+
+    corpus = mixed_text(16_000 * concurrency + 1000, seed=seed)
+    ttfts: list[float] = []
+    latencies: list[float] = []
+    tokens = 0
+
+    async def conversation(i: int, client: httpx.AsyncClient) -> None:
+        nonlocal tokens
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": "You are a careful assistant."},
+            {"role": "user", "content": corpus[i * 16_000:(i + 1) * 16_000]}]
+        for turn in range(GROW_TURNS):
+            body = {"model": side.model, "messages": messages, "max_tokens": 16, "stream": True,
+                    "temperature": 1.0, "seed": seed * 1000 + i * 10 + turn,
+                    "stream_options": {"include_usage": True}}
+            t0 = time.perf_counter()
+            first = None
+            text = ""
+            async with client.stream("POST", side.url + "/v1/chat/completions", json=body) as resp:
+                resp.raise_for_status()
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    for choice in chunk.get("choices") or []:
+                        piece = choice["delta"].get("content") or ""
+                        if piece and first is None:
+                            first = time.perf_counter() - t0
+                        text += piece
+                    if chunk.get("usage"):
+                        tokens += int(chunk["usage"]["completion_tokens"])
+            latencies.append(time.perf_counter() - t0)
+            ttfts.append(first if first is not None else latencies[-1])
+            messages += [{"role": "assistant", "content": text},
+                         {"role": "user", "content": f"Go on ({turn}): {corpus[turn * 97:turn * 97 + 200]}"}]
+
+    async def run_all() -> float:
+        async with httpx.AsyncClient(timeout=600) as client:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(conversation(i, client) for i in range(concurrency)))
+            return time.perf_counter() - t0
+
+    before = side.cpu()
+    wall = asyncio.run(run_all())
+    after = side.cpu()
+    n = len(latencies)
+    ordered = sorted(ttfts)
+    row: dict[str, Any] = {
+        "request_throughput": n / wall, "output_throughput": tokens / wall,
+        "median_ttft_ms": statistics.median(ttfts) * 1000,
+        "p99_ttft_ms": ordered[min(n - 1, int(0.99 * (n - 1)))] * 1000,
+        "mean_tpot_ms": 0.0, "p99_itl_ms": 0.0, "completed": n, "failed": 0}
+    for group in ("engine", "text"):
+        row[f"cpu_{group}_ms"] = (after.get(group, 0.0) - before.get(group, 0.0)) / n * 1000
     return row
 
 
@@ -249,7 +319,7 @@ def main() -> int:
     concurrencies = [4] if a.quick else [int(c) for c in a.concurrency.split(",")]
     mixes = ["short", "schema"] if a.quick else a.mixes.split(",")
     rounds = 1 if a.quick else a.rounds
-    max_model_len = 16384 if "long" in mixes else 4096
+    max_model_len = 16384 if "long" in mixes or "grow" in mixes else 4096
     info = machine()
     print(f"# bench vllm: {describe(info)}", flush=True)
     rows: list[dict[str, Any]] = []
@@ -272,7 +342,8 @@ def main() -> int:
                         prompts = max(8, 2 * conc) if MIXES[mix]["input"] < 4096 else max(4, conc)
                         order = (ours, theirs) if (round_index + conc) % 2 == 0 else (theirs, ours)
                         for side in order:
-                            row = run_load(side, mix, conc, prompts, out_dir, python, a.model_dir)
+                            row = run_load(side, mix, conc, prompts, out_dir, python,
+                                           a.model_dir, round_index)
                             row.update(side=side.name, mix=mix, concurrency=conc,
                                        round=round_index, load_avg=os.getloadavg()[0])
                             rows.append(row)
