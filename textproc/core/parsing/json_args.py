@@ -14,7 +14,7 @@ import json
 from textproc.core.parsing.json_scan import DONE, ERROR, KEY, NEED_MORE, VALUE, VALUE_END, JsonScanner
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["json_args", "json_call"]
+__all__ = ["json_args", "json_call", "json_list_body"]
 
 
 def _is_json_object(text: str) -> bool:
@@ -139,3 +139,29 @@ def json_call(s: Section, *, args_keys: tuple[str, ...] = ("arguments",),
             if not has_args:
                 s.args("{}")
             return
+
+
+def json_list_body(s: Section) -> Wait:
+    """A list of call objects, or a single one."""
+    c = yield from s.peek(skip_ws=True)
+    if c == "[":
+        s.pos += 1
+        yield from s.skip_ws()
+        while True:
+            s.begin_call()
+            yield from json_call(s, ignored_keys=("id",))
+            s.end_call()
+            c = yield from s.peek(skip_ws=True)
+            if c == ",":
+                s.pos += 1
+                yield from s.skip_ws()
+                s.skip_markup()
+                continue
+            if c == "]":
+                s.pos += 1
+                s.skip_markup()
+            return None
+    s.begin_call()
+    yield from json_call(s, ignored_keys=("id",))
+    s.end_call()
+    return None

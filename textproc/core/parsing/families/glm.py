@@ -15,9 +15,10 @@ Generic rules: :mod:`textproc.core.parsing.section`.
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, RawArgs, ToolFormat
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["glm_body"]
+__all__ = ["glm_body", "FORMATS"]
 
 _MAX_NAME = 256
 
@@ -52,3 +53,20 @@ def glm_body(s: Section) -> Wait:
     s.end_members()
     s.end_call()
     return None
+
+
+def _glm(name: str, nl: str, detect: Detect, listed: int) -> ToolFormat:
+    return ToolFormat(
+        name, ("<tool_call>",), glm_body,
+        CallSpelling((Lit("<tool_call>"), Name(), Lit(nl), RawArgs("<arg_key>", f"</arg_key>{nl}<arg_value>",
+                                                                    f"</arg_value>{nl}"), Lit("</tool_call>")), sep=nl),
+        raw_values=True,
+        specials=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+        detect=(detect,), listed=listed,
+    )
+
+
+FORMATS = (
+    _glm("glm45", "\n", Detect(60, ("<arg_key>",), "<arg_key>/<arg_value> pairs"), 70),
+    _glm("glm47", "", Detect(50, ("</arg_key><arg_value>",), "<arg_key>/<arg_value> pairs without newlines"), 71),
+)

@@ -10,10 +10,11 @@ comes back as content. Generic rules: :mod:`textproc.core.parsing.section`.
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, JsonArgs, Lit, Name, ToolFormat
 from textproc.core.parsing.json_args import json_call
 from textproc.core.parsing.section import Section, Wait
 
-__all__ = ["llama3_json_body"]
+__all__ = ["llama3_json_body", "FORMATS"]
 
 
 def llama3_json_body(s: Section) -> Wait:
@@ -31,3 +32,13 @@ def llama3_json_body(s: Section) -> Wait:
         c = yield from s.peek(skip_ws=True)
         if c != "{":
             return end
+
+
+FORMATS = (ToolFormat(
+    "llama3_json", ("<|python_tag|>",), llama3_json_body,
+    CallSpelling((Lit('{"name": '), Name(quoted=True), Lit(', "parameters": '), JsonArgs(), Lit("}")), sep="; "),
+    start_chars="{", specials=("<|python_tag|>",),
+    detect=(Detect(110, ("<|python_tag|>",), "<|python_tag|> / {\"name\", \"parameters\"}"),
+            Detect(120, ('"parameters": ', "Respond in the format {\"name\""), "{\"name\", \"parameters\"} JSON calls")),
+    listed=20,
+),)

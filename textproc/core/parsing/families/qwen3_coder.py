@@ -20,9 +20,10 @@ its ``</parameter>`` arrives, the object's ``}`` with ``</function>``. A missing
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, RawArgs, ToolFormat
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["qwen3_coder_body"]
+__all__ = ["qwen3_coder_body", "FORMATS"]
 
 _MAX_NAME = 256
 
@@ -64,3 +65,13 @@ def qwen3_coder_body(s: Section) -> Wait:
     yield from s.match("</tool_call>")
     s.end_call()
     return None
+
+
+FORMATS = (ToolFormat(
+    "qwen3_coder", ("<tool_call>",), qwen3_coder_body,
+    CallSpelling((Lit("<tool_call>\n<function="), Name(), Lit(">\n"),
+                  RawArgs("<parameter=", ">\n", "\n</parameter>\n"), Lit("</function>\n</tool_call>")), sep="\n"),
+    specials=("<tool_call>", "</tool_call>"), raw_values=True,
+    detect=(Detect(70, ("<function=", "<parameter="), "<function=...> with <parameter=...> inside <tool_call>"),),
+    listed=10,
+),)

@@ -15,10 +15,11 @@ import ast
 import json
 import re
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, PythonArgs, ToolFormat
 from textproc.core.parsing.raw_values import python_value_json
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END"]
+__all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END", "FORMATS"]
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
@@ -132,3 +133,12 @@ def pythonic_body(s: Section) -> Wait:
         yield from s.skip_ws()
         yield from s.match(PYTHON_END)
     return None
+
+
+FORMATS = (ToolFormat(
+    "pythonic", (PYTHON_START,), pythonic_body,
+    CallSpelling((Name(), Lit("("), PythonArgs(), Lit(")")), begin="[", sep=", ", end="]"),
+    start_chars="[", specials=(PYTHON_START, PYTHON_END),
+    detect=(Detect(100, (PYTHON_START,), "<|python_start|> (Python call list)"),),
+    listed=30,
+),)
