@@ -9,7 +9,9 @@ Whitespace between tags is tolerated, so one body reads both. Values are raw tex
 tool's JSON Schema (``raw_values.typed_value_json``: the templates write strings as they are
 and other values with ``tojson``). The header goes out when the name ends; each ``"key": value``
 streams when its ``</arg_value>`` arrives, the closing ``}`` with ``</tool_call>``; a call with
-no arguments gets ``{}``. A missing ``</tool_call>`` at the end is tolerated after an argument.
+no arguments gets ``{}``. The templates always close a call with ``</tool_call>`` (the turn then
+ends with ``<|observation|>``), so a call without it at the end of the text was cut off
+(``max_tokens``, a stop string) and is malformed: content, as every cut-off call.
 Generic rules: :mod:`textproc.core.parsing.section`.
 """
 
@@ -37,8 +39,6 @@ def glm_body(s: Section) -> Wait:
         yield from s.skip_ws()
         tag = yield from s.match("<arg_key>", "</tool_call>")
         if tag is None:
-            if s.is_final and s.n_members and s.pos >= len(s.buf):
-                break  # the close tag missing at the end
             raise Malformed(s.at())
         if tag == "</tool_call>":
             break

@@ -3,18 +3,24 @@
 Owns the calls a Llama 3 model writes for custom tools, as its template asks: a JSON object
 with ``name`` and ``parameters`` (``arguments`` is accepted too), either after the
 ``<|python_tag|>`` special token or as the very start of the answer (leading whitespace
-allowed). Several calls are separated by ``;``. After the last object anything else is
-ordinary text. A built-in tool call (``<|python_tag|>brave_search.call(...)``) is not JSON and
+allowed). Several calls are separated by ``;`` or a line break. After the last object anything
+else is ordinary text; so is a JSON object later in the answer (the template asks for the call
+as the whole answer, so a model quoting a call in prose is not making one). A built-in tool call (``<|python_tag|>brave_search.call(...)``) is not JSON and
 comes back as content. Generic rules: :mod:`textproc.core.parsing.section`.
 """
 
 from __future__ import annotations
+
+import re
 
 from textproc.core.parsing.declaration import CallSpelling, Detect, JsonArgs, Lit, Name, ToolFormat
 from textproc.core.parsing.json_args import json_call
 from textproc.core.parsing.section import Section, Wait
 
 __all__ = ["llama3_json_body", "FORMATS"]
+
+_SPACE = re.compile(r"[ \t\r\n]*")
+_MAX_GAP = 256  # whitespace between two calls
 
 
 def llama3_json_body(s: Section) -> Wait:
@@ -25,11 +31,13 @@ def llama3_json_body(s: Section) -> Wait:
         yield from json_call(s, args_keys=("parameters", "arguments"))
         s.end_call()
         end = s.at()
-        c = yield from s.peek(skip_ws=True)
-        if c != ";":
+        gap = yield from s.run_of(_SPACE, max_len=_MAX_GAP)
+        c = yield from s.peek()
+        if c == ";":
+            s.pos += 1
+            c = yield from s.peek(skip_ws=True)
+        elif "\n" not in gap:
             return end
-        s.pos += 1
-        c = yield from s.peek(skip_ws=True)
         if c != "{":
             return end
 

@@ -12,13 +12,25 @@ As the Qwen3-Coder chat template renders a call::
 
 Owns the body after ``<tool_call>``. Values are raw text, typed by the tool's JSON Schema
 (``raw_values.typed_value_json``); one newline on each side of a value is formatting. The header
-goes out when ``<function=NAME>`` is complete; each parameter's ``"key": value`` streams when
-its ``</parameter>`` arrives, the object's ``}`` with ``</function>``. A missing
-``</tool_call>`` at the end is tolerated; anything else out of place makes the call malformed
-(:mod:`textproc.core.parsing.section`).
+goes out when ``<function=NAME>`` is complete; a string value streams as it arrives, any other
+parameter's ``"key": value`` when its value ends, the object's ``}`` with ``</function>``.
+
+Lenient where the template's markup leaves no doubt, strict elsewhere:
+
+* a missing ``</parameter>``: the value ends before a line ``<parameter=NAME>`` naming a
+  parameter the tool declares (any name when the request gives no schema) that this call has
+  not given yet, or before a line ``</function>`` followed by ``</tool_call>``, another call
+  or the end of the text; otherwise such text is part of the value;
+* several ``<function=...>`` blocks in one ``<tool_call>`` are one call each; a missing
+  ``</function>`` before ``</tool_call>``, or a missing ``</tool_call>`` at the end, is
+  tolerated;
+* a call cut off by the end of the text is malformed (content), anything else out of place
+  too (:mod:`textproc.core.parsing.section`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, RawArgs, ToolFormat
 from textproc.core.parsing.section import Malformed, Section, Wait
@@ -26,6 +38,9 @@ from textproc.core.parsing.section import Malformed, Section, Wait
 __all__ = ["qwen3_coder_body", "FORMATS"]
 
 _MAX_NAME = 256
+_MAX_GAP = 64  # whitespace looked at after a "</function>" that may end a value
+_CLOSE, _NEXT, _END = "</parameter>", "\n<parameter=", "\n</function>"
+_AFTER_END = ("</tool_call>", "<tool_call>", "<function=")
 
 
 def _strip_one_newline(value: str) -> str:
@@ -36,35 +51,89 @@ def _strip_one_newline(value: str) -> str:
     return value
 
 
-def qwen3_coder_body(s: Section) -> Wait:
-    """The text after ``<tool_call>``."""
-    yield from s.skip_ws()
-    s.begin_call()
-    yield from s.lit("<function=")
+def _declared(s: Section) -> frozenset[str] | None:
+    # the parameter names the open call's tool declares (None: no schema to go by)
+    params = s.schemas.get(s.call_name or "")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    return frozenset(props) if isinstance(props, Mapping) and props else None
+
+
+def _ends_value(s: Section, marker: str, seen: set[str]) -> Wait:
+    """True when ``marker`` (at the read position, not consumed) ends a value whose
+    ``</parameter>`` is missing: a line opening a parameter the tool declares (any name without
+    a schema) that this call has not given yet, or a line ``</function>`` that ends the call."""
+    if marker == _NEXT:
+        head = yield from s.peek_text(len(_NEXT) + _MAX_NAME + 1)
+        close = head.find(">", len(_NEXT))
+        name = head[len(_NEXT):close].strip() if close >= 0 else ""
+        declared = _declared(s)
+        return bool(name) and name not in seen and (declared is None or name in declared)
+    head = yield from s.peek_text(len(_END) + _MAX_GAP + len(_AFTER_END[0]))
+    rest = head[len(_END):].lstrip()
+    return (not rest and s.is_final) or rest.startswith(_AFTER_END)
+
+
+def _value(s: Section, piece: Callable[[str], None], seen: set[str]) -> Wait:
+    """A parameter's raw value, in pieces, up to its ``</parameter>`` (consumed) or an implicit
+    end (not consumed)."""
+    while True:
+        _, marker = yield from s.until(_CLOSE, _NEXT, _END, consume=False, on_piece=piece)
+        if marker == _CLOSE:
+            s.pos += len(_CLOSE)
+            return
+        assert marker is not None
+        if (yield from _ends_value(s, marker, seen)):
+            return
+        s.pos += len(marker)  # literal text of the value
+        piece(marker)
+
+
+def _function(s: Section) -> Wait:
+    """One ``<function=NAME>`` (its tag already read) up to ``</function>``; returns the tag
+    that ended it."""
     name, _ = yield from s.until(">", max_len=_MAX_NAME)
     name = name.strip()
     if not name:
         raise Malformed(s.at())
     s.header(name)
+    seen: set[str] = set()
     while True:
         yield from s.skip_ws()
-        tag = yield from s.match("<parameter=", "</function>")
+        tag = yield from s.match("<parameter=", "</function>", "</tool_call>")
         if tag is None:
             raise Malformed(s.at())
-        if tag == "</function>":
-            break
+        if tag != "<parameter=":
+            s.end_members()
+            return tag
         key, _ = yield from s.until(">", max_len=_MAX_NAME)
         key = key.strip()
+        seen.add(key)
         if s.is_string_argument(key):  # text: streamed as it arrives
-            yield from s.string_member(key, "</parameter>", strip_newlines=True)
+            yield from _value(s, s.open_string(key, strip_newlines=True), seen)
+            s.args('"')
             continue
-        value, _ = yield from s.until("</parameter>")
-        s.raw_member(key, _strip_one_newline(value))
-    s.end_members()
+        pieces: list[str] = []
+        yield from _value(s, pieces.append, seen)
+        s.raw_member(key, _strip_one_newline("".join(pieces)))
+
+
+def qwen3_coder_body(s: Section) -> Wait:
+    """The text after ``<tool_call>``."""
     yield from s.skip_ws()
-    yield from s.match("</tool_call>")
-    s.end_call()
-    return None
+    s.begin_call()
+    yield from s.lit("<function=")
+    while True:
+        tag = yield from _function(s)
+        if tag == "</tool_call>":  # (its </function> missing)
+            s.end_call()
+            return None
+        yield from s.skip_ws()
+        tag = yield from s.match("</tool_call>", "<function=")
+        if tag != "<function=":
+            s.end_call()
+            return None
+        s.end_call()  # several functions in one <tool_call>: one call each
+        s.begin_call()
 
 
 FORMATS = (ToolFormat(
