@@ -24,6 +24,7 @@ ARGS = {"city": 'Zürich "x" </tool_call>', "days": 3}
 DS_B, DS_E = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DC_B, DC_E, DSEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 K_B, K_E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+DSML_B, DSML_E = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
 
 
 def _j(obj: Any) -> str:
@@ -90,6 +91,34 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
         (f'<|tool_call|>[{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]',
          "", [("get_weather", ARGS), ("ping", {})]),
         ('<tool_call>[{"name": "ping", "arguments": {}}]', "", [("ping", {})]),
+    ],
+    "deepseek_v32": [
+        ("Checking." + render("deepseek_v32", "get_weather", {**ARGS, "opts": {"k": [1]}, "flag": False})[:-len(DSML_E)]
+         + render("deepseek_v32", "ping", {})[len(DSML_B) + 1:], "Checking.",
+         [("get_weather", {**ARGS, "opts": {"k": [1]}, "flag": False}), ("ping", {})]),
+    ],
+    "deepseek_v4": [
+        ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="ping">\n\n</｜DSML｜invoke>\n', "", [("ping", {})]),  # end missing
+        (render("deepseek_v4", "get_weather", ARGS), "", [("get_weather", ARGS)]),
+    ],
+    "minimax_m2": [
+        ("Sure.\n" + render("minimax_m2", "get_weather", {**ARGS, "opts": {"a": None}}), "Sure.\n",
+         [("get_weather", {**ARGS, "opts": {"a": None}})]),
+        ('<minimax:tool_call>\n<invoke name="ping">\n</invoke>\n<invoke name="get_weather">'
+         '<parameter name="days">2</parameter></invoke>\n</minimax:tool_call>', "", [("ping", {}), ("get_weather", {"days": 2})]),
+    ],
+    "gemma4": [
+        ("On it." + render("gemma4", "get_weather", {**ARGS, "opts": {"k": [1, True, None, "s"]}, "flag": True})
+         + render("gemma4", "ping", {}), "On it.",
+         [("get_weather", {**ARGS, "opts": {"k": [1, True, None, "s"]}, "flag": True}), ("ping", {})]),
+        ('<|tool_call>call:get_weather{<|"|>days<|"|>:4, city:<|"|>a,b}<|"|>}', "", [("get_weather", {"days": 4, "city": "a,b}"})]),
+    ],
+    "seed_oss": [
+        ("Let me see.\n" + render("seed_oss", "get_weather", ARGS) + "\n" + render("seed_oss", "ping", {}), "Let me see.\n\n",
+         [("get_weather", ARGS), ("ping", {})]),
+        ("<seed:tool_call>\n<function=get_weather>\n<parameter=opts>{'a': True}</parameter>\n"
+         "<parameter=flag>False</parameter>\n</function>\n</seed:tool_call>", "",
+         [("get_weather", {"opts": {"a": True}, "flag": False})]),
     ],
     "gpt_oss": [
         ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "

@@ -15,6 +15,9 @@ Arguments by layout:
   ones present;
 * ``PythonArgs`` (pythonic): strings in single quotes without backslashes or control
   characters, integers and numbers as JSON writes them, ``True`` / ``False``, ``None``; other
+  property types are refused (InvalidInput);
+* ``DelimitedArgs`` (Gemma 4): strings raw between the format's delimiters (no ``<``),
+  integers and numbers as JSON writes them, ``true`` / ``false``, in sorted key order; other
   property types are refused (InvalidInput).
 
 Special-token markup (``[TOOL_CALLS]``, ``<｜tool▁sep｜>``, ...) is matched as text: a
@@ -32,7 +35,9 @@ from typing import Any
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
-from textproc.core.parsing.declaration import CallSpelling, JsonArgs, Lit, Name, PythonArgs, RawArgs, Slot, ToolFormat
+from textproc.core.parsing.declaration import (
+    CallSpelling, DelimitedArgs, JsonArgs, Lit, Name, PythonArgs, RawArgs, Slot, ToolFormat,
+)
 from textproc.core.parsing.formats import TOOL_FORMATS
 from textproc.core.parsing.raw_values import string_only
 from textproc.errors import InvalidInput, short
@@ -77,8 +82,9 @@ def _raw_string(schema: Any, key: str) -> str:
 def _raw_params(layout: RawArgs, to_regex: ToRegex, params: Mapping[str, Any] | bool) -> str:
     parts = []
     for key, schema, required in _properties(params):
-        value = _raw_string(schema, key) if string_only(schema) else to_regex(schema)
-        one = _lit(layout.key_open + key + layout.key_close) + value + _lit(layout.value_close)
+        is_string = string_only(schema)
+        value = _raw_string(schema, key) if is_string else to_regex(schema)
+        one = _lit(layout.key_open + key + layout.key_close_for(is_string)) + value + _lit(layout.value_close)
         parts.append(one if required else f"(?:{one})?")
     return "".join(parts)
 
@@ -102,23 +108,50 @@ def _py_value(schema: Any, where: str, to_regex: ToRegex) -> str:
     )
 
 
-def _python_params(name: str, params: Mapping[str, Any] | bool, to_regex: ToRegex) -> str:
-    items = [(_lit(key + "=") + _py_value(schema, f"parameter {key!r} of {name!r}", to_regex), required)
-             for key, schema, required in _properties(params)]
-    # the first present argument has no ", " before it: one alternative per possible first
+def _keyword_params(items: list[tuple[str, bool]], sep: str) -> str:
+    # "key=value" items joined by sep, each (regex, required): the first present item has no
+    # sep before it, so one alternative per possible first item
     options = []
     for first in range(len(items)):
         if any(req for _, req in items[:first]):
             break
-        rest = "".join(_lit(", ") + r if req else f"(?:{_lit(', ')}{r})?" for r, req in items[first + 1:])
+        rest = "".join(_lit(sep) + r if req else f"(?:{_lit(sep)}{r})?" for r, req in items[first + 1:])
         options.append(items[first][0] + rest)
     if not options:
-        args = ""
-    elif all(not req for _, req in items):
-        args = "(?:" + "|".join(options) + ")?"
-    else:
-        args = _group(options)
-    return args
+        return ""
+    if all(not req for _, req in items):
+        return "(?:" + "|".join(options) + ")?"
+    return _group(options)
+
+
+def _python_params(name: str, params: Mapping[str, Any] | bool, to_regex: ToRegex) -> str:
+    items = [(_lit(key + "=") + _py_value(schema, f"parameter {key!r} of {name!r}", to_regex), required)
+             for key, schema, required in _properties(params)]
+    return _keyword_params(items, ", ")
+
+
+def _delimited_value(layout: DelimitedArgs, schema: Any, where: str, to_regex: ToRegex) -> str:
+    if isinstance(schema, Mapping) and string_only(schema):
+        return _lit(layout.string_open) + _raw_string(schema, where) + _lit(layout.string_close)
+    t = schema.get("type") if isinstance(schema, Mapping) else None
+    if t in ("integer", "number"):
+        return to_regex(schema)
+    if t == "boolean":
+        return "(?:true|false)"
+    raise InvalidInput(
+        f"forced calls in this format support string, integer, number and boolean arguments; "
+        f"{where} is {short(schema)}")
+
+
+def _delimited_params(layout: DelimitedArgs, name: str, params: Mapping[str, Any] | bool,
+                      to_regex: ToRegex) -> str:
+    props = _properties(params)
+    if layout.sort_keys:
+        props.sort(key=lambda p: p[0])
+    items = [(_lit(key + layout.key_sep)
+              + _delimited_value(layout, schema, f"parameter {key!r} of {name!r}", to_regex), required)
+             for key, schema, required in props]
+    return _keyword_params(items, layout.item_sep)
 
 
 def _call_pattern(spelling: CallSpelling, name: str, params: Mapping[str, Any] | bool, to_regex: ToRegex) -> str:
@@ -134,6 +167,8 @@ def _call_pattern(spelling: CallSpelling, name: str, params: Mapping[str, Any] |
             out.append(to_regex(params))
         elif isinstance(part, RawArgs):
             out.append(_raw_params(part, to_regex, params))
+        elif isinstance(part, DelimitedArgs):
+            out.append(_delimited_params(part, name, params, to_regex))
         else:
             assert isinstance(part, PythonArgs)
             out.append(_python_params(name, params, to_regex))

@@ -31,7 +31,7 @@ from textproc.core.parsing.section import Body
 
 __all__ = [
     "ToolFormat", "ReasoningFormat", "Detect", "CallSpelling", "Lit", "Name", "Slot", "JsonArgs",
-    "RawArgs", "PythonArgs", "Part", "ArgsLayout", "WholeParser", "WholeParserFactory",
+    "RawArgs", "PythonArgs", "DelimitedArgs", "Part", "ArgsLayout", "WholeParser", "WholeParserFactory",
 ]
 
 
@@ -73,14 +73,21 @@ class JsonArgs:
 class RawArgs:
     """One ``key_open KEY key_close VALUE value_close`` per argument, in order: a string value
     is written raw, any other as JSON (the templates' ``tojson``); read back typed by the
-    tool's schema (:mod:`textproc.core.parsing.raw_values`)."""
+    tool's schema (:mod:`textproc.core.parsing.raw_values`). ``string_key_close``: the
+    ``key_close`` of string values when it differs (DSML marks them ``string="true"``)."""
 
     key_open: str
     key_close: str
     value_close: str
+    string_key_close: str | None = None
+
+    def key_close_for(self, is_string: bool) -> str:
+        """The text between a key and its value."""
+        return self.string_key_close if is_string and self.string_key_close is not None else self.key_close
 
     def render(self, args: Mapping[str, Any]) -> str:
-        return "".join(f"{self.key_open}{k}{self.key_close}{_raw(v)}{self.value_close}" for k, v in args.items())
+        return "".join(f"{self.key_open}{k}{self.key_close_for(isinstance(v, str))}{_raw(v)}{self.value_close}"
+                       for k, v in args.items())
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,37 @@ class PythonArgs:
         return ", ".join(f"{k}={_py(v)}" for k, v in args.items())
 
 
-ArgsLayout = JsonArgs | RawArgs | PythonArgs
-Part = Lit | Name | Slot | JsonArgs | RawArgs | PythonArgs
+@dataclass(frozen=True)
+class DelimitedArgs:
+    """``key:value`` items joined by ``item_sep`` in a JSON-like dialect (Gemma 4): keys bare,
+    strings raw between ``string_open`` / ``string_close``, numbers as written, ``true`` /
+    ``false``, lists ``[a,b]`` and objects ``{k:v}`` spelled the same way; items sorted by key
+    when ``sort_keys`` (the template's ``dictsort``)."""
+
+    string_open: str
+    string_close: str
+    item_sep: str = ","
+    key_sep: str = ":"
+    sort_keys: bool = True
+
+    def render(self, args: Mapping[str, Any]) -> str:
+        keys = sorted(args) if self.sort_keys else list(args)
+        return self.item_sep.join(f"{k}{self.key_sep}{self.render_value(args[k])}" for k in keys)
+
+    def render_value(self, value: Any) -> str:
+        if isinstance(value, str):
+            return self.string_open + value + self.string_close
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, Mapping):
+            return "{" + self.render(value) + "}"
+        if isinstance(value, (list, tuple)):
+            return "[" + self.item_sep.join(self.render_value(v) for v in value) + "]"
+        return str(value)
+
+
+ArgsLayout = JsonArgs | RawArgs | PythonArgs | DelimitedArgs
+Part = Lit | Name | Slot | JsonArgs | RawArgs | PythonArgs | DelimitedArgs
 
 
 def _raw(value: Any) -> str:
@@ -123,7 +159,7 @@ class CallSpelling:
     def args_layout(self) -> ArgsLayout:
         """The layout of the arguments in :attr:`call`."""
         for part in self.call:
-            if isinstance(part, (JsonArgs, RawArgs, PythonArgs)):
+            if isinstance(part, (JsonArgs, RawArgs, PythonArgs, DelimitedArgs)):
                 return part
         raise ValueError("a call spelling without arguments")
 
