@@ -46,6 +46,12 @@ REAL_TEMPLATES = {
 FORMAT_ONLY_TEMPLATES = {
     "kimi-k2-instruct": "Kimi-K2-Instruct.jinja",
     "kimi-k2-thinking": "Kimi-K2-Thinking.jinja",
+    # the tool-call formats' round trips (tests/unit/test_parsing_detect.py)
+    "deepseek-v3.2": "deepseek-ai-DeepSeek-V3.2.jinja",
+    "deepseek-v4": "deepseek-ai-DeepSeek-V4.jinja",
+    "minimax-m2": "MiniMax-M2.jinja",
+    "gemma4": "google-gemma-4-31B-it.jinja",
+    "seed-oss": "ByteDance-Seed-OSS.jinja",
 }
 
 

@@ -14,7 +14,8 @@ from tests.helpers.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
 from textproc.core.constraints.schema import tool_call_pattern
 from textproc.errors import InvalidInput
-from textproc.core.parsing import parse_output
+from textproc.core.parsing import TOOL_FORMATS, parse_output
+from textproc.core.parsing.declaration import RawArgs
 from textproc.core.parsing.detect import FormatChoice, detect_formats, resolve_formats
 
 # template short name -> (tool format, reasoning format)
@@ -41,6 +42,11 @@ EXPECTED = {
     "gpt-oss": ("gpt_oss", "gpt_oss"),
     "granite3.3": ("granite", "think"),
     "granite4": ("hermes", None),
+    "deepseek-v3.2": ("deepseek_v32", "think"),
+    "deepseek-v4": ("deepseek_v4", "think"),
+    "minimax-m2": ("minimax_m2", "think"),
+    "gemma4": ("gemma4", "gemma4"),
+    "seed-oss": ("seed_oss", "seed"),
     "gemma2": (None, None),
     "phi3.5": (None, None),
 }
@@ -88,6 +94,8 @@ def _assistant_turn(template: str, calls: list[dict[str, Any]], **variables: Any
     n = 0
     while n < min(len(prefix), len(full)) and prefix[n] == full[n]:
         n += 1
+    while n and full[n - 1] in "<|":  # (a shared start of two different special tokens)
+        n -= 1
     return full[n:]
 
 
@@ -100,7 +108,8 @@ def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
 
 ROUND_TRIP = ["qwen3", "qwen3-coder", "qwen3.5", "hermes3", "llama3.1", "llama3.3", "mistral-nemo",
               "mistral-small-3.2", "devstral", "deepseek-v3.1", "kimi-k2",
-              "glm-4.6", "glm-4.7", "gpt-oss", "granite4"]
+              "glm-4.6", "glm-4.7", "gpt-oss", "granite4", "deepseek-v3.2", "deepseek-v4", "minimax-m2",
+              "gemma4", "seed-oss"]
 
 
 @pytest.mark.parametrize("name", ROUND_TRIP)
@@ -119,6 +128,13 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
     parsed = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got["tool_calls"]]
     assert parsed == [(c["function"]["name"], c["function"]["arguments"]) for c in calls], turn
     # the forced-call pattern of the format accepts the template's own rendering of the calls
+    # (of their JSON-spelled values: a template writing Python literals is read, not forced)
+    layout = TOOL_FORMATS[choice.tool_format].calls.args_layout
+    if isinstance(layout, RawArgs) and layout.python_values:
+        calls = [{**c, "function": {**c["function"], "arguments": {
+            k: v for k, v in c["function"]["arguments"].items() if isinstance(v, (str, int))}}} for c in calls]
+        turn = _assistant_turn(template, calls, bos_token="<s>", eos_token="</s>")
+        got = parse_output(turn, tools=True, tool_format=choice.tool_format, tool_schemas=TOOLS)
     pattern = tool_call_pattern(TOOLS, tool_format=choice.tool_format)
     match = re.search(pattern, turn)
     assert match is not None, turn

@@ -86,6 +86,8 @@ def _raw_params(layout: RawArgs, to_regex: ToRegex, params: Mapping[str, Any] | 
         value = _raw_string(schema, key) if is_string else to_regex(schema)
         one = _lit(layout.key_open + key + layout.key_close_for(is_string)) + value + _lit(layout.value_close)
         parts.append(one if required else f"(?:{one})?")
+    if layout.empty and not any(required for _, _, required in _properties(params)):
+        return f"(?:{''.join(parts)}|{_lit(layout.empty)})"
     return "".join(parts)
 
 
@@ -130,17 +132,55 @@ def _python_params(name: str, params: Mapping[str, Any] | bool, to_regex: ToRege
     return _keyword_params(items, ", ")
 
 
+_BARE_KEY = "[A-Za-z_][A-Za-z0-9_]*"
+_ANY_DEPTH = 2  # nesting of values allowed where the schema says any
+
+
+def _delimited_any(layout: DelimitedArgs, to_regex: ToRegex, depth: int) -> str:
+    # any value of the dialect, nested at most depth levels
+    scalars = [_lit(layout.string_open) + _RAW_TEXT + _lit(layout.string_close),
+               to_regex({"type": "number"}), "(?:true|false)"]
+    if depth > 0:
+        inner = _delimited_any(layout, to_regex, depth - 1)
+        sep = _lit(layout.item_sep)
+        scalars.append(f"\\[(?:{inner}(?:{sep}{inner})*)?\\]")
+        item = _BARE_KEY + _lit(layout.key_sep) + inner
+        scalars.append(f"\\{{(?:{item}(?:{sep}{item})*)?\\}}")
+    return _group(scalars)
+
+
 def _delimited_value(layout: DelimitedArgs, schema: Any, where: str, to_regex: ToRegex) -> str:
+    if schema is True or schema == {}:
+        return _delimited_any(layout, to_regex, _ANY_DEPTH)
     if isinstance(schema, Mapping) and string_only(schema):
         return _lit(layout.string_open) + _raw_string(schema, where) + _lit(layout.string_close)
     t = schema.get("type") if isinstance(schema, Mapping) else None
+    extra = set(schema) - {"type", "description", "title", "properties", "required", "items",
+                           "additionalProperties"} if isinstance(schema, Mapping) else set()
     if t in ("integer", "number"):
         return to_regex(schema)
     if t == "boolean":
         return "(?:true|false)"
+    if t == "object" and not extra and not schema.get("properties"):
+        return _delimited_object_any(layout, to_regex)
+    if t == "object" and not extra:
+        return "\\{" + _delimited_params(layout, where, schema, to_regex) + "\\}"
+    if t == "array" and not extra:
+        items = schema.get("items")
+        inner = (_delimited_value(layout, items, f"items of {where}", to_regex) if items is not None
+                 else _delimited_any(layout, to_regex, _ANY_DEPTH - 1))
+        sep = _lit(layout.item_sep)
+        return f"\\[(?:{inner}(?:{sep}{inner})*)?\\]"
     raise InvalidInput(
-        f"forced calls in this format support string, integer, number and boolean arguments; "
-        f"{where} is {short(schema)}")
+        f"forced calls in this format support strings, numbers, booleans, and objects and arrays "
+        f"without further constraints; {where} is {short(schema)}")
+
+
+def _delimited_object_any(layout: DelimitedArgs, to_regex: ToRegex) -> str:
+    inner = _delimited_any(layout, to_regex, _ANY_DEPTH - 1)
+    item = _BARE_KEY + _lit(layout.key_sep) + inner
+    sep = _lit(layout.item_sep)
+    return f"\\{{(?:{item}(?:{sep}{item})*)?\\}}"
 
 
 def _delimited_params(layout: DelimitedArgs, name: str, params: Mapping[str, Any] | bool,

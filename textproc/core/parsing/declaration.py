@@ -74,18 +74,25 @@ class RawArgs:
     """One ``key_open KEY key_close VALUE value_close`` per argument, in order: a string value
     is written raw, any other as JSON (the templates' ``tojson``); read back typed by the
     tool's schema (:mod:`textproc.core.parsing.raw_values`). ``string_key_close``: the
-    ``key_close`` of string values when it differs (DSML marks them ``string="true"``)."""
+    ``key_close`` of string values when it differs (DSML marks them ``string="true"``);
+    ``empty``: the text written for a call without arguments; ``python_values``: the template
+    writes non-string values with Jinja's ``string`` filter (``True``, ``{'a': 1}``), which the
+    parser reads as well, while this spelling (forced calls) writes them as JSON."""
 
     key_open: str
     key_close: str
     value_close: str
     string_key_close: str | None = None
+    empty: str = ""  # what the template writes for no arguments at all
+    python_values: bool = False  # the template writes non-strings as Python literals
 
     def key_close_for(self, is_string: bool) -> str:
         """The text between a key and its value."""
         return self.string_key_close if is_string and self.string_key_close is not None else self.key_close
 
     def render(self, args: Mapping[str, Any]) -> str:
+        if not args:
+            return self.empty
         return "".join(f"{self.key_open}{k}{self.key_close_for(isinstance(v, str))}{_raw(v)}{self.value_close}"
                        for k, v in args.items())
 

@@ -27,23 +27,24 @@ DSML = "｜DSML｜"
 _V32_BLOCK, _V4_BLOCK = f"<{DSML}function_calls>", f"<{DSML}tool_calls>"
 _ENDS = (f"</{DSML}function_calls>", f"</{DSML}tool_calls>")
 _BODY = invoke_body(DSML, _ENDS)
-_ARGS = RawArgs(f'<{DSML}parameter name="', '" string="false">', f"</{DSML}parameter>\n",
-                string_key_close='" string="true">')
 
 
-def _spelling(block: str, end: str) -> CallSpelling:
-    return CallSpelling((Lit(f'<{DSML}invoke name="'), Name(), Lit('">\n'), _ARGS, Lit(f"</{DSML}invoke>\n")),
+def _spelling(block: str, end: str, empty: str) -> CallSpelling:
+    args = RawArgs(f'<{DSML}parameter name="', '" string="false">', f"</{DSML}parameter>\n",
+                   string_key_close='" string="true">', empty=empty)
+    return CallSpelling((Lit(f'<{DSML}invoke name="'), Name(), Lit('">\n'), args, Lit(f"</{DSML}invoke>\n")),
                         begin=block + "\n", end=end)
 
 
 FORMATS = (
     ToolFormat(
-        "deepseek_v32", (_V32_BLOCK, _V4_BLOCK), _BODY, _spelling(_V32_BLOCK, _ENDS[0]),
+        "deepseek_v32", (_V32_BLOCK, _V4_BLOCK), _BODY, _spelling(_V32_BLOCK, _ENDS[0], ""),
         raw_values=True, listed=52,
         detect=(Detect(15, (DSML, "function_calls>"), "<｜DSML｜function_calls> invoke blocks"),),
     ),
     ToolFormat(
-        "deepseek_v4", (_V4_BLOCK, _V32_BLOCK), _BODY, _spelling(_V4_BLOCK, _ENDS[1]),
+        # (V4 writes an empty line for a call without arguments)
+        "deepseek_v4", (_V4_BLOCK, _V32_BLOCK), _BODY, _spelling(_V4_BLOCK, _ENDS[1], "\n"),
         raw_values=True, listed=53,
         detect=(Detect(14, (DSML, "tool_calls>"), "<｜DSML｜tool_calls> invoke blocks"),),
     ),

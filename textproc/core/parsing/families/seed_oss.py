@@ -30,7 +30,8 @@ THINK_OPEN, THINK_CLOSE = "<seed:think>", "</seed:think>"
 FORMATS = (
     ToolFormat(
         "seed_oss", (CALL_OPEN,), function_calls_body(CALL_OPEN, CALL_CLOSE, strip_newlines=False),
-        CallSpelling((Lit(CALL_OPEN + "\n<function="), Name(), Lit(">\n"), RawArgs("<parameter=", ">", "</parameter>\n"),
+        CallSpelling((Lit(CALL_OPEN + "\n<function="), Name(), Lit(">\n"),
+                      RawArgs("<parameter=", ">", "</parameter>\n", python_values=True),
                       Lit("</function>\n" + CALL_CLOSE)), sep="\n"),
         specials=(CALL_OPEN, CALL_CLOSE), raw_values=True, listed=66,
         detect=(Detect(18, (CALL_OPEN, "<function="), "<seed:tool_call> with <function=...>"),),
