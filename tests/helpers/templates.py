@@ -52,6 +52,11 @@ FORMAT_ONLY_TEMPLATES = {
     "minimax-m2": "MiniMax-M2.jinja",
     "gemma4": "google-gemma-4-31B-it.jinja",
     "seed-oss": "ByteDance-Seed-OSS.jinja",
+    "nemotron-nano-v2": "NVIDIA-Nemotron-Nano-v2.jinja",
+    "nemotron3-nano": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+    "step3.5-flash": "StepFun3.5-Flash.jinja",
+    "lfm2.5": "LFM2.5-8B-A1B.jinja",
+    "hy3": "tencent-Hy3.jinja",
 }
 
 

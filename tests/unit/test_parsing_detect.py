@@ -15,7 +15,7 @@ from textproc.core.chat.template import render_chat
 from textproc.core.constraints.schema import tool_call_pattern
 from textproc.errors import InvalidInput
 from textproc.core.parsing import TOOL_FORMATS, parse_output
-from textproc.core.parsing.declaration import RawArgs
+from textproc.core.parsing.declaration import PythonArgs, RawArgs
 from textproc.core.parsing.detect import FormatChoice, detect_formats, resolve_formats
 
 # template short name -> (tool format, reasoning format)
@@ -47,6 +47,12 @@ EXPECTED = {
     "minimax-m2": ("minimax_m2", "think"),
     "gemma4": ("gemma4", "gemma4"),
     "seed-oss": ("seed_oss", "seed"),
+    "nemotron-nano-v2": ("nemotron_json", "think"),
+    "nemotron3-nano": ("qwen3_coder", "think"),
+    "step3.5-flash": ("step3p5", "think"),
+    "lfm2.5": ("lfm2", "think"),
+    "command-r7b": ("cohere", "cohere"),
+    "hy3": ("hunyuan", "hunyuan"),
     "gemma2": (None, None),
     "phi3.5": (None, None),
 }
@@ -109,7 +115,8 @@ def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
 ROUND_TRIP = ["qwen3", "qwen3-coder", "qwen3.5", "hermes3", "llama3.1", "llama3.3", "mistral-nemo",
               "mistral-small-3.2", "devstral", "deepseek-v3.1", "kimi-k2",
               "glm-4.6", "glm-4.7", "gpt-oss", "granite4", "deepseek-v3.2", "deepseek-v4", "minimax-m2",
-              "gemma4", "seed-oss"]
+              "gemma4", "seed-oss", "nemotron-nano-v2", "nemotron3-nano", "step3.5-flash", "lfm2.5",
+              "command-r7b", "hy3"]
 
 
 @pytest.mark.parametrize("name", ROUND_TRIP)
@@ -130,12 +137,16 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
     # the forced-call pattern of the format accepts the template's own rendering of the calls
     # (of their JSON-spelled values: a template writing Python literals is read, not forced)
     layout = TOOL_FORMATS[choice.tool_format].calls.args_layout
-    if isinstance(layout, RawArgs) and layout.python_values:
+    tools = TOOLS
+    if isinstance(layout, PythonArgs):  # (forced Python calls take scalar arguments only)
+        tools = [{**t, "function": {**t["function"], "parameters": {"type": "object", "properties": {
+            k: v for k, v in t["function"]["parameters"]["properties"].items() if k != "opts"}}}} for t in TOOLS]
+    if isinstance(layout, PythonArgs) or (isinstance(layout, RawArgs) and layout.python_values):
         calls = [{**c, "function": {**c["function"], "arguments": {
             k: v for k, v in c["function"]["arguments"].items() if isinstance(v, (str, int))}}} for c in calls]
         turn = _assistant_turn(template, calls, bos_token="<s>", eos_token="</s>")
         got = parse_output(turn, tools=True, tool_format=choice.tool_format, tool_schemas=TOOLS)
-    pattern = tool_call_pattern(TOOLS, tool_format=choice.tool_format)
+    pattern = tool_call_pattern(tools, tool_format=choice.tool_format)
     match = re.search(pattern, turn)
     assert match is not None, turn
     assert _calls(parse_output(match.group(), tools=True, tool_format=choice.tool_format)) == _calls(got)

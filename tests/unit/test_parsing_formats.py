@@ -120,6 +120,30 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
          "<parameter=flag>False</parameter>\n</function>\n</seed:tool_call>", "",
          [("get_weather", {"opts": {"a": True}, "flag": False})]),
     ],
+    "step3p5": [
+        ("Let me check." + render("step3p5", "get_weather", ARGS) + render("step3p5", "ping", {}), "Let me check.",
+         [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "lfm2": [
+        ("Checking.<|tool_call_start|>[get_weather(city='Zürich \"x\" </tool_call>', days=3, opts={\"a\": true, \"b\": null}), "
+         "ping()]<|tool_call_end|>", "Checking.", [("get_weather", {**ARGS, "opts": {"a": True, "b": None}}), ("ping", {})]),
+        (render("lfm2", "ping", {}), "", [("ping", {})]),
+    ],
+    "nemotron_json": [
+        ("<TOOLCALL>" + f'[{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]'
+         + "</TOOLCALL>", "", [("get_weather", ARGS), ("ping", {})]),
+        ('Sure <TOOLCALL>[{"name": "ping", "arguments": {}}]', "Sure ", [("ping", {})]),  # close missing at the end
+    ],
+    "cohere": [
+        ("I will look.<|START_ACTION|>[\n    " + f'{{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {_j(ARGS)}}}'
+         + ',\n    {"tool_call_id": "1", "tool_name": "ping", "parameters": {}}\n]<|END_ACTION|>', "I will look.",
+         [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "hunyuan": [
+        ("Ok." + render("hunyuan", "get_weather", {**ARGS, "opts": {"k": [1]}})[:-len("</tool_calls:opensource>")]
+         + render("hunyuan", "ping", {})[len("<tool_calls:opensource>\n"):], "Ok.",
+         [("get_weather", {**ARGS, "opts": {"k": [1]}}), ("ping", {})]),
+    ],
     "gpt_oss": [
         ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
          f"to=functions.get_weather <|constrain|>json<|message|>{_j(ARGS)}<|call|>", "", [("get_weather", ARGS)]),
