@@ -38,11 +38,11 @@ FORMATS = (
         CallSpelling((Lit('{"tool_call_id": "'), Slot("(?:0|[1-9][0-9]*)", "0"), Lit('", "tool_name": '),
                       Name(quoted=True), Lit(', "parameters": '), JsonArgs(), Lit("}")),
                      begin=OPEN + "[\n    ", sep=",\n    ", end="\n]" + CLOSE),
-        specials=(OPEN, CLOSE), listed=74,
+        specials=(OPEN, CLOSE), listed=174,
         detect=(Detect(19, (OPEN, CLOSE), "<|START_ACTION|>[...]<|END_ACTION|>"),),
     ),
     ReasoningFormat(
         "cohere", (THINK_OPEN,), (THINK_CLOSE,), specials=(THINK_OPEN, THINK_CLOSE), close_text=THINK_CLOSE,
-        listed=70, detect=(Detect(23, (THINK_OPEN, THINK_CLOSE), "<|START_THINKING|>...<|END_THINKING|>"),),
+        listed=170, detect=(Detect(23, (THINK_OPEN, THINK_CLOSE), "<|START_THINKING|>...<|END_THINKING|>"),),
     ),
 )

@@ -39,13 +39,13 @@ def _spelling(block: str, end: str, empty: str) -> CallSpelling:
 FORMATS = (
     ToolFormat(
         "deepseek_v32", (_V32_BLOCK, _V4_BLOCK), _BODY, _spelling(_V32_BLOCK, _ENDS[0], ""),
-        raw_values=True, listed=52,
+        raw_values=True, listed=152,
         detect=(Detect(15, (DSML, "function_calls>"), "<｜DSML｜function_calls> invoke blocks"),),
     ),
     ToolFormat(
         # (V4 writes an empty line for a call without arguments)
         "deepseek_v4", (_V4_BLOCK, _V32_BLOCK), _BODY, _spelling(_V4_BLOCK, _ENDS[1], "\n"),
-        raw_values=True, listed=53,
+        raw_values=True, listed=153,
         detect=(Detect(14, (DSML, "tool_calls>"), "<｜DSML｜tool_calls> invoke blocks"),),
     ),
 )

@@ -77,13 +77,13 @@ FORMATS = (
         CallSpelling((Lit(CALL_OPEN), Name(), Lit(SEP + "\n"), RawArgs(KEY_OPEN, f"{KEY_CLOSE}\n{VALUE_OPEN}",
                                                                       f"{VALUE_CLOSE}\n"), Lit(CALL_CLOSE + "\n")),
                      begin=CALLS_OPEN + "\n", end=CALLS_CLOSE),
-        specials=_SPECIALS, raw_values=True, listed=76,
+        specials=_SPECIALS, raw_values=True, listed=176,
         detect=(Detect(19, (SEP,), "<tool_sep:opensource> in the added tokens"),
                 Detect(20, ("<tool_sep{}>", _S), "<tool_sep:opensource> key/value calls")),
     ),
     ReasoningFormat(
         "hunyuan", (THINK_OPEN,), (THINK_CLOSE,), specials=(THINK_OPEN, THINK_CLOSE), close_text=THINK_CLOSE,
-        listed=80, detect=(Detect(21, (THINK_OPEN,), "<think:opensource> in the added tokens"),
+        listed=180, detect=(Detect(21, (THINK_OPEN,), "<think:opensource> in the added tokens"),
                            Detect(22, ("<think{}>", _S), "<think:opensource>...</think:opensource>")),
     ),
 )

@@ -22,6 +22,6 @@ START, END = "<|tool_call_start|>", "<|tool_call_end|>"
 FORMATS = (ToolFormat(
     "lfm2", (START,), python_list_body({START: END}),
     CallSpelling((Name(), Lit("("), PythonArgs(), Lit(")")), begin=START + "[", sep=", ", end="]" + END),
-    specials=(START, END), listed=70,
+    specials=(START, END), listed=170,
     detect=(Detect(19, (START, END), "<|tool_call_start|>[...]<|tool_call_end|> Python call list"),),
 ),)

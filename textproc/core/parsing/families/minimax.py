@@ -27,6 +27,6 @@ FORMATS = (ToolFormat(
     "minimax_m2", (BEGIN,), invoke_body("", (END,)),
     CallSpelling((Lit('<invoke name="'), Name(), Lit('">\n'), RawArgs('<parameter name="', '">', "</parameter>\n"),
                   Lit("</invoke>\n")), begin=BEGIN + "\n", end=END),
-    specials=(BEGIN, END), raw_values=True, listed=62,
+    specials=(BEGIN, END), raw_values=True, listed=162,
     detect=(Detect(16, (BEGIN, "<invoke name="), "<minimax:tool_call> invoke blocks"),),
 ),)

@@ -30,6 +30,6 @@ FORMATS = (ToolFormat(
     "nemotron_json", (OPEN,), nemotron_body,
     CallSpelling((Lit('{"name": '), Name(quoted=True), Lit(', "arguments": '), JsonArgs(), Lit("}")),
                  begin=OPEN + "[", sep=", ", end="]" + CLOSE),
-    specials=(OPEN, CLOSE), listed=72,
+    specials=(OPEN, CLOSE), listed=172,
     detect=(Detect(19, (OPEN, CLOSE), "<TOOLCALL>[...]</TOOLCALL> JSON list"),),
 ),)

@@ -33,11 +33,11 @@ FORMATS = (
         CallSpelling((Lit(CALL_OPEN + "\n<function="), Name(), Lit(">\n"),
                       RawArgs("<parameter=", ">", "</parameter>\n", python_values=True),
                       Lit("</function>\n" + CALL_CLOSE)), sep="\n"),
-        specials=(CALL_OPEN, CALL_CLOSE), raw_values=True, listed=66,
+        specials=(CALL_OPEN, CALL_CLOSE), raw_values=True, listed=166,
         detect=(Detect(18, (CALL_OPEN, "<function="), "<seed:tool_call> with <function=...>"),),
     ),
     ReasoningFormat(
         "seed", (THINK_OPEN,), (THINK_CLOSE,), specials=(THINK_OPEN, THINK_CLOSE), close_text=THINK_CLOSE + "\n",
-        listed=60, detect=(Detect(24, (THINK_OPEN, THINK_CLOSE), "<seed:think>...</seed:think>"),),
+        listed=160, detect=(Detect(24, (THINK_OPEN, THINK_CLOSE), "<seed:think>...</seed:think>"),),
     ),
 )

@@ -18,7 +18,7 @@ __all__ = ["FORMATS"]
 
 _BASE = _QWEN3_CODER[0]
 FORMATS = (dataclasses.replace(
-    _BASE, name="step3p5", calls=dataclasses.replace(_BASE.calls, sep=""), listed=12,
+    _BASE, name="step3p5", calls=dataclasses.replace(_BASE.calls, sep=""), listed=112,
     detect=(Detect(65, ("an inner <function=...>\\n...\\n</function> block", "<parameter="),
                    "Step 3.5's instructions for <function=...> blocks"),),
 ),)
