@@ -9,7 +9,7 @@ Command R, Granite 3.3, Kimi K2, gpt-oss, functionary, firefunction). We fetch i
 files, and write a ``manifest.json`` naming the package, version and files. A later version of
 the same package (``EXTRA_VERSION``) adds the families the first one lacks (Qwen3-Coder, DeepSeek
 V3.1 / V3.2 / V4, GLM-4.6 / 4.7, Kimi K2 Instruct / Thinking, Granite 4, Ministral 3 Reasoning,
-MiniMax M2, Gemma 4, Seed-OSS, Nemotron, Step 3.5, LFM2.5, Hunyuan 3); only files
+MiniMax M2, Gemma 4, Seed-OSS, Nemotron, Step 3.5, LFM2.5, Hunyuan 3, Kimi K3); only files
 not already taken from the first are kept, so the bytes of the first set never change.
 
 Usage: ``python scripts/fetch_templates.py [--force]`` (no arguments needed). Idempotent: when the
@@ -71,6 +71,7 @@ REQUIRED_EXTRA = (
     "StepFun3.5-Flash.jinja",
     "LFM2.5-8B-A1B.jinja",
     "tencent-Hy3.jinja",
+    "Kimi-K3.jinja",
 )
 
 

@@ -57,6 +57,7 @@ FORMAT_ONLY_TEMPLATES = {
     "step3.5-flash": "StepFun3.5-Flash.jinja",
     "lfm2.5": "LFM2.5-8B-A1B.jinja",
     "hy3": "tencent-Hy3.jinja",
+    "kimi-k3": "Kimi-K3.jinja",
 }
 
 

@@ -53,6 +53,7 @@ EXPECTED = {
     "lfm2.5": ("lfm2", "think"),
     "command-r7b": ("cohere", "cohere"),
     "hy3": ("hunyuan", "hunyuan"),
+    "kimi-k3": ("kimi_k3", "kimi_k3"),
     "gemma2": (None, None),
     "phi3.5": (None, None),
 }
@@ -116,7 +117,7 @@ ROUND_TRIP = ["qwen3", "qwen3-coder", "qwen3.5", "hermes3", "llama3.1", "llama3.
               "mistral-small-3.2", "devstral", "deepseek-v3.1", "kimi-k2",
               "glm-4.6", "glm-4.7", "gpt-oss", "granite4", "deepseek-v3.2", "deepseek-v4", "minimax-m2",
               "gemma4", "seed-oss", "nemotron-nano-v2", "nemotron3-nano", "step3.5-flash", "lfm2.5",
-              "command-r7b", "hy3"]
+              "command-r7b", "hy3", "kimi-k3"]
 
 
 @pytest.mark.parametrize("name", ROUND_TRIP)

@@ -144,6 +144,14 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
          + render("hunyuan", "ping", {})[len("<tool_calls:opensource>\n"):], "Ok.",
          [("get_weather", {**ARGS, "opts": {"k": [1]}}), ("ping", {})]),
     ],
+    "kimi_k3": [
+        ("<|open|>think<|sep|>Need weather.<|close|>think<|sep|><|open|>response<|sep|>Let me look.<|close|>response<|sep|>"
+         + render("kimi_k3", "get_weather", {**ARGS, "opts": {"k": [1]}, "flag": True})[:-len("<|close|>tools<|sep|>")]
+         + render("kimi_k3", "ping", {})[len("<|open|>tools<|sep|>"):] + "<|close|>message<|sep|><|end_of_msg|>",
+         "Let me look.", [("get_weather", {**ARGS, "opts": {"k": [1]}, "flag": True}), ("ping", {})]),
+        ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>json type="object"<|sep|>'
+         f'{_j(ARGS)}<|close|>json<|sep|><|close|>call<|sep|>', "", [("get_weather", ARGS)]),
+    ],
     "gpt_oss": [
         ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
          f"to=functions.get_weather <|constrain|>json<|message|>{_j(ARGS)}<|call|>", "", [("get_weather", ARGS)]),
@@ -152,7 +160,7 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
     ],
 }
 
-REASONING = {"gpt_oss": "Need weather."}
+REASONING = {"gpt_oss": "Need weather.", "kimi_k3": "Need weather."}
 
 
 def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -178,7 +186,8 @@ def test_every_format_has_cases() -> None:
 @pytest.mark.parametrize("fmt,index", [(f, i) for f, cases in CASES.items() for i in range(len(cases))])
 def test_format_examples(fmt: str, index: int) -> None:
     text, content, calls = CASES[fmt][index]
-    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS}
+    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS,
+                            "reasoning_format": TOOL_FORMATS[fmt].reasoning or "think"}
     got = parse_output(text, **opts)
     assert got["content"] == content, text
     assert _calls(got) == calls, text

@@ -79,12 +79,31 @@ def _raw_string(schema: Any, key: str) -> str:
     return "[^<]" + _repeat(int(lo), None if hi is None else int(hi))
 
 
+_JSON_TYPE_NAMES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean",
+                    "null": "null", "object": "object", "array": "array"}
+
+
+def _type_names(schema: Any, is_string: bool) -> str:
+    # the regex of the JSON type name(s) a value of schema is tagged with
+    if is_string:
+        return "string"
+    t = schema.get("type") if isinstance(schema, Mapping) else None
+    listed = [t] if isinstance(t, str) else t if isinstance(t, list) else []
+    # (a JSON value tagged "string" would be read back as raw text, quotes and all)
+    names = sorted({_JSON_TYPE_NAMES[x] for x in listed if x in _JSON_TYPE_NAMES} - {"string"})
+    if not names:
+        names = sorted(set(_JSON_TYPE_NAMES.values()) - {"string"})
+    return _group(names)
+
+
 def _raw_params(layout: RawArgs, to_regex: ToRegex, params: Mapping[str, Any] | bool) -> str:
     parts = []
     for key, schema, required in _properties(params):
         is_string = string_only(schema)
         value = _raw_string(schema, key) if is_string else to_regex(schema)
-        one = _lit(layout.key_open + key + layout.key_close_for(is_string)) + value + _lit(layout.value_close)
+        head, has_type, tail = layout.key_close_for(is_string).partition("{type}")
+        type_name = _type_names(schema, is_string) if has_type else ""
+        one = _lit(layout.key_open + key + head) + type_name + _lit(tail) + value + _lit(layout.value_close)
         parts.append(one if required else f"(?:{one})?")
     if layout.empty and not any(required for _, _, required in _properties(params)):
         return f"(?:{''.join(parts)}|{_lit(layout.empty)})"

@@ -87,14 +87,15 @@ class RawArgs:
     python_values: bool = False  # the template writes non-strings as Python literals
 
     def key_close_for(self, is_string: bool) -> str:
-        """The text between a key and its value."""
+        """The text between a key and its value (``{type}`` in it stands for the value's JSON
+        type name: ``string``, ``number``, ``boolean``, ``null``, ``object``, ``array``)."""
         return self.string_key_close if is_string and self.string_key_close is not None else self.key_close
 
     def render(self, args: Mapping[str, Any]) -> str:
         if not args:
             return self.empty
-        return "".join(f"{self.key_open}{k}{self.key_close_for(isinstance(v, str))}{_raw(v)}{self.value_close}"
-                       for k, v in args.items())
+        return "".join(f"{self.key_open}{k}{self.key_close_for(isinstance(v, str)).replace('{type}', json_type(v))}"
+                       f"{_raw(v)}{self.value_close}" for k, v in args.items())
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,19 @@ class DelimitedArgs:
 
 ArgsLayout = JsonArgs | RawArgs | PythonArgs | DelimitedArgs
 Part = Lit | Name | Slot | JsonArgs | RawArgs | PythonArgs | DelimitedArgs
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a value."""
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "object" if isinstance(value, Mapping) else "array"
 
 
 def _raw(value: Any) -> str:
@@ -240,7 +254,8 @@ class ToolFormat:
     ``retag``: the format with custom (open, close) tags, when the close tag matters to it
     (else custom tags only replace ``open_tags``); ``is_default``: the format used when a
     model's files name none; ``listed``: where the name shows in listings (help, errors),
-    lowest first, then by name.
+    lowest first, then by name; ``hidden_tags``: markup in content that is neither content nor
+    a call (channel wrappers), dropped.
     """
 
     name: str
@@ -257,6 +272,7 @@ class ToolFormat:
     retag: Callable[[str, str], ToolFormat] | None = None
     is_default: bool = False
     listed: int = 1000
+    hidden_tags: tuple[str, ...] = ()
 
     def with_tags(self, open_tag: str, close_tag: str) -> ToolFormat:
         """This format with custom tags (``tool_tags=``)."""
@@ -275,8 +291,8 @@ class ReasoningFormat:
     """How one family writes reasoning: open tags, close tags, and whether the answer starts
     inside reasoning whatever the prompt says (DeepSeek R1 opens ``<think>`` in the prompt).
     ``close_text``: what a forced output writes first to end a block the prompt left open (None:
-    a prompt cannot leave one open); ``detect``, ``whole_parser``, ``is_default`` as for
-    :class:`ToolFormat`."""
+    a prompt cannot leave one open); ``detect``, ``whole_parser``, ``is_default``, ``listed``,
+    ``hidden_tags`` as for :class:`ToolFormat`."""
 
     name: str
     open_tags: tuple[str, ...]
@@ -288,6 +304,7 @@ class ReasoningFormat:
     whole_parser: WholeParserFactory | None = None
     is_default: bool = False
     listed: int = 1000
+    hidden_tags: tuple[str, ...] = ()
 
     def prompt_leaves_open(self, prompt: str) -> bool:
         """True when ``prompt`` (a rendered chat prompt) ends inside an open block of this

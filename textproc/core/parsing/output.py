@@ -164,6 +164,9 @@ class OutputParser:
             self._content_tags.extend(fmt.open_tags)
             if fmt.ends_reasoning:
                 self._reasoning_tags.extend(fmt.open_tags)
+        # markup around the answer that is neither content nor a call (Kimi K3's channels)
+        self._hidden = frozenset((fmt.hidden_tags if tools else ()) + (rfmt.hidden_tags if reasoning else ()))
+        self._content_tags.extend(self._hidden)
         self._start_chars = fmt.start_chars if tools else ""
         # characters that can change the state while idle: tags' first characters (any mode)
         if self._whole is not None:
@@ -328,6 +331,8 @@ class OutputParser:
                     return True
                 self._open_section(tag)  # a call section that also ends reasoning (Kimi K2)
                 return True
+            if tag in self._hidden:
+                continue
             if self.reasoning and tag in self._rfmt.open_tags:
                 self._in_reasoning = True
                 self._reasoning_started = False
