@@ -58,6 +58,7 @@ FORMAT_ONLY_TEMPLATES = {
     "lfm2.5": "LFM2.5-8B-A1B.jinja",
     "hy3": "tencent-Hy3.jinja",
     "kimi-k3": "Kimi-K3.jinja",
+    "firefunction-v2": "fireworks-ai-llama-3-firefunction-v2.jinja",
 }
 
 

@@ -54,6 +54,7 @@ EXPECTED = {
     "command-r7b": ("cohere", "cohere"),
     "hy3": ("hunyuan", "hunyuan"),
     "kimi-k3": ("kimi_k3", "kimi_k3"),
+    "firefunction-v2": ("phi4_mini", None),
     "gemma2": (None, None),
     "phi3.5": (None, None),
 }

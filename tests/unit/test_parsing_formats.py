@@ -152,6 +152,17 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
         ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>json type="object"<|sep|>'
          f'{_j(ARGS)}<|close|>json<|sep|><|close|>call<|sep|>', "", [("get_weather", ARGS)]),
     ],
+    "olmo3": [
+        ("Sure.\n<function_calls>get_weather(city='Zürich \"x\" </tool_call>', days=3)\nping()</function_calls>",
+         "Sure.\n", [("get_weather", ARGS), ("ping", {})]),
+        ('<function_calls>get_weather(opts={"a": true, "b": null}, flag=false)', "",
+         [("get_weather", {"opts": {"a": True, "b": None}, "flag": False})]),  # close missing at the end
+    ],
+    "phi4_mini": [
+        (f'functools[{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]', "",
+         [("get_weather", ARGS), ("ping", {})]),
+        ("import functools; functools.reduce", "import functools; functools.reduce", []),
+    ],
     "gpt_oss": [
         ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
          f"to=functions.get_weather <|constrain|>json<|message|>{_j(ARGS)}<|call|>", "", [("get_weather", ARGS)]),

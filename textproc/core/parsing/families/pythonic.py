@@ -21,7 +21,7 @@ from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, P
 from textproc.core.parsing.raw_values import python_value_json
 from textproc.core.parsing.section import Body, Malformed, Section, Wait
 
-__all__ = ["pythonic_body", "python_list_body", "PYTHON_START", "PYTHON_END", "FORMATS"]
+__all__ = ["pythonic_body", "python_list_body", "python_call", "PYTHON_START", "PYTHON_END", "FORMATS"]
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
@@ -121,6 +121,17 @@ def _arguments_json(args_text: str, at: int) -> str:
     return "{" + ", ".join(members) + "}"
 
 
+def python_call(s: Section) -> Wait:
+    """One ``name(key=value, ...)`` at the read position: a complete call, or Malformed."""
+    s.begin_call()
+    name = yield from _name(s)
+    s.header(name)
+    start = s.at()
+    args_text = yield from _call_args(s)
+    s.args(_arguments_json(args_text, start))
+    s.end_call()
+
+
 def python_list_body(closes: Mapping[str, str]) -> Body:
     """A list of calls; after an open tag of ``closes``, its close tag may follow the list."""
 
@@ -140,13 +151,7 @@ def _calls(s: Section) -> Wait:
     yield from s.lit("[")
     while True:
         yield from s.skip_ws()
-        s.begin_call()
-        name = yield from _name(s)
-        s.header(name)
-        start = s.at()
-        args_text = yield from _call_args(s)
-        s.args(_arguments_json(args_text, start))
-        s.end_call()
+        yield from python_call(s)
         c = yield from s.peek(skip_ws=True)
         if c == ",":
             s.pos += 1
