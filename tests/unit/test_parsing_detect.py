@@ -86,6 +86,18 @@ def test_every_fetched_template_gets_a_choice_and_a_reason() -> None:
 
 def test_added_tokens_count_and_overrides() -> None:
     assert detect_formats(None, ["<|tool_calls_section_begin|>"]).tool_format == "kimi_k2"
+    # the special tokens of the newer families name them without a template
+    for tokens, tool, reasoning in [
+        (["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"], "gemma4", "gemma4"),
+        (["<minimax:tool_call>", "</minimax:tool_call>", "<think>", "</think>"], "minimax_m2", "think"),
+        (["<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"], "seed_oss", "seed"),
+        (["<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>", "<|END_THINKING|>"], "cohere", "cohere"),
+        (["<tool_sep:opensource>", "<think:opensource>"], "hunyuan", "hunyuan"),
+        (["<|tool_call_start|>", "<|tool_call_end|>"], "lfm2", None),
+        (["<TOOLCALL>", "</TOOLCALL>"], "nemotron_json", None),
+    ]:
+        choice = detect_formats(None, tokens)
+        assert (choice.tool_format, choice.reasoning_format) == (tool, reasoning), choice.reason
     assert detect_formats("{{ x }}").tool_format is None
     got = resolve_formats(detect_formats("<tool_call>"), tool_format="pythonic", reasoning_format="none")
     assert (got.tool_format, got.reasoning_format) == ("pythonic", None)

@@ -138,10 +138,11 @@ FORMATS = (
         "gemma4", (CALL_OPEN,), gemma4_body,
         CallSpelling((Lit(CALL_OPEN + "call:"), Name(), Lit("{"), DelimitedArgs(QUOTE, QUOTE), Lit("}" + CALL_CLOSE))),
         specials=(CALL_OPEN, CALL_CLOSE, QUOTE), listed=164,
-        detect=(Detect(17, (CALL_OPEN + "call:", CALL_CLOSE), "<|tool_call>call:NAME{...}<tool_call|>"),),
+        detect=(Detect(17, (CALL_OPEN, CALL_CLOSE), "<|tool_call>call:NAME{...}<tool_call|>"),),
     ),
     ReasoningFormat(
         "gemma4", (CHANNEL_OPEN + "thought",), (CHANNEL_CLOSE,), specials=(CHANNEL_OPEN, CHANNEL_CLOSE), listed=150,
-        detect=(Detect(22, (CHANNEL_OPEN + "thought", CHANNEL_CLOSE), "the thought channel <|channel>thought"),),
+        detect=(Detect(22, (CHANNEL_OPEN + "thought", CHANNEL_CLOSE), "the thought channel <|channel>thought"),
+                Detect(23, (CHANNEL_OPEN, CHANNEL_CLOSE), "the <|channel> / <channel|> tokens")),
     ),
 )

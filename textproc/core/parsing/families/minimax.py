@@ -28,5 +28,5 @@ FORMATS = (ToolFormat(
     CallSpelling((Lit('<invoke name="'), Name(), Lit('">\n'), RawArgs('<parameter name="', '">', "</parameter>\n"),
                   Lit("</invoke>\n")), begin=BEGIN + "\n", end=END),
     specials=(BEGIN, END), raw_values=True, listed=162,
-    detect=(Detect(16, (BEGIN, "<invoke name="), "<minimax:tool_call> invoke blocks"),),
+    detect=(Detect(16, (BEGIN,), "<minimax:tool_call> invoke blocks"),),
 ),)

@@ -34,7 +34,7 @@ FORMATS = (
                       RawArgs("<parameter=", ">", "</parameter>\n", python_values=True),
                       Lit("</function>\n" + CALL_CLOSE)), sep="\n"),
         specials=(CALL_OPEN, CALL_CLOSE), raw_values=True, listed=166,
-        detect=(Detect(18, (CALL_OPEN, "<function="), "<seed:tool_call> with <function=...>"),),
+        detect=(Detect(18, (CALL_OPEN,), "<seed:tool_call> with <function=...>"),),
     ),
     ReasoningFormat(
         "seed", (THINK_OPEN,), (THINK_CLOSE,), specials=(THINK_OPEN, THINK_CLOSE), close_text=THINK_CLOSE + "\n",
