@@ -10,7 +10,7 @@ name and arguments (round-trip tested).
 Arguments by layout:
 
 * ``JsonArgs``: JSON (``json_schema_to_regex``);
-* ``RawArgs`` (qwen3_coder, glm45, glm47): a ``string`` property is any text without ``<`` (so
+* ``RawArgs`` (qwen3_coder, glm, DSML, MiniMax, Seed-OSS, ...): a ``string`` property is any text without ``<`` (so
   it cannot end its tag early), other types their JSON; properties in schema order, required
   ones present;
 * ``PythonArgs`` (pythonic): strings in single quotes without backslashes or control

@@ -81,7 +81,7 @@ class OutputParser:
       content ``"Answer"``. Tool-call markup inside reasoning stays reasoning text.
     - ``tools``: recognise tool calls of ``tool_format`` (see ``TOOL_FORMATS``) in content.
       ``tool_schemas``: the request's OpenAI ``tools``; a call naming another tool is content,
-      and raw-text values (qwen3_coder, glm45, glm47) are typed by the tool's schema.
+      and raw-text values (formats with ``raw_values``) are typed by the tool's schema.
       ``max_calls``: calls past it are content (``parallel_tool_calls: false`` -> 1).
       ``stream_calls``: stream each call as it arrives (True), or hold it until it is complete
       and valid (False, a non-streamed answer: a malformed or cut-off call is then content).

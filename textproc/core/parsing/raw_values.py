@@ -1,4 +1,4 @@
-"""Typing raw-text argument values by the tool's JSON Schema (qwen3_coder, glm45, glm47).
+"""Typing raw-text argument values by the tool's JSON Schema (the formats with ``raw_values``).
 
 Owns one rule, the inverse of how those templates render a value: strings are written as they
 are, everything else as JSON (``tojson``). So a value whose property is declared ``string``

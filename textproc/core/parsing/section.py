@@ -353,7 +353,7 @@ class Section:
 
     def raw_member(self, key: str, value: str) -> None:
         """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
-        by the tool's schema (qwen3_coder, glm): streamed as the object's next member."""
+        by the tool's schema (the raw-value formats): streamed as the object's next member."""
         from textproc.core.parsing.raw_values import typed_value_json
 
         value_json = typed_value_json(value, self.schemas.get(self._name or ""), key)
