@@ -10,9 +10,9 @@ name and arguments (round-trip tested).
 Arguments by layout:
 
 * ``JsonArgs``: JSON (``json_schema_to_regex``);
-* ``RawArgs`` (qwen3_coder, glm, DSML, MiniMax, Seed-OSS, ...): a ``string`` property is any text without ``<`` (so
-  it cannot end its tag early), other types their JSON; properties in schema order, required
-  ones present;
+* ``RawArgs`` (qwen3_coder, glm, DSML, MiniMax, Seed-OSS, ...): a ``string`` property is any
+  text without ``<`` (so it cannot end its tag early), other types their JSON; properties in
+  schema order, required ones present;
 * ``PythonArgs`` (pythonic): strings in single quotes without backslashes or control
   characters, integers and numbers as JSON writes them, ``True`` / ``False``, ``None``; other
   property types are refused (InvalidInput);
