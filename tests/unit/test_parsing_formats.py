@@ -152,6 +152,13 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
         ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>json type="object"<|sep|>'
          f'{_j(ARGS)}<|close|>json<|sep|><|close|>call<|sep|>', "", [("get_weather", ARGS)]),
     ],
+    "step3": [
+        ("Checking." + render("step3", "get_weather", {**ARGS, "opts": {"k": [1]}})[:-len("<｜tool_calls_end｜>")]
+         + render("step3", "ping", {})[len("<｜tool_calls_begin｜>"):], "Checking.",
+         [("get_weather", {**ARGS, "opts": {"k": [1]}}), ("ping", {})]),
+        ('<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="ping">\n</steptml:invoke>'
+         "<｜tool_call_end｜>", "", [("ping", {})]),  # section end missing at the end
+    ],
     "olmo3": [
         ("Sure.\n<function_calls>get_weather(city='Zürich \"x\" </tool_call>', days=3)\nping()</function_calls>",
          "Sure.\n", [("get_weather", ARGS), ("ping", {})]),

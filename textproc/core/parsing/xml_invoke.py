@@ -1,5 +1,5 @@
 """XML-like invoke blocks, shared by the families that write them (DeepSeek V3.2 / V4 DSML,
-MiniMax M2)::
+MiniMax M2, Step 3)::
 
     <PREFIXinvoke name="NAME">
     <PREFIXparameter name="KEY" string="true">VALUE</PREFIXparameter>
@@ -21,7 +21,7 @@ import re
 
 from textproc.core.parsing.section import Body, Malformed, Section, Wait
 
-__all__ = ["invoke_body", "attribute"]
+__all__ = ["invoke_body", "read_invoke", "attribute"]
 
 _MAX_TAG = 512  # characters of a tag's attributes
 _ATTR = re.compile(r'([A-Za-z_][\w\-]*)\s*=\s*"([^"]*)"')
@@ -36,10 +36,39 @@ def attribute(attrs: str, name: str) -> str | None:
     return None
 
 
+def read_invoke(s: Section, prefix: str) -> Wait:
+    """One invoke after its ``<PREFIXinvoke`` (consumed): the header, the parameters up to
+    ``</PREFIXinvoke>``, the arguments object closed; the caller ends the call."""
+    invoke_end = f"</{prefix}invoke>"
+    param, param_end = f"<{prefix}parameter", f"</{prefix}parameter>"
+    attrs, _ = yield from s.until(">", max_len=_MAX_TAG)
+    name = (attribute(attrs, "name") or "").strip()
+    if not name:
+        raise Malformed(s.at())
+    s.header(name)
+    while True:
+        yield from s.skip_ws()
+        tag = yield from s.match(param, invoke_end)
+        if tag is None:
+            raise Malformed(s.at())
+        if tag == invoke_end:
+            break
+        attrs, _ = yield from s.until(">", max_len=_MAX_TAG)
+        key = attribute(attrs, "name")
+        if not key:
+            raise Malformed(s.at())
+        flag = attribute(attrs, "string")
+        if flag == "true" or (flag is None and s.is_string_argument(key)):
+            yield from s.string_member(key, param_end, strip_newlines=False)
+            continue
+        value, _ = yield from s.until(param_end)
+        s.raw_member(key, value)
+    s.end_members()
+
+
 def invoke_body(prefix: str, ends: tuple[str, ...]) -> Body:
     """The body after a block's open tag: invokes spelled with ``prefix`` until one of ``ends``."""
-    invoke, invoke_end = f"<{prefix}invoke", f"</{prefix}invoke>"
-    param, param_end = f"<{prefix}parameter", f"</{prefix}parameter>"
+    invoke = f"<{prefix}invoke"
 
     def body(s: Section) -> Wait:
         n_read = 0  # invokes read, declared or not
@@ -53,29 +82,7 @@ def invoke_body(prefix: str, ends: tuple[str, ...]) -> Body:
                 raise Malformed(s.at())
             if tag != invoke:
                 return None
-            attrs, _ = yield from s.until(">", max_len=_MAX_TAG)
-            name = (attribute(attrs, "name") or "").strip()
-            if not name:
-                raise Malformed(s.at())
-            s.header(name)
-            while True:
-                yield from s.skip_ws()
-                tag = yield from s.match(param, invoke_end)
-                if tag is None:
-                    raise Malformed(s.at())
-                if tag == invoke_end:
-                    break
-                attrs, _ = yield from s.until(">", max_len=_MAX_TAG)
-                key = attribute(attrs, "name")
-                if not key:
-                    raise Malformed(s.at())
-                flag = attribute(attrs, "string")
-                if flag == "true" or (flag is None and s.is_string_argument(key)):
-                    yield from s.string_member(key, param_end, strip_newlines=False)
-                    continue
-                value, _ = yield from s.until(param_end)
-                s.raw_member(key, value)
-            s.end_members()
+            yield from read_invoke(s, prefix)
             s.end_call()
             n_read += 1
 
