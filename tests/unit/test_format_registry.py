@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, parse_output
+from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, OutputParser, merge_deltas, parse_output
 from textproc.core.parsing.detect import detect_formats
 from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, family_modules
 
@@ -62,3 +62,22 @@ def test_no_format_name_is_compared_outside_the_family_modules() -> None:
             if compare.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
     assert found == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in REASONING_FORMATS.items() if f.open_tags))
+def test_declared_reasoning_tags_split_reasoning_from_content(name: str) -> None:
+    fmt = REASONING_FORMATS[name]
+    opening = "" if fmt.starts_in_reasoning else fmt.open_tags[0]  # (DeepSeek R1's prompt opens it)
+    text = f"{opening}\nplan <b>\n{fmt.close_tags[0]}\n\nanswer"
+    want = {"reasoning_content": "plan <b>", "content": "answer", "tool_calls": []}
+    for size in (1, 2, 5, len(text)):
+        parser = OutputParser(reasoning=True, reasoning_format=name)
+        deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i : i + size])]
+        assert merge_deltas(deltas + parser.finish()) == want
+    # a prompt that leaves the block open: the answer starts as reasoning until the close tag
+    opened = text[len(opening):]
+    assert parse_output(opened, reasoning=True, starts_in_reasoning=True, reasoning_format=name) == want
+    if fmt.close_text is not None:  # what a forced output writes first closes the block
+        assert parse_output(fmt.close_text + "answer", reasoning=True, starts_in_reasoning=True,
+                            reasoning_format=name)["content"] == "answer"
+        assert fmt.prompt_leaves_open("<|im_start|>assistant\n" + fmt.open_tags[0] + "\n")
