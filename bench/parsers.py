@@ -6,8 +6,8 @@
 
 For each format of ``textproc.core.parsing.TOOL_FORMATS`` an output is built from blocks of
 content text (the mixed corpus of ``tests/corpus.py``, no markup) and one tool call written as
-the family's template writes it (``tests/helpers/tool_calls.py``, arguments of ~300 characters with
-nested values and non-ASCII text), repeated until the output has ``size`` characters. It is cut
+the family's template writes it (the format declaration's call spelling, arguments of ~300
+characters with nested values and non-ASCII text), repeated until the output has ``size`` characters. It is cut
 into deltas of 4 characters (about one token each) and timed three ways, CPU seconds
 (``time.process_time``), best of ``--repeat``:
 
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import describe, machine, mixed_text, print_table, write_json  # noqa: E402
 
-from tests.helpers.tool_calls import render  # noqa: E402
 from textproc.core.parsing import TOOL_FORMATS, OutputParser, parse_output  # noqa: E402
+from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT  # noqa: E402
 
 DELTA_CHARS = 4
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -45,30 +45,31 @@ ARGS = {"city": "Zürich", "days": 3, "opts": {"unit": "c", "hours": list(range(
         "note": "Regen möglich, 雨の可能性 — " * 6}
 
 
+def _reasoning_format(fmt: str) -> str:
+    return TOOL_FORMATS[fmt].reasoning or DEFAULT_REASONING_FORMAT
+
+
 def build_output(fmt: str, size: int) -> str:
     """Content blocks and calls, ``size`` characters."""
-    call = render(fmt, "get_weather", ARGS)
-    if fmt == "gpt_oss":  # harmony: each call is a message, content goes in the final channel
+    spelling = TOOL_FORMATS[fmt].calls
+    call = spelling.render([("get_weather", ARGS)])
+    if TOOL_FORMATS[fmt].whole_parser is not None:  # harmony: each call is a message, content in final
         call = "<|start|>assistant" + call + "<|call|>"
         filler = mixed_text(600)[:600].replace("<", "(")
         block = f"<|start|>assistant<|channel|>final<|message|>{filler}<|end|>{call}"
         text = "<|channel|>analysis<|message|>plan<|end|>"
-    elif fmt == "llama3_json":  # these calls open the answer, several separated by "; "
-        block, text = call + "; ", ""
-    elif fmt == "pythonic":  # one list of calls opens the answer
-        inner = call[1:-1]
-        text = "[" + inner
-        while len(text) < size:
-            text += ", " + inner
-        return text + "]"
+    elif TOOL_FORMATS[fmt].start_chars:  # calls that open the answer (Llama 3 JSON, pythonic): one run
+        one = spelling.render_call("get_weather", ARGS)
+        inner = one
+        while len(spelling.begin + inner + spelling.end) < size:
+            inner += spelling.sep + one
+        return spelling.begin + inner + spelling.end
     else:
         filler = mixed_text(600)[:600].replace("<", "(").replace("[", "(").replace("{", "(")
         block = filler + call
         text = "<think>plan</think>"
     while len(text) < size:
         text += block
-    if fmt == "llama3_json":
-        text = text.rstrip("; ")
     return text
 
 
@@ -78,7 +79,7 @@ def _deltas(text: str) -> list[str]:
 
 def _parser(fmt: str) -> OutputParser:
     return OutputParser(reasoning=True, tools=True, tool_format=fmt, tool_schemas=TOOLS,
-                        reasoning_format="gpt_oss" if fmt == "gpt_oss" else "think")
+                        reasoning_format=_reasoning_format(fmt))
 
 
 def time_stream(fmt: str, deltas: list[str]) -> tuple[float, int]:
@@ -100,7 +101,7 @@ def time_one_shot(fmt: str, text: str) -> float:
 
 def time_reparse(fmt: str, deltas: list[str]) -> float:
     opts = {"reasoning": True, "tools": True, "tool_format": fmt, "tool_schemas": TOOLS,
-            "reasoning_format": "gpt_oss" if fmt == "gpt_oss" else "think", "stream_calls": True}
+            "reasoning_format": _reasoning_format(fmt), "stream_calls": True}
     t0 = time.process_time()
     so_far = ""
     sent = ""
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             reparse = time_reparse(fmt, deltas) if i < 2 and len(deltas) <= 8000 else None
             n_calls = len(parse_output(text, tools=True, tool_format=fmt, tool_schemas=TOOLS,
                                        reasoning=True,
-                                       reasoning_format="gpt_oss" if fmt == "gpt_oss" else "think")["tool_calls"])
+                                       reasoning_format=_reasoning_format(fmt))["tool_calls"])
             n = len(deltas)
             row = {"format": fmt, "chars": len(text), "deltas": n, "calls": n_calls,
                    "stream_us_per_token": stream / n * 1e6, "one_shot_us_per_token": one / n * 1e6,

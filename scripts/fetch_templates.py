@@ -8,7 +8,8 @@ Command R, Granite 3.3, Kimi K2, gpt-oss, functionary, firefunction). We fetch i
 ``pip download --no-deps --no-binary :all:`` (pinned version), extract only those ``*.jinja``
 files, and write a ``manifest.json`` naming the package, version and files. A later version of
 the same package (``EXTRA_VERSION``) adds the families the first one lacks (Qwen3-Coder, DeepSeek
-V3.1, GLM-4.6 / 4.7, Kimi K2 Instruct / Thinking, Granite 4, Ministral 3 Reasoning); only files
+V3.1 / V3.2 / V4, GLM-4.6 / 4.7, Kimi K2 Instruct / Thinking, Granite 4, Ministral 3 Reasoning,
+MiniMax M2, Gemma 4, Seed-OSS, Nemotron, Step 3.5, LFM2.5, Hunyuan 3, Kimi K3); only files
 not already taken from the first are kept, so the bytes of the first set never change.
 
 Usage: ``python scripts/fetch_templates.py [--force]`` (no arguments needed). Idempotent: when the
@@ -60,6 +61,17 @@ REQUIRED_EXTRA = (
     "ibm-granite-granite-4.0.jinja",
     "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
     "Qwen3.5-4B.jinja",
+    "deepseek-ai-DeepSeek-V3.2.jinja",
+    "deepseek-ai-DeepSeek-V4.jinja",
+    "MiniMax-M2.jinja",
+    "google-gemma-4-31B-it.jinja",
+    "ByteDance-Seed-OSS.jinja",
+    "NVIDIA-Nemotron-Nano-v2.jinja",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+    "StepFun3.5-Flash.jinja",
+    "LFM2.5-8B-A1B.jinja",
+    "tencent-Hy3.jinja",
+    "Kimi-K3.jinja",
 )
 
 

@@ -46,6 +46,19 @@ REAL_TEMPLATES = {
 FORMAT_ONLY_TEMPLATES = {
     "kimi-k2-instruct": "Kimi-K2-Instruct.jinja",
     "kimi-k2-thinking": "Kimi-K2-Thinking.jinja",
+    # the tool-call formats' round trips (tests/unit/test_parsing_detect.py)
+    "deepseek-v3.2": "deepseek-ai-DeepSeek-V3.2.jinja",
+    "deepseek-v4": "deepseek-ai-DeepSeek-V4.jinja",
+    "minimax-m2": "MiniMax-M2.jinja",
+    "gemma4": "google-gemma-4-31B-it.jinja",
+    "seed-oss": "ByteDance-Seed-OSS.jinja",
+    "nemotron-nano-v2": "NVIDIA-Nemotron-Nano-v2.jinja",
+    "nemotron3-nano": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+    "step3.5-flash": "StepFun3.5-Flash.jinja",
+    "lfm2.5": "LFM2.5-8B-A1B.jinja",
+    "hy3": "tencent-Hy3.jinja",
+    "kimi-k3": "Kimi-K3.jinja",
+    "firefunction-v2": "fireworks-ai-llama-3-firefunction-v2.jinja",
 }
 
 

@@ -14,7 +14,8 @@ from tests.helpers.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
 from textproc.core.constraints.schema import tool_call_pattern
 from textproc.errors import InvalidInput
-from textproc.core.parsing import parse_output
+from textproc.core.parsing import TOOL_FORMATS, parse_output
+from textproc.core.parsing.declaration import PythonArgs, RawArgs
 from textproc.core.parsing.detect import FormatChoice, detect_formats, resolve_formats
 
 # template short name -> (tool format, reasoning format)
@@ -41,6 +42,19 @@ EXPECTED = {
     "gpt-oss": ("gpt_oss", "gpt_oss"),
     "granite3.3": ("granite", "think"),
     "granite4": ("hermes", None),
+    "deepseek-v3.2": ("deepseek_v32", "think"),
+    "deepseek-v4": ("deepseek_v4", "think"),
+    "minimax-m2": ("minimax_m2", "think"),
+    "gemma4": ("gemma4", "gemma4"),
+    "seed-oss": ("seed_oss", "seed"),
+    "nemotron-nano-v2": ("nemotron_json", "think"),
+    "nemotron3-nano": ("qwen3_coder", "think"),
+    "step3.5-flash": ("step3p5", "think"),
+    "lfm2.5": ("lfm2", "think"),
+    "command-r7b": ("cohere", "cohere"),
+    "hy3": ("hunyuan", "hunyuan"),
+    "kimi-k3": ("kimi_k3", "kimi_k3"),
+    "firefunction-v2": ("phi4_mini", None),
     "gemma2": (None, None),
     "phi3.5": (None, None),
 }
@@ -72,6 +86,18 @@ def test_every_fetched_template_gets_a_choice_and_a_reason() -> None:
 
 def test_added_tokens_count_and_overrides() -> None:
     assert detect_formats(None, ["<|tool_calls_section_begin|>"]).tool_format == "kimi_k2"
+    # the special tokens of the newer families name them without a template
+    for tokens, tool, reasoning in [
+        (["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"], "gemma4", "gemma4"),
+        (["<minimax:tool_call>", "</minimax:tool_call>", "<think>", "</think>"], "minimax_m2", "think"),
+        (["<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"], "seed_oss", "seed"),
+        (["<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>", "<|END_THINKING|>"], "cohere", "cohere"),
+        (["<tool_sep:opensource>", "<think:opensource>"], "hunyuan", "hunyuan"),
+        (["<|tool_call_start|>", "<|tool_call_end|>"], "lfm2", None),
+        (["<TOOLCALL>", "</TOOLCALL>"], "nemotron_json", None),
+    ]:
+        choice = detect_formats(None, tokens)
+        assert (choice.tool_format, choice.reasoning_format) == (tool, reasoning), choice.reason
     assert detect_formats("{{ x }}").tool_format is None
     got = resolve_formats(detect_formats("<tool_call>"), tool_format="pythonic", reasoning_format="none")
     assert (got.tool_format, got.reasoning_format) == ("pythonic", None)
@@ -88,6 +114,8 @@ def _assistant_turn(template: str, calls: list[dict[str, Any]], **variables: Any
     n = 0
     while n < min(len(prefix), len(full)) and prefix[n] == full[n]:
         n += 1
+    while n and full[n - 1] in "<|":  # (a shared start of two different special tokens)
+        n -= 1
     return full[n:]
 
 
@@ -100,7 +128,9 @@ def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
 
 ROUND_TRIP = ["qwen3", "qwen3-coder", "qwen3.5", "hermes3", "llama3.1", "llama3.3", "mistral-nemo",
               "mistral-small-3.2", "devstral", "deepseek-v3.1", "kimi-k2",
-              "glm-4.6", "glm-4.7", "gpt-oss", "granite4"]
+              "glm-4.6", "glm-4.7", "gpt-oss", "granite4", "deepseek-v3.2", "deepseek-v4", "minimax-m2",
+              "gemma4", "seed-oss", "nemotron-nano-v2", "nemotron3-nano", "step3.5-flash", "lfm2.5",
+              "command-r7b", "hy3", "kimi-k3"]
 
 
 @pytest.mark.parametrize("name", ROUND_TRIP)
@@ -119,7 +149,18 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
     parsed = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got["tool_calls"]]
     assert parsed == [(c["function"]["name"], c["function"]["arguments"]) for c in calls], turn
     # the forced-call pattern of the format accepts the template's own rendering of the calls
-    pattern = tool_call_pattern(TOOLS, tool_format=choice.tool_format)
+    # (of their JSON-spelled values: a template writing Python literals is read, not forced)
+    layout = TOOL_FORMATS[choice.tool_format].calls.args_layout
+    tools = TOOLS
+    if isinstance(layout, PythonArgs):  # (forced Python calls take scalar arguments only)
+        tools = [{**t, "function": {**t["function"], "parameters": {"type": "object", "properties": {
+            k: v for k, v in t["function"]["parameters"]["properties"].items() if k != "opts"}}}} for t in TOOLS]
+    if isinstance(layout, PythonArgs) or (isinstance(layout, RawArgs) and layout.python_values):
+        calls = [{**c, "function": {**c["function"], "arguments": {
+            k: v for k, v in c["function"]["arguments"].items() if isinstance(v, (str, int))}}} for c in calls]
+        turn = _assistant_turn(template, calls, bos_token="<s>", eos_token="</s>")
+        got = parse_output(turn, tools=True, tool_format=choice.tool_format, tool_schemas=TOOLS)
+    pattern = tool_call_pattern(tools, tool_format=choice.tool_format)
     match = re.search(pattern, turn)
     assert match is not None, turn
     assert _calls(parse_output(match.group(), tools=True, tool_format=choice.tool_format)) == _calls(got)

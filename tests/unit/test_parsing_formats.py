@@ -24,6 +24,7 @@ ARGS = {"city": 'Zürich "x" </tool_call>', "days": 3}
 DS_B, DS_E = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DC_B, DC_E, DSEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 K_B, K_E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+DSML_B, DSML_E = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
 
 
 def _j(obj: Any) -> str:
@@ -91,6 +92,84 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
          "", [("get_weather", ARGS), ("ping", {})]),
         ('<tool_call>[{"name": "ping", "arguments": {}}]', "", [("ping", {})]),
     ],
+    "deepseek_v32": [
+        ("Checking." + render("deepseek_v32", "get_weather", {**ARGS, "opts": {"k": [1]}, "flag": False})[:-len(DSML_E)]
+         + render("deepseek_v32", "ping", {})[len(DSML_B) + 1:], "Checking.",
+         [("get_weather", {**ARGS, "opts": {"k": [1]}, "flag": False}), ("ping", {})]),
+    ],
+    "deepseek_v4": [
+        ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="ping">\n\n</｜DSML｜invoke>\n', "", [("ping", {})]),  # end missing
+        (render("deepseek_v4", "get_weather", ARGS), "", [("get_weather", ARGS)]),
+    ],
+    "minimax_m2": [
+        ("Sure.\n" + render("minimax_m2", "get_weather", {**ARGS, "opts": {"a": None}}), "Sure.\n",
+         [("get_weather", {**ARGS, "opts": {"a": None}})]),
+        ('<minimax:tool_call>\n<invoke name="ping">\n</invoke>\n<invoke name="get_weather">'
+         '<parameter name="days">2</parameter></invoke>\n</minimax:tool_call>', "", [("ping", {}), ("get_weather", {"days": 2})]),
+    ],
+    "gemma4": [
+        ("On it." + render("gemma4", "get_weather", {**ARGS, "opts": {"k": [1, True, None, "s"]}, "flag": True})
+         + render("gemma4", "ping", {}), "On it.",
+         [("get_weather", {**ARGS, "opts": {"k": [1, True, None, "s"]}, "flag": True}), ("ping", {})]),
+        ('<|tool_call>call:get_weather{<|"|>days<|"|>:4, city:<|"|>a,b}<|"|>}', "", [("get_weather", {"days": 4, "city": "a,b}"})]),
+    ],
+    "seed_oss": [
+        ("Let me see.\n" + render("seed_oss", "get_weather", ARGS) + "\n" + render("seed_oss", "ping", {}), "Let me see.\n\n",
+         [("get_weather", ARGS), ("ping", {})]),
+        ("<seed:tool_call>\n<function=get_weather>\n<parameter=opts>{'a': True}</parameter>\n"
+         "<parameter=flag>False</parameter>\n</function>\n</seed:tool_call>", "",
+         [("get_weather", {"opts": {"a": True}, "flag": False})]),
+    ],
+    "step3p5": [
+        ("Let me check." + render("step3p5", "get_weather", ARGS) + render("step3p5", "ping", {}), "Let me check.",
+         [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "lfm2": [
+        ("Checking.<|tool_call_start|>[get_weather(city='Zürich \"x\" </tool_call>', days=3, opts={\"a\": true, \"b\": null}), "
+         "ping()]<|tool_call_end|>", "Checking.", [("get_weather", {**ARGS, "opts": {"a": True, "b": None}}), ("ping", {})]),
+        (render("lfm2", "ping", {}), "", [("ping", {})]),
+    ],
+    "nemotron_json": [
+        ("<TOOLCALL>" + f'[{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]'
+         + "</TOOLCALL>", "", [("get_weather", ARGS), ("ping", {})]),
+        ('Sure <TOOLCALL>[{"name": "ping", "arguments": {}}]', "Sure ", [("ping", {})]),  # close missing at the end
+    ],
+    "cohere": [
+        ("I will look.<|START_ACTION|>[\n    " + f'{{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {_j(ARGS)}}}'
+         + ',\n    {"tool_call_id": "1", "tool_name": "ping", "parameters": {}}\n]<|END_ACTION|>', "I will look.",
+         [("get_weather", ARGS), ("ping", {})]),
+    ],
+    "hunyuan": [
+        ("Ok." + render("hunyuan", "get_weather", {**ARGS, "opts": {"k": [1]}})[:-len("</tool_calls:opensource>")]
+         + render("hunyuan", "ping", {})[len("<tool_calls:opensource>\n"):], "Ok.",
+         [("get_weather", {**ARGS, "opts": {"k": [1]}}), ("ping", {})]),
+    ],
+    "kimi_k3": [
+        ("<|open|>think<|sep|>Need weather.<|close|>think<|sep|><|open|>response<|sep|>Let me look.<|close|>response<|sep|>"
+         + render("kimi_k3", "get_weather", {**ARGS, "opts": {"k": [1]}, "flag": True})[:-len("<|close|>tools<|sep|>")]
+         + render("kimi_k3", "ping", {})[len("<|open|>tools<|sep|>"):] + "<|close|>message<|sep|><|end_of_msg|>",
+         "Let me look.", [("get_weather", {**ARGS, "opts": {"k": [1]}, "flag": True}), ("ping", {})]),
+        ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>json type="object"<|sep|>'
+         f'{_j(ARGS)}<|close|>json<|sep|><|close|>call<|sep|>', "", [("get_weather", ARGS)]),
+    ],
+    "step3": [
+        ("Checking." + render("step3", "get_weather", {**ARGS, "opts": {"k": [1]}})[:-len("<｜tool_calls_end｜>")]
+         + render("step3", "ping", {})[len("<｜tool_calls_begin｜>"):], "Checking.",
+         [("get_weather", {**ARGS, "opts": {"k": [1]}}), ("ping", {})]),
+        ('<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="ping">\n</steptml:invoke>'
+         "<｜tool_call_end｜>", "", [("ping", {})]),  # section end missing at the end
+    ],
+    "olmo3": [
+        ("Sure.\n<function_calls>get_weather(city='Zürich \"x\" </tool_call>', days=3)\nping()</function_calls>",
+         "Sure.\n", [("get_weather", ARGS), ("ping", {})]),
+        ('<function_calls>get_weather(opts={"a": true, "b": null}, flag=false)', "",
+         [("get_weather", {"opts": {"a": True, "b": None}, "flag": False})]),  # close missing at the end
+    ],
+    "phi4_mini": [
+        (f'functools[{{"name": "get_weather", "arguments": {_j(ARGS)}}}, {{"name": "ping", "arguments": {{}}}}]', "",
+         [("get_weather", ARGS), ("ping", {})]),
+        ("import functools; functools.reduce", "import functools; functools.reduce", []),
+    ],
     "gpt_oss": [
         ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
          f"to=functions.get_weather <|constrain|>json<|message|>{_j(ARGS)}<|call|>", "", [("get_weather", ARGS)]),
@@ -99,7 +178,7 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
     ],
 }
 
-REASONING = {"gpt_oss": "Need weather."}
+REASONING = {"gpt_oss": "Need weather.", "kimi_k3": "Need weather."}
 
 
 def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -125,7 +204,8 @@ def test_every_format_has_cases() -> None:
 @pytest.mark.parametrize("fmt,index", [(f, i) for f, cases in CASES.items() for i in range(len(cases))])
 def test_format_examples(fmt: str, index: int) -> None:
     text, content, calls = CASES[fmt][index]
-    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS}
+    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS,
+                            "reasoning_format": TOOL_FORMATS[fmt].reasoning or "think"}
     got = parse_output(text, **opts)
     assert got["content"] == content, text
     assert _calls(got) == calls, text

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from textproc.config import ServiceConfig
 from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.vocab import END_TOKEN_NAMES
+from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS
 from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.sharding import shard_of
 from textproc.core.tokenizer import PromptTokenizer
@@ -113,8 +114,6 @@ class RequestBuilder:
         ids += [added[name] for name in END_TOKEN_NAMES if name in added]
         self.default_stop_ids: list[int] = sorted(set(ids))
         # compiled constraints: the end ids a constraint allows are the ids the engine stops on
-        from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
-
         # the special tokens the model's tool-call / reasoning format is spelled in: a forced
         # call writes them (the detokenizer keeps them for the parser the same way)
         markers: set[str] = set()
@@ -150,21 +149,18 @@ class RequestBuilder:
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
         formats = self.formats
         reasoning = formats.reasoning_format is not None
-        starts_in_reasoning = False
-        if reasoning:
-            from textproc.core.chat.template import prompt_starts_in_reasoning
-
-            starts_in_reasoning = prompt_starts_in_reasoning(prompt)
+        rfmt = REASONING_FORMATS[formats.reasoning_format or DEFAULT_REASONING_FORMAT]
+        starts_in_reasoning = reasoning and rfmt.prompt_leaves_open(prompt)
+        # A prompt that leaves the model inside reasoning must close it first, or a forced
+        # output would be parsed as reasoning: the reasoning format says how it is closed.
+        close = (rfmt.close_text or "") if starts_in_reasoning else ""
         constraint = None
         if tool_choice == "required" or forced_name is not None:
             from textproc.core.constraints.schema import tool_call_pattern
 
-            # A prompt that leaves the model inside <think> must close it first, or the
-            # forced call would be parsed as reasoning. The call is written in the model's
-            # own tool format (hermes when none was chosen).
-            prefix = "</think>\n\n" if starts_in_reasoning else ""
-            constraint = tool_call_pattern(tools, forced_name, prefix=prefix,
-                                           tool_format=formats.tool_format or "hermes",
+            # The call is written in the model's own tool format (the default when none was chosen).
+            constraint = tool_call_pattern(tools, forced_name, prefix=close,
+                                           tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
                                            parallel=req.parallel_tool_calls)
             if req.structured is not None:
                 raise InvalidInput(
@@ -173,7 +169,7 @@ class RequestBuilder:
         elif req.structured is not None:
             constraint = _structured(req.structured)
             if starts_in_reasoning:
-                constraint = lit("</think>\n\n") + f"(?:{constraint})"
+                constraint = lit(close) + f"(?:{constraint})"
             # the whole output is the structured text (after the forced </think>): a <think>
             # inside a JSON string must stay content
             reasoning = starts_in_reasoning
@@ -186,8 +182,8 @@ class RequestBuilder:
                              constraint_param="response_format" if req.structured else "tools",
                              template_s=template_s, tokenize_s=tokenize_s, logprobs=req.logprobs)
         submit = built.submit
-        submit.tool_format = formats.tool_format or "hermes"
-        submit.reasoning_format = formats.reasoning_format or "think"
+        submit.tool_format = formats.tool_format or DEFAULT_TOOL_FORMAT
+        submit.reasoning_format = formats.reasoning_format or DEFAULT_REASONING_FORMAT
         if parse_tools:
             submit.tool_schemas = tools
             submit.stream_calls = req.stream_calls

@@ -1,18 +1,23 @@
-"""Forced tool calls for every tool-call format: the regex of the family's own rendering.
+"""Forced tool calls for every tool-call format: the regex of the family's own spelling.
 
-Owns, per format of :mod:`textproc.core.parsing.formats`, the literal text around a call and
-how its arguments are spelled, so ``tool_choice`` required / named works for every family
-through the regex -> token automaton compiler. Each pattern accepts the call as the family's
-chat template renders it (checked against the real templates in the tests) and the format's
-parser reads back what the pattern accepts to the same name and arguments (round-trip tested).
+Compiles a format's declared call spelling (:class:`~textproc.core.parsing.declaration.CallSpelling`:
+literal markers, the name, slots, the arguments' layout) into a regex, so ``tool_choice``
+required / named works for every family through the regex -> token automaton compiler. Each
+pattern accepts the call as the family's chat template renders it (checked against the real
+templates in the tests) and the format's parser reads back what the pattern accepts to the same
+name and arguments (round-trip tested).
 
-Arguments are JSON (``json_schema_to_regex``), except:
+Arguments by layout:
 
-* ``qwen3_coder``, ``glm45``, ``glm47`` write raw values: a ``string`` property is any text
-  without ``<`` (so it cannot end its tag early), other types their JSON; properties in schema
-  order, required ones present;
-* ``pythonic`` writes Python literals: strings in single quotes without backslashes or control
+* ``JsonArgs``: JSON (``json_schema_to_regex``);
+* ``RawArgs`` (qwen3_coder, glm, DSML, MiniMax, Seed-OSS, ...): a ``string`` property is any
+  text without ``<`` (so it cannot end its tag early), other types their JSON; properties in
+  schema order, required ones present;
+* ``PythonArgs`` (pythonic): strings in single quotes without backslashes or control
   characters, integers and numbers as JSON writes them, ``True`` / ``False``, ``None``; other
+  property types are refused (InvalidInput);
+* ``DelimitedArgs`` (Gemma 4): strings raw between the format's delimiters (no ``<``),
+  integers and numbers as JSON writes them, ``true`` / ``false``, in sorted key order; other
   property types are refused (InvalidInput).
 
 Special-token markup (``[TOOL_CALLS]``, ``<｜tool▁sep｜>``, ...) is matched as text: a
@@ -25,31 +30,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
+from textproc.core.parsing.declaration import (
+    CallSpelling, DelimitedArgs, JsonArgs, Lit, Name, PythonArgs, RawArgs, Slot, ToolFormat,
+)
+from textproc.core.parsing.formats import TOOL_FORMATS
+from textproc.core.parsing.raw_values import string_only
 from textproc.errors import InvalidInput, short
 
-__all__ = ["FORCED_FORMATS", "forced_calls_pattern"]
+__all__ = ["FORCED_FORMATS", "forced_calls_pattern", "spelling_pattern"]
 
 _RAW_TEXT = "[^<]*"
 _PY_STRING = "'[^'\\\\\\x00-\\x1f]*'"
-_INDEX = "(?:0|[1-9][0-9]*)"
 
-# (format, schema compiler) -> one call's regex
-_CallRegex = Callable[[str, Mapping[str, Any] | bool, Callable[[Any], str]], str]
-
-
-@dataclass(frozen=True)
-class _Shape:
-    begin: str  # literal text before the calls
-    call: _CallRegex
-    sep: str  # literal text between calls
-    end: str  # literal text after the calls
-    parallel: bool = True  # several calls in one output
+ToRegex = Callable[[Any], str]
 
 
 def _properties(params: Mapping[str, Any] | bool) -> list[tuple[str, Any, bool]]:
@@ -59,12 +57,6 @@ def _properties(params: Mapping[str, Any] | bool) -> list[tuple[str, Any, bool]]
     props = params.get("properties") or {}
     required = set(params.get("required") or ())
     return [(k, v, k in required) for k, v in props.items()] if isinstance(props, Mapping) else []
-
-
-def _is_string(schema: Any) -> bool:
-    from textproc.core.parsing.raw_values import string_only
-
-    return string_only(schema)
 
 
 def _raw_string(schema: Any, key: str) -> str:
@@ -87,75 +79,46 @@ def _raw_string(schema: Any, key: str) -> str:
     return "[^<]" + _repeat(int(lo), None if hi is None else int(hi))
 
 
-def _raw_params(open_key: str, mid: str, close: str, to_regex: Callable[[Any], str],
-                params: Mapping[str, Any] | bool, *, strip_newlines: bool) -> str:
+_JSON_TYPE_NAMES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean",
+                    "null": "null", "object": "object", "array": "array"}
+
+
+def _type_names(schema: Any, is_string: bool) -> str:
+    # the regex of the JSON type name(s) a value of schema is tagged with
+    if is_string:
+        return "string"
+    t = schema.get("type") if isinstance(schema, Mapping) else None
+    listed = [t] if isinstance(t, str) else t if isinstance(t, list) else []
+    # (a JSON value tagged "string" would be read back as raw text, quotes and all)
+    names = sorted({_JSON_TYPE_NAMES[x] for x in listed if x in _JSON_TYPE_NAMES} - {"string"})
+    if not names:
+        names = sorted(set(_JSON_TYPE_NAMES.values()) - {"string"})
+    return _group(names)
+
+
+def _raw_params(layout: RawArgs, to_regex: ToRegex, params: Mapping[str, Any] | bool) -> str:
     parts = []
     for key, schema, required in _properties(params):
-        value = _raw_string(schema, key) if _is_string(schema) else to_regex(schema)
-        nl = "\n" if strip_newlines else ""
-        one = _lit(open_key + key + mid + nl) + value + _lit(nl + close)
+        is_string = string_only(schema)
+        value = _raw_string(schema, key) if is_string else to_regex(schema)
+        head, has_type, tail = layout.key_close_for(is_string).partition("{type}")
+        type_name = _type_names(schema, is_string) if has_type else ""
+        one = _lit(layout.key_open + key + head) + type_name + _lit(tail) + value + _lit(layout.value_close)
         parts.append(one if required else f"(?:{one})?")
+    if layout.empty and not any(required for _, _, required in _properties(params)):
+        return f"(?:{''.join(parts)}|{_lit(layout.empty)})"
     return "".join(parts)
 
 
-def _json_member_call(args_key: str, prefix: str, suffix: str) -> _CallRegex:
-    def call(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-        head = f'{prefix}{{"name": {json.dumps(name, ensure_ascii=False)}, "{args_key}": '
-        return _lit(head) + to_regex(params) + _lit("}" + suffix)
-
-    return call
-
-
-def _wrapped_args(before: Callable[[str], str], after: str, *, index: bool = False) -> _CallRegex:
-    def call(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-        head = _lit(before(name))
-        if index:
-            head += _INDEX + _lit("<|tool_call_argument_begin|>")
-        return head + to_regex(params) + _lit(after)
-
-    return call
-
-
-_MISTRAL_ID = "[A-Za-z0-9]{9}"
-
-
-def _mistral_v11(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-    # ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` as Mistral Small 3.2 renders it (the id optional)
-    return (_lit(f"[TOOL_CALLS]{name}") + f"(?:{_lit('[CALL_ID]')}{_MISTRAL_ID})?" + _lit("[ARGS]")
-            + to_regex(params))
-
-
-def _mistral_object(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-    # one object of the list form of earlier models (``"id"`` optional, as Nemo renders it)
-    head = _lit(f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": ')
-    return head + to_regex(params) + f'(?:{_lit(", ")}"id": "{_MISTRAL_ID}")?' + _lit("}")
-
-
-def _qwen3_coder(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-    body = _raw_params("<parameter=", ">", "</parameter>\n", to_regex, params, strip_newlines=True)
-    return _lit(f"<tool_call>\n<function={name}>\n") + body + _lit("</function>\n</tool_call>")
-
-
-def _glm(nl: str) -> _CallRegex:
-    def call(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-        body = _raw_params("<arg_key>", "</arg_key>" + nl + "<arg_value>", "</arg_value>" + nl,
-                           to_regex, params, strip_newlines=False)
-        return _lit(f"<tool_call>{name}{nl}") + body + _lit("</tool_call>")
-
-    return call
-
-
-def _py_value(schema: Any, where: str) -> str:
+def _py_value(schema: Any, where: str, to_regex: ToRegex) -> str:
     if isinstance(schema, Mapping) and isinstance(schema.get("enum"), list) and all(
             isinstance(v, str) and "'" not in v and "\\" not in v for v in schema["enum"]):
         return _group([_lit(repr(v)) for v in schema["enum"]])
     t = schema.get("type") if isinstance(schema, Mapping) else None
-    from textproc.core.constraints.schema import json_schema_to_regex
-
     if t == "string" and not (set(schema) - {"type", "description", "title"}):
         return _PY_STRING
     if t in ("integer", "number"):
-        return json_schema_to_regex(schema)
+        return to_regex(schema)
     if t == "boolean":
         return "(?:True|False)"
     if t == "null":
@@ -166,80 +129,144 @@ def _py_value(schema: Any, where: str) -> str:
     )
 
 
-def _pythonic(name: str, params: Mapping[str, Any] | bool, to_regex: Callable[[Any], str]) -> str:
-    items = [(_lit(key + "=") + _py_value(schema, f"parameter {key!r} of {name!r}"), required)
-             for key, schema, required in _properties(params)]
-    # the first present argument has no ", " before it: one alternative per possible first
+def _keyword_params(items: list[tuple[str, bool]], sep: str) -> str:
+    # "key=value" items joined by sep, each (regex, required): the first present item has no
+    # sep before it, so one alternative per possible first item
     options = []
     for first in range(len(items)):
         if any(req for _, req in items[:first]):
             break
-        rest = "".join(_lit(", ") + r if req else f"(?:{_lit(', ')}{r})?" for r, req in items[first + 1:])
+        rest = "".join(_lit(sep) + r if req else f"(?:{_lit(sep)}{r})?" for r, req in items[first + 1:])
         options.append(items[first][0] + rest)
     if not options:
-        args = ""
-    elif all(not req for _, req in items):
-        args = "(?:" + "|".join(options) + ")?"
+        return ""
+    if all(not req for _, req in items):
+        return "(?:" + "|".join(options) + ")?"
+    return _group(options)
+
+
+def _python_params(name: str, params: Mapping[str, Any] | bool, to_regex: ToRegex) -> str:
+    items = [(_lit(key + "=") + _py_value(schema, f"parameter {key!r} of {name!r}", to_regex), required)
+             for key, schema, required in _properties(params)]
+    return _keyword_params(items, ", ")
+
+
+_BARE_KEY = "[A-Za-z_][A-Za-z0-9_]*"
+_ANY_DEPTH = 2  # nesting of values allowed where the schema says any
+
+
+def _delimited_any(layout: DelimitedArgs, to_regex: ToRegex, depth: int) -> str:
+    # any value of the dialect, nested at most depth levels
+    scalars = [_lit(layout.string_open) + _RAW_TEXT + _lit(layout.string_close),
+               to_regex({"type": "number"}), "(?:true|false)"]
+    if depth > 0:
+        inner = _delimited_any(layout, to_regex, depth - 1)
+        sep = _lit(layout.item_sep)
+        scalars.append(f"\\[(?:{inner}(?:{sep}{inner})*)?\\]")
+        item = _BARE_KEY + _lit(layout.key_sep) + inner
+        scalars.append(f"\\{{(?:{item}(?:{sep}{item})*)?\\}}")
+    return _group(scalars)
+
+
+def _delimited_value(layout: DelimitedArgs, schema: Any, where: str, to_regex: ToRegex) -> str:
+    if schema is True or schema == {}:
+        return _delimited_any(layout, to_regex, _ANY_DEPTH)
+    if isinstance(schema, Mapping) and string_only(schema):
+        return _lit(layout.string_open) + _raw_string(schema, where) + _lit(layout.string_close)
+    t = schema.get("type") if isinstance(schema, Mapping) else None
+    extra = set(schema) - {"type", "description", "title", "properties", "required", "items",
+                           "additionalProperties"} if isinstance(schema, Mapping) else set()
+    if t in ("integer", "number"):
+        return to_regex(schema)
+    if t == "boolean":
+        return "(?:true|false)"
+    if t == "object" and not extra and not schema.get("properties"):
+        return _delimited_object_any(layout, to_regex)
+    if t == "object" and not extra:
+        return "\\{" + _delimited_params(layout, where, schema, to_regex) + "\\}"
+    if t == "array" and not extra:
+        items = schema.get("items")
+        inner = (_delimited_value(layout, items, f"items of {where}", to_regex) if items is not None
+                 else _delimited_any(layout, to_regex, _ANY_DEPTH - 1))
+        sep = _lit(layout.item_sep)
+        return f"\\[(?:{inner}(?:{sep}{inner})*)?\\]"
+    raise InvalidInput(
+        f"forced calls in this format support strings, numbers, booleans, and objects and arrays "
+        f"without further constraints; {where} is {short(schema)}")
+
+
+def _delimited_object_any(layout: DelimitedArgs, to_regex: ToRegex) -> str:
+    inner = _delimited_any(layout, to_regex, _ANY_DEPTH - 1)
+    item = _BARE_KEY + _lit(layout.key_sep) + inner
+    sep = _lit(layout.item_sep)
+    return f"\\{{(?:{item}(?:{sep}{item})*)?\\}}"
+
+
+def _delimited_params(layout: DelimitedArgs, name: str, params: Mapping[str, Any] | bool,
+                      to_regex: ToRegex) -> str:
+    props = _properties(params)
+    if layout.sort_keys:
+        props.sort(key=lambda p: p[0])
+    items = [(_lit(key + layout.key_sep)
+              + _delimited_value(layout, schema, f"parameter {key!r} of {name!r}", to_regex), required)
+             for key, schema, required in props]
+    return _keyword_params(items, layout.item_sep)
+
+
+def _call_pattern(spelling: CallSpelling, name: str, params: Mapping[str, Any] | bool, to_regex: ToRegex) -> str:
+    out = []
+    for part in spelling.call:
+        if isinstance(part, Lit):
+            out.append(_lit(part.text))
+        elif isinstance(part, Name):
+            out.append(_lit(json.dumps(name, ensure_ascii=False) if part.quoted else name))
+        elif isinstance(part, Slot):
+            out.append(part.pattern)
+        elif isinstance(part, JsonArgs):
+            out.append(to_regex(params))
+        elif isinstance(part, RawArgs):
+            out.append(_raw_params(part, to_regex, params))
+        elif isinstance(part, DelimitedArgs):
+            out.append(_delimited_params(part, name, params, to_regex))
+        else:
+            assert isinstance(part, PythonArgs)
+            out.append(_python_params(name, params, to_regex))
+    return "".join(out)
+
+
+def spelling_pattern(spelling: CallSpelling, by_name: Mapping[str, Mapping[str, Any] | bool], name: str | None,
+                     *, parallel: bool, to_regex: ToRegex) -> str:
+    """The regex of calls spelled ``spelling`` (and its alternatives): one call of ``name`` (or
+    of any tool), or with ``parallel`` one or more calls."""
+    forms = []
+    for form in (spelling, *spelling.alternatives):
+        calls = []
+        for tool_name, params in by_name.items():
+            if name is not None and tool_name != name:
+                continue
+            try:
+                calls.append(_call_pattern(form, tool_name, params, to_regex))
+            except InvalidInput as e:
+                raise InvalidInput(f"tool {tool_name!r} parameters: {e}") from e
+        one = _group(calls)
+        many = name is None and parallel and form.parallel
+        body = f"{one}(?:{_lit(form.sep)}{one})*" if many else one
+        forms.append(_lit(form.begin) + body + _lit(form.end))
+    return forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
+
+
+FORCED_FORMATS = frozenset(TOOL_FORMATS)
+
+
+def forced_calls_pattern(tool_format: str | ToolFormat, by_name: Mapping[str, Mapping[str, Any] | bool],
+                         name: str | None, *, parallel: bool, to_regex: ToRegex) -> str:
+    """The regex of a forced output in ``tool_format`` (a registered name or a declaration):
+    one call of ``name`` (or of any tool), or with ``parallel`` one or more calls, as the
+    family's template writes them."""
+    if isinstance(tool_format, str):
+        fmt = TOOL_FORMATS.get(tool_format)
+        if fmt is None:
+            raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
     else:
-        args = _group(options)
-    return _lit(name + "(") + args + _lit(")")
-
-
-_SHAPES: dict[str, _Shape] = {
-    "hermes": _Shape("", _json_member_call("arguments", "<tool_call>\n", "\n</tool_call>"), "\n", ""),
-    "llama3_json": _Shape("", _json_member_call("parameters", "", ""), "; ", ""),
-    "granite": _Shape("<|tool_call|>[", _json_member_call("arguments", "", ""), ", ", "]"),
-    "mistral": _Shape("", _mistral_v11, "", ""),  # or the list form, see forced_calls_pattern
-    "deepseek_v3": _Shape(
-        "<｜tool▁calls▁begin｜>",
-        _wrapped_args(lambda n: f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n",
-                      "\n```<｜tool▁call▁end｜>"),
-        "\n", "<｜tool▁calls▁end｜>"),
-    "deepseek_v31": _Shape(
-        "<｜tool▁calls▁begin｜>",
-        _wrapped_args(lambda n: f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>", "<｜tool▁call▁end｜>"),
-        "", "<｜tool▁calls▁end｜>"),
-    "kimi_k2": _Shape(
-        "<|tool_calls_section_begin|>",
-        _wrapped_args(lambda n: f"<|tool_call_begin|>functions.{n}:", "<|tool_call_end|>", index=True),
-        "", "<|tool_calls_section_end|>"),
-    "gpt_oss": _Shape(
-        "", _wrapped_args(lambda n: f" to=functions.{n}<|channel|>commentary json<|message|>", ""),
-        "", "", parallel=False),
-    "qwen3_coder": _Shape("", _qwen3_coder, "\n", ""),
-    "glm45": _Shape("", _glm("\n"), "\n", ""),
-    "glm47": _Shape("", _glm(""), "", ""),
-    "pythonic": _Shape("[", _pythonic, ", ", "]"),
-}
-
-FORCED_FORMATS = frozenset(_SHAPES)
-
-
-def forced_calls_pattern(tool_format: str, by_name: Mapping[str, Mapping[str, Any] | bool],
-                         name: str | None, *, parallel: bool,
-                         to_regex: Callable[[Any], str]) -> str:
-    """The regex of a forced output in ``tool_format``: one call of ``name`` (or of any tool),
-    or with ``parallel`` one or more calls, as the family's template writes them."""
-    shape = _SHAPES.get(tool_format)
-    if shape is None:
-        raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(_SHAPES)}")
-    calls = []
-    for tool_name, params in by_name.items():
-        if name is not None and tool_name != name:
-            continue
-        try:
-            calls.append(shape.call(tool_name, params, to_regex))
-        except InvalidInput as e:
-            raise InvalidInput(f"tool {tool_name!r} parameters: {e}") from e
-    many = name is None and parallel and shape.parallel
-    body = _calls(calls, shape.sep, many)
-    if tool_format == "mistral":  # the v11 form, or the list form of earlier models
-        objects = [_mistral_object(n, p, to_regex) for n, p in by_name.items() if name in (None, n)]
-        listed = _lit("[TOOL_CALLS][") + _calls(objects, ", ", many) + _lit("]")
-        return f"(?:{body}|{listed})"
-    return _lit(shape.begin) + body + _lit(shape.end)
-
-
-def _calls(calls: list[str], sep: str, many: bool) -> str:
-    one = _group(calls)
-    return f"{one}(?:{_lit(sep)}{one})*" if many else one
+        fmt = tool_format
+    return spelling_pattern(fmt.calls, by_name, name, parallel=parallel, to_regex=to_regex)

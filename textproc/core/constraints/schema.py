@@ -46,6 +46,8 @@ from textproc.core.constraints.regex_parts import MAX_COUNT, int_range, translat
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
+from textproc.core.constraints.forced_calls import forced_calls_pattern
+from textproc.core.parsing.formats import DEFAULT_TOOL_FORMAT, TOOL_FORMATS
 from textproc.errors import InvalidInput, short
 
 __all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_BOUND"]
@@ -119,9 +121,9 @@ def tool_call_pattern(
     name: str | None = None,
     *,
     parallel: bool = True,
-    tool_tags: tuple[str, str] = ("<tool_call>", "</tool_call>"),
+    tool_tags: tuple[str, str] | None = None,
     prefix: str = "",
-    tool_format: str = "hermes",
+    tool_format: str = DEFAULT_TOOL_FORMAT,
 ) -> str:
     """The regex of a forced tool-call output in the Hermes/Qwen format (or ``tool_format``).
 
@@ -134,11 +136,12 @@ def tool_call_pattern(
     (a bare ``{"name", "parameters"}`` is accepted too).
 
     ``prefix`` is literal text forced before the calls. When the prompt ends inside an open
-    think block (``prompt_starts_in_reasoning``), pass ``prefix="</think>\n\n"``: otherwise
-    the forced calls would be parsed as reasoning.
+    reasoning block (``ReasoningFormat.prompt_leaves_open``), pass the reasoning format's
+    ``close_text`` (``"</think>\n\n"``): otherwise the forced calls would be parsed as reasoning.
 
-    ``tool_format`` other than ``"hermes"``: the format's own rendering of calls
-    (:mod:`textproc.core.constraints.forced_calls`; ``tool_tags`` applies to hermes only).
+    ``tool_format``: the format's own spelling of calls, from its declaration
+    (:mod:`textproc.core.constraints.forced_calls`); ``tool_tags``: the format with custom
+    (open, close) tags.
     """
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
         raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
@@ -156,26 +159,12 @@ def tool_call_pattern(
         by_name[function["name"]] = {"type": "object", "properties": {}} if params is None else params
     if name is not None and name not in by_name:
         raise InvalidInput(f"tool_choice names unknown tool {short(name)}; known tools: {sorted(by_name)}")
-    if tool_format != "hermes":
-        from textproc.core.constraints.forced_calls import forced_calls_pattern
-
-        return _lit(prefix) + forced_calls_pattern(tool_format, by_name, name, parallel=parallel,
-                                                   to_regex=json_schema_to_regex)
-    open_tag, close_tag = tool_tags
-    calls = []
-    for tool_name, params in by_name.items():
-        if name is not None and tool_name != name:
-            continue
-        try:
-            args = json_schema_to_regex(params)
-        except InvalidInput as e:
-            raise InvalidInput(f"tool {tool_name!r} parameters: {e}") from e
-        head = _lit(f"{open_tag}\n{{\"name\": {json.dumps(tool_name, ensure_ascii=False)}, \"arguments\": ")
-        calls.append(head + args + _lit(f"}}\n{close_tag}"))
-    one = _group(calls)
-    if name is not None or not parallel:
-        return _lit(prefix) + one
-    return f"{_lit(prefix)}{one}(?:\\n{one})*"
+    fmt = TOOL_FORMATS.get(tool_format)
+    if fmt is None:
+        raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
+    if tool_tags is not None:
+        fmt = fmt.with_tags(*tool_tags)
+    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=json_schema_to_regex)
 
 
 class _Compiler:

@@ -2,12 +2,12 @@
 
 One file per concern: ``tags`` (TagStreamer, the holdback rule for tags), ``json_scan``
 (incremental JSON validator), ``json_args`` (JSON arguments and call objects in a section),
-``section`` (what every tool-call format shares: buffering,
-call deltas, malformed calls), one module per format family (``hermes``, ``qwen3_coder``,
-``llama3``, ``pythonic``, ``mistral`` (also Granite 3), ``deepseek``, ``kimi_k2``, ``glm``,
-``harmony`` for gpt-oss), ``raw_values`` (typing raw values by schema), ``formats`` (the
-registry of names), ``detect`` (the format a model's files call for), ``output``
-(OutputParser and the one-shot forms). Imports only the standard library and ``regex``.
+``section`` (what every tool-call format shares: buffering, call deltas, malformed calls),
+``raw_values`` (typing raw values by schema), ``declaration`` (what a format declares: markers,
+parser, detection, call spelling, specials), ``families/`` (one module per format family, each
+holding its parser and its declarations), ``formats`` (the registry: a scan of ``families``),
+``detect`` (the format a model's files call for), ``output`` (OutputParser and the one-shot
+forms). Imports only the standard library, ``regex`` and other core modules.
 """
 
 from __future__ import annotations

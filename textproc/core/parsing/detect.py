@@ -2,8 +2,9 @@
 
 Owns the choice made at startup from the chat template and the tokenizer's added tokens: each
 family's template renders assistant tool calls in its own markup (``<function=`` inside
-``<tool_call>`` is Qwen3-Coder, ``<｜tool▁sep｜>`` is DeepSeek, ``<|channel|>`` is gpt-oss ...).
-The first rule that matches wins; the order puts the more specific markup first. An unknown
+``<tool_call>`` is Qwen3-Coder, ``<｜tool▁sep｜>`` is DeepSeek, ``<|channel|>`` is gpt-oss ...),
+and each declaration says which markers show it (``detect``, with a rank). The first rule by
+rank that matches wins; ranks put the more specific markup first. An unknown
 family gets no tool format (plain content) and a reason saying so, never an error. The
 ``--tool-format`` / ``--reasoning-format`` flags override the result (``resolve_formats``).
 """
@@ -21,29 +22,9 @@ __all__ = ["FormatChoice", "detect_formats", "resolve_formats", "AUTO", "NONE"]
 AUTO = "auto"
 NONE = "none"
 
-# (tool format, markers that must all appear, why); checked in order
-_TOOL_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("gpt_oss", ("<|channel|>", "<|message|>"), "harmony channels <|channel|> / <|message|>"),
-    ("deepseek_v3", ("<｜tool▁sep｜>", "```json"), "<｜tool▁sep｜> with a ```json block"),
-    ("deepseek_v31", ("<｜tool▁sep｜>",), "<｜tool▁sep｜> followed by the arguments"),
-    ("kimi_k2", ("<|tool_calls_section_begin|>",), "<|tool_calls_section_begin|>"),
-    ("glm47", ("</arg_key><arg_value>",), "<arg_key>/<arg_value> pairs without newlines"),
-    ("glm45", ("<arg_key>",), "<arg_key>/<arg_value> pairs"),
-    ("qwen3_coder", ("<function=", "<parameter="), "<function=...> with <parameter=...> inside <tool_call>"),
-    ("mistral", ("[TOOL_CALLS]",), "[TOOL_CALLS]"),
-    ("granite", ("<|tool_call|>",), "<|tool_call|> followed by a JSON list"),
-    ("pythonic", ("<|python_start|>",), "<|python_start|> (Python call list)"),
-    ("llama3_json", ("<|python_tag|>",), "<|python_tag|> / {\"name\", \"parameters\"}"),
-    ("llama3_json", ('"parameters": ', "Respond in the format {\"name\""), "{\"name\", \"parameters\"} JSON calls"),
-    ("hermes", ("<tool_call>",), "<tool_call> with a JSON object"),
-)
-_REASONING_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("gpt_oss", ("<|channel|>", "analysis"), "the analysis channel"),
-    ("mistral", ("[THINK]", "[/THINK]"), "[THINK]...[/THINK]"),
-    ("think", ("<think>", "</think>"), "<think>...</think>"),
-    ("think", ("</think>",), "</think>"),
-    ("granite", ("Here is my thought process:",), "'Here is my thought process:'"),
-)
+# (rank, format, markers that must all appear, why) of every declaration; checked by rank
+_TOOL_RULES = sorted((d.rank, f.name, d.markers, d.why) for f in TOOL_FORMATS.values() for d in f.detect)
+_REASONING_RULES = sorted((d.rank, f.name, d.markers, d.why) for f in REASONING_FORMATS.values() for d in f.detect)
 
 
 @dataclass(frozen=True)
@@ -71,17 +52,19 @@ def detect_formats(chat_template: str | dict[str, str] | None, added_tokens: Ite
         chat_template = chat_template.get("default") or "\n".join(chat_template.values())
     text = (chat_template or "") + "\n" + "\n".join(added_tokens)
     tool, tool_why = None, "no known tool-call markup in the chat template or added tokens"
-    for name, markers, why in _TOOL_RULES:
+    for _, name, markers, why in _TOOL_RULES:
         if all(m in text for m in markers):
             tool, tool_why = name, f"tool calls: {why}"
             break
     reasoning, reasoning_why = None, "no reasoning markup"
-    for name, markers, why in _REASONING_RULES:
+    for _, name, markers, why in _REASONING_RULES:
         if all(m in text for m in markers):
             reasoning, reasoning_why = name, f"reasoning: {why}"
             break
-    if tool == "gpt_oss":
-        reasoning, reasoning_why = "gpt_oss", "reasoning: the analysis channel"
+    implied = TOOL_FORMATS[tool].reasoning if tool is not None else None
+    if implied is not None:  # the tool format's own reasoning (harmony's analysis channel)
+        why = next((d.why for d in REASONING_FORMATS[implied].detect), f"implied by tool format {tool}")
+        reasoning, reasoning_why = implied, f"reasoning: {why}"
     return FormatChoice(tool, reasoning, f"{tool_why}; {reasoning_why}")
 
 

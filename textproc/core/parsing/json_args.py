@@ -14,7 +14,7 @@ import json
 from textproc.core.parsing.json_scan import DONE, ERROR, KEY, NEED_MORE, VALUE, VALUE_END, JsonScanner
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["json_args", "json_call"]
+__all__ = ["json_args", "json_call", "json_list_body", "json_list"]
 
 
 def _is_json_object(text: str) -> bool:
@@ -74,10 +74,11 @@ def _scan_raw(s: Section, scanner: JsonScanner) -> Wait:
             raise Malformed(s.offset(pos))
 
 def json_call(s: Section, *, args_keys: tuple[str, ...] = ("arguments",),
-          ignored_keys: tuple[str, ...] = ()) -> Wait:
+              ignored_keys: tuple[str, ...] = (), name_key: str = "name") -> Wait:
     """``{"name": ..., "arguments": {...}}`` (members in any order, each once; ``args_keys``
-    name the arguments member, ``ignored_keys`` are read and dropped): header when the name
-    is complete, arguments streamed; no arguments member gives ``{}``."""
+    name the arguments member, ``name_key`` the name member, ``ignored_keys`` are read and
+    dropped): header when the name is complete, arguments streamed; no arguments member gives
+    ``{}``."""
     c = yield from s.peek()
     if c != "{":
         raise Malformed(s.at())
@@ -103,13 +104,13 @@ def json_call(s: Section, *, args_keys: tuple[str, ...] = ("arguments",),
             raise Malformed(bad)
         elif event == KEY:
             key = scanner.string
-            allowed = key == "name" or key in args_keys or key in ignored_keys
+            allowed = key == name_key or key in args_keys or key in ignored_keys
             if not allowed or key in seen or (key in args_keys and has_args):
                 raise Malformed(bad)
             seen.add(key)
         elif event == VALUE:
             c = s.buf[pos]
-            if key == "name" and c != '"':
+            if key == name_key and c != '"':
                 raise Malformed(bad)
             if key in args_keys:
                 has_args = True
@@ -127,7 +128,7 @@ def json_call(s: Section, *, args_keys: tuple[str, ...] = ("arguments",),
                     s.args(scanner.string)
             elif key in args_keys:
                 in_args = False
-            elif key == "name":
+            elif key == name_key:
                 if not scanner.string:
                     raise Malformed(bad)
                 s.header(scanner.string)
@@ -139,3 +140,44 @@ def json_call(s: Section, *, args_keys: tuple[str, ...] = ("arguments",),
             if not has_args:
                 s.args("{}")
             return
+
+
+def json_list_body(s: Section) -> Wait:
+    """A list of call objects ``{"name", "arguments"}`` (ids ignored), or a single one."""
+    result = yield from json_list(s)
+    return result
+
+
+def json_list(s: Section, *, name_key: str = "name", args_keys: tuple[str, ...] = ("arguments",),
+              ignored_keys: tuple[str, ...] = ("id",), close: str | None = None) -> Wait:
+    """A JSON list of call objects (or a single one) with these member names; ``close``: a tag
+    that may follow (whitespace before it allowed), consumed when present."""
+    c = yield from s.peek(skip_ws=True)
+    if c == "[":
+        s.pos += 1
+        yield from s.skip_ws()
+        while True:
+            s.begin_call()
+            yield from json_call(s, name_key=name_key, args_keys=args_keys, ignored_keys=ignored_keys)
+            s.end_call()
+            c = yield from s.peek(skip_ws=True)
+            if c == ",":
+                s.pos += 1
+                yield from s.skip_ws()
+                s.skip_markup()
+                continue
+            if c == "]":
+                s.pos += 1
+                s.skip_markup()
+            break
+    else:
+        s.begin_call()
+        yield from json_call(s, name_key=name_key, args_keys=args_keys, ignored_keys=ignored_keys)
+        s.end_call()
+    if close is not None:
+        end = s.at()
+        yield from s.skip_ws()
+        if (yield from s.match(close)) is None:
+            return end
+        s.skip_markup()
+    return None

@@ -2,8 +2,8 @@
 
 Owns the split of generated text into ``reasoning_content``, ``content`` and ``tool_calls`` for
 every registered format (:mod:`textproc.core.parsing.formats`; tool-call sections are parsed by
-the format's body, :mod:`textproc.core.parsing.section`; gpt-oss by
-:mod:`textproc.core.parsing.harmony`), plus the one-shot forms (deltas are built and merged
+the format's body, :mod:`textproc.core.parsing.section`; a format with a whole-output parser,
+gpt-oss's harmony, by that parser), plus the one-shot forms (deltas are built and merged
 by :mod:`textproc.core.deltas`). It takes only the new text each time and keeps its own history; the work
 per ``feed`` is proportional to the new text (no re-parsing).
 
@@ -20,9 +20,10 @@ from typing import Any
 
 from textproc.errors import InvalidInput, short
 from textproc.core.deltas import Deltas, merge_deltas
-from textproc.core.parsing.formats import HARMONY, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat, ToolFormat
-from textproc.core.parsing.harmony import HarmonyParser
-from textproc.core.parsing.hermes import hermes_body
+from textproc.core.parsing.declaration import WholeParser
+from textproc.core.parsing.formats import (
+    DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat,
+)
 from textproc.core.parsing.section import Section
 from textproc.core.parsing.tags import TagStreamer
 
@@ -63,13 +64,6 @@ def tool_names_and_schemas(
     return frozenset(names), schemas
 
 
-def _custom_tool_format(fmt: ToolFormat, tool_tags: tuple[str, str]) -> ToolFormat:
-    open_tag, close_tag = tool_tags
-    body = hermes_body(close_tag) if fmt.name == "hermes" else fmt.body
-    return ToolFormat(fmt.name, (open_tag,), body, fmt.start_chars, fmt.ends_reasoning,
-                      (open_tag, close_tag), fmt.raw_values)
-
-
 class OutputParser:
     """Turn streamed model text into OpenAI chat deltas.
 
@@ -87,7 +81,7 @@ class OutputParser:
       content ``"Answer"``. Tool-call markup inside reasoning stays reasoning text.
     - ``tools``: recognise tool calls of ``tool_format`` (see ``TOOL_FORMATS``) in content.
       ``tool_schemas``: the request's OpenAI ``tools``; a call naming another tool is content,
-      and raw-text values (qwen3_coder, glm45, glm47) are typed by the tool's schema.
+      and raw-text values (formats with ``raw_values``) are typed by the tool's schema.
       ``max_calls``: calls past it are content (``parallel_tool_calls: false`` -> 1).
       ``stream_calls``: stream each call as it arrives (True), or hold it until it is complete
       and valid (False, a non-streamed answer: a malformed or cut-off call is then content).
@@ -113,8 +107,8 @@ class OutputParser:
         starts_in_reasoning: bool = False,
         think_tags: tuple[str, str] | None = None,
         tool_tags: tuple[str, str] | None = None,
-        tool_format: str = "hermes",
-        reasoning_format: str = "think",
+        tool_format: str = DEFAULT_TOOL_FORMAT,
+        reasoning_format: str = DEFAULT_REASONING_FORMAT,
         tool_schemas: Sequence[Mapping[str, Any]] | None = None,
         stream_calls: bool = True,
         max_calls: int | None = None,
@@ -126,20 +120,20 @@ class OutputParser:
             raise InvalidInput(
                 f"reasoning_format={short(reasoning_format)}; supported: {', '.join(REASONING_FORMATS)}"
             )
+        fmt = TOOL_FORMATS[tool_format]
         for label, pair in (("think_tags", think_tags), ("tool_tags", tool_tags)):
             if pair is None:
                 continue
             if len(pair) != 2 or not all(isinstance(t, str) for t in pair) or not pair[0] or \
-                    (not pair[1] and (label == "think_tags" or tool_format == "hermes")):
+                    (not pair[1] and (label == "think_tags" or fmt.needs_close_tag)):
                 raise InvalidInput(
                     f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
                 )
         if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int)
                                       or max_calls < 0):
             raise InvalidInput(f"max_calls={short(max_calls)} must be None or an int >= 0")
-        fmt = TOOL_FORMATS[tool_format]
         if tool_tags is not None:
-            fmt = _custom_tool_format(fmt, tool_tags)
+            fmt = fmt.with_tags(*tool_tags)
         rfmt = REASONING_FORMATS[reasoning_format]
         if think_tags is not None:
             rfmt = ReasoningFormat("custom", (think_tags[0],), (think_tags[1],))
@@ -153,9 +147,11 @@ class OutputParser:
         self._fmt = fmt
         self._rfmt = rfmt
         self._names, self._schemas = tool_names_and_schemas(tool_schemas)
-        self._harmony: HarmonyParser | None = None
-        if HARMONY in (tool_format, reasoning_format) and (reasoning or tools):
-            self._harmony = HarmonyParser(
+        # a format that owns the whole output (harmony's channels) parses it instead
+        self._whole: WholeParser | None = None
+        whole = fmt.whole_parser or REASONING_FORMATS[reasoning_format].whole_parser
+        if whole is not None and (reasoning or tools):
+            self._whole = whole(
                 tools=tools, make_id=self._call_id, names=self._names, schemas=self._schemas,
                 stream_calls=stream_calls, max_calls=max_calls,
             )
@@ -168,9 +164,12 @@ class OutputParser:
             self._content_tags.extend(fmt.open_tags)
             if fmt.ends_reasoning:
                 self._reasoning_tags.extend(fmt.open_tags)
+        # markup around the answer that is neither content nor a call (Kimi K3's channels)
+        self._hidden = frozenset((fmt.hidden_tags if tools else ()) + (rfmt.hidden_tags if reasoning else ()))
+        self._content_tags.extend(self._hidden)
         self._start_chars = fmt.start_chars if tools else ""
         # characters that can change the state while idle: tags' first characters (any mode)
-        if self._harmony is not None:
+        if self._whole is not None:
             self._content_chars = self._reasoning_chars = frozenset("<")
         else:
             first = {t[0] for t in self._content_tags + (self._reasoning_tags if reasoning else [])}
@@ -195,8 +194,8 @@ class OutputParser:
     @property
     def has_tool_calls(self) -> bool:
         """True once a complete tool call was parsed: the finish reason becomes "tool_calls"."""
-        if self._harmony is not None:
-            return self._harmony.n_calls > 0
+        if self._whole is not None:
+            return self._whole.n_calls > 0
         return self._n_calls > 0 or (self._section is not None and self._section.n_calls > 0)
 
     @property
@@ -206,8 +205,8 @@ class OutputParser:
         ``[{idle_key: text}]`` and changes no state (the pipeline's fast path)."""
         if self._finished:
             return None
-        if self._harmony is not None:
-            return self._harmony.idle_key
+        if self._whole is not None:
+            return self._whole.idle_key
         if self._section is not None or not self._quiet or not self._streamer.is_empty:
             return None
         return self._text_key()
@@ -228,12 +227,12 @@ class OutputParser:
         """Deltas for the new text (adjacent deltas of one kind are joined)."""
         if self._finished:
             raise InvalidInput("OutputParser.feed() called after finish()")
-        if self._section is None and self._quiet and self._harmony is None \
+        if self._section is None and self._quiet and self._whole is None \
                 and self._streamer.is_plain(text) and not (self._in_reasoning and text.endswith("\n")):
             return [{self._text_key(): text}] if text else []  # most deltas
         out = Deltas()
-        if self._harmony is not None:
-            self._harmony.feed(text, out)
+        if self._whole is not None:
+            self._whole.feed(text, out)
             return out.items
         self._run(text, out)
         return out.items
@@ -244,8 +243,8 @@ class OutputParser:
             return []
         self._finished = True
         out = Deltas()
-        if self._harmony is not None:
-            self._harmony.finish(out)
+        if self._whole is not None:
+            self._whole.finish(out)
             return out.items
         while self._section is not None:
             step = self._section.finish()
@@ -332,6 +331,8 @@ class OutputParser:
                     return True
                 self._open_section(tag)  # a call section that also ends reasoning (Kimi K2)
                 return True
+            if tag in self._hidden:
+                continue
             if self.reasoning and tag in self._rfmt.open_tags:
                 self._in_reasoning = True
                 self._reasoning_started = False
@@ -406,8 +407,8 @@ def parse_output(
     starts_in_reasoning: bool = False,
     think_tags: tuple[str, str] | None = None,
     tool_tags: tuple[str, str] | None = None,
-    tool_format: str = "hermes",
-    reasoning_format: str = "think",
+    tool_format: str = DEFAULT_TOOL_FORMAT,
+    reasoning_format: str = DEFAULT_REASONING_FORMAT,
     tool_schemas: Sequence[Mapping[str, Any]] | None = None,
     stream_calls: bool = False,
     max_calls: int | None = None,
@@ -439,7 +440,7 @@ def parse_tool_calls(
     text: str,
     *,
     tool_tags: tuple[str, str] | None = None,
-    tool_format: str = "hermes",
+    tool_format: str = DEFAULT_TOOL_FORMAT,
     tool_schemas: Sequence[Mapping[str, Any]] | None = None,
     stream_calls: bool = False,
     request_id: str = "",

@@ -1,4 +1,4 @@
-"""Typing raw-text argument values by the tool's JSON Schema (qwen3_coder, glm45, glm47).
+"""Typing raw-text argument values by the tool's JSON Schema (the formats with ``raw_values``).
 
 Owns one rule, the inverse of how those templates render a value: strings are written as they
 are, everything else as JSON (``tojson``). So a value whose property is declared ``string``
@@ -13,10 +13,14 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["typed_value_json", "python_literal_json", "python_value_json", "string_only", "property_schema"]
+
+
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
 def _types(schema: Any) -> set[str] | None:
@@ -76,7 +80,8 @@ def typed_value_json(text: str, parameters: Any, key: str) -> str:
     if isinstance(value, str) or (types is None and value is None and stripped != "null"):
         return json.dumps(text, ensure_ascii=False)
     if isinstance(value, float) and not math.isfinite(value):
-        return json.dumps(text, ensure_ascii=False)
+        # a JSON number too large for a float stays the number it is; NaN / Infinity are text
+        return stripped if _JSON_NUMBER.fullmatch(stripped) else json.dumps(text, ensure_ascii=False)
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -353,7 +353,7 @@ class Section:
 
     def raw_member(self, key: str, value: str) -> None:
         """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
-        by the tool's schema (qwen3_coder, glm): streamed as the object's next member."""
+        by the tool's schema (the raw-value formats): streamed as the object's next member."""
         from textproc.core.parsing.raw_values import typed_value_json
 
         value_json = typed_value_json(value, self.schemas.get(self._name or ""), key)
@@ -363,9 +363,16 @@ class Section:
 
     def string_member(self, key: str, close: str, *, strip_newlines: bool) -> Wait:
         """The raw-text value of a string argument, up to ``close`` (consumed), streamed as the
-        next member of the arguments object while it arrives. ``strip_newlines``: one newline
-        on each side of the value is formatting (the last newline is held until more text
-        shows it is not the last)."""
+        next member of the arguments object while it arrives (see :meth:`open_string`)."""
+        piece = self.open_string(key, strip_newlines=strip_newlines)
+        yield from self.until(close, on_piece=piece)
+        self.args('"')
+
+    def open_string(self, key: str, *, strip_newlines: bool) -> Callable[[str], None]:
+        """Start the next member ``"key": "...`` of the arguments object; the returned function
+        streams pieces of the raw text value (JSON-escaped); ``self.args('"')`` ends it.
+        ``strip_newlines``: one newline on each side of the value is formatting (the last
+        newline is held until more text shows it is not the last)."""
         self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False) + ': "')
         self._n_members += 1
         held = ""
@@ -383,8 +390,14 @@ class Section:
             if text:
                 self.args(json.dumps(text, ensure_ascii=False)[1:-1] if _NEEDS_ESCAPE.search(text) else text)
 
-        yield from self.until(close, on_piece=piece)
-        self.args('"')
+        return piece
+
+    def peek_text(self, n: int) -> Wait:
+        """The next ``n`` characters, not consumed (fewer at the end of the text); waits until
+        they have arrived. Holds at most ``n`` characters."""
+        while len(self.buf) - self.pos < n and not self.is_final:
+            yield
+        return self.buf[self.pos : self.pos + n]
 
     def is_string_argument(self, key: str) -> bool:
         """True when the open call's tool declares argument ``key`` as text (raw formats)."""

@@ -3,8 +3,9 @@
 Owns the text of a Python list of calls with keyword arguments, at the start of the answer or
 after ``<|python_start|>`` (then ``<|python_end|>`` may close it). Argument values are Python
 literals (strings, numbers, ``True``/``False``/``None``, lists, tuples, dicts) read with
-``ast.literal_eval``: nothing is ever evaluated, and anything else (a name, a call, an
-operator, positional arguments) makes the call malformed. Each call's header goes out when
+``ast.literal_eval``: nothing is ever evaluated, and anything else (a name other than JSON's
+``true`` / ``false`` / ``null``, a call, an operator, positional arguments) makes the call
+malformed. Each call's header goes out when
 ``name(`` is complete, its arguments (as a JSON object) when its ``)`` closes. Generic rules:
 :mod:`textproc.core.parsing.section`.
 """
@@ -14,11 +15,13 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Mapping
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, PythonArgs, ToolFormat
 from textproc.core.parsing.raw_values import python_value_json
-from textproc.core.parsing.section import Malformed, Section, Wait
+from textproc.core.parsing.section import Body, Malformed, Section, Wait
 
-__all__ = ["pythonic_body", "PYTHON_START", "PYTHON_END"]
+__all__ = ["pythonic_body", "python_list_body", "python_call", "PYTHON_START", "PYTHON_END", "FORMATS"]
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
@@ -84,6 +87,17 @@ def _call_args(s: Section) -> Wait:
         yield from s.wait()
 
 
+class _JsonNames(ast.NodeTransformer):
+    # JSON's true / false / null inside a literal (templates write dicts with tojson)
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in _JSON_NAMES:
+            return ast.copy_location(ast.Constant(_JSON_NAMES[node.id]), node)
+        return node
+
+
+_JSON_NAMES = {"true": True, "false": False, "null": None}
+
+
 def _arguments_json(args_text: str, at: int) -> str:
     try:
         tree = ast.parse("f(" + args_text + ")", mode="eval")
@@ -97,7 +111,7 @@ def _arguments_json(args_text: str, at: int) -> str:
         if keyword.arg is None:  # **kwargs
             raise Malformed(at)
         try:
-            literal = ast.literal_eval(keyword.value)  # a node: literals only, never evaluated
+            literal = ast.literal_eval(_JsonNames().visit(keyword.value))  # a node: literals only, never evaluated
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
             raise Malformed(at) from e
         value = python_value_json(literal)
@@ -107,19 +121,37 @@ def _arguments_json(args_text: str, at: int) -> str:
     return "{" + ", ".join(members) + "}"
 
 
-def pythonic_body(s: Section) -> Wait:
-    """A list of calls (after ``<|python_start|>``, or the answer itself starting with ``[``)."""
+def python_call(s: Section) -> Wait:
+    """One ``name(key=value, ...)`` at the read position: a complete call, or Malformed."""
+    s.begin_call()
+    name = yield from _name(s)
+    s.header(name)
+    start = s.at()
+    args_text = yield from _call_args(s)
+    s.args(_arguments_json(args_text, start))
+    s.end_call()
+
+
+def python_list_body(closes: Mapping[str, str]) -> Body:
+    """A list of calls; after an open tag of ``closes``, its close tag may follow the list."""
+
+    def body(s: Section) -> Wait:
+        yield from _calls(s)
+        close = closes.get(s.open_tag)
+        if close is not None:
+            yield from s.skip_ws()
+            yield from s.match(close)
+        return None
+
+    return body
+
+
+def _calls(s: Section) -> Wait:
     yield from s.skip_ws()
     yield from s.lit("[")
     while True:
         yield from s.skip_ws()
-        s.begin_call()
-        name = yield from _name(s)
-        s.header(name)
-        start = s.at()
-        args_text = yield from _call_args(s)
-        s.args(_arguments_json(args_text, start))
-        s.end_call()
+        yield from python_call(s)
         c = yield from s.peek(skip_ws=True)
         if c == ",":
             s.pos += 1
@@ -128,7 +160,15 @@ def pythonic_body(s: Section) -> Wait:
             s.pos += 1
             break
         raise Malformed(s.at())
-    if s.open_tag == PYTHON_START:
-        yield from s.skip_ws()
-        yield from s.match(PYTHON_END)
-    return None
+
+
+pythonic_body = python_list_body({PYTHON_START: PYTHON_END})
+
+
+FORMATS = (ToolFormat(
+    "pythonic", (PYTHON_START,), pythonic_body,
+    CallSpelling((Name(), Lit("("), PythonArgs(), Lit(")")), begin="[", sep=", ", end="]"),
+    start_chars="[", specials=(PYTHON_START, PYTHON_END),
+    detect=(Detect(100, (PYTHON_START,), "<|python_start|> (Python call list)"),),
+    listed=30,
+),)

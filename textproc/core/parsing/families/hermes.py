@@ -15,10 +15,11 @@ Generic rules (malformed calls, ids, undeclared names): :mod:`textproc.core.pars
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, JsonArgs, Lit, Name, ToolFormat
 from textproc.core.parsing.json_args import json_call
 from textproc.core.parsing.section import Body, Section, Wait
 
-__all__ = ["hermes_body"]
+__all__ = ["hermes_body", "hermes_format", "FORMATS"]
 
 
 def hermes_body(close_tag: str = "</tool_call>") -> Body:
@@ -34,3 +35,17 @@ def hermes_body(close_tag: str = "</tool_call>") -> Body:
         return None
 
     return body
+
+
+def hermes_format(open_tag: str = "<tool_call>", close_tag: str = "</tool_call>") -> ToolFormat:
+    """The Hermes format with its tags (custom tags give the same format with others)."""
+    calls = CallSpelling((Lit(f'{open_tag}\n{{"name": '), Name(quoted=True), Lit(', "arguments": '), JsonArgs(),
+                          Lit(f"}}\n{close_tag}")), sep="\n")
+    return ToolFormat(
+        "hermes", (open_tag,), hermes_body(close_tag), calls, specials=(open_tag, close_tag),
+        detect=(Detect(130, ("<tool_call>",), "<tool_call> with a JSON object"),),
+        retag=hermes_format, is_default=True,
+    )
+
+
+FORMATS = (hermes_format(),)

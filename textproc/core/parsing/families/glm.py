@@ -9,15 +9,18 @@ Whitespace between tags is tolerated, so one body reads both. Values are raw tex
 tool's JSON Schema (``raw_values.typed_value_json``: the templates write strings as they are
 and other values with ``tojson``). The header goes out when the name ends; each ``"key": value``
 streams when its ``</arg_value>`` arrives, the closing ``}`` with ``</tool_call>``; a call with
-no arguments gets ``{}``. A missing ``</tool_call>`` at the end is tolerated after an argument.
+no arguments gets ``{}``. The templates always close a call with ``</tool_call>`` (the turn then
+ends with ``<|observation|>``), so a call without it at the end of the text was cut off
+(``max_tokens``, a stop string) and is malformed: content, as every cut-off call.
 Generic rules: :mod:`textproc.core.parsing.section`.
 """
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, Lit, Name, RawArgs, ToolFormat
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["glm_body"]
+__all__ = ["glm_body", "FORMATS"]
 
 _MAX_NAME = 256
 
@@ -36,8 +39,6 @@ def glm_body(s: Section) -> Wait:
         yield from s.skip_ws()
         tag = yield from s.match("<arg_key>", "</tool_call>")
         if tag is None:
-            if s.is_final and s.n_members and s.pos >= len(s.buf):
-                break  # the close tag missing at the end
             raise Malformed(s.at())
         if tag == "</tool_call>":
             break
@@ -52,3 +53,20 @@ def glm_body(s: Section) -> Wait:
     s.end_members()
     s.end_call()
     return None
+
+
+def _glm(name: str, nl: str, detect: Detect, listed: int) -> ToolFormat:
+    return ToolFormat(
+        name, ("<tool_call>",), glm_body,
+        CallSpelling((Lit("<tool_call>"), Name(), Lit(nl), RawArgs("<arg_key>", f"</arg_key>{nl}<arg_value>",
+                                                                    f"</arg_value>{nl}"), Lit("</tool_call>")), sep=nl),
+        raw_values=True,
+        specials=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+        detect=(detect,), listed=listed,
+    )
+
+
+FORMATS = (
+    _glm("glm45", "\n", Detect(60, ("<arg_key>",), "<arg_key>/<arg_value> pairs"), 70),
+    _glm("glm47", "", Detect(50, ("</arg_key><arg_value>",), "<arg_key>/<arg_value> pairs without newlines"), 71),
+)

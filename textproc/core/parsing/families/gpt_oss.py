@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from textproc.core.deltas import Deltas
+from textproc.core.parsing.declaration import CallSpelling, Detect, JsonArgs, Lit, Name, ReasoningFormat, ToolFormat
 from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Body, CallStep, Section, Wait
 from textproc.core.parsing.tags import TagStreamer
 
-__all__ = ["HarmonyParser", "MAX_HEADER_CHARS"]
+__all__ = ["HarmonyParser", "MAX_HEADER_CHARS", "FORMATS"]
 
 MAX_HEADER_CHARS = 512
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
@@ -203,3 +204,18 @@ class HarmonyParser:
         self._section = None
         self._set_mode(_BETWEEN, "content")
         return step.rest
+
+
+_SPECIALS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN)
+FORMATS = (
+    # the prompt ends with ``<|start|>assistant``: a call is the rest of its header and its body
+    ToolFormat(
+        "gpt_oss", (), None,
+        CallSpelling((Lit(" to=functions."), Name(), Lit(f"{CHANNEL}commentary json{MESSAGE}"), JsonArgs()),
+                     parallel=False),
+        specials=_SPECIALS, reasoning="gpt_oss", whole_parser=HarmonyParser,
+        detect=(Detect(10, (CHANNEL, MESSAGE), "harmony channels <|channel|> / <|message|>"),), listed=90,
+    ),
+    ReasoningFormat("gpt_oss", (), (), specials=_SPECIALS, whole_parser=HarmonyParser,
+                    detect=(Detect(10, (CHANNEL, "analysis"), "the analysis channel"),), listed=40),
+)

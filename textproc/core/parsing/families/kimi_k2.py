@@ -13,10 +13,11 @@ open reasoning block. Generic rules: :mod:`textproc.core.parsing.section`.
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, JsonArgs, Lit, Name, Slot, ToolFormat
 from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["kimi_k2_body", "SECTION_BEGIN", "SECTION_BEGIN_ALT"]
+__all__ = ["kimi_k2_body", "kimi_name", "SECTION_BEGIN", "SECTION_BEGIN_ALT", "FORMATS"]
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_BEGIN_ALT = "<|tool_call_section_begin|>"
@@ -60,3 +61,13 @@ def kimi_k2_body(s: Section) -> Wait:
         yield from s.lit(CALL_END)
         s.end_call()
         n_read += 1
+
+
+FORMATS = (ToolFormat(
+    "kimi_k2", (SECTION_BEGIN, SECTION_BEGIN_ALT), kimi_k2_body,
+    CallSpelling((Lit(f"{CALL_BEGIN}functions."), Name(), Lit(":"), Slot("(?:0|[1-9][0-9]*)", "0"), Lit(ARGS_BEGIN),
+                  JsonArgs(), Lit(CALL_END)), begin=SECTION_BEGIN, end=SECTION_END),
+    ends_reasoning=True,
+    specials=(SECTION_BEGIN, SECTION_BEGIN_ALT, SECTION_END, SECTION_END_ALT, CALL_BEGIN, ARGS_BEGIN, CALL_END),
+    detect=(Detect(40, (SECTION_BEGIN,), "<|tool_calls_section_begin|>"),), listed=60,
+),)

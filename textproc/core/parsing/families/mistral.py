@@ -1,8 +1,8 @@
-"""Mistral tool calls: the list form and the v11+ form; also Granite 3's list.
+"""Mistral tool calls (the list form and the v11+ form) and reasoning (``[THINK]...[/THINK]``).
 
-Owns the text after ``[TOOL_CALLS]`` (Granite 3: after ``<|tool_call|>``):
+Owns the text after ``[TOOL_CALLS]``:
 
-* list form (Mistral before tokenizer v11, Granite 3.x): whitespace, then ``[`` call objects
+* list form (Mistral before tokenizer v11; ``json_args.json_list_body``): whitespace, then ``[`` call objects
   ``{"name": ..., "arguments": {...}}`` separated by ``,`` and ``]``, or a single object
   without brackets. Anything else after a complete object ends the list leniently (what
   follows is ordinary text); anything else before the first object makes it malformed.
@@ -21,39 +21,16 @@ from __future__ import annotations
 
 import re
 
-from textproc.core.parsing.json_args import json_args, json_call
+from textproc.core.parsing.declaration import (
+    CallSpelling, Detect, JsonArgs, Lit, Name, ReasoningFormat, Slot, ToolFormat,
+)
+from textproc.core.parsing.json_args import json_args, json_list_body
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["json_list_body", "mistral_body"]
+__all__ = ["mistral_body", "FORMATS"]
 
 _MAX_NAME = 256
 _NAME_CHARS = re.compile(r"[A-Za-z0-9_.\-]*")
-
-
-def json_list_body(s: Section) -> Wait:
-    """A list of call objects, or a single one."""
-    c = yield from s.peek(skip_ws=True)
-    if c == "[":
-        s.pos += 1
-        yield from s.skip_ws()
-        while True:
-            s.begin_call()
-            yield from json_call(s, ignored_keys=("id",))
-            s.end_call()
-            c = yield from s.peek(skip_ws=True)
-            if c == ",":
-                s.pos += 1
-                yield from s.skip_ws()
-                s.skip_markup()
-                continue
-            if c == "]":
-                s.pos += 1
-                s.skip_markup()
-            return None
-    s.begin_call()
-    yield from json_call(s, ignored_keys=("id",))
-    s.end_call()
-    return None
 
 
 def mistral_body(s: Section) -> Wait:
@@ -78,3 +55,21 @@ def mistral_body(s: Section) -> Wait:
     yield from json_args(s)
     s.end_call()
     return None
+
+
+_ID = "[A-Za-z0-9]{9}"
+# v11+: ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` as Mistral Small 3.2 renders it (the id
+# optional); or the list form of earlier models (``"id"`` optional, as Nemo renders it)
+_LIST = CallSpelling((Lit('{"name": '), Name(quoted=True), Lit(', "arguments": '), JsonArgs(),
+                      Slot(f'(?:, "id": "{_ID}")?', ""), Lit("}")), begin="[TOOL_CALLS][", sep=", ", end="]")
+FORMATS = (
+    ToolFormat(
+        "mistral", ("[TOOL_CALLS]",), mistral_body,
+        CallSpelling((Lit("[TOOL_CALLS]"), Name(), Slot(f"(?:\\[CALL_ID\\]{_ID})?", ""), Lit("[ARGS]"),
+                      JsonArgs()), alternatives=(_LIST,)),
+        specials=("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
+        detect=(Detect(80, ("[TOOL_CALLS]",), "[TOOL_CALLS]"),), listed=40,
+    ),
+    ReasoningFormat("mistral", ("[THINK]",), ("[/THINK]",), specials=("[THINK]", "[/THINK]"),
+                    close_text="[/THINK]", detect=(Detect(20, ("[THINK]", "[/THINK]"), "[THINK]...[/THINK]"),), listed=20),
+)

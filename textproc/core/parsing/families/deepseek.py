@@ -1,4 +1,4 @@
-"""DeepSeek tool calls: V3 / R1 (``deepseek_v3``) and V3.1 (``deepseek_v31``).
+"""DeepSeek tool calls: V3 / R1 (``deepseek_v3``) and V3.1 (``deepseek_v31``); R1's reasoning.
 
 Owns the text after ``<｜tool▁calls▁begin｜>`` (the bars are U+FF5C, the spaces U+2581, as
 the DeepSeek vocabularies spell these special tokens)::
@@ -7,16 +7,19 @@ the DeepSeek vocabularies spell these special tokens)::
     V3.1: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
 
 repeated, then ``<｜tool▁calls▁end｜>``. The section may end without its closing token (it
-is often the last thing before end of sequence). Generic rules:
+is often the last thing before end of sequence). R1 (``deepseek_r1``) reasons until ``</think>``:
+its template opens ``<think>`` in the prompt, so the answer starts inside reasoning. Generic rules:
 :mod:`textproc.core.parsing.section`.
 """
 
 from __future__ import annotations
 
+from textproc.core.parsing.declaration import CallSpelling, Detect, JsonArgs, Lit, Name, ReasoningFormat, ToolFormat
 from textproc.core.parsing.json_args import json_args
 from textproc.core.parsing.section import Malformed, Section, Wait
 
-__all__ = ["deepseek_v3_body", "deepseek_v31_body", "CALLS_BEGIN", "CALL_BEGIN", "SEP", "CALL_END", "CALLS_END"]
+__all__ = ["deepseek_v3_body", "deepseek_v31_body", "CALLS_BEGIN", "CALL_BEGIN", "SEP", "CALL_END", "CALLS_END",
+           "FORMATS"]
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -73,3 +76,24 @@ def deepseek_v31_body(s: Section) -> Wait:
     """The text after ``<｜tool▁calls▁begin｜>``, V3.1 spelling."""
     result = yield from _calls(s, v31=True)
     return result
+
+
+_SPECIALS = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
+FORMATS = (
+    ToolFormat(
+        "deepseek_v3", (CALLS_BEGIN,), deepseek_v3_body,
+        CallSpelling((Lit(f"{CALL_BEGIN}function{SEP}"), Name(), Lit("\n```json\n"), JsonArgs(),
+                      Lit(f"\n```{CALL_END}")), begin=CALLS_BEGIN, sep="\n", end=CALLS_END),
+        specials=_SPECIALS,
+        detect=(Detect(20, (SEP, "```json"), "<｜tool▁sep｜> with a ```json block"),), listed=50,
+    ),
+    ToolFormat(
+        "deepseek_v31", (CALLS_BEGIN,), deepseek_v31_body,
+        CallSpelling((Lit(CALL_BEGIN), Name(), Lit(SEP), JsonArgs(), Lit(CALL_END)), begin=CALLS_BEGIN,
+                     end=CALLS_END),
+        specials=_SPECIALS,
+        detect=(Detect(30, (SEP,), "<｜tool▁sep｜> followed by the arguments"),), listed=51,
+    ),
+    ReasoningFormat("deepseek_r1", ("<think>",), ("</think>",), starts_in_reasoning=True,
+                    specials=("<think>", "</think>"), close_text="</think>\n\n", listed=10),
+)
