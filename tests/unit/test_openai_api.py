@@ -623,6 +623,7 @@ def test_client_backend_passes_every_parameter() -> None:
 
     class FakeClient:
         detok_instance = "d1"
+        engine_down = None  # the engine is up
 
         def chat(self, messages: Any, **kwargs: Any) -> AsyncIterator[TextEvent]:
             seen.update(kwargs, messages=messages)
