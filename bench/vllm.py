@@ -172,13 +172,15 @@ def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path
     return row
 
 
-def run_grow(side: Side, concurrency: int, seed: int) -> dict[str, Any]:
-    """``concurrency`` growing conversations at once, each resent ``GROW_TURNS`` times."""
+def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
+             turns: int = GROW_TURNS) -> dict[str, Any]:
+    """``concurrency`` growing conversations at once, each starting with ``chars`` characters
+    and resent ``turns`` times."""
     import asyncio
 
     import httpx
 
-    corpus = mixed_text(16_000 * concurrency + 1000, seed=seed)
+    corpus = mixed_text(chars * concurrency + 1000, seed=seed)
     ttfts: list[float] = []
     latencies: list[float] = []
     tokens = 0
@@ -187,8 +189,8 @@ def run_grow(side: Side, concurrency: int, seed: int) -> dict[str, Any]:
         nonlocal tokens
         messages: list[dict[str, str]] = [
             {"role": "system", "content": "You are a careful assistant."},
-            {"role": "user", "content": corpus[i * 16_000:(i + 1) * 16_000]}]
-        for turn in range(GROW_TURNS):
+            {"role": "user", "content": corpus[i * chars:(i + 1) * chars]}]
+        for turn in range(turns):
             body = {"model": side.model, "messages": messages, "max_tokens": 16, "stream": True,
                     "temperature": 1.0, "seed": seed * 1000 + i * 10 + turn,
                     "stream_options": {"include_usage": True}}

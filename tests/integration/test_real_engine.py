@@ -60,6 +60,9 @@ SCHEMA = {"type": "object", "properties": {
     "required": ["name", "age", "tags"], "additionalProperties": False}
 
 
+REFERENCE: dict[str, Any] = {}  # the running `vllm serve` (bench smoke test: its pid)
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str, str]]:
     """textproc + vLLM's engine core, and vLLM's own server: started together."""
@@ -68,6 +71,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
     try:
         service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"))
         reference_url = reference.wait()
+        REFERENCE["server"] = reference
         yield service, url, reference_url
     finally:
         reference.stop()
@@ -262,6 +266,43 @@ def test_client_that_leaves_frees_its_kv_blocks_in_vllm(servers: tuple[Service, 
     assert after["scheduler"]["free_kv_blocks"] == idle["free_kv_blocks"]
     aborted = [r for r in after["requests"].values() if r["finish_reason"] == "abort"]
     assert aborted and all(r["generated"] < 3000 for r in aborted)
+
+
+def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_path: Path) -> None:
+    """Smoke test of bench/vllm.py on the running pair: vLLM's load client against each, the
+    growing-conversation client, the CPU split by process group, the summary."""
+    import importlib.util
+    import sys
+
+    from tests.helpers.models import REPO_ROOT
+    from tests.helpers.real_engine import VLLM_PYTHON
+
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_vllm", REPO_ROOT / "bench" / "vllm.py")
+        assert spec is not None and spec.loader is not None
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+    service, url, reference_url = servers
+    assert service.proc is not None
+    sides = [bench.Side("textproc", url, MODEL, service.proc.pid, "engine_vllm"),
+             bench.Side("vllm", reference_url, MODEL, REFERENCE["server"].pid, "EngineCore")]
+    rows = []
+    for side in sides:
+        groups = side.groups()
+        assert groups["engine"] and groups["text"], (side.name, groups)
+        for mix in ("short", "schema"):
+            row = bench.run_load(side, mix, 2, 4, tmp_path, str(VLLM_PYTHON), TINY_MODEL)
+            assert row["completed"] == 4 and row["failed"] == 0, (side.name, mix, row)
+            assert row["request_throughput"] > 0 and row["cpu_engine_ms"] > 0
+            rows.append({**row, "side": side.name, "mix": mix, "concurrency": 2})
+        grow = bench.run_grow(side, 2, seed=1, chars=1500, turns=2)
+        assert grow["completed"] == 4 and grow["median_ttft_ms"] > 0
+    summary = bench.summarise(rows)
+    assert [(line["mix"], line["concurrency"]) for line in summary] == [("short", 2), ("schema", 2)]
+    assert all(line["ratio_request_throughput"] > 0 for line in summary)
 
 
 def test_engine_killed_under_load_fails_in_flight_and_recovers(
