@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 from array import array
-import json
 import logging
 import os
 import random
@@ -42,7 +41,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Sequence
 
-from textproc.engine import EngineLink, IncomingRequest
+from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
 
 from engine_stub.scripts import (
     EchoScripts,
@@ -288,13 +287,7 @@ class StubEngine:
             "constrained_requests": self.constrained_requests,
             "backpressure_waits": self.backpressure_waits,
             "aborted": list(self.aborted),
-            "link": {
-                "malformed_frames": link.malformed_frames,
-                "rejected_requests": link.rejected_requests,
-                "dropped_steps": link.dropped_steps,
-                "hellos_sent": link.hellos_sent,
-                "steps_sent": link.steps_sent,
-            },
+            "link": link_counters(link),
             "requests": self.requests,
         }
 
@@ -302,10 +295,7 @@ class StubEngine:
         path = self.settings.stats_file
         if not path:
             return
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.stats(), fh)
-        os.replace(tmp, path)
+        write_stats_file(path, self.stats())
 
 
 # command line ----------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ scheduler state: running and waiting requests, free KV blocks, per-request count
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Sequence
 
-from textproc.engine import EngineLink, IncomingRequest
+from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
 
 __all__ = ["VllmSettings", "VllmEngine", "parse_args", "main"]
 
@@ -291,10 +290,7 @@ class VllmEngine:
             "scheduler": self.scheduler_state(),
             # per constrained request per step: the state's mask copied into vLLM's bitmask
             "bitmask_fill_us": _percentiles(self.backend.fill_times),
-            "link": {"malformed_frames": link.malformed_frames,
-                     "rejected_requests": link.rejected_requests,
-                     "dropped_steps": link.dropped_steps,
-                     "steps_sent": link.steps_sent},
+            "link": link_counters(link),
             "requests": self.requests,
         }
 
@@ -302,10 +298,7 @@ class VllmEngine:
         path = self.settings.stats_file
         if not path:
             return
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.stats(), fh)
-        os.replace(tmp, path)
+        write_stats_file(path, self.stats())
 
 
 def _percentiles(seconds: Any) -> dict[str, float]:
