@@ -39,6 +39,7 @@ import msgspec  # noqa: E402
 
 from textproc.config import ServiceConfig  # noqa: E402
 from textproc.core.pipeline import OutputPipeline  # noqa: E402
+from textproc.options import OutputOptions, ParseOptions  # noqa: E402
 from textproc.protocol import (  # noqa: E402
     EngineOutFrame,
     EngineRequest,
@@ -58,7 +59,7 @@ __all__ = ["main"]
 STOPS = ["<|STOP|>", "END OF ANSWER", "\n@@@@\n"]
 MODES: dict[str, dict[str, Any]] = {
     "plain": {},
-    "stops+parse": {"stops": STOPS, "reasoning": True, "tools": True},
+    "stops+parse": {"stop": STOPS, "reasoning": True, "tools": True},
 }
 
 
@@ -140,8 +141,9 @@ def bench_core(work: Work, model: Path, streams: int, steps: int, k: int, mode: 
     for rid in rids:
         er = enc.encode(EngineRequest(rid, pack_ids([1, 2, 3]), 1 << 30))
         on = mode != "plain"
-        core.on_submit(Submit(rid, b"client", 3, 1 << 30, er, stop=STOPS if on else [],
-                              reasoning=on, tools=on))
+        core.on_submit(Submit(rid, b"client", 3, 1 << 30, er,
+                              output=OutputOptions(stop=STOPS if on else []),
+                              parse=ParseOptions(reasoning=True, tools=True) if on else None))
     dec = msgspec.msgpack.Decoder(EngineOutFrame)
     encode = encoder().encode
     rounds = iter(range(repeat))

@@ -73,6 +73,7 @@ import msgspec  # noqa: E402
 import zmq  # noqa: E402
 
 from textproc.config import ServiceConfig, ipc_endpoints  # noqa: E402
+from textproc.options import OutputOptions, ParseOptions  # noqa: E402
 from textproc.protocol import (  # noqa: E402
     EngineHello,
     EngineRequest,
@@ -254,9 +255,10 @@ def _submits(rids: list[str], mode: str, work: Workload,
     out = []
     for rid in rids:
         er = enc.encode(EngineRequest(rid, pack_ids([1, 2, 3]), 1 << 30, logprobs=top_logprobs))
-        out.append(enc.encode(Submit(rid, CLIENT_ID, 3, 1 << 30, er,
-                                     stop=work.stops if on else [], reasoning=on, tools=on,
-                                     logprobs=top_logprobs)))
+        out.append(enc.encode(Submit(
+            rid, CLIENT_ID, 3, 1 << 30, er,
+            output=OutputOptions(stop=work.stops if on else [], logprobs=top_logprobs),
+            parse=ParseOptions(reasoning=True, tools=True) if on else None)))
     return out
 
 

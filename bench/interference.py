@@ -152,7 +152,7 @@ class TextWork:
             self.encode = tok.encode
 
             def make() -> Any:
-                return OutputPipeline(tok, stops=STOPS, reasoning=True, tools=True)
+                return OutputPipeline(tok, stop=STOPS, reasoning=True, tools=True)
 
             self.make_stream = make
         self.output_ids = self.encode(output_text)

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from textproc.options import OutputOptions, ParseOptions, SamplingOptions
 from textproc.config import ServiceConfig
 from textproc.service.request_table import RequestTable
 from textproc.engine import EngineLink
@@ -98,11 +99,16 @@ _TOOLS = [{"type": "function", "function": {"name": "get", "parameters": {
 EXAMPLES: dict[str, list[Any]] = {
     "worker": [
         ChatRequest("r1", _MSGS),
-        ChatRequest("r2", _MSGS, _TOOLS, "required", ["\n\n"], 16, 1, True, {"enable_thinking": False},
-                    True, {"temperature": 0.5}, True, False, [3], False),
+        ChatRequest("r2", _MSGS, _TOOLS, "required", {"enable_thinking": False}, True, False,
+                    None, None, SamplingOptions(max_tokens=16, min_tokens=1, stop_token_ids=[3],
+                                                params={"temperature": 0.5}),
+                    OutputOptions(stop=["\n\n"], include_stop=True)),
         ChatRequest("r3", _MSGS, _TOOLS, {"type": "function", "function": {"name": "get"}}),
-        CompletionRequest("r4", "Once upon", None, ["."], 8),
-        CompletionRequest("r5", "", _TOK_IDS, [], 4, 0, False, False, {"seed": 1}),
+        CompletionRequest("r4", "Once upon", None, sampling=SamplingOptions(max_tokens=8),
+                          output=OutputOptions(stop=["."])),
+        CompletionRequest("r5", "", _TOK_IDS, sampling=SamplingOptions(max_tokens=4,
+                                                                       params={"seed": 1}),
+                          output=OutputOptions(skip_special_tokens=False)),
         TokenizeRequest("r6", "hello"),
         TokenizeRequest("r7", None, _MSGS, _TOOLS),
         DetokenizeRequest("r8", _TOK_IDS),
@@ -110,7 +116,9 @@ EXAMPLES: dict[str, list[Any]] = {
     ],
     "submit": [
         Submit("r1", b"client", 3, 8, _ENGINE_REQ),
-        Submit("r1", b"client", 3, 8, _ENGINE_REQ, ["stop"], True, 1, False, True, True, True),
+        Submit("r1", b"client", 3, 8, _ENGINE_REQ, 1,
+               OutputOptions(stop=["stop"], include_stop=True, skip_special_tokens=False),
+               ParseOptions(reasoning=True, tools=True, starts_in_reasoning=True)),
     ],
     "engine_out": [
         EngineHello("inst-1"),
@@ -293,9 +301,11 @@ def _detok_traffic(draw: st.DrawFn) -> list[tuple[str, bytes]]:
             stops = draw(st.lists(st.one_of(st.text(max_size=4), st.sampled_from(["\n", "lo"])), max_size=3))
             items.append((socket, ENC.encode(Submit(
                 rid, draw(st.sampled_from([b"c1", b"c2"])), 3, 8,
-                ENC.encode(EngineRequest(rid, _TOK_IDS, 8)), stops, draw(st.booleans()),
-                draw(st.integers(0, 3)), draw(st.booleans()), draw(st.booleans()),
-                draw(st.booleans()), draw(st.booleans())))))
+                ENC.encode(EngineRequest(rid, _TOK_IDS, 8)), draw(st.integers(0, 3)),
+                OutputOptions(stop=stops, include_stop=draw(st.booleans()),
+                              skip_special_tokens=draw(st.booleans())),
+                ParseOptions(reasoning=draw(st.booleans()), tools=draw(st.booleans()),
+                             starts_in_reasoning=draw(st.booleans()))))))
         elif socket == "engine_out":
             outs = [StepOutput(draw(st.sampled_from(["r1", "r2", "r3", "zz"])),
                                draw(st.lists(st.one_of(st.integers(0, 700), _INT64.filter(
@@ -445,11 +455,12 @@ def test_engine_link_oversized_frame_is_counted(link: tuple[EnginePeer, EngineLi
 #    here; fixed in transport.FrameDecoder by SERVICE and in EngineLink by ENGINE) ------------------
 
 def _deep_sampling_frame(tag: str, depth: int) -> bytes:
-    """A frame whose ``sampling`` (dict[str, Any]) holds a list nested ``depth`` deep."""
+    """A frame whose last field (dict[str, Any]: ChatRequest's ``chat_template_kwargs``,
+    EngineRequest's ``sampling``) holds a list nested ``depth`` deep."""
     nested = b"\x91" * depth + b"\xc0"
     if tag == "ChatRequest":
-        head = ENC.encode(["ChatRequest", "r1", _MSGS, None, "auto", [], None, 0, False, {}, True])
-        return b"\x9c" + head[1:] + b"\x81\xa1k" + nested
+        head = ENC.encode(["ChatRequest", "r1", _MSGS, None, "auto"])
+        return b"\x96" + head[1:] + b"\x81\xa1k" + nested
     head = ENC.encode(["EngineRequest", "r1", _TOK_IDS, 4, []])
     return b"\x96" + head[1:] + b"\x81\xa1k" + nested
 
@@ -520,21 +531,34 @@ def _chat_requests(draw: st.DrawFn) -> ChatRequest:
         draw(_mostly(st.sampled_from(["none", "auto", "required"] + (
             [{"type": "function", "function": {"name": "get"}}] if tools == _TOOLS else [])),
             st.one_of(st.just("bogus"), st.dictionaries(st.text(max_size=5), msgpack_values, max_size=2)))),
-        draw(_mostly(st.lists(st.text(min_size=1, max_size=6), max_size=3), st.lists(_field_text, max_size=10))),
-        draw(_mostly(st.one_of(st.none(), st.integers(1, 100)), _ints)),
-        draw(_mostly(st.integers(0, 2), _ints)),
-        draw(st.booleans()),
         draw(_mostly(st.sampled_from([{}, {"enable_thinking": False}, {"enable_thinking": True}]),
                      st.dictionaries(st.one_of(st.sampled_from(["messages", "tools", "1x", "a b"]),
                                                st.text(max_size=5)), msgpack_values, max_size=2))),
-        draw(st.booleans()),
-        draw(_mostly(st.sampled_from([{}, {"temperature": 0.7, "seed": 3}]),
-                     st.dictionaries(st.text(max_size=6), msgpack_values, max_size=3))),
         draw(_mostly(st.just(True), st.booleans())),
         draw(_mostly(st.just(False), st.booleans())),
-        draw(_mostly(st.lists(st.integers(0, 50), max_size=2), st.lists(_ints, max_size=3))),
-        draw(st.booleans()),
+        sampling=draw(_sampling()),
+        output=draw(_output()),
     )
+
+
+@st.composite
+def _sampling(draw: st.DrawFn) -> SamplingOptions:
+    return SamplingOptions(
+        max_tokens=draw(_mostly(st.one_of(st.none(), st.integers(1, 100)), _ints)),
+        min_tokens=draw(_mostly(st.integers(0, 2), _ints)),
+        stop_token_ids=draw(_mostly(st.lists(st.integers(0, 50), max_size=2),
+                                    st.lists(_ints, max_size=3))),
+        ignore_eos=draw(st.booleans()),
+        params=draw(_mostly(st.sampled_from([{}, {"temperature": 0.7, "seed": 3}]),
+                            st.dictionaries(st.text(max_size=6), msgpack_values, max_size=3))))
+
+
+@st.composite
+def _output(draw: st.DrawFn) -> OutputOptions:
+    return OutputOptions(
+        stop=draw(_mostly(st.lists(st.text(min_size=1, max_size=6), max_size=3),
+                          st.lists(_field_text, max_size=10))),
+        include_stop=draw(st.booleans()), skip_special_tokens=draw(st.booleans()))
 
 
 @st.composite
@@ -548,14 +572,9 @@ def _completion_requests(draw: st.DrawFn) -> CompletionRequest:
         "" if use_ids and draw(st.integers(0, 5)) else draw(_mostly(st.text(min_size=1, max_size=30),
                                                                    st.one_of(_field_text, st.just("word " * 300)))),
         ids,
-        draw(_mostly(st.lists(st.text(min_size=1, max_size=6), max_size=3), st.lists(_field_text, max_size=10))),
-        draw(_mostly(st.one_of(st.none(), st.integers(1, 100)), _ints)),
-        draw(_mostly(st.integers(0, 2), _ints)),
-        draw(st.booleans()), draw(st.booleans()),
-        draw(_mostly(st.just({}), st.dictionaries(st.text(max_size=6), msgpack_values, max_size=3))),
         draw(st.booleans()),
-        draw(_mostly(st.lists(st.integers(0, 50), max_size=2), st.lists(_ints, max_size=3))),
-        draw(st.booleans()),
+        sampling=draw(_sampling()),
+        output=draw(_output()),
     )
 
 
@@ -580,7 +599,7 @@ def test_structured_requests_fail_with_textproc_errors(toy: tuple[Tokenizer, Ser
     assert 1 <= submit.prompt_tokens and submit.prompt_tokens + inner.max_tokens <= config.max_model_len
     assert 0 <= inner.min_tokens <= inner.max_tokens
     assert all(0 <= t < tok.vocab_size for t in inner.stop_token_ids)
-    assert len(submit.stop) <= config.max_stops
+    assert len(submit.output.stop) <= config.max_stops
     if inner.constraint is not None:
         import regex
 

@@ -108,10 +108,10 @@ def test_bad_stop_lists_name_the_entry_or_limit(stops: list[Any], max_stops: int
 @pytest.mark.parametrize("stops", [None, 5, [None], [["a"]], [{"a": 1}], [""], ["a", ""], [b"x"], {"a"}])
 def test_pipeline_refuses_bad_stops(stops: Any) -> None:
     if stops == {"a"}:  # any iterable of strings is a stop list
-        OutputPipeline(_tok("bytelevel"), stops=stops)
+        OutputPipeline(_tok("bytelevel"), stop=stops)
         return
     with pytest.raises(InvalidInput, match="stop"):
-        OutputPipeline(_tok("bytelevel"), stops=stops)
+        OutputPipeline(_tok("bytelevel"), stop=stops)
 
 
 def test_stop_limits_are_enforced_with_the_limit_in_the_message() -> None:
@@ -170,7 +170,7 @@ def test_bad_ids_into_detokenizer_and_pipeline(kind: str, good: list[int], bad: 
     with pytest.raises(InvalidInput, match="out of range") as info:
         detok.feed(ids)
     assert "IncrementalDetokenizer.feed" in str(info.value)
-    pipe = OutputPipeline(tok, skip_special_tokens=skip, stops=["zz"], reasoning=True, tools=True)
+    pipe = OutputPipeline(tok, skip_special_tokens=skip, stop=["zz"], reasoning=True, tools=True)
     with pytest.raises(InvalidInput):
         pipe.feed(ids)
     with pytest.raises(InvalidInput):
@@ -250,7 +250,7 @@ def test_real_vocabularies_hostile_text_and_ids(name: str, text: str, bad: Any, 
         IncrementalDetokenizer(tok).feed(ids[:at] + [bad] + ids[at:])
     if type(bad) is int and bad >= tok.vocab_size:
         with pytest.raises(InvalidInput):
-            OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True).feed([*ids, bad])
+            OutputPipeline(tok, stop=["\n\n"], reasoning=True, tools=True).feed([*ids, bad])
         assert tok.decode([*ids, bad]) == tok.decode(ids)
 
 
@@ -320,7 +320,7 @@ def test_pipeline_on_encoded_model_output(text: str, kind: str, cuts: list[int],
         ids = tok.encode(text)
     except InvalidInput:
         return
-    pipe = OutputPipeline(tok, stops=stops, reasoning=True, tools=True, at_start=True)
+    pipe = OutputPipeline(tok, stop=stops, reasoning=True, tools=True, at_start=True)
     deltas: list[dict[str, Any]] = []
     fed = 0
     for part in _splits(ids, cuts):  # type: ignore[arg-type]

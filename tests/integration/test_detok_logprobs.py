@@ -19,6 +19,7 @@ from hypothesis import given, strategies as st
 from textproc.config import ServiceConfig
 from textproc.core.logprobs import MISSING_LOGPROB, token_text
 from textproc.errors import ProtocolError
+from textproc.options import OutputOptions, ParseOptions
 from textproc.protocol import (
     EngineRequest,
     EngineStep,
@@ -55,8 +56,8 @@ def _table(toy_model: Path, *, logprobs: int | None = K, stop: list[str] | None 
     tok = _tok(toy_model)
     table = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))
     engine_request = ENC.encode(EngineRequest(rid, pack_ids([1]), 500, logprobs=logprobs))
-    table.on_submit(Submit(rid, b"c", 1, 500, engine_request, stop=stop or [],
-                           include_stop=include_stop, logprobs=logprobs))
+    table.on_submit(Submit(rid, b"c", 1, 500, engine_request, output=OutputOptions(
+        stop=stop or [], include_stop=include_stop, logprobs=logprobs)))
     return table
 
 
@@ -223,7 +224,7 @@ def test_reasoning_tokens_have_entries_too() -> None:
     ids = tok.encode(raw)
     table = RequestTable(tok, ServiceConfig(model_dir=str(model)))
     table.on_submit(Submit("r", b"c", 1, 500, ENC.encode(EngineRequest("r", pack_ids([1]), 500)),
-                           reasoning=True, logprobs=1))
+                           output=OutputOptions(logprobs=1), parse=ParseOptions(reasoning=True)))
     content, entries, reason = _run(table, _steps(ids, [3, 5], tok.vocab_size, True))
     assert content == "An answer: 你好" and reason == "length"
     assert b"".join(e[1] for e in entries) == raw.encode()
@@ -241,7 +242,7 @@ def test_outputs_before_their_submit_keep_their_rows(toy_model: Path, packed: bo
         table.on_step(msgspec.msgpack.decode(ENC.encode(frame), type=type(frame)))
     assert set(table.early) == {"r"} and table.outbox == {}
     engine_request = ENC.encode(EngineRequest("r", pack_ids([1]), 500, logprobs=K))
-    table.on_submit(Submit("r", b"c", 1, 500, engine_request, logprobs=K))
+    table.on_submit(Submit("r", b"c", 1, 500, engine_request, output=OutputOptions(logprobs=K)))
     # on_submit replays the buffered steps into the outbox; _run collects them with the rest
     assert _run(table, frames[2:]) == want
 

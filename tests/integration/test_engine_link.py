@@ -393,12 +393,14 @@ def test_oversized_frame_is_counted_and_the_link_keeps_working(peer: EnginePeer)
 def _detok_outputs(tok: Any, toy_model: Path, frames: list[Any]) -> tuple[Any, list[Any]]:
     from textproc.config import ServiceConfig
     from textproc.service.request_table import RequestTable
+    from textproc.options import OutputOptions
     from textproc.protocol import Submit
 
     core = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))
     for rid in ("a", "b", "c"):
         engine_request = ENC.encode(EngineRequest(rid, pack_ids([1]), 50))
-        core.on_submit(Submit(rid, b"client", 1, 50, engine_request, stop=["STOP"] if rid == "a" else []))
+        core.on_submit(Submit(rid, b"client", 1, 50, engine_request,
+                              output=OutputOptions(stop=["STOP"] if rid == "a" else [])))
     got: list[Any] = []
     for frame in frames:
         core.on_step(OUT.decode(ENC.encode(frame)))

@@ -211,7 +211,7 @@ def test_bad_requests_get_their_error_and_disturb_nothing(service: Service) -> N
         ({"messages": [{"content": "no role"}]}, InvalidInput, r"messages\[0\]\.role"),
         ({"chat_template_kwargs": {"messages": 1}}, InvalidInput, r"chat_template_kwargs keys"),
         ({"stop_token_ids": [10**6]}, InvalidInput, r"outside the vocabulary"),
-        ({"sampling": {"temperature": {"nested": 1}}}, InvalidInput, r"sampling\['temperature'\]"),
+        ({"params": {"temperature": {"nested": 1}}}, InvalidInput, r"sampling\['temperature'\]"),
         ({"messages": [{"role": "user", "content": "x" * 20000}]}, InvalidInput,
          r"maximum context length is 4096 tokens, but the prompt has"),
     ]

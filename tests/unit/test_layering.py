@@ -1,7 +1,8 @@
 """The layering rules of style.md, checked by walking the folders (no hand-kept module list).
 
 - ``textproc/core/`` imports only the standard library, ``regex``, ``jinja2``,
-  ``textproc.errors`` and other core modules; never reads ``os.environ``.
+  ``textproc.errors``, ``textproc.options`` (the request's option values) and other core
+  modules; never reads ``os.environ``.
 - ``textproc/protocol/`` (every part) and the core never import each other.
 - ``textproc`` never imports ``engine_stub``, ``tests``, ``bench`` or ``scripts``.
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
@@ -22,7 +23,7 @@ PACKAGE = ROOT / "textproc"
 CORE = PACKAGE / "core"
 FORBIDDEN = ("zmq", "msgspec", "asyncio", "multiprocessing")
 CORE_ALLOWED_THIRD_PARTY = {"regex", "jinja2"}
-CORE_ALLOWED_TEXTPROC = ("textproc.errors", "textproc.core")
+CORE_ALLOWED_TEXTPROC = ("textproc.errors", "textproc.options", "textproc.core")
 
 
 def _module_name(path: Path) -> str:

@@ -72,9 +72,10 @@ def test_fields_map_onto_chat() -> None:
                  metadata={"user_id": "u"}, context_management={"edits": []},
                  output_config={"effort": "high"})
     chat = req.chat
-    assert (chat.max_tokens, chat.stream, chat.parallel_tool_calls) == (2000, True, False)
-    assert chat.stop == ["X"]
-    assert chat.sampling == {"temperature": 0.5, "top_p": 0.9, "top_k": 5}
+    assert (chat.sampling.max_tokens, chat.stream, chat.output.parallel_tool_calls) == (
+        2000, True, False)
+    assert chat.output.stop == ["X"]
+    assert chat.sampling.params == {"temperature": 0.5, "top_p": 0.9, "top_k": 5}
     assert chat.tool_choice == {"type": "function", "function": {"name": "f"}}
     assert chat.chat_template_kwargs == {"enable_thinking": True, "thinking": True}
     assert _parse(messages=[{"role": "user", "content": "x"}], tools=tools,

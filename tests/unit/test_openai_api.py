@@ -76,9 +76,9 @@ def test_chat_request_normalized() -> None:
              "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
     ]
-    assert p.stop == ["END"]
-    assert p.max_tokens == 7  # max_completion_tokens wins over the deprecated max_tokens
-    assert p.sampling == {"temperature": 0.5, "top_k": 20, "seed": 3}
+    assert p.output.stop == ["END"]
+    assert p.sampling.max_tokens == 7  # max_completion_tokens wins over the deprecated max_tokens
+    assert p.sampling.params == {"temperature": 0.5, "top_k": 20, "seed": 3}
     assert p.tool_choice == "auto"
     assert p.tools is not None and p.tools[0]["function"]["name"] == "get_weather"
     assert p.stream and p.include_usage
@@ -111,7 +111,7 @@ def test_tool_choice_forms() -> None:
         ({"max_tokens": 0}, "max_tokens", ">= 1"),
         ({"max_completion_tokens": "9"}, "max_completion_tokens", "Expected `int"),
         ({"temperature": 3}, "temperature", "<= 2.0"),
-        ({"stop": ["ok", ""]}, "stop", "empty string"),
+        ({"stop": ["ok", ""]}, "stop", "stop[1] is empty"),
         ({"stop": ["s"] * 65}, "stop", "at most 64"),
         ({"stop": 7}, "stop", "Expected `str | array | null`, got `int`"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed when stream"),
@@ -128,9 +128,9 @@ def test_tool_choice_forms() -> None:
         ({"tools": [WEATHER], "tool_choice": "required", "guided_regex": "a"}, "tool_choice",
          "together with a forced tool call"),
         ({"tool_choice": "sometimes"}, "tool_choice", "Invalid enum value 'sometimes'"),
-        ({"tool_choice": "required"}, "tool_choice", "needs a non-empty tools list"),
+        ({"tool_choice": "required"}, "tool_choice", "needs at least one tool in tools"),
         ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-         "tool_choice", "'nope', which is not in tools"),
+         "tool_choice", "unknown tool 'nope'"),
         ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]},
          "tools[0].function.name", "invalid"),
         ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name", "defined twice"),
@@ -177,18 +177,18 @@ def test_completion_prompt_forms() -> None:
         return parse_completion_request(body, served_models=MODELS)
 
     assert prompt("hello").prompt == "hello"
-    assert prompt("hello").max_tokens == 16  # the legacy API's default
+    assert prompt("hello").sampling.max_tokens == 16  # the legacy API's default
     assert prompt([1, 2, 3]).prompt == [1, 2, 3]
     assert prompt([[4, 5]]).prompt == [4, 5]
     assert prompt(["one"]).prompt == "one"
-    assert prompt("x", stop=["a", "b"], echo=True).stop == ["a", "b"]
+    assert prompt("x", stop=["a", "b"], echo=True).output.stop == ["a", "b"]
     for bad, match in [(["a", "b"], "batch of 2 prompts"), ([], "must be a string"),
                        ([1, "a"], "must be a string"), ([-1], ">= 0")]:
         body = json.dumps({"model": "qwen3", "prompt": bad}).encode()
         assert match in rejected(body, kind="completion").message
     body = json.dumps({"model": "qwen3", "prompt": "x", "suffix": "y"}).encode()
     assert rejected(body, kind="completion").param == "suffix"
-    assert prompt("x", logprobs=5).logprobs == 5 and prompt("x").logprobs is None
+    assert prompt("x", logprobs=5).output.logprobs == 5 and prompt("x").output.logprobs is None
     for extra, param, match in [({"logprobs": 6}, "logprobs", "logprobs=6 is out of range; "
                                  "allowed: 0..5"), ({"logprobs": 0, "echo": True}, "echo",
                                                     "prompt's logprobs")]:
@@ -653,10 +653,11 @@ def test_client_backend_passes_every_parameter() -> None:
     assert closed == ["chatcmpl-x"]
     assert seen["messages"] == [{"role": "user", "content": "hi"}]
     assert seen["tools"][0]["function"]["name"] == "get_weather"
-    assert (seen["tool_choice"], seen["stop"], seen["max_tokens"], seen["min_tokens"]) == (
+    sampling, output = seen["sampling"], seen["output"]
+    assert (seen["tool_choice"], output.stop, sampling.max_tokens, sampling.min_tokens) == (
         "required", ["END"], 9, 1)
-    assert seen["sampling"] == {"temperature": 0.2, "top_p": 0.9, "seed": 11}
-    assert seen["include_stop"] and seen["ignore_eos"] and not seen["skip_special_tokens"]
+    assert sampling.params == {"temperature": 0.2, "top_p": 0.9, "seed": 11}
+    assert output.include_stop and sampling.ignore_eos and not output.skip_special_tokens
     assert seen["chat_template_kwargs"] == {"enable_thinking": False}
     assert seen["request_id"] == "chatcmpl-x"
     assert backend.health() == (True, "")

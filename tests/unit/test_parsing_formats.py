@@ -226,7 +226,7 @@ def test_undeclared_cut_off_and_single_call(fmt: str) -> None:
     only_ping = parse_output(text, tool_schemas=[PING], **opts)
     assert [n for n, _ in _calls(only_ping)] == [n for n, _ in calls if n == "ping"]
     # parallel_tool_calls false: at most one call
-    one = parse_output(text, tool_schemas=TOOLS, max_calls=1, **opts)
+    one = parse_output(text, tool_schemas=TOOLS, parallel_tool_calls=False, **opts)
     assert _calls(one) == calls[:1]
     # cut off inside the first call: no call, the text comes back (not streamed)
     cut = text[: text.index("Zürich") + 3] if "Zürich" in text else text[:-3]

@@ -48,7 +48,7 @@ def cases(draw: st.DrawFn, tok: Any) -> dict[str, Any]:
         "ids": ids,
         "steps": steps,
         "options": {
-            "stops": draw(st.lists(st.sampled_from(STOPS), max_size=3, unique=True)),
+            "stop": draw(st.lists(st.sampled_from(STOPS), max_size=3, unique=True)),
             "include_stop": draw(st.booleans()),
             "min_tokens": draw(st.sampled_from([0, 0, 1, 3, 6])),
             "reasoning": reasoning,
@@ -78,7 +78,7 @@ def _reference(tok: Any, ids: list[int], options: dict[str, Any]) -> tuple[Any, 
         d = IncrementalDetokenizer(tok, at_start=True)
         eligible_from = len(d.feed(ids[: options["min_tokens"]]))
     out, stop = stop_reference(
-        text, options["stops"], include_stop=options["include_stop"], eligible_from=eligible_from
+        text, options["stop"], include_stop=options["include_stop"], eligible_from=eligible_from
     )
     parser = OutputParser(
         reasoning=options["reasoning"],
@@ -109,7 +109,7 @@ def test_any_split_equals_all_at_once_and_reference(name: str, data: st.DataObje
 
 def test_stop_string_across_deltas_then_ignores_later_steps() -> None:
     tok = _vocab("toy")
-    p = OutputPipeline(tok, stops=["STOP"], at_start=True)
+    p = OutputPipeline(tok, stop=["STOP"], at_start=True)
     out = []
     for chunk in ["Hello ", "ST", "OP and more"]:
         out += p.feed(tok.encode(chunk))
@@ -121,7 +121,7 @@ def test_stop_string_across_deltas_then_ignores_later_steps() -> None:
 
 def test_stop_token_and_tool_calls_finish_reasons() -> None:
     tok = _vocab("toy")
-    p = OutputPipeline(tok, stops=["END"], at_start=True)
+    p = OutputPipeline(tok, stop=["END"], at_start=True)
     assert merge_deltas(p.feed(tok.encode("text EN")))["content"] == "text "
     assert merge_deltas(p.finish("stop", stop_token_id=0))["content"] == "EN"
     assert (p.finish_reason, p.stop_reason, p.matched_stop) == ("stop", 0, None)
@@ -141,7 +141,7 @@ def test_stop_token_and_tool_calls_finish_reasons() -> None:
 
 def test_holdback_is_released_as_soon_as_disproved() -> None:
     tok = _vocab("toy")
-    p = OutputPipeline(tok, stops=["</s>"], reasoning=True, at_start=True)
+    p = OutputPipeline(tok, stop=["</s>"], reasoning=True, at_start=True)
     assert p.feed(tok.encode("a <")) == [{"content": "a "}]  # "<" may start "</s>" or "<think>"
     assert p.feed(tok.encode("b")) == [{"content": "<b"}]
     emoji = tok.encode("😀")
@@ -152,11 +152,11 @@ def test_holdback_is_released_as_soon_as_disproved() -> None:
 
 def test_construction_is_cheap() -> None:
     tok = _vocab("toy")
-    OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True)
+    OutputPipeline(tok, stop=["\n\n"], reasoning=True, tools=True)
     n = 500
     t0 = time.perf_counter()
     for _ in range(n):
-        OutputPipeline(tok, stops=["\n\n"], reasoning=True, tools=True)
+        OutputPipeline(tok, stop=["\n\n"], reasoning=True, tools=True)
     per = (time.perf_counter() - t0) / n
     assert per < 300e-6, f"{per * 1e6:.0f} us per pipeline"
 
@@ -173,19 +173,19 @@ def test_malformed_or_cut_off_calls_are_content_with_a_non_tool_calls_finish() -
         ([], 'ok<tool_call>{"name": "f", "arguments": {"x": tru}}</tool_call>', "stop", "stop"),
         ([], 'ok<tool_call>{"name": "g", "arguments": {}}</tool_call>', "stop", "stop"),  # undeclared
     ):
-        p = OutputPipeline(tok, tools=True, at_start=True, stops=stops, tool_schemas=tools,
+        p = OutputPipeline(tok, tools=True, at_start=True, stop=stops, tool_schemas=tools,
                            stream_calls=False)
         merged = merge_deltas(p.feed(tok.encode(text)) + p.finish(engine_reason))
         assert merged["tool_calls"] == [] and merged["content"] == text.replace("STOP", ""), text
         assert p.finish_reason == want
     # streamed: the header already went out, the finish reason still says no call completed
-    p = OutputPipeline(tok, tools=True, at_start=True, stops=["STOP"], tool_schemas=tools)
+    p = OutputPipeline(tok, tools=True, at_start=True, stop=["STOP"], tool_schemas=tools)
     merged = merge_deltas(p.feed(tok.encode(cut + "STOP")) + p.finish("stop"))
     assert merged["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"x": 1'}
     assert p.finish_reason == "stop"
     # parallel_tool_calls false: one call, the second is content
     two = '<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{"name": "f", "arguments": {}}</tool_call>'
-    p = OutputPipeline(tok, tools=True, at_start=True, tool_schemas=tools, max_calls=1)
+    p = OutputPipeline(tok, tools=True, at_start=True, tool_schemas=tools, parallel_tool_calls=False)
     merged = merge_deltas(p.feed(tok.encode(two)) + p.finish("stop"))
     assert len(merged["tool_calls"]) == 1 and merged["content"] == two[len(two) // 2:]
     assert p.finish_reason == "tool_calls"
@@ -225,7 +225,7 @@ def test_a_call_malformed_after_its_name_matches_the_reference(stream_calls: boo
     had been asked for the held answer while the pipeline streamed)."""
     tok = _vocab("toy")
     ids = tok.encode('<tool_call>{"name": "f"", "arguments": {"x": 1}}')
-    options = {"stops": [], "include_stop": False, "min_tokens": 0, "reasoning": False,
+    options = {"stop": [], "include_stop": False, "min_tokens": 0, "reasoning": False,
                "tools": True, "starts_in_reasoning": False, "stream_calls": stream_calls}
     got = _run(tok, [ids], options)
     assert got == _reference(tok, ids, options)

@@ -54,8 +54,8 @@ def test_fields_map_onto_chat() -> None:
                  tool_choice={"type": "function", "name": "f"}, parallel_tool_calls=False,
                  reasoning={"effort": "low"})
     chat = req.chat
-    assert (chat.max_tokens, chat.stream, chat.parallel_tool_calls) == (7, True, False)
-    assert chat.sampling == {"temperature": 0.5, "top_p": 0.9}
+    assert (chat.sampling.max_tokens, chat.stream, chat.output.parallel_tool_calls) == (7, True, False)
+    assert chat.sampling.params == {"temperature": 0.5, "top_p": 0.9}
     assert chat.tool_choice == {"type": "function", "function": {"name": "f"}}
     assert chat.chat_template_kwargs == {"reasoning_effort": "low"}
     assert req.echo["tool_choice"] == {"type": "function", "name": "f"}
@@ -74,7 +74,7 @@ def test_fields_map_onto_chat() -> None:
     ({"input": [{"role": "user", "content": "a"}, {"role": "user", "content": 3}]},
      "input[1].content", "must be a string"),
     ({"input": "x", "previous_response_id": "resp-1"}, "previous_response_id", "not known"),
-    ({"input": "x", "tool_choice": "required"}, "tool_choice", "non-empty tools"),
+    ({"input": "x", "tool_choice": "required"}, "tool_choice", "needs at least one tool"),
 ])
 def test_errors_name_the_field(body: dict[str, Any], param: str, match: str) -> None:
     with pytest.raises(ApiError, match=match) as err:
@@ -177,7 +177,7 @@ def test_logprobs_follow_the_output_text() -> None:
     """An output's entries go with the output text it carries (held whitespace keeps its own);
     entries of a reasoning-only output are not shown."""
     req = _parse(input="x", include=["message.output_text.logprobs"], top_logprobs=1)
-    assert req.chat.logprobs == 1 and req.echo["top_logprobs"] == 1
+    assert req.chat.output.logprobs == 1 and req.echo["top_logprobs"] == 1
 
     def entry(data: bytes) -> Any:
         return (1, data, -0.5, [2], [b"z"], [-1.0])

@@ -22,7 +22,8 @@ from textproc.client.events import StreamState, TextEvent, take_event
 from textproc.client.inflight import InFlight, conversation_key
 from textproc.client.readers import Readers
 from textproc.errors import InvalidInput, TextprocError, WorkerDied
-from textproc.protocol import MAX_CHOICES, Abort, ChatRequest, CompletionRequest
+from textproc.options import check_n
+from textproc.protocol import Abort, ChatRequest, CompletionRequest
 from textproc.sharding import group_by_shard
 
 _log = logging.getLogger("textproc.client")
@@ -111,9 +112,7 @@ async def generate(frame: ChatRequest | CompletionRequest, *, check_open: Callab
     """
     check_open()
     rid = frame.request_id
-    n = frame.n
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
-        raise InvalidInput(f"n={n!r}; allowed: 1..{MAX_CHOICES}", param="n")
+    n = check_n(frame.sampling.n)
     ids = [rid] if n == 1 else [f"{rid}-{i}" for i in range(n)]  # the worker's sub-ids
     for sub in ids:
         if sub in inflight.streams or sub in inflight.calls:

@@ -33,6 +33,7 @@ from textproc.client.readers import Readers
 from textproc.client.streams import Aborts, generate
 from textproc.curve import CurveClientKeys
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, short
+from textproc.options import OutputOptions, SamplingOptions, split_options
 from textproc.protocol import (
     DEFAULT_HWM,
     MAX_TOKEN_ID,
@@ -55,6 +56,7 @@ _log = logging.getLogger("textproc.client")
 __all__ = ["TextClient", "DEFAULT_CALL_TIMEOUT_S"]
 
 DEFAULT_CALL_TIMEOUT_S = 60.0  # a worker that has not answered a call / accepted a stream by then
+_SAMPLING, _OUTPUT = SamplingOptions(), OutputOptions()
 
 
 class TextClient:
@@ -175,18 +177,19 @@ class TextClient:
     # -- public API ----------------------------------------------------------------------------
 
     def chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-             tool_choice: str | dict[str, Any] = "auto", stop: str | Sequence[str] | None = None,
-             max_tokens: int | None = None, min_tokens: int = 0, include_stop: bool = False,
-             chat_template_kwargs: dict[str, Any] | None = None, skip_special_tokens: bool = True,
-             sampling: dict[str, Any] | None = None, request_id: str | None = None,
+             tool_choice: str | dict[str, Any] = "auto", sampling: SamplingOptions | None = None,
+             output: OutputOptions | None = None, structured: dict[str, Any] | None = None,
+             chat_template_kwargs: dict[str, Any] | None = None,
              add_generation_prompt: bool = True, continue_final_message: bool = False,
-             stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
-             timeout_s: float | None = None,
-             documents: list[dict[str, Any]] | None = None, stream_calls: bool = True,
-             parallel_tool_calls: bool = True,
-             structured: dict[str, Any] | None = None, n: int = 1,
-             logprobs: int | None = None) -> AsyncIterator[TextEvent]:
+             documents: list[dict[str, Any]] | None = None, request_id: str | None = None,
+             timeout_s: float | None = None, **options: Any) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        The request's options are two values (:mod:`textproc.options`): ``sampling``
+        (max_tokens, min_tokens, stop_token_ids, ignore_eos, n, params such as temperature and
+        seed, logit_bias) and ``output`` (stop, include_stop, skip_special_tokens,
+        stream_calls, parallel_tool_calls, logprobs); their fields may instead be given by
+        name (``chat(messages, max_tokens=5, stop=["x"])``).
 
         ``logprobs`` = k in 0..20: each event's ``logprobs`` holds an entry per output token
         whose bytes reached the text (``textproc.core.logprobs.Entry``: token id, its bytes,
@@ -194,7 +197,7 @@ class TextClient:
         bytes, logprobs).
 
         ``n`` > 1: n choices of one prompt (rendered and encoded once, seed + i for choice i
-        when ``sampling`` has a seed), as one stream whose events carry ``index`` (0..n-1),
+        when ``params`` has a seed), as one stream whose events carry ``index`` (0..n-1),
         each choice with its own stops, parser and finish; it ends when all n have finished,
         and closing it early aborts every choice still running.
 
@@ -202,7 +205,7 @@ class TextClient:
         ``{"json": schema}``, ``{"regex": pattern}`` or ``{"choice": [str, ...]}``.
 
         ``documents`` reach the chat template as ``documents`` (RAG templates render them);
-        ``sampling["logit_bias"]`` maps token ids to -100..100 and reaches the engine as
+        ``logit_bias`` maps token ids to -100..100 and reaches the engine as
         ``EngineRequest.logit_bias``. ``stream_calls=False`` (a caller that only wants the
         whole answer): each tool call is held until it is complete and valid, so a malformed
         or cut-off call comes back as content. ``parallel_tool_calls=False``: at most one call.
@@ -211,34 +214,29 @@ class TextClient:
         request; a stuck worker then fails the stream with a TextprocError (kind ``timeout``,
         status 504) naming the worker. Generation itself has no deadline.
         """
-        rid = request_id if request_id is not None else self._next_id()
-        frame = ChatRequest(rid, messages, tools, tool_choice, _stops(stop), max_tokens,
-                            min_tokens, include_stop, dict(chat_template_kwargs or {}),
-                            skip_special_tokens, dict(sampling or {}), add_generation_prompt,
-                            continue_final_message, list(stop_token_ids), ignore_eos,
-                            documents, stream_calls, parallel_tool_calls, structured, n,
-                            logprobs)
+        if options:  # keyword convenience: the two values' fields by name
+            sampling, output, _ = split_options(_stop_list(options))
+        frame = ChatRequest(request_id if request_id is not None else self._next_id(), messages,
+                            tools, tool_choice, dict(chat_template_kwargs or {}),
+                            add_generation_prompt, continue_final_message, documents, structured,
+                            sampling or _SAMPLING, output or _OUTPUT)
         return self._generate(frame, timeout_s)
 
-    def complete(self, prompt: str | Sequence[int], *, stop: str | Sequence[str] | None = None,
-                 max_tokens: int | None = None, min_tokens: int = 0, include_stop: bool = False,
-                 skip_special_tokens: bool = True, sampling: dict[str, Any] | None = None,
-                 request_id: str | None = None, add_special_tokens: bool = True,
-                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
-                 timeout_s: float | None = None,
-                 structured: dict[str, Any] | None = None, n: int = 1,
-                 logprobs: int | None = None) -> AsyncIterator[TextEvent]:
-        """Stream a completion of ``prompt`` (text, or token ids); ``timeout_s``,
-        ``structured``, ``n`` and ``logprobs`` as in ``chat``."""
+    def complete(self, prompt: str | Sequence[int], *, sampling: SamplingOptions | None = None,
+                 output: OutputOptions | None = None, structured: dict[str, Any] | None = None,
+                 add_special_tokens: bool = True, request_id: str | None = None,
+                 timeout_s: float | None = None, **options: Any) -> AsyncIterator[TextEvent]:
+        """Stream a completion of ``prompt`` (text, or token ids); the options, ``timeout_s``
+        and ``structured`` as in ``chat``."""
+        if options:  # keyword convenience: the two values' fields by name
+            sampling, output, _ = split_options(_stop_list(options))
         rid = request_id if request_id is not None else self._next_id()
         if isinstance(prompt, str):
             text, ids = prompt, None
         else:
             text, ids = "", _packed(prompt, "prompt")
-        frame = CompletionRequest(rid, text, ids, _stops(stop), max_tokens, min_tokens,
-                                  include_stop, skip_special_tokens, dict(sampling or {}),
-                                  add_special_tokens, list(stop_token_ids), ignore_eos, structured,
-                                  n, logprobs)
+        frame = CompletionRequest(rid, text, ids, add_special_tokens, structured,
+                                  sampling or _SAMPLING, output or _OUTPUT)
         return self._generate(frame, timeout_s)
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
@@ -414,12 +412,12 @@ class TextClient:
             self._inflight.worker_pending[worker].discard(rid)
 
 
-def _stops(stop: str | Sequence[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop]
-    return list(stop)
+def _stop_list(options: dict[str, Any]) -> dict[str, Any]:
+    """``stop`` given as one string (OpenAI allows it) as a list of one, None as none."""
+    if "stop" not in options or isinstance(options["stop"], list):
+        return options
+    stop = options["stop"]
+    return {**options, "stop": [] if stop is None else [stop] if isinstance(stop, str) else list(stop)}
 
 
 def _packed(token_ids: Sequence[int], what: str) -> bytes:

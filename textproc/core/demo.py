@@ -193,7 +193,7 @@ def demo_stop(tok: Any) -> dict[str, Any]:
     text = "The answer is 42.\n\nUser: and now something else"
     stops = ["\n\nUser:", "###"]
     ids = tok.encode(text)
-    pipeline = OutputPipeline(tok, stops=stops, at_start=True)
+    pipeline = OutputPipeline(tok, stop=stops, at_start=True)
     steps = [ids[i : i + 2] for i in range(0, len(ids), 2)]
     released: list[dict[str, Any]] = []
     for step in steps:

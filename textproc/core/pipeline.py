@@ -28,14 +28,16 @@ finish reason and matched stop are the same as for one ``feed`` of all ids; with
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from textproc.errors import InvalidInput, short
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, OutputParser
+from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT
 from textproc.core.stops import StopChecker
+from textproc.options import OutputOptions, ParseOptions, split_options
 
 __all__ = ["FINISH_REASONS", "OutputPipeline"]
 
@@ -43,6 +45,7 @@ __all__ = ["FINISH_REASONS", "OutputPipeline"]
 # what finish() takes from the engine (an "error" never reaches the text pipeline); finish()
 # turns a "stop" after a tool call into "tool_calls", the one place that rule lives
 FINISH_REASONS = frozenset({"stop", "length", "abort"})
+_OUTPUT = OutputOptions()
 
 
 class OutputPipeline:
@@ -59,13 +62,17 @@ class OutputPipeline:
     ``n_tokens`` counts every token fed until the end (the completion token count, including
     tokens of the final step after a stop string).
 
+    ``output`` (the client's :class:`~textproc.options.OutputOptions`) and ``parse`` (how the
+    output is split, :class:`~textproc.options.ParseOptions`; None: plain content) are read
+    whole; ``OutputPipeline(tok, stop=[...], tools=True)`` builds them from their field names.
+
     ``min_tokens``: a stop string counts only if it is completed by token ``min_tokens + 1``
     or later (a character belongs to the token whose arrival released it from the
     detokenizer), whatever the grouping of tokens into ``feed`` calls.
 
     >>> from textproc.core.tokenizer import Tokenizer
     >>> tok = Tokenizer.from_dir(".cache/models/qwen3")
-    >>> p = OutputPipeline(tok, stops=["\\n\\n"], at_start=True)
+    >>> p = OutputPipeline(tok, OutputOptions(stop=["\\n\\n"]), at_start=True)
     >>> p.feed(tok.encode("Hi\\n")), p.feed(tok.encode("\\nmore")), p.finish_reason
     ([{'content': 'Hi'}], [], 'stop')
     """
@@ -91,46 +98,35 @@ class OutputPipeline:
     def __init__(
         self,
         tokenizer: DetokenizerVocab,
+        output: OutputOptions | None = None,
+        parse: ParseOptions | None = None,
         *,
-        stops: str | Sequence[str] = (),
-        include_stop: bool = False,
         min_tokens: int = 0,
-        skip_special_tokens: bool = True,
-        reasoning: bool = False,
-        tools: bool = False,
-        starts_in_reasoning: bool = False,
         at_start: bool = False,
         request_id: str = "",
-        tool_format: str = "hermes",
-        reasoning_format: str = "think",
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        stream_calls: bool = True,
-        max_calls: int | None = None,
+        **options: Any,
     ) -> None:
-        self._stops = StopChecker(stops, include_stop=include_stop, min_tokens=min_tokens)
+        if options:  # keyword convenience: OutputPipeline(tok, stop=["x"], tools=True, ...)
+            _, output, parse = split_options(options)
+        output = output if output is not None else _OUTPUT
+        self._stops = StopChecker(output.stop, include_stop=output.include_stop,
+                                  min_tokens=min_tokens)
         keep: set[str] = set()
-        if tools:  # the specials a format is spelled in reach the parser, which strips them
-            keep.update(TOOL_FORMATS[tool_format].specials if tool_format in TOOL_FORMATS else ())
-        if reasoning:
+        if parse is not None and parse.tools:  # the specials a format is spelled in reach
+            tool_format = parse.tool_format or DEFAULT_TOOL_FORMAT  # the parser, which strips
+            keep.update(TOOL_FORMATS[tool_format].specials  # them
+                        if tool_format in TOOL_FORMATS else ())
+        if parse is not None and parse.reasoning:
+            reasoning_format = parse.reasoning_format or DEFAULT_REASONING_FORMAT
             keep.update(REASONING_FORMATS[reasoning_format].specials
                         if reasoning_format in REASONING_FORMATS else ())
         self._detok = IncrementalDetokenizer(
-            tokenizer, skip_special_tokens=skip_special_tokens, at_start=at_start,
+            tokenizer, skip_special_tokens=output.skip_special_tokens, at_start=at_start,
             keep_specials=keep,
         )
         self._parser: OutputParser | None = None
-        if reasoning or tools:
-            self._parser = OutputParser(
-                reasoning=reasoning,
-                tools=tools,
-                starts_in_reasoning=starts_in_reasoning,
-                request_id=request_id,
-                tool_format=tool_format,
-                reasoning_format=reasoning_format,
-                tool_schemas=tool_schemas,
-                stream_calls=stream_calls,
-                max_calls=max_calls,
-            )
+        if parse is not None and (parse.reasoning or parse.tools):
+            self._parser = OutputParser(parse, output, request_id=request_id)
         self._min_tokens = min_tokens
         self.n_tokens = 0
         self.is_finished = False

@@ -30,11 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from textproc.errors import InvalidInput, short
+from textproc.options import MAX_STOP_CHARS  # characters per stop string (holdback <= this - 1)
 
 __all__ = ["MAX_STOPS", "MAX_STOP_CHARS", "StopChecker"]
 
 MAX_STOPS = 4096  # distinct stop strings per request
-MAX_STOP_CHARS = 1024  # characters per stop string (the holdback is at most this minus one)
 # Proper prefixes up to this length are kept in a set (a hash lookup per candidate tail); longer
 # tails are looked up by bisection in the sorted stops, so memory stays O(total characters).
 _SHORT = 16

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from textproc.errors import TextprocError
+from textproc.options import OutputOptions, SamplingOptions
 from textproc.protocol import LOGIT_BIAS_RANGE, MAX_LOGIT_BIAS, MAX_MODEL_LEN, MAX_TOKEN_ID
 
 __all__ = [
@@ -297,29 +298,22 @@ class DetokenizeBody(msgspec.Struct, kw_only=True):
 
 
 class ChatParams(msgspec.Struct, kw_only=True):
-    """A validated chat request, in the plain shapes the chat template and TextClient take."""
+    """A validated chat request: the chat template's inputs, and the request's options as the
+    two values ``TextClient.chat`` takes (:mod:`textproc.options`)."""
 
     model: str
     messages: list[dict[str, Any]]
     stream: bool
     include_usage: bool
-    max_tokens: int | None
-    stop: list[str]
     tools: list[dict[str, Any]] | None
     tool_choice: str | dict[str, Any]  # "none" | "auto" | "required" | {"type", "function": {"name"}}
-    sampling: dict[str, Any]
     chat_template_kwargs: dict[str, Any]
     add_generation_prompt: bool
     continue_final_message: bool
     documents: list[dict[str, Any]] | None
-    min_tokens: int
-    ignore_eos: bool
-    skip_special_tokens: bool
-    include_stop_str_in_output: bool
-    parallel_tool_calls: bool = True
     structured: dict[str, Any] | None = None  # {"json": schema} | {"regex": str} | {"choice": [str]}
-    n: int = 1  # choices (the server's limit is HttpLimits.max_n)
-    logprobs: int | None = None  # None: off; k: each token's logprob and k alternatives
+    sampling: SamplingOptions  # n: choices (the server's limit is HttpLimits.max_n)
+    output: OutputOptions  # logprobs None: off; k: each token's logprob and k alternatives
 
 
 class CompletionParams(msgspec.Struct, kw_only=True):
@@ -329,14 +323,7 @@ class CompletionParams(msgspec.Struct, kw_only=True):
     prompt: str | list[int]
     stream: bool
     include_usage: bool
-    max_tokens: int | None
     echo: bool
-    stop: list[str]
-    sampling: dict[str, Any]
-    min_tokens: int
-    ignore_eos: bool
-    skip_special_tokens: bool
-    include_stop_str_in_output: bool
     structured: dict[str, Any] | None = None
-    n: int = 1
-    logprobs: int | None = None  # as in ChatParams (the body's logprobs: 0..5)
+    sampling: SamplingOptions
+    output: OutputOptions  # logprobs: the body's logprobs (0..5)

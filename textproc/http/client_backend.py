@@ -81,43 +81,17 @@ class ClientBackend:
 
     def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
         return self._outputs(lambda client: client.chat(
-            params.messages,
-            tools=params.tools,
-            tool_choice=params.tool_choice,
-            stop=params.stop,
-            max_tokens=params.max_tokens,
-            min_tokens=params.min_tokens,
-            include_stop=params.include_stop_str_in_output,
+            params.messages, tools=params.tools, tool_choice=params.tool_choice,
+            sampling=params.sampling, output=params.output, structured=params.structured,
             chat_template_kwargs=params.chat_template_kwargs,
-            documents=params.documents,
-            skip_special_tokens=params.skip_special_tokens,
-            sampling=params.sampling,
-            request_id=request_id,
             add_generation_prompt=params.add_generation_prompt,
-            continue_final_message=params.continue_final_message,
-            ignore_eos=params.ignore_eos,
-            stream_calls=params.stream,
-            parallel_tool_calls=params.parallel_tool_calls,
-            structured=params.structured,
-            n=params.n,
-            logprobs=params.logprobs,
-        ))
+            continue_final_message=params.continue_final_message, documents=params.documents,
+            request_id=request_id))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
         return self._outputs(lambda client: client.complete(
-            params.prompt,
-            stop=params.stop,
-            max_tokens=params.max_tokens,
-            min_tokens=params.min_tokens,
-            include_stop=params.include_stop_str_in_output,
-            skip_special_tokens=params.skip_special_tokens,
-            sampling=params.sampling,
-            request_id=request_id,
-            ignore_eos=params.ignore_eos,
-            structured=params.structured,
-            n=params.n,
-            logprobs=params.logprobs,
-        ))
+            params.prompt, sampling=params.sampling, output=params.output,
+            structured=params.structured, request_id=request_id))
 
     async def _outputs(self, start: Any) -> AsyncIterator[Output]:
         events: AsyncIterator[TextEvent] = start(self._client())

@@ -38,9 +38,9 @@ __all__ = ["chat_events", "chat_whole", "completion_events", "completion_whole"]
 
 async def chat_whole(params: ChatParams, rid: str, run: Run, first: Output) -> Response:
     """The whole chat.completion object once every choice has finished."""
-    accs = [MessageAccumulator() for _ in range(params.n)]
-    entries: list[list[Any]] = [[] for _ in range(params.n)]  # logprob entries per choice
-    ends = ChoiceEnds(params.n)
+    accs = [MessageAccumulator() for _ in range(params.sampling.n)]
+    entries: list[list[Any]] = [[] for _ in range(params.sampling.n)]  # logprob entries per choice
+    ends = ChoiceEnds(params.sampling.n)
     out: Output | None = first
     while out is not None:
         run.observe(out)
@@ -54,7 +54,7 @@ async def chat_whole(params: ChatParams, rid: str, run: Run, first: Output) -> R
                 choices = [(acc.message(new_call_id=lambda: new_id("call")), reason)
                            for acc, reason in zip(accs, ends.reasons)]
                 logprobs = ([chat_logprobs(e) for e in entries]
-                            if params.logprobs is not None else [])
+                            if params.output.logprobs is not None else [])
                 return json_response(chat_response(rid, now(), params.model, choices,
                                                    ends.usage(), logprobs))
         out = await run.next()
@@ -71,11 +71,11 @@ async def chat_events(params: ChatParams, rid: str, run: Run,
     usage = params.include_usage
     parts: list[bytes] = []
     try:
-        for index in range(params.n):
+        for index in range(params.sampling.n):
             parts.append(sse_event(chat_chunk(rid, created, model,
                                               {"role": "assistant", "content": ""},
                                               include_usage=usage, index=index)))
-        ends = ChoiceEnds(params.n)
+        ends = ChoiceEnds(params.sampling.n)
         out: Output | None = first
         while out is not None:
             run.observe(out)
@@ -116,9 +116,9 @@ async def completion_whole(params: CompletionParams, rid: str, run: Run,
                            first: Output) -> Response:
     """The whole text_completion object once every choice has finished."""
     echo = [params.prompt] if params.echo and isinstance(params.prompt, str) else []
-    texts = [list(echo) for _ in range(params.n)]
-    entries: list[list[Any]] = [[] for _ in range(params.n)]  # logprob entries per choice
-    ends = ChoiceEnds(params.n)
+    texts = [list(echo) for _ in range(params.sampling.n)]
+    entries: list[list[Any]] = [[] for _ in range(params.sampling.n)]  # logprob entries per choice
+    ends = ChoiceEnds(params.sampling.n)
     out: Output | None = first
     while out is not None:
         run.observe(out)
@@ -130,7 +130,7 @@ async def completion_whole(params: CompletionParams, rid: str, run: Run,
                 raise generation_error(out)
             if ends.finish(out):
                 logprobs = ([CompletionLogprobs().feed(e) for e in entries]
-                            if params.logprobs is not None else [])
+                            if params.output.logprobs is not None else [])
                 return json_response(completion_response(
                     rid, now(), params.model,
                     [("".join(t), reason) for t, reason in zip(texts, ends.reasons)],
@@ -150,11 +150,11 @@ async def completion_events(params: CompletionParams, rid: str, run: Run,
     parts: list[bytes] = []
     try:
         if params.echo and isinstance(params.prompt, str):
-            for index in range(params.n):
+            for index in range(params.sampling.n):
                 parts.append(sse_event(completion_chunk(rid, created, model, params.prompt,
                                                         include_usage=usage, index=index)))
-        ends = ChoiceEnds(params.n)
-        offsets = [CompletionLogprobs() for _ in range(params.n)]  # text_offset per choice
+        ends = ChoiceEnds(params.sampling.n)
+        offsets = [CompletionLogprobs() for _ in range(params.sampling.n)]  # text_offset per choice
         out: Output | None = first
         while out is not None:
             run.observe(out)

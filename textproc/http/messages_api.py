@@ -94,7 +94,7 @@ class MessagesBody(msgspec.Struct, kw_only=True):
 class MessagesRequest:
     """A validated Messages request: the chat request it runs and what the answer needs.
 
-    ``max_tokens`` is the client's; ``chat.max_tokens`` may become smaller when the prompt
+    ``max_tokens`` is the client's; ``chat.sampling.max_tokens`` may become smaller when the prompt
     leaves less room in the context (``messages_route``)."""
 
     chat: ChatParams
@@ -385,7 +385,7 @@ def parse_messages_request(body: bytes, *, served_models: Sequence[str]) -> Mess
     >>> r = parse_messages_request(b'{"model":"m","max_tokens":9,"system":"be brief",'
     ...                            b'"messages":[{"role":"user","content":"hi"}]}',
     ...                            served_models=["m"])
-    >>> r.chat.messages, r.chat.max_tokens
+    >>> r.chat.messages, r.chat.sampling.max_tokens
     ([{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}], 9)
     """
     req: MessagesBody = decode_body(body, MessagesBody, "messages")

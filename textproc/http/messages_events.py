@@ -231,7 +231,7 @@ def _stop_reason(out: Output, request: MessagesRequest,
         if context_room is not None and out.completion_tokens >= context_room:
             return CONTEXT_STOP, None
         return "max_tokens", None
-    if out.stop is not None and out.stop in request.chat.stop:
+    if out.stop is not None and out.stop in request.chat.output.stop:
         return "stop_sequence", out.stop
     return "end_turn", None
 

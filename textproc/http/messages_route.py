@@ -14,6 +14,7 @@ that leaves no room is a 400 (Anthropic's "prompt is too long").
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -91,8 +92,9 @@ class MessagesRoutes:
         if room < 1:
             raise ApiError(f"prompt is too long: {n_prompt} tokens > {limit - 1} maximum "
                            f"(this model's context is {limit} tokens)", param="messages")
-        chat = msgspec.structs.replace(req.chat, max_tokens=room,
-                                       min_tokens=min(req.chat.min_tokens, room))
+        sampling = req.chat.sampling
+        chat = msgspec.structs.replace(req.chat, sampling=dataclasses.replace(
+            sampling, max_tokens=room, min_tokens=min(sampling.min_tokens, room)))
         retry = anthropic_id("msg")
         run, first = await api._start(request, lambda: api.backend.chat(chat,
                                                                          request_id=retry))

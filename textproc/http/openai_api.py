@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 
-from textproc.errors import short
+from textproc.errors import InvalidInput, short
 from textproc.http.body_check import check_body
-from textproc.protocol import MAX_CHOICES, MAX_STOP_STRINGS, MAX_TOKEN_ID, MAX_TOP_LOGPROBS
+from textproc.options import (
+    OutputOptions,
+    SamplingOptions,
+    check_output_options,
+    check_sampling_options,
+    check_tool_choice,
+)
+from textproc.protocol import MAX_TOKEN_ID, MAX_TOP_LOGPROBS
 from textproc.http.structured import structured_spec
 from textproc.http.api_types import (
     ApiError,
@@ -67,8 +74,7 @@ _SAMPLING_FIELDS = (
     "frequency_penalty",
     "repetition_penalty",
     "seed",
-    "logit_bias",
-)
+)  # the body fields that travel as SamplingOptions.params (logit_bias has its own field)
 
 
 MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's limit (chat's top_logprobs: 20)
@@ -247,49 +253,41 @@ def _tool_choice(
 ) -> str | dict[str, Any]:
     if choice is None:
         return "auto" if tools else "none"
-    if isinstance(choice, str):
-        if choice == "required" and not tools:
-            raise ApiError(
-                "tool_choice 'required' needs a non-empty tools list", param="tool_choice"
-            )
-        return choice
-    name = choice.function.name
-    names = [t["function"]["name"] for t in tools or []]
-    if name not in names:
-        raise ApiError(
-            f"tool_choice names function {short(name)}, which is not in tools "
-            f"(tools: {', '.join(map(repr, names)) or 'none'})",
-            param="tool_choice",
-        )
-    return {"type": "function", "function": {"name": name}}
+    plain: str | dict[str, Any] = choice if isinstance(choice, str) else {
+        "type": "function", "function": {"name": choice.function.name}}
+    _checked(check_tool_choice, plain, tools or [])
+    return plain
 
 
-def _stops(stop: str | list[str] | None) -> list[str]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    if len(stops) > MAX_STOP_STRINGS:
-        raise ApiError(
-            f"stop has {len(stops)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop"
-        )
-    for i, text in enumerate(stops):
-        if not text:
-            raise ApiError(f"stop[{i}] is an empty string; stop strings must be non-empty",
-                           param="stop")
-    return stops
+def _checked(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A check of :mod:`textproc.options` (the one home of a field's rule, the worker runs the
+    same), its InvalidInput as the 400 it is."""
+    try:
+        return check(*args, **kwargs)
+    except InvalidInput as exc:
+        raise ApiError(str(exc), param=exc.param) from exc
 
 
-def _common(req: ChatCompletionBody | CompletionBody) -> tuple[bool, dict[str, Any]]:
-    if not 1 <= req.n <= MAX_CHOICES:
-        raise ApiError(f"n={req.n} is out of range; allowed: 1..{MAX_CHOICES}", param="n")
+def _options(req: ChatCompletionBody | CompletionBody, max_tokens: int | None,
+             logprobs: int | None, **output: Any) -> tuple[bool, SamplingOptions, OutputOptions]:
+    """The body's options as the two values the TextClient takes, checked by their one check."""
     if req.stream_options is not None and not req.stream:
         raise ApiError("stream_options is only allowed when stream is true",
                        param="stream_options")
     opts = req.stream_options or StreamOptions()
-    sampling = {
+    params = {
         name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None
     }
-    if req.logit_bias is not None:
-        sampling["logit_bias"] = _logit_bias(req.logit_bias)
-    return opts.include_usage, sampling
+    sampling = SamplingOptions(
+        max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos, n=req.n,
+        params=params, logit_bias=_logit_bias(req.logit_bias or {}))
+    out = OutputOptions(stop=[req.stop] if isinstance(req.stop, str) else list(req.stop or []),
+                        include_stop=req.include_stop_str_in_output,
+                        skip_special_tokens=req.skip_special_tokens, stream_calls=req.stream,
+                        logprobs=logprobs, **output)
+    _checked(check_sampling_options, sampling)
+    _checked(check_output_options, out)
+    return opts.include_usage, sampling, out
 
 
 def _logit_bias(bias: dict[str, float]) -> dict[int, float]:
@@ -309,7 +307,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
 
     >>> p = parse_chat_request(b'{"model":"m","messages":[{"role":"user","content":"hi"}],'
     ...                        b'"stop":"x"}', served_models=["m"])
-    >>> (p.messages, p.stop, p.tool_choice)
+    >>> (p.messages, p.output.stop, p.tool_choice)
     ([{'role': 'user', 'content': 'hi'}], ['x'], 'none')
     """
     req: ChatCompletionBody = decode_body(body, ChatCompletionBody, "chat completion")
@@ -320,8 +318,12 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
     """Validate a decoded chat completion body (the rules of :func:`parse_chat_request`); the
     Responses API (``textproc.http.responses_api``) builds one and comes through here too."""
     model = _check_model(req.model, served_models)
-    include_usage, sampling = _common(req)
-    logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else (
+        req.max_tokens
+    )
+    include_usage, sampling, output = _options(
+        req, max_tokens, _chat_logprobs(req.logprobs, req.top_logprobs),
+        parallel_tool_calls=req.parallel_tool_calls is not False)
     structured = structured_spec(req)
     tools = _tools(req.tools)
     tool_choice = _tool_choice(req.tool_choice, tools)
@@ -335,31 +337,20 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
             "continue_final_message needs the last message to be from the assistant",
             param="continue_final_message",
         )
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else (
-        req.max_tokens
-    )
     return ChatParams(
         model=model,
         messages=messages,
         stream=req.stream,
         include_usage=include_usage,
-        max_tokens=max_tokens,
-        stop=_stops(req.stop),
-        parallel_tool_calls=req.parallel_tool_calls is not False,
         tools=tools,
         tool_choice=tool_choice,
-        sampling=sampling,
         chat_template_kwargs=dict(req.chat_template_kwargs or {}),
         add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
         continue_final_message=req.continue_final_message,
         documents=req.documents,
-        min_tokens=req.min_tokens,
-        ignore_eos=req.ignore_eos,
-        skip_special_tokens=req.skip_special_tokens,
-        include_stop_str_in_output=req.include_stop_str_in_output,
         structured=structured,
-        n=req.n,
-        logprobs=logprobs,
+        sampling=sampling,
+        output=output,
     )
 
 
@@ -380,7 +371,6 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
     """Decode and validate a (legacy) completion body; raise :class:`ApiError` on bad input."""
     req: CompletionBody = decode_body(body, CompletionBody, "completion")
     model = _check_model(req.model, served_models)
-    include_usage, sampling = _common(req)
     if req.best_of not in (None, 1):
         raise ApiError(f"best_of={req.best_of} is not supported; only 1", param="best_of")
     if req.suffix:
@@ -412,22 +402,16 @@ def parse_completion_request(body: bytes, *, served_models: Sequence[str]) -> Co
         )
     if isinstance(prompt, list) and req.echo:
         raise ApiError("echo needs a text prompt, not token ids", param="echo")
+    include_usage, sampling, output = _options(req, req.max_tokens, req.logprobs)
     return CompletionParams(
         model=model,
         prompt=prompt,
         stream=req.stream,
         include_usage=include_usage,
-        max_tokens=req.max_tokens,
         echo=req.echo,
-        stop=_stops(req.stop),
-        sampling=sampling,
-        min_tokens=req.min_tokens,
-        ignore_eos=req.ignore_eos,
-        skip_special_tokens=req.skip_special_tokens,
-        include_stop_str_in_output=req.include_stop_str_in_output,
         structured=structured_spec(req),
-        n=req.n,
-        logprobs=req.logprobs,
+        sampling=sampling,
+        output=output,
     )
 
 

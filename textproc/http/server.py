@@ -232,7 +232,7 @@ class _Api:
 
     async def _chat(self, request: Request, body: bytes) -> Response:
         params = parse_chat_request(body, served_models=self.backend.served_models)
-        self._check_n(params.n)
+        self._check_n(params.sampling.n)
         rid = new_id("chatcmpl")
         run, first = await self._start(
             request, lambda: self.backend.chat(params, request_id=rid))
@@ -267,7 +267,7 @@ class _Api:
 
     async def _complete(self, request: Request, body: bytes) -> Response:
         params = parse_completion_request(body, served_models=self.backend.served_models)
-        self._check_n(params.n)
+        self._check_n(params.sampling.n)
         rid = new_id("cmpl")
         run, first = await self._start(
             request, lambda: self.backend.complete(params, request_id=rid))

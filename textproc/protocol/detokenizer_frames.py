@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from textproc.options import OutputOptions, ParseOptions
 from textproc.protocol.engine_frames import IndexTable
 from textproc.protocol.version import PROTOCOL_VERSION
 from textproc.protocol.worker_frames import Stats, StatsRequest
@@ -45,23 +46,13 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     request_id: str
     client_id: bytes  # the client's routing id on detok-front
     prompt_tokens: int
-    max_tokens: int
+    max_tokens: int  # the request's sampling.max_tokens, resolved against the context length
     engine_request: bytes
-    stop: list[str] = []
-    include_stop: bool = False
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
-    reasoning: bool = False  # parse <think>...</think> into reasoning_content
-    tools: bool = False  # parse <tool_call>...</tool_call> into tool_calls
-    starts_in_reasoning: bool = False  # the prompt ends inside an open <think>
-    tool_format: str = "hermes"  # parsing.TOOL_FORMATS name (with tools)
-    reasoning_format: str = "think"  # parsing.REASONING_FORMATS name (with reasoning)
-    tool_schemas: list[dict[str, Any]] = []  # the request's tools: declared names, value types
-    stream_calls: bool = True  # False: hold each call until complete and valid
-    max_calls: int = -1  # -1: no limit (parallel_tool_calls false: 1)
+    min_tokens: int = 0  # the request's sampling.min_tokens (a stop string counts after it)
+    output: OutputOptions = OutputOptions()  # the client's, as it sent them
+    parse: ParseOptions | None = None  # None: the output is not parsed (plain content)
     # the constraint index the engine request names, when this worker has not sent it yet
     index: IndexTable | None = None
-    logprobs: int | None = None  # protocol 8: alternatives per token the client wants (None: off)
 
 
 class Hello(msgspec.Struct, tag=True, array_like=True):

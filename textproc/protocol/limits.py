@@ -5,6 +5,15 @@ They change with policy (what a request may ask for), not with the shape of a fr
 
 from __future__ import annotations
 
+# a request's own limits are written beside its options (textproc.options) and shown here
+from textproc.options import (
+    LOGIT_BIAS_RANGE,
+    MAX_CHOICES,
+    MAX_LOGIT_BIAS,
+    MAX_STOP_STRINGS,
+    MAX_TOP_LOGPROBS,
+)
+
 __all__ = [
     "MAX_FRAME_BYTES",
     "ENGINE_FINISH_REASONS",
@@ -28,12 +37,6 @@ ENGINE_FINISH_REASONS = frozenset({"stop", "length", "abort", "error"})
 # tool call; the text core decides it, see textproc.core.pipeline.OutputPipeline.finish)
 FINISH_REASONS = ENGINE_FINISH_REASONS | {"tool_calls"}
 DEFAULT_HWM = 100_000  # ZeroMQ send/receive high-water mark, in messages
-MAX_CHOICES = 128  # n per request: one prompt, this many engine requests at most
-MAX_STOP_STRINGS = 64  # stop strings per request (OpenAI allows 4; each costs per-step work;
-# the text core takes up to textproc.core.stops.MAX_STOPS, and its MAX_STOP_CHARS per string)
 MAX_JSON_DEPTH = 64  # nesting of any JSON value a client sends (a request body, counted from it)
 MAX_MODEL_LEN = 1 << 30  # the largest max_model_len (and so max_tokens) a service accepts
 MAX_TOKEN_ID = 2**32 - 1  # what pack_ids (uint32) holds; the vocabulary bounds ids further
-MAX_LOGIT_BIAS = 1024  # entries of one request's logit_bias
-LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 forces it
-MAX_TOP_LOGPROBS = 20  # alternatives per token a request may ask for (OpenAI's top_logprobs limit)

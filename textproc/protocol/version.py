@@ -20,4 +20,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # 10: detokenizer shards (no frame changed: endpoints.json lists every shard in
 # endpoints.detokenizers, the index of the detokenizer's Ready / Ready(role="engine") / Stats /
 # ProcessDied is its shard, requests are routed by textproc.sharding.shard_of)
-PROTOCOL_VERSION = 10
+# 11: request options as values (ChatRequest / CompletionRequest .sampling / .output,
+# Submit .output / .parse: textproc.options), Submit.max_calls gone (output.parallel_tool_calls)
+PROTOCOL_VERSION = 11

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from textproc.options import OutputOptions, SamplingOptions
+
 __all__ = [
     "ChatRequest",
     "CompletionRequest",
@@ -33,35 +35,25 @@ __all__ = [
 
 
 class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
-    """client -> worker: render ``messages`` with the model's chat template and generate."""
+    """client -> worker: render ``messages`` with the model's chat template and generate.
+
+    ``sampling`` and ``output`` are the request's options (:mod:`textproc.options`), carried
+    whole to the engine request and the detokenizer's Submit. n > 1 (``sampling.n``): the
+    worker answers Accepted / Failure per sub-request id ``<request_id>-<i>``.
+    """
 
     request_id: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] = "auto"  # "none" | "auto" | "required" | named function
-    stop: list[str] = []
-    max_tokens: int | None = None  # None: whatever max_model_len leaves after the prompt
-    min_tokens: int = 0
-    include_stop: bool = False
     chat_template_kwargs: dict[str, Any] = {}
-    skip_special_tokens: bool = True
-    sampling: dict[str, Any] = {}
     add_generation_prompt: bool = True
     continue_final_message: bool = False
-    stop_token_ids: list[int] = []  # extra stop token ids, added to EOS
-    ignore_eos: bool = False
-    # RAG documents for templates that render them (protocol 4): render_chat(documents=...)
-    documents: list[dict[str, Any]] | None = None
-    stream_calls: bool = True  # False: a non-streamed answer, calls held until complete and valid
-    parallel_tool_calls: bool = True  # False: at most one tool call
+    documents: list[dict[str, Any]] | None = None  # RAG documents: render_chat(documents=...)
     # the output must follow: {"json": schema} | {"regex": str} | {"choice": [str, ...]}
     structured: dict[str, Any] | None = None
-    # n > 1: the prompt is built once and runs as n engine requests "<request_id>-<i>" (seed + i
-    # when sampling has a seed); the worker answers Accepted / Failure per sub-request id
-    n: int = 1
-    # protocol 8: None: no logprobs; k in 0..MAX_TOP_LOGPROBS: each output token's logprob and
-    # its k most likely alternatives (RequestOutput.logprobs)
-    logprobs: int | None = None
+    sampling: SamplingOptions = SamplingOptions()
+    output: OutputOptions = OutputOptions()
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -70,18 +62,10 @@ class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults
     request_id: str
     prompt: str = ""
     prompt_token_ids: bytes | None = None  # pack_ids(...); when set, ``prompt`` must be ""
-    stop: list[str] = []
-    max_tokens: int | None = None
-    min_tokens: int = 0
-    include_stop: bool = False
-    skip_special_tokens: bool = True
-    sampling: dict[str, Any] = {}
     add_special_tokens: bool = True
-    stop_token_ids: list[int] = []
-    ignore_eos: bool = False
     structured: dict[str, Any] | None = None  # as in ChatRequest
-    n: int = 1  # as in ChatRequest
-    logprobs: int | None = None  # as in ChatRequest
+    sampling: SamplingOptions = SamplingOptions()
+    output: OutputOptions = OutputOptions()
 
 
 class TokenizeRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):

@@ -1,8 +1,10 @@
-"""Checks of a generation request's fields where they enter the worker: each raises
-InvalidInput naming the field (``param``), the value and what is allowed.
+"""The checks of a generation request that need the model: messages against the prompt limit,
+ids against the vocabulary. Each raises InvalidInput naming the field (``param``), the value and
+what is allowed.
 
-Owns the rules, not the request: :class:`~textproc.service.requests.RequestBuilder` calls them
-with the limits of its config and the vocabulary's size.
+The checks that need no model (stops, counts, n, logprobs, tools, tool_choice) are
+:mod:`textproc.options`', called wherever a request enters (HTTP body, worker) with the same
+message. :class:`~textproc.service.requests.RequestBuilder` calls both.
 """
 
 from __future__ import annotations
@@ -10,13 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from textproc.errors import InvalidInput, short
-from textproc.protocol import LOGIT_BIAS_RANGE, MAX_LOGIT_BIAS, unpack_ids
+from textproc.protocol import unpack_ids
 
-__all__ = ["check_messages", "check_tools", "check_tool_choice", "check_stops",
-           "check_stop_token_ids", "check_logit_bias", "check_sampling", "check_ids"]
-
-_TOOL_CHOICES = ("none", "auto", "required")
-_SCALARS = (str, int, float, bool, type(None))
+__all__ = ["check_messages", "check_stop_token_ids", "check_logit_bias", "check_ids"]
 
 
 def check_messages(messages: Any, max_prompt_chars: int) -> None:
@@ -43,60 +41,6 @@ def check_messages(messages: Any, max_prompt_chars: int) -> None:
             param="messages")
 
 
-def check_tools(tools: Any) -> list[dict[str, Any]]:
-    """``tools`` as OpenAI's function tools (each with a non-empty name); [] for None."""
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise InvalidInput(f"tools must be a list, got {short(tools)}")
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
-                not isinstance(name, str) or not name:
-            raise InvalidInput(
-                f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, ...}}}}, "
-                f"got {short(tool)}")
-    return tools
-
-
-def check_tool_choice(tool_choice: Any,
-                      tools: list[dict[str, Any]]) -> tuple[str, str | None]:
-    """('none' | 'auto' | 'required' | 'named', the forced function's name or None)."""
-    names = [t["function"]["name"] for t in tools]
-    if isinstance(tool_choice, str):
-        if tool_choice not in _TOOL_CHOICES:
-            raise InvalidInput(
-                f"tool_choice {tool_choice!r} is not allowed; use 'none', 'auto', 'required' "
-                "or {'type': 'function', 'function': {'name': ...}}")
-        if tool_choice == "required" and not tools:
-            raise InvalidInput("tool_choice 'required' needs at least one tool in tools")
-        return tool_choice, None
-    fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
-    if not isinstance(name, str):
-        raise InvalidInput(
-            f"tool_choice {short(tool_choice)} must name a function: "
-            "{'type': 'function', 'function': {'name': ...}}")
-    if name not in names:
-        raise InvalidInput(f"tool_choice names unknown tool {name!r}; tools are {short(names)}")
-    return "named", name
-
-
-def check_stops(stop: list[str], max_stops: int, max_stop_chars: int) -> None:
-    """At most max_stops non-empty strings of at most max_stop_chars each."""
-    if len(stop) > max_stops:
-        raise InvalidInput(f"stop has {len(stop)} strings; at most {max_stops} "
-                           "are allowed", param="stop")
-    for i, s in enumerate(stop):
-        if not s:
-            raise InvalidInput(f"stop[{i}] is empty; stop strings must be non-empty",
-                               param="stop")
-        if len(s) > max_stop_chars:
-            raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most "
-                               f"{max_stop_chars} allowed", param="stop")
-
-
 def check_stop_token_ids(ids: list[int], vocab: int) -> list[int]:
     """The ids, each in [0, vocab)."""
     for i, t in enumerate(ids):
@@ -106,40 +50,14 @@ def check_stop_token_ids(ids: list[int], vocab: int) -> list[int]:
     return list(ids)
 
 
-def check_logit_bias(bias: Any, vocab: int) -> dict[int, float]:
-    """OpenAI's rules: token ids (ints, or their decimal strings as JSON keys) in the
-    vocabulary -> numbers in LOGIT_BIAS_RANGE; at most MAX_LOGIT_BIAS entries."""
-    if bias is None:
-        return {}
-    if not isinstance(bias, dict):
-        raise InvalidInput(f"logit_bias must map token ids to numbers, got {short(bias)}",
-                           param="logit_bias")
-    if len(bias) > MAX_LOGIT_BIAS:
-        raise InvalidInput(f"logit_bias has {len(bias)} entries; at most {MAX_LOGIT_BIAS} "
-                           "are allowed", param="logit_bias")
-    low, high = LOGIT_BIAS_RANGE
-    out: dict[int, float] = {}
-    for key, value in bias.items():
-        token_id = key if isinstance(key, int) and not isinstance(key, bool) else (
-            int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else None)
-        if token_id is None or not 0 <= token_id < vocab:
-            raise InvalidInput(f"logit_bias key {short(key)} is not a token id of this "
+def check_logit_bias(bias: dict[int, float], vocab: int) -> dict[int, float]:
+    """Every key a token id of this vocabulary (the values' range is
+    :func:`textproc.options.check_sampling_options`'s)."""
+    for token_id in bias:
+        if not 0 <= token_id < vocab:
+            raise InvalidInput(f"logit_bias key {short(token_id)} is not a token id of this "
                                f"model; allowed: 0..{vocab - 1}", param="logit_bias")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not low <= value <= high:
-            raise InvalidInput(f"logit_bias[{short(key)}]={short(value)}; allowed: numbers "
-                               f"from {low:g} to {high:g}", param="logit_bias")
-        out[token_id] = float(value)
-    return out
-
-
-def check_sampling(sampling: dict[str, Any]) -> None:
-    """Every sampling value a scalar or a list of scalars (what the engine request carries)."""
-    for key, value in sampling.items():
-        if not isinstance(value, _SCALARS) and not (
-                isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value)):
-            raise InvalidInput(f"sampling[{key!r}]={short(value)}; allowed: numbers, strings, "
-                               "booleans, null or lists of them", param=str(key))
+    return bias
 
 
 def check_ids(data: bytes, vocab: int, param: str, what: str, *,

@@ -129,16 +129,8 @@ class RequestTable:
                                    "after some finish", "rate_limited")
             return None
         try:
-            state = OutputPipeline(
-                self.tokenizer, stops=submit.stop, include_stop=submit.include_stop,
-                min_tokens=submit.min_tokens, skip_special_tokens=submit.skip_special_tokens,
-                reasoning=submit.reasoning, tools=submit.tools,
-                starts_in_reasoning=submit.starts_in_reasoning, request_id=rid,
-                tool_format=submit.tool_format, reasoning_format=submit.reasoning_format,
-                tool_schemas=submit.tool_schemas if submit.tools else None,
-                stream_calls=submit.stream_calls,
-                max_calls=None if submit.max_calls < 0 else submit.max_calls,
-            )
+            state = OutputPipeline(self.tokenizer, submit.output, submit.parse,
+                                   min_tokens=submit.min_tokens, request_id=rid)
         except TextprocError as e:
             self._fail_new(submit, f"request {rid!r}: {e}", "invalid_input")
             return None
@@ -150,8 +142,8 @@ class RequestTable:
         self.counters["requests_submitted"] += 1
         self.done.pop(rid, None)
         req = _Request(submit.client_id, state, submit.prompt_tokens)
-        if submit.logprobs is not None:
-            req.track = lp.new_track(self.tokenizer, state, submit.logprobs)
+        if submit.output.logprobs is not None:
+            req.track = lp.new_track(self.tokenizer, state, submit.output.logprobs)
             self.tracked.add(rid)
         self.live[rid] = req
         self.per_client[submit.client_id] = n_client + 1

@@ -25,18 +25,22 @@ from textproc.sharding import shard_of
 from textproc.core.tokenizer import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES
 from textproc.errors import InvalidInput, short
+from textproc.options import (
+    OutputOptions,
+    ParseOptions,
+    SamplingOptions,
+    check_output_options,
+    check_sampling_options,
+    check_tool_choice,
+    check_tools,
+)
 from textproc.service.request_checks import (
     check_ids,
     check_logit_bias,
     check_messages,
-    check_sampling,
     check_stop_token_ids,
-    check_stops,
-    check_tool_choice,
-    check_tools,
 )
 from textproc.protocol import (
-    MAX_TOP_LOGPROBS,
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -161,7 +165,7 @@ class RequestBuilder:
             # The call is written in the model's own tool format (the default when none was chosen).
             constraint = tool_call_pattern(tools, forced_name, prefix=close,
                                            tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
-                                           parallel=req.parallel_tool_calls)
+                                           parallel=req.output.parallel_tool_calls)
             if req.structured is not None:
                 raise InvalidInput(
                     f"a structured output format together with tool_choice "
@@ -174,21 +178,15 @@ class RequestBuilder:
             # inside a JSON string must stay content
             reasoning = starts_in_reasoning
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
-        built = self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
-                             req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
-                             req.stop_token_ids, req.ignore_eos, constraint,
-                             reasoning=reasoning, tools=parse_tools,
-                             starts_in_reasoning=starts_in_reasoning, prompt_param="messages",
-                             constraint_param="response_format" if req.structured else "tools",
-                             template_s=template_s, tokenize_s=tokenize_s, logprobs=req.logprobs)
-        submit = built.submit
-        submit.tool_format = formats.tool_format or DEFAULT_TOOL_FORMAT
-        submit.reasoning_format = formats.reasoning_format or DEFAULT_REASONING_FORMAT
-        if parse_tools:
-            submit.tool_schemas = tools
-            submit.stream_calls = req.stream_calls
-            submit.max_calls = -1 if req.parallel_tool_calls else 1
-        return built
+        parse = ParseOptions(reasoning=reasoning, tools=parse_tools,
+                             starts_in_reasoning=starts_in_reasoning,
+                             tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
+                             reasoning_format=formats.reasoning_format or DEFAULT_REASONING_FORMAT,
+                             tool_schemas=tools if parse_tools else None)
+        return self._submit(req.request_id, client_id, prompt_ids, req.sampling, req.output,
+                            constraint, parse, prompt_param="messages",
+                            constraint_param="response_format" if req.structured else "tools",
+                            template_s=template_s, tokenize_s=tokenize_s)
 
     def prepare(self) -> None:
         """Render and encode a one-turn chat now, with and without a tool, so the chat
@@ -303,12 +301,9 @@ class RequestBuilder:
             t0 = time.perf_counter()
             prompt_ids = self.encode_text(req.prompt, add_special_tokens=req.add_special_tokens)
             tokenize_s = time.perf_counter() - t0
-        return self._submit(req.request_id, client_id, prompt_ids, req.max_tokens, req.min_tokens,
-                            req.stop, req.include_stop, req.skip_special_tokens, req.sampling,
-                            req.stop_token_ids, req.ignore_eos,
-                            None if req.structured is None else _structured(req.structured),
-                            reasoning=False, tools=False, starts_in_reasoning=False,
-                            prompt_param="prompt", tokenize_s=tokenize_s, logprobs=req.logprobs)
+        constraint = None if req.structured is None else _structured(req.structured)
+        return self._submit(req.request_id, client_id, prompt_ids, req.sampling, req.output,
+                            constraint, None, prompt_param="prompt", tokenize_s=tokenize_s)
 
     # -- tokenize / detokenize -----------------------------------------------------------------
 
@@ -340,13 +335,13 @@ class RequestBuilder:
     # -- validation ----------------------------------------------------------------------------
 
     def _submit(self, request_id: str, client_id: bytes, prompt_ids: list[int],
-                max_tokens: int | None, min_tokens: int, stop: list[str], include_stop: bool,
-                skip_special_tokens: bool, sampling: dict[str, Any], stop_token_ids: list[int],
-                ignore_eos: bool, constraint: str | None, *, reasoning: bool, tools: bool,
-                starts_in_reasoning: bool, prompt_param: str, template_s: float = 0.0,
-                tokenize_s: float = 0.0, constraint_param: str = "response_format",
-                logprobs: int | None = None) -> Built:
+                sampling: SamplingOptions, output: OutputOptions, constraint: str | None,
+                parse: ParseOptions | None, *, prompt_param: str, template_s: float = 0.0,
+                tokenize_s: float = 0.0, constraint_param: str = "response_format") -> Built:
         # messages name no request id: the client knows which request it sent (OpenAI's wording)
+        check_sampling_options(sampling)
+        check_output_options(output, max_stops=self.config.max_stops,
+                             max_stop_chars=self.config.max_stop_chars)
         n_prompt = len(prompt_ids)
         limit = self.config.max_model_len
         if n_prompt == 0:
@@ -355,30 +350,23 @@ class RequestBuilder:
             raise InvalidInput(
                 f"this model's maximum context length is {limit} tokens, but the prompt has "
                 f"{n_prompt} tokens; shorten the {prompt_param}", param=prompt_param)
+        max_tokens, min_tokens = sampling.max_tokens, sampling.min_tokens
         if max_tokens is None:
             max_tokens = limit - n_prompt
-        elif isinstance(max_tokens, bool) or max_tokens < 1:
-            raise InvalidInput(f"max_tokens={max_tokens!r}; allowed: >= 1", param="max_tokens")
         elif n_prompt + max_tokens > limit:
             raise InvalidInput(
                 f"this model's maximum context length is {limit} tokens, but you requested "
                 f"{n_prompt + max_tokens} tokens ({n_prompt} in the {prompt_param}, "
                 f"{max_tokens} in max_tokens); lower max_tokens to at most {limit - n_prompt} "
                 f"or shorten the {prompt_param}", param="max_tokens")
-        if min_tokens < 0 or min_tokens > max_tokens:
+        if min_tokens > max_tokens:
             raise InvalidInput(
                 f"min_tokens={min_tokens!r}; allowed: 0..max_tokens ({max_tokens})",
                 param="min_tokens")
-        check_stops(stop, self.config.max_stops, self.config.max_stop_chars)
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
-            raise InvalidInput(f"logprobs={short(logprobs)}; allowed: alternatives per token, "
-                               f"0..{MAX_TOP_LOGPROBS}", param="logprobs")
-        extra_ids = check_stop_token_ids(stop_token_ids, self.tokenizer.vocab_size)
-        sampling = dict(sampling)
-        logit_bias = check_logit_bias(sampling.pop("logit_bias", None), self.tokenizer.vocab_size)
-        check_sampling(sampling)
-        stop_ids = sorted(set(extra_ids if ignore_eos else self.default_stop_ids + extra_ids))
+        vocab = self.tokenizer.vocab_size
+        extra_ids = check_stop_token_ids(sampling.stop_token_ids, vocab)
+        logit_bias = check_logit_bias(sampling.logit_bias, vocab)
+        stop_ids = sorted(set(extra_ids if sampling.ignore_eos else self.default_stop_ids + extra_ids))
         index_key, table = "", None
         if constraint is not None:
             try:
@@ -388,9 +376,9 @@ class RequestBuilder:
                 raise InvalidInput(str(e), param=constraint_param) from e
             index_key = index.key
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
-                                       sampling, constraint, min_tokens, ignore_eos, logit_bias,
-                                       index_key, logprobs)
+                                       sampling.params, constraint, min_tokens,
+                                       sampling.ignore_eos, logit_bias, index_key,
+                                       output.logprobs)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
-                        stop, include_stop, min_tokens, skip_special_tokens, reasoning, tools,
-                        starts_in_reasoning, index=table, logprobs=logprobs)
+                        min_tokens, output, parse, table)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)

@@ -26,6 +26,7 @@ import zmq
 
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import InvalidInput, TemplateError, TextprocError
+from textproc.options import check_n
 from textproc.protocol import (
     MAX_CHOICES,
     Accepted,
@@ -171,7 +172,8 @@ def _take_events(events: zmq.Socket[Any], decoder: FrameDecoder[EventFrame],
 
 def _sub_ids(frame: Any) -> list[str]:
     """The ids the client waits on: the request's own, or ``<id>-<i>`` for each of n > 1."""
-    n = getattr(frame, "n", 1)
+    sampling = getattr(frame, "sampling", None)
+    n = sampling.n if sampling is not None else 1
     rid: str = frame.request_id
     return [rid] if n == 1 or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES else [
         f"{rid}-{i}" for i in range(n)]
@@ -185,9 +187,7 @@ def _failures(frame: Any, kind: str, message: str, status: int,
 def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | CompletionRequest,
               client_id: bytes, counters: dict[str, int]) -> list[Any]:
     """Build the request once and submit it (n times for n > 1); one reply per (sub-)request."""
-    n = frame.n
-    if isinstance(n, bool) or not 1 <= n <= MAX_CHOICES:
-        raise InvalidInput(f"n={n!r}; allowed: 1..{MAX_CHOICES}", param="n")
+    n = check_n(frame.sampling.n)
     built = (builder.chat(frame, client_id) if isinstance(frame, ChatRequest)
              else builder.completion(frame, client_id))
     submits = [built.submit] if n == 1 else _choices(builder, built, n)

@@ -26,6 +26,7 @@ from textproc.core.parsing.formats import (
 )
 from textproc.core.parsing.section import Section
 from textproc.core.parsing.tags import TagStreamer
+from textproc.options import OutputOptions, ParseOptions, split_options
 
 __all__ = [
     "OutputParser",
@@ -64,6 +65,9 @@ def tool_names_and_schemas(
     return frozenset(names), schemas
 
 
+_PLAIN, _OUTPUT = ParseOptions(), OutputOptions()  # the defaults: no parsing, calls streamed
+
+
 class OutputParser:
     """Turn streamed model text into OpenAI chat deltas.
 
@@ -82,7 +86,7 @@ class OutputParser:
     - ``tools``: recognise tool calls of ``tool_format`` (see ``TOOL_FORMATS``) in content.
       ``tool_schemas``: the request's OpenAI ``tools``; a call naming another tool is content,
       and raw-text values (formats with ``raw_values``) are typed by the tool's schema.
-      ``max_calls``: calls past it are content (``parallel_tool_calls: false`` -> 1).
+      ``parallel_tool_calls`` False: calls past the first are content.
       ``stream_calls``: stream each call as it arrives (True), or hold it until it is complete
       and valid (False, a non-streamed answer: a malformed or cut-off call is then content).
     - ``think_tags`` / ``tool_tags``: custom tags instead of the format's.
@@ -101,19 +105,24 @@ class OutputParser:
 
     def __init__(
         self,
+        parse: ParseOptions | None = None,
+        output: OutputOptions | None = None,
         *,
-        reasoning: bool = False,
-        tools: bool = False,
-        starts_in_reasoning: bool = False,
         think_tags: tuple[str, str] | None = None,
         tool_tags: tuple[str, str] | None = None,
-        tool_format: str = DEFAULT_TOOL_FORMAT,
-        reasoning_format: str = DEFAULT_REASONING_FORMAT,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        stream_calls: bool = True,
-        max_calls: int | None = None,
         request_id: str = "",
+        **options: Any,
     ) -> None:
+        if options:  # keyword convenience: OutputParser(reasoning=True, tools=True, ...)
+            _, output, parse = split_options(options)
+        parse = parse if parse is not None else _PLAIN
+        output = output if output is not None else _OUTPUT
+        reasoning, tools = parse.reasoning, parse.tools
+        tool_format = parse.tool_format or DEFAULT_TOOL_FORMAT
+        reasoning_format = parse.reasoning_format or DEFAULT_REASONING_FORMAT
+        tool_schemas = parse.tool_schemas
+        starts_in_reasoning, stream_calls = parse.starts_in_reasoning, output.stream_calls
+        max_calls = None if output.parallel_tool_calls else 1
         if tool_format not in TOOL_FORMATS:
             raise InvalidInput(f"tool_format={short(tool_format)}; supported: {', '.join(TOOL_FORMATS)}")
         if reasoning_format not in REASONING_FORMATS:
@@ -129,9 +138,6 @@ class OutputParser:
                 raise InvalidInput(
                     f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
                 )
-        if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int)
-                                      or max_calls < 0):
-            raise InvalidInput(f"max_calls={short(max_calls)} must be None or an int >= 0")
         if tool_tags is not None:
             fmt = fmt.with_tags(*tool_tags)
         rfmt = REASONING_FORMATS[reasoning_format]
@@ -401,18 +407,13 @@ class OutputParser:
 
 def parse_output(
     text: str,
+    parse: ParseOptions | None = None,
+    output: OutputOptions | None = None,
     *,
-    reasoning: bool = False,
-    tools: bool = False,
-    starts_in_reasoning: bool = False,
     think_tags: tuple[str, str] | None = None,
     tool_tags: tuple[str, str] | None = None,
-    tool_format: str = DEFAULT_TOOL_FORMAT,
-    reasoning_format: str = DEFAULT_REASONING_FORMAT,
-    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-    stream_calls: bool = False,
-    max_calls: int | None = None,
     request_id: str = "",
+    **options: Any,
 ) -> dict[str, Any]:
     """One-shot parse of a complete answer: ``merge_deltas`` of an :class:`OutputParser` with
     the same options fed the text in any split.
@@ -420,19 +421,10 @@ def parse_output(
     ``stream_calls`` defaults to False here, the non-streamed answer: a call that is malformed
     or cut off is content, not a call.
     """
-    parser = OutputParser(
-        reasoning=reasoning,
-        tools=tools,
-        starts_in_reasoning=starts_in_reasoning,
-        think_tags=think_tags,
-        tool_tags=tool_tags,
-        tool_format=tool_format,
-        reasoning_format=reasoning_format,
-        tool_schemas=tool_schemas,
-        stream_calls=stream_calls,
-        max_calls=max_calls,
-        request_id=request_id,
-    )
+    if output is None:
+        options.setdefault("stream_calls", False)
+    parser = OutputParser(parse, output, think_tags=think_tags, tool_tags=tool_tags,
+                          request_id=request_id, **options)
     return merge_deltas(parser.feed(text) + parser.finish())
 
 
