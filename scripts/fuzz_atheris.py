@@ -190,7 +190,7 @@ def _stream(data: bytes) -> None:
     stops = [s for s in stops_part.split("\x01") if s][:8]
     ids = [b % (tok.vocab_size + 2) - 1 for b in data[:64]]  # includes -1 and vocab_size
     try:
-        pipe = OutputPipeline(tok, stops=stops, reasoning=True, tools=True)
+        pipe = OutputPipeline(tok, stop=stops, reasoning=True, tools=True)
         for i in range(0, len(ids), 3):
             pipe.feed(ids[i:i + 3])
         pipe.finish("length")
