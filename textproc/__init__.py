@@ -11,66 +11,25 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = [
-    "TextprocError",
-    "InvalidInput",
-    "TokenizerFileError",
-    "TemplateError",
-    "ProtocolError",
-    "WorkerDied",
-    "StartupTimeout",
-    "Tokenizer",
-    "IncrementalDetokenizer",
-    "StopChecker",
-    "OutputPipeline",
-    "render_chat",
-    "ChatTemplate",
-    "CHATML_TEMPLATE",
-    "RenderLimits",
-    "prompt_starts_in_reasoning",
-    "TagStreamer",
-    "OutputParser",
-    "parse_tool_calls",
-    "openai_tool_call",
-    "merge_deltas",
-    "parse_output",
-    "json_schema_to_regex",
-    "tool_call_pattern",
-    "TokenVocabulary",
-    "TokenIndex",
-    "compile_constraint",
-]
-
-# public name -> module that defines it
-_WHERE = {
-    "TextprocError": "textproc.errors",
-    "InvalidInput": "textproc.errors",
-    "TokenizerFileError": "textproc.errors",
-    "TemplateError": "textproc.errors",
-    "ProtocolError": "textproc.errors",
-    "WorkerDied": "textproc.errors",
-    "StartupTimeout": "textproc.errors",
-    "Tokenizer": "textproc.core.tokenizer",
-    "IncrementalDetokenizer": "textproc.core.detokenizer",
-    "StopChecker": "textproc.core.stops",
-    "OutputPipeline": "textproc.core.pipeline",
-    "render_chat": "textproc.core.chat",
-    "ChatTemplate": "textproc.core.chat",
-    "CHATML_TEMPLATE": "textproc.core.chat",
-    "RenderLimits": "textproc.core.chat",
-    "prompt_starts_in_reasoning": "textproc.core.chat",
-    "TagStreamer": "textproc.core.parsing",
-    "OutputParser": "textproc.core.parsing",
-    "parse_tool_calls": "textproc.core.parsing",
-    "openai_tool_call": "textproc.core.parsing",
-    "merge_deltas": "textproc.core.deltas",
-    "parse_output": "textproc.core.parsing",
-    "json_schema_to_regex": "textproc.core.constraints",
-    "tool_call_pattern": "textproc.core.constraints",
-    "TokenVocabulary": "textproc.core.constraints",
-    "TokenIndex": "textproc.core.constraints",
-    "compile_constraint": "textproc.core.constraints",
+# module -> the public names it defines, written once; ``__all__`` is their list
+_PUBLIC = {
+    "textproc.errors": ("TextprocError", "InvalidInput", "TokenizerFileError", "TemplateError",
+                        "ProtocolError", "WorkerDied", "StartupTimeout"),
+    "textproc.options": ("SamplingOptions", "OutputOptions", "ParseOptions"),
+    "textproc.core.tokenizer": ("Tokenizer",),
+    "textproc.core.detokenizer": ("IncrementalDetokenizer",),
+    "textproc.core.stops": ("StopChecker",),
+    "textproc.core.pipeline": ("OutputPipeline",),
+    "textproc.core.chat": ("render_chat", "ChatTemplate", "CHATML_TEMPLATE", "RenderLimits",
+                           "prompt_starts_in_reasoning"),
+    "textproc.core.parsing": ("TagStreamer", "OutputParser", "parse_tool_calls",
+                              "openai_tool_call", "parse_output"),
+    "textproc.core.deltas": ("merge_deltas",),
+    "textproc.core.constraints": ("json_schema_to_regex", "tool_call_pattern", "TokenVocabulary",
+                                  "TokenIndex", "compile_constraint"),
 }
+_WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
+__all__ = list(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
