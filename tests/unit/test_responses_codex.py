@@ -63,7 +63,7 @@ def test_codex_turn_offers_functions_and_namespace_members_not_hosted_tools() ->
     assert [t["name"] for t in req.echo["tools"][1]["tools"]] == ["spawn_agent", "close_agent"]
     assert req.echo["prompt_cache_key"] == "thread-1" and req.echo["store"] is False
     assert req.echo["reasoning"] == {"effort": None, "summary": "auto"}
-    assert req.chat.parallel_tool_calls is True
+    assert req.chat.output.parallel_tool_calls is True
     assert req.seal is None  # no store given: nothing to seal with
 
 
