@@ -297,6 +297,15 @@ def test_metrics_exposition() -> None:
             assert name.startswith("textproc_")
 
 
+def test_metrics_render_changes_nothing_and_the_lag_window_restarts_on_its_own_call() -> None:
+    m = Metrics()
+    m.loop_lag_max_s = 0.25
+    line = "textproc_http_loop_lag_max_seconds 0.250000"
+    assert line in m.render() and line in m.render()  # a render (or a second scrape's copy) reads
+    m.start_lag_window()
+    assert "textproc_http_loop_lag_max_seconds 0.000000" in m.render()
+
+
 # ---------------------------------------------------------------- the app over a fake backend
 
 

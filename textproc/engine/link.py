@@ -143,8 +143,6 @@ class EngineLink:
         self.step_format = step_format
         self.engine_ins = ins  # shard k's addresses at k
         self.engine_outs = outs
-        self.engine_in = ins[0]  # shard 0's (the only shard by default)
-        self.engine_out = outs[0]
         self.n_shards = len(ins)
         self.instance_id = instance_id if instance_id is not None else uuid.uuid4().hex
         self.max_frame_bytes = max_frame_bytes
@@ -165,12 +163,8 @@ class EngineLink:
             prompt_ids_as_list=prompt_ids_as_list,
             step_format=step_format,
         )
-        self._indexes = self._receiver.caches[0]  # shard 0's index cache
         self._context: zmq.Context[Any] | None = None
-        self._in: zmq.Socket[Any] | None = None
-        self._out: zmq.Socket[Any] | None = None
-        self._monitor: zmq.Socket[Any] | None = None
-        # every shard's sockets, shard k at k (with one shard: [_in], [_out], [_monitor])
+        # every shard's sockets, shard k at k; empty before start() and after close()
         self._shard_ins: list[zmq.Socket[Any]] = []
         self._shard_outs: list[zmq.Socket[Any]] = []
         self._monitors: list[zmq.Socket[Any]] = []
@@ -198,7 +192,7 @@ class EngineLink:
     def start(self) -> None:
         """Create the zmq context and sockets, connect both, queue ``EngineHello``."""
         if self._context is not None:
-            raise InvalidInput(f"EngineLink to {self.engine_in!r} already started")
+            raise InvalidInput(f"EngineLink to {shown(self.engine_ins)} already started")
         context: zmq.Context[Any] = new_context()
         self._context = context
         self._finalizer = weakref.finalize(self, close_sockets, self._sockets, context)
@@ -219,9 +213,6 @@ class EngineLink:
                 f"cannot connect EngineLink to engine_in={shown(self.engine_ins)} "
                 f"engine_out={shown(self.engine_outs)}: {exc}; expected tcp://host:port or ipc://path"
             ) from exc
-        self._in = self._shard_ins[0]
-        self._out = self._shard_outs[0]
-        self._monitor = self._monitors[0] if self._monitors else None
         if self.n_shards > 1:
             self._poller = zmq.Poller()
             for sock_in in self._shard_ins:
@@ -235,14 +226,14 @@ class EngineLink:
         """Close the sockets (linger=0) and the context; safe to call twice."""
         if self._finalizer is not None:
             self._finalizer()
-        self._in = self._out = self._monitor = self._poller = None
+        self._poller = None
         self._shard_ins, self._shard_outs, self._monitors = [], [], []
         self._sender.attach([])
         self._receiver.attach([], [])
 
     @property
     def closed(self) -> bool:
-        return self._in is None
+        return not self._shard_ins
 
     def __enter__(self) -> EngineLink:
         if self._context is None:
@@ -269,19 +260,17 @@ class EngineLink:
 
     def wait(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for input on engine-in (for an idle engine); True if any."""
-        sock = self._in
-        if sock is None:
+        if not self._shard_ins:
             raise InvalidInput("EngineLink.wait on a link that is not started or closed")
         if self._receiver.requests or self._receiver.aborts:
             return True
         if self._poller is not None:
             return bool(self._poller.poll(max(0, int(timeout_s * 1000))))
-        return bool(sock.poll(max(0, int(timeout_s * 1000))))
+        return bool(self._shard_ins[0].poll(max(0, int(timeout_s * 1000))))
 
     def writable(self) -> bool:
         """True when a step can be queued now (the send queue to textproc is not full)."""
-        sock = self._out
-        if sock is None:
+        if not self._shard_outs:
             raise InvalidInput("EngineLink.writable on a link that is not started or closed")
         return self._sender.writable()
 

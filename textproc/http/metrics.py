@@ -124,6 +124,11 @@ class Metrics:
         self.loop_lag.add(snap["loop_lag"][0], float(snap["loop_lag"][1]))
         self.loop_lag_max_s = max(self.loop_lag_max_s, float(snap["loop_lag_max_s"]))
 
+    def start_lag_window(self) -> None:
+        """Start a new "worst loop lag since the previous scrape" window (the /metrics route
+        calls it once it has the scrape's copy; ``render`` itself changes nothing)."""
+        self.loop_lag_max_s = 0.0
+
     def count_request(self, endpoint: str, status: int) -> None:
         key = (endpoint, status)
         self.requests[key] = self.requests.get(key, 0) + 1
@@ -226,7 +231,6 @@ class Metrics:
                "The worst loop lag since the previous scrape of /metrics (with several "
                "frontends: the worst any of them saw since it last answered a scrape).")
         out.append(f"textproc_http_loop_lag_max_seconds {self.loop_lag_max_s:.6f}")
-        self.loop_lag_max_s = 0.0
         family("textproc_stage_seconds", "histogram",
                "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
                "service); first_token and request (measured by the HTTP frontend).")

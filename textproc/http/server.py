@@ -336,7 +336,7 @@ class _Api:
         processes = await self.backend.process_counters()
         total, depths, shares, frontends = self.peers.merged(self.backend.queue_depths(),
                                                              self.backend.worker_requests())
-        self.metrics.loop_lag_max_s = 0.0  # "since the previous scrape" (total has a copy)
+        self.metrics.start_lag_window()  # "since the previous scrape" (total has a copy)
         return Response(total.render(depths, processes, shares, frontends),
                         media_type=CONTENT_TYPE)
 
