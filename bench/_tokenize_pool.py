@@ -1,4 +1,4 @@
-"""Tokenizer pool throughput: the service's workers vs HF ``tokenizers`` with all threads (issue 6, item 3).
+"""Tokenizer pool throughput: the service's workers vs HF ``tokenizers`` with all threads.
 
 The code of ``bench/tokenize.py`` (which only starts it: see there why).
 

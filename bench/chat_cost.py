@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CPU time per short chat request in every process of the service, through the HTTP API
-(issue 15, "Latency": report what each process spends on a short chat and cut the largest).
+(report what each process spends on a short chat and cut the largest).
 
     .venv/bin/python bench/chat_cost.py [--quick] [--requests 2000] [--concurrency 16]
         [--max-tokens 16] [--json PATH] [--profile DIR] [--model-dir DIR]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Constraint compile time, compiled size and per-step engine cost: textproc vs outlines-core
-vs llguidance, side by side in one run on the Qwen3 vocabulary (issue 11).
+vs llguidance, side by side in one run on the Qwen3 vocabulary.
 
     .venv/bin/python bench/constraints.py [--quick] [--json PATH] [--model-dir DIR] [--reps N]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Crowd: hundreds of HTTP streams that read a few events and leave, against an engine that
-steps as fast as it can (issue 13). Loopback only; stops by itself.
+steps as fast as it can. Loopback only; stops by itself.
 
 What it does: starts ``textproc serve`` with the stub engine in random mode (``--step-ms 0``,
 ``--max-batch 1024``) and the HTTP frontend on a free loopback port. Then ``--rounds`` times:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Detokenizer throughput: one detokenizer process vs a DecodeStream loop (issue 6, item 4).
+"""Detokenizer throughput: one detokenizer process vs a DecodeStream loop.
 
     .venv/bin/python bench/detokenize.py [--quick] [--json PATH] [--streams 1,64,1024,4096]
         [--tokens N] [--profile DIR] [--model-dir DIR]
@@ -31,7 +31,7 @@ same step frames in this process (decode the step, ``on_step``, encode the Outpu
 ``gc.freeze()`` first, as the process does),
 ``DecodeStream`` = ``tokenizers.decoders.DecodeStream.step`` per token per stream in this
 process (both in tokens per CPU second of this process: ``time.process_time``, one thread), plus ``StopChecker.feed`` of each chunk in ``stops+parse`` mode (HF has no parser; that
-part is textproc only), ``vs DS`` = textproc CPU tok/s / DecodeStream CPU tok/s. Target (issue 6): 500,000 tokens/s at
+part is textproc only), ``vs DS`` = textproc CPU tok/s / DecodeStream CPU tok/s. Target: 500,000 tokens/s at
 1,024 streams with stops and parsing on.
 
 ``--profile DIR``: run ``py-spy record`` on the detokenizer process for each case and print its

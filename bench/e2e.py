@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End to end: requests/s and the latency textproc adds, over ipc and tcp (issue 6, item 5).
+"""End to end: requests/s and the latency textproc adds, over ipc and tcp.
 
     .venv/bin/python bench/e2e.py [--quick] [--json PATH] [--rates 50,100,...] [--endpoints ipc,tcp]
         [--duration S] [--step-ms X] [--max-tokens N] [--workers N] [--detokenizers N] [--plot PNG]
@@ -31,8 +31,8 @@ Percentiles p50/p99 over all requests (TTFT) or all tokens (delay, ITL) of a lev
 process, paced, pyzmq and a plain unix socket: what any hop between processes costs on this
 machine (TTFT added crosses 5 hops: client -> worker -> detokenizer -> engine -> detokenizer ->
 client; a token's delay 2). ``--probe`` runs the same probe beside every level, so the floor
-under that very load is printed next to it (the probe's own wake-ups add to the load). Target
-(issue 6): under 2 ms added at p99 at 500 requests/s. ``--plot`` writes a PNG of the latency
+under that very load is printed next to it (the probe's own wake-ups add to the load). Target:
+under 2 ms added at p99 at 500 requests/s. ``--plot`` writes a PNG of the latency
 distributions per level (needs matplotlib, the ``bench`` extra).
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""EngineLink cost per engine step vs a raw pyzmq send/recv of the same bytes (issue 6, item 2).
+"""EngineLink cost per engine step vs a raw pyzmq send/recv of the same bytes.
 
     .venv/bin/python bench/enginelink.py [--quick] [--json PATH] [--steps N] [--actives 1,64,...]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Follow-up turns: a conversation resent with one more turn, through the service (issue 15).
+"""Follow-up turns: a conversation resent with one more turn, through the service.
 
     .venv/bin/python bench/follow_up.py [--quick] [--json PATH] [--tokens 32000] [--reps N]
         [--model-dir DIR] [--workers 2]
@@ -17,7 +17,7 @@ rendered text; ``tokenizers`` is HF ``Tokenizer.encode`` of the first rendered p
 this process (what an engine that tokenizes in-process pays for it, render not included).
 The follow-up is fast when it reaches the worker that holds the conversation's encoded
 segments (client affinity) and those segments hit (``core/tok/segments.py``). Medians.
-Target (issue 15): ratio <= 0.15.
+Target: ratio <= 0.15.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Engine interference (issue 6, item 1): does text work slow the engine loop down?
+"""Engine interference: does text work slow the engine loop down?
 
     .venv/bin/python bench/interference.py [--quick] [--json PATH] [--steps N] [--step-ms X]
         [--units N] [--model-dir DIR] [--no-unpinned] [--no-pinned]
@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also drive the real service (c-service); default: on unless --quick")
     parser.add_argument("--constrained", type=float, default=0.0, metavar="F",
                         help="c-service: this fraction of the streams asks for JSON output, "
-                             "enforced through the engine's guides (issue 11: 0.5)")
+                             "enforced through the engine's guides (target: 0.5)")
     args = parser.parse_args(argv)
     use_service = args.service if args.service is not None else not args.quick
     steps = args.steps or (120 if args.quick else 1000)

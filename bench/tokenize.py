@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tokenizer pool throughput: the service's workers vs HF ``tokenizers`` (issue 6, item 3).
+"""Tokenizer pool throughput: the service's workers vs HF ``tokenizers``.
 
     .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
 

@@ -261,7 +261,7 @@ def test_tool_choice_none_leaves_text(client: openai.OpenAI) -> None:
 
 
 def test_bad_and_undeclared_calls_are_content_when_not_streamed(client: openai.OpenAI) -> None:
-    """Issue 12: a call with bad JSON, one cut off by max_tokens, one naming a tool the request
+    """A call with bad JSON, one cut off by max_tokens, one naming a tool the request
     did not declare, and a second one with parallel_tool_calls false come back as content; the
     finish reason is not tool_calls. Streamed, the finish reason says the same."""
     bad = 'x<tool_call>{"name": "get_weather", "arguments": {"city": Oslo}}</tool_call>'

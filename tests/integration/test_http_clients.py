@@ -1,4 +1,4 @@
-"""Slow and tricky HTTP clients (issue 13): ambiguous framing, slowloris headers, slow bodies,
+"""Slow and tricky HTTP clients: ambiguous framing, slowloris headers, slow bodies,
 too many connections, 405 with Allow. A real service behind the HTTP frontend with short
 deadlines (``--header-timeout 1 --body-timeout 1 --max-connections 16``), driven over raw
 sockets so nothing in between fixes the bytes.

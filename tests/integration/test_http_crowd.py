@@ -1,5 +1,5 @@
 """A crowd of HTTP streams that read a few events and leave, against an engine stepping as fast
-as it can (issue 13): every disconnect reaches the engine as an abort (before the fix: none of
+as it can: every disconnect reaches the engine as an abort (before the fix: none of
 200 did, each ran its 4,000 tokens; /health took seconds), and the ``--health`` port answers
 every probe meanwhile. Runs ``bench/crowd.py`` small, on the toy vocabulary, and checks what it
 reports; timings are printed, not asserted.

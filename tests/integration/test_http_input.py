@@ -1,4 +1,4 @@
-"""Bad input over HTTP gets a 4xx naming what was wrong and where, never a 5xx (issue 13).
+"""Bad input over HTTP gets a 4xx naming what was wrong and where, never a 5xx.
 
 A real service (1 worker, the stub engine in random mode, ``max_model_len`` 256) behind the HTTP
 frontend process, driven with plain ``httpx`` and raw sockets: integers out of range, deep

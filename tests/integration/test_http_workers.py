@@ -1,5 +1,5 @@
-"""Several HTTP frontends on one port (``serve --http-workers 2``, issue 15) and the health port
-that answers while a frontend's event loop is blocked (``--health``, issue 13).
+"""Several HTTP frontends on one port (``serve --http-workers 2``) and the health port
+that answers while a frontend's event loop is blocked (``--health``).
 
 Real processes: the supervisor binds the port once and each frontend serves the shared socket;
 every response names its frontend (``x-textproc-frontend``), so the tests see where each

@@ -1,4 +1,4 @@
-"""Who may connect (issue 7): CURVE on tcp, refused peers, 0700 runtime dir, frame size limits, no pickle.
+"""Who may connect: CURVE on tcp, refused peers, 0700 runtime dir, frame size limits, no pickle.
 
 A service started with ``--curve-dir`` makes every socket it binds a CURVE server that admits only
 allow-listed client keys. A peer without an allowed key must get nowhere: its frames never reach

@@ -1,4 +1,4 @@
-"""``--help`` says what every flag does and its default, in plain words (issue 13)."""
+"""``--help`` says what every flag does and its default, in plain words."""
 
 from __future__ import annotations
 

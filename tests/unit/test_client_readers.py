@@ -1,4 +1,4 @@
-"""The TextClient's detokenizer reader under a backlog (issue 13), on a fake socket whose
+"""The TextClient's detokenizer reader under a backlog, on a fake socket whose
 ``recv`` has every frame ready (as zmq.asyncio's does under an engine backlog: the awaited
 future is already done, so nothing yields by itself), and the HTTP frontend's Pacer."""
 

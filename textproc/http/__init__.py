@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP frontend (issue 5): its own process, a TextClient user.
+"""The OpenAI-compatible HTTP frontend: its own process, a TextClient user.
 
 Modules: ``api_types`` (request Structs, validated parameters, ApiError), ``openai_api`` (pure
 request validation), ``responses`` (pure response shaping and SSE framing), ``backend`` (the

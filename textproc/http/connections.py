@@ -1,7 +1,7 @@
 """Connection guards of the HTTP frontend: a bound on open connections, a deadline for request
 headers, and refusing requests whose body framing is ambiguous.
 
-Owns what uvicorn leaves open (issue 13): a client may hold a socket forever by sending headers
+Owns what uvicorn leaves open: a client may hold a socket forever by sending headers
 a byte at a time (slowloris), any number of sockets may be open at once, and a request with
 both ``Transfer-Encoding`` and ``Content-Length`` would be served by a lenient parser (a proxy
 in front may pick the length, which is how requests are smuggled). ``guarded_http`` subclasses
