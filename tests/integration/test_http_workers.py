@@ -269,3 +269,32 @@ their request meanwhile are answered where the frontend accepts them (textproc.h
         assert httpx.get(url + "/health", timeout=10).status_code == 200
     finally:
         service.stop()
+
+
+def test_processes_json_lists_the_frontend_at_its_first_healthy_health(tmp_path: Path) -> None:
+    """A tool that polls /health and reads processes.json at the first 200 finds the HTTP
+    frontend there: its pid is written when it is spawned, not after its address file (which a
+    frontend writes after it already answers /health)."""
+    model = build_toy_model(tmp_path / "toy")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = Service(tmp_path, model, workers=1, args=["--http", f"127.0.0.1:{port}"])
+    starter = threading.Thread(target=service.start, daemon=True)
+    starter.start()
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(timeout=1) as http:
+            while True:
+                assert time.monotonic() < deadline, f"no healthy /health:\n{service.log()}"
+                try:
+                    if http.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.002)
+        procs = json.loads((service.runtime_dir / "processes.json").read_text())
+        assert procs.get("http") and procs["http_frontends"] == {"0": procs["http"]}, procs
+    finally:
+        starter.join(60)
+        service.stop()

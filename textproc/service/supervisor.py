@@ -268,6 +268,9 @@ class Supervisor:
                                        runtime / state_file(i) if cfg.health else None)
             self._spawn_listener(Child("http", i, command + common + list(cfg.http_args)),
                                  listener)
+        # every pid is known now: a frontend answers /health before it writes its address file,
+        # so a tool reading processes.json at its first healthy /health must find it listed
+        self._write_files()
         while not all(c.ready for c in self.children if c.role == "http"):
             for child in self.children:
                 if child.role != "http" or child.ready:
@@ -356,7 +359,7 @@ class Supervisor:
             if child.restart_at is not None:
                 if now >= child.restart_at:
                     self._spawn(child)
-                    if child.role == "health":  # sends no Ready: its new pid is known now
+                    if child.role in ("health", "http"):  # no Ready: the new pid is known now
                         self._write_files()
                 continue
             if proc is None:
