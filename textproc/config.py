@@ -2,8 +2,9 @@
 
 Owns every tunable of the process layer. Never reads the environment or the command line (only
 ``cli.py`` does) and imports nothing but the standard library, ``textproc.errors``, the default
-limits of ``textproc.protocol`` and the engine names of ``textproc.engines``, so every process
-gets its settings as one immutable value. The choice lists (endpoint kinds, stub modes, log
+limits (``textproc.protocol``, a request's own in ``textproc.options``), ``textproc.sharding``'s
+shard limit and the engine names of ``textproc.engines``, so every process gets its settings as
+one immutable value. The choice lists (endpoint kinds, stub modes, log
 levels) are written here once; the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to a
 child process as JSON (never pickle); ``from_json`` validates like the constructor does.
 """
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textproc.errors import InvalidInput, short
-from textproc.core.stops import MAX_STOP_CHARS
-from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN, MAX_STOP_STRINGS
+from textproc.options import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN
 from textproc.sharding import MAX_DETOKENIZERS
 from textproc.engines import engine_names
 
