@@ -206,9 +206,19 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
     return tools
 
 
-def check_tool_choice(tool_choice: Any,
-                      tools: list[dict[str, Any]]) -> tuple[str, str | None]:
-    """('none' | 'auto' | 'required' | 'named', the forced function's name or None)."""
+def check_tool_choice(tool_choice: Any, tools: list[dict[str, Any]],
+                      structured: object = None) -> tuple[str, str | None]:
+    """('none' | 'auto' | 'required' | 'named', the forced function's name or None); a forced
+    call together with a ``structured`` output format is refused (one constraint per request)."""
+    choice, name = _tool_choice(tool_choice, tools)
+    if structured is not None and (choice == "required" or name is not None):
+        raise InvalidInput("a structured output format together with a forced tool call "
+                           "(tool_choice required / named) is not supported; give one",
+                           param="tool_choice")
+    return choice, name
+
+
+def _tool_choice(tool_choice: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
     names = [t["function"]["name"] for t in tools]
     if isinstance(tool_choice, str):
         if tool_choice not in _TOOL_CHOICES:

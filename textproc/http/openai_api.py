@@ -249,13 +249,13 @@ def _check_schema(schema: dict[str, Any] | None, where: str) -> None:
 
 
 def _tool_choice(
-    choice: str | NamedToolChoice | None, tools: list[dict[str, Any]] | None
+    choice: str | NamedToolChoice | None, tools: list[dict[str, Any]] | None,
+    structured: dict[str, Any] | None,
 ) -> str | dict[str, Any]:
-    if choice is None:
-        return "auto" if tools else "none"
-    plain: str | dict[str, Any] = choice if isinstance(choice, str) else {
-        "type": "function", "function": {"name": choice.function.name}}
-    _checked(check_tool_choice, plain, tools or [])
+    plain: str | dict[str, Any] = ("auto" if tools else "none") if choice is None else (
+        choice if isinstance(choice, str) else
+        {"type": "function", "function": {"name": choice.function.name}})
+    _checked(check_tool_choice, plain, tools or [], structured)
     return plain
 
 
@@ -326,11 +326,7 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
         parallel_tool_calls=req.parallel_tool_calls is not False)
     structured = structured_spec(req)
     tools = _tools(req.tools)
-    tool_choice = _tool_choice(req.tool_choice, tools)
-    if structured is not None and (tool_choice == "required" or isinstance(tool_choice, dict)):
-        raise ApiError("a structured output format together with a forced tool call "
-                       "(tool_choice required / named) is not supported; give one",
-                       param="tool_choice")
+    tool_choice = _tool_choice(req.tool_choice, tools, structured)
     messages = _messages(req.messages)
     if req.continue_final_message and not isinstance(req.messages[-1], AssistantMessage):
         raise ApiError(

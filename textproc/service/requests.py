@@ -140,7 +140,7 @@ class RequestBuilder:
     def chat(self, req: ChatRequest, client_id: bytes) -> Built:
         _check_request_id(req.request_id)
         tools = check_tools(req.tools)
-        tool_choice, forced_name = check_tool_choice(req.tool_choice, tools)
+        tool_choice, forced_name = check_tool_choice(req.tool_choice, tools, req.structured)
         t0 = time.perf_counter()
         prompt = self.render(req.messages, tools if tool_choice != "none" else None,
                              add_generation_prompt=req.add_generation_prompt,
@@ -166,10 +166,6 @@ class RequestBuilder:
             constraint = tool_call_pattern(tools, forced_name, prefix=close,
                                            tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
                                            parallel=req.output.parallel_tool_calls)
-            if req.structured is not None:
-                raise InvalidInput(
-                    f"a structured output format together with tool_choice "
-                    f"{short(req.tool_choice)} is not supported; use one of them", param="tool_choice")
         elif req.structured is not None:
             constraint = _structured(req.structured)
             if starts_in_reasoning:

@@ -1,0 +1,81 @@
+"""The request's option values (textproc.options): one definition carried whole through the
+frames, keyword convenience sorted by field name, and one check per field whose message is the
+same wherever the request enters (the HTTP body, the worker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from textproc.errors import InvalidInput
+from textproc.http.api_types import ApiError
+from textproc.http.openai_api import parse_chat_request
+from textproc.options import (
+    MAX_STOP_STRINGS,
+    OutputOptions,
+    ParseOptions,
+    SamplingOptions,
+    check_output_options,
+    check_sampling_options,
+    check_tool_choice,
+    split_options,
+)
+from textproc.protocol import ChatRequest, Submit, WorkerInFrame
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def test_keywords_are_sorted_into_the_three_values_by_field_name() -> None:
+    sampling, output, parse = split_options({"max_tokens": 5, "params": {"seed": 1}, "stop": ["x"],
+                                             "parallel_tool_calls": False, "tools": True})
+    assert sampling == SamplingOptions(max_tokens=5, params={"seed": 1})
+    assert output == OutputOptions(stop=["x"], parallel_tool_calls=False)
+    assert parse == ParseOptions(tools=True)
+    with pytest.raises(TypeError, match=r"unknown request options \['stops'\]"):
+        split_options({"stops": ["x"]})
+
+
+def test_the_values_travel_whole_through_the_frames() -> None:
+    sampling = SamplingOptions(max_tokens=9, min_tokens=2, stop_token_ids=[7], n=3,
+                               params={"temperature": 0.5}, logit_bias={12: -100.0})
+    output = OutputOptions(stop=["END"], include_stop=True, stream_calls=False, logprobs=4)
+    chat = ChatRequest("r", [{"role": "user", "content": "hi"}], sampling=sampling, output=output)
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(chat), type=WorkerInFrame)
+    assert isinstance(back, ChatRequest) and back.sampling == sampling and back.output == output
+    parse = ParseOptions(reasoning=True, tools=True, tool_format="mistral", tool_schemas=[TOOL])
+    submit = Submit("r", b"c", 3, 9, b"", 2, output, parse)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(submit), type=Submit) == submit
+    # a value of the wrong type is a malformed frame, not a request with a surprise inside
+    bad = msgspec.msgpack.encode(["ChatRequest", "r", [], None, "auto", {}, True, False, None,
+                                  None, {"max_tokens": "many"}])
+    with pytest.raises(msgspec.ValidationError, match=r"max_tokens"):
+        msgspec.msgpack.decode(bad, type=WorkerInFrame)
+
+
+def _http_error(**fields: Any) -> ApiError:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+    with pytest.raises(ApiError) as err:
+        parse_chat_request(msgspec.json.encode(body), served_models=["m"])
+    return err.value
+
+
+@pytest.mark.parametrize("fields, check", [
+    ({"stop": ["ok", ""]}, lambda: check_output_options(OutputOptions(stop=["ok", ""]))),
+    ({"stop": ["s"] * (MAX_STOP_STRINGS + 1)},
+     lambda: check_output_options(OutputOptions(stop=["s"] * (MAX_STOP_STRINGS + 1)))),
+    ({"stop": ["x" * 2000]}, lambda: check_output_options(OutputOptions(stop=["x" * 2000]))),
+    ({"n": 200}, lambda: check_sampling_options(SamplingOptions(n=200))),
+    ({"tool_choice": "required"}, lambda: check_tool_choice("required", [])),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+     lambda: check_tool_choice({"type": "function", "function": {"name": "g"}}, [TOOL])),
+    ({"tools": [TOOL], "tool_choice": "required", "guided_regex": "a"},
+     lambda: check_tool_choice("required", [TOOL], {"regex": "a"})),
+])
+def test_the_http_layer_and_the_worker_give_one_message(fields: dict[str, Any], check: Any) -> None:
+    """The worker runs the same checks on every frame (RequestBuilder._submit, .chat)."""
+    with pytest.raises(InvalidInput) as worker:
+        check()
+    http = _http_error(**fields)
+    assert (http.message, http.param) == (str(worker.value), worker.value.param)
