@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, NamedTuple, Sequence
 
 import zmq
 import zmq.asyncio
@@ -28,7 +28,7 @@ from textproc.sharding import group_by_shard
 
 _log = logging.getLogger("textproc.client")
 
-__all__ = ["Aborts", "generate", "wait_output"]
+__all__ = ["Aborts", "StreamHost", "generate", "wait_output"]
 
 _DETOK_WAIT_S = 60.0  # how long a new request waits for a restarting detokenizer
 
@@ -99,18 +99,28 @@ class Aborts:
         asyncio.ensure_future(sent).add_done_callback(_done)
 
 
-async def generate(frame: ChatRequest | CompletionRequest, *, check_open: Callable[[], None],
-                   inflight: InFlight, readers: Readers | None,
-                   workers: Sequence[zmq.asyncio.Socket], encode: Callable[[Any], bytes],
-                   limit_s: float, timeout_error: Callable[[int, str, str, float], TextprocError],
-                   aborts: Aborts) -> AsyncIterator[TextEvent]:
+class StreamHost(NamedTuple):
+    """What a stream uses of its TextClient, as one value (the client builds it per call)."""
+
+    check_open: Callable[[], None]  # raises when the client is closed or broken
+    inflight: InFlight  # the client's request tables and worker choice
+    readers: Readers | None  # the reader tasks (None before start): detokenizer shards up
+    workers: Sequence[zmq.asyncio.Socket]  # worker i's DEALER at i
+    encode: Callable[[Any], bytes]
+    timeout_error: Callable[[int, str, str, float], TextprocError]  # worker, id, what, limit
+    aborts: Aborts
+
+
+async def generate(frame: ChatRequest | CompletionRequest, host: StreamHost,
+                   limit_s: float) -> AsyncIterator[TextEvent]:
     """The events of ``frame``'s choices; closing the iterator early aborts the running ones.
 
-    Nothing happens before the first ``__anext__`` (``check_open`` runs then). A worker that
-    has not accepted the request within ``limit_s`` fails it with ``timeout_error(worker,
-    request_id, what, limit_s)``.
+    Nothing happens before the first ``__anext__`` (``host.check_open`` runs then). A worker
+    that has not accepted the request within ``limit_s`` fails it with
+    ``host.timeout_error(worker, request_id, what, limit_s)``.
     """
-    check_open()
+    inflight, readers, workers, aborts = host.inflight, host.readers, host.workers, host.aborts
+    host.check_open()
     rid = frame.request_id
     n = check_n(frame.sampling.n)
     ids = [rid] if n == 1 else [f"{rid}-{i}" for i in range(n)]  # the worker's sub-ids
@@ -140,10 +150,10 @@ async def generate(frame: ChatRequest | CompletionRequest, *, check_open: Callab
     accept_by = time.monotonic() + limit_s
 
     def expired() -> TextprocError:
-        return timeout_error(worker, rid, "(Accepted for a generation request)", limit_s)
+        return host.timeout_error(worker, rid, "(Accepted for a generation request)", limit_s)
 
     try:
-        await workers[worker].send(encode(frame))
+        await workers[worker].send(host.encode(frame))
         if n == 1:  # the common case, per event without the choice bookkeeping below
             stream = streams[0]
             while True:

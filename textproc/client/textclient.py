@@ -30,7 +30,7 @@ from textproc.client.endpoints import client_curve, read_endpoints
 from textproc.client.events import TextEvent, error_from
 from textproc.client.inflight import InFlight, conversation_key
 from textproc.client.readers import Readers
-from textproc.client.streams import Aborts, generate
+from textproc.client.streams import Aborts, StreamHost, generate
 from textproc.curve import CurveClientKeys
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, short
 from textproc.options import OutputOptions, SamplingOptions, split_options
@@ -377,10 +377,9 @@ class TextClient:
 
     def _generate(self, frame: ChatRequest | CompletionRequest,
                   timeout_s: float | None) -> AsyncIterator[TextEvent]:
-        return generate(frame, check_open=self._check_open, inflight=self._inflight,
-                        readers=self._readers, workers=self._workers, encode=self._encode,
-                        limit_s=self.call_timeout_s if timeout_s is None else timeout_s,
-                        timeout_error=self._timeout_error, aborts=self._aborts)
+        host = StreamHost(self._check_open, self._inflight, self._readers, self._workers,
+                          self._encode, self._timeout_error, self._aborts)
+        return generate(frame, host, self.call_timeout_s if timeout_s is None else timeout_s)
 
     def _timeout_error(self, worker: int, rid: str, what: str, timeout_s: float) -> TextprocError:
         address = self.info.get("endpoints", {}).get("workers", ["?"] * (worker + 1))[worker]
