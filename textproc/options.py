@@ -10,7 +10,10 @@ They are built and checked once where a request enters (the HTTP body, a ``TextC
 travel whole inside the frames (msgspec encodes dataclasses: ``ChatRequest.sampling`` /
 ``.output``, ``Submit.output`` / ``.parse``) and are read where they are used (the worker, the
 detokenizer's ``OutputPipeline``, the ``OutputParser``), with the same name and type at every
-layer. A new option is a field here, its check here, and the line that reads it.
+layer. A new option is a field here, its check here, and the line that reads it (plus, if the
+OpenAI API offers it, its body field in ``textproc.http``). The values travel as maps keyed by
+field name, so a new field with a default needs no PROTOCOL_VERSION bump: an older peer ignores
+it and a newer one reads the default from an older peer's frame (tested).
 
 Imports only the standard library and ``textproc.errors`` (like ``errors.py``), so the text
 core reads these values too; never msgspec.

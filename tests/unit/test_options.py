@@ -47,6 +47,11 @@ def test_the_values_travel_whole_through_the_frames() -> None:
     parse = ParseOptions(reasoning=True, tools=True, tool_format="mistral", tool_schemas=[TOOL])
     submit = Submit("r", b"c", 3, 9, b"", 2, output, parse)
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(submit), type=Submit) == submit
+    # the values are maps by field name: a field an older peer does not know is ignored, one a
+    # newer peer added is its default when an older peer's frame lacks it
+    newer = msgspec.msgpack.encode(["Submit", "r", b"c", 3, 9, b"", 0,
+                                    {"stop": ["x"], "an_option_from_later": 1}])
+    assert msgspec.msgpack.decode(newer, type=Submit).output == OutputOptions(stop=["x"])
     # a value of the wrong type is a malformed frame, not a request with a surprise inside
     bad = msgspec.msgpack.encode(["ChatRequest", "r", [], None, "auto", {}, True, False, None,
                                   None, {"max_tokens": "many"}])

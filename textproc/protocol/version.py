@@ -21,5 +21,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # endpoints.detokenizers, the index of the detokenizer's Ready / Ready(role="engine") / Stats /
 # ProcessDied is its shard, requests are routed by textproc.sharding.shard_of)
 # 11: request options as values (ChatRequest / CompletionRequest .sampling / .output,
-# Submit .output / .parse: textproc.options), Submit.max_calls gone (output.parallel_tool_calls)
+# Submit .output / .parse: textproc.options), Submit.max_calls gone (output.parallel_tool_calls);
+# those values travel as maps by field name: a new field with a default there needs no bump
 PROTOCOL_VERSION = 11
