@@ -133,9 +133,8 @@ def _is_int(value: object) -> bool:
 
 def check_n(n: object) -> int:
     """``n`` in 1..MAX_CHOICES."""
-    if not _is_int(n) or not 1 <= n <= MAX_CHOICES:  # type: ignore[operator]
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
         raise InvalidInput(f"n={short(n)} is out of range; allowed: 1..{MAX_CHOICES}", param="n")
-    assert isinstance(n, int)
     return n
 
 

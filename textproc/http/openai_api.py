@@ -1,13 +1,16 @@
 """OpenAI API request validation for the HTTP frontend: body bytes -> validated parameters.
 
 Owns every rule a request body must follow beyond its types (``api_types``): the served model
-(404), n, message and tool shapes, tool_choice against tools, stop lists, logit_bias keys,
-logprobs ranges (chat: ``logprobs`` + ``top_logprobs`` 0..20; completions: ``logprobs`` 0..5),
-unsupported features (suffix, batches of prompts, echo with logprobs; structured-output fields are mapped
-in ``textproc.http.structured``). Before decoding,
-``body_check`` bounds what any JSON value may be (depth, integer range, valid Unicode). Limits
-the worker knows better (the vocabulary, max_model_len, the prompt size) are the worker's. Pure functions: no I/O, no sockets, no
-event loop, so every rule is unit-tested without a process.
+(404), message and tool shapes, logit_bias keys, logprobs ranges (chat: ``logprobs`` +
+``top_logprobs`` 0..20; completions: ``logprobs`` 0..5), unsupported features (suffix, batches
+of prompts, echo with logprobs; structured-output fields are mapped in
+``textproc.http.structured``). The body becomes the request's option values
+(``SamplingOptions``, ``OutputOptions``) here, and the fields the worker checks too (n, counts,
+stop lists, tool_choice against tools) go through their one check in :mod:`textproc.options`,
+so both say the same. Before decoding, ``body_check`` bounds what any JSON value may be (depth,
+integer range, valid Unicode). Limits the worker knows better (the vocabulary, max_model_len,
+the prompt size) are the worker's. Pure functions: no I/O, no sockets, no event loop, so every
+rule is unit-tested without a process.
 
 Invariant: every rejected body raises :class:`ApiError` whose message names the bad value, where
 it is (``param``, a JSON path like ``messages[2].role``) and what is allowed.

@@ -1,8 +1,9 @@
 """The request building a tokenizer worker does: client frame -> chat template -> ids -> Submit.
 
-Owns validation of everything a client sends (messages, tools, tool_choice, stop lists, token
-limits, sampling fields): a bad request raises ``InvalidInput`` / ``TemplateError`` naming the
-bad value and what is allowed. A good one becomes ONE ``Submit`` frame for the detokenizer
+Runs every check of what a client sends (the request options' own checks from
+:mod:`textproc.options`, the same the HTTP layer runs; the model's limits from
+:mod:`textproc.service.request_checks`; the context length here): a bad request raises
+``InvalidInput`` / ``TemplateError`` naming the bad value and what is allowed. A good one becomes ONE ``Submit`` frame for the detokenizer
 (output setup + the encoded ``EngineRequest``). No sockets: the serve loop is
 :mod:`textproc.service.worker`.
 """
