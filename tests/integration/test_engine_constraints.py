@@ -70,6 +70,6 @@ def test_evictions_follow_the_relay(peer: EnginePeer, link: EngineLink) -> None:
     while len(got) < 3:
         got += poll_until(link.poll_requests)
     assert all(r.guide is not None for r in got)
-    assert link._indexes.keys() == [tables[1].key, tables[2].key]  # tables[0] evicted by the relay
+    assert link._receiver.caches[0].keys() == [tables[1].key, tables[2].key]  # tables[0] evicted
     relay.engine_restarted()
     assert isinstance(relay.frame_for(tables[2].key), EngineIndex)
