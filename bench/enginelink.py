@@ -210,8 +210,8 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                     if raw is not None:
                         poll = raw.pull.poll
                     else:
-                        assert link is not None and link._in is not None  # noqa: SLF001
-                        poll = link._in.poll  # noqa: SLF001 - wait outside the timed part
+                        assert link is not None and link._shard_ins  # noqa: SLF001
+                        poll = link._shard_ins[0].poll  # noqa: SLF001 - wait outside the timed part
                     data = step_bytes if mode == "raw" else packed_bytes
                     for _ in range(block):
                         frames = arrivals(state[mode])
