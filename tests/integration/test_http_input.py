@@ -258,6 +258,10 @@ _BASES: dict[str, dict[str, Any]] = {
     "/v1/responses": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
     "/tokenize": {"prompt": "hi"},
     "/detokenize": {"tokens": [1, 2]},
+    "/v1/messages": {"model": MODEL, "max_tokens": 4,
+                     "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/messages/count_tokens": {"model": MODEL,
+                                  "messages": [{"role": "user", "content": "hi"}]},
 }
 _GET_PATHS = ["/v1/models", "/health", "/metrics", "/v1/models/x", "/v1/chat/completions",
               "/nope"]
@@ -276,6 +280,11 @@ _FIELDS = {
                       "max_output_tokens", "text", "reasoning", "stream", "store",
                       "previous_response_id", "metadata", "include", "chat_template_kwargs",
                       "temperature", "unknown"],
+    "/v1/messages": ["model", "max_tokens", "messages", "system", "tools", "tool_choice",
+                     "stop_sequences", "temperature", "top_p", "top_k", "thinking", "metadata",
+                     "stream", "messages[0]", "messages[0].content", "unknown"],
+    "/v1/messages/count_tokens": ["model", "messages", "system", "tools", "tool_choice",
+                                  "thinking", "messages[0]", "messages[0].content", "unknown"],
 }
 
 
