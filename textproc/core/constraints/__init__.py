@@ -9,7 +9,7 @@ minimal byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact token bytes), ``in
 
 from __future__ import annotations
 
-from textproc.core.constraints.automaton import Budget
+from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.compile import DEFAULT_CACHE, IndexCache, compile_constraint, constraint_regex
 from textproc.core.constraints.guide import Guide
 from textproc.core.constraints.index import TokenIndex

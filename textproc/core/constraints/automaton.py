@@ -9,38 +9,13 @@ it, an ``InvalidInput`` that says which limit and how to stay under it.
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.regex_syntax import Alt, CharSet, Concat, Node, Repeat
-from textproc.errors import InvalidInput
 
 __all__ = ["Budget", "ByteDFA", "build_dfa", "utf8_sequences"]
-
-
-@dataclass
-class Budget:
-    """Limits on one compile: automaton states, index bytes, and wall seconds."""
-
-    max_states: int = 20_000
-    max_bytes: int = 256 << 20
-    max_seconds: float = 10.0
-    started: float = field(default_factory=time.monotonic)
-
-    def check_time(self, what: str) -> None:
-        if time.monotonic() - self.started > self.max_seconds:
-            raise InvalidInput(
-                f"constraint compile took over {self.max_seconds:g} s ({what}); "
-                f"simplify the schema or regex (fewer optional properties, smaller counted repetitions)"
-            )
-
-    def check_states(self, n: int, what: str) -> None:
-        if n > self.max_states:
-            raise InvalidInput(
-                f"constraint needs over {self.max_states} {what}; simplify the schema or regex "
-                f"(smaller maxLength / maxItems / {{m,n}} counts, fewer optional properties)"
-            )
 
 
 @dataclass
@@ -115,8 +90,9 @@ class _NFA:
     def state(self) -> int:
         self.eps.append([])
         self.edges.append([])
-        if len(self.eps) % 4096 == 0:
+        if len(self.eps) % 256 == 0:
             self.budget.check_states(len(self.eps) // 8, "automaton states (NFA)")
+            self.budget.check_time("building the NFA")
         return len(self.eps) - 1
 
     def build(self, node: Node, start: int) -> int:
@@ -180,12 +156,14 @@ def build_dfa(tree: Node, budget: Budget) -> ByteDFA:
             cuts.add(lo)
             cuts.add(hi + 1)
     bounds = sorted(cuts)
+    budget.check_time("determinising")
     class_of = [0] * 256
     for c, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         class_of[lo:hi] = [c] * (hi - lo)
     n_classes = len(bounds) - 1
     # NFA state -> [(classes, target)]
     moves = [[(range(class_of[lo], class_of[hi] + 1), t) for lo, hi, t in edges] for edges in nfa.edges]
+    budget.check_time("determinising")
     closure_memo: dict[int, frozenset[int]] = {}
 
     def closure(s: int) -> frozenset[int]:
@@ -208,8 +186,8 @@ def build_dfa(tree: Node, budget: Budget) -> ByteDFA:
     trans: list[list[int]] = []
     i = 0
     while i < len(sets):
-        if i % 256 == 255:
-            budget.check_time("determinising")
+        budget.check_time("determinising")
+        if i % 16 == 15:
             budget.check_states(len(sets), "automaton states (DFA)")
         targets: dict[int, set[int]] = {}
         for q in sets[i]:
@@ -250,6 +228,8 @@ def _minimise(
     # fold states that cannot reach an accepting state into the dead state
     back: list[list[int]] = [[] for _ in range(n)]
     for q, row in enumerate(trans):
+        if q % 256 == 255:
+            budget.check_time("minimising")
         for t in set(row):
             if t >= 0:
                 back[t].append(q)
@@ -265,11 +245,19 @@ def _minimise(
     if not live[0]:
         return ByteDFA(rows=[], accepting=[], start=-1)
     sink = n
+    budget.check_time("minimising")
     full = [[t if t >= 0 and live[t] else sink for t in row] for row in trans] + [[sink] * k]
-    inverse: list[list[list[int]]] = [[[] for _ in range(n + 1)] for _ in range(k)]
+    budget.check_time("minimising")
+    inverse: list[dict[int, list[int]]] = [{} for _ in range(k)]  # class -> target -> sources
     for q, row in enumerate(full):
+        if q % 256 == 255:
+            budget.check_time("minimising")
         for c, t in enumerate(row):
-            inverse[c][t].append(q)
+            got = inverse[c].get(t)
+            if got is None:
+                inverse[c][t] = [q]
+            else:
+                got.append(q)
     # Hopcroft: refine {accepting, rejecting} by predecessors of splitters
     acc = {q for q in range(n) if accepting[q] and live[q]}
     rej = set(range(n + 1)) - acc
@@ -284,7 +272,7 @@ def _minimise(
     steps = 0
     while work:
         steps += 1
-        if steps % 1024 == 0:
+        if steps % 8 == 0:
             budget.check_time("minimising")
         item = work.popleft()
         pending.discard(item)
@@ -292,7 +280,7 @@ def _minimise(
         inv = inverse[c]
         touched: dict[int, list[int]] = {}
         for t in blocks[a]:
-            for q in inv[t]:
+            for q in inv.get(t, ()):
                 touched.setdefault(block_of[q], []).append(q)
         for y, touched_members in touched.items():
             if len(touched_members) == len(blocks[y]):
@@ -324,7 +312,9 @@ def _minimise(
                 reps.append(t)
         i += 1
     rows = []
-    for q in reps:
+    for i, q in enumerate(reps):
+        if i % 256 == 255:
+            budget.check_time("minimising")
         by_class = [order.get(block_of[t], -1) for t in full[q]]
         rows.append([by_class[class_of[b]] for b in range(256)])
     return ByteDFA(rows=rows, accepting=[accepting[q] for q in reps], start=0)

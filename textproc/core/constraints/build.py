@@ -19,8 +19,10 @@ once. The most common next state of a state becomes its default (no exception en
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
-from textproc.core.constraints.automaton import Budget, ByteDFA, utf8_sequences
+from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
+from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.vocab import MAX_CHARS, TokenVocabulary, VocabTables, bits_of, bitset, subrange
 from textproc.errors import InvalidInput
@@ -35,21 +37,20 @@ _HIGH = frozenset(range(0x80, 0x100))
 
 
 def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
-    """The token index of ``dfa`` over ``vocab``; ``what`` names the constraint in errors."""
+    """The token index of ``dfa`` over ``vocab``; ``what`` names the constraint in errors.
+
+    Every loop here checks ``budget`` (the deadline, the states, the index bytes so far)."""
     if dfa.start < 0:
         raise InvalidInput(f"{what} matches nothing")
-    tables = vocab.tables()
-    token_bytes = [vocab.token_bytes(i) for i in range(vocab.size)] if vocab.size else []
-    rows = dfa.rows
     index_of = {dfa.start: 0}
     order = [dfa.start]
     per_state: list[tuple[int, dict[int, int], int]] = []  # (allowed bitset, exceptions, default)
-    builder = _Builder(dfa, tables, token_bytes)
+    builder = _Builder(dfa, vocab.tables(), vocab.all_token_bytes())
+    n_exceptions = 0
     i = 0
     while i < len(order):
-        if i % 16 == 15:
-            budget.check_time("indexing the vocabulary")
-            budget.check_states(len(order), "index states")
+        budget.check_time(f"indexing the vocabulary, state {i} of {len(order)} found so far")
+        budget.check_states(len(order), "index states")
         q = order[i]
         allowed, exc, default = builder.state(q)
         if not allowed and not dfa.accepting[q]:
@@ -57,52 +58,71 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
                 f"this vocabulary cannot express {what}: after some allowed tokens no token "
                 f"continues and the output is not complete (a byte sequence no token writes)"
             )
+        n_exceptions += len(exc)
+        _check_bytes(budget, 8 * n_exceptions, what)
         for t in set(exc.values()) | ({default} if default >= 0 else set()):
             if t not in index_of:
                 index_of[t] = len(order)
                 order.append(t)
         per_state.append((allowed, exc, default))
         i += 1
-    width = (vocab.size + 31) // 32 * 4
     end_bits = 0
     for e in vocab.end_ids:
         end_bits |= 1 << e
-    masks: list[bytes] = []
-    mask_ids: dict[bytes, int] = {}
-    mask_of: list[int] = []
-    total = 0
-    for (allowed, _, _), q in zip(per_state, order):
-        data = (allowed | end_bits if dfa.accepting[q] else allowed).to_bytes(width, "little")
-        got = mask_ids.get(data)
-        if got is None:
-            got = mask_ids[data] = len(masks)
-            masks.append(data)
-            total += width
-            if total > budget.max_bytes:
-                raise InvalidInput(
-                    f"{what} needs an index over {budget.max_bytes >> 20} MiB; simplify it")
-        mask_of.append(got)
-    exceptions = [{t: index_of[n] for t, n in exc.items()} for _, exc, _ in per_state]
-    defaults = [index_of[d] if d >= 0 else -1 for _, _, d in per_state]
     accepting = [dfa.accepting[q] for q in order]
-    # one token per state that takes the default transition (for the shortest completions)
-    via_default = []
-    for s, (allowed, exc, _) in enumerate(per_state):
-        rest = allowed & ~end_bits & ~bitset(exc, vocab.size)
-        via_default.append((rest & -rest).bit_length() - 1 if defaults[s] >= 0 and rest else -1)
-    steer, distance = _shortest_completions(exceptions, defaults, via_default, accepting)
+    masks, mask_of = _pack_masks(per_state, accepting, end_bits, vocab.size, budget, 8 * n_exceptions, what)
+    exceptions = []
+    defaults = []
+    via_default = []  # one token per state that takes the default transition (shortest completions)
+    for s, (allowed, exc, d) in enumerate(per_state):
+        if s % 64 == 63:
+            budget.check_time("renumbering the index states")
+        exceptions.append({t: index_of[n] for t, n in exc.items()})
+        defaults.append(index_of[d] if d >= 0 else -1)
+        rest = allowed & ~end_bits & ~bitset(exc, vocab.size) if d >= 0 else 0
+        via_default.append((rest & -rest).bit_length() - 1 if rest else -1)
+    steer, distance = _shortest_completions(exceptions, defaults, via_default, accepting, budget)
     return TokenIndex(vocab_size=vocab.size, end_ids=vocab.end_ids, masks=masks, mask_of=mask_of,
                       default_next=defaults, exceptions=exceptions, accepting=accepting,
                       steer=steer, distance=distance)
 
 
+def _check_bytes(budget: Budget, n: int, what: str) -> None:
+    if n > budget.max_bytes:
+        raise InvalidInput(f"{what} needs an index over {budget.max_bytes:,} bytes, the index "
+                           f"size budget; simplify it (smaller counted repetitions such as maxLength)")
+
+
+def _pack_masks(per_state: list[tuple[int, dict[int, int], int]], accepting: list[bool], end_bits: int,
+                size: int, budget: Budget, total: int, what: str) -> tuple[list[bytes], list[int]]:
+    """(distinct masks, mask number per state); ``total``: index bytes counted before."""
+    width = (size + 31) // 32 * 4
+    masks: list[bytes] = []
+    mask_ids: dict[bytes, int] = {}
+    mask_of: list[int] = []
+    for s, ((allowed, _, _), is_accepting) in enumerate(zip(per_state, accepting)):
+        if s % 64 == 63:
+            budget.check_time("packing the masks")
+        data = (allowed | end_bits if is_accepting else allowed).to_bytes(width, "little")
+        got = mask_ids.get(data)
+        if got is None:
+            got = mask_ids[data] = len(masks)
+            masks.append(data)
+            total += width
+            _check_bytes(budget, total, what)
+        mask_of.append(got)
+    return masks, mask_of
+
+
 def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int], via_default: list[int],
-                          accepting: list[bool]) -> tuple[list[int], list[int]]:
+                          accepting: list[bool], budget: Budget) -> tuple[list[int], list[int]]:
     """Per state, a token on a shortest way to an accepting state and that way's length
     (backward BFS over the index graph: exceptions, and defaults through ``via_default``)."""
     n = len(accepting)
     into: list[dict[int, int]] = [{} for _ in range(n)]  # state -> {predecessor: a token}
     for s, exc in enumerate(exceptions):
+        if s % 64 == 63:
+            budget.check_time("finding the shortest completions")
         t = defaults[s]
         if t >= 0 and t != s and via_default[s] >= 0:
             into[t][s] = via_default[s]
@@ -113,6 +133,7 @@ def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int],
     distance = [0 if a else -1 for a in accepting]
     frontier = [s for s in range(n) if accepting[s]]
     while frontier:
+        budget.check_time("finding the shortest completions")
         nxt = []
         for t in frontier:
             for s, token_id in into[t].items():
@@ -133,7 +154,7 @@ def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int
 
 
 class _Builder:
-    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: list[bytes]) -> None:
+    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: Sequence[bytes]) -> None:
         self.dfa = dfa
         self.rows = dfa.rows
         self.tables = tables

@@ -10,6 +10,7 @@ again). Running out of time is not remembered: on a quieter machine it may pass.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,7 +19,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textproc.core.constraints.automaton import Budget, build_dfa
+from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget
 from textproc.core.constraints.build import build_index
 from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.regex_syntax import parse_regex
@@ -83,9 +85,11 @@ def constraint_regex(
     choice: Sequence[str] | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
     tool_name: str | None = None,
+    max_regex_chars: int = MAX_REGEX_CHARS,
 ) -> tuple[str, str]:
     """``(regex, what)``: the regex a constraint becomes and a short name for errors.
-    Exactly one of ``regex`` / ``json_schema`` / ``choice`` / ``tools``."""
+    Exactly one of ``regex`` / ``json_schema`` / ``choice`` / ``tools``; a JSON schema whose
+    regex would pass ``max_regex_chars`` is refused while it is being expanded."""
     given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("choice", choice),
                             ("tools", tools)) if v is not None]
     if len(given) != 1:
@@ -103,7 +107,7 @@ def constraint_regex(
                 schema = json.loads(schema)
             except ValueError as e:
                 raise InvalidInput(f"json_schema {short(schema)} is not valid JSON: {e}") from e
-        return json_schema_to_regex(schema), "the JSON schema"
+        return json_schema_to_regex(schema, max_chars=max_regex_chars), "the JSON schema"
     if choice is not None:
         if isinstance(choice, (str, bytes)) or not isinstance(choice, Sequence) or not choice:
             raise InvalidInput(f"choice {short(choice)} must be a non-empty list of strings")
@@ -131,29 +135,32 @@ def compile_constraint(
     choice / tools; ``tool_name`` picks the forced tool, else any tool, one or more calls).
 
     A cache hit costs a hash and a dict lookup. Errors (``InvalidInput``) name what is
-    unsupported and where, or which budget limit was passed.
+    unsupported and where, or which ``budget`` limit was passed while compiling what; every
+    phase checks the budget, so a compile ends within milliseconds of its deadline.
 
     >>> v = TokenVocabulary([b"a", b"b", b"ab", b""], end_ids=[3])
     >>> index = compile_constraint(v, regex="ab")
     >>> index.allowed_ids(index.initial_state)
     [0, 2]
     """
-    pattern, what = constraint_regex(regex=regex, json_schema=json_schema, choice=choice,
-                                     tools=tools, tool_name=tool_name)
+    budget = budget or Budget()
+    pattern, what = constraint_regex(regex=regex, json_schema=json_schema, choice=choice, tools=tools,
+                                     tool_name=tool_name, max_regex_chars=budget.max_regex_chars)
     key = constraint_key(vocab, pattern)
     if cache is not None:
         hit = cache.get(key)
         if hit is not None:
             return hit
-    budget = budget or Budget()
-    failure_key = f"{key}:{budget.max_states}:{budget.max_bytes}:{budget.max_seconds}"
+    budget = dataclasses.replace(budget, what=what)
+    failure_key = f"{key}:{budget.max_states}:{budget.max_bytes}:{budget.max_seconds}:{budget.max_regex_chars}"
     if cache is not None:
         failure = cache.failure(failure_key)
         if failure is not None:
             raise InvalidInput(failure)
     try:
         try:
-            dfa = build_dfa(parse_regex(pattern), budget)
+            budget.check_time("turning the constraint into a regex")
+            dfa = build_dfa(parse_regex(pattern, budget), budget)
             index = build_index(dfa, vocab, budget, what=what)
         except RecursionError:
             raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None

@@ -20,6 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget, regex_too_long
 from textproc.errors import InvalidInput, short
 
 __all__ = ["Node", "CharSet", "Concat", "Alt", "Repeat", "parse_regex", "merge", "subtract", "normalise", "negate",
@@ -55,15 +56,23 @@ class Repeat:
 Node = CharSet | Concat | Alt | Repeat
 
 
-def parse_regex(pattern: str) -> Node:
+def parse_regex(pattern: str, budget: Budget | None = None) -> Node:
     """The tree of ``pattern`` (Python ``re`` syntax, matched against the whole output).
+
+    Bounded by ``budget`` (its regex size limit up front, its deadline while parsing); without
+    one, patterns over ``MAX_REGEX_CHARS`` are refused.
 
     >>> parse_regex("a|b")
     Alt(items=(CharSet(ranges=((97, 97),)), CharSet(ranges=((98, 98),))))
     """
     if not isinstance(pattern, str):
         raise InvalidInput(f"regex {short(pattern)} must be a string")
-    return _Parser(pattern).parse()
+    if budget is None:
+        if len(pattern) > MAX_REGEX_CHARS:
+            raise InvalidInput(regex_too_long(f"regex {short(pattern)} is {len(pattern):,} characters", MAX_REGEX_CHARS))
+    else:
+        budget.check_regex_chars(len(pattern))
+    return _Parser(pattern, budget).parse()
 
 
 def merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -136,9 +145,11 @@ _DOT = ((0, 9), (11, MAX_CODE))
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, budget: Budget | None = None) -> None:
         self.src = src
         self.pos = 0
+        self.budget = budget
+        self.atoms = 0
 
     def fail(self, what: str, pos: int | None = None) -> InvalidInput:
         at = self.pos if pos is None else pos
@@ -224,6 +235,9 @@ class _Parser:
         return lo, hi
 
     def atom(self, end: int) -> Node | None:
+        self.atoms += 1
+        if self.atoms % 512 == 0 and self.budget is not None:
+            self.budget.check_time("parsing the regex")
         src = self.src
         c = src[self.pos]
         if c == "(":

@@ -41,6 +41,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textproc.core.constraints.budget import MAX_REGEX_CHARS, regex_too_long
 from textproc.core.constraints.regex_parts import CHAR as _CHAR
 from textproc.core.constraints.regex_parts import MAX_COUNT, int_range, translate_pattern
 from textproc.core.constraints.regex_parts import group as _group
@@ -96,18 +97,22 @@ _TYPE_OF_KEYWORD = {
 }  # fmt: skip
 
 def json_schema_to_regex(
-    schema: Mapping[str, Any] | bool, *, max_recursion: int = 3, any_depth: int = 2
+    schema: Mapping[str, Any] | bool, *, max_recursion: int = 3, any_depth: int = 2,
+    max_chars: int = MAX_REGEX_CHARS,
 ) -> str:
     """A regex whose matches are JSON texts (``json.dumps`` style) valid against ``schema``.
 
-    See the module docstring for the serialisation and for what is supported.
+    See the module docstring for the serialisation and for what is supported. A schema whose
+    regex would pass ``max_chars`` characters is an ``InvalidInput`` as soon as a part of it
+    does (optional properties make an object's regex quadratic in them, nesting multiplies).
 
     >>> json_schema_to_regex({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     '\\\\{"n": -?(?:0|[1-9][0-9]*)\\\\}'
     """
     if not isinstance(schema, (Mapping, bool)):
         raise InvalidInput(f"JSON schema {short(schema)} at $ must be an object or a boolean")
-    result = _Compiler(schema, max_recursion=max_recursion, any_depth=any_depth).compile(schema, "$")
+    result = _Compiler(schema, max_recursion=max_recursion, any_depth=any_depth,
+                       max_chars=max_chars).compile(schema, "$")
     if result is None:
         raise InvalidInput(
             f"JSON schema at $ accepts no value within {max_recursion} levels of $ref recursion "
@@ -168,14 +173,26 @@ def tool_call_pattern(
 
 
 class _Compiler:
-    def __init__(self, root: Mapping[str, Any] | bool, *, max_recursion: int, any_depth: int) -> None:
+    def __init__(self, root: Mapping[str, Any] | bool, *, max_recursion: int, any_depth: int,
+                 max_chars: int = MAX_REGEX_CHARS) -> None:
         self.root = root
         self.max_recursion = max_recursion
         self.any_depth = any_depth
+        self.max_chars = max_chars
         self.active: dict[str, int] = {}  # $ref -> expansions on the current path
 
     def compile(self, schema: Any, path: str) -> str | None:
         """Regex for ``schema`` at ``path``, or None when no value fits (false, recursion)."""
+        return self.sized(self.compile_unsized(schema, path), path)
+
+    def sized(self, regex: str | None, path: str) -> str | None:
+        """``regex``, or ``InvalidInput`` when it passes ``max_chars`` (the regex size budget)."""
+        if regex is not None and len(regex) > self.max_chars:
+            raise InvalidInput(regex_too_long(
+                f"the JSON schema at {path} expands to a regex of over {len(regex):,} characters", self.max_chars))
+        return regex
+
+    def compile_unsized(self, schema: Any, path: str) -> str | None:
         if schema is True:
             return self.any_value(self.any_depth)
         if schema is False:
@@ -339,6 +356,7 @@ class _Compiler:
                 first = f"{member}{tail_prev}"
                 tail_first = f"(?:{first}|{tail_first})" if tail_first else f"(?:{first})?"
                 tail_prev = f"(?:, {member})?{tail_prev}"
+            self.sized(tail_first, path)  # grows quadratically with optional members
         return rf"\{{{tail_first}\}}"
 
     def array(self, schema: Mapping[str, Any], path: str) -> str | None:

@@ -187,6 +187,10 @@ class TokenVocabulary:
             return self._bytes[token_id]
         return b""
 
+    def all_token_bytes(self) -> Sequence[bytes]:
+        """The bytes of every id, indexed by id (the vocabulary's own list: do not modify)."""
+        return self._bytes
+
     @property
     def fingerprint(self) -> str:
         """A hash of the bytes, specials and end ids: the vocabulary's part of a cache key."""
