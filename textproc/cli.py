@@ -102,6 +102,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="CURVE keys made by `textproc keys --dir DIR`: every socket the service "
                         "binds is a CURVE server and admits only DIR/authorized_clients/* keys "
                         "(default: none, no authentication; loopback only)")
+    p.add_argument("--constraint-cache-dir", metavar="DIR",
+                   help="keep compiled structured-output constraints in DIR (created private), "
+                        "shared by the workers and across restarts: a schema compiled before "
+                        "costs a file read (default: none, each worker caches in memory only)")
     p.add_argument("--max-live-requests", type=int, default=None,
                    help="requests the detokenizer holds at once; more are refused with 503 "
                         f"(default {_service_default('max_live_requests')})")
@@ -235,6 +239,8 @@ def _serve(args: argparse.Namespace) -> int:
                 tool_format=args.tool_format,
                 reasoning_format=args.reasoning_format,
                 split_min_chars=args.split_min_chars,
+                constraint_cache_dir=(str(Path(args.constraint_cache_dir).absolute())
+                                      if args.constraint_cache_dir else None),
                 **{name: value for name, value in (
                     ("max_live_requests", args.max_live_requests),
                     ("max_live_per_client", args.max_live_per_client),

@@ -264,8 +264,15 @@ class ServiceConfig:
     # a text this long is shared with the peer workers (service/peers.py); 0: never. Below
     # ~30k characters (~15 ms of encoding) the extra hop pays little on a loaded box
     split_min_chars: int = 32_768
+    # compiled constraint indexes kept on disk, shared by the workers and across restarts
+    # (service/index_store.py); None: each worker keeps its own in memory only
+    constraint_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
+        if self.constraint_cache_dir is not None and (
+                not isinstance(self.constraint_cache_dir, str) or not self.constraint_cache_dir):
+            raise InvalidInput(f"constraint_cache_dir must be a directory path or None, "
+                               f"got {short(self.constraint_cache_dir)}")
         if self.curve_dir is not None and (not isinstance(self.curve_dir, str) or not self.curve_dir):
             raise InvalidInput(f"curve_dir must be a directory path or None, got {short(self.curve_dir)}")
         _check_int("max_live_per_client", self.max_live_per_client, low=1)

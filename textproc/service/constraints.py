@@ -7,8 +7,10 @@ sent minus what it told it to evict, because requests and indexes travel on the 
 socket in order; a new engine instance empties the mirror.
 
 How a slow compile is bounded: every compile has a wall-clock budget of ``MAX_COMPILE_S``
-(checked inside determinising and indexing loops), so one request holds its worker at most that
-long (the vocabulary tables are built before Ready, outside any budget). Failures that would
+(checked in every phase, from the regex's size to the shortest completions), so one request
+holds its worker at most that long and gets a 400 naming the budget (the vocabulary tables are
+built before Ready, outside any budget). With an :class:`IndexStore` (``--constraint-cache-dir``)
+a constraint compiled before, by any worker or an earlier run, is read back instead. Failures that would
 repeat (unsupported constructs, state or size budget) are cached, so a repeat of the same
 request fails at once; a deadline overrun is not (a loaded machine may have caused it). Other
 requests are served by the other workers meanwhile.
@@ -20,9 +22,10 @@ from collections import OrderedDict
 from typing import Any
 
 from textproc.core.constraints import Budget, IndexCache, TokenIndex, TokenVocabulary, compile_constraint
-from textproc.core.constraints.compile import constraint_regex
+from textproc.core.constraints.compile import constraint_key, constraint_regex
 from textproc.errors import InvalidInput, short
 from textproc.protocol import EngineIndex, IndexTable
+from textproc.service.index_store import IndexStore
 
 __all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
 
@@ -59,8 +62,9 @@ class WorkerConstraints:
     """A worker's compiler: vocabulary built on first use, compiled indexes cached by content."""
 
     def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int,
-                 text_specials: frozenset[str] = frozenset()) -> None:
+                 text_specials: frozenset[str] = frozenset(), store: IndexStore | None = None) -> None:
         self.tokenizer = tokenizer
+        self.store = store  # compiled indexes on disk, shared by the workers (or None)
         self.end_ids = end_ids
         self.text_specials = text_specials  # format markers a forced call writes as text
         self.max_index_bytes = min(MAX_INDEX_BYTES, max_frame_bytes // 2)
@@ -72,8 +76,11 @@ class WorkerConstraints:
         self.compiles = 0
 
     def prepare(self) -> None:
-        """Build the vocabulary and its tables now (the worker does it before Ready)."""
+        """Build the vocabulary and its tables now, and create the store's directory (the worker
+        does it before Ready)."""
         self.vocab.tables()
+        if self.store is not None:
+            self.store.start()
 
     @property
     def vocab(self) -> TokenVocabulary:
@@ -86,12 +93,19 @@ class WorkerConstraints:
     def compile(self, pattern: str, shard: int = 0) -> tuple[TokenIndex, IndexTable | None]:
         """The index of ``pattern`` and, if this worker has not sent it to detokenizer shard
         ``shard`` yet, its table."""
-        misses = self.cache.misses
         vocab = self.vocab  # built before the budget's clock starts (once per worker)
-        budget = Budget(max_seconds=MAX_COMPILE_S, max_bytes=self.max_index_bytes)
-        index = compile_constraint(vocab, regex=pattern, budget=budget, cache=self.cache)
-        if self.cache.misses != misses:
+        key = constraint_key(vocab, pattern)
+        index = self.cache.get(key)
+        if index is None and self.store is not None:
+            index = self.store.get(key)  # compiled before, by any worker or an earlier run
+            if index is not None:
+                self.cache.put(key, index)
+        if index is None:
+            budget = Budget(max_seconds=MAX_COMPILE_S, max_bytes=self.max_index_bytes)
+            index = compile_constraint(vocab, regex=pattern, budget=budget, cache=self.cache)
             self.compiles += 1
+            if self.store is not None:
+                self.store.put(table_of(index))
         self.last = index
         return index, self.table_for(shard)
 

@@ -22,6 +22,7 @@ from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.vocab import END_TOKEN_NAMES
 from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS
 from textproc.service.constraints import WorkerConstraints, structured_regex
+from textproc.service.index_store import IndexStore
 from textproc.sharding import shard_of
 from textproc.core.tokenizer import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES
@@ -126,9 +127,10 @@ class RequestBuilder:
             markers.update(TOOL_FORMATS[self.formats.tool_format].specials)
         if self.formats.reasoning_format in REASONING_FORMATS:
             markers.update(REASONING_FORMATS[self.formats.reasoning_format].specials)
+        store = IndexStore(config.constraint_cache_dir) if config.constraint_cache_dir else None
         self.constraints = WorkerConstraints(tokenizer, self.default_stop_ids,
                                              max_frame_bytes=config.max_frame_bytes,
-                                             text_specials=frozenset(markers))
+                                             text_specials=frozenset(markers), store=store)
         self._marks = config.special_tokens_in_content == "text"  # see _mark_typed_specials
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,

@@ -165,7 +165,9 @@ class _Builder:
         self.loops: dict[int, bytes] = {}
         self.transparency: dict[int, bool] = {}
         self.plain_cache: dict[tuple[bytes, bool], int] = {}
+        self.tail_cache: dict[tuple[bytes, bool], int] = {}
         self.lives: dict[int, list[tuple[int, int]]] = {}
+        self.walked: dict[tuple[int, bytes], int] = {}  # (state, bytes) -> state after them
         # state -> its loop bytes, for the states with a big loop (walk_skipping)
         self.big_loops = {q: loop for q in range(dfa.n_states)
                           if len(loop := self.loop_bytes(q)) >= _LOOP_MIN}
@@ -196,6 +198,8 @@ class _Builder:
                    if len(self.loop_bytes(t)) >= _LOOP_MIN and set(bs) <= set(self.loop_bytes(t))]
         if targets:
             return self.loop_state(q, targets, live)
+        if by_next and all(len(self.loop_bytes(t)) >= _LOOP_MIN for t in by_next) and all(b < 0x80 for b, _ in live):
+            return self.enter_state(q, by_next, live)
         if len(live) > _WIDE:
             chained = self.chain_state(q, live)
             return chained if chained is not None else self.wide_state(q)
@@ -357,15 +361,54 @@ class _Builder:
             exc.update(dict.fromkeys(bits_of(tokens & ~groups[0][2]), n))
         return self.walk_rest(q, live, covered, covered, exc, default)
 
+    def enter_state(self, q: int, by_next: dict[int, list[int]],
+                    live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
+        """Every live byte of ``q`` is ASCII and enters a loop state (an opening quote): a token
+        whose bytes after the first all stay in that loop goes there, one bitset expression per
+        next state; the rest (a few hundred tokens) are walked."""
+        groups = []
+        covered = 0
+        for n, entry in by_next.items():
+            tokens = self.first(bytes(entry)) & self.tail_inside(n)
+            groups.append((tokens.bit_count(), n, tokens))
+            covered |= tokens
+        groups.sort(reverse=True)
+        default = groups[0][1]
+        exc: dict[int, int] = {}
+        for _, n, tokens in groups[1:]:
+            exc.update(dict.fromkeys(bits_of(tokens), n))
+        return self.walk_rest(q, live, covered, covered, exc, default)
+
+    def tail_inside(self, n: int) -> int:
+        """Bitset of the tokens whose bytes after an ASCII first byte stay in loop state ``n``
+        (its loop bytes, plus whole UTF-8 characters when every character returns to ``n``)."""
+        key = (self.loop_bytes(n), self.transparent(n))
+        got = self.tail_cache.get(key)
+        if got is None:
+            t = self.tables
+            ok = set(key[0]) | (_HIGH if key[1] else set())
+            bad = 0
+            for b in range(256):
+                if b not in ok:
+                    bad |= t.contains_tail[b]
+            got = self.tail_cache[key] = t.nonempty & ~bad & (~t.not_utf8 if key[1] else -1)
+        return got
+
     def walk_rest(self, q: int, live: list[tuple[int, int]], covered: int, allowed: int,
                   exc: dict[int, int], default: int) -> tuple[int, dict[int, int], int]:
         """Walk the tokens with a live first byte that no bitset ``covered``; add the ones that
         survive to ``allowed`` (and to ``exc`` unless they go to ``default``)."""
         extra: list[int] = []
         token_bytes = self.token_bytes
+        loop = self.loop_bytes(q)
+        walked = self.walked
         walk = self.walk_skipping
         for i in bits_of(self.first(bytes(b for b, _ in live)) & ~covered):
-            n = walk(q, token_bytes[i])
+            # loop bytes leave q where it is: tokens with the same rest after them walk alike
+            key = (q, token_bytes[i].lstrip(loop))
+            n = walked.get(key, -2)
+            if n == -2:
+                n = walked[key] = walk(q, key[1]) if key[1] else q
             if n >= 0:
                 extra.append(i)
                 if n != default:
@@ -385,12 +428,16 @@ class _Builder:
             lo, hi, depth, s = stack.pop()
             loop = loop_of(s)
             live_s = live if s == q else live_of(s)
-            if hi - lo <= _SMALL or len(loop) >= _LOOP_MIN or len(live_s) > _WIDE:
+            if hi - lo <= _SMALL + 4 * len(live_s) or len(loop) >= _LOOP_MIN or len(live_s) > _WIDE:
                 # few tokens, a state most bytes loop in (a string) or one where most bytes
                 # live (splitting costs more than walking): walk each token, the loop bytes
                 # after the prefix skipped at C speed
+                walked = self.walked
                 for k in range(lo, hi):
-                    n = walk(s, texts[k][depth:].lstrip(loop))
+                    key = (s, texts[k][depth:].lstrip(loop))
+                    n = walked.get(key, -2)
+                    if n == -2:
+                        n = walked[key] = walk(s, key[1])
                     if n >= 0:
                         found.append((k, n))
                 continue

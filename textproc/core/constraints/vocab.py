@@ -54,6 +54,7 @@ class VocabTables:
     texts: list[bytes]  # sorted distinct non-empty token bytes
     text_ids: list[tuple[int, ...]]  # ids of texts[i]
     contains: list[int]  # byte -> bitset over ids of the tokens containing it
+    contains_tail: list[int]  # byte -> bitset over ids of the tokens containing it after their first byte
     first: list[int]  # byte -> bitset over ids of the tokens starting with it
     not_utf8: int  # bitset over ids of the tokens that are not whole UTF-8 text
     nonempty: int  # bitset over ids of the tokens a constraint may allow
@@ -283,6 +284,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
     size = len(token_bytes)
     texts = sorted(by_bytes)
     contains: list[list[int]] = [[] for _ in range(256)]
+    contains_tail: list[list[int]] = [[] for _ in range(256)]
     first: list[list[int]] = [[] for _ in range(256)]
     bad_utf8: list[int] = []
     nonempty: list[int] = []
@@ -294,6 +296,8 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
         first[data[0]].append(i)
         for b in set(data):
             contains[b].append(i)
+        for b in set(data[1:]):
+            contains_tail[b].append(i)
         n = len(data)
         if not data.isascii():
             try:
@@ -307,6 +311,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
         texts=texts,
         text_ids=[tuple(by_bytes[t]) for t in texts],
         contains=[bitset(c, size) for c in contains],
+        contains_tail=[bitset(c, size) for c in contains_tail],
         first=[bitset(f, size) for f in first],
         not_utf8=bitset(bad_utf8, size),
         nonempty=bitset(nonempty, size),

@@ -1,0 +1,79 @@
+"""The on-disk store of compiled constraint indexes (``--constraint-cache-dir``): a constraint
+one worker compiled is read back by another worker (or after a restart) instead of compiled,
+the index read back is the one compiled, a file that does not decode is dropped and the
+constraint compiled again, and the directory stays under its byte cap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.service import Service, run
+from textproc import Tokenizer
+from textproc.client import TextClient
+from textproc.service.constraints import WorkerConstraints, table_of
+from textproc.service.index_store import IndexStore
+
+pytestmark = pytest.mark.timeout(240)
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
+                                          "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+          "required": ["city"]}
+
+
+def _worker(toy_model: Path, directory: Path, **kwargs: Any) -> WorkerConstraints:
+    tok = Tokenizer.from_dir(toy_model)
+    end_ids = [tok.added_tokens["<|im_end|>"]]
+    worker = WorkerConstraints(tok, end_ids, max_frame_bytes=1 << 26, store=IndexStore(directory, **kwargs))
+    worker.prepare()
+    return worker
+
+
+def test_a_constraint_compiled_once_is_read_back(toy_model: Path, tmp_path: Path) -> None:
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    first = _worker(toy_model, tmp_path / "store")
+    index, _ = first.compile(pattern)
+    assert first.compiles == 1 and [p.name for p in (tmp_path / "store").iterdir()] == [f"{index.key}.index"]
+    second = _worker(toy_model, tmp_path / "store")  # another worker, or the next run
+    again, table = second.compile(pattern)
+    assert second.compiles == 0 and second.store is not None and second.store.hits == 1
+    assert table is not None and table == table_of(index)  # the same tables reach the engine
+    assert second.compile(pattern)[0] is again  # then from memory
+    # a torn or foreign file is dropped and the constraint compiled again
+    (tmp_path / "store" / f"{index.key}.index").write_bytes(b"\x93not an index")
+    third = _worker(toy_model, tmp_path / "store")
+    rebuilt, _ = third.compile(pattern)
+    assert third.compiles == 1 and table_of(rebuilt) == table_of(index)
+    assert (tmp_path / "store" / f"{index.key}.index").stat().st_size > 20
+
+
+def test_the_store_stays_under_its_cap(toy_model: Path, tmp_path: Path) -> None:
+    worker = _worker(toy_model, tmp_path / "store", max_bytes=6_000)
+    for n in range(1, 12):
+        worker.compile(f"[a-z]{{{n}}}x")
+    files = list((tmp_path / "store").iterdir())
+    assert 0 < len(files) < 11 and sum(f.stat().st_size for f in files) <= 6_000
+
+
+def test_service_workers_share_the_store(toy_model: Path, tmp_path: Path) -> None:
+    store = tmp_path / "indexes"
+    svc = Service(tmp_path / "svc", toy_model, workers=2, args=["--max-model-len", "4096", "--stub-mode",
+                                                                  "random", "--constraint-cache-dir", str(store)])
+    svc.start()
+    try:
+        async def main() -> None:
+            async with await TextClient.connect(svc.runtime_dir) as client:
+                for _ in range(4):  # both workers see it: one compiles, the other reads it back
+                    async for _event in client.chat([{"role": "user", "content": "go"}],
+                                                    structured={"json": SCHEMA}, max_tokens=40):
+                        pass
+
+        run(main)
+    finally:
+        svc.stop()
+    assert len(list(store.glob("*.index"))) == 1
+    assert store.stat().st_mode & 0o777 == 0o700
