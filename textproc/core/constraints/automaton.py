@@ -266,8 +266,21 @@ def _minimise(
     for b, members in enumerate(blocks):
         for q in members:
             block_of[q] = b
+    # the classes on which a state has predecessors: a splitter (block, class) with no
+    # predecessors splits nothing, and most (block, class) pairs have none
+    into: list[set[int]] = [set() for _ in range(n + 1)]
+    for c, inv_c in enumerate(inverse):
+        for t in inv_c:
+            into[t].add(c)
+
+    def classes_into(members: set[int]) -> set[int]:
+        got: set[int] = set()
+        for q in members:
+            got |= into[q]
+        return got
+
     smaller = 0 if len(blocks) == 1 or len(blocks[0]) <= len(blocks[1]) else 1
-    work = deque((smaller, c) for c in range(k))
+    work = deque((smaller, c) for c in sorted(classes_into(blocks[smaller])))
     pending = set(work)
     steps = 0
     while work:
@@ -291,12 +304,15 @@ def _minimise(
             blocks.append(split)
             for q in split:
                 block_of[q] = new
-            for d in range(k):
+            into_new = classes_into(split)
+            pick = new if len(split) <= len(blocks[y]) else y
+            into_pick = into_new if pick == new else classes_into(blocks[y])
+            for d in sorted(into_new | into_pick):
                 if (y, d) in pending:
-                    pending.add((new, d))
-                    work.append((new, d))
-                else:
-                    pick = new if len(split) <= len(blocks[y]) else y
+                    if d in into_new:
+                        pending.add((new, d))
+                        work.append((new, d))
+                elif d in into_pick:
                     pending.add((pick, d))
                     work.append((pick, d))
     # renumber blocks in BFS order from the start; the sink's block is -1

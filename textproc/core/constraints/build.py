@@ -34,6 +34,7 @@ _WIDE = 96  # live bytes above which a loop-less state walks distinct class stri
 _SMALL = 24  # ranges this small are walked token by token instead of split further
 _MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
 _HIGH = frozenset(range(0x80, 0x100))
+_MAX_DERIVED = 4096  # derived token sets kept per vocabulary (~20 KB each on a 150k vocabulary)
 
 
 def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
@@ -160,12 +161,12 @@ class _Builder:
         self.tables = tables
         self.token_bytes = token_bytes
         self.size = len(token_bytes)
-        self.first_cache: dict[bytes, int] = {}
+        self.derived = tables.derived  # shared by the compiles over this vocabulary
+        if len(self.derived) > _MAX_DERIVED:
+            self.derived.clear()
         self.class_groups: list[tuple[bytes, list[int]]] | None = None
         self.loops: dict[int, bytes] = {}
         self.transparency: dict[int, bool] = {}
-        self.plain_cache: dict[tuple[bytes, bool], int] = {}
-        self.tail_cache: dict[tuple[bytes, bool], int] = {}
         self.lives: dict[int, list[tuple[int, int]]] = {}
         self.walked: dict[tuple[int, bytes], int] = {}  # (state, bytes) -> state after them
         # state -> its loop bytes, for the states with a big loop (walk_skipping)
@@ -193,17 +194,11 @@ class _Builder:
         by_next: dict[int, list[int]] = {}
         for b, t in live:
             by_next.setdefault(t, []).append(b)
-        # successors whose loop holds every byte leading there from q (q itself when it loops)
-        targets = [(t, bytes(bs)) for t, bs in by_next.items()
-                   if len(self.loop_bytes(t)) >= _LOOP_MIN and set(bs) <= set(self.loop_bytes(t))]
-        if targets:
-            return self.loop_state(q, targets, live)
-        if by_next and all(len(self.loop_bytes(t)) >= _LOOP_MIN for t in by_next) and all(b < 0x80 for b, _ in live):
-            return self.enter_state(q, by_next, live)
-        if len(live) > _WIDE:
+        loops = [t for t in by_next if len(self.loop_bytes(t)) >= _LOOP_MIN]
+        if not loops and len(live) > _WIDE:
             chained = self.chain_state(q, live)
             return chained if chained is not None else self.wide_state(q)
-        return self.trie_state(q, live)
+        return self.mixed_state(q, by_next, loops)
 
     def chain(self, q: int) -> tuple[bytes, list[int], int] | None:
         """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
@@ -292,8 +287,8 @@ class _Builder:
 
     def tokens_of(self, plain: bytes, chars: bool) -> int:
         """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
-        key = (plain, chars)
-        got = self.plain_cache.get(key)
+        key = ("plain", plain, chars)
+        got = self.derived.get(key)
         if got is None:
             t = self.tables
             ok = set(plain) | (_HIGH if chars else set())
@@ -302,7 +297,7 @@ class _Builder:
                 if b not in ok:
                     bad |= t.contains[b]
             got = t.nonempty & ~bad & (~t.not_utf8 if chars else -1)
-            self.plain_cache[key] = got
+            self.derived[key] = got
         return got
 
     def transparent(self, q: int) -> bool:
@@ -319,12 +314,12 @@ class _Builder:
 
     def first(self, first_bytes: bytes) -> int:
         """Bitset of the tokens starting with one of ``first_bytes``."""
-        got = self.first_cache.get(first_bytes)
+        got = self.derived.get(("first", first_bytes))
         if got is None:
             got = 0
             for b in first_bytes:
                 got |= self.tables.first[b]
-            self.first_cache[first_bytes] = got
+            self.derived[("first", first_bytes)] = got
         return got
 
     def walk_skipping(self, q: int, data: bytes) -> int:
@@ -342,97 +337,139 @@ class _Builder:
                 i = n - len(data[i:].lstrip(loop))
         return q
 
-    def loop_state(self, q: int, targets: list[tuple[int, bytes]],
-                   live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
-        """Tokens that enter a loop state and stay there are bitset expressions (no walk);
-        the rest of the tokens with a live first byte are walked."""
-        groups = []
+    def mixed_state(self, q: int, by_next: dict[int, list[int]],
+                    loops: list[int]) -> tuple[int, dict[int, int], int]:
+        """Tokens that enter a loop state (a string's) and stay there are bitset expressions;
+        the other tokens starting with those bytes (a quote or a backslash further on, half a
+        character) are walked one by one; tokens starting with any other live byte are found
+        by walking the sorted token list as a trie, following only live bytes."""
+        groups: list[tuple[int, int]] = []  # (tokens, next state)
         covered = 0
-        for n, entry in targets:
-            stay = self.inside(n)
-            # tokens staying in q itself may also start with a whole non-ASCII character
-            tokens = stay if n == q else stay & self.first(entry)
-            groups.append((tokens.bit_count(), n, tokens))
+        first_covered: set[int] = set()  # first bytes of the covered tokens
+        pairs: dict[int, int] = {}  # id -> next state, for the tokens walked
+        for n in loops:
+            if n == q:  # tokens staying in q may also start with a whole non-ASCII character
+                tokens = self.inside(q)
+                first_covered.update(self.loop_bytes(q))
+                if self.transparent(q):
+                    first_covered.update(_HIGH)
+                rests, rest_ids, rest_first = self.rests(q)
+                for k, t in self.trie(q, [(b, self.rows[q][b]) for b in rest_first if self.rows[q][b] >= 0], rests):
+                    pairs.update(dict.fromkeys(rest_ids[k], t))
+            else:
+                entry = bytes(b for b in by_next[n] if b < 0x80)
+                tokens = self.first(entry) & self.tail_inside(n)
+                first_covered.update(entry)
+            groups.append((tokens, n))
             covered |= tokens
-        groups.sort(reverse=True)
-        default = groups[0][1]
+        roots = [(b, n) for n, bs in by_next.items() for b in bs if b not in first_covered]
+        # first bytes into another loop state: the tokens not covered (a few hundred) walked
+        walked_first = bytes(b for n, bs in by_next.items() if n != q for b in bs if b in first_covered)
+        if len(roots) > _WIDE:  # splitting costs more than walking
+            walked_first += bytes(b for b, _ in roots)
+            roots = []
+        if walked_first:
+            pairs.update(self.walk_each(q, self.first(walked_first) & ~covered))
+        text_ids = self.tables.text_ids
+        for k, n in self.trie(q, roots):
+            for token_id in text_ids[k]:
+                pairs[token_id] = n
+        counts: Counter[int] = Counter(pairs.values())
+        for tokens, n in groups:
+            counts[n] += tokens.bit_count()
+        if not counts:
+            return 0, {}, -1
+        default = counts.most_common(1)[0][0]
         exc: dict[int, int] = {}
-        for _, n, tokens in groups[1:]:
-            exc.update(dict.fromkeys(bits_of(tokens & ~groups[0][2]), n))
-        return self.walk_rest(q, live, covered, covered, exc, default)
+        for tokens, n in groups:
+            if n != default:
+                exc.update(dict.fromkeys(bits_of(tokens), n))
+        exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
+        return covered | bitset(pairs, self.size), exc, default
 
-    def enter_state(self, q: int, by_next: dict[int, list[int]],
-                    live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
-        """Every live byte of ``q`` is ASCII and enters a loop state (an opening quote): a token
-        whose bytes after the first all stay in that loop goes there, one bitset expression per
-        next state; the rest (a few hundred tokens) are walked."""
-        groups = []
-        covered = 0
-        for n, entry in by_next.items():
-            tokens = self.first(bytes(entry)) & self.tail_inside(n)
-            groups.append((tokens.bit_count(), n, tokens))
-            covered |= tokens
-        groups.sort(reverse=True)
-        default = groups[0][1]
-        exc: dict[int, int] = {}
-        for _, n, tokens in groups[1:]:
-            exc.update(dict.fromkeys(bits_of(tokens), n))
-        return self.walk_rest(q, live, covered, covered, exc, default)
+    def walk_each(self, q: int, tokens: int) -> dict[int, int]:
+        """id -> next state for the ``tokens`` (a bitset) that live from ``q``, walked one by
+        one; loop bytes leave q where it is, so tokens with the same rest after them walk alike."""
+        out: dict[int, int] = {}
+        token_bytes = self.token_bytes
+        loop = self.loop_bytes(q)
+        walked = self.walked
+        walk = self.walk_skipping
+        for i in bits_of(tokens):
+            key = (q, token_bytes[i].lstrip(loop))
+            n = walked.get(key, -2)
+            if n == -2:
+                n = walked[key] = walk(q, key[1]) if key[1] else q
+            if n >= 0:
+                out[i] = n
+        return out
 
     def tail_inside(self, n: int) -> int:
         """Bitset of the tokens whose bytes after an ASCII first byte stay in loop state ``n``
         (its loop bytes, plus whole UTF-8 characters when every character returns to ``n``)."""
-        key = (self.loop_bytes(n), self.transparent(n))
-        got = self.tail_cache.get(key)
+        key = ("tail", self.loop_bytes(n), self.transparent(n))
+        got = self.derived.get(key)
         if got is None:
             t = self.tables
-            ok = set(key[0]) | (_HIGH if key[1] else set())
+            ok = set(key[1]) | (_HIGH if key[2] else set())
             bad = 0
             for b in range(256):
                 if b not in ok:
                     bad |= t.contains_tail[b]
-            got = self.tail_cache[key] = t.nonempty & ~bad & (~t.not_utf8 if key[1] else -1)
+            got = self.derived[key] = t.nonempty & ~bad & (~t.not_utf8 if key[2] else -1)
         return got
 
     def walk_rest(self, q: int, live: list[tuple[int, int]], covered: int, allowed: int,
                   exc: dict[int, int], default: int) -> tuple[int, dict[int, int], int]:
         """Walk the tokens with a live first byte that no bitset ``covered``; add the ones that
         survive to ``allowed`` (and to ``exc`` unless they go to ``default``)."""
-        extra: list[int] = []
-        token_bytes = self.token_bytes
-        loop = self.loop_bytes(q)
-        walked = self.walked
-        walk = self.walk_skipping
-        for i in bits_of(self.first(bytes(b for b, _ in live)) & ~covered):
-            # loop bytes leave q where it is: tokens with the same rest after them walk alike
-            key = (q, token_bytes[i].lstrip(loop))
-            n = walked.get(key, -2)
-            if n == -2:
-                n = walked[key] = walk(q, key[1]) if key[1] else q
-            if n >= 0:
-                extra.append(i)
-                if n != default:
-                    exc[i] = n
+        extra = self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered)
+        exc.update((i, n) for i, n in extra.items() if n != default)
         return allowed | bitset(extra, self.size), exc, default
 
-    def trie_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int]:
-        texts = self.tables.texts
-        text_ids = self.tables.text_ids
-        rows = self.rows
+    def rests(self, q: int) -> tuple[list[bytes], list[list[int]], set[int]]:
+        """The tokens that start in loop state ``q``'s loop but leave it (a quote or a
+        backslash further on, half a character), by their rest after the leading loop bytes:
+        (sorted distinct rests, ids per rest, the rests' first bytes). Depends only on the
+        loop bytes and the transparency, so it is kept across states and compiles."""
+        loop, chars = self.loop_bytes(q), self.transparent(q)
+        key = ("rests", loop, chars)
+        got = self.derived.get(key)
+        if got is None:
+            first = bytes(sorted(set(loop) | (_HIGH if chars else set())))
+            by_rest: dict[bytes, list[int]] = {}
+            token_bytes = self.token_bytes
+            for i in bits_of(self.first(first) & ~self.inside(q)):
+                by_rest.setdefault(token_bytes[i].lstrip(loop), []).append(i)
+            texts = sorted(by_rest)
+            got = self.derived[key] = (texts, [by_rest[t] for t in texts], {t[0] for t in texts if t})
+        return got
+
+    def trie(self, q: int, roots: list[tuple[int, int]],
+             texts: list[bytes] | None = None) -> list[tuple[int, int]]:
+        """(index in ``texts``, next state) of the texts (sorted; default: every distinct token)
+        starting with a byte of ``roots`` (byte, state after it from ``q``) that live: the
+        sorted list split by live bytes."""
+        if texts is None:
+            texts = self.tables.texts
         walk = self.dfa.walk
+        walked = self.walked
         found: list[tuple[int, int]] = []  # (text index, next state)
         loop_of = self.loop_bytes
         live_of = self.live
-        stack = [(0, len(texts), 0, q)]
+        stack = []
+        for b, n in roots:
+            start, end = subrange(texts, 0, len(texts), b"", b)
+            if start < end:
+                stack.append((start, end, 1, n))
         while stack:
             lo, hi, depth, s = stack.pop()
             loop = loop_of(s)
-            live_s = live if s == q else live_of(s)
+            live_s = live_of(s)
             if hi - lo <= _SMALL + 4 * len(live_s) or len(loop) >= _LOOP_MIN or len(live_s) > _WIDE:
                 # few tokens, a state most bytes loop in (a string) or one where most bytes
                 # live (splitting costs more than walking): walk each token, the loop bytes
                 # after the prefix skipped at C speed
-                walked = self.walked
                 for k in range(lo, hi):
                     key = (s, texts[k][depth:].lstrip(loop))
                     n = walked.get(key, -2)
@@ -449,11 +486,7 @@ class _Builder:
                 start, end = subrange(texts, lo, hi, prefix, b)
                 if start < end:
                     stack.append((start, end, depth + 1, n))
-        exc: dict[int, int] = {}
-        for k, n in found:
-            for token_id in text_ids[k]:
-                exc[token_id] = n
-        return _split_default(exc, self.size)
+        return found
 
     def wide_state(self, q: int) -> tuple[int, dict[int, int], int]:
         groups = self.class_groups

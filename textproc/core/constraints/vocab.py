@@ -21,7 +21,7 @@ import re
 from bisect import bisect_left
 from itertools import compress
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,6 +59,9 @@ class VocabTables:
     not_utf8: int  # bitset over ids of the tokens that are not whole UTF-8 text
     nonempty: int  # bitset over ids of the tokens a constraint may allow
     by_chars: list[int]  # n -> bitset of the whole-UTF-8 tokens of n characters (n < MAX_CHARS)
+    # what the index builder derives from these per byte set (token sets, their rests), kept
+    # across compiles: the same string states recur in every schema
+    derived: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
 
 class TokenVocabulary:
