@@ -27,4 +27,7 @@ def test_bench_constraints_quick(tmp_path: Path) -> None:
         for name in ("textproc", "outlines", "llguidance"):
             assert r[f"{name}_compile_s"] > 0 and r[f"{name}_step_us"] > 0, (name, r)
         assert r["textproc_mb"] > 0 and r["outlines_transitions"] > 0 and r["steps"] > 0
-    assert "load average" in proc.stdout
+        assert r["textproc_first_mask_ms"] > 0 and r["llguidance_first_mask_ms"] > 0 and r["textproc_repeat_ms"] > 0
+    first_mask = rows[0]["machine"]["first_mask"]
+    assert set(first_mask["textproc_first_mask_ms"]) == {"p50", "p75"}, first_mask
+    assert "load average" in proc.stdout and "time to first mask (ms)" in proc.stdout
