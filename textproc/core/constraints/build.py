@@ -34,6 +34,7 @@ _WIDE = 96  # live bytes above which a loop-less state walks distinct class stri
 _SMALL = 24  # ranges this small are walked token by token instead of split further
 _MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
 _HIGH = frozenset(range(0x80, 0x100))
+_MAX_RUN = 8  # longest fixed-length run into a loop taken as bitsets (\uXXXX: 4)
 _MAX_DERIVED = 4096  # derived token sets kept per vocabulary (~20 KB each on a 150k vocabulary)
 
 
@@ -195,10 +196,99 @@ class _Builder:
         for b, t in live:
             by_next.setdefault(t, []).append(b)
         loops = [t for t in by_next if len(self.loop_bytes(t)) >= _LOOP_MIN]
+        if len(by_next) == 1 and not loops:
+            run = self.run(q, live)
+            if run is not None:
+                return self.run_state(*run)
         if not loops and len(live) > _WIDE:
             chained = self.chain_state(q, live)
             return chained if chained is not None else self.wide_state(q)
         return self.mixed_state(q, by_next, loops)
+
+    def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int]] | None:
+        """A fixed-length run into a loop (the 4 hex digits of ``\\uXXXX`` in a string): the
+        ASCII bytes ``plain`` that are all ``q`` reads, each leading to one next state, and
+        that state the same, until a loop state whose loop holds ``plain``; (plain, states
+        from ``q`` to that loop state). None otherwise."""
+        plain = bytes(b for b, _ in live)
+        if not plain.isascii() or len(plain) < 2:
+            return None
+        states = [q]
+        rows = self.rows
+        while len(states) <= _MAX_RUN:
+            nexts = {rows[states[-1]][b] for b in plain}
+            if len(nexts) != 1:
+                return None
+            n = nexts.pop()
+            states.append(n)
+            loop = self.loop_bytes(n)
+            if len(loop) >= _LOOP_MIN:
+                return (plain, states) if set(plain) <= set(loop) else None
+            if bytes(b for b, _ in self.live(n)) != plain:
+                return None
+        return None
+
+    def run_state(self, plain: bytes, states: list[int]) -> tuple[int, dict[int, int], int]:
+        """Tokens of n plain bytes go to ``states[n]`` (the loop state from the run's length
+        on), one bitset each; tokens with another byte inside the run die; the others (the run
+        then more) walk their rest from the loop state, as a trie over the distinct rests."""
+        k = len(states) - 1
+        loop_state = states[-1]
+        t = self.tables
+        pure = self.tokens_of(plain, False)
+        groups: list[tuple[int, int]] = []
+        short = 0
+        for n in range(1, k):
+            tokens = pure & t.by_chars[n]
+            short |= tokens
+            groups.append((tokens, states[n]))
+        groups.append((pure & ~short, loop_state))
+        rests, rest_ids, rest_first = self.run_rests(plain, k, self.loop_bytes(loop_state))
+        rows = self.rows
+        pairs: dict[int, int] = {}
+        if rests and not rests[0]:  # the run, then only loop bytes
+            pairs.update(dict.fromkeys(rest_ids[0], loop_state))
+        for i, n in self.trie(loop_state, [(b, rows[loop_state][b]) for b in rest_first
+                                           if rows[loop_state][b] >= 0], rests):
+            pairs.update(dict.fromkeys(rest_ids[i], n))
+        return self.combine(groups, pairs)
+
+    def run_rests(self, plain: bytes, k: int, loop: bytes) -> tuple[list[bytes], list[list[int]], set[int]]:
+        """The tokens longer than ``k`` whose first ``k`` bytes are ``plain`` bytes and that are
+        not all plain, by their rest after those and the ``loop`` bytes that follow: (sorted
+        distinct rests, ids per rest, the rests' first bytes); kept per vocabulary."""
+        key = ("run", plain, k, loop)
+        got = self.derived.get(key)
+        if got is None:
+            by_rest: dict[bytes, list[int]] = {}
+            token_bytes = self.token_bytes
+            for i in bits_of(self.first(plain) & ~self.tokens_of(plain, False)):
+                data = token_bytes[i]
+                if len(data) > k and not data[:k].lstrip(plain):
+                    by_rest.setdefault(data[k:].lstrip(loop), []).append(i)
+            texts = sorted(by_rest)
+            got = self.derived[key] = (texts, [by_rest[r] for r in texts], {r[0] for r in texts if r})
+        return got
+
+    def combine(self, groups: list[tuple[int, int]],
+                pairs: dict[int, int]) -> tuple[int, dict[int, int], int]:
+        """(allowed, exceptions, default) from disjoint bitset ``groups`` (tokens, next state)
+        and walked ``pairs`` (id -> next state): the most common next state is the default."""
+        counts: Counter[int] = Counter(pairs.values())
+        allowed = bitset(pairs, self.size)
+        for tokens, n in groups:
+            if tokens:
+                counts[n] += tokens.bit_count()
+                allowed |= tokens
+        if not counts:
+            return 0, {}, -1
+        default = counts.most_common(1)[0][0]
+        exc: dict[int, int] = {}
+        for tokens, n in groups:
+            if n != default and tokens:
+                exc.update(dict.fromkeys(bits_of(tokens), n))
+        exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
+        return allowed, exc, default
 
     def chain(self, q: int) -> tuple[bytes, list[int], int] | None:
         """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
