@@ -205,11 +205,11 @@ class _Builder:
             return chained if chained is not None else self.wide_state(q)
         return self.mixed_state(q, by_next, loops)
 
-    def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int]] | None:
-        """A fixed-length run into a loop (the 4 hex digits of ``\\uXXXX`` in a string): the
-        ASCII bytes ``plain`` that are all ``q`` reads, each leading to one next state, and
-        that state the same, until a loop state whose loop holds ``plain``; (plain, states
-        from ``q`` to that loop state). None otherwise."""
+    def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int], bool] | None:
+        """A fixed-length run (the 4 hex digits of ``\\uXXXX``, the 8 of a uuid): the ASCII
+        bytes ``plain`` that are all ``q`` reads, each leading to one next state, and so on
+        for the states after it; (plain, the states from ``q`` to the first that reads other
+        bytes, whether that last one loops on every plain byte). None for runs under 2."""
         plain = bytes(b for b, _ in live)
         if not plain.isascii() or len(plain) < 2:
             return None
@@ -218,54 +218,60 @@ class _Builder:
         while len(states) <= _MAX_RUN:
             nexts = {rows[states[-1]][b] for b in plain}
             if len(nexts) != 1:
-                return None
+                break
             n = nexts.pop()
             states.append(n)
             loop = self.loop_bytes(n)
-            if len(loop) >= _LOOP_MIN:
-                return (plain, states) if set(plain) <= set(loop) else None
-            if bytes(b for b, _ in self.live(n)) != plain:
-                return None
-        return None
+            if len(loop) >= _LOOP_MIN and set(plain) <= set(loop):
+                return plain, states, True
+            if n < 0 or bytes(b for b, _ in self.live(n)) != plain:
+                break
+        if len(states) < 3 or states[-1] < 0:
+            return None
+        return plain, states, False
 
-    def run_state(self, plain: bytes, states: list[int]) -> tuple[int, dict[int, int], int]:
-        """Tokens of n plain bytes go to ``states[n]`` (the loop state from the run's length
-        on), one bitset each; tokens with another byte inside the run die; the others (the run
-        then more) walk their rest from the loop state, as a trie over the distinct rests."""
+    def run_state(self, plain: bytes, states: list[int], into_loop: bool) -> tuple[int, dict[int, int], int]:
+        """Tokens of n plain bytes go to ``states[n]`` (past the run's end: the loop state, when
+        the run ends in one), one bitset each; tokens with another byte inside the run die;
+        the longer ones walk their rest from the run's last state, as a trie over the distinct
+        rests (kept per vocabulary)."""
         k = len(states) - 1
-        loop_state = states[-1]
+        last = states[-1]
         t = self.tables
         pure = self.tokens_of(plain, False)
         groups: list[tuple[int, int]] = []
         short = 0
-        for n in range(1, k):
+        for n in range(1, k + 1 if not into_loop else k):
             tokens = pure & t.by_chars[n]
             short |= tokens
             groups.append((tokens, states[n]))
-        groups.append((pure & ~short, loop_state))
-        rests, rest_ids, rest_first = self.run_rests(plain, k, self.loop_bytes(loop_state))
+        if into_loop:
+            groups.append((pure & ~short, last))
+        rests, rest_ids, rest_first = self.run_rests(plain, k, self.loop_bytes(last) if into_loop else None)
         rows = self.rows
         pairs: dict[int, int] = {}
         if rests and not rests[0]:  # the run, then only loop bytes
-            pairs.update(dict.fromkeys(rest_ids[0], loop_state))
-        for i, n in self.trie(loop_state, [(b, rows[loop_state][b]) for b in rest_first
-                                           if rows[loop_state][b] >= 0], rests):
+            pairs.update(dict.fromkeys(rest_ids[0], last))
+        for i, n in self.trie(last, [(b, rows[last][b]) for b in rest_first if rows[last][b] >= 0], rests):
             pairs.update(dict.fromkeys(rest_ids[i], n))
         return self.combine(groups, pairs)
 
-    def run_rests(self, plain: bytes, k: int, loop: bytes) -> tuple[list[bytes], list[list[int]], set[int]]:
-        """The tokens longer than ``k`` whose first ``k`` bytes are ``plain`` bytes and that are
-        not all plain, by their rest after those and the ``loop`` bytes that follow: (sorted
-        distinct rests, ids per rest, the rests' first bytes); kept per vocabulary."""
+    def run_rests(self, plain: bytes, k: int,
+                  loop: bytes | None) -> tuple[list[bytes], list[list[int]], set[int]]:
+        """The tokens longer than ``k`` whose first ``k`` bytes are ``plain`` bytes (with a
+        ``loop`` after the run: only those not all plain), by their rest after those and the
+        loop bytes that follow: (sorted distinct rests, ids per rest, the rests' first bytes);
+        kept per vocabulary."""
         key = ("run", plain, k, loop)
         got = self.derived.get(key)
         if got is None:
             by_rest: dict[bytes, list[int]] = {}
             token_bytes = self.token_bytes
-            for i in bits_of(self.first(plain) & ~self.tokens_of(plain, False)):
+            candidates = self.first(plain) & ~self.tokens_of(plain, False) if loop is not None else self.first(plain)
+            for i in bits_of(candidates):
                 data = token_bytes[i]
                 if len(data) > k and not data[:k].lstrip(plain):
-                    by_rest.setdefault(data[k:].lstrip(loop), []).append(i)
+                    by_rest.setdefault(data[k:].lstrip(loop) if loop else data[k:], []).append(i)
             texts = sorted(by_rest)
             got = self.derived[key] = (texts, [by_rest[r] for r in texts], {r[0] for r in texts if r})
         return got
@@ -431,12 +437,13 @@ class _Builder:
                     loops: list[int]) -> tuple[int, dict[int, int], int]:
         """Tokens that enter a loop state (a string's) and stay there are bitset expressions;
         the other tokens starting with those bytes (a quote or a backslash further on, half a
-        character) are walked one by one; tokens starting with any other live byte are found
-        by walking the sorted token list as a trie, following only live bytes."""
+        character) are grouped by their rest after the loop bytes (per vocabulary, kept) and
+        the distinct rests walked as a trie; tokens starting with any other live byte are
+        found by walking the sorted token list as a trie, following only live bytes."""
         groups: list[tuple[int, int]] = []  # (tokens, next state)
-        covered = 0
         first_covered: set[int] = set()  # first bytes of the covered tokens
         pairs: dict[int, int] = {}  # id -> next state, for the tokens walked
+        rows = self.rows
         for n in loops:
             if n == q:  # tokens staying in q may also start with a whole non-ASCII character
                 tokens = self.inside(q)
@@ -444,38 +451,45 @@ class _Builder:
                 if self.transparent(q):
                     first_covered.update(_HIGH)
                 rests, rest_ids, rest_first = self.rests(q)
-                for k, t in self.trie(q, [(b, self.rows[q][b]) for b in rest_first if self.rows[q][b] >= 0], rests):
-                    pairs.update(dict.fromkeys(rest_ids[k], t))
             else:
                 entry = bytes(b for b in by_next[n] if b < 0x80)
                 tokens = self.first(entry) & self.tail_inside(n)
                 first_covered.update(entry)
+                rests, rest_ids, rest_first = self.entry_rests(entry, n)
+            if rests and not rests[0]:  # nothing after the loop bytes: stays in n
+                pairs.update(dict.fromkeys(rest_ids[0], n))
+            for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
+                pairs.update(dict.fromkeys(rest_ids[k], t))
             groups.append((tokens, n))
-            covered |= tokens
         roots = [(b, n) for n, bs in by_next.items() for b in bs if b not in first_covered]
-        # first bytes into another loop state: the tokens not covered (a few hundred) walked
-        walked_first = bytes(b for n, bs in by_next.items() if n != q for b in bs if b in first_covered)
         if len(roots) > _WIDE:  # splitting costs more than walking
-            walked_first += bytes(b for b, _ in roots)
+            covered = 0
+            for tokens, _ in groups:
+                covered |= tokens
+            pairs.update(self.walk_each(q, self.first(bytes(b for b, _ in roots)) & ~covered))
             roots = []
-        if walked_first:
-            pairs.update(self.walk_each(q, self.first(walked_first) & ~covered))
         text_ids = self.tables.text_ids
         for k, n in self.trie(q, roots):
             for token_id in text_ids[k]:
                 pairs[token_id] = n
-        counts: Counter[int] = Counter(pairs.values())
-        for tokens, n in groups:
-            counts[n] += tokens.bit_count()
-        if not counts:
-            return 0, {}, -1
-        default = counts.most_common(1)[0][0]
-        exc: dict[int, int] = {}
-        for tokens, n in groups:
-            if n != default:
-                exc.update(dict.fromkeys(bits_of(tokens), n))
-        exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
-        return covered | bitset(pairs, self.size), exc, default
+        return self.combine(groups, pairs)
+
+    def entry_rests(self, entry: bytes, n: int) -> tuple[list[bytes], list[list[int]], set[int]]:
+        """The tokens starting with a byte of ``entry`` (each leading into loop state ``n``)
+        whose later bytes leave ``n``, by their rest after the first byte and the loop bytes
+        that follow: (sorted distinct rests, ids per rest, the rests' first bytes); kept per
+        vocabulary (it depends on ``n`` only through its loop bytes and transparency)."""
+        loop = self.loop_bytes(n)
+        key = ("entry", entry, loop, self.transparent(n))
+        got = self.derived.get(key)
+        if got is None:
+            by_rest: dict[bytes, list[int]] = {}
+            token_bytes = self.token_bytes
+            for i in bits_of(self.first(entry) & ~self.tail_inside(n)):
+                by_rest.setdefault(token_bytes[i][1:].lstrip(loop), []).append(i)
+            texts = sorted(by_rest)
+            got = self.derived[key] = (texts, [by_rest[r] for r in texts], {r[0] for r in texts if r})
+        return got
 
     def walk_each(self, q: int, tokens: int) -> dict[int, int]:
         """id -> next state for the ``tokens`` (a bitset) that live from ``q``, walked one by
