@@ -1,0 +1,451 @@
+"""One index state's tokens: which ids a DFA state allows and where each goes (``StateTokens``).
+
+Owns the per-state work of the index build (:mod:`textproc.core.constraints.build` drives it
+over the states in reachability order). Every answer is the walk definition (a token is
+allowed iff walking its bytes never reaches the dead state, and goes where the walk ends);
+the paths below only avoid walking tokens one by one:
+
+- loops (inside a JSON string almost every token leaves the state unchanged): the tokens made
+  of a loop's bytes are one bitset expression per distinct loop byte set, and so are the
+  tokens entering a loop state and staying (an opening quote); the tokens that leave the loop
+  (a quote, a backslash or half a character further on) are grouped by their rest after the
+  loop bytes, and the distinct rests are walked as a trie over the sorted rests, so a rest
+  that dies at its first byte costs nothing (:mod:`textproc.core.constraints.token_sets`
+  keeps these per vocabulary);
+- fixed-length runs (the 4 hex digits of ``\\uXXXX``, a uuid's 8): tokens of n run bytes go to
+  the n-th state, one bitset each, the longer ones walk their rest after the run as a trie;
+- counted repetitions (``[^"]{0,8}``): tokens grouped by character count, one AND per length;
+- other states: the sorted token list walked as a trie, following only live bytes; a state
+  where most bytes live walks each distinct byte-class string once.
+
+The most common next state of a state becomes its default (no exception entries).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
+from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
+from textproc.core.constraints.vocab import MAX_CHARS, VocabTables, bits_of, bitset, subrange
+
+__all__ = ["StateTokens"]
+
+_LOOP_MIN = 24  # loop bytes for the bitset path (JSON string states have ~90)
+_WIDE = 96  # live bytes above which a loop-less state walks distinct class strings
+_SMALL = 24  # ranges this small are walked token by token instead of split further
+_MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
+_MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
+
+
+def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int], int]:
+    """(allowed bitset, exceptions, default): the most common next state becomes the default."""
+    if not nexts:
+        return 0, {}, -1
+    default = Counter(nexts.values()).most_common(1)[0][0]
+    return bitset(nexts, size), {t: n for t, n in nexts.items() if n != default}, default
+
+
+class StateTokens:
+    """The tokens of each state of ``dfa`` over a vocabulary (``tables``, the bytes of every id)."""
+
+    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: Sequence[bytes]) -> None:
+        self.dfa = dfa
+        self.rows = dfa.rows
+        self.tables = tables
+        self.token_bytes = token_bytes
+        self.size = len(token_bytes)
+        self.sets = TokenSets(tables, token_bytes)  # kept by the vocabulary across compiles
+        self.class_groups: list[tuple[bytes, list[int]]] | None = None
+        self.loops: dict[int, bytes] = {}
+        self.transparency: dict[int, bool] = {}
+        self.lives: dict[int, list[tuple[int, int]]] = {}
+        self.walked: dict[tuple[int, bytes], int] = {}  # (state, bytes) -> state after them
+        # state -> its loop bytes, for the states with a big loop (walk_skipping)
+        self.big_loops = {q: loop for q in range(dfa.n_states)
+                          if len(loop := self.loop_bytes(q)) >= _LOOP_MIN}
+
+    def live(self, q: int) -> list[tuple[int, int]]:
+        """``(byte, next state)`` for the bytes that do not kill ``q``."""
+        got = self.lives.get(q)
+        if got is None:
+            got = self.lives[q] = [(b, t) for b, t in enumerate(self.rows[q]) if t >= 0]
+        return got
+
+    def loop_bytes(self, q: int) -> bytes:
+        """The bytes that lead from ``q`` back to ``q``."""
+        got = self.loops.get(q)
+        if got is None:
+            row = self.rows[q]
+            got = self.loops[q] = bytes(b for b in range(256) if row[b] == q)
+        return got
+
+    def state(self, q: int) -> tuple[int, dict[int, int], int]:
+        """(allowed ids as a bitset, id -> next for ids not going to default, default next)."""
+        live = self.live(q)
+        by_next: dict[int, list[int]] = {}
+        for b, t in live:
+            by_next.setdefault(t, []).append(b)
+        loops = [t for t in by_next if len(self.loop_bytes(t)) >= _LOOP_MIN]
+        if len(by_next) == 1 and not loops:
+            run = self.run(q, live)
+            if run is not None:
+                return self.run_state(*run)
+        if not loops and len(live) > _WIDE:
+            chained = self.chain_state(q, live)
+            return chained if chained is not None else self.wide_state(q)
+        return self.mixed_state(q, by_next, loops)
+
+    def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int], bool] | None:
+        """A fixed-length run (the 4 hex digits of ``\\uXXXX``, the 8 of a uuid): the ASCII
+        bytes ``plain`` that are all ``q`` reads, each leading to one next state, and so on
+        for the states after it; (plain, the states from ``q`` to the first that reads other
+        bytes, whether that last one loops on every plain byte). None for runs under 2."""
+        plain = bytes(b for b, _ in live)
+        if not plain.isascii() or len(plain) < 2:
+            return None
+        states = [q]
+        rows = self.rows
+        while len(states) <= _MAX_RUN:
+            nexts = {rows[states[-1]][b] for b in plain}
+            if len(nexts) != 1:
+                break
+            n = nexts.pop()
+            states.append(n)
+            loop = self.loop_bytes(n)
+            if len(loop) >= _LOOP_MIN and set(plain) <= set(loop):
+                return plain, states, True
+            if n < 0 or bytes(b for b, _ in self.live(n)) != plain:
+                break
+        if len(states) < 3 or states[-1] < 0:
+            return None
+        return plain, states, False
+
+    def run_state(self, plain: bytes, states: list[int], into_loop: bool) -> tuple[int, dict[int, int], int]:
+        """Tokens of n plain bytes go to ``states[n]`` (past the run's end: the loop state, when
+        the run ends in one), one bitset each; tokens with another byte inside the run die;
+        the longer ones walk their rest from the run's last state, as a trie over the distinct
+        rests (kept per vocabulary)."""
+        k = len(states) - 1
+        last = states[-1]
+        t = self.tables
+        pure = self.tokens_of(plain, False)
+        groups: list[tuple[int, int]] = []
+        short = 0
+        for n in range(1, k + 1 if not into_loop else k):
+            tokens = pure & t.by_chars[n]
+            short |= tokens
+            groups.append((tokens, states[n]))
+        if into_loop:
+            groups.append((pure & ~short, last))
+        rests, rest_ids, rest_first = self.sets.run_rests(plain, k, self.loop_bytes(last) if into_loop else None)
+        rows = self.rows
+        pairs: dict[int, int] = {}
+        if rests and not rests[0]:  # the run, then only loop bytes
+            pairs.update(dict.fromkeys(rest_ids[0], last))
+        for i, n in self.trie(last, [(b, rows[last][b]) for b in rest_first if rows[last][b] >= 0], rests):
+            pairs.update(dict.fromkeys(rest_ids[i], n))
+        return self.combine(groups, pairs)
+
+    def combine(self, groups: list[tuple[int, int]],
+                pairs: dict[int, int]) -> tuple[int, dict[int, int], int]:
+        """(allowed, exceptions, default) from disjoint bitset ``groups`` (tokens, next state)
+        and walked ``pairs`` (id -> next state): the most common next state is the default."""
+        counts: Counter[int] = Counter(pairs.values())
+        allowed = bitset(pairs, self.size)
+        for tokens, n in groups:
+            if tokens:
+                counts[n] += tokens.bit_count()
+                allowed |= tokens
+        if not counts:
+            return 0, {}, -1
+        default = counts.most_common(1)[0][0]
+        exc: dict[int, int] = {}
+        for tokens, n in groups:
+            if n != default and tokens:
+                exc.update(dict.fromkeys(bits_of(tokens), n))
+        exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
+        return allowed, exc, default
+
+    def chain(self, q: int) -> tuple[bytes, list[int], int] | None:
+        """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
+        next state, and states ``c`` with ``c[0] = q`` and ``c[i + 1]`` the state after one
+        more plain byte from ``c[i]`` (-1: dead), as long as every plain byte agrees; plus how
+        many of those steps every whole non-ASCII character takes alike. None if no chain."""
+        rows = self.rows
+        row = rows[q]
+        ascii_next = Counter(t for t in row[:128] if t >= 0).most_common(1)
+        if not ascii_next:
+            return None
+        plain = bytes(b for b in range(128) if row[b] == ascii_next[0][0])
+        if len(plain) < _LOOP_MIN:
+            return None
+        states = [q]
+        while len(states) < MAX_CHARS and states[-1] >= 0:
+            nexts = {rows[states[-1]][b] for b in plain}
+            if len(nexts) != 1:
+                break
+            states.append(nexts.pop())
+        shifts = 0  # characters: c[i] --any whole non-ASCII character--> c[i + 1]
+        while shifts + 1 < len(states) and states[shifts + 1] >= 0 and self._char_step(states[shifts], states[shifts + 1]):
+            shifts += 1
+        return plain, states, shifts
+
+    def _char_step(self, s: int, t: int) -> bool:
+        rows = self.rows
+        for seq in _MULTIBYTE:
+            got = {s}
+            for lo, hi in seq:
+                got = {rows[x][b] for x in got for b in range(lo, hi + 1)}
+                if -1 in got:
+                    return False
+            if got != {t}:
+                return False
+        return True
+
+    def _char_dies(self, s: int) -> bool:
+        """Whether every whole non-ASCII character read from ``s`` reaches the dead state."""
+        rows = self.rows
+        for seq in _MULTIBYTE:
+            got = {s}
+            for lo, hi in seq:
+                got = {rows[x][b] if x >= 0 else -1 for x in got for b in range(lo, hi + 1)}
+            if got != {-1}:
+                return False
+        return True
+
+    def chain_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int] | None:
+        """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
+        ``c[n]``, found with one bitset AND per length; the rest is walked."""
+        found = self.chain(q)
+        if found is None:
+            return None
+        plain, states, shifts = found
+        t = self.tables
+        ascii_only = self.tokens_of(plain, False)
+        with_chars = (self.tokens_of(plain, True) & ~ascii_only) if shifts else 0
+        covered = 0
+        groups: list[tuple[int, int]] = []  # (next state, tokens)
+        for n in range(1, len(states)):
+            tokens = ascii_only & t.by_chars[n]
+            if n <= shifts:
+                tokens |= with_chars & t.by_chars[n]
+            covered |= tokens  # dead ends (states[n] == -1) are covered too: not allowed
+            if states[n] >= 0 and tokens:
+                groups.append((states[n], tokens))
+        if states[-1] < 0:  # every longer plain token dies too
+            last = len(states) - 1
+            chars_die = with_chars and shifts == last - 1 and self._char_dies(states[last - 1])
+            for n in range(last, MAX_CHARS):
+                covered |= ascii_only & t.by_chars[n]
+                if chars_die:
+                    covered |= with_chars & t.by_chars[n]
+        if not groups:
+            groups.append((-1, 0))
+        groups.sort(key=lambda g: g[1].bit_count(), reverse=True)
+        default = groups[0][0]  # its (many) tokens need no exception entries
+        exc: dict[int, int] = {}
+        allowed = 0
+        for n, tokens in groups:
+            allowed |= tokens
+            if n != default:
+                exc.update(dict.fromkeys(bits_of(tokens), n))
+        return self.walk_rest(q, live, covered, allowed, exc, default)
+
+    def tokens_of(self, plain: bytes, chars: bool) -> int:
+        """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
+        return self.sets.made_of(plain, chars)
+
+    def transparent(self, q: int) -> bool:
+        """Whether every UTF-8 encoded non-ASCII character read from ``q`` returns to ``q``."""
+        got = self.transparency.get(q)
+        if got is None:
+            got = self.transparency[q] = self._char_step(q, q)
+        return got
+
+    def inside(self, n: int) -> int:
+        """Bitset of the tokens that stay in loop state ``n``: made of its loop bytes, plus
+        whole UTF-8 characters when every character returns to ``n``."""
+        return self.tokens_of(self.loop_bytes(n), self.transparent(n))
+
+    def first(self, first_bytes: bytes) -> int:
+        """Bitset of the tokens starting with one of ``first_bytes``."""
+        return self.sets.first(first_bytes)
+
+    def walk_skipping(self, q: int, data: bytes) -> int:
+        """``dfa.walk`` that skips runs of loop bytes in loop states at C speed."""
+        rows = self.rows
+        big = self.big_loops
+        i, n = 0, len(data)
+        while i < n:
+            q = rows[q][data[i]]
+            if q < 0:
+                return -1
+            i += 1
+            loop = big.get(q)
+            if loop is not None and i < n:
+                i = n - len(data[i:].lstrip(loop))
+        return q
+
+    def mixed_state(self, q: int, by_next: dict[int, list[int]],
+                    loops: list[int]) -> tuple[int, dict[int, int], int]:
+        """Tokens that enter a loop state (a string's) and stay there are bitset expressions;
+        the other tokens starting with those bytes (a quote or a backslash further on, half a
+        character) are grouped by their rest after the loop bytes (per vocabulary, kept) and
+        the distinct rests walked as a trie; tokens starting with any other live byte are
+        found by walking the sorted token list as a trie, following only live bytes."""
+        groups: list[tuple[int, int]] = []  # (tokens, next state)
+        first_covered: set[int] = set()  # first bytes of the covered tokens
+        pairs: dict[int, int] = {}  # id -> next state, for the tokens walked
+        rows = self.rows
+        for n in loops:
+            if n == q:  # tokens staying in q may also start with a whole non-ASCII character
+                tokens = self.inside(q)
+                first_covered.update(self.loop_bytes(q))
+                if self.transparent(q):
+                    first_covered.update(HIGH)
+                rests, rest_ids, rest_first = self.rests(q)
+            else:
+                entry = bytes(b for b in by_next[n] if b < 0x80)
+                tokens = self.first(entry) & self.tail_inside(n)
+                first_covered.update(entry)
+                rests, rest_ids, rest_first = self.entry_rests(entry, n)
+            if rests and not rests[0]:  # nothing after the loop bytes: stays in n
+                pairs.update(dict.fromkeys(rest_ids[0], n))
+            for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
+                pairs.update(dict.fromkeys(rest_ids[k], t))
+            groups.append((tokens, n))
+        roots = [(b, n) for n, bs in by_next.items() for b in bs if b not in first_covered]
+        if len(roots) > _WIDE:  # splitting costs more than walking
+            covered = 0
+            for tokens, _ in groups:
+                covered |= tokens
+            pairs.update(self.walk_each(q, self.first(bytes(b for b, _ in roots)) & ~covered))
+            roots = []
+        text_ids = self.tables.text_ids
+        for k, n in self.trie(q, roots):
+            for token_id in text_ids[k]:
+                pairs[token_id] = n
+        return self.combine(groups, pairs)
+
+    def entry_rests(self, entry: bytes, n: int) -> Rests:
+        """The tokens starting with a byte of ``entry`` (each leading into loop state ``n``)
+        whose later bytes leave ``n``, by their rest after the first byte and the loop bytes."""
+        return self.sets.entry_rests(entry, self.loop_bytes(n), self.transparent(n))
+
+    def walk_each(self, q: int, tokens: int) -> dict[int, int]:
+        """id -> next state for the ``tokens`` (a bitset) that live from ``q``, walked one by
+        one; loop bytes leave q where it is, so tokens with the same rest after them walk alike."""
+        out: dict[int, int] = {}
+        token_bytes = self.token_bytes
+        loop = self.loop_bytes(q)
+        walked = self.walked
+        walk = self.walk_skipping
+        for i in bits_of(tokens):
+            key = (q, token_bytes[i].lstrip(loop))
+            n = walked.get(key, -2)
+            if n == -2:
+                n = walked[key] = walk(q, key[1]) if key[1] else q
+            if n >= 0:
+                out[i] = n
+        return out
+
+    def tail_inside(self, n: int) -> int:
+        """Bitset of the tokens whose bytes after an ASCII first byte stay in loop state ``n``
+        (its loop bytes, plus whole UTF-8 characters when every character returns to ``n``)."""
+        return self.sets.tail_made_of(self.loop_bytes(n), self.transparent(n))
+
+    def walk_rest(self, q: int, live: list[tuple[int, int]], covered: int, allowed: int,
+                  exc: dict[int, int], default: int) -> tuple[int, dict[int, int], int]:
+        """Walk the tokens with a live first byte that no bitset ``covered``; add the ones that
+        survive to ``allowed`` (and to ``exc`` unless they go to ``default``)."""
+        extra = self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered)
+        exc.update((i, n) for i, n in extra.items() if n != default)
+        return allowed | bitset(extra, self.size), exc, default
+
+    def rests(self, q: int) -> Rests:
+        """The tokens that start in loop state ``q``'s loop but leave it (a quote or a
+        backslash further on, half a character), by their rest after the leading loop bytes."""
+        return self.sets.loop_rests(self.loop_bytes(q), self.transparent(q))
+
+    def trie(self, q: int, roots: list[tuple[int, int]],
+             texts: list[bytes] | None = None) -> list[tuple[int, int]]:
+        """(index in ``texts``, next state) of the texts (sorted; default: every distinct token)
+        starting with a byte of ``roots`` (byte, state after it from ``q``) that live: the
+        sorted list split by live bytes."""
+        if texts is None:
+            texts = self.tables.texts
+        walk = self.dfa.walk
+        walked = self.walked
+        found: list[tuple[int, int]] = []  # (text index, next state)
+        loop_of = self.loop_bytes
+        live_of = self.live
+        stack = []
+        for b, n in roots:
+            start, end = subrange(texts, 0, len(texts), b"", b)
+            if start < end:
+                stack.append((start, end, 1, n))
+        while stack:
+            lo, hi, depth, s = stack.pop()
+            loop = loop_of(s)
+            live_s = live_of(s)
+            if hi - lo <= _SMALL + 4 * len(live_s) or len(loop) >= _LOOP_MIN or len(live_s) > _WIDE:
+                # few tokens, a state most bytes loop in (a string) or one where most bytes
+                # live (splitting costs more than walking): walk each token, the loop bytes
+                # after the prefix skipped at C speed
+                for k in range(lo, hi):
+                    key = (s, texts[k][depth:].lstrip(loop))
+                    n = walked.get(key, -2)
+                    if n == -2:
+                        n = walked[key] = walk(s, key[1])
+                    if n >= 0:
+                        found.append((k, n))
+                continue
+            if len(texts[lo]) == depth:
+                found.append((lo, s))
+                lo += 1
+            prefix = texts[lo][:depth]
+            for b, n in live_s:
+                start, end = subrange(texts, lo, hi, prefix, b)
+                if start < end:
+                    stack.append((start, end, depth + 1, n))
+        return found
+
+    def wide_state(self, q: int) -> tuple[int, dict[int, int], int]:
+        groups = self.class_groups
+        if groups is None:
+            groups = self.class_groups = self.group_by_class()
+        rows = self.rows
+        exc: dict[int, int] = {}
+        for rep, ids in groups:
+            s = q
+            for b in rep:
+                s = rows[s][b]
+                if s < 0:
+                    break
+            else:
+                for token_id in ids:
+                    exc[token_id] = s
+        return _split_default(exc, self.size)
+
+    def group_by_class(self) -> list[tuple[bytes, list[int]]]:
+        """Tokens grouped by their string of DFA byte classes (equal strings walk alike);
+        each group is keyed by its first token's bytes, a representative."""
+        signature: dict[tuple[int, ...], int] = {}
+        table = bytearray(256)
+        columns = list(zip(*self.rows))  # byte -> next state in every state
+        for b in range(256):
+            table[b] = signature.setdefault(columns[b], len(signature)) % 256
+        if len(signature) > 256:
+            table = bytearray(range(256))  # more classes than bytes can name: no grouping
+        groups: dict[bytes, tuple[bytes, list[int]]] = {}
+        for token_id, data in enumerate(self.token_bytes):
+            if data:
+                key = data.translate(table)
+                got = groups.get(key)
+                if got is None:
+                    groups[key] = (data, [token_id])
+                else:
+                    got[1].append(token_id)
+        return list(groups.values())
