@@ -74,7 +74,11 @@ class IndexTable(msgspec.Struct, array_like=True, gc=False):
     ``mask_of[state]`` picks one. ``default_next[state]`` is where an allowed id goes unless
     the exceptions (``exc_ids`` / ``exc_next`` from ``exc_offsets[state]`` to
     ``exc_offsets[state + 1]``) say otherwise; ``steer`` / ``distance``: a token on a shortest
-    way to a complete output and its length in tokens.
+    way to a complete output and its length in tokens. Protocol 12: in a counted repetition
+    (``maxLength``) a token's next state depends on its length: ``by_chars_of[state]`` (int32,
+    -1: none) picks a row of ``by_chars_next`` (rows of ``TokenIndex.BY_CHARS_WIDTH`` int32
+    states), indexed by ``char_count[token id]`` (one byte per id), and it replaces
+    ``default_next`` there; empty fields: no such state.
     """
 
     key: str  # content address: vocabulary + constraint
@@ -89,6 +93,9 @@ class IndexTable(msgspec.Struct, array_like=True, gc=False):
     exc_next: bytes
     steer: bytes
     distance: bytes
+    char_count: bytes = b""  # protocol 12
+    by_chars_of: bytes = b""
+    by_chars_next: bytes = b""
 
 
 class EngineIndex(msgspec.Struct, tag=True, array_like=True):

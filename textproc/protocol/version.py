@@ -23,4 +23,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # 11: request options as values (ChatRequest / CompletionRequest .sampling / .output,
 # Submit .output / .parse: textproc.options), Submit.max_calls gone (output.parallel_tool_calls);
 # those values travel as maps by field name: a new field with a default there needs no bump
-PROTOCOL_VERSION = 11
+# 12: IndexTable.char_count / by_chars_of / by_chars_next (counted repetitions: the next state
+# by the token's character count instead of one exception entry per token)
+PROTOCOL_VERSION = 12

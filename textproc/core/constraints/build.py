@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.budget import Budget
-from textproc.core.constraints.index import TokenIndex
-from textproc.core.constraints.index_states import StateTokens
+from textproc.core.constraints.index import BY_CHARS_WIDTH, TokenIndex
+from textproc.core.constraints.index_states import State, StateTokens
 from textproc.core.constraints.vocab import TokenVocabulary, bitset
 from textproc.errors import InvalidInput
 
@@ -28,7 +28,7 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
         raise InvalidInput(f"{what} matches nothing")
     index_of = {dfa.start: 0}
     order = [dfa.start]
-    per_state: list[tuple[int, dict[int, int], int]] = []  # (allowed bitset, exceptions, default)
+    per_state: list[State] = []  # (allowed bitset, exceptions, default, next by characters)
     builder = StateTokens(dfa, vocab.tables(), vocab.all_token_bytes())
     n_exceptions = 0
     i = 0
@@ -36,19 +36,19 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
         budget.check_time(f"indexing the vocabulary, state {i} of {len(order)} found so far")
         budget.check_states(len(order), "index states")
         q = order[i]
-        allowed, exc, default = builder.state(q)
+        allowed, exc, default, by_chars = builder.state(q)
         if not allowed and not dfa.accepting[q]:
             raise InvalidInput(
                 f"this vocabulary cannot express {what}: after some allowed tokens no token "
                 f"continues and the output is not complete (a byte sequence no token writes)"
             )
-        n_exceptions += len(exc)
+        n_exceptions += len(exc) + (BY_CHARS_WIDTH // 2 if by_chars is not None else 0)
         _check_bytes(budget, 8 * n_exceptions, what)
-        for t in set(exc.values()) | ({default} if default >= 0 else set()):
-            if t not in index_of:
+        for t in [*exc.values(), default, *(by_chars or ())]:
+            if t >= 0 and t not in index_of:
                 index_of[t] = len(order)
                 order.append(t)
-        per_state.append((allowed, exc, default))
+        per_state.append((allowed, exc, default, by_chars))
         i += 1
     end_bits = 0
     for e in vocab.end_ids:
@@ -57,18 +57,35 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
     masks, mask_of = _pack_masks(per_state, accepting, end_bits, vocab.size, budget, 8 * n_exceptions, what)
     exceptions = []
     defaults = []
-    via_default = []  # one token per state that takes the default transition (shortest completions)
-    for s, (allowed, exc, d) in enumerate(per_state):
+    rows: list[list[int] | None] = []
+    # per state (token, next state) for the tokens not in its exceptions: one token per next
+    # state they reach (for the shortest completions)
+    plain_edges: list[list[tuple[int, int]]] = []
+    by_chars_bits = vocab.tables().by_chars
+    for s, (allowed, exc, d, by_chars) in enumerate(per_state):
         if s % 64 == 63:
             budget.check_time("renumbering the index states")
         exceptions.append({t: index_of[n] for t, n in exc.items()})
         defaults.append(index_of[d] if d >= 0 else -1)
-        rest = allowed & ~end_bits & ~bitset(exc, vocab.size) if d >= 0 else 0
-        via_default.append((rest & -rest).bit_length() - 1 if rest else -1)
-    steer, distance = _shortest_completions(exceptions, defaults, via_default, accepting, budget)
+        rest = allowed & ~end_bits & ~bitset(exc, vocab.size) if d >= 0 or by_chars else 0
+        edges = []
+        if by_chars is None:
+            rows.append(None)
+            if rest:
+                edges.append(((rest & -rest).bit_length() - 1, defaults[-1]))
+        else:
+            rows.append([index_of[t] if t >= 0 else -1 for t in by_chars])
+            for n, t in enumerate(by_chars):
+                here = rest & by_chars_bits[n] if t >= 0 and n < len(by_chars_bits) else 0
+                if here:
+                    edges.append(((here & -here).bit_length() - 1, index_of[t]))
+        plain_edges.append(edges)
+    steer, distance = _shortest_completions(exceptions, plain_edges, accepting, budget)
+    has_rows = any(row is not None for row in rows)
     return TokenIndex(vocab_size=vocab.size, end_ids=vocab.end_ids, masks=masks, mask_of=mask_of,
                       default_next=defaults, exceptions=exceptions, accepting=accepting,
-                      steer=steer, distance=distance)
+                      steer=steer, distance=distance, by_chars=rows if has_rows else None,
+                      char_count=vocab.tables().char_count if has_rows else b"")
 
 
 def _check_bytes(budget: Budget, n: int, what: str) -> None:
@@ -77,14 +94,14 @@ def _check_bytes(budget: Budget, n: int, what: str) -> None:
                            f"size budget; simplify it (smaller counted repetitions such as maxLength)")
 
 
-def _pack_masks(per_state: list[tuple[int, dict[int, int], int]], accepting: list[bool], end_bits: int,
+def _pack_masks(per_state: list[State], accepting: list[bool], end_bits: int,
                 size: int, budget: Budget, total: int, what: str) -> tuple[list[bytes], list[int]]:
     """(distinct masks, mask number per state); ``total``: index bytes counted before."""
     width = (size + 31) // 32 * 4
     masks: list[bytes] = []
     mask_ids: dict[bytes, int] = {}
     mask_of: list[int] = []
-    for s, ((allowed, _, _), is_accepting) in enumerate(zip(per_state, accepting)):
+    for s, ((allowed, _, _, _), is_accepting) in enumerate(zip(per_state, accepting)):
         if s % 64 == 63:
             budget.check_time("packing the masks")
         data = (allowed | end_bits if is_accepting else allowed).to_bytes(width, "little")
@@ -98,18 +115,18 @@ def _pack_masks(per_state: list[tuple[int, dict[int, int], int]], accepting: lis
     return masks, mask_of
 
 
-def _shortest_completions(exceptions: list[dict[int, int]], defaults: list[int], via_default: list[int],
+def _shortest_completions(exceptions: list[dict[int, int]], plain_edges: list[list[tuple[int, int]]],
                           accepting: list[bool], budget: Budget) -> tuple[list[int], list[int]]:
     """Per state, a token on a shortest way to an accepting state and that way's length
-    (backward BFS over the index graph: exceptions, and defaults through ``via_default``)."""
+    (backward BFS over the index graph: exceptions, and ``plain_edges`` for the other tokens)."""
     n = len(accepting)
     into: list[dict[int, int]] = [{} for _ in range(n)]  # state -> {predecessor: a token}
     for s, exc in enumerate(exceptions):
         if s % 64 == 63:
             budget.check_time("finding the shortest completions")
-        t = defaults[s]
-        if t >= 0 and t != s and via_default[s] >= 0:
-            into[t][s] = via_default[s]
+        for token_id, t in plain_edges[s]:
+            if t >= 0 and t != s:
+                into[t][s] = token_id
         for token_id, t in exc.items():
             if t != s and s not in into[t]:
                 into[t][s] = token_id

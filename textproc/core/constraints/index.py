@@ -6,7 +6,10 @@ from there never reaches the dead state; the end ids are allowed exactly in acce
 
 Layout: per state a full bitmask (ceil(V/32) little-endian int32 words, shared between
 states with equal masks), a default next state and a small exception map id -> next state.
-A lookup is two indexings and a dict get; nothing here compiles or needs the vocabulary, so
+A state of a counted repetition (``[^"]{0,40}``: a token of n characters goes n states on)
+has instead of the default a row "next state by character count", indexed by the token's
+character count (one byte per id, ``char_count``), so its ~150k tokens need no exception
+entries. A lookup is two indexings and a dict get (plus one indexing in such a state); nothing here compiles or needs the vocabulary, so
 this is what an engine's process holds (``pack`` / ``unpack`` are the wire form).
 """
 
@@ -15,9 +18,11 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 
-from textproc.core.constraints.vocab import bits_of
+from textproc.core.constraints.vocab import MAX_CHARS, bits_of
 
-__all__ = ["TokenIndex"]
+__all__ = ["TokenIndex", "BY_CHARS_WIDTH"]
+
+BY_CHARS_WIDTH = MAX_CHARS + 1  # a "next state by character count" row: counts 0..MAX_CHARS
 
 
 class TokenIndex:
@@ -42,6 +47,8 @@ class TokenIndex:
         steer: list[int] | None = None,
         distance: list[int] | None = None,
         key: str = "",
+        by_chars: list[list[int] | None] | None = None,
+        char_count: bytes = b"",
     ) -> None:
         self.vocab_size = vocab_size
         self.end_ids = tuple(end_ids)
@@ -54,6 +61,9 @@ class TokenIndex:
         self._steer = steer if steer is not None else [-1] * len(mask_of)
         self._distance = distance if distance is not None else [0] * len(mask_of)
         self.key = key
+        # state -> next state by the token's character count (counted repetitions) or None
+        self._by_chars = by_chars if by_chars is not None else [None] * len(mask_of)
+        self._char_count = char_count  # id -> characters, clipped at MAX_CHARS (b"": unused)
         self._counts: list[int] = [-1] * len(masks)  # mask -> allowed ids, computed on demand
 
     initial_state = 0
@@ -65,7 +75,9 @@ class TokenIndex:
     @property
     def nbytes(self) -> int:
         """Bytes of the packed index (what travels to the engine once)."""
-        return sum(map(len, self._masks)) + 16 * self.n_states + 8 * sum(map(len, self._exc))
+        rows = sum(BY_CHARS_WIDTH for row in self._by_chars if row is not None)
+        return (sum(map(len, self._masks)) + 16 * self.n_states + 8 * sum(map(len, self._exc))
+                + 4 * rows + len(self._char_count))
 
     def is_accepting(self, state: int) -> bool:
         return self._accepting[state]
@@ -99,7 +111,11 @@ class TokenIndex:
             return -1
         if token_id in self._ends:
             return state
-        return self._exc[state].get(token_id, self._default[state])
+        got = self._exc[state].get(token_id)
+        if got is not None:
+            return got
+        row = self._by_chars[state]
+        return self._default[state] if row is None else row[self._char_count[token_id]]
 
     # -- packing (the engine-side copy is rebuilt from these, no vocabulary needed) -----------
 
@@ -125,12 +141,26 @@ class TokenIndex:
             "exc_next": exc_next.tobytes(),
             "steer": array("i", self._steer).tobytes(),
             "distance": array("i", self._distance).tobytes(),
+            **self._pack_by_chars(),
         }
+
+    def _pack_by_chars(self) -> dict[str, bytes]:
+        if all(row is None for row in self._by_chars):
+            return {"char_count": b"", "by_chars_of": b"", "by_chars_next": b""}
+        of, rows = array("i"), array("i")
+        for row in self._by_chars:
+            if row is None:
+                of.append(-1)
+            else:
+                of.append(len(rows) // BY_CHARS_WIDTH)
+                rows.extend(row)
+        return {"char_count": self._char_count, "by_chars_of": of.tobytes(), "by_chars_next": rows.tobytes()}
 
     @classmethod
     def unpack(cls, *, key: str, vocab_size: int, end_ids: list[int], masks: bytes, mask_of: bytes,
                default_next: bytes, accepting: bytes, exc_offsets: bytes, exc_ids: bytes,
-               exc_next: bytes, steer: bytes, distance: bytes) -> TokenIndex:
+               exc_next: bytes, steer: bytes, distance: bytes, char_count: bytes = b"",
+               by_chars_of: bytes = b"", by_chars_next: bytes = b"") -> TokenIndex:
         """Inverse of :meth:`pack` (table copies only: no compile, no vocabulary); ValueError
         naming the field when the tables do not fit together."""
         width = (vocab_size + 31) // 32 * 4
@@ -160,6 +190,26 @@ class TokenIndex:
             raise ValueError(f"index {key!r}: offsets, mask numbers or states out of range")
         exc = [dict(zip(ids[offsets[s] : offsets[s + 1]], nexts[offsets[s] : offsets[s + 1]]))
                for s in range(len(offsets) - 1)]
+        by_chars = _unpack_by_chars(key, n, vocab_size, char_count, by_chars_of, by_chars_next)
         return cls(vocab_size=vocab_size, end_ids=end_ids, masks=mask_list, mask_of=list(mask_index),
                    default_next=list(defaults), exceptions=exc, accepting=[bool(a) for a in accepting],
-                   steer=list(steer_ids), distance=list(distances), key=key)
+                   steer=list(steer_ids), distance=list(distances), key=key, by_chars=by_chars,
+                   char_count=char_count)
+
+
+def _unpack_by_chars(key: str, n: int, vocab_size: int, char_count: bytes, by_chars_of: bytes,
+                     by_chars_next: bytes) -> list[list[int] | None] | None:
+    """The per-state "next state by character count" rows of a packed index (None: none)."""
+    if not by_chars_of and not by_chars_next and not char_count:
+        return None
+    of, rows = array("i"), array("i")
+    if len(by_chars_of) != 4 * n or len(by_chars_next) % (4 * BY_CHARS_WIDTH) or len(char_count) != vocab_size:
+        raise ValueError(f"index {key!r}: by_chars tables of {len(by_chars_of)} / {len(by_chars_next)} / "
+                         f"{len(char_count)} bytes do not fit {n} states and vocab_size {vocab_size}")
+    of.frombytes(by_chars_of)
+    rows.frombytes(by_chars_next)
+    n_rows = len(rows) // BY_CHARS_WIDTH
+    if (any(not -1 <= r < n_rows for r in of) or any(not -1 <= t < n for t in rows)
+            or (char_count and max(char_count) >= BY_CHARS_WIDTH)):
+        raise ValueError(f"index {key!r}: by_chars rows, states or character counts out of range")
+    return [None if r < 0 else list(rows[r * BY_CHARS_WIDTH : (r + 1) * BY_CHARS_WIDTH]) for r in of]

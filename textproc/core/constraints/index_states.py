@@ -27,10 +27,15 @@ from collections import Counter
 from collections.abc import Sequence
 
 from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
+from textproc.core.constraints.index import BY_CHARS_WIDTH
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import MAX_CHARS, VocabTables, bits_of, bitset, subrange
 
-__all__ = ["StateTokens"]
+__all__ = ["StateTokens", "State"]
+
+# (allowed ids as a bitset, id -> next state where it differs, default next state, next state
+# by character count or None)
+State = tuple[int, dict[int, int], int, list[int] | None]
 
 _LOOP_MIN = 24  # loop bytes for the bitset path (JSON string states have ~90)
 _WIDE = 96  # live bytes above which a loop-less state walks distinct class strings
@@ -81,8 +86,9 @@ class StateTokens:
             got = self.loops[q] = bytes(b for b in range(256) if row[b] == q)
         return got
 
-    def state(self, q: int) -> tuple[int, dict[int, int], int]:
-        """(allowed ids as a bitset, id -> next for ids not going to default, default next)."""
+    def state(self, q: int) -> State:
+        """(allowed ids as a bitset, id -> next for ids not going to default, default next,
+        the next state by character count or None: a counted repetition's state, no default)."""
         live = self.live(q)
         by_next: dict[int, list[int]] = {}
         for b, t in live:
@@ -91,11 +97,11 @@ class StateTokens:
         if len(by_next) == 1 and not loops:
             run = self.run(q, live)
             if run is not None:
-                return self.run_state(*run)
+                return (*self.run_state(*run), None)
         if not loops and len(live) > _WIDE:
             chained = self.chain_state(q, live)
-            return chained if chained is not None else self.wide_state(q)
-        return self.mixed_state(q, by_next, loops)
+            return chained if chained is not None else (*self.wide_state(q), None)
+        return (*self.mixed_state(q, by_next, loops), None)
 
     def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int], bool] | None:
         """A fixed-length run (the 4 hex digits of ``\\uXXXX``, the 8 of a uuid): the ASCII
@@ -215,9 +221,10 @@ class StateTokens:
                 return False
         return True
 
-    def chain_state(self, q: int, live: list[tuple[int, int]]) -> tuple[int, dict[int, int], int] | None:
+    def chain_state(self, q: int, live: list[tuple[int, int]]) -> State | None:
         """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
-        ``c[n]``, found with one bitset AND per length; the rest is walked."""
+        ``c[n]``, found with one bitset AND per length and written as the state's "next state
+        by character count" row (no exception entries); the rest is walked."""
         found = self.chain(q)
         if found is None:
             return None
@@ -226,14 +233,16 @@ class StateTokens:
         ascii_only = self.tokens_of(plain, False)
         with_chars = (self.tokens_of(plain, True) & ~ascii_only) if shifts else 0
         covered = 0
-        groups: list[tuple[int, int]] = []  # (next state, tokens)
+        allowed = 0
+        row = [-1] * BY_CHARS_WIDTH  # characters -> next state
         for n in range(1, len(states)):
             tokens = ascii_only & t.by_chars[n]
             if n <= shifts:
                 tokens |= with_chars & t.by_chars[n]
             covered |= tokens  # dead ends (states[n] == -1) are covered too: not allowed
             if states[n] >= 0 and tokens:
-                groups.append((states[n], tokens))
+                allowed |= tokens
+                row[n] = states[n]
         if states[-1] < 0:  # every longer plain token dies too
             last = len(states) - 1
             chars_die = with_chars and shifts == last - 1 and self._char_dies(states[last - 1])
@@ -241,17 +250,10 @@ class StateTokens:
                 covered |= ascii_only & t.by_chars[n]
                 if chars_die:
                     covered |= with_chars & t.by_chars[n]
-        if not groups:
-            groups.append((-1, 0))
-        groups.sort(key=lambda g: g[1].bit_count(), reverse=True)
-        default = groups[0][0]  # its (many) tokens need no exception entries
-        exc: dict[int, int] = {}
-        allowed = 0
-        for n, tokens in groups:
-            allowed |= tokens
-            if n != default:
-                exc.update(dict.fromkeys(bits_of(tokens), n))
-        return self.walk_rest(q, live, covered, allowed, exc, default)
+        counts = t.char_count
+        extra = self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered)
+        exc = {i: n for i, n in extra.items() if row[counts[i]] != n}
+        return allowed | bitset(extra, self.size), exc, -1, row
 
     def tokens_of(self, plain: bytes, chars: bool) -> int:
         """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
@@ -355,14 +357,6 @@ class StateTokens:
         """Bitset of the tokens whose bytes after an ASCII first byte stay in loop state ``n``
         (its loop bytes, plus whole UTF-8 characters when every character returns to ``n``)."""
         return self.sets.tail_made_of(self.loop_bytes(n), self.transparent(n))
-
-    def walk_rest(self, q: int, live: list[tuple[int, int]], covered: int, allowed: int,
-                  exc: dict[int, int], default: int) -> tuple[int, dict[int, int], int]:
-        """Walk the tokens with a live first byte that no bitset ``covered``; add the ones that
-        survive to ``allowed`` (and to ``exc`` unless they go to ``default``)."""
-        extra = self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered)
-        exc.update((i, n) for i, n in extra.items() if n != default)
-        return allowed | bitset(extra, self.size), exc, default
 
     def rests(self, q: int) -> Rests:
         """The tokens that start in loop state ``q``'s loop but leave it (a quote or a

@@ -59,6 +59,7 @@ class VocabTables:
     not_utf8: int  # bitset over ids of the tokens that are not whole UTF-8 text
     nonempty: int  # bitset over ids of the tokens a constraint may allow
     by_chars: list[int]  # n -> bitset of the whole-UTF-8 tokens of n characters (n < MAX_CHARS)
+    char_count: bytes  # id -> its characters (whole UTF-8 tokens under MAX_CHARS), else MAX_CHARS
     # what the index builder derives from these per byte set (token sets, their rests), kept
     # across compiles: the same string states recur in every schema
     derived: dict[tuple[Any, ...], Any] = field(default_factory=dict)
@@ -292,6 +293,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
     bad_utf8: list[int] = []
     nonempty: list[int] = []
     by_chars: list[list[int]] = [[] for _ in range(MAX_CHARS)]
+    char_count = bytearray([MAX_CHARS]) * size
     for i, data in enumerate(token_bytes):
         if not data:
             continue
@@ -310,6 +312,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
                 continue
         if n < MAX_CHARS:
             by_chars[n].append(i)
+            char_count[i] = n
     return VocabTables(
         texts=texts,
         text_ids=[tuple(by_bytes[t]) for t in texts],
@@ -319,6 +322,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
         not_utf8=bitset(bad_utf8, size),
         nonempty=bitset(nonempty, size),
         by_chars=[bitset(ids, size) for ids in by_chars],
+        char_count=bytes(char_count),
     )
 
 
