@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-dir", help="default: .cache/models/qwen3")
     p.add_argument("--reps", type=int, default=3, help="compiles per schema and compiler (best kept)")
     p.add_argument("--no-references", action="store_true", help="textproc only")
+    p.add_argument("--no-outlines", action="store_true", help="textproc and llguidance (outlines-core "
+                   "compiles take seconds to minutes here)")
     args = p.parse_args(argv)
     reps = 1 if args.quick else args.reps
     info = machine()
@@ -170,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     oc = llg = None
     if not args.no_references:
         try:
-            import outlines_core as oc
+            if not args.no_outlines:
+                import outlines_core as oc
         except ImportError:
             print("outlines-core not installed: pip install outlines-core")
         try:

@@ -36,6 +36,7 @@ WORKER_SENT_KEYS = 256  # keys a worker remembers having sent (then it sends the
 RELAY_STORE_BYTES = 1 << 30  # index tables the detokenizer keeps to (re)send to an engine
 ENGINE_CACHE_BYTES = 512 << 20  # what the detokenizer lets the engine hold (it names evictions)
 STRUCTURED_KINDS = ("json", "regex", "choice")
+_WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"}}}
 
 
 def structured_regex(spec: Any) -> str:
@@ -79,6 +80,9 @@ class WorkerConstraints:
         """Build the vocabulary and its tables now, and create the store's directory (the worker
         does it before Ready)."""
         self.vocab.tables()
+        # the token sets every JSON string state needs (its loop, the tokens leaving it, the
+        # \\uXXXX run) are derived once per vocabulary: derive them now, not in a request's compile
+        compile_constraint(self.vocab, json_schema=_WARM_UP, cache=None)
         if self.store is not None:
             self.store.start()
 
