@@ -81,7 +81,7 @@ class WorkerConstraints:
         does it before Ready)."""
         self.vocab.tables()
         # the token sets every JSON string state needs (its loop, the tokens leaving it, the
-        # \\uXXXX run) are derived once per vocabulary: derive them now, not in a request's compile
+        # \uXXXX run) are derived once per vocabulary: derive them now, not in a request's compile
         compile_constraint(self.vocab, json_schema=_WARM_UP, cache=None)
         if self.store is not None:
             self.store.start()
