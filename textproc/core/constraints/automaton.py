@@ -10,6 +10,7 @@ it, an ``InvalidInput`` that says which limit and how to stay under it.
 from __future__ import annotations
 
 from collections import deque
+from operator import itemgetter
 from dataclasses import dataclass
 
 from textproc.core.constraints.budget import Budget
@@ -248,16 +249,19 @@ def _minimise(
     budget.check_time("minimising")
     full = [[t if t >= 0 and live[t] else sink for t in row] for row in trans] + [[sink] * k]
     budget.check_time("minimising")
-    inverse: list[dict[int, list[int]]] = [{} for _ in range(k)]  # class -> target -> sources
+    # class -> target -> sources, for the live targets only: the sink's block is never a
+    # splitter (below), so its predecessors are never asked for
+    inverse: list[dict[int, list[int]]] = [{} for _ in range(k)]
     for q, row in enumerate(full):
         if q % 256 == 255:
             budget.check_time("minimising")
         for c, t in enumerate(row):
-            got = inverse[c].get(t)
-            if got is None:
-                inverse[c][t] = [q]
-            else:
-                got.append(q)
+            if t != sink:
+                got = inverse[c].get(t)
+                if got is None:
+                    inverse[c][t] = [q]
+                else:
+                    got.append(q)
     # Hopcroft: refine {accepting, rejecting} by predecessors of splitters
     acc = {q for q in range(n) if accepting[q] and live[q]}
     rej = set(range(n + 1)) - acc
@@ -279,8 +283,11 @@ def _minimise(
             got |= into[q]
         return got
 
-    smaller = 0 if len(blocks) == 1 or len(blocks[0]) <= len(blocks[1]) else 1
-    work = deque((smaller, c) for c in sorted(classes_into(blocks[smaller])))
+    # Hopcroft stays correct whichever half of a split block it adds as a splitter (the smaller
+    # one only bounds its work): it never adds the half holding the sink, which starts among
+    # the rejecting states (every state reaches the sink, so that half has the most
+    # predecessors); blocks[0] is the accepting block (never empty: the start is live)
+    work = deque((0, c) for c in sorted(classes_into(blocks[0])))
     pending = set(work)
     steps = 0
     while work:
@@ -304,8 +311,8 @@ def _minimise(
             blocks.append(split)
             for q in split:
                 block_of[q] = new
-            into_new = classes_into(split)
-            pick = new if len(split) <= len(blocks[y]) else y
+            into_new = classes_into(split)  # the sink never precedes a splitter: not in split
+            pick = new if len(split) <= len(blocks[y]) or block_of[sink] == y else y
             into_pick = into_new if pick == new else classes_into(blocks[y])
             for d in sorted(into_new | into_pick):
                 if (y, d) in pending:
@@ -328,9 +335,9 @@ def _minimise(
                 reps.append(t)
         i += 1
     rows = []
+    spread = itemgetter(*class_of)  # classes -> the 256 bytes
     for i, q in enumerate(reps):
         if i % 256 == 255:
             budget.check_time("minimising")
-        by_class = [order.get(block_of[t], -1) for t in full[q]]
-        rows.append([by_class[class_of[b]] for b in range(256)])
+        rows.append(list(spread([order.get(block_of[t], -1) for t in full[q]])))
     return ByteDFA(rows=rows, accepting=[accepting[q] for q in reps], start=0)
