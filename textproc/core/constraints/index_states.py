@@ -23,6 +23,7 @@ The most common next state of a state becomes its default (no exception entries)
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 
@@ -41,6 +42,7 @@ _LOOP_MIN = 24  # loop bytes for the bitset path (JSON string states have ~90)
 _WIDE = 96  # live bytes above which a loop-less state walks distinct class strings
 _SMALL = 24  # ranges this small are walked token by token instead of split further
 _MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
+_BYTES = [bytes((b,)) for b in range(256)]
 _MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
 
 
@@ -401,8 +403,10 @@ class StateTokens:
                 lo += 1
             prefix = texts[lo][:depth]
             for b, n in live_s:
-                start, end = subrange(texts, lo, hi, prefix, b)
-                if start < end:
+                child = prefix + _BYTES[b]
+                start = bisect_left(texts, child, lo, hi)
+                if start < hi and texts[start].startswith(child):  # some text goes on with b
+                    end = hi if b == 255 else bisect_left(texts, prefix + _BYTES[b + 1], start, hi)
                     stack.append((start, end, depth + 1, n))
         return found
 
