@@ -4,7 +4,10 @@ index the engine only looks up.
 ``schema`` (JSON Schema -> regex, with its building blocks in ``regex_parts``) and the forced
 tool-call pattern; ``regex_syntax`` (Python ``re`` syntax -> tree), ``automaton`` (tree ->
 minimal byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact token bytes), ``index``
-(:class:`TokenIndex`; built by ``build``), ``guide`` (:class:`Guide`: one request's walk) and ``compile`` (:func:`compile_constraint`, budget, cache).
+(:class:`TokenIndex`; built by ``build`` from each state's tokens in ``index_states``, with
+the per-vocabulary token sets of ``token_sets``), ``guide`` (:class:`Guide`: one request's
+walk), ``budget`` (:class:`Budget`: the limits every phase checks) and ``compile``
+(:func:`compile_constraint`, cache).
 """
 
 from __future__ import annotations
