@@ -252,10 +252,32 @@ class StateTokens:
                 covered |= ascii_only & t.by_chars[n]
                 if chars_die:
                     covered |= with_chars & t.by_chars[n]
+        pairs = self.chain_rest_pairs(q, plain, states, bool(with_chars))
+        # made of plain bytes (and characters) but past what the chain counts: walked whole
+        pairs.update(self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered
+                                    & self.tokens_of(plain, bool(with_chars))))
         counts = t.char_count
-        extra = self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered)
-        exc = {i: n for i, n in extra.items() if row[counts[i]] != n}
-        return allowed | bitset(extra, self.size), exc, -1, row
+        exc = {i: n for i, n in pairs.items() if row[counts[i]] != n}
+        return allowed | bitset(pairs, self.size), exc, -1, row
+
+    def chain_rest_pairs(self, q: int, plain: bytes, states: list[int], chars: bool) -> dict[int, int]:
+        """id -> next state for the tokens not made of ``plain`` bytes (and characters): m
+        plain bytes lead to ``states[m]``, and the rest after them is walked from there as a
+        trie over the distinct rests (grouped per vocabulary, kept)."""
+        rows = self.rows
+        pairs: dict[int, int] = {}
+        for m, (rests, rest_ids, rest_first) in self.sets.chain_rests(plain, chars).items():
+            if m >= len(states):  # a longer plain run than the chain follows
+                if states[-1] >= 0:
+                    ids = [i for group in rest_ids for i in group]
+                    pairs.update(self.walk_each(q, bitset(ids, self.size)))
+                continue
+            s = states[m]
+            if s < 0:
+                continue
+            for k, n in self.trie(s, [(b, rows[s][b]) for b in rest_first if rows[s][b] >= 0], rests):
+                pairs.update(dict.fromkeys(rest_ids[k], n))
+        return pairs
 
     def tokens_of(self, plain: bytes, chars: bool) -> int:
         """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""

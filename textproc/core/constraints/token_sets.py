@@ -114,3 +114,18 @@ class TokenSets:
                     by_rest.setdefault(data[k:].lstrip(loop) if loop else data[k:], []).append(i)
             got = self.derived[key] = _rests(by_rest)
         return got
+
+    def chain_rests(self, plain: bytes, chars: bool) -> dict[int, Rests]:
+        """The tokens not made of ``plain`` bytes (and, with ``chars``, whole characters), by
+        the length m of their leading run of plain bytes: m -> their rests after it."""
+        key = ("chain", plain, chars)
+        got = self.derived.get(key)
+        if got is None:
+            by_m: dict[int, dict[bytes, list[int]]] = {}
+            token_bytes = self.token_bytes
+            for i in bits_of(self.tables.nonempty & ~self.made_of(plain, chars)):
+                data = token_bytes[i]
+                rest = data.lstrip(plain)
+                by_m.setdefault(len(data) - len(rest), {}).setdefault(rest, []).append(i)
+            got = self.derived[key] = {m: _rests(groups) for m, groups in sorted(by_m.items())}
+        return got
