@@ -29,7 +29,8 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
     index_of = {dfa.start: 0}
     order = [dfa.start]
     per_state: list[State] = []  # (allowed bitset, exceptions, default, next by characters)
-    builder = StateTokens(dfa, vocab.tables(), vocab.all_token_bytes())
+    builder = StateTokens(dfa, vocab.tables(), vocab.all_token_bytes(),
+                          lambda: budget.check_time("deriving token sets over the vocabulary"))
     n_exceptions = 0
     i = 0
     while i < len(order):

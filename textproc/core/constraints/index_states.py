@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
 from textproc.core.constraints.index import BY_CHARS_WIDTH
@@ -57,13 +57,14 @@ def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int
 class StateTokens:
     """The tokens of each state of ``dfa`` over a vocabulary (``tables``, the bytes of every id)."""
 
-    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: Sequence[bytes]) -> None:
+    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: Sequence[bytes],
+                 check: Callable[[], None] = lambda: None) -> None:
         self.dfa = dfa
         self.rows = dfa.rows
         self.tables = tables
         self.token_bytes = token_bytes
         self.size = len(token_bytes)
-        self.sets = TokenSets(tables, token_bytes)  # kept by the vocabulary across compiles
+        self.sets = TokenSets(tables, token_bytes, check)  # kept by the vocabulary across compiles
         self.class_groups: list[tuple[bytes, list[int]]] | None = None
         self.loops: dict[int, bytes] = {}
         self.transparency: dict[int, bool] = {}
@@ -460,7 +461,10 @@ class StateTokens:
         if len(signature) > 256:
             table = bytearray(range(256))  # more classes than bytes can name: no grouping
         groups: dict[bytes, tuple[bytes, list[int]]] = {}
+        check = self.sets.check
         for token_id, data in enumerate(self.token_bytes):
+            if token_id % 4096 == 4095:
+                check()
             if data:
                 key = data.translate(table)
                 got = groups.get(key)

@@ -10,7 +10,7 @@ live in the vocabulary's ``VocabTables.derived`` (bounded by ``MAX_DERIVED`` ent
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from textproc.core.constraints.vocab import VocabTables, bits_of
 
@@ -30,12 +30,20 @@ def _rests(by_rest: dict[bytes, list[int]]) -> Rests:
 class TokenSets:
     """The derived sets of one vocabulary (``tables`` and the bytes of every id)."""
 
-    def __init__(self, tables: VocabTables, token_bytes: Sequence[bytes]) -> None:
+    def __init__(self, tables: VocabTables, token_bytes: Sequence[bytes],
+                 check: Callable[[], None] = lambda: None) -> None:
         self.tables = tables
         self.token_bytes = token_bytes
+        self.check = check  # called every few thousand tokens (the compile's deadline)
         self.derived = tables.derived
         if len(self.derived) > MAX_DERIVED:
             self.derived.clear()
+
+    def _checked(self, ids: list[int]) -> Iterable[int]:
+        """``ids``, calling ``check`` every 4096 (deriving a set walks up to the vocabulary)."""
+        for start in range(0, len(ids), 4096):
+            self.check()
+            yield from ids[start : start + 4096]
 
     def first(self, first_bytes: bytes) -> int:
         """Bitset of the tokens starting with one of ``first_bytes``."""
@@ -77,7 +85,7 @@ class TokenSets:
             first = bytes(sorted(set(loop) | (HIGH if chars else set())))
             by_rest: dict[bytes, list[int]] = {}
             token_bytes = self.token_bytes
-            for i in bits_of(self.first(first) & ~self.made_of(loop, chars)):
+            for i in self._checked(bits_of(self.first(first) & ~self.made_of(loop, chars))):
                 by_rest.setdefault(token_bytes[i].lstrip(loop), []).append(i)
             got = self.derived[key] = _rests(by_rest)
         return got
@@ -91,7 +99,7 @@ class TokenSets:
         if got is None:
             by_rest: dict[bytes, list[int]] = {}
             token_bytes = self.token_bytes
-            for i in bits_of(self.first(entry) & ~self.tail_made_of(loop, chars)):
+            for i in self._checked(bits_of(self.first(entry) & ~self.tail_made_of(loop, chars))):
                 by_rest.setdefault(token_bytes[i][1:].lstrip(loop), []).append(i)
             got = self.derived[key] = _rests(by_rest)
         return got
@@ -108,7 +116,7 @@ class TokenSets:
             candidates = self.first(plain)
             if loop is not None:
                 candidates &= ~self.made_of(plain, False)
-            for i in bits_of(candidates):
+            for i in self._checked(bits_of(candidates)):
                 data = token_bytes[i]
                 if len(data) > k and not data[:k].lstrip(plain):
                     by_rest.setdefault(data[k:].lstrip(loop) if loop else data[k:], []).append(i)
@@ -123,7 +131,7 @@ class TokenSets:
         if got is None:
             by_m: dict[int, dict[bytes, list[int]]] = {}
             token_bytes = self.token_bytes
-            for i in bits_of(self.tables.nonempty & ~self.made_of(plain, chars)):
+            for i in self._checked(bits_of(self.tables.nonempty & ~self.made_of(plain, chars))):
                 data = token_bytes[i]
                 rest = data.lstrip(plain)
                 by_m.setdefault(len(data) - len(rest), {}).setdefault(rest, []).append(i)
