@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 
 from tests.helpers.engine_peer import EnginePeer, entries_of, poll_until
 from textproc import TokenVocabulary, compile_constraint
@@ -168,7 +169,11 @@ def test_a_shard_that_is_away_loses_only_its_own_steps(tmp_path: Path) -> None:
     try:
         assert first.recv() == EngineHello(lk.instance_id)
         a, b = _ids_on(0, 1)[0], _ids_on(1, 2)
+        shard0 = lk._shard_outs[0]
         for i in range(200):
+            # zmq gives a reader's credit back every hwm/2 frames through its I/O thread, which
+            # a loaded host runs late: wait for shard 0's credit (never for shard 1's)
+            assert shard0.poll(5000, zmq.POLLOUT), "shard 0's queue stayed full"
             lk.send_outputs([(a, [1], None), (b[i % 2], [1], None)])
             assert entries_of(first.recv()) == [(a, [1], None)]  # shard 0 never drops
         assert lk.dropped_steps >= 100 and lk.lost_requests_reported == 0
