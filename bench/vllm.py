@@ -135,8 +135,11 @@ class Side:
 
 def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path,
              python: str, tokenizer: Path, round_index: int = -1) -> dict[str, Any]:
-    if mix == "grow":  # new conversations each round, the same ones for both sides
-        return run_grow(side, concurrency, seed=1000 + 100 * round_index + concurrency)
+    # new prompts each round (the same for both sides): no round reads the caches (vLLM's
+    # prefix cache, textproc's encoded segments) that an earlier one filled
+    seed = 1000 + 100 * round_index + concurrency
+    if mix == "grow":
+        return run_grow(side, concurrency, seed=seed)
     spec = MIXES[mix]
     result_file = f"{side.name}-{mix}-{concurrency}-{time.monotonic_ns()}.json"
     command = [str(Path(python).parent / "vllm"), "bench", "serve", "--backend", "openai-chat",
@@ -144,7 +147,7 @@ def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path
                "--model", side.model, "--tokenizer", str(tokenizer),
                "--dataset-name", "random", "--random-input-len", str(spec["input"]),
                "--random-output-len", str(spec["output"]), "--num-prompts", str(prompts),
-               "--max-concurrency", str(concurrency), "--seed", "0",
+               "--max-concurrency", str(concurrency), "--seed", str(seed),
                "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
                "--save-result", "--result-dir", str(out_dir), "--result-filename", result_file,
                "--disable-tqdm"]
