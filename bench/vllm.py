@@ -347,7 +347,8 @@ def main() -> int:
             for round_index in range(rounds):
                 for mix in mixes:
                     for conc in concurrencies:
-                        prompts = max(8, 2 * conc) if MIXES[mix]["input"] < 4096 else max(4, conc)
+                        # enough requests that one slow one does not make the median
+                        prompts = max(32, 2 * conc) if MIXES[mix]["input"] < 4096 else max(8, conc)
                         order = (ours, theirs) if (round_index + conc) % 2 == 0 else (theirs, ours)
                         for side in order:
                             row = run_load(side, mix, conc, prompts, out_dir, python,
