@@ -250,7 +250,8 @@ def start_sides(model: Path, tmp: Path, max_model_len: int, python: str) -> tupl
     reference.start()
     serve = ServeProcess(tmp / "tp", model, workers=2, engine="vllm",
                          args=["--http", "127.0.0.1:0", "--max-model-len", str(max_model_len),
-                               "--engine-python", python, "--engine-arg=--kv-cache-gib=2"],
+                               "--engine-python", python, "--engine-arg=--kv-cache-gib=2",
+                               "--engine-arg=--stats-interval-s=5"],
                          env={**os.environ, **ENGINE_ENV})
     serve.start(timeout_s=900)
     ref_url = reference.wait()

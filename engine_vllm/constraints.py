@@ -95,7 +95,7 @@ class TextprocBackend(StructuredOutputBackend):
         super().__init__(vllm_config, tokenizer, vocab_size)
         self.guides: dict[str, Any] = {}  # request_id -> Guide, until vLLM asks for it
         self.masks: dict[int, tuple[bytes, torch.Tensor]] = {}
-        self.fill_times: deque[float] = deque(maxlen=100_000)
+        self.fill_times: deque[float] = deque(maxlen=4096)  # sorted for each stats write
 
     def compile_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str,
                         stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
