@@ -298,12 +298,12 @@ def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_p
         row = bench.run_load(side, mix, 2, 4, tmp_path, str(VLLM_PYTHON), TINY_MODEL)
         assert row["completed"] == 4 and row["failed"] == 0, (side.name, mix, row)
         assert row["request_throughput"] > 0 and row["cpu_engine_ms"] > 0
-        rows.append({**row, "side": side.name, "mix": "short", "concurrency": 2})
+        rows.append({**row, "side": side.name, "mix": mix, "concurrency": 2})
         grow = bench.run_grow(side, 2, seed=1, chars=1500, turns=2)
         assert grow["completed"] == 4 and grow["median_ttft_ms"] > 0
     summary = bench.summarise(rows)
-    assert [(line["mix"], line["concurrency"]) for line in summary] == [("short", 2)]
-    assert all(line["ratio_request_throughput"] > 0 for line in summary)
+    assert [(line["mix"], line["concurrency"]) for line in summary] == [("short", 2), ("schema", 2)]
+    assert summary[0]["vllm_request_throughput"] > 0 and summary[1]["textproc_request_throughput"] > 0
 
 
 def test_engine_killed_under_load_fails_in_flight_and_recovers(
