@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 "textproc_encode_cpu_ms": med(x["tp_cpu_s"] for x in ref) * 1000,
                 "ttft_vs_hf_cpu": ttft / hf_cpu, "ttft_vs_hf": ttft / med(x["hf_wall_s"] for x in ref),
                 "load_avg_1m": max(x["load"] for x in recs),
-                # the pool's counters over all sizes (service/peers.py)
+                # the pool's counters over all sizes (service/prompt_shares.py)
                 "pool_split_prompts": recs[0]["split"].get("split_prompts", 0),
                 "pool_chunks_taken_back": recs[0]["split"].get("split_chunks_taken_back", 0)})
     print()

@@ -261,7 +261,7 @@ class ServiceConfig:
     special_tokens_in_content: str = "control"  # one of CONTENT_SPECIALS
     tool_format: str = "auto"  # "auto" (from the model's files), "none" or a parsing.TOOL_FORMATS name
     reasoning_format: str = "auto"  # "auto", "none" or a parsing.REASONING_FORMATS name
-    # a text this long is shared with the peer workers (service/peers.py); 0: never. Below
+    # a text this long is shared with the peer workers (service/prompt_shares.py); 0: never. Below
     # ~30k characters (~15 ms of encoding) the extra hop pays little on a loaded box
     split_min_chars: int = 32_768
     # compiled constraint indexes kept on disk, shared by the workers and across restarts

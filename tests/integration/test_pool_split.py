@@ -1,4 +1,4 @@
-"""One long prompt across the pool (service/peers.py), through the real service with 2 workers:
+"""One long prompt across the pool (service/prompt_shares.py), through the real service with 2 workers:
 the ids of a long chat prompt equal HF ``tokenizers``' ids of the rendered prompt whether the
 peer worker takes its share, is stopped (SIGSTOP: alive, never answering) or killed (-9), and
 the worker that got the prompt never waits on a peer for long (it takes the share back)."""
@@ -23,7 +23,7 @@ from tests.helpers.service import Service, run
 from textproc.client import TextClient
 from textproc.protocol import (Stats, StatsRequest, TokenizeRequest, TokenizeResult,
                                WorkerOutFrame, unpack_ids)
-from textproc.service.peers import PEER_COOLDOWN_S
+from textproc.service.prompt_shares import PEER_COOLDOWN_S
 from textproc.transport import FrameDecoder, encoder
 
 pytestmark = pytest.mark.timeout(180)

@@ -22,7 +22,7 @@ from textproc.http.openai_api import (
     parse_tokenize_request,
 )
 from textproc.core.deltas import MessageAccumulator, join_text
-from textproc.http.responses import SSE_DONE, chat_chunk, new_id, sse_event
+from textproc.http.openai_bodies import SSE_DONE, chat_chunk, new_id, sse_event
 from textproc.http.server import HttpLimits, build_app
 
 pytestmark = pytest.mark.timeout(30)
@@ -198,7 +198,7 @@ def test_completion_prompt_forms() -> None:
 
 
 def test_logprob_bodies() -> None:
-    from textproc.http.responses import CompletionLogprobs, chat_logprobs
+    from textproc.http.openai_bodies import CompletionLogprobs, chat_logprobs
 
     # "é" as two tokens of one byte each, then " ok": (id, bytes, logprob, alternatives)
     entries = [(1, b"\xc3", -0.5, [1, 9], [b"\xc3", b"<s>"], [-0.5, -2.0]),

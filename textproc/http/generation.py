@@ -18,7 +18,7 @@ from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
-from textproc.http.responses import (
+from textproc.http.openai_bodies import (
     SSE_DONE,
     ChoiceEnds,
     CompletionLogprobs,

@@ -39,7 +39,7 @@ from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
-from textproc.http.responses import new_id, now, token_logprob
+from textproc.http.openai_bodies import new_id, now, token_logprob
 from textproc.http.responses_api import ResponsesRequest, ResponseStore
 
 __all__ = ["ResponseBuilder", "response_sse", "respond_whole", "respond_events"]

@@ -125,7 +125,7 @@ def run_http(
     from textproc.http.connections import guarded_http
     from textproc.http.health import STALE_AFTER_S, StatePublisher
     from textproc.http.metrics import Metrics, watch_loop_lag
-    from textproc.http.peers import Peers
+    from textproc.http.frontend_peers import Peers
     from textproc.http.probe import reply
     from textproc.http.server import HttpLimits, build_app, health_answer
 

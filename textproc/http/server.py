@@ -41,7 +41,7 @@ from textproc.http.connections import FramingGuard
 from textproc.http.generation import chat_events, chat_whole, completion_events, completion_whole
 from textproc.http.messages_route import MessagesRoutes, anthropic_error_response
 from textproc.http.metrics import CONTENT_TYPE, Metrics
-from textproc.http.peers import Peers
+from textproc.http.frontend_peers import Peers
 from textproc.http.openai_api import (
     parse_chat_request,
     parse_completion_request,
@@ -53,7 +53,7 @@ from textproc.http.openai_api import (
 from textproc.http.responses_api import ResponseStore, parse_responses_request
 from textproc.http.responses_reasoning import ReasoningSeal
 from textproc.http.responses_events import respond_events, respond_whole
-from textproc.http.responses import models_body, new_id, now
+from textproc.http.openai_bodies import models_body, new_id, now
 
 __all__ = ["HttpLimits", "build_app"]
 

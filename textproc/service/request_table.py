@@ -27,7 +27,7 @@ from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab
 from textproc.core.logprobs import LogprobTrack
 from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
-from textproc.service import logprobs as lp
+from textproc.service import logprob_rows as lp
 from textproc.protocol import (
     ENGINE_FINISH_REASONS,
     PROTOCOL_VERSION,
@@ -63,7 +63,7 @@ class _Request:
         self.state = state
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
-        self.track: LogprobTrack | None = None  # with Submit.logprobs (service/logprobs.py)
+        self.track: LogprobTrack | None = None  # with Submit.logprobs (service/logprob_rows.py)
 
 
 class RequestTable:

@@ -46,7 +46,7 @@ from textproc.protocol import (
 )
 from textproc.heap import freeze_heap
 from textproc.service.bootstrap import ChildRuntime
-from textproc.service.peers import PeerPool
+from textproc.service.prompt_shares import PeerPool
 from textproc.service.requests import Built, RequestBuilder
 from textproc.sharding import shard_of
 from textproc.transport import FrameDecoder
