@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.regex_sampler import sample
@@ -186,6 +186,7 @@ def _tools(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder", "llama3_json", "pythonic", "mistral", "gemma4"])
+@settings(max_examples=25)  # each example builds and samples a new pattern
 @given(tools=_tools(), seed=st.integers(0, 2**16), parallel=st.booleans())
 def test_random_schemas_strict_outputs_parse_back(fmt: str, tools: list[dict[str, Any]], seed: int,
                                                   parallel: bool) -> None:

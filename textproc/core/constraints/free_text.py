@@ -20,6 +20,7 @@ followed by such a marker could hold an earlier occurrence that starts in the fr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from textproc.errors import InvalidInput, short
 
@@ -136,6 +137,11 @@ def without(markers: Sequence[str], *, first_excluded: str = "") -> str:
     >>> bool(re.fullmatch(r, "a <tool_cal> b")), bool(re.fullmatch(r, "a <tool_call> b"))
     (True, False)
     """
+    return _without(tuple(markers), first_excluded)
+
+
+@lru_cache(maxsize=256)
+def _without(markers: tuple[str, ...], first_excluded: str) -> str:
     check_markers(markers)
     auto = _Automaton(markers)
     body = _eliminate(auto, 0)
