@@ -143,6 +143,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "added tokens, logged at startup; none: tool calls stay plain content)")
     p.add_argument("--reasoning-format", default="auto", choices=["auto", "none", *REASONING_FORMATS],
                    help="reasoning format to parse (default auto, like --tool-format)")
+    p.add_argument("--strict-tools", action="store_true",
+                   help="with tool_choice auto, enforce every tool call (a declared tool, arguments "
+                        "valid for its schema) as if each tool had strict: true; text stays free")
     p.add_argument("--special-tokens-in-content", choices=CONTENT_SPECIALS, default="control",
                    help="special-token text a client types into a message (<|im_end|>...): "
                         "control = the real control token, as transformers and vLLM do (a user "
@@ -238,6 +241,7 @@ def _serve(args: argparse.Namespace) -> int:
                 special_tokens_in_content=args.special_tokens_in_content,
                 tool_format=args.tool_format,
                 reasoning_format=args.reasoning_format,
+                strict_tools=args.strict_tools,
                 split_min_chars=args.split_min_chars,
                 constraint_cache_dir=(str(Path(args.constraint_cache_dir).absolute())
                                       if args.constraint_cache_dir else None),

@@ -261,6 +261,9 @@ class ServiceConfig:
     special_tokens_in_content: str = "control"  # one of CONTENT_SPECIALS
     tool_format: str = "auto"  # "auto" (from the model's files), "none" or a parsing.TOOL_FORMATS name
     reasoning_format: str = "auto"  # "auto", "none" or a parsing.REASONING_FORMATS name
+    # tool_choice "auto" with tools enforces every call as if each tool were marked strict: free
+    # text, but a call marker is followed by a declared tool with valid arguments
+    strict_tools: bool = False
     # a text this long is shared with the peer workers (service/prompt_shares.py); 0: never. Below
     # ~30k characters (~15 ms of encoding) the extra hop pays little on a loaded box
     split_min_chars: int = 32_768

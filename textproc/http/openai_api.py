@@ -221,6 +221,8 @@ def _tools(tools: list[ToolDef] | None) -> list[dict[str, Any]] | None:
             "type": "object",
             "properties": {},
         }
+        if fn.strict is not None:  # strict: enforced calls with tool_choice auto too
+            entry["strict"] = fn.strict
         out.append({"type": "function", "function": entry})
     return out
 

@@ -18,7 +18,9 @@ from typing import Any, NamedTuple
 
 
 from textproc.config import ServiceConfig
-from textproc.core.constraints.regex_parts import lit
+from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.parsing.declaration import ReasoningFormat
 from textproc.core.constraints.vocab import END_TOKEN_NAMES
 from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS
 from textproc.service.constraints import WorkerConstraints, structured_regex
@@ -158,24 +160,27 @@ class RequestBuilder:
         reasoning = formats.reasoning_format is not None
         rfmt = REASONING_FORMATS[formats.reasoning_format or DEFAULT_REASONING_FORMAT]
         starts_in_reasoning = reasoning and rfmt.prompt_leaves_open(prompt)
-        # A prompt that leaves the model inside reasoning must close it first, or a forced
-        # output would be parsed as reasoning: the reasoning format says how it is closed.
-        close = (rfmt.close_text or "") if starts_in_reasoning else ""
+        # A prompt that leaves the model inside reasoning reasons freely first, in the reasoning
+        # format's own markup, and closes the block (its close_text): a forced output then
+        # follows (else it would be parsed as reasoning).
+        lead = (free_reasoning_pattern(rfmt, starts_inside=True, close_text=rfmt.close_text)
+                if starts_in_reasoning else "")
         constraint = None
         if tool_choice == "required" or forced_name is not None:
-            from textproc.core.constraints.schema import tool_call_pattern
-
             # The call is written in the model's own tool format (the default when none was chosen).
-            constraint = tool_call_pattern(tools, forced_name, prefix=close,
-                                           tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
+            constraint = tool_call_pattern(tools, forced_name, tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
                                            parallel=req.output.parallel_tool_calls)
+            constraint = f"{lead}(?:{constraint})" if lead else constraint
         elif req.structured is not None:
             constraint = _structured(req.structured)
-            if starts_in_reasoning:
-                constraint = lit(close) + f"(?:{constraint})"
-            # the whole output is the structured text (after the forced </think>): a <think>
-            # inside a JSON string must stay content
+            constraint = f"{lead}(?:{constraint})" if lead else constraint
+            # the whole output is the structured text (after the reasoning): a <think> inside a
+            # JSON string must stay content
             reasoning = starts_in_reasoning
+        elif tool_choice == "auto" and tools and formats.tool_format is not None and (
+                self.config.strict_tools or any(t["function"].get("strict") is True for t in tools)):
+            constraint = self._strict(tools, formats.tool_format, rfmt if reasoning else None,
+                                      starts_in_reasoning, parallel=req.output.parallel_tool_calls)
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
         parse = ParseOptions(reasoning=reasoning, tools=parse_tools,
                              starts_in_reasoning=starts_in_reasoning,
@@ -186,6 +191,19 @@ class RequestBuilder:
                             constraint, parse, prompt_param="messages",
                             constraint_param="response_format" if req.structured else "tools",
                             template_s=template_s, tokenize_s=tokenize_s)
+
+    @staticmethod
+    def _strict(tools: list[dict[str, Any]], tool_format: str, rfmt: ReasoningFormat | None,
+                starts_in_reasoning: bool, *, parallel: bool) -> str:
+        """The regex of free text with strict calls (every tool enforced once one is strict)."""
+        by_name = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object", "properties": {}}
+                   for t in tools}
+        try:
+            return strict_calls_pattern(TOOL_FORMATS[tool_format], by_name, parallel=parallel,
+                                        to_regex=json_schema_to_regex, reasoning=rfmt,
+                                        starts_in_reasoning=starts_in_reasoning)
+        except InvalidInput as e:
+            raise InvalidInput(f"strict tool calls: {e}", param="tools") from e
 
     def prepare(self) -> None:
         """Render and encode a one-turn chat now, with and without a tool, so the chat

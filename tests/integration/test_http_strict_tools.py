@@ -1,0 +1,99 @@
+"""Strict tool calls end to end: the official openai client -> HTTP -> workers (compile the
+strict pattern of the model's format) -> engine_stub -> every answer is plain text or calls that
+parse and validate, never a marker left in content.
+
+Random mode (uniform among the allowed ids) checks that free text stays free and whatever is
+sampled parses; echo mode answers with the user's text as long as the constraint allows it, so a
+message that opens a call with a wrong tool name or bad arguments shows the constraint taking
+over right after the marker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+from tests.helpers.service import Service, build_toy_model, wait_http
+
+pytestmark = pytest.mark.timeout(300)
+
+MODEL = "toy"
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"],
+       "additionalProperties": False}
+CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"],
+        "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "add", "parameters": ADD, "strict": True}},
+         {"type": "function", "function": {"name": "weather", "parameters": CITY, "strict": True}}]
+SCHEMAS = {"add": ADD, "weather": CITY}
+
+
+def _service(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[str]:
+    root = tmp_path_factory.mktemp(f"strict-{mode}")
+    model = build_toy_model(root / MODEL)
+    service = Service(root, model, workers=1, args=["--stub-mode", mode, "--http", "127.0.0.1:0",
+                                                    "--max-model-len", "4096"]).start()
+    try:
+        yield wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="module")
+def random_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _service(tmp_path_factory, "random")
+
+
+@pytest.fixture(scope="module")
+def echo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _service(tmp_path_factory, "echo")
+
+
+def _ask(url: str, bodies: list[dict[str, Any]]) -> list[Any]:
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120) as client, \
+            ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda body: client.chat.completions.create(**body).choices[0], bodies))
+
+
+def _check(choice: Any) -> int:
+    """The number of calls; every one valid, no call markup left in the content."""
+    message = choice.message
+    assert "<tool_call>" not in (message.content or ""), message
+    for call in message.tool_calls or []:
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    if message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+    return len(message.tool_calls or [])
+
+
+def test_random_strict_auto_outputs_are_text_or_valid_calls(random_url: str) -> None:
+    bodies = [{"model": MODEL, "messages": [{"role": "user", "content": f"q{i}"}], "tools": TOOLS,
+               "max_tokens": 200, "parallel_tool_calls": i % 2 == 0} for i in range(60)]
+    for choice in _ask(random_url, bodies):
+        _check(choice)
+
+
+def test_echoed_calls_are_forced_valid_after_the_marker(echo_url: str) -> None:
+    texts = ['Let me add. <tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>',
+             '<tool_call>\n{"name": "add", "arguments": {"a": "x"}}\n</tool_call> done',
+             'Two: <tool_call>\n{"name": "weather", "arguments": {"city": "far too long a name"}}\n</tool_call>']
+    bodies = [{"model": MODEL, "messages": [{"role": "user", "content": texts[i % 3]}], "tools": TOOLS,
+               "max_tokens": 300, "seed": i} for i in range(24)]
+    calls = [_check(choice) for choice in _ask(echo_url, bodies)]
+    assert sum(calls) >= len(bodies) // 2, calls  # the marker was followed by a valid call
+    # without strict, the same echo gives the invalid calls back (as text, or as a call whose
+    # arguments do not validate): nothing was enforced
+    loose = [{**body, "tools": [{"type": "function", "function": {k: v for k, v in t["function"].items()
+                                                                  if k != "strict"}} for t in TOOLS]}
+             for body in bodies[:3]]
+    for choice in _ask(echo_url, loose):
+        message = choice.message
+        invalid = [c for c in message.tool_calls or []
+                   if not jsonschema.Draft202012Validator(SCHEMAS[c.function.name]).is_valid(
+                       json.loads(c.function.arguments))]
+        assert invalid or "<tool_call>" in (message.content or ""), message
