@@ -3,9 +3,24 @@
 Owns :class:`Guide`. Every call is a table lookup into the index (no compile, no regex, no
 vocabulary): ``allowed_mask()`` returns the state's precomputed mask, ``advance()`` is one
 bit test and one dict get.
+
+Two engine aids ride on the walk:
+
+* fast-forward: ``forced_ids()`` is the longest run of ids that are each the only allowed id
+  (a marker spelled by one id, a closing bracket where the vocabulary has one way to write
+  it); an engine may append them without sampling (``advance`` each).
+* a reasoning budget (``limit_reasoning``): the guide counts the tokens taken in the reasoning
+  states (:func:`textproc.core.constraints.reasoning_budget.reasoning_states`); once the count reaches
+  the budget and the walk is still inside reasoning, the mask allows only the next id of the
+  close text (the engine needs no change: it applies the mask as always), and ``forced_ids()``
+  returns the rest of it. When the close text's next id is not allowed in the current state
+  (a character half written in bytes), the state's own mask applies for that step and the
+  close starts at the next one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from textproc.core.constraints.index import TokenIndex
 from textproc.errors import InvalidInput
@@ -28,21 +43,81 @@ class Guide:
     True
     """
 
-    __slots__ = ("index", "state", "ended", "end_set")
+    __slots__ = ("index", "state", "ended", "end_set", "reasoning_left", "reasoning_states", "close_ids",
+                 "reasoning_tokens", "_closing", "_masks")
 
     def __init__(self, index: TokenIndex) -> None:
         self.index = index
         self.state = index.initial_state
         self.ended = False
         self.end_set = frozenset(index.end_ids)
+        self.reasoning_left = -1  # tokens of reasoning left (-1: no budget)
+        self.reasoning_states: frozenset[int] = frozenset()
+        self.close_ids: tuple[int, ...] = ()
+        self.reasoning_tokens = 0  # taken inside reasoning so far
+        self._closing = -1  # position in close_ids while the close is forced (-1: not forcing)
+        self._masks: dict[int, bytes] = {}  # id -> a mask of only that id
+
+    def limit_reasoning(self, max_tokens: int, *, states: frozenset[int], close_ids: Sequence[int]) -> None:
+        """At most ``max_tokens`` tokens in ``states`` (the reasoning block), then ``close_ids``
+        (the close text) are the only allowed ids until the block is closed."""
+        self.reasoning_left = max(0, max_tokens)
+        self.reasoning_states = states
+        self.close_ids = tuple(close_ids)
+
+    def _forced_close(self) -> int:
+        """The close text's next id when the budget forces it now, else -1."""
+        if self.reasoning_left != 0 or self.state not in self.reasoning_states or not self.close_ids:
+            return -1
+        pos = max(self._closing, 0)
+        if pos >= len(self.close_ids):
+            return -1
+        token_id = self.close_ids[pos]
+        return token_id if self.index.next_state(self.state, token_id) >= 0 else -1
 
     def allowed_mask(self) -> bytes:
         """``ceil(V / 32)`` little-endian int32 words; bit ``i`` set iff id ``i`` is allowed."""
+        if self.reasoning_left == 0:
+            token_id = self._forced_close()
+            if token_id >= 0:
+                mask = self._masks.get(token_id)
+                if mask is None:
+                    words = bytearray(len(self.index.allowed_mask(self.state)))
+                    words[token_id >> 3] |= 1 << (token_id & 7)
+                    mask = self._masks[token_id] = bytes(words)
+                return mask
         return self.index.allowed_mask(self.state)
 
     def allowed_ids(self) -> list[int]:
         """Sorted allowed ids (cost ~ their number; engines want :meth:`allowed_mask`)."""
+        if self.reasoning_left == 0:
+            token_id = self._forced_close()
+            if token_id >= 0:
+                return [token_id]
         return self.index.allowed_ids(self.state)
+
+    def forced_ids(self, limit: int = 64) -> list[int]:
+        """The longest run (at most ``limit``) of ids that are each the only allowed choice from
+        here: the engine may append them without sampling. Empty when the next step is free."""
+        index, state = self.index, self.state
+        out: list[int] = []
+        closing = max(self._closing, 0)
+        while len(out) < limit and not self.ended:
+            if self.reasoning_left == 0 and state in self.reasoning_states and closing < len(self.close_ids):
+                token_id = self.close_ids[closing]
+                closing += 1
+            elif index.allowed_count(state) == 1:
+                token_id = index.allowed_ids(state)[0]
+                if token_id in self.end_set:
+                    break
+            else:
+                break
+            nxt = index.next_state(state, token_id)
+            if nxt < 0:
+                break
+            out.append(token_id)
+            state = nxt
+        return out
 
     def advance(self, token_id: int) -> None:
         """Take ``token_id``; ``InvalidInput`` if the constraint does not allow it here."""
@@ -54,6 +129,12 @@ class Guide:
             )
         if token_id in self.end_set:
             self.ended = True
+        if self.reasoning_left >= 0 and self.state in self.reasoning_states:
+            self.reasoning_tokens += 1
+            if self.reasoning_left > 0:
+                self.reasoning_left -= 1
+            elif self.close_ids and token_id == self.close_ids[max(self._closing, 0)]:
+                self._closing = max(self._closing, 0) + 1
         self.state = nxt
 
     def completion_token(self) -> int:

@@ -117,6 +117,11 @@ class TokenIndex:
         row = self._by_chars[state]
         return self._default[state] if row is None else row[self._char_count[token_id]]
 
+    def transitions(self, state: int) -> tuple[int, dict[int, int]]:
+        """``(default next state, {id: next state} exceptions)``: an allowed id goes to its
+        exception's state, else to the default (-1 when every allowed id is an exception)."""
+        return self._default[state], self._exc[state]
+
     # -- packing (the engine-side copy is rebuilt from these, no vocabulary needed) -----------
 
     def pack(self) -> dict[str, bytes | int | list[int]]:
