@@ -99,7 +99,7 @@ class RequestState:
 
     __slots__ = (
         "request_id", "script", "pos", "rng", "pool", "generated", "max_tokens", "stops",
-        "min_tokens", "only_stops", "aborted_at", "guide", "echoing", "logprobs", "vocab_size",
+        "min_tokens", "only_stops", "aborted_at", "guide", "echoing", "logprobs", "vocab_size", "fast_forwarded",
         "_allowed",
     )
 
@@ -126,6 +126,7 @@ class RequestState:
         self.min_tokens = request.min_tokens
         self.only_stops = script is not None and all(t in stops for t in script)
         self.guide: Any = None  # textproc.core.constraints.Guide for a constrained request
+        self.fast_forwarded = 0  # ids appended without sampling: the guide's only choice (forced_ids)
         self.echoing = script is not None
         # alternatives per token the request wants (None: no logprobs; protocol 8)
         self.logprobs: int | None = getattr(request, "logprobs", None)
@@ -185,8 +186,23 @@ class RequestState:
         guide = self.guide
         if self.logprobs is not None:
             self._allowed = []
+        forced: list[int] = []
         while len(new) < k:
-            token_id = self._next_guided()
+            if not forced:
+                # fast-forward: ids that are the only choice are appended without sampling
+                forced = guide.forced_ids(k - len(new))
+                forced.reverse()
+            if forced:
+                token_id = forced.pop()
+                self.fast_forwarded += 1
+                script = self.script
+                if self.echoing and script is not None:
+                    if script[self.pos] == token_id:
+                        self.pos = (self.pos + 1) % len(script)
+                    else:
+                        self.echoing = False
+            else:
+                token_id = self._next_guided()
             if self.logprobs is not None:
                 self._allowed.append(guide.allowed_ids())
             guide.advance(token_id)

@@ -132,6 +132,22 @@ class StubEngine:
         self.steps = 0
         self.tokens_generated = 0
         self.max_running_seen = 0
+        self.fast_forwarded = 0  # ids of finished requests appended without sampling (forced_ids)
+        # reasoning budgets (textproc.core.constraints.budget), from the tokenizer when one is given
+        self.budgets: Any = None
+        if settings.model_dir:
+            from textproc.core.constraints.reasoning_budget import ReasoningBudgets
+
+            tok: Any = None
+
+            def _tok() -> Any:
+                nonlocal tok
+                if tok is None:
+                    tok = _load_tokenizer(settings.model_dir or "")
+                return tok
+
+            self.budgets = ReasoningBudgets(lambda i: _tok().token_bytes(i),
+                                            lambda text: _tok().encode(text))
         self.constrained_requests = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.busy_units = 0
@@ -185,6 +201,8 @@ class StubEngine:
             request = self.waiting.popleft()
             state = self.make_state(request)
             if request.guide is not None:
+                if self.budgets is not None and "max_reasoning_tokens" in request.sampling:
+                    self.budgets.apply(request.guide, request.sampling)
                 state.constrain(request.guide, random.Random(f"{self.settings.seed}:{request.request_id}"))
             self.running[request.request_id] = state
         if not self.running:
@@ -210,6 +228,7 @@ class StubEngine:
                 done.append((request_id, reason))
         for request_id, reason in done:
             state = self.running.pop(request_id)
+            self.fast_forwarded += state.fast_forwarded
             self.finished[reason] = self.finished.get(reason, 0) + 1
             self._record(request_id, state.generated, reason)
         _send_columns(link, outputs, rows)
@@ -271,6 +290,7 @@ class StubEngine:
             "started_at": self._started_at,
             "written_at": time.time(),
             "steps": self.steps,
+            "fast_forwarded": sum(st.fast_forwarded for st in self.running.values()) + self.fast_forwarded,
             "step_ms": {
                 "p50": _percentile(times, 0.50) * 1000,
                 "p99": _percentile(times, 0.99) * 1000,

@@ -209,6 +209,9 @@ class ChatCompletionBody(msgspec.Struct, kw_only=True):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # reasoning tokens at most, then the reasoning block is closed (vLLM: thinking_token_budget)
+    max_reasoning_tokens: int | None = None
+    thinking_token_budget: int | None = None
     temperature: _Temperature | None = None
     top_p: _TopP | None = None
     top_k: _TopK | None = None

@@ -329,6 +329,12 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
     include_usage, sampling, output = _options(
         req, max_tokens, _chat_logprobs(req.logprobs, req.top_logprobs),
         parallel_tool_calls=req.parallel_tool_calls is not False)
+    for name in ("max_reasoning_tokens", "thinking_token_budget"):
+        budget = getattr(req, name)
+        if budget is not None:
+            if isinstance(budget, bool) or budget < 0:
+                raise ApiError(f"{name}={short(budget)} must be an integer >= 0", param=name)
+            sampling.params["max_reasoning_tokens"] = budget
     structured = structured_spec(req)
     tools = _tools(req.tools)
     tool_choice = _tool_choice(req.tool_choice, tools, structured)

@@ -10,6 +10,7 @@ Runs every check of what a client sends (the request options' own checks from
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -181,13 +182,18 @@ class RequestBuilder:
                 self.config.strict_tools or any(t["function"].get("strict") is True for t in tools)):
             constraint = self._strict(tools, formats.tool_format, rfmt if reasoning else None,
                                       starts_in_reasoning, parallel=req.output.parallel_tool_calls)
+        sampling = req.sampling
+        if "max_reasoning_tokens" in sampling.params:
+            constraint, params = self._budget(sampling.params, constraint,
+                                              rfmt if formats.reasoning_format else None, starts_in_reasoning)
+            sampling = dataclasses.replace(sampling, params=params)
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
         parse = ParseOptions(reasoning=reasoning, tools=parse_tools,
                              starts_in_reasoning=starts_in_reasoning,
                              tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
                              reasoning_format=formats.reasoning_format or DEFAULT_REASONING_FORMAT,
                              tool_schemas=tools if parse_tools else None)
-        return self._submit(req.request_id, client_id, prompt_ids, req.sampling, req.output,
+        return self._submit(req.request_id, client_id, prompt_ids, sampling, req.output,
                             constraint, parse, prompt_param="messages",
                             constraint_param="response_format" if req.structured else "tools",
                             template_s=template_s, tokenize_s=tokenize_s)
@@ -204,6 +210,23 @@ class RequestBuilder:
                                         starts_in_reasoning=starts_in_reasoning)
         except InvalidInput as e:
             raise InvalidInput(f"strict tool calls: {e}", param="tools") from e
+
+    @staticmethod
+    def _budget(sampling: dict[str, Any], constraint: str | None, rfmt: ReasoningFormat | None,
+                starts_in_reasoning: bool) -> tuple[str | None, dict[str, Any]]:
+        """A reasoning budget: the constraint the engine's guide counts in (free reasoning, then
+        free text, when the request has none) and the reasoning markup the engine needs to find
+        the reasoning states and force the close (see ``core.constraints.budget``)."""
+        if rfmt is None or not rfmt.open_tags or not rfmt.close_tags:
+            raise InvalidInput(
+                "max_reasoning_tokens needs a reasoning format with open and close tags; this "
+                f"model's is {rfmt.name if rfmt else 'none'} (--reasoning-format)",
+                param="max_reasoning_tokens")
+        if constraint is None:
+            constraint = free_reasoning_pattern(rfmt, starts_inside=starts_in_reasoning) + "[\\s\\S]*"
+        return constraint, {**sampling, "reasoning_close": rfmt.close_text or rfmt.close_tags[0],
+                            "reasoning_close_tag": rfmt.close_tags[0], "reasoning_open": list(rfmt.open_tags),
+                            "reasoning_starts_inside": starts_in_reasoning}
 
     def prepare(self) -> None:
         """Render and encode a one-turn chat now, with and without a tool, so the chat

@@ -20,11 +20,13 @@ the text is reasoning until the close tag) or it opens after leading whitespace 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from textproc.core.constraints.guide import Guide
 from textproc.core.constraints.index import TokenIndex
 
-__all__ = ["reasoning_states"]
+__all__ = ["reasoning_states", "ReasoningBudgets"]
 
 _SPACE = b" \t\r\n"
 
@@ -75,3 +77,46 @@ def reasoning_states(index: TokenIndex, token_bytes: Callable[[int], bytes], *, 
                 text_of[nxt] = text + token_bytes(token_id)
                 order.append(nxt)
     return frozenset(inside)
+
+
+class ReasoningBudgets:
+    """An engine's side of reasoning budgets: ``apply(guide, sampling)`` limits the guide when
+    the request carries one (``sampling``: ``max_reasoning_tokens``, and the reasoning markup
+    the worker put there: ``reasoning_close`` (the text forced to end the block),
+    ``reasoning_close_tag``, ``reasoning_open``, ``reasoning_starts_inside``). The states are
+    cached per (index, markup), the close ids per close text.
+
+    ``token_bytes(id)``: the bytes an id writes; ``encode(text)``: ids of a text, special
+    tokens as their ids (as a prompt is encoded)."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes], encode: Callable[[str], list[int]], *,
+                 max_entries: int = 256) -> None:
+        self.token_bytes = token_bytes
+        self.encode = encode
+        self.max_entries = max_entries
+        self._states: dict[tuple[str, str, bool, tuple[str, ...]], frozenset[int]] = {}
+        self._close: dict[str, list[int]] = {}
+
+    def apply(self, guide: Guide, sampling: Mapping[str, Any]) -> bool:
+        """Limit ``guide`` by the request's budget; False when it has none."""
+        budget = sampling.get("max_reasoning_tokens")
+        close = sampling.get("reasoning_close")
+        tag = sampling.get("reasoning_close_tag") or close
+        if not isinstance(budget, int) or not isinstance(close, str) or not isinstance(tag, str) or not close:
+            return False
+        inside = bool(sampling.get("reasoning_starts_inside"))
+        opens = tuple(t for t in sampling.get("reasoning_open") or () if isinstance(t, str))
+        key = (guide.index.key or str(id(guide.index)), tag, inside, opens)
+        states = self._states.get(key)
+        if states is None:
+            if len(self._states) >= self.max_entries:
+                self._states.clear()
+            states = self._states[key] = reasoning_states(guide.index, self.token_bytes, close=tag,
+                                                          starts_inside=inside, open_tags=opens)
+        ids = self._close.get(close)
+        if ids is None:
+            if len(self._close) >= self.max_entries:
+                self._close.clear()
+            ids = self._close[close] = list(self.encode(close))
+        guide.limit_reasoning(budget, states=states, close_ids=ids)
+        return True
