@@ -31,6 +31,11 @@ CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength":
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": ADD, "strict": True}},
          {"type": "function", "function": {"name": "weather", "parameters": CITY, "strict": True}}]
 SCHEMAS = {"add": ADD, "weather": CITY}
+MODEL_DIRS: dict[str, Any] = {}  # url -> the toy model dir it serves
+
+
+def _model_dir(url: str) -> Any:
+    return MODEL_DIRS[url]
 
 
 def _service(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[str]:
@@ -39,7 +44,9 @@ def _service(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[st
     service = Service(root, model, workers=1, args=["--stub-mode", mode, "--http", "127.0.0.1:0",
                                                     "--max-model-len", "4096"]).start()
     try:
-        yield wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        MODEL_DIRS[url] = model
+        yield url
     finally:
         service.stop()
 
@@ -97,3 +104,23 @@ def test_echoed_calls_are_forced_valid_after_the_marker(echo_url: str) -> None:
                    if not jsonschema.Draft202012Validator(SCHEMAS[c.function.name]).is_valid(
                        json.loads(c.function.arguments))]
         assert invalid or "<tool_call>" in (message.content or ""), message
+
+
+@pytest.mark.parametrize("field", ["max_reasoning_tokens", "thinking_token_budget"])
+def test_reasoning_budget_closes_the_block(echo_url: str, field: str) -> None:
+    """The echo reasons past the budget; the guide forces the close once it is spent."""
+    from textproc.core.tokenizer import Tokenizer
+
+    words = " ".join(f"w{i}" for i in range(25))
+    tok = Tokenizer.from_dir(_model_dir(echo_url))
+    for budget in (0, 5, 17):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": f"<think>{words}</think>answer"}],
+                "max_tokens": 200, "extra_body": {field: budget}}
+        message = _ask(echo_url, [body])[0].message
+        reasoning = getattr(message, "reasoning_content", None) or ""
+        assert words.startswith(reasoning.strip()), reasoning
+        assert len(tok.encode(reasoning)) <= budget + 1, (budget, reasoning)
+    # without a budget the whole echoed reasoning comes back
+    body = {"model": MODEL, "messages": [{"role": "user", "content": f"<think>{words}</think>answer"}],
+            "max_tokens": 200}
+    assert (getattr(_ask(echo_url, [body])[0].message, "reasoning_content", None) or "").strip() == words

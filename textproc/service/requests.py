@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from textproc.config import ServiceConfig
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.free_text import without
 from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
 from textproc.core.parsing.declaration import ReasoningFormat
 from textproc.core.constraints.vocab import END_TOKEN_NAMES
@@ -223,7 +224,10 @@ class RequestBuilder:
                 f"model's is {rfmt.name if rfmt else 'none'} (--reasoning-format)",
                 param="max_reasoning_tokens")
         if constraint is None:
-            constraint = free_reasoning_pattern(rfmt, starts_inside=starts_in_reasoning) + "[\\s\\S]*"
+            # free text after the block holds no open tag: else "inside a block" and "free text"
+            # would be one state of the automaton (a block is text too), and a later block
+            # would not be counted
+            constraint = free_reasoning_pattern(rfmt, starts_inside=starts_in_reasoning) + without(rfmt.open_tags)
         return constraint, {**sampling, "reasoning_close": rfmt.close_text or rfmt.close_tags[0],
                             "reasoning_close_tag": rfmt.close_tags[0], "reasoning_open": list(rfmt.open_tags),
                             "reasoning_starts_inside": starts_in_reasoning}
