@@ -82,9 +82,7 @@ class TextprocGrammar(StructuredOutputGrammar):
         return bool(self.guide.ended)
 
     def reset(self) -> None:
-        guide = self.guide
-        guide.state = guide.index.initial_state
-        guide.ended = False
+        self.guide.reset()  # the state, and a reasoning budget unspent
         self.history = []
 
 

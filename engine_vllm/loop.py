@@ -176,6 +176,17 @@ class VllmEngine:
         if outputs:
             link.send_outputs(outputs)
 
+    def _budgets(self) -> Any:
+        """Reasoning budgets (textproc.core.constraints.budget) over textproc's tokenizer of the
+        model, loaded on the first request that has one."""
+        if getattr(self, "_reasoning_budgets", None) is None:
+            from textproc.core.constraints.budget import ReasoningBudgets
+            from textproc.core.tokenizer import Tokenizer
+
+            tok = Tokenizer.from_dir(self.settings.model_dir)
+            self._reasoning_budgets = ReasoningBudgets(tok.token_bytes, tok.encode)
+        return self._reasoning_budgets
+
     def _add(self, request: IncomingRequest, outputs: list[Any]) -> None:
         rid = request.request_id
         try:
@@ -185,6 +196,8 @@ class VllmEngine:
                 sampling_params=params, pooling_params=None, arrival_time=time.time(),
                 lora_request=None, cache_salt=None, data_parallel_rank=None)
             if request.guide is not None:
+                if "max_reasoning_tokens" in request.sampling:
+                    self._budgets().apply(request.guide, request.sampling)
                 self.backend.guides[rid] = request.guide
             vllm_request, wave = self.core.preprocess_add_request(core_request)
             self.core.add_request(vllm_request, wave)

@@ -122,6 +122,8 @@ def test_budget_forces_the_close_through_the_mask() -> None:
     for token_id in guide.forced_ids():
         guide.advance(token_id)
     assert guide.reasoning_tokens == 3 and guide.state not in states
+    guide.reset()  # an engine's rollback: the budget is whole again
+    assert guide.state == index.initial_state and guide.reasoning_left == 2 and guide.reasoning_tokens == 0
 
 
 @pytest.mark.parametrize("starts_inside", [True, False])

@@ -44,7 +44,7 @@ class Guide:
     """
 
     __slots__ = ("index", "state", "ended", "end_set", "reasoning_left", "reasoning_states", "close_ids",
-                 "reasoning_tokens", "_closing", "_masks")
+                 "reasoning_tokens", "_closing", "_masks", "_budget")
 
     def __init__(self, index: TokenIndex) -> None:
         self.index = index
@@ -57,13 +57,23 @@ class Guide:
         self.reasoning_tokens = 0  # taken inside reasoning so far
         self._closing = -1  # position in close_ids while the close is forced (-1: not forcing)
         self._masks: dict[int, bytes] = {}  # id -> a mask of only that id
+        self._budget = -1  # the budget given to limit_reasoning (for reset)
 
     def limit_reasoning(self, max_tokens: int, *, states: frozenset[int], close_ids: Sequence[int]) -> None:
         """At most ``max_tokens`` tokens in ``states`` (the reasoning block), then ``close_ids``
         (the close text) are the only allowed ids until the block is closed."""
-        self.reasoning_left = max(0, max_tokens)
+        self.reasoning_left = self._budget = max(0, max_tokens)
         self.reasoning_states = states
         self.close_ids = tuple(close_ids)
+
+    def reset(self) -> None:
+        """Back to the initial state, the reasoning budget unspent (an engine's rollback replays
+        the tokens it keeps)."""
+        self.state = self.index.initial_state
+        self.ended = False
+        self.reasoning_left = self._budget
+        self.reasoning_tokens = 0
+        self._closing = -1
 
     def _forced_close(self) -> int:
         """The close text's next id when the budget forces it now, else -1."""
