@@ -226,6 +226,30 @@ def test_forced_tool_call_is_valid(servers: tuple[Service, str, str]) -> None:
         jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), SCHEMA)
 
 
+def test_strict_auto_calls_and_reasoning_budget(servers: tuple[Service, str, str]) -> None:
+    """Strict tools with tool_choice auto: every call the random-weight model makes validates
+    and no call markup stays in content; a reasoning budget closes the block in time (the
+    guide's mask, applied by vLLM)."""
+    from textproc.core.tokenizer import Tokenizer
+
+    _, url, _ = servers
+    tool = {"type": "function", "function": {"name": "add_person", "parameters": SCHEMA, "strict": True}}
+    for seed in range(3):
+        message = _chat(url, {"messages": [{"role": "user", "content": "Add someone."}], "tools": [tool],
+                              "temperature": 1.0, "seed": seed, "max_tokens": 120})["choices"][0]["message"]
+        assert "<tool_call>" not in (message.get("content") or ""), message
+        for call in message.get("tool_calls") or []:
+            jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMA)
+    tok = Tokenizer.from_dir(TINY_MODEL)
+    for budget in (0, 7):
+        body = {"messages": [{"role": "user", "content": "Think."}, {"role": "assistant", "content": "<think>\n"}],
+                "continue_final_message": True, "add_generation_prompt": False, "temperature": 1.0,
+                "seed": 1, "max_tokens": 60, "max_reasoning_tokens": budget}
+        message = _chat(url, body)["choices"][0]["message"]
+        reasoning = message.get("reasoning_content") or ""
+        assert len(tok.encode(reasoning)) <= budget + 1, (budget, message)
+
+
 def test_responses_api(servers: tuple[Service, str, str]) -> None:
     import openai
 
