@@ -124,3 +124,34 @@ def test_reasoning_budget_closes_the_block(echo_url: str, field: str) -> None:
     body = {"model": MODEL, "messages": [{"role": "user", "content": f"<think>{words}</think>answer"}],
             "max_tokens": 200}
     assert (getattr(_ask(echo_url, [body])[0].message, "reasoning_content", None) or "").strip() == words
+
+
+def test_request_builder_makes_strict_calls_from_a_flag_or_a_tool(tmp_path: Any) -> None:
+    """``--strict-tools`` (ServiceConfig.strict_tools) enforces every tool; without it a tool's
+    own ``strict: true`` does; neither: tool_choice auto stays unconstrained. gpt-oss's harmony
+    format cannot be strict: a 400 naming why."""
+    import msgspec
+
+    from textproc.config import ServiceConfig
+    from textproc.core.tokenizer import Tokenizer
+    from textproc.errors import InvalidInput
+    from textproc.protocol import ChatRequest, EngineRequest
+    from textproc.service.requests import RequestBuilder
+
+    model = build_toy_model(tmp_path / "toy")
+    tok = Tokenizer.from_dir(model)
+    plain = [{"type": "function", "function": {"name": "add", "parameters": ADD}}]
+
+    def constraint(builder: RequestBuilder, tools: list[dict[str, Any]]) -> str | None:
+        built = builder.chat(ChatRequest("r", [{"role": "user", "content": "hi"}], tools=tools), b"c")
+        return msgspec.msgpack.decode(built.submit.engine_request, type=EngineRequest).constraint
+
+    loose = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096))
+    assert constraint(loose, plain) is None
+    assert "<tool_call>" in (constraint(loose, TOOLS) or "")
+    strict = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096, strict_tools=True))
+    assert "<tool_call>" in (constraint(strict, plain) or "")
+    harmony = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096, strict_tools=True,
+                                                tool_format="gpt_oss"))
+    with pytest.raises(InvalidInput, match="not marked in content"):
+        constraint(harmony, plain)
