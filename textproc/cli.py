@@ -106,6 +106,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="keep compiled structured-output constraints in DIR (created private), "
                         "shared by the workers and across restarts: a schema compiled before "
                         "costs a file read (default: none, each worker caches in memory only)")
+    p.add_argument("--max-compile-s", type=float, default=None, metavar="S",
+                   help="wall seconds one structured-output compile may take on a worker; past it "
+                        f"the request gets a 400 naming the phase (default "
+                        f"{_service_default('max_compile_s'):g})")
     p.add_argument("--max-live-requests", type=int, default=None,
                    help="requests the detokenizer holds at once; more are refused with 503 "
                         f"(default {_service_default('max_live_requests')})")
@@ -248,6 +252,7 @@ def _serve(args: argparse.Namespace) -> int:
                 **{name: value for name, value in (
                     ("max_live_requests", args.max_live_requests),
                     ("max_live_per_client", args.max_live_per_client),
+                    ("max_compile_s", args.max_compile_s),
                     ("hwm", args.hwm)) if value is not None},
             ),
             engine=args.engine,

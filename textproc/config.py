@@ -270,6 +270,8 @@ class ServiceConfig:
     # compiled constraint indexes kept on disk, shared by the workers and across restarts
     # (service/index_store.py); None: each worker keeps its own in memory only
     constraint_cache_dir: str | None = None
+    # wall seconds one constraint compile may take on a worker (past it: a 400 naming the phase)
+    max_compile_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.constraint_cache_dir is not None and (
@@ -293,6 +295,7 @@ class ServiceConfig:
         _check_int("max_live_requests", self.max_live_requests, low=1)
         _check_int("max_early_outputs", self.max_early_outputs, low=0)
         _check_float("early_output_age_s", self.early_output_age_s, low=0.0)
+        _check_float("max_compile_s", self.max_compile_s, low=0.001)
         _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
         _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
         _check_choice("log_level", self.log_level, LOG_LEVELS)

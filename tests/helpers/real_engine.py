@@ -50,7 +50,9 @@ def serve_vllm_textproc(root: Path, *args: str) -> tuple[Service, str]:
     port; the service and its base URL once it serves (the engine included)."""
     service = Service(root, TINY_MODEL, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
-                            "--engine-arg=--stats-interval-s=0.1", *args])
+                            "--engine-arg=--stats-interval-s=0.1",
+                            # a loaded 2-core box compiles strict patterns in 2-4 s
+                            "--max-compile-s=30", *args])
     service.env = {**os.environ, **ENGINE_ENV}
     service.start(timeout_s=START_TIMEOUT_S)
     return service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 60)

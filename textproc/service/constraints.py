@@ -29,7 +29,7 @@ from textproc.service.index_store import IndexStore
 
 __all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
 
-MAX_COMPILE_S = 5.0  # wall seconds one compile may take on a worker
+MAX_COMPILE_S = 5.0  # wall seconds one compile may take on a worker (serve --max-compile-s)
 MAX_INDEX_BYTES = 48 << 20  # one index, so its frame stays under the 64 MiB frame limit
 WORKER_CACHE_BYTES = 512 << 20  # compiled indexes a worker keeps (LRU)
 WORKER_SENT_KEYS = 256  # keys a worker remembers having sent (then it sends the table again)
@@ -63,8 +63,10 @@ class WorkerConstraints:
     """A worker's compiler: vocabulary built on first use, compiled indexes cached by content."""
 
     def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int,
-                 text_specials: frozenset[str] = frozenset(), store: IndexStore | None = None) -> None:
+                 text_specials: frozenset[str] = frozenset(), store: IndexStore | None = None,
+                 max_compile_s: float = MAX_COMPILE_S) -> None:
         self.tokenizer = tokenizer
+        self.max_compile_s = max_compile_s
         self.store = store  # compiled indexes on disk, shared by the workers (or None)
         self.end_ids = end_ids
         self.text_specials = text_specials  # format markers a forced call writes as text
@@ -105,7 +107,7 @@ class WorkerConstraints:
             if index is not None:
                 self.cache.put(key, index)
         if index is None:
-            budget = Budget(max_seconds=MAX_COMPILE_S, max_bytes=self.max_index_bytes)
+            budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes)
             index = compile_constraint(vocab, regex=pattern, budget=budget, cache=self.cache)
             self.compiles += 1
             if self.store is not None:
