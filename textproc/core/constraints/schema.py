@@ -63,6 +63,9 @@ MAX_BOUND = 10**308  # largest |minimum| / |maximum| (JSON numbers beyond are no
 MAX_RECURSION = 5  # default expansions of one $ref on a path (a 4-deep expression fits)
 
 
+_NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
 def json_schema_to_regex(
     schema: Mapping[str, Any] | bool,
     *,
@@ -110,7 +113,8 @@ def tool_call_pattern(
     call of that tool; without it (tool_choice="required") one call of any tool, or with
     ``parallel`` one or more calls separated by ``"\\n"`` as Qwen's template writes them.
     ``tools`` are OpenAI tools ``{"type": "function", "function": {"name", "parameters"}}``
-    (a bare ``{"name", "parameters"}`` is accepted too).
+    (a bare ``{"name", "parameters"}`` is accepted too); a function with ``strict: true`` has
+    its objects closed as ``json_schema_to_regex(strict=True)`` does.
 
     ``prefix`` is literal text forced before the calls. When the prompt ends inside an open
     reasoning block (``ReasoningFormat.prompt_leaves_open``), pass the reasoning format's
@@ -123,6 +127,7 @@ def tool_call_pattern(
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
         raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
     by_name: dict[str, Mapping[str, Any] | bool] = {}
+    strict: set[str] = set()  # functions with strict: true (closed objects)
     for i, tool in enumerate(tools):
         function = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
@@ -133,7 +138,10 @@ def tool_call_pattern(
         if isinstance(tool, Mapping) and "type" in tool and tool["type"] != "function":
             raise InvalidInput(f"tool type {short(tool['type'])} at tools[{i}].type; supported: 'function'")
         params = function.get("parameters")
-        by_name[function["name"]] = {"type": "object", "properties": {}} if params is None else params
+        # no parameters: no arguments, the empty object only
+        by_name[function["name"]] = _NO_PARAMETERS if params is None else params
+        if function.get("strict") is True:
+            strict.add(function["name"])
     if name is not None and name not in by_name:
         raise InvalidInput(f"tool_choice names unknown tool {short(name)}; known tools: {sorted(by_name)}")
     fmt = TOOL_FORMATS.get(tool_format)
@@ -141,4 +149,9 @@ def tool_call_pattern(
         raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
     if tool_tags is not None:
         fmt = fmt.with_tags(*tool_tags)
-    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=json_schema_to_regex)
+    strict_ids = {id(by_name[n]) for n in strict}
+
+    def to_regex(schema: Mapping[str, Any] | bool) -> str:
+        return json_schema_to_regex(schema, strict=id(schema) in strict_ids)
+
+    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=to_regex)

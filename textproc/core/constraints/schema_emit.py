@@ -176,8 +176,12 @@ class Compiler:
         positions: list[str] = []
         closed = False
         for p in range(width if hi is None else min(width, hi)):
-            nodes = [prefix[p] if p < len(prefix) else rest for prefix, rest in flat.item_parts
-                     if p < len(prefix) or rest is not None]
+            nodes: list[Node] = []
+            for prefix, rest_node in flat.item_parts:
+                if p < len(prefix):
+                    nodes.append(prefix[p])
+                elif rest_node is not None:
+                    nodes.append(rest_node)
             value = self.compile(nodes) if nodes else self.any_value(self.any_depth)
             if value is None:
                 closed = True
@@ -285,23 +289,47 @@ def _unconstrained(flat: Flat) -> bool:
 
 
 def _may_overlap(a: str, b: str) -> bool:
-    """False when two patterns provably match no common key: both anchored with literal
-    prefixes neither of which starts the other."""
+    """False when two patterns provably match no common key: both anchored at the start, and
+    their literal prefixes diverge or their first characters come from disjoint sets."""
     if not (a.startswith("^") and b.startswith("^")):
         return True
     pa, pb = _literal_prefix(a[1:]), _literal_prefix(b[1:])
-    return pa.startswith(pb) or pb.startswith(pa)
+    if pa and pb:
+        return pa.startswith(pb) or pb.startswith(pa)
+    fa, fb = _first_chars(a[1:]), _first_chars(b[1:])
+    return fa is None or fb is None or bool(fa & fb)
 
 
 def _literal_prefix(pattern: str) -> str:
-    out = []
-    for i, c in enumerate(pattern):
+    out: list[str] = []
+    for c in pattern:
         if c in "\\.[](){}*+?|^$":
             if c in "*+?{" and out:
                 out.pop()  # the last literal is repeated: not fixed
             break
         out.append(c)
     return "".join(out)
+
+
+def _first_chars(pattern: str) -> set[int] | None:
+    """Code points a match must start with, when the pattern starts with a literal or a plain
+    class (no quantifier that allows zero), else None."""
+    m = re_.match(r"\[([^\]\\^][^\]\\]*)\]|([^\\.\[\](){}*+?|^$])", pattern)
+    if m is None or pattern[m.end():m.end() + 1] in ("*", "?", "{"):
+        return None
+    if m.group(2):
+        return {ord(m.group(2))}
+    chars: set[int] = set()
+    body = m.group(1)
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            chars.update(range(ord(body[i]), ord(body[i + 2]) + 1))
+            i += 3
+        else:
+            chars.add(ord(body[i]))
+            i += 1
+    return chars
 
 
 def _is_integral(value: Any) -> bool:

@@ -255,7 +255,8 @@ class Flattener:
         branches = []
         for i, sub in enumerate(_schema_list(node.schema, "oneOf", node.path)):
             child = node.child(sub, f".oneOf[{i}]")
-            branches.append([(t, self._flat_of(t, child.path)) for t in self._terms(child, depth + 1)])
+            # each branch as it applies: together with the keywords next to the oneOf
+            branches.append([(t, self._flat_of(t + [node], child.path)) for t in self._terms(child, depth + 1)])
         for i, a in enumerate(branches):
             for b in branches[i + 1:]:
                 for _, fa in a:
@@ -293,14 +294,10 @@ def disjoint(a: Flat, b: Flat, flattener: Flattener) -> bool:
             return True
     if types_of(a) & types_of(b) == {"object"}:
         for key in set(a.required) & set(b.required):
-            fa = [f for p in a.parts if key in p.props for f in flattener.flatten(p.props[key])]
-            fb = [f for p in b.parts if key in p.props for f in flattener.flatten(p.props[key])]
-            if fa and fb and all(disjoint(x, y, flattener) for x in fa for y in fb):
-                return True
-            if not fa and any(key in p.props or p.additional is not None for p in a.parts):
-                return True  # a forbids the key b requires
-            if not fb and any(key in p.props or p.additional is not None for p in b.parts):
-                return True
+            fa = flattener.flatten_all([p.props[key] for p in a.parts if key in p.props])
+            fb = flattener.flatten_all([p.props[key] for p in b.parts if key in p.props])
+            if all(disjoint(x, y, flattener) for x in fa for y in fb):
+                return True  # (also when one side forbids the key outright)
     return False
 
 

@@ -66,6 +66,7 @@ FORMATS = {
     "iri-reference": rf"(?:{_URI}|{_RELATIVE})",
     "uri-template": rf"(?:{_URI}|{_RELATIVE})",
     "json-pointer": _POINTER,
-    "relative-json-pointer": rf"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",
+    # no 0 before another digit (jsonschema's checker reads any such 0 as a leading zero)
+    "relative-json-pointer": r"(?:0|[1-9]+0?)(?:#|(?:/(?:[^~/]|~[01])*)+)",
     "byte": r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?",
 }

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from textproc.core.constraints.regex_parts import MAX_COUNT
 from textproc.core.constraints.schema_flat import TYPES, Flat, Node, ObjPart, decimal, json_equal
 from textproc.errors import InvalidInput, short
 
 __all__ = ["add_assertions", "types_of", "type_atoms", "REFUSED_FORMATS"]
 
-MAX_COUNT = 1 << 20
 # formats the JSON Schema spec defines that no regex here enforces (others are enforced, see
 # schema_formats, or are annotations: unknown formats assert nothing)
 REFUSED_FORMATS = {"regex": "a regular expression's syntax is not a regular language"}
@@ -68,9 +68,9 @@ def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
     value = schema[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a non-negative integer")
-    return min(value, MAX_COUNT + 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > MAX_COUNT:
+        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be an integer from 0 to {MAX_COUNT}")
+    return value
 
 
 def add_assertions(flat: Flat, node: Node, legacy: bool, strict: bool) -> None:
@@ -167,6 +167,8 @@ def _add_string(flat: Flat, schema: Mapping[str, Any], path: str) -> None:
         if schema["pattern"] not in flat.patterns:
             flat.patterns.append(schema["pattern"])
     fmt = schema.get("format")
+    if fmt is not None and not isinstance(fmt, str):
+        raise InvalidInput(f"format {short(fmt)} at {path}.format must be a string")
     if isinstance(fmt, str):
         from textproc.core.constraints.schema_formats import FORMATS
 
