@@ -209,11 +209,32 @@ class Verdict:
     states: int = 0
 
 
-def instances(case: dict[str, Any], check: Any) -> tuple[list[Any], list[Any]]:
-    """The case's instances whose verdict ``jsonschema`` shares (valid, invalid)."""
+def case_instances(case: dict[str, Any], *, mutate: bool = True, seed: int = 0) -> tuple[Any, list[Any], list[Any]]:
+    """(checker, valid, invalid): the case's instances whose verdict ``jsonschema`` shares,
+    plus invalid mutations of the valid ones. Raises when jsonschema cannot use the schema."""
+    check = validator(case["schema"])
     valid = [v for v in case["valid"] if check.is_valid(v)]
     invalid = [v for v in case["invalid"] if not check.is_valid(v)]
-    return valid, invalid
+    if mutate:
+        rng = random.Random(seed)
+        for value in valid:
+            invalid.extend(m for m in mutations(value, rng) if not check.is_valid(m))
+    return check, valid, invalid
+
+
+def judge_texts(verdict: Verdict, accept: Any, valid: list[Any], invalid: list[Any], order: dict[str, int]) -> None:
+    """Fill ``verdict`` from ``accept(text) -> bool`` on the instances."""
+    for value in valid:
+        verdict.valid += 1
+        if not any(accept(t) for t in texts(value, order)):
+            verdict.valid_rejected.append(texts(value, order)[-1])
+    for value in invalid:
+        verdict.invalid += 1
+        for text in texts(value, order):
+            if accept(text):
+                verdict.invalid_accepted.append(text)
+    if verdict.valid_rejected or verdict.invalid_accepted:
+        verdict.status = "wrong"
 
 
 def judge(case: dict[str, Any], *, samples: int = 20, mutate: bool = True, seed: int = 0,
@@ -221,8 +242,7 @@ def judge(case: dict[str, Any], *, samples: int = 20, mutate: bool = True, seed:
     """Compile ``case``'s schema and judge it on its instances (see the module docstring)."""
     verdict = Verdict(case["name"], case["source"])
     try:
-        check = validator(case["schema"])
-        valid, invalid = instances(case, check)
+        check, valid, invalid = case_instances(case, mutate=mutate, seed=seed)
     except Exception as e:  # a schema jsonschema itself cannot use (remote refs, ...)
         verdict.status, verdict.reason = "skipped", f"jsonschema: {type(e).__name__}"
         return verdict
@@ -236,21 +256,8 @@ def judge(case: dict[str, Any], *, samples: int = 20, mutate: bool = True, seed:
         verdict.status, verdict.reason = "refused", "nests too deeply"
         return verdict
     verdict.states = dfa.n_states
-    rng = random.Random(seed)
-    order = key_orders(case["schema"])
-    for value in valid:
-        verdict.valid += 1
-        if not any(accepts(dfa, t) for t in texts(value, order)):
-            verdict.valid_rejected.append(texts(value, order)[-1])
-    if mutate:
-        for value in valid:
-            invalid.extend(m for m in mutations(value, rng) if not check.is_valid(m))
-    for value in invalid:
-        verdict.invalid += 1
-        for text in texts(value, order):
-            if accepts(dfa, text):
-                verdict.invalid_accepted.append(text)
-    for text in walk_samples(dfa, rng, samples):
+    judge_texts(verdict, lambda text: accepts(dfa, text), valid, invalid, key_orders(case["schema"]))
+    for text in walk_samples(dfa, random.Random(seed), samples):
         verdict.invalid += 1
         try:
             ok = check.is_valid(json.loads(text))
@@ -258,6 +265,5 @@ def judge(case: dict[str, Any], *, samples: int = 20, mutate: bool = True, seed:
             ok = False
         if not ok:
             verdict.invalid_accepted.append(text)
-    if verdict.valid_rejected or verdict.invalid_accepted:
-        verdict.status = "wrong"
+            verdict.status = "wrong"
     return verdict

@@ -196,7 +196,18 @@ def test_refs_by_id_and_anchor() -> None:
     _agrees(schema, [{"a": True, "b": 1, "c": "x"}, {"a": 1}, {"b": "x"}, {"c": 1}])
 
 
-def test_refusals_are_not_silent() -> None:
+def test_unique_items_min_properties_and_regex_format() -> None:
+    unique = {"type": "array", "items": {"enum": ["r", "w", "x"]}, "uniqueItems": True, "minItems": 1}
+    _agrees(unique, [["r"], ["r", "w", "x"], ["w", "x"], ["r", "r"], [], ["y"]])
+    assert not _match(unique, ["w", "r"])  # valid, but the set's own order is the one produced
+    _sound(unique)
+    _agrees({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, [[True, False], [True, True], []])
+    _agrees({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [[1, 1]], [1, 2]])
     with pytest.raises(InvalidInput, match="uniqueItems"):
-        json_schema_to_regex({"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True})
+        json_schema_to_regex({"type": "array", "items": STR, "uniqueItems": True})
     assert _match({"type": "array", "uniqueItems": False}, [1, 1])  # false asserts nothing
+    nonempty = {"type": "object", "properties": {"a": INT, "b": INT}, "minProperties": 1}
+    _agrees(nonempty, [{}, {"a": 1}, {"b": 1}, {"z": 1}, {"a": 1, "b": 2}])
+    with pytest.raises(InvalidInput, match="accepts no value"):
+        json_schema_to_regex({"type": "object", "additionalProperties": False, "minProperties": 1})
+    _sound({"type": "string", "format": "regex"})

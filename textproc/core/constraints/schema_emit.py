@@ -29,6 +29,7 @@ from textproc.errors import InvalidInput, short
 __all__ = ["Compiler", "MAX_CONTAINS"]
 
 MAX_CONTAINS = 4  # largest minContains enforced (each one is a copy of the item regex)
+MAX_UNIQUE = 32  # largest item set uniqueItems is enforced on
 _SCALARS = [f'"{CHAR}*"', r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", "(?:true|false)", "null"]
 
 
@@ -118,7 +119,10 @@ class Compiler:
                     return None
                 continue
             members.append((_lit(_dumps(name)) + ": " + value, name in flat.required))
-        return _members(members, self.extra_member(flat, names))
+        if flat.min_props > max(1, len(set(flat.required))):
+            raise InvalidInput(f"minProperties {flat.min_props} at {flat.path}.minProperties: only 1, or no more "
+                               f"than the required properties, is enforced")
+        return _members(members, self.extra_member(flat, names), nonempty=flat.min_props > 0)
 
     def nodes_for(self, part: ObjPart, name: str, path: str) -> list[Node]:
         """What ``part`` says of the value under key ``name`` (all of them apply)."""
@@ -196,6 +200,8 @@ class Compiler:
             return None
         if flat.contains:
             return self.contains(flat, positions, rest, lo, hi)
+        if flat.unique and (hi is None or hi > 1):
+            return self.unique(flat, rest_nodes, rest, width, lo, hi)
         if n == 0:
             if hi == 0 or rest is None:
                 return r"\[\]" if lo == 0 else None
@@ -209,6 +215,31 @@ class Compiler:
                 tail = f"(?:{tail})?"
         body = positions[0] + tail
         return rf"\[{body}\]" if lo > 0 else rf"\[(?:{body})?\]"
+
+    def unique(self, flat: Flat, rest_nodes: list[Node], rest: str | None, width: int, lo: int,
+               hi: int | None) -> str | None:
+        """uniqueItems over a finite item set: the items in the order the set lists them."""
+        flats = self.flattener.flatten_all(rest_nodes) if rest_nodes else []
+        values: list[Any] = []
+        for f in flats:
+            if f.enum is None and not types_of(f) <= {"boolean", "null"}:
+                values = []
+                break
+            values.extend(f.enum if f.enum is not None else
+                          [x for t, xs in (("boolean", [True, False]), ("null", [None])) if t in f.types for x in xs])
+        if width or not values or lo > 1 or len(values) > MAX_UNIQUE or (hi is not None and hi < len(values)):
+            raise InvalidInput(
+                f"uniqueItems at {flat.path}.uniqueItems is enforced only for items from a finite set (enum, "
+                f"boolean) of at most {MAX_UNIQUE} values, without prefixItems, minItems above 1 or maxItems "
+                f"below the set's size (or with maxItems 1)"
+            )
+        matcher = re_.compile(rest) if rest is not None else None
+        texts: list[str] = []
+        for v in values:
+            text = _dumps(v)
+            if matcher is not None and matcher.fullmatch(text) and _lit(text) not in texts:
+                texts.append(_lit(text))
+        return _members([(t, False) for t in texts], None, nonempty=lo > 0, braces=(r"\[", r"\]"))
 
     def contains(self, flat: Flat, positions: list[str], rest: str | None, lo: int, hi: int | None) -> str | None:
         (node, least), *others = flat.contains
@@ -256,28 +287,32 @@ class Compiler:
         return self._any[depth]
 
 
-def _members(members: list[tuple[str, bool]], extra: str | None) -> str:
+def _members(members: list[tuple[str, bool]], extra: str | None, *, nonempty: bool = False,
+             braces: tuple[str, str] = (r"\{", r"\}")) -> str | None:
     """``{...}`` of the declared members in order (optional ones may be left out), then any
-    number of ``extra`` members."""
+    number of ``extra`` members; ``nonempty``: at least one member."""
     tail = ""  # members i.. after one was written
-    nonempty: str | None = None  # members i.., at least one, none written before
+    first_member: str | None = None  # members i.., at least one, none written before
     for member, required in reversed(members):
         first = member + tail
         if required:
-            nonempty, tail = first, f", {member}{tail}"
+            first_member, tail = first, f", {member}{tail}"
         else:
-            nonempty = first if nonempty is None else f"(?:{first}|{nonempty})"
+            first_member = first if first_member is None else f"(?:{first}|{first_member})"
             tail = f"(?:, {member})?{tail}"
     more = f"(?:, {extra})*" if extra else ""
-    if nonempty is None:
-        body = f"(?:{extra}{more})?" if extra else ""
+    optional = "" if nonempty else "?"
+    if first_member is None:
+        if not extra:
+            return None if nonempty else braces[0] + braces[1]
+        body = f"(?:{extra}{more}){optional}"
     elif any(required for _, required in members):
-        body = nonempty + more
+        body = first_member + more
     elif extra:
-        body = f"(?:{nonempty}{more}|{extra}{more})?"
+        body = f"(?:{first_member}{more}|{extra}{more}){optional}"
     else:
-        body = f"(?:{nonempty})?"
-    return rf"\{{{body}\}}"
+        body = f"(?:{first_member}){optional}"
+    return braces[0] + body + braces[1]
 
 
 def _unconstrained(flat: Flat) -> bool:

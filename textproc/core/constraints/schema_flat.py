@@ -31,10 +31,9 @@ MAX_BRANCHES = 64  # largest union one schema may distribute into (anyOf x anyOf
 _REFUSED = {
     "not": "negation", "if": "conditional subschemas", "unevaluatedProperties": "annotation-dependent",
     "unevaluatedItems": "annotation-dependent", "propertyNames": "key constraints",
-    "minProperties": "property counts", "maxProperties": "property counts",
+    "maxProperties": "property counts",
     "dependentSchemas": "conditional subschemas", "$dynamicRef": "dynamic references",
     "$recursiveRef": "dynamic references", "maxContains": "bounded contains",
-    "uniqueItems": "distinct items (not a regular language)",
 }  # fmt: skip
 _LEGACY = ("draft-03", "draft-04", "draft-06", "draft-07")
 
@@ -94,6 +93,8 @@ class Flat:
     lo: tuple[Decimal, bool] | None = None  # (bound, exclusive)
     hi: tuple[Decimal, bool] | None = None
     multiple_of: list[Decimal] = field(default_factory=list)
+    min_props: int = 0
+    unique: bool = False  # uniqueItems
     empty: bool = False  # a contradiction was found: no value fits
 
 
@@ -219,7 +220,7 @@ class Flattener:
             raise InvalidInput(f"schema at {node.path} nests $ref / allOf too deeply")
         node = Node(schema, self.base_of(node, schema), node.path, node.refs)
         for key, what in _REFUSED.items():
-            if key in schema and not (key == "uniqueItems" and schema[key] is False):
+            if key in schema:
                 raise InvalidInput(f"keyword {key!r} at {node.path}.{key} ({what}) cannot be enforced by a "
                                    f"regular constraint; remove it or restate the schema without it")
         if "contains" in schema and schema.get("minContains", 1) == 0:

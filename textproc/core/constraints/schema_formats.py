@@ -11,7 +11,8 @@
 - ``uri`` / ``iri``, ``uri-reference`` / ``iri-reference`` (RFC 3986 ASCII: scheme, optional
   authority, path, query, fragment, percent escapes), ``uri-template`` (a URI reference without
   expressions), ``json-pointer``, ``relative-json-pointer``, ``uuid``;
-- ``byte`` (OpenAPI: base64 text).
+- ``byte`` (OpenAPI: base64 text), ``regex`` (only patterns without groups, classes,
+  quantifiers, alternation or escapes: literal text with ``.``, ``^``, ``$``).
 
 Formats not listed (``binary``, ``password``, ``int32``, any vendor name) are annotations and
 assert nothing, as JSON Schema says of formats an implementation does not know.
@@ -69,4 +70,6 @@ FORMATS = {
     # no 0 before another digit (jsonschema's checker reads any such 0 as a leading zero)
     "relative-json-pointer": r"(?:0|[1-9]+0?)(?:#|(?:/(?:[^~/]|~[01])*)+)",
     "byte": r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?",
+    # regexes with no group, class, quantifier, alternation or escape: literal text with . ^ $
+    "regex": r"[^\\()\[\]{}*+?|]*",
 }

@@ -18,7 +18,7 @@ __all__ = ["add_assertions", "types_of", "type_atoms", "REFUSED_FORMATS"]
 
 # formats the JSON Schema spec defines that no regex here enforces (others are enforced, see
 # schema_formats, or are annotations: unknown formats assert nothing)
-REFUSED_FORMATS = {"regex": "a regular expression's syntax is not a regular language"}
+REFUSED_FORMATS: dict[str, str] = {}
 _TYPE_ATOMS = {
     "object": {"object"}, "array": {"array"}, "string": {"string"}, "number": {"integer", "fraction"},
     "integer": {"integer"}, "boolean": {"boolean"}, "null": {"null"},
@@ -107,6 +107,9 @@ def _add_object(flat: Flat, node: Node, schema: Mapping[str, Any], path: str, st
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise InvalidInput(f"required {short(required)} at {path}.required must be a list of names")
     flat.required.extend(r for r in required if r not in flat.required)
+    least = _count(schema, "minProperties", path)
+    if least is not None:
+        flat.min_props = max(flat.min_props, least)
     if not any(k in schema for k in ("properties", "patternProperties", "additionalProperties")):
         return
     props = schema.get("properties", {})
@@ -129,6 +132,8 @@ def _add_array(flat: Flat, node: Node, schema: Mapping[str, Any], path: str, leg
         flat.min_items = max(flat.min_items, lo)
     if hi is not None:
         flat.max_items = hi if flat.max_items is None else min(flat.max_items, hi)
+    if schema.get("uniqueItems") is True:
+        flat.unique = True
     items = schema.get("items")
     prefix_key, rest_key = ("items", "additionalItems") if isinstance(items, list) else ("prefixItems", "items")
     if isinstance(items, list) and not legacy:
