@@ -94,7 +94,9 @@ def test_corpus_schemas_judge_every_instance_right(capsys: pytest.CaptureFixture
 @pytest.mark.slow
 @pytest.mark.skipif(not CORPUS.is_file(), reason=f"no schema corpus; run: {FETCH}")
 @pytest.mark.timeout(7200)
-def test_whole_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+def test_whole_corpus(request: pytest.FixtureRequest) -> None:
+    if not FULL and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the whole schema corpus: run with -m slow (or TEXTPROC_FULL_SCHEMAS=1)")
     verdicts = [judge(case, samples=10, budget_s=120.0) for case in load_corpus()]
     assert not [(v.name, v.invalid_accepted[:2]) for v in verdicts if v.invalid_accepted]
     assert not [(v.name, v.valid_rejected[:2]) for v in verdicts if v.valid_rejected and not _narrowed(v)]
