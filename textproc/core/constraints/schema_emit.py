@@ -122,7 +122,8 @@ class Compiler:
         if flat.min_props > max(1, len(set(flat.required))):
             raise InvalidInput(f"minProperties {flat.min_props} at {flat.path}.minProperties: only 1, or no more "
                                f"than the required properties, is enforced")
-        return _members(members, self.extra_member(flat, names), nonempty=flat.min_props > 0)
+        return _members(members, self.extra_member(flat, names), nonempty=flat.min_props > 0,
+                        check=lambda regex: self.check_size(regex, flat.path))
 
     def nodes_for(self, part: ObjPart, name: str, path: str) -> list[Node]:
         """What ``part`` says of the value under key ``name`` (all of them apply)."""
@@ -288,7 +289,7 @@ class Compiler:
 
 
 def _members(members: list[tuple[str, bool]], extra: str | None, *, nonempty: bool = False,
-             braces: tuple[str, str] = (r"\{", r"\}")) -> str | None:
+             braces: tuple[str, str] = (r"\{", r"\}"), check: Any = None) -> str | None:
     """``{...}`` of the declared members in order (optional ones may be left out), then any
     number of ``extra`` members; ``nonempty``: at least one member."""
     tail = ""  # members i.. after one was written
@@ -300,6 +301,8 @@ def _members(members: list[tuple[str, bool]], extra: str | None, *, nonempty: bo
         else:
             first_member = first if first_member is None else f"(?:{first}|{first_member})"
             tail = f"(?:, {member})?{tail}"
+        if check is not None:
+            check(first_member)  # quadratic in optional members: stop as soon as it is too long
     more = f"(?:, {extra})*" if extra else ""
     optional = "" if nonempty else "?"
     if first_member is None:
