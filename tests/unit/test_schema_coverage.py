@@ -206,6 +206,8 @@ def test_unique_items_min_properties_and_regex_format() -> None:
     with pytest.raises(InvalidInput, match="uniqueItems"):
         json_schema_to_regex({"type": "array", "items": STR, "uniqueItems": True})
     assert _match({"type": "array", "uniqueItems": False}, [1, 1])  # false asserts nothing
+    _agrees({"minProperties": 1}, [{}, {"a": 1}, [], 3])  # untyped: only objects are counted
+    _agrees({"uniqueItems": True, "items": {"type": "boolean"}}, [[True, True], [True], "x"])
     nonempty = {"type": "object", "properties": {"a": INT, "b": INT}, "minProperties": 1}
     _agrees(nonempty, [{}, {"a": 1}, {"b": 1}, {"z": 1}, {"a": 1, "b": 2}])
     with pytest.raises(InvalidInput, match="accepts no value"):

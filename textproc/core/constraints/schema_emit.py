@@ -322,7 +322,7 @@ def _unconstrained(flat: Flat) -> bool:
     return not (
         flat.parts or flat.required or flat.item_parts or flat.contains or flat.min_items
         or flat.max_items is not None or flat.min_len or flat.max_len is not None or flat.patterns
-        or flat.formats or flat.lo or flat.hi or flat.multiple_of
+        or flat.formats or flat.lo or flat.hi or flat.multiple_of or flat.min_props or flat.unique
     )
 
 
