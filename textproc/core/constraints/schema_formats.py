@@ -68,7 +68,7 @@ FORMATS = {
     "uri-template": rf"(?:{_URI}|{_RELATIVE})",
     "json-pointer": _POINTER,
     # no 0 before another digit (jsonschema's checker reads any such 0 as a leading zero)
-    "relative-json-pointer": r"(?:0|[1-9]+0?)(?:#|(?:/(?:[^~/]|~[01])*)+)",
+    "relative-json-pointer": r"(?:0|[1-9]+0?)(?:#|(?:/(?:[^~/]|~[01])*)*)",
     "byte": r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?",
     # regexes with no group, class, quantifier, alternation or escape: literal text with . ^ $
     "regex": r"[^\\()\[\]{}*+?|]*",
