@@ -28,7 +28,8 @@ than a regex can say, the regex allows less, and these are the only narrowings:
 - Numbers with bounds or ``multipleOf`` are written without an exponent; integers without a
   fraction (``1``, never ``1.0``); ``-0`` is not produced in bounded ranges.
 - ``enum`` / ``const`` values are written as ``json.dumps`` writes them (objects with their
-  keys in the order given).
+  keys in the order given, numbers inside arrays and objects as given; a top-level integral
+  number also with a zero fraction).
 - ``contains`` only with ``minContains`` up to 4 and no ``prefixItems`` / ``maxItems``.
 - ``format``: see :mod:`~textproc.core.constraints.schema_formats`.
 
