@@ -46,6 +46,7 @@ NARROWED = {
     "format: uri-template": "uri-template without expressions",
     "validation of URIs": "uri hosts without IP literals",
     "validation of e-mail addresses": "email: a common ASCII subset",
+    "validation of regular expressions": "format regex: literal patterns only",
 }
 
 
