@@ -213,3 +213,20 @@ def test_unique_items_min_properties_and_regex_format() -> None:
     with pytest.raises(InvalidInput, match="accepts no value"):
         json_schema_to_regex({"type": "object", "additionalProperties": False, "minProperties": 1})
     _sound({"type": "string", "format": "regex"})
+
+
+def test_strict_request_option_reaches_the_regex() -> None:
+    from types import SimpleNamespace
+
+    from textproc.http.api_types import JsonSchemaFormat, ResponseFormat
+    from textproc.http.structured import structured_spec
+    from textproc.service.constraints import structured_regex
+
+    schema = {"type": "object", "properties": {"a": INT}}
+    extra = '{"a": 1, "b": 2}'
+    for strict, allowed in ((None, True), (False, True), (True, False)):
+        fmt = ResponseFormat(type="json_schema", json_schema=JsonSchemaFormat(name="s", schema_=schema, strict=strict))
+        spec = structured_spec(SimpleNamespace(response_format=fmt))
+        assert bool(re.fullmatch(structured_regex(spec), extra)) == allowed, strict
+    with pytest.raises(InvalidInput, match="must be one of"):
+        structured_regex({"regex": "a", "strict": True})
