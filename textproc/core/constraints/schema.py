@@ -20,7 +20,8 @@ than a regex can say, the regex allows less, and these are the only narrowings:
 - Extra keys (``additionalProperties`` absent / ``true`` / a schema, ``patternProperties``)
   come after the declared ones; a key matching several patterns gets a value valid for all
   of them; duplicate extra keys are not excluded (each value valid for the key).
-- Values with no constraint are any JSON value nested at most ``any_depth`` deep.
+- Values with no constraint are any JSON value nested at most ``any_depth`` deep; the values
+  of extra keys that nothing types (``additionalProperties`` absent or ``true``) one level less.
 - ``$ref`` recursion is unrolled ``max_recursion`` times per reference on a path; deeper
   outputs are not produced (a branch that needs more is dropped).
 - ``oneOf`` only when its branches are provably disjoint (distinct types, or a required

@@ -151,7 +151,9 @@ class Compiler:
                 general.append(part.additional)
             general.extend(n for _, n in part.patterns)
         alternatives = []
-        value = self.compile(general) if general else self.any_value(self.any_depth)
+        # free extra keys take shallower values than declared free values (each object repeats
+        # them: the automaton grows with their depth)
+        value = self.compile(general) if general else self.any_value(self.any_depth - 1)
         if value is not None:
             alternatives.append(f'"{key_except(names)}": {value}')
         for j, part in enumerate(flat.parts):
