@@ -3,6 +3,7 @@
 vs llguidance, side by side in one run on the Qwen3 vocabulary.
 
     .venv/bin/python bench/constraints.py [--quick] [--json PATH] [--model-dir DIR] [--reps N]
+    .venv/bin/python bench/constraints.py --coverage [--per-source N] [--sources suite,bfcl]
 
 Per schema (the same regex goes to every compiler: ``json_schema_to_regex`` output, or the
 forced tool-call pattern):
@@ -22,6 +23,9 @@ forced tool-call pattern):
   without the copy, for an engine that reads the mask bytes in place); outlines-core
   ``Guide.advance(t)`` + ``write_mask_into``; llguidance ``consume_token(t)`` +
   ``unsafe_compute_mask_ptr`` (fill + consume). Median and p99 microseconds per step.
+
+``--coverage``: schema coverage on the real-world corpus instead, beside llguidance
+(``bench/constraints_coverage.py``).
 
 One-time vocabulary set-up is reported separately. JSON lines out (``--json``); ``uptime``
 load average is in the header: compare ratios, not absolute numbers, on a shared machine.
@@ -159,7 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-references", action="store_true", help="textproc only")
     p.add_argument("--no-outlines", action="store_true", help="textproc and llguidance (outlines-core "
                    "compiles take seconds to minutes here)")
+    p.add_argument("--coverage", action="store_true", help="schema coverage on the real-world corpus")
+    p.add_argument("--per-source", type=int, default=40, help="--coverage: schemas per source (0: all)")
+    p.add_argument("--sources", help="--coverage: comma-separated sources (suite, schemastore, bfcl)")
+    p.add_argument("--schema-budget", type=float, default=10.0, help="--coverage: seconds per DFA build")
     args = p.parse_args(argv)
+    if args.coverage:
+        from constraints_coverage import run
+
+        info = machine()
+        print(describe(info))
+        args.per_source = args.per_source or None
+        tokenizer_json = model_dir(args.model_dir) / "tokenizer.json"
+        write_json(args.json, run(args, tokenizer_json if tokenizer_json.is_file() else None), info)
+        return 0
     reps = 1 if args.quick else args.reps
     info = machine()
     print(describe(info))

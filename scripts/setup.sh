@@ -10,6 +10,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,bench]'
 .venv/bin/python scripts/fetch_fixtures.py
+.venv/bin/python scripts/fetch_schemas.py
 bash scripts/fetch_agents.sh
 # the real engine's own environment (.venv-vllm) and a small model; TEXTPROC_SKIP_VLLM=1 skips
 if [ "${TEXTPROC_SKIP_VLLM:-0}" != "1" ]; then

@@ -59,6 +59,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
                 },
                 "required": ["value"],
+                "additionalProperties": False,  # open nodes multiply the automaton per level
             }
         },
         "$ref": "#/$defs/node",

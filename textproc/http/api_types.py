@@ -186,7 +186,7 @@ class StreamOptions(msgspec.Struct):
 class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
     name: str | None = None
     schema_: dict[str, Any] | bool | None = msgspec.field(default=None, name="schema")
-    strict: bool | None = None  # the schema is always enforced
+    strict: bool | None = None  # true: objects that list properties are closed (always enforced)
     description: str | None = None
 
 

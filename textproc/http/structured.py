@@ -3,7 +3,7 @@
 Owns the mapping of OpenAI's ``response_format`` (``text``, ``json_object``, ``json_schema``),
 vLLM's ``structured_outputs`` (``json``, ``regex``, ``choice``) and its older ``guided_json`` /
 ``guided_regex`` / ``guided_choice`` into ``{"json": schema} | {"regex": str} | {"choice":
-[str]}`` (``ChatRequest.structured``). Nothing is silently ignored: a field this server
+[str]}`` (``ChatRequest.structured``; ``json_schema.strict: true`` adds ``"strict": True``). Nothing is silently ignored: a field this server
 cannot enforce (``guided_grammar``, ``structured_outputs.grammar`` / ``structural_tag``, a
 second constraint next to the first) is a 400 naming it. The schema itself is compiled by a
 worker, whose errors (unsupported keyword with its JSON path, compile budget) come back as
@@ -54,7 +54,8 @@ def _response_format(fmt: Any) -> dict[str, Any]:
         if spec is None or spec.schema_ is None:
             raise ApiError("response_format type 'json_schema' needs json_schema.schema",
                            param="response_format.json_schema.schema")
-        return {"json": spec.schema_}
+        # strict: true closes objects that list properties (OpenAI's strict mode)
+        return {"json": spec.schema_, "strict": True} if spec.strict else {"json": spec.schema_}
     raise ApiError(f"response_format type {short(fmt.type)} is not supported; supported: "
                    "'text', 'json_object', 'json_schema'", param="response_format.type")
 

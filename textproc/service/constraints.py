@@ -41,13 +41,17 @@ _WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"typ
 
 def structured_regex(spec: Any) -> str:
     """The regex of a structured-output spec ``{"json": schema} | {"regex": str} |
-    {"choice": [str, ...]}`` (what the HTTP layer makes of response_format / structured_outputs)."""
-    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in STRUCTURED_KINDS:
+    {"choice": [str, ...]}`` (what the HTTP layer makes of response_format / structured_outputs);
+    ``{"json": schema, "strict": True}`` closes objects that list properties."""
+    strict = isinstance(spec, dict) and "json" in spec and spec.get("strict") is True
+    kinds = [k for k in spec if not (strict and k == "strict")] if isinstance(spec, dict) else []
+    if len(kinds) != 1 or kinds[0] not in STRUCTURED_KINDS:
         raise InvalidInput(f"structured output {short(spec)} must be one of "
                            f"{{'json': schema}}, {{'regex': str}}, {{'choice': [str]}}")
-    kind, value = next(iter(spec.items()))
+    kind = kinds[0]
+    value = spec[kind]
     if kind == "json":
-        return constraint_regex(json_schema=value)[0]
+        return constraint_regex(json_schema=value, strict=strict)[0]
     if kind == "regex":
         return constraint_regex(regex=value)[0]
     return constraint_regex(choice=value)[0]

@@ -86,10 +86,12 @@ def constraint_regex(
     tools: Sequence[Mapping[str, Any]] | None = None,
     tool_name: str | None = None,
     max_regex_chars: int = MAX_REGEX_CHARS,
+    strict: bool = False,
 ) -> tuple[str, str]:
     """``(regex, what)``: the regex a constraint becomes and a short name for errors.
     Exactly one of ``regex`` / ``json_schema`` / ``choice`` / ``tools``; a JSON schema whose
-    regex would pass ``max_regex_chars`` is refused while it is being expanded."""
+    regex would pass ``max_regex_chars`` is refused while it is being expanded; ``strict``
+    closes the schema's objects that list properties (``json_schema_to_regex``)."""
     given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("choice", choice),
                             ("tools", tools)) if v is not None]
     if len(given) != 1:
@@ -107,7 +109,7 @@ def constraint_regex(
                 schema = json.loads(schema)
             except ValueError as e:
                 raise InvalidInput(f"json_schema {short(schema)} is not valid JSON: {e}") from e
-        return json_schema_to_regex(schema, max_chars=max_regex_chars), "the JSON schema"
+        return json_schema_to_regex(schema, max_chars=max_regex_chars, strict=strict), "the JSON schema"
     if choice is not None:
         if isinstance(choice, (str, bytes)) or not isinstance(choice, Sequence) or not choice:
             raise InvalidInput(f"choice {short(choice)} must be a non-empty list of strings")

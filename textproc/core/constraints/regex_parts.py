@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from textproc.core.constraints.regex_syntax import merge, subtract
 from textproc.errors import InvalidInput, short
 
-__all__ = ["MAX_COUNT", "CHAR", "lit", "group", "repeat", "int_range", "translate_pattern"]
+__all__ = ["MAX_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "int_range", "translate_pattern", "key_except"]
 
 MAX_COUNT = 1 << 20  # largest minLength/maxLength/minItems/maxItems and pattern {n,m} count
 # one character inside a JSON string: unescaped, a short escape or a non-surrogate \\u escape
@@ -333,3 +334,42 @@ def _emit_set(ranges: list[tuple[int, int]], negated: bool) -> str:
     if not alternatives:
         raise InvalidInput(f"a character set {ranges!r} that no JSON string character fits")
     return group(alternatives)
+
+
+# -- object keys ---------------------------------------------------------------------------
+
+# one character inside a JSON string written as json.dumps writes it (the canonical escapes):
+# a key written this way decodes to exactly one text, so "not one of these names" is exact
+CANON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))'
+
+
+def key_except(names: Sequence[str]) -> str:
+    """Regex of a JSON string body (no quotes, canonical escapes) whose text is none of ``names``."""
+    if not names:
+        return f"{CANON_CHAR}*"
+    trie: dict[str, Any] = {}
+    for name in names:
+        node = trie
+        for c in name:
+            node = node.setdefault(c, {})
+        node[""] = {}
+    return _trie_complement(trie)
+
+
+def _trie_complement(node: dict[str, Any]) -> str:
+    alternatives = []
+    children = [c for c in node if c]
+    for c in children:
+        alternatives.append(lit(json.dumps(c, ensure_ascii=False)[1:-1]) + _trie_complement(node[c]))
+    if any(c in '"\\' or ord(c) < 0x20 for c in children):
+        other = _emit_set([(ord(c), ord(c)) for c in children], True)
+    elif children:
+        plain = "".join(_class_char(ord(c)) for c in sorted(children))
+        other = rf'(?:[^"\\\x00-\x1f{plain}]|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))'
+    else:
+        other = CANON_CHAR
+    alternatives.append(f"{other}{CANON_CHAR}*")
+    body = group(alternatives)
+    if "" in node:  # the text so far is a name: at least one more character
+        return body if len(alternatives) > 1 or body.startswith("(?:") else f"(?:{body})"
+    return f"(?:{body})?"
