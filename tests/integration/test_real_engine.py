@@ -287,8 +287,9 @@ def test_client_that_leaves_frees_its_kv_blocks_in_vllm(servers: tuple[Service, 
             chunks += line.startswith("data: ")
             if chunks >= 5:
                 break
-        busy = engine_stats(service)["scheduler"]
-        assert busy["requests"] == 1 and busy["free_kv_blocks"] < idle["free_kv_blocks"], busy
+        # (the stats file is rewritten every 0.1 s: wait for the one that shows the request)
+        busy = _wait_engine(service, lambda s: s["scheduler"]["requests"] == 1)["scheduler"]
+        assert busy["free_kv_blocks"] < idle["free_kv_blocks"], busy
     after = _wait_engine(service, lambda s: s["scheduler"]["requests"] == 0)
     assert after["scheduler"]["free_kv_blocks"] == idle["free_kv_blocks"]
     aborted = [r for r in after["requests"].values() if r["finish_reason"] == "abort"]
