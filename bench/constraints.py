@@ -25,7 +25,7 @@ forced tool-call pattern):
   ``unsafe_compute_mask_ptr`` (fill + consume). Median and p99 microseconds per step.
 
 ``--coverage``: schema coverage on the real-world corpus instead, beside llguidance
-(``bench/constraints_coverage.py``).
+(``bench/_constraints_coverage.py``).
 
 One-time vocabulary set-up is reported separately. JSON lines out (``--json``); ``uptime``
 load average is in the header: compare ratios, not absolute numbers, on a shared machine.
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schema-budget", type=float, default=10.0, help="--coverage: seconds per DFA build")
     args = p.parse_args(argv)
     if args.coverage:
-        from constraints_coverage import run
+        from _constraints_coverage import run
 
         info = machine()
         print(describe(info))
