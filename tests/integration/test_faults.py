@@ -18,7 +18,7 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import pytest
@@ -52,6 +52,14 @@ def _pid_of(pids: dict[str, Any], key: str) -> Any:
         if key.startswith(prefix):
             return pids[table].get(key[len(prefix):])
     return pids.get(key)
+
+
+async def _until(ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {timeout_s} s")
+        await asyncio.sleep(0.02)
 
 
 def _wait_restarted(service: Service, key: str, old_pid: int, timeout_s: float = 30) -> None:
@@ -349,7 +357,11 @@ def _kill_rounds(tmp_path: Path, toy_model: Path, rounds: int, *,
                         if key == "http":
                             url, http_pid = http_url(service, http_pid)
                         else:
-                            _wait_restarted(service, key, pid)
+                            # off the event loop: the client must read the ProcessDied (and the
+                            # new engine's Ready) while we wait, or it would fail the requests
+                            # sent below for a death it learns of only after sending them
+                            await asyncio.to_thread(_wait_restarted, service, key, pid)
+                            await _until(lambda: client.engine_down is None, 30, "engine up")
                         # serves again: everything completes, through both doors
                         again = await asyncio.wait_for(asyncio.gather(
                             *(_client_stream(client, i, 3, f"after-{kind}{rnd}") for i in range(8)),
