@@ -234,8 +234,8 @@ def _write_compact_json(path: Path, obj: Any) -> None:
 
 
 def _check_strings() -> list[str]:
-    """A few hundred strings from tests.helpers.corpus: all edge cases plus generated documents."""
-    from tests.helpers.corpus import fast_items
+    """A few hundred strings from textproc.testing.corpus: all edge cases plus generated documents."""
+    from textproc.testing.corpus import fast_items
 
     items = fast_items(200_000)
     step = max(1, len(items) // N_CHECK_STRINGS)
@@ -244,7 +244,7 @@ def _check_strings() -> list[str]:
 
 def _compare(name: str, strings: list[str], ours: Callable[[str], list[int]],
              ref: Callable[[str], list[int]], what: str) -> None:
-    from tests.helpers.corpus import first_difference
+    from textproc.testing.corpus import first_difference
 
     for text in strings:
         a, b = ours(text), ref(text)

@@ -24,7 +24,7 @@ import pytest
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from tests.helpers.corpus import fast_items
+from textproc.testing.corpus import fast_items
 from tests.helpers.models import MODELS_DIR, model_dir
 
 __all__ = [

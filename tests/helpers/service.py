@@ -1,9 +1,8 @@
 """Helpers for integration tests: a toy Qwen-like model dir, a running service, uvloop runs.
 
 ``wait_http(http_file, proc, log_path, timeout_s)`` waits for an HTTP frontend's address file
-and returns its base URL. ``build_toy_model(dir)`` writes a small byte-level BPE tokenizer.json trained with HF
-``tokenizers`` plus Qwen-like added tokens and textproc's ChatML template, so tests that do not
-need the real vocabulary never depend on fetched files. ``Service`` runs ``textproc serve`` as a
+and returns its base URL. ``build_toy_model(dir)`` (from ``textproc.testing.models``) writes a small byte-level BPE
+tokenizer.json, so tests that do not need the real vocabulary never depend on fetched files. ``Service`` runs ``textproc serve`` as a
 real process tree (through ``textproc.service.launcher``) and, on ``stop()``, names every process or socket file that did not go away.
 """
 
@@ -23,54 +22,10 @@ import uvloop
 from textproc.errors import StartupTimeout
 from textproc.http.health import pid_alive
 from textproc.service.launcher import ServeProcess
+from textproc.testing.models import build_toy_model
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
-
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-NON_SPECIAL = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
-TRAIN_TEXT = [
-    "Hello world! The quick brown fox jumps over the lazy dog. " * 4,
-    "def add(a, b):\n    return a + b\n\n" * 3,
-    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
-    "你好，世界。今天天气很好。我们去公园散步吧。",
-    "Emoji: 😀 👍🏽 👨‍👩‍👧 🎉 — naïve café résumé",
-    "user assistant system tool think reasoning answer stop STOP END",
-]
-
-
-# the toy template refuses unknown roles, so tests see a template raise_exception end a request
-TOY_TEMPLATE_GUARD = (
-    "{%- for m in messages %}{%- if m.role not in ['system', 'user', 'assistant', 'tool'] %}"
-    "{{- raise_exception('unknown role ' + m.role) }}{%- endif %}{%- endfor %}"
-)
-
-
-def build_toy_model(path: Path) -> Path:
-    """A Qwen-like toy tokenizer dir (tokenizer.json + tokenizer_config.json), built in ~0.1 s."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    from textproc.core.chat.template import CHATML_TEMPLATE
-
-    path.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(TRAIN_TEXT, trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in NON_SPECIAL])
-    tok.save(str(path / "tokenizer.json"))
-    config = {
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "bos_token": None,
-        "chat_template": TOY_TEMPLATE_GUARD + CHATML_TEMPLATE,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(config))
-    return path
-
 
 def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``coro_fn()`` on a fresh uvloop loop (the loop factory, as the frontend does)."""

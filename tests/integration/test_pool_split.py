@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import pytest
 import zmq
 
-from tests.helpers.corpus import fast_items
+from textproc.testing.corpus import fast_items
 from tests.helpers.models import MODELS_DIR
 from tests.helpers.service import Service, run
 from textproc.client import TextClient

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers.corpus import (
+from textproc.testing.corpus import (
     EDGE_CASES,
     REFERENCE_REFUSES,
     fast_items,

@@ -1,6 +1,6 @@
 """Real-world schemas (``scripts/fetch_schemas.py``): for every schema that compiles, no invalid
 instance is accepted and every valid one is, as UTF-8 bytes through the minimal DFA of its
-regex (``tests/helpers/schema_corpus`` says how instances are chosen and judged).
+regex (``textproc/testing/schema_corpus`` says how instances are chosen and judged).
 
 A valid instance may be rejected only by a narrowing the ``schema`` module documents; the
 schemas where the corpus shows one are listed in ``NARROWED`` with the reason, so a new one
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.schema_corpus import CORPUS, FETCH, Verdict, judge, load_corpus
+from textproc.testing.schema_corpus import CORPUS, FETCH, Verdict, judge, load_corpus
 from textproc.core.constraints import json_schema_to_regex
 from textproc.errors import InvalidInput
 

@@ -15,7 +15,7 @@ import tokenizers
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
+from textproc.testing.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
 from tests.helpers.models import model_dir
 from textproc.core.convert import (
     BYTES_TO_UNICODE,

@@ -261,7 +261,7 @@ def test_protocol_object_without_weakref() -> None:
 @pytest.mark.parametrize("name", ["qwen3", "mistral", "gpt2"])
 def test_edge_corpus_one_token_at_a_time(name: str) -> None:
     """Every named edge case, fed one id per step: deltas == decode, state stays O(1)."""
-    from tests.helpers.corpus import EDGE_CASES, REFERENCE_REFUSES
+    from textproc.testing.corpus import EDGE_CASES, REFERENCE_REFUSES
 
     tok, _ = real_vocab(name)
     for case, text in EDGE_CASES.items():

@@ -15,7 +15,7 @@ import pytest
 import sentencepiece as spm
 import tokenizers
 
-from tests.helpers.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
+from textproc.testing.corpus import EDGE_CASES, REFERENCE_REFUSES, fast_items
 from tests.helpers.models import MODELS_DIR, REPO_ROOT
 
 

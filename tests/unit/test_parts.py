@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.corpus import fast_items
+from textproc.testing.corpus import fast_items
 from tests.helpers.references import CASE_NAMES, get_case, trained_json
 from textproc.core.tok.parts import CUT_SEARCH_CHARS, Cutter
 from textproc.core.tok.segments import SegmentCache

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from tests.helpers.regex_sampler import sample
-from tests.helpers.schema_corpus import validator
+from textproc.testing.schema_corpus import validator
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.core.constraints.schema_formats import FORMATS
 from textproc.errors import InvalidInput

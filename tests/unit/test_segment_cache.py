@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.corpus import fast_items
+from textproc.testing.corpus import fast_items
 from tests.helpers.models import model_dir
 from tests.helpers.templates import template_source
 from textproc.core.chat.template import render_chat

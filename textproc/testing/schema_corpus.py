@@ -22,15 +22,16 @@ from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 from jsonschema import validators
 
 from textproc.core.constraints import Budget, json_schema_to_regex
 from textproc.core.constraints.automaton import ByteDFA, build_dfa
 from textproc.core.constraints.regex_syntax import parse_regex
 from textproc.errors import InvalidInput
+from textproc.testing.models import REPO_ROOT
 
-CORPUS = Path(__file__).resolve().parents[2] / ".cache" / "schemas" / "corpus.jsonl"
+CORPUS = REPO_ROOT / ".cache" / "schemas" / "corpus.jsonl"
 FETCH = ".venv/bin/python scripts/fetch_schemas.py"
 
 
