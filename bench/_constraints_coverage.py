@@ -6,7 +6,7 @@
 The corpus is ``.cache/schemas/corpus.jsonl`` (``scripts/fetch_schemas.py``): the JSON Schema
 Test Suite (``suite``), SchemaStore schemas vendored by check-jsonschema with its example files
 (``schemastore``) and function-calling tools of the Berkeley Function Calling Leaderboard
-(``bfcl``). Per schema both engines get the same instances (``tests/helpers/schema_corpus``:
+(``bfcl``). Per schema both engines get the same instances (``textproc/testing/schema_corpus``:
 verdicts from ``jsonschema``, invalid mutations of the valid ones), as ``json.dumps`` text in
 the instance's key order or the schema's:
 
@@ -24,17 +24,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-from tests.helpers.schema_corpus import (  # noqa: E402
+from textproc.testing.schema_corpus import (
     CORPUS, FETCH, Verdict, case_instances, judge, judge_texts, key_orders, load_corpus)
 
 SOURCES = ("suite", "schemastore", "bfcl")

@@ -4,7 +4,7 @@ The code of ``bench/tokenize.py`` (which only starts it: see there why).
 
     .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
 
-Prompts: cut from the generated mixed corpus of ``tests/corpus.py`` (prose, code, 20+ scripts,
+Prompts: cut from the generated mixed corpus of ``textproc/testing/corpus.py`` (prose, code, 20+ scripts,
 emoji, digits...), ``long`` ~8,000 tokens and ``short`` ~50 tokens (Qwen vocabulary), every prompt
 different.
 
@@ -25,7 +25,6 @@ this process for ``tokenizers``), which depends less on what else runs on the ma
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -33,19 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    Progress,
-    Serve,
-    describe,
-    machine,
-    make_prompts,
-    model_dir,
-    print_table,
-    pyplot,
-    save_figure,
-    write_json,
-)
+from _common import Progress, Serve, make_prompts, print_table, pyplot, save_figure, write_json
+
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.machine import describe, machine
 
 __all__ = ["main"]
 
@@ -149,10 +139,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="few prompts, N workers only (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per result here")
-    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="few prompts, N workers only (< 1 min)", json_help="append one JSON line per result here")
     p.add_argument("--workers", help="comma list (default 1..cores)")
     p.add_argument("--long", type=int, help="number of ~8k-token prompts")
     p.add_argument("--short", type=int, help="number of ~50-token prompts")
@@ -161,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, help="requests in flight (default 8/64 per worker)")
     p.add_argument("--plot", type=Path, help="PNG: tokens/s against workers")
     args = p.parse_args(argv)
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     cores = os.cpu_count() or 1
     workers = [int(x) for x in args.workers.split(",")] if args.workers else \
         [cores] if args.quick else list(range(1, cores + 1))

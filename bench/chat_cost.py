@@ -32,17 +32,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    Serve,
-    describe,
-    machine,
-    make_prompts,
-    model_dir,
-    pct,
-    print_table,
-    write_json,
-)
+from _common import Serve, make_prompts, pct, print_table, write_json
+
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.machine import describe, machine
 
 
 def _request(host: str, model: str, prompt: str, max_tokens: int, stream: bool) -> bytes:
@@ -98,7 +91,7 @@ class _Conn:
 
 def _load_main(argv: list[str]) -> int:
     """The load generator (a process of its own): prints one JSON line of results."""
-    p = argparse.ArgumentParser()
+    p = bench_parser(__doc__, quick="200 requests per mode (unless --requests)", json_help="append one JSON line per mode")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--prompts")
@@ -207,19 +200,16 @@ def _one_mode(serve: Serve, host: str, port: int, prompts_file: Path, args: argp
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="200 requests per mode (unless --requests)")
     p.add_argument("--requests", type=int, default=None, help="requests per mode (default 2000)")
     p.add_argument("--concurrency", type=int, default=16, help="connections (default 16)")
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per request (default 16)")
     p.add_argument("--step-ms", type=float, default=2.0, help="the stub's step cadence (default 2)")
     p.add_argument("--workers", type=int, default=2, help="tokenizer workers (default 2)")
-    p.add_argument("--json", type=Path, default=None, help="append one JSON line per mode")
     p.add_argument("--profile", type=Path, default=None, help="py-spy the HTTP process into DIR")
-    p.add_argument("--model-dir", default=None, help="default .cache/models/qwen3")
     args = p.parse_args(argv)
     if args.requests is None:
         args.requests = 200 if args.quick else 2000
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     from tokenizers import Tokenizer as HFTokenizer
 
     prompts = make_prompts(HFTokenizer.from_file(str(model / "tokenizer.json")), 30, 400, seed=5)

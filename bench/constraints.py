@@ -33,30 +33,26 @@ load average is in the header: compare ratios, not absolute numbers, on a shared
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import math
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from array import array
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import describe, machine, model_dir, print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
-from textproc import TokenVocabulary, Tokenizer, compile_constraint  # noqa: E402
-from textproc.core.constraints import Guide, json_schema_to_regex, tool_call_pattern  # noqa: E402
-from textproc.service.constraints import table_of  # noqa: E402
-from textproc.service.index_store import IndexStore  # noqa: E402
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.machine import describe, machine
+
+from textproc import TokenVocabulary, Tokenizer, compile_constraint
+from textproc.core.constraints import Guide, json_schema_to_regex, tool_call_pattern
+from textproc.service.constraints import table_of
+from textproc.service.index_store import IndexStore
 
 STR = {"type": "string"}
 INT = {"type": "integer"}
@@ -155,10 +151,7 @@ def _steps_us(step: Any, ids: list[int], rounds: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="2 schemas, 1 rep (the smoke test)")
-    p.add_argument("--json", type=Path, help="append JSON lines here")
-    p.add_argument("--model-dir", help="default: .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="2 schemas, 1 rep (the smoke test)", json_help="append JSON lines here")
     p.add_argument("--reps", type=int, default=3, help="compiles per schema and compiler (best kept)")
     p.add_argument("--no-references", action="store_true", help="textproc only")
     p.add_argument("--no-outlines", action="store_true", help="textproc and llguidance (outlines-core "
@@ -174,13 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         info = machine()
         print(describe(info))
         args.per_source = args.per_source or None
-        tokenizer_json = model_dir(args.model_dir) / "tokenizer.json"
+        tokenizer_json = model_dir_arg(p, args.model_dir) / "tokenizer.json"
         write_json(args.json, run(args, tokenizer_json if tokenizer_json.is_file() else None), info)
         return 0
     reps = 1 if args.quick else args.reps
     info = machine()
     print(describe(info))
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     tok = Tokenizer.from_dir(model)
     t0 = time.perf_counter()
     vocab = TokenVocabulary.from_dir(model)

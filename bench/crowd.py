@@ -38,7 +38,7 @@ while a prober GETs ``/health`` every 50 ms on a new connection. It reports:
 
 ``--quick``: 100 streams, 2 rounds. ``CROWD_DEBUG=1`` also prints the worst probes (and when
 in their round they came) and the service log. Without ``--model-dir`` it uses ``.cache/models/qwen3`` if
-present, else a toy model (``tests.helpers.service.py``).
+present, else the toy model (``textproc.testing.models.build_toy_model``).
 """
 
 from __future__ import annotations
@@ -55,11 +55,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from _common import Serve, pct, write_json
 
-from bench._common import Serve, machine, pct, write_json  # noqa: E402
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.machine import machine
 
 PROBE_EVERY_S = 0.05
 SETTLE_S = 5.0  # after the crowd: wait this long before the last RSS sample
@@ -299,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--probe"]:
         return _probe_main(argv[1], int(argv[2]))
-    p = argparse.ArgumentParser(prog="bench/crowd.py", description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__, quick="100 streams, 2 rounds", json_help="append the result as a JSON line",
+                     prog="bench/crowd.py")
     p.add_argument("--streams", type=int, default=500, help="streams at once (default 500)")
     p.add_argument("--rounds", type=int, default=5, help="crowds one after the other (default 5)")
     p.add_argument("--events", type=int, default=5, help="SSE events each reads (default 5)")
@@ -307,18 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="tokenizer workers (default 2)")
     p.add_argument("--http-workers", type=int, default=1,
                    help="HTTP frontend processes on the port (default 1)")
-    p.add_argument("--quick", action="store_true", help="100 streams, 2 rounds")
-    p.add_argument("--json", type=Path, default=None, help="append the result as a JSON line")
-    p.add_argument("--model-dir", default=None, help="default .cache/models/qwen3, else a toy")
     args = p.parse_args(argv)
     if args.quick:
         args.streams, args.rounds = 100, 2
-    model = Path(args.model_dir) if args.model_dir else REPO_ROOT / ".cache" / "models" / "qwen3"
     tmp = Path(tempfile.mkdtemp(prefix="tp-crowd-"))
-    if not (model / "tokenizer.json").is_file():
-        from tests.helpers.service import build_toy_model
-
-        model = build_toy_model(tmp / "toy")
+    model = model_dir_arg(p, args.model_dir, toy_dir=tmp / "toy")
     serve = Serve(model, workers=args.workers, engine="stub", max_model_len=args.max_tokens + 512,
                   extra=["--stub-mode", "random", "--stub-arg=--step-ms=0",
                          "--stub-arg=--max-batch=1024", "--http", "127.0.0.1:0",

@@ -9,7 +9,7 @@ step into its parts, each in CPU microseconds per request-step (``time.process_t
 ``--repeat`` runs: the box is shared) and the tokens/s one core would reach at that cost:
 
 - ``pipeline``: ``OutputPipeline.feed`` of ``k`` ids for each of ``--streams`` pipelines
-  (Qwen vocabulary, the mixed corpus of ``tests/corpus.py``, each stream at its own offset),
+  (Qwen vocabulary, the mixed corpus of ``textproc/testing/corpus.py``, each stream at its own offset),
   ``plain`` (no stops, no parser) and ``stops+parse`` (3 stop strings that never match,
   reasoning + tools), with the streams inside the ``<think>`` block (``reasoning``) or after it
   (``content``);
@@ -25,22 +25,24 @@ step into its parts, each in CPU microseconds per request-step (``time.process_t
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import describe, machine, mixed_text, model_dir, print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
-import msgspec  # noqa: E402
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import describe, machine
 
-from textproc.config import ServiceConfig  # noqa: E402
-from textproc.core.pipeline import OutputPipeline  # noqa: E402
-from textproc.options import OutputOptions, ParseOptions  # noqa: E402
-from textproc.protocol import (  # noqa: E402
+import msgspec
+
+from textproc.config import ServiceConfig
+from textproc.core.pipeline import OutputPipeline
+from textproc.options import OutputOptions, ParseOptions
+from textproc.protocol import (
     EngineOutFrame,
     EngineRequest,
     EngineStep,
@@ -51,8 +53,8 @@ from textproc.protocol import (  # noqa: E402
     Submit,
     pack_ids,
 )
-from textproc.core.tokenizer import Tokenizer  # noqa: E402
-from textproc.transport import encoder  # noqa: E402
+from textproc.core.tokenizer import Tokenizer
+from textproc.transport import encoder
 
 __all__ = ["main"]
 
@@ -186,10 +188,7 @@ def bench_floor(work: Work, streams: int, steps: int, repeat: int, packed: bool)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="fewer steps (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per result here")
-    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="fewer steps (< 1 min)", json_help="append one JSON line per result here")
     p.add_argument("--streams", type=int, default=1024)
     p.add_argument("--steps", type=int, help="steps per run (default 20 quick / 100)")
     p.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     info = machine()
     print(f"detok_pipeline: {describe(info)}", flush=True)
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     steps = args.steps or (20 if args.quick else 100)
     ks = [int(x) for x in args.k.split(",")]
     work = Work(model)

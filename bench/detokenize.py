@@ -14,7 +14,7 @@ as the sockets take them; after the last one a final step ends every stream with
 ``finish_reason="length"``; the clock stops when every stream's last output has arrived.
 
 Output tokens: the Qwen encoding of ``<think>`` + mixed text + ``</think>`` + mixed text (the
-generated corpus of ``tests/corpus.py``: prose, code, 20+ scripts, emoji; its own think and
+generated corpus of ``textproc/testing/corpus.py``: prose, code, 20+ scripts, emoji; its own think and
 tool-call tags removed), each stream from a different offset into the content part. ``text ok``:
 stream 0's text (content + reasoning) equals ``tokenizers``' decode of its ids (in
 ``stops+parse`` mode up to the whitespace the parser drops around the think tags). Modes:
@@ -42,7 +42,6 @@ Outputs send the way the detokenizer does it against alternatives (see ``send_co
 
 from __future__ import annotations
 
-import argparse
 import collections
 import gc
 import json
@@ -56,25 +55,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    REPO_ROOT,
-    Progress,
-    cpu_seconds,
-    describe,
-    machine,
-    mixed_text,
-    model_dir,
-    print_table,
-    write_json,
-)
+from _common import Progress, print_table, write_json
 
-import msgspec  # noqa: E402
-import zmq  # noqa: E402
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import cpu_seconds, describe, machine
+from textproc.testing.models import REPO_ROOT
 
-from textproc.config import ServiceConfig, ipc_endpoints  # noqa: E402
-from textproc.options import OutputOptions, ParseOptions  # noqa: E402
-from textproc.protocol import (  # noqa: E402
+import msgspec
+import zmq
+
+from textproc.config import ServiceConfig, ipc_endpoints
+from textproc.options import OutputOptions, ParseOptions
+from textproc.protocol import (
     EngineHello,
     EngineRequest,
     EngineStep,
@@ -530,10 +523,7 @@ def send_costs() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="fewer tokens per case (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per result here")
-    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="fewer tokens per case (< 1 min)", json_help="append one JSON line per result here")
     p.add_argument("--streams", help="comma list (default 1,64,1024,4096)")
     p.add_argument("--modes", default="plain,stops+parse")
     p.add_argument("--tokens", type=int, help="tokens per case (default 20,000 quick / 300,000)")
@@ -556,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
                            ("us CPU", "us_cpu", ".2f"), ("load", "load_avg_1m", ".1f")])
         write_json(args.json, send_rows, info)
         return 0
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     streams_list = [int(x) for x in (args.streams or "1,64,1024,4096").split(",")]
     if args.floor:
         info = machine()

@@ -15,7 +15,7 @@ tokens are single ASCII letters, so the characters a client has received = token
 Load: one asyncio (uvloop) ``TextClient`` in this process, open loop: Poisson arrivals at each
 ``--rates`` value for ``--duration`` seconds; each request is ``complete(prompt, max_tokens=32,
 stop=[2 strings that never match])`` with a different ~50-token prompt of mixed real text
-(``tests/corpus.py``). Levels go up until saturation (achieved < 90% of offered, or errors).
+(``textproc/testing/corpus.py``). Levels go up until saturation (achieved < 90% of offered, or errors).
 
 Per request, with ``perf_counter`` (CLOCK_MONOTONIC, shared by all processes):
 
@@ -38,7 +38,6 @@ distributions per level (needs matplotlib, the ``bench`` extra).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -49,23 +48,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    FakeEngine,
+from _common import (
     Progress,
     Serve,
-    cpu_seconds,
-    describe,
     letter_ids,
-    machine,
     make_prompts,
-    model_dir,
     pct,
     print_table,
     pyplot,
     save_figure,
     write_json,
 )
+
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.engine import EngineProcess
+from textproc.testing.machine import cpu_seconds, describe, machine
 
 __all__ = ["main"]
 
@@ -204,7 +201,7 @@ def run_endpoints(model: Path, kind: str, workers: int, rates: list[float], dura
 
     serve = Serve(model, workers=workers, engine="external", endpoints=kind,
                   extra=["--detokenizers", str(detokenizers)])
-    engine = FakeEngine(serve.engine_ins, serve.engine_outs, ids, step_ms=step_ms)
+    engine = EngineProcess(serve.engine_ins, serve.engine_outs, ids, step_ms=step_ms).start()
     results: list[tuple[float, list[Record], float, float, dict[str, float], float]] = []
     floors: list[dict[str, Any] | None] = []  # the hop probe beside each level
 
@@ -315,10 +312,7 @@ def _floor_text(f: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="two low rates, ipc only, short (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per level here")
-    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="two low rates, ipc only, short (< 1 min)", json_help="append one JSON line per level here")
     p.add_argument("--rates", help="offered requests/s, comma list")
     p.add_argument("--endpoints", help="ipc,tcp (default both; quick: ipc)")
     p.add_argument("--duration", type=float, help="seconds per level (default 3 quick / 8)")
@@ -333,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                    "under the same load (it adds two processes waking 200 times/s, which raises "
                    "the TTFT+ tail it sits beside)")
     args = p.parse_args(argv)
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     rates = [float(x) for x in (args.rates or ("20,100" if args.quick else
                                                "50,100,200,300,500,750,1000,1500")).split(",")]
     kinds = (args.endpoints or ("ipc" if args.quick else "ipc,tcp")).split(",")

@@ -6,7 +6,7 @@
 One run, the same inputs for every implementation. Cases (Qwen vocabulary from
 .cache/models/qwen3; build it with scripts/fetch_fixtures.py):
 
-- ``mixed-first``: the mixed corpus (tests/corpus.py, NFC-normalized, without its 50,000-char
+- ``mixed-first``: the mixed corpus (textproc/testing/corpus.py, NFC-normalized, without its 50,000-char
   words, which have their own case), first pass on freshly
   loaded tokenizers (empty word caches; textproc's merge table is built by ``validate()``
   before timing, as the service's workers do before they report Ready);
@@ -33,10 +33,8 @@ loop with RAYON_NUM_THREADS=1; tiktoken runs ``Encoding.encode`` in a loop (no t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -49,27 +47,18 @@ from typing import Any
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_json
 
-from _common import cpu_model  # noqa: E402
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.machine import describe, machine
+from textproc.testing.models import MODELS_DIR, REPO_ROOT
 
-MODELS_DIR = REPO_ROOT / ".cache" / "models"
 QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 Encode = Callable[[str], list[int]]
-
-
-def machine() -> dict[str, Any]:
-    return {"nproc": os.cpu_count(), "cpu": cpu_model("unknown"),
-            "python": platform.python_version(),
-            "loadavg_1m": round(os.getloadavg()[0], 2),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def _time_pass(encode: Encode, texts: Sequence[str]) -> tuple[float, float, list[list[int]]]:
@@ -168,7 +157,7 @@ def run_case(case: str, impls: dict[str, Encode | None], passes: Sequence[Sequen
 
 
 def _repetitive_text(n_bytes: int, seed: int) -> list[str]:
-    from tests.helpers.corpus import PROSE_EN
+    from textproc.testing.corpus import PROSE_EN
 
     rng = random.Random(seed)
     texts, total = [], 0
@@ -194,7 +183,7 @@ def _unique_words(n_bytes: int, seed: int) -> list[str]:
 def _mixed(size: int) -> list[str]:
     """The mixed corpus without its 50,000-character words (they have their own case); below
     1 MB the edge cases plus a prefix of the generated documents."""
-    from tests.helpers.corpus import fast_items, mixed_corpus_items
+    from textproc.testing.corpus import fast_items, mixed_corpus_items
 
     items = mixed_corpus_items(size) if size >= 1_000_000 else fast_items(size)
     return [text for label, text in items if not label.startswith("long_word:")]
@@ -256,9 +245,8 @@ def _print(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small inputs, one pass (< 1 min)")
-    parser.add_argument("--json", type=Path, help="append one JSON line per case here")
+    parser = bench_parser(__doc__, quick="small inputs, one pass (< 1 min)",
+                          json_help="append one JSON line per case here", model=None)
     parser.add_argument("--size-bytes", type=int, help="mixed corpus size (default 4 MB, quick 300 KB)")
     parser.add_argument("--reps", type=int, help="timed passes per case (default 3, quick 1)")
     args = parser.parse_args(argv)
@@ -266,14 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or (1 if args.quick else 3)
     small = max(20_000, size // 10)
 
-    if not (MODELS_DIR / "qwen3" / "tokenizer.json").is_file():
-        print("qwen3 vocabulary missing: run .venv/bin/python scripts/fetch_fixtures.py",
-              file=sys.stderr)
-        return 2
-
+    model_dir_arg(parser, None, "qwen3")  # the other vocabularies are optional
     info = machine()
-    print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  python={info['python']}"
-          f"  loadavg={info['loadavg_1m']}  corpus={size:,} bytes  reps={reps}", flush=True)
+    print(f"# {describe(info)}; corpus={size:,} bytes  reps={reps}", flush=True)
     results: list[dict[str, Any]] = []
     qwen = Impls("qwen3")
     impls = {"textproc": qwen.textproc(), "tokenizers": qwen.hf(), "tiktoken": qwen.tiktoken()}
@@ -299,13 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                                         warmup=False, vocab=name))
     results.append(_load_times(qwen.path))
     for result in results:
-        result.update({"quick": args.quick, **info})
+        result["quick"] = args.quick
         _print(result)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "a", encoding="utf-8") as f:
-            for result in results:
-                f.write(json.dumps(result) + "\n")
+    write_json(args.json, results, info)
     ok = all(r["identical_ids"] is not False for r in results)
     if not ok:
         print("identical_ids is False for some case", file=sys.stderr)

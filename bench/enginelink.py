@@ -35,36 +35,29 @@ does) vs keeping the ``array('I')``.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from array import array
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_json
 
-from _common import write_json  # noqa: E402
+import msgspec
+import zmq
 
-import msgspec  # noqa: E402
-import zmq  # noqa: E402
-
-from textproc.engine import EngineLink  # noqa: E402
-from textproc.sharding import shard_of  # noqa: E402
-from textproc.protocol import (  # noqa: E402
+from textproc.engine import EngineLink
+from textproc.sharding import shard_of
+from textproc.protocol import (
     EngineAbort,
     EngineRequest,
     EngineStepPacked,
     pack_ids,
 )
+from textproc.testing.bench_cli import bench_parser
+from textproc.testing.engine import EnginePeer
+from textproc.testing.machine import machine
 
 __all__ = ["main", "run"]
 
@@ -72,37 +65,6 @@ PROMPT_TOKENS = 1024
 ARRIVALS_PER_ACTIVE = 1 / 256
 ABORTS_PER_ACTIVE = 1 / 2048
 BLOCK = 50  # steps per mode before switching
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "zmq": zmq.zmq_version(),
-        "pyzmq": zmq.__version__,
-        "msgspec": msgspec.__version__,
-        "load_avg_1m": os.getloadavg()[0],
-    }
-
-
-class Peer:
-    """The textproc side: PUSH bound at engine-in, PULL bound at engine-out."""
-
-    def __init__(self, ctx: zmq.Context[Any], root: str, name: str) -> None:
-        self.engine_in = f"ipc://{root}/{name}-in"
-        self.engine_out = f"ipc://{root}/{name}-out"
-        self.push = ctx.socket(zmq.PUSH)
-        self.push.linger = 0
-        self.push.bind(self.engine_in)
-        self.pull = ctx.socket(zmq.PULL)
-        self.pull.linger = 0
-        self.pull.bind(self.engine_out)
-
-    def recv_step(self) -> bytes:
-        if not self.pull.poll(10_000):
-            raise RuntimeError(f"no step frame on {self.engine_out} within 10 s")
-        return self.pull.recv()
 
 
 class RawEngine:
@@ -175,8 +137,8 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="tp-bench-") as root:
         ctx: zmq.Context[Any] = zmq.Context()
-        peers = {m: Peer(ctx, root, m.replace("_", "-")) for m in MODES}
-        second = Peer(ctx, root, "shards2-1")  # shards2's shard 1 (shard 0 is peers["shards2"])
+        peers = {m: EnginePeer(root, m.replace("_", "-"), ctx) for m in MODES}
+        second = EnginePeer(root, "shards2-1", ctx)  # shards2's shard 1 (shard 0 is peers["shards2"])
         raws = {m: RawEngine(peers[m].engine_in, peers[m].engine_out)
                 for m in ("raw", "raw_packed")}
         links = {
@@ -190,8 +152,8 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                                           [peers["shards2"].engine_out, second.engine_out]),
         }
         for m in links:
-            peers[m].recv_step()  # EngineHello
-        second.recv_step()
+            peers[m].recv_raw(10.0)  # EngineHello
+        second.recv_raw(10.0)
         owning = [p for k, p in enumerate([peers["shards2"], second])
                   if any(shard_of(rid, 2) == k for rid in rids)]
         times: dict[str, list[float]] = {m: [] for m in MODES}
@@ -238,10 +200,10 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
                             received[mode] += len(got) + len(aborted)
                         times[mode].append(t1 - t0)
                         if mode != "shards2":
-                            peer.recv_step()
+                            peer.recv_raw(10.0)
                         else:  # a frame reaches each shard that owns one of the requests
                             for shard_peer in owning:
-                                shard_peer.recv_step()
+                                shard_peer.recv_raw(10.0)
                 done += block
         finally:
             for lk in links.values():
@@ -249,8 +211,7 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
             for r in raws.values():
                 r.close()
             for p in [*peers.values(), second]:
-                p.push.close(0)
-                p.pull.close(0)
+                p.close()
             ctx.term()
     row: dict[str, Any] = {
         "bench": "enginelink",
@@ -302,17 +263,16 @@ def unpack_cost(reps: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few steps (< 1 min)")
-    parser.add_argument("--json", type=Path, help="write the results here (one JSON line each)")
+    parser = bench_parser(__doc__, quick="few steps (< 1 min)",
+                          json_help="write the results here (one JSON line each)", model=None)
     parser.add_argument("--steps", type=int, help="steps per mode and size")
     parser.add_argument("--actives", default="1,64,256,1024", help="active request counts")
     args = parser.parse_args(argv)
     steps = args.steps or (200 if args.quick else 2000)
     actives = [int(x) for x in args.actives.split(",")]
-    info = machine()
-    print(f"EngineLink cost per step, {steps} steps per mode; {info['cpus']} cpus, "
-          f"load {info['load_avg_1m']:.1f}, zmq {info['zmq']}", flush=True)
+    info = machine(versions=True)
+    print(f"EngineLink cost per step, {steps} steps per mode; {info['nproc']} cpus, "
+          f"load {info['load_avg'][0]:.1f}, zmq {info['zmq']}", flush=True)
     header = (f"{'active':>6} {'bytes':>13} {'raw':>6} {'legacy':>7} {'ratio':>6} "
               f"{'rawpk':>6} {'packed':>7} {'ratio':>6} {'columns':>8} {'ratio':>6} "
               f"{'shards2':>8} {'/cols':>6}   "

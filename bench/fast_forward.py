@@ -18,24 +18,20 @@ header (a shared machine).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint  # noqa: E402
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern  # noqa: E402
-from textproc.core.constraints.strict_calls import strict_calls_pattern  # noqa: E402
-from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS  # noqa: E402
-from textproc.core.tokenizer import Tokenizer  # noqa: E402
+from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint
+from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.strict_calls import strict_calls_pattern
+from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
+from textproc.core.tokenizer import Tokenizer
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
                                             "unit": {"enum": ["celsius", "fahrenheit"]},
@@ -82,12 +78,10 @@ def _random_walk(guide: Guide, rng: random.Random, max_tokens: int) -> tuple[int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="few outputs (the smoke test)")
-    p.add_argument("--json", type=Path, help="append JSON lines here")
-    p.add_argument("--model-dir", default=str(REPO_ROOT / ".cache" / "models" / "qwen3"))
+    p = bench_parser(__doc__, quick="few outputs (the smoke test)", json_help="append JSON lines here")
     p.add_argument("--outputs", type=int, default=50, help="random walks per constraint")
     args = p.parse_args(argv)
+    args.model_dir = model_dir_arg(p, args.model_dir)
     tok = Tokenizer.from_dir(args.model_dir)
     markers = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
     vocab = TokenVocabulary.from_tokenizer(tok, text_specials=markers)

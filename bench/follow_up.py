@@ -29,11 +29,13 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Serve, describe, machine, mixed_text, model_dir, print_table, write_json  # noqa: E402
+from _common import Serve, print_table, write_json
+
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import describe, machine
 
 __all__ = ["main"]
 
@@ -96,10 +98,7 @@ async def run(args: argparse.Namespace, serve: Serve, hf: Any) -> list[dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="8k tokens, 3 reps (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per result here")
-    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="8k tokens, 3 reps (< 1 min)", json_help="append one JSON line per result here")
     p.add_argument("--tokens", type=int, default=32_000, help="conversation size (default 32,000)")
     p.add_argument("--reps", type=int, default=7, help="conversations (default 7)")
     p.add_argument("--workers", type=int, default=2, help="tokenizer workers (default 2)")
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         args.tokens, args.reps = min(args.tokens, 8_000), min(args.reps, 3)
     from tokenizers import Tokenizer as HFTokenizer
 
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     hf = HFTokenizer.from_file(str(model / "tokenizer.json"))
     serve = Serve(model, workers=args.workers, engine="stub", max_model_len=max(40_000, args.tokens * 2))
     try:

@@ -24,11 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, write_json  # noqa: E402
+from _common import pct, write_json
+
+from textproc.testing.bench_cli import bench_parser
+from textproc.testing.machine import machine
 
 __all__ = ["main"]
 
@@ -133,11 +134,10 @@ def probe(count: int, interval_s: float, transport: str = "ipc") -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__, quick="100 round trips of each kind",
+                     json_help="append the JSON line here too", model=None)
     p.add_argument("--count", type=int, help="round trips of each kind (default 1000, --quick "
                    "100; 0: until stdin closes)")
-    p.add_argument("--quick", action="store_true", help="100 round trips of each kind")
-    p.add_argument("--json", type=Path, help="append the JSON line here too")
     p.add_argument("--interval-ms", type=float, default=2.5, help="pause between round trips")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc",
                    help="the pyzmq round trip's transport (tcp: loopback)")

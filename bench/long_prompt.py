@@ -13,7 +13,7 @@ with the fake engine of ``bench/_common.py`` (no step delay: a request's single 
 the engine's next loop turn; it records when the request arrived and when that step was sent).
 Each prompt goes to each pool in turn, so the pools share the machine's load alike; every
 prompt is new to each pool's workers (no piece or segment cache holds it). Prompts: ``--reps``
-different prompts per size cut from the mixed corpus of ``tests/corpus.py`` (prose, code, 20+
+different prompts per size cut from the mixed corpus of ``textproc/testing/corpus.py`` (prose, code, 20+
 scripts, emoji). ``--path chat`` (default) sends each as the user message of a chat request
 (the worker renders the template and encodes); ``completion`` sends the raw text.
 
@@ -38,7 +38,6 @@ shows in wall times first).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -47,19 +46,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    FakeEngine,
-    Serve,
-    cpu_seconds,
-    describe,
-    letter_ids,
-    machine,
-    make_prompts,
-    model_dir,
-    print_table,
-    write_json,
-)
+from _common import Serve, letter_ids, make_prompts, print_table, write_json
+
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.engine import EngineProcess
+from textproc.testing.machine import cpu_seconds, describe, machine
 
 __all__ = ["main"]
 
@@ -140,12 +131,12 @@ def _run_pools(model: Path, hf: Any, prompts: dict[int, list[str]], runs: list[t
     """Start every pool (a service + the timing fake engine each), drive them, stop them."""
     import uvloop
 
-    started: list[tuple[str, Serve, FakeEngine]] = []
+    started: list[tuple[str, Serve, EngineProcess]] = []
     try:
         for workers, split in runs:
             serve = Serve(model, workers=workers, engine="external", max_model_len=MAX_MODEL_LEN,
                           extra=[] if split else ["--split-min-chars", "0"])
-            engine = FakeEngine(serve.engine_in, serve.engine_out, letter_ids(hf), step_ms=0.0)
+            engine = EngineProcess(serve.engine_in, serve.engine_out, letter_ids(hf), step_ms=0.0).start()
             started.append((_label(workers, split), serve, engine))
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             got = runner.run(_drive([(label, serve) for label, serve, _ in started], prompts, path))
@@ -196,10 +187,7 @@ def _references(model: Path, hf: Any, prompts: dict[int, list[str]],
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="8k and 32k, 1 rep (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per pool and size here")
-    p.add_argument("--model-dir", help="default .cache/models/qwen3")
+    p = bench_parser(__doc__, quick="8k and 32k, 1 rep (< 1 min)", json_help="append one JSON line per pool and size here")
     p.add_argument("--sizes", help="prompt sizes in tokens (default 8000,32000,200000)")
     p.add_argument("--reps", type=int, help="different prompts per size (default 1 quick / 3)")
     p.add_argument("--workers", default=None,
@@ -208,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-unsplit", action="store_true",
                    help="skip the largest pool with --split-min-chars 0")
     args = p.parse_args(argv)
-    model = model_dir(args.model_dir)
+    model = model_dir_arg(p, args.model_dir)
     sizes = [int(x) for x in (args.sizes or ("8000,32000" if args.quick else "8000,32000,200000")).split(",")]
     reps = args.reps or (1 if args.quick else 3)
     pools = sorted({int(x) for x in (args.workers or f"1,{os.cpu_count() or 1}").split(",")})

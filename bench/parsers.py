@@ -5,7 +5,7 @@
         [--formats hermes,...] [--repeat 3]
 
 For each format of ``textproc.core.parsing.TOOL_FORMATS`` an output is built from blocks of
-content text (the mixed corpus of ``tests/corpus.py``, no markup) and one tool call written as
+content text (the mixed corpus of ``textproc/testing/corpus.py``, no markup) and one tool call written as
 the family's template writes it (the format declaration's call spelling, arguments of ~300
 characters with nested values and non-ASCII text), repeated until the output has ``size`` characters. It is cut
 into deltas of 4 characters (about one token each) and timed three ways, CPU seconds
@@ -23,19 +23,18 @@ is the price of streaming.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import describe, machine, mixed_text, print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
-from textproc.core.parsing import TOOL_FORMATS, OutputParser, parse_output  # noqa: E402
-from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT  # noqa: E402
+from textproc.testing.bench_cli import bench_parser
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import describe, machine
+
+from textproc.core.parsing import TOOL_FORMATS, OutputParser, parse_output
+from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT
 
 DELTA_CHARS = 4
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -113,9 +112,7 @@ def time_reparse(fmt: str, deltas: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (< 1 min)")
-    p.add_argument("--json", type=Path, help="append one JSON line per result here")
+    p = bench_parser(__doc__, quick="small sizes (< 1 min)", json_help="append one JSON line per result here", model=None)
     p.add_argument("--sizes", help="output sizes in characters, comma list")
     p.add_argument("--formats", help="comma list (default: every format)")
     p.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")

@@ -44,13 +44,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from textproc.client import TextClient  # noqa: E402
-from textproc.errors import TextprocError  # noqa: E402
-from textproc.service.launcher import ServeProcess  # noqa: E402
+from textproc.client import TextClient
+from textproc.errors import TextprocError
+from textproc.service.launcher import ServeProcess
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.models import REPO_ROOT
 
 WORDS = ["alpha", "beta", "gamma", "delta", "你好", "世界", "😀", "naïve", "café", "x=1;", "\n"]
 
@@ -75,17 +73,6 @@ def _pids(runtime_dir: Path) -> dict[str, int]:
     for i, pid in sorted(info.get("workers", {}).items()):
         out[f"worker-{i}"] = int(pid)
     return out
-
-
-def _model_dir(arg: str | None, scratch: Path) -> Path:
-    if arg:
-        return Path(arg)
-    qwen = REPO_ROOT / ".cache" / "models" / "qwen3"
-    if (qwen / "tokenizer.json").is_file():
-        return qwen
-    from tests.helpers.service import build_toy_model
-
-    return build_toy_model(scratch / "toy")
 
 
 class Load:
@@ -244,24 +231,21 @@ async def soak(args: argparse.Namespace, runtime_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__, quick="30 s, 300 streams", json_help="append the result as one JSON line")
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--seconds", type=float, default=None, help="overrides --minutes")
     p.add_argument("--streams", type=int, default=2000, help="concurrent streams kept in flight")
-    p.add_argument("--quick", action="store_true", help="30 s, 300 streams")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--step-ms", type=float, default=20.0, help="stub engine step time")
     p.add_argument("--sample-s", type=float, default=5.0)
-    p.add_argument("--model-dir")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="append the result as one JSON line")
     args = p.parse_args(argv)
     if args.quick:
         args.seconds = args.seconds or 30.0
         args.streams = min(args.streams, 300)
         args.sample_s = min(args.sample_s, 2.0)
     scratch = Path(tempfile.mkdtemp(prefix="textproc-soak-"))
-    model = _model_dir(args.model_dir, scratch)
+    model = model_dir_arg(p, args.model_dir, toy_dir=scratch / "toy")
     runtime_dir = scratch / "rt"
     log_path = scratch / "serve.log"
     print(f"soak: {args.streams} streams, {args.seconds or args.minutes * 60:.0f} s, model "

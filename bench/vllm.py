@@ -29,7 +29,6 @@ text work off the engine's cores. Results, machine and date go to bench/README.m
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -40,12 +39,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO_ROOT, cpu_seconds, describe, machine, mixed_text, write_json  # noqa: E402
+from _common import write_json
 
-from textproc.engines.vllm import default_python  # noqa: E402
-from textproc.engines.vllm_reference import ReferenceServer  # noqa: E402
-from textproc.service.launcher import ServeProcess  # noqa: E402
+from textproc.testing.bench_cli import bench_parser
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import cpu_seconds, describe, machine
+from textproc.testing.models import MODELS_DIR
+
+from textproc.engines.vllm import default_python
+from textproc.engines.vllm_reference import ReferenceServer
+from textproc.service.launcher import ServeProcess
 
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 # a user record: a pattern, a bounded integer, a free string, an enum array (string maxLength
@@ -310,14 +313,12 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="concurrency 4 only, one round, short + schema")
-    p.add_argument("--json", type=Path)
+    p = bench_parser(__doc__, quick="concurrency 4 only, one round, short + schema", model=None)
     p.add_argument("--concurrency", default="4,16,64")
     p.add_argument("--mixes", default=",".join(MIXES))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--engine-cores", help="CPU list for both engines, e.g. 1 (the rest: text work)")
-    p.add_argument("--model-dir", type=Path, default=REPO_ROOT / ".cache" / "models" / "qwen3-tiny")
+    p.add_argument("--model-dir", type=Path, default=MODELS_DIR / "qwen3-tiny")
     p.add_argument("--engine-python", default=None)
     a = p.parse_args()
     python = a.engine_python or default_python()

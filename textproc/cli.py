@@ -341,14 +341,17 @@ def _bench(argv: list[str]) -> int:
         print(f"textproc bench: unknown benchmark {argv[0]!r}; available: {', '.join(names) or 'none'}",
               file=sys.stderr)
         return 2
-    saved = sys.argv
+    # as ``python bench/NAME.py`` would: its folder first on sys.path (``from _common import``)
+    saved, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *argv[1:]]
+    sys.path.insert(0, str(bench_dir))
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         sys.argv = saved
+        sys.path[:] = saved_path
     return 0
 
 
