@@ -4,7 +4,9 @@
   ``textproc.errors``, ``textproc.options`` (the request's option values) and other core
   modules; never reads ``os.environ``.
 - ``textproc/protocol/`` (every part) and the core never import each other.
-- ``textproc`` never imports ``engine_stub``, ``tests``, ``bench`` or ``scripts``.
+- ``textproc`` never imports ``engine_stub``, ``tests``, ``bench`` or ``scripts``; only
+  ``textproc/testing/`` imports ``textproc.testing``.
+- ``bench/`` never imports ``tests`` and never edits ``sys.path``.
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
 """
@@ -88,6 +90,24 @@ def test_textproc_never_imports_stub_tests_bench_or_scripts(path: Path) -> None:
     for lineno, name in _imports(path):
         assert name.split(".")[0] not in {"engine_stub", "tests", "bench", "scripts"}, (
             f"{path.name}:{lineno} imports {name}")
+
+
+def test_only_the_testing_package_imports_textproc_testing() -> None:
+    testing = PACKAGE / "testing"
+    for path in ALL_FILES:
+        if testing not in path.parents:
+            for lineno, name in _imports(path):
+                assert not name.startswith("textproc.testing"), f"{path.name}:{lineno} imports {name}"
+
+
+BENCH_FILES = sorted((ROOT / "bench").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", BENCH_FILES, ids=lambda p: p.name)
+def test_bench_never_imports_tests_nor_edits_sys_path(path: Path) -> None:
+    for lineno, name in _imports(path):
+        assert name.split(".")[0] not in {"tests", "bench"}, f"{path.name}:{lineno} imports {name}"
+    assert "sys.path" not in path.read_text(encoding="utf-8"), f"{path.name} edits sys.path"
 
 
 def test_importing_the_core_loads_no_process_layer() -> None:

@@ -1,8 +1,7 @@
+#!/usr/bin/env python3
 """Tokenizer pool throughput: the service's workers vs HF ``tokenizers`` with all threads.
 
-The code of ``bench/tokenize.py`` (which only starts it: see there why).
-
-    .venv/bin/python bench/tokenize.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
+    .venv/bin/python bench/tokenize_pool.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
 
 Prompts: cut from the generated mixed corpus of ``textproc/testing/corpus.py`` (prose, code, 20+ scripts,
 emoji, digits...), ``long`` ~8,000 tokens and ``short`` ~50 tokens (Qwen vocabulary), every prompt
@@ -211,3 +210,6 @@ def main(argv: list[str] | None = None) -> int:
         print("ERROR: textproc ids differ from tokenizers' on some prompt", file=sys.stderr)
     return 0 if ok else 1
 
+
+if __name__ == "__main__":
+    raise SystemExit(main())
