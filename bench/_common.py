@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 
-
 def make_prompts(hf_tokenizer: Any, n_tokens: int, count: int, seed: int = 0) -> list[str]:
     """``count`` different prompts of ``n_tokens`` tokens each (+-1% after re-encoding), cut at
     token boundaries (``tokenizers`` offsets) from the mixed corpus."""

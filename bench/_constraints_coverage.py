@@ -29,7 +29,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-
 from textproc.testing.schema_corpus import (
     CORPUS, FETCH, Verdict, case_instances, judge, judge_texts, key_orders, load_corpus)
 

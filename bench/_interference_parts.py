@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from engine_stub.stub import busy_work
+
 from _common import Serve
 
-from engine_stub.stub import busy_work
 from textproc.testing.corpus import fast_items
 from textproc.testing.engine import EnginePeer, StepEngine
 

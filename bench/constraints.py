@@ -43,16 +43,14 @@ import time
 from array import array
 from typing import Any
 
-
 from _common import print_table, write_json
-
-from textproc.testing.bench_cli import bench_parser, model_dir_arg
-from textproc.testing.machine import describe, machine
 
 from textproc import TokenVocabulary, Tokenizer, compile_constraint
 from textproc.core.constraints import Guide, json_schema_to_regex, tool_call_pattern
 from textproc.service.constraints import table_of
 from textproc.service.index_store import IndexStore
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.machine import describe, machine
 
 STR = {"type": "string"}
 INT = {"type": "integer"}

@@ -31,16 +31,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import print_table, write_json
-
-from textproc.testing.bench_cli import bench_parser, model_dir_arg
-from textproc.testing.corpus import mixed_text
-from textproc.testing.machine import describe, machine
-
 import msgspec
+
+from _common import print_table, write_json
 
 from textproc.config import ServiceConfig
 from textproc.core.pipeline import OutputPipeline
+from textproc.core.tokenizer import Tokenizer
 from textproc.options import OutputOptions, ParseOptions
 from textproc.protocol import (
     EngineOutFrame,
@@ -53,7 +50,9 @@ from textproc.protocol import (
     Submit,
     pack_ids,
 )
-from textproc.core.tokenizer import Tokenizer
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import describe, machine
 from textproc.transport import encoder
 
 __all__ = ["main"]

@@ -42,50 +42,39 @@ Outputs send the way the detokenizer does it against alternatives (see ``send_co
 
 from __future__ import annotations
 
+import argparse
 import collections
 import gc
-import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
-
-from _common import Progress, print_table, write_json
-
-from textproc.testing.bench_cli import bench_parser, model_dir_arg
-from textproc.testing.corpus import mixed_text
-from textproc.testing.machine import cpu_seconds, describe, machine
-from textproc.testing.models import REPO_ROOT
+from typing import Any
 
 import msgspec
 import zmq
 
-from textproc.config import ServiceConfig, ipc_endpoints
+from _common import Progress, print_table, write_json
+from _detokenize_parts import CLIENT_ID, DetokProcess, send_costs, summarize_profile
+
+from textproc.config import ServiceConfig
 from textproc.options import OutputOptions, ParseOptions
 from textproc.protocol import (
     EngineHello,
     EngineRequest,
     EngineStep,
-    FrontOutFrame,
-    Hello,
     Outputs,
-    Ready,
     StepOutput,
     Submit,
-    Welcome,
     pack_floats,
     pack_ids,
 )
+from textproc.testing.bench_cli import bench_parser, model_dir_arg
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import cpu_seconds, describe, machine
 
 __all__ = ["main"]
 
 STOP_CANDIDATES = ["<|STOP|>", "END OF ANSWER", "\n@@@@\n", "~~~~~~", "\x00STOP"]
-CLIENT_ID = b"cbench-detok0001"
 TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
@@ -114,107 +103,6 @@ class Workload:
         for k in range(start, start + n):
             out.append(p[k] if k < len(p) else c[(off + k - len(p)) % len(c)])
         return out
-
-
-class DetokProcess:
-    """The detokenizer child + this process's sockets in the worker, engine and client roles."""
-
-    def __init__(self, model: Path, profile_to: Path | None = None) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="tp-bench-detok-"))
-        self.endpoints = ipc_endpoints(str(self.root), 1)
-        config = ServiceConfig(model_dir=str(model), n_workers=1, log_level="WARNING")
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self.control = self._sock(zmq.PULL, bind=self.endpoints.control)
-        cmd = [sys.executable, "-m", "textproc.cli", "_child", "detokenizer", "0",
-               "--config", config.to_json(), "--endpoints", json.dumps(self.endpoints.to_dict()),
-               "--parent-pid", str(os.getpid())]
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
-        self.pid = self.proc.pid
-        self.dec = msgspec.msgpack.Decoder(Ready)
-        self._wait_ready("detokenizer")
-        self.submit = self._sock(zmq.PUSH, connect=self.endpoints.detok_in)
-        self.engine_in = self._sock(zmq.PULL, connect=self.endpoints.engine_in)
-        self.engine_out = self._sock(zmq.PUSH, connect=self.endpoints.engine_out)
-        self.front = self._sock(zmq.DEALER, connect=self.endpoints.detok_front)
-        self.enc = msgspec.msgpack.Encoder()
-        self.front_dec = msgspec.msgpack.Decoder(FrontOutFrame)
-        self.engine_out.send(self.enc.encode(EngineHello("bench-engine")))
-        self._wait_ready("engine")
-        self.front.send(self.enc.encode(Hello()))
-        if not self.front.poll(30_000):
-            raise RuntimeError("no Welcome from the detokenizer")
-        assert isinstance(self.front_dec.decode(self.front.recv()), Welcome)
-        self.profiler: subprocess.Popen[bytes] | None = None
-        self.profile_to = profile_to
-
-    def _sock(self, kind: int, *, bind: str | None = None, connect: str | None = None) -> Any:
-        s = self.ctx.socket(kind)
-        s.linger = 0
-        s.sndhwm = 0
-        s.rcvhwm = 0
-        if kind == zmq.DEALER:
-            s.setsockopt(zmq.ROUTING_ID, CLIENT_ID)
-        if bind:
-            s.bind(bind)
-        if connect:
-            s.connect(connect)
-        return s
-
-    def _wait_ready(self, role: str) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the detokenizer exited with {self.proc.returncode}")
-            if self.control.poll(200):
-                if self.dec.decode(self.control.recv()).role == role:
-                    return
-        raise RuntimeError(f"no Ready({role}) from the detokenizer within 120 s")
-
-    def drain_engine_in(self) -> int:
-        n = 0
-        while True:
-            try:
-                self.engine_in.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return n
-            n += 1
-
-    def start_profile(self, name: str) -> None:
-        if self.profile_to is None:
-            return
-        spy = Path(sys.executable).parent / "py-spy"
-        self.profile_to.mkdir(parents=True, exist_ok=True)
-        self.profiler = subprocess.Popen(
-            [str(spy), "record", "--pid", str(self.pid), "--rate", "250", "--format", "raw",
-             "--output", str(self.profile_to / f"{name}.txt"), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)  # let it attach
-
-    def stop_profile(self) -> Path | None:
-        if self.profiler is None:
-            return None
-        self.profiler.send_signal(signal.SIGINT)
-        try:
-            self.profiler.wait(30)
-        except subprocess.TimeoutExpired:
-            self.profiler.kill()
-        self.profiler = None
-        outs = sorted(self.profile_to.glob("*.txt"), key=lambda p: p.stat().st_mtime) \
-            if self.profile_to else []
-        return outs[-1] if outs else None
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for s in (self.control, self.submit, self.engine_in, self.engine_out, self.front):
-            s.close(0)
-        self.ctx.term()
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _rows(token_id: int, k: int) -> tuple[bytes, bytes]:
@@ -433,93 +321,55 @@ def run_floor(model: Path, work: Workload, streams: int, steps: int) -> dict[str
     return out
 
 
-def summarize_profile(path: Path, top: int = 12) -> list[tuple[str, float, float]]:
-    """py-spy raw (collapsed) stacks -> [(function (file), % own, % inclusive)] by own time."""
-    import re
-
-    own: collections.Counter[str] = collections.Counter()
-    incl: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in path.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
-        own[frames[-1]] += n
-        for f in set(frames):
-            incl[f] += n
-    if not total:
-        return []
-    return [(name, 100 * n / total, 100 * incl[name] / total) for name, n in own.most_common(top)]
+def _main_send_costs(args: argparse.Namespace) -> int:
+    info = machine()
+    print(f"detokenize --send-costs: {describe(info)}", flush=True)
+    send_rows = send_costs()
+    print_table(send_rows, [("way", "way", ""), ("bytes", "bytes", "d"), ("us wall", "us_wall", ".2f"),
+                       ("us CPU", "us_cpu", ".2f"), ("load", "load_avg_1m", ".1f")])
+    write_json(args.json, send_rows, info)
+    return 0
 
 
-_DRAIN = """
-import sys, zmq
-c = zmq.Context().socket(zmq.DEALER)
-c.setsockopt(zmq.ROUTING_ID, sys.argv[2].encode())
-c.rcvhwm = 0
-c.connect(sys.argv[1])
-c.send(b"hi")
-while True:
-    if len(c.recv(copy=False)) == 1:
-        break
-"""
+def _main_floor(args: argparse.Namespace, model: Path, streams_list: list[int]) -> int:
+    info = machine()
+    print(f"detokenize --floor: {describe(info)}", flush=True)
+    work = Workload(model, 60_000)
+    total = args.tokens or (20_000 if args.quick else 300_000)
+    floor_rows = []
+    for streams in streams_list:
+        steps = max(10, min(args.max_steps or 10_000, total // streams))
+        f = run_floor(model, work, streams, steps)
+        floor_rows.append({"bench": "detokenize-floor", "streams": streams, "steps": steps,
+                           "floor_tokens_per_cpu_s": f["floor"],
+                           "floor_text_tokens_per_cpu_s": f["floor-text"],
+                           "load_avg_1m": os.getloadavg()[0]})
+    print_table(floor_rows, [("streams", "streams", "d"), ("steps", "steps", "d"),
+                             ("floor tok/CPU-s", "floor_tokens_per_cpu_s", ",.0f"),
+                             ("floor-text tok/CPU-s", "floor_text_tokens_per_cpu_s", ",.0f"),
+                             ("load", "load_avg_1m", ".1f")])
+    write_json(args.json, floor_rows, info)
+    return 0
 
 
-def send_costs() -> list[dict[str, Any]]:
-    """What one Outputs send costs the detokenizer: ROUTER -> a DEALER in another process (ipc),
-    ``send_multipart`` (as ``_send_front`` does) vs two ``send`` calls with int flags, copy on/off,
-    for a small (300 B) and a big (200 KB, ~4,096 streams) frame. CPU of all threads of this
-    process (pyzmq's zero-copy completion thread included), best of 3."""
-    root = tempfile.mkdtemp(prefix="tp-bench-send-")
-    address = f"ipc://{root}/front"
-    ctx: zmq.Context[Any] = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    router.sndhwm = 0
-    router.linger = 0
-    router.bind(address)
-    cid = "cbench-send-0001"
-    child = subprocess.Popen([sys.executable, "-c", _DRAIN, address, cid], stdin=subprocess.DEVNULL)
-    rows: list[dict[str, Any]] = []
-    try:
-        if not router.poll(30_000):
-            raise RuntimeError("the drain process did not connect")
-        router.recv_multipart()
-        cid_b = cid.encode()
-        nb, nbm = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
-        ways: dict[str, Callable[[bytes], Any]] = {
-            "send_multipart copy=False": lambda d: router.send_multipart([cid_b, d], flags=zmq.NOBLOCK, copy=False),
-            "send_multipart copy=True": lambda d: router.send_multipart([cid_b, d], flags=zmq.NOBLOCK, copy=True),
-            "2 x send, int flags, copy=True": lambda d: (router.send(cid_b, nbm), router.send(d, nb)),
-            "2 x send, int flags, copy=False": lambda d: (router.send(cid_b, nbm), router.send(d, nb, copy=False)),
-        }
-        for size, n in ((300, 20_000), (200_000, 1_000)):
-            data = os.urandom(size)
-            for name, fn in ways.items():
-                best_wall = best_cpu = float("inf")
-                for _ in range(3):
-                    c0, t0 = time.process_time(), time.perf_counter()
-                    for _ in range(n):
-                        fn(data)
-                    best_wall = min(best_wall, (time.perf_counter() - t0) / n)
-                    best_cpu = min(best_cpu, (time.process_time() - c0) / n)
-                    time.sleep(0.2)
-                rows.append({"bench": "detokenize-send", "way": name, "bytes": size,
-                             "us_wall": best_wall * 1e6, "us_cpu": best_cpu * 1e6,
-                             "load_avg_1m": os.getloadavg()[0]})
-        router.send_multipart([cid_b, b"x"])
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        router.close(0)
-        ctx.term()
-        shutil.rmtree(root, ignore_errors=True)
-    return rows
+def _report(rows: list[dict[str, Any]], profiles: dict[str, list[tuple[str, float, float]]]) -> None:
+    print()
+    print_table(rows, [("streams", "streams", "d"), ("mode", "mode", ""),
+                       ("top_logprobs", "top_logprobs", ""), ("steps", "steps", "d"),
+                       ("tokens", "tokens", "d"), ("textproc tok/s", "tokens_per_s", ",.0f"),
+                       ("CPU tok/s", "tokens_per_cpu_s", ",.0f"),
+                       ("core CPU tok/s", "core_tokens_per_s", ",.0f"),
+                       ("DecodeStream CPU tok/s", "decodestream_tokens_per_s", ",.0f"),
+                       ("vs DS", "vs_decodestream", ".2f"), ("text ok", "stream0_text_ok", ""),
+                       ("load", "load_avg_1m", ".1f")])
+    print("(target: 500,000 tok/s at 1,024 streams, stops+parse)")
+    for tag, top in profiles.items():
+        print(f"\npy-spy, detokenizer process, {tag}: % of samples, own / inclusive")
+        for name, share, inclusive in top:
+            print(f"  {share:5.1f}% {inclusive:5.1f}%  {name}")
+    for r in rows:
+        if r.get("profile"):
+            r["profile_top"] = profiles.get(f"{r['mode']}-{r['streams']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -539,34 +389,11 @@ def main(argv: list[str] | None = None) -> int:
                         "carry the engine's rows")
     args = p.parse_args(argv)
     if args.send_costs:
-        info = machine()
-        print(f"detokenize --send-costs: {describe(info)}", flush=True)
-        send_rows = send_costs()
-        print_table(send_rows, [("way", "way", ""), ("bytes", "bytes", "d"), ("us wall", "us_wall", ".2f"),
-                           ("us CPU", "us_cpu", ".2f"), ("load", "load_avg_1m", ".1f")])
-        write_json(args.json, send_rows, info)
-        return 0
+        return _main_send_costs(args)
     model = model_dir_arg(p, args.model_dir)
     streams_list = [int(x) for x in (args.streams or "1,64,1024,4096").split(",")]
     if args.floor:
-        info = machine()
-        print(f"detokenize --floor: {describe(info)}", flush=True)
-        work = Workload(model, 60_000)
-        total = args.tokens or (20_000 if args.quick else 300_000)
-        floor_rows = []
-        for streams in streams_list:
-            steps = max(10, min(args.max_steps or 10_000, total // streams))
-            f = run_floor(model, work, streams, steps)
-            floor_rows.append({"bench": "detokenize-floor", "streams": streams, "steps": steps,
-                               "floor_tokens_per_cpu_s": f["floor"],
-                               "floor_text_tokens_per_cpu_s": f["floor-text"],
-                               "load_avg_1m": os.getloadavg()[0]})
-        print_table(floor_rows, [("streams", "streams", "d"), ("steps", "steps", "d"),
-                                 ("floor tok/CPU-s", "floor_tokens_per_cpu_s", ",.0f"),
-                                 ("floor-text tok/CPU-s", "floor_text_tokens_per_cpu_s", ",.0f"),
-                                 ("load", "load_avg_1m", ".1f")])
-        write_json(args.json, floor_rows, info)
-        return 0
+        return _main_floor(args, model, streams_list)
     modes = args.modes.split(",")
     total = args.tokens or (20_000 if args.quick else 300_000)
     max_steps = args.max_steps or (2_000 if args.quick else 10_000)
@@ -598,23 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                     profiles[tag] = summarize_profile(Path(r["profile"]))
     finally:
         dp.close()
-    print()
-    print_table(rows, [("streams", "streams", "d"), ("mode", "mode", ""),
-                       ("top_logprobs", "top_logprobs", ""), ("steps", "steps", "d"),
-                       ("tokens", "tokens", "d"), ("textproc tok/s", "tokens_per_s", ",.0f"),
-                       ("CPU tok/s", "tokens_per_cpu_s", ",.0f"),
-                       ("core CPU tok/s", "core_tokens_per_s", ",.0f"),
-                       ("DecodeStream CPU tok/s", "decodestream_tokens_per_s", ",.0f"),
-                       ("vs DS", "vs_decodestream", ".2f"), ("text ok", "stream0_text_ok", ""),
-                       ("load", "load_avg_1m", ".1f")])
-    print("(target: 500,000 tok/s at 1,024 streams, stops+parse)")
-    for tag, top in profiles.items():
-        print(f"\npy-spy, detokenizer process, {tag}: % of samples, own / inclusive")
-        for name, share, inclusive in top:
-            print(f"  {share:5.1f}% {inclusive:5.1f}%  {name}")
-    for r in rows:
-        if r.get("profile"):
-            r["profile_top"] = profiles.get(f"{r['mode']}-{r['streams']}")
+    _report(rows, profiles)
     write_json(args.json, rows, info)
     return 0 if all(r["stream0_text_ok"] for r in rows) else 1
 

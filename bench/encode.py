@@ -47,11 +47,11 @@ from typing import Any
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from _common import write_json
+from _common import write_json  # noqa: E402  (after the thread settings above)
 
-from textproc.testing.bench_cli import bench_parser, model_dir_arg
-from textproc.testing.machine import describe, machine
-from textproc.testing.models import MODELS_DIR, REPO_ROOT
+from textproc.testing.bench_cli import bench_parser, model_dir_arg  # noqa: E402
+from textproc.testing.machine import describe, machine  # noqa: E402
+from textproc.testing.models import MODELS_DIR, REPO_ROOT  # noqa: E402
 
 QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""

@@ -42,19 +42,19 @@ import uuid
 from array import array
 from typing import Any
 
-from _common import write_json
-
 import msgspec
 import zmq
 
+from _common import write_json
+
 from textproc.engine import EngineLink
-from textproc.sharding import shard_of
 from textproc.protocol import (
     EngineAbort,
     EngineRequest,
     EngineStepPacked,
     pack_ids,
 )
+from textproc.sharding import shard_of
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.engine import EnginePeer
 from textproc.testing.machine import machine

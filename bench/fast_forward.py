@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.core.constraints.strict_calls import strict_calls_pattern

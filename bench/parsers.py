@@ -29,12 +29,11 @@ from typing import Any
 
 from _common import print_table, write_json
 
+from textproc.core.parsing import TOOL_FORMATS, OutputParser, parse_output
+from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.corpus import mixed_text
 from textproc.testing.machine import describe, machine
-
-from textproc.core.parsing import TOOL_FORMATS, OutputParser, parse_output
-from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT
 
 DELTA_CHARS = 4
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -41,14 +41,13 @@ from typing import Any
 
 from _common import write_json
 
+from textproc.engines.vllm import default_python
+from textproc.engines.vllm_reference import ReferenceServer
+from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.corpus import mixed_text
 from textproc.testing.machine import cpu_seconds, describe, machine
 from textproc.testing.models import MODELS_DIR
-
-from textproc.engines.vllm import default_python
-from textproc.engines.vllm_reference import ReferenceServer
-from textproc.service.launcher import ServeProcess
 
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 # a user record: a pattern, a bounded integer, a free string, an enum array (string maxLength
