@@ -91,7 +91,7 @@ class _Conn:
 
 def _load_main(argv: list[str]) -> int:
     """The load generator (a process of its own): prints one JSON line of results."""
-    p = bench_parser(__doc__, quick="200 requests per mode (unless --requests)", json_help="append one JSON line per mode")
+    p = argparse.ArgumentParser()
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--prompts")
@@ -199,7 +199,8 @@ def _one_mode(serve: Serve, host: str, port: int, prompts_file: Path, args: argp
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = bench_parser(__doc__, quick="200 requests per mode (unless --requests)",
+                     json_help="append one JSON line per mode")
     p.add_argument("--requests", type=int, default=None, help="requests per mode (default 2000)")
     p.add_argument("--concurrency", type=int, default=16, help="connections (default 16)")
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per request (default 16)")

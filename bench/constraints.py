@@ -149,7 +149,8 @@ def _steps_us(step: Any, ids: list[int], rounds: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="2 schemas, 1 rep (the smoke test)", json_help="append JSON lines here")
+    p = bench_parser(__doc__, quick="2 schemas, 1 rep (the smoke test)",
+                     json_help="append JSON lines here")
     p.add_argument("--reps", type=int, default=3, help="compiles per schema and compiler (best kept)")
     p.add_argument("--no-references", action="store_true", help="textproc only")
     p.add_argument("--no-outlines", action="store_true", help="textproc and llguidance (outlines-core "

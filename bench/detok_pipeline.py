@@ -187,7 +187,8 @@ def bench_floor(work: Work, streams: int, steps: int, repeat: int, packed: bool)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="fewer steps (< 1 min)", json_help="append one JSON line per result here")
+    p = bench_parser(__doc__, quick="fewer steps (< 1 min)",
+                     json_help="append one JSON line per result here")
     p.add_argument("--streams", type=int, default=1024)
     p.add_argument("--steps", type=int, help="steps per run (default 20 quick / 100)")
     p.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")

@@ -373,7 +373,8 @@ def _report(rows: list[dict[str, Any]], profiles: dict[str, list[tuple[str, floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="fewer tokens per case (< 1 min)", json_help="append one JSON line per result here")
+    p = bench_parser(__doc__, quick="fewer tokens per case (< 1 min)",
+                     json_help="append one JSON line per result here")
     p.add_argument("--streams", help="comma list (default 1,64,1024,4096)")
     p.add_argument("--modes", default="plain,stops+parse")
     p.add_argument("--tokens", type=int, help="tokens per case (default 20,000 quick / 300,000)")

@@ -312,7 +312,8 @@ def _floor_text(f: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="two low rates, ipc only, short (< 1 min)", json_help="append one JSON line per level here")
+    p = bench_parser(__doc__, quick="two low rates, ipc only, short (< 1 min)",
+                     json_help="append one JSON line per level here")
     p.add_argument("--rates", help="offered requests/s, comma list")
     p.add_argument("--endpoints", help="ipc,tcp (default both; quick: ipc)")
     p.add_argument("--duration", type=float, help="seconds per level (default 3 quick / 8)")

@@ -77,7 +77,8 @@ def _random_walk(guide: Guide, rng: random.Random, max_tokens: int) -> tuple[int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="few outputs (the smoke test)", json_help="append JSON lines here")
+    p = bench_parser(__doc__, quick="few outputs (the smoke test)",
+                     json_help="append JSON lines here")
     p.add_argument("--outputs", type=int, default=50, help="random walks per constraint")
     args = p.parse_args(argv)
     args.model_dir = model_dir_arg(p, args.model_dir)

@@ -98,7 +98,8 @@ async def run(args: argparse.Namespace, serve: Serve, hf: Any) -> list[dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="8k tokens, 3 reps (< 1 min)", json_help="append one JSON line per result here")
+    p = bench_parser(__doc__, quick="8k tokens, 3 reps (< 1 min)",
+                     json_help="append one JSON line per result here")
     p.add_argument("--tokens", type=int, default=32_000, help="conversation size (default 32,000)")
     p.add_argument("--reps", type=int, default=7, help="conversations (default 7)")
     p.add_argument("--workers", type=int, default=2, help="tokenizer workers (default 2)")

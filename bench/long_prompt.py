@@ -187,7 +187,8 @@ def _references(model: Path, hf: Any, prompts: dict[int, list[str]],
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="8k and 32k, 1 rep (< 1 min)", json_help="append one JSON line per pool and size here")
+    p = bench_parser(__doc__, quick="8k and 32k, 1 rep (< 1 min)",
+                     json_help="append one JSON line per pool and size here")
     p.add_argument("--sizes", help="prompt sizes in tokens (default 8000,32000,200000)")
     p.add_argument("--reps", type=int, help="different prompts per size (default 1 quick / 3)")
     p.add_argument("--workers", default=None,

@@ -111,7 +111,8 @@ def time_reparse(fmt: str, deltas: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="small sizes (< 1 min)", json_help="append one JSON line per result here", model=None)
+    p = bench_parser(__doc__, quick="small sizes (< 1 min)",
+                     json_help="append one JSON line per result here", model=None)
     p.add_argument("--sizes", help="output sizes in characters, comma list")
     p.add_argument("--formats", help="comma list (default: every format)")
     p.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")

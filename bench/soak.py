@@ -231,7 +231,8 @@ async def soak(args: argparse.Namespace, runtime_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="30 s, 300 streams", json_help="append the result as one JSON line")
+    p = bench_parser(__doc__, quick="30 s, 300 streams",
+                     json_help="append the result as one JSON line")
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--seconds", type=float, default=None, help="overrides --minutes")
     p.add_argument("--streams", type=int, default=2000, help="concurrent streams kept in flight")

@@ -138,7 +138,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = bench_parser(__doc__, quick="few prompts, N workers only (< 1 min)", json_help="append one JSON line per result here")
+    p = bench_parser(__doc__, quick="few prompts, N workers only (< 1 min)",
+                     json_help="append one JSON line per result here")
     p.add_argument("--workers", help="comma list (default 1..cores)")
     p.add_argument("--long", type=int, help="number of ~8k-token prompts")
     p.add_argument("--short", type=int, help="number of ~50-token prompts")
