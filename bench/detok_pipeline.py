@@ -8,9 +8,9 @@ Complements ``bench/detokenize.py`` (the real process on its sockets) by splitti
 step into its parts, each in CPU microseconds per request-step (``time.process_time``, best of
 ``--repeat`` runs: the box is shared) and the tokens/s one core would reach at that cost:
 
-- ``pipeline``: ``OutputPipeline.feed`` of ``k`` ids for each of ``--streams`` pipelines
-  (Qwen vocabulary, the mixed corpus of ``textproc/testing/corpus.py``, each stream at its own offset),
-  ``plain`` (no stops, no parser) and ``stops+parse`` (3 stop strings that never match,
+- ``pipeline``: ``OutputPipeline.feed`` of ``k`` ids for each of ``--streams`` pipelines (Qwen
+  vocabulary, the mixed corpus of ``textproc/testing/corpus.py``, each stream at its own
+  offset), ``plain`` (no stops, no parser) and ``stops+parse`` (3 stop strings that never match,
   reasoning + tools), with the streams inside the ``<think>`` block (``reasoning``) or after it
   (``content``);
 - ``core``: ``RequestTable.on_step`` of a decoded ``EngineStep`` plus encoding the ``Outputs``

@@ -14,9 +14,9 @@ as the sockets take them; after the last one a final step ends every stream with
 ``finish_reason="length"``; the clock stops when every stream's last output has arrived.
 
 Output tokens: the Qwen encoding of ``<think>`` + mixed text + ``</think>`` + mixed text (the
-generated corpus of ``textproc/testing/corpus.py``: prose, code, 20+ scripts, emoji; its own think and
-tool-call tags removed), each stream from a different offset into the content part. ``text ok``:
-stream 0's text (content + reasoning) equals ``tokenizers``' decode of its ids (in
+generated corpus of ``textproc/testing/corpus.py``: prose, code, 20+ scripts, emoji; its own
+think and tool-call tags removed), each stream from a different offset into the content part.
+``text ok``: stream 0's text (content + reasoning) equals ``tokenizers``' decode of its ids (in
 ``stops+parse`` mode up to the whitespace the parser drops around the think tags). Modes:
 
 - ``plain``: no stop strings, no parsing (``reasoning=False, tools=False``);

@@ -5,17 +5,19 @@
         [--duration S] [--step-ms X] [--max-tokens N] [--workers N] [--detokenizers N] [--plot PNG]
         [--probe]
 
-Set-up: ``textproc serve --engine external --workers N`` and the fake engine of
-``bench/_common.py`` (an ``EngineLink`` step loop with a fixed ``--step-ms`` cadence, default 10
-ms, like a GPU decode step; every running request gets one token per step, ``length`` at
-``max_tokens``; it records when each request arrived and when each step was sent). It is used
-instead of ``engine_stub`` because the stub does not record per-token send times. The output
-tokens are single ASCII letters, so the characters a client has received = tokens received.
+Set-up: ``textproc serve --engine external --workers N`` and the timing engine of
+``textproc.testing.engine`` (``EngineProcess``: an ``EngineLink`` step loop with a fixed
+``--step-ms`` cadence, default 10 ms, like a GPU decode step; every running request gets one
+token per step, ``length`` at ``max_tokens``; it records when each request arrived and when each
+step was sent). It is used instead of ``engine_stub`` because the stub does not record per-token
+send times. The output tokens are single ASCII letters, so the characters a client has received
+= tokens received.
 
 Load: one asyncio (uvloop) ``TextClient`` in this process, open loop: Poisson arrivals at each
 ``--rates`` value for ``--duration`` seconds; each request is ``complete(prompt, max_tokens=32,
 stop=[2 strings that never match])`` with a different ~50-token prompt of mixed real text
-(``textproc/testing/corpus.py``). Levels go up until saturation (achieved < 90% of offered, or errors).
+(``textproc/testing/corpus.py``). Levels go up until saturation (achieved < 90% of offered, or
+errors).
 
 Per request, with ``perf_counter`` (CLOCK_MONOTONIC, shared by all processes):
 

@@ -6,10 +6,10 @@
 One run, the same inputs for every implementation. Cases (Qwen vocabulary from
 .cache/models/qwen3; build it with scripts/fetch_fixtures.py):
 
-- ``mixed-first``: the mixed corpus (textproc/testing/corpus.py, NFC-normalized, without its 50,000-char
-  words, which have their own case), first pass on freshly
-  loaded tokenizers (empty word caches; textproc's merge table is built by ``validate()``
-  before timing, as the service's workers do before they report Ready);
+- ``mixed-first``: the mixed corpus (textproc/testing/corpus.py, NFC-normalized, without its
+  50,000-char words, which have their own case), first pass on freshly loaded tokenizers (empty
+  word caches; textproc's merge table is built by ``validate()`` before timing, as the service's
+  workers do before they report Ready);
 - ``mixed-warm``: the same documents again (best of ``--reps`` passes after the first);
 - ``repetitive``: English prose from 20 sentences, new documents (new sentence orders) every
   pass after one warm-up pass of others (word-cache hits, no whole-document hits);

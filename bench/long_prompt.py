@@ -6,16 +6,16 @@
 
 (also ``textproc bench long-prompt``: the CLI maps ``-`` to ``_``.)
 
-Set-up: one service per pool in ``--workers``, all running at once (plus, for the largest
-pool, the same pool with ``--split-min-chars 0``, i.e. every prompt encoded by the one worker
-that got it, unless ``--no-unsplit``): ``textproc serve --engine external --workers N``, each
-with the fake engine of ``bench/_common.py`` (no step delay: a request's single token is sent in
+Set-up: one service per pool in ``--workers``, all running at once (plus, for the largest pool,
+the same pool with ``--split-min-chars 0``, i.e. every prompt encoded by the one worker that got
+it, unless ``--no-unsplit``): ``textproc serve --engine external --workers N``, each with the
+timing engine of ``textproc.testing.engine`` (no step delay: a request's single token is sent in
 the engine's next loop turn; it records when the request arrived and when that step was sent).
-Each prompt goes to each pool in turn, so the pools share the machine's load alike; every
-prompt is new to each pool's workers (no piece or segment cache holds it). Prompts: ``--reps``
-different prompts per size cut from the mixed corpus of ``textproc/testing/corpus.py`` (prose, code, 20+
-scripts, emoji). ``--path chat`` (default) sends each as the user message of a chat request
-(the worker renders the template and encodes); ``completion`` sends the raw text.
+Each prompt goes to each pool in turn, so the pools share the machine's load alike; every prompt
+is new to each pool's workers (no piece or segment cache holds it). Prompts: ``--reps``
+different prompts per size cut from the mixed corpus of ``textproc/testing/corpus.py`` (prose,
+code, 20+ scripts, emoji). ``--path chat`` (default) sends each as the user message of a chat
+request (the worker renders the template and encodes); ``completion`` sends the raw text.
 
 Per prompt, one at a time (nothing else in flight):
 

@@ -5,11 +5,11 @@
         [--formats hermes,...] [--repeat 3]
 
 For each format of ``textproc.core.parsing.TOOL_FORMATS`` an output is built from blocks of
-content text (the mixed corpus of ``textproc/testing/corpus.py``, no markup) and one tool call written as
-the family's template writes it (the format declaration's call spelling, arguments of ~300
-characters with nested values and non-ASCII text), repeated until the output has ``size`` characters. It is cut
-into deltas of 4 characters (about one token each) and timed three ways, CPU seconds
-(``time.process_time``), best of ``--repeat``:
+content text (the mixed corpus of ``textproc/testing/corpus.py``, no markup) and one tool call
+written as the family's template writes it (the format declaration's call spelling, arguments of
+~300 characters with nested values and non-ASCII text), repeated until the output has ``size``
+characters. It is cut into deltas of 4 characters (about one token each) and timed three ways,
+CPU seconds (``time.process_time``), best of ``--repeat``:
 
 - ``stream``: ``OutputParser.feed`` per delta then ``finish`` (reasoning and tools on, the
   request's tools declared): the work the detokenizer process does per token;

@@ -3,9 +3,9 @@
 
     .venv/bin/python bench/tokenize_pool.py [--quick] [--json PATH] [--workers 1,2] [--plot PNG] [--model-dir DIR]
 
-Prompts: cut from the generated mixed corpus of ``textproc/testing/corpus.py`` (prose, code, 20+ scripts,
-emoji, digits...), ``long`` ~8,000 tokens and ``short`` ~50 tokens (Qwen vocabulary), every prompt
-different.
+Prompts: cut from the generated mixed corpus of ``textproc/testing/corpus.py`` (prose, code, 20+
+scripts, emoji, digits...), ``long`` ~8,000 tokens and ``short`` ~50 tokens (Qwen vocabulary),
+every prompt different.
 
 - ``tokenizers``: ``Tokenizer.encode_batch(prompts, add_special_tokens=False)`` in this process,
   all Rayon threads (= cores), wall time of the whole batch; the ids are the reference.
