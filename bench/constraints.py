@@ -41,6 +41,7 @@ import statistics
 import tempfile
 import time
 from array import array
+from pathlib import Path
 from typing import Any
 
 from _common import print_table, write_json
@@ -148,7 +149,7 @@ def _steps_us(step: Any, ids: list[int], rounds: int) -> tuple[float, float]:
     return statistics.median(times) / 1000, times[int(0.99 * (len(times) - 1))] / 1000
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> Any:
     p = bench_parser(__doc__, quick="2 schemas, 1 rep (the smoke test)",
                      json_help="append JSON lines here")
     p.add_argument("--reps", type=int, default=3, help="compiles per schema and compiler (best kept)")
@@ -159,128 +160,128 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-source", type=int, default=40, help="--coverage: schemas per source (0: all)")
     p.add_argument("--sources", help="--coverage: comma-separated sources (suite, schemastore, bfcl)")
     p.add_argument("--schema-budget", type=float, default=10.0, help="--coverage: seconds per DFA build")
-    args = p.parse_args(argv)
-    if args.coverage:
-        from _constraints_coverage import run
+    return p
 
-        info = machine()
-        print(describe(info))
-        args.per_source = args.per_source or None
-        tokenizer_json = model_dir_arg(p, args.model_dir) / "tokenizer.json"
-        write_json(args.json, run(args, tokenizer_json if tokenizer_json.is_file() else None), info)
-        return 0
-    reps = 1 if args.quick else args.reps
-    info = machine()
-    print(describe(info))
-    model = model_dir_arg(p, args.model_dir)
-    tok = Tokenizer.from_dir(model)
-    t0 = time.perf_counter()
-    vocab = TokenVocabulary.from_dir(model)
-    vocab.tables()
-    setup = {"textproc_vocab_s": time.perf_counter() - t0}
-    oc = llg = None
-    if not args.no_references:
-        try:
-            if not args.no_outlines:
-                import outlines_core as oc
-        except ImportError:
-            print("outlines-core not installed: pip install outlines-core")
-        try:
-            import llguidance as llg
-        except ImportError:
-            print("llguidance not installed: pip install llguidance")
-    eos = vocab.end_ids[0]
-    oc_vocab = llg_tok = None
+
+class References:
+    """outlines-core and llguidance on the same vocabulary, when installed and wanted."""
+
+    def __init__(self, args: Any, model: Path, vocab: TokenVocabulary, setup: dict[str, float]) -> None:
+        self.oc: Any = None
+        self.llg: Any = None
+        if not args.no_references:
+            try:
+                if not args.no_outlines:
+                    import outlines_core
+
+                    self.oc = outlines_core
+            except ImportError:
+                print("outlines-core not installed: pip install outlines-core")
+            try:
+                import llguidance
+
+                self.llg = llguidance
+            except ImportError:
+                print("llguidance not installed: pip install llguidance")
+        self.oc_vocab: Any = None
+        self.llg_tok: Any = None
+        if self.oc is not None:
+            t0 = time.perf_counter()
+            by_bytes: dict[bytes, list[int]] = {}
+            for i in range(vocab.size):
+                data = vocab.token_bytes(i)
+                if data:
+                    by_bytes.setdefault(data, []).append(i)
+            self.oc_vocab = self.oc.Vocabulary(vocab.end_ids[0], by_bytes)
+            setup["outlines_vocab_s"] = time.perf_counter() - t0
+        if self.llg is not None:
+            t0 = time.perf_counter()
+            self.llg_tok = self.llg.LLTokenizer((model / "tokenizer.json").read_text(),
+                                                n_vocab=vocab.size, eos_token=list(vocab.end_ids))
+            setup["llguidance_vocab_s"] = time.perf_counter() - t0
+
+
+class Masks:
+    """A mask buffer of the vocabulary's width, as an engine holds one (int32 words)."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.width = (vocab_size + 31) // 32
+        self.buf = array("i", [0]) * self.width
+        self.addr = ctypes.addressof((ctypes.c_int32 * self.width).from_buffer(self.buf))
+        self.view = memoryview(self.buf).cast("B")
+
+
+def _textproc_row(row: dict[str, Any], vocab: TokenVocabulary, regex: str, ids: list[int],
+                  store: IndexStore, masks: Masks, reps: int, rounds: int) -> None:
+    secs, index = _best(lambda: compile_constraint(vocab, regex=regex, cache=None), reps)
+    row.update(textproc_compile_s=secs, textproc_states=index.n_states, textproc_mb=index.nbytes / 1e6)
+    row["textproc_first_mask_ms"] = 1e3 * _best(
+        lambda: compile_constraint(vocab, regex=regex, cache=None).allowed_mask(0), reps)[0]
+    store.put(table_of(index))
+    row["textproc_repeat_ms"] = 1e3 * _best(lambda: store.get(index.key).allowed_mask(0), reps)[0]  # type: ignore[union-attr]
+
+    def ours(arg: Any) -> Any:
+        if arg is None:
+            return Guide(index)
+        guide, token_id = arg
+        guide.advance(token_id)
+        masks.view[:] = guide.allowed_mask()
+        return guide
+
+    def ours_lookup(arg: Any) -> Any:  # an engine that reads the mask bytes in place
+        if arg is None:
+            return Guide(index)
+        guide, token_id = arg
+        guide.advance(token_id)
+        guide.allowed_mask()
+        return guide
+
+    row["textproc_step_us"], row["textproc_step_p99_us"] = _steps_us(ours, ids, rounds)
+    row["textproc_lookup_us"], _ = _steps_us(ours_lookup, ids, rounds)
+
+
+def _reference_rows(row: dict[str, Any], refs: References, regex: str, ids: list[int],
+                    masks: Masks, reps: int, rounds: int) -> None:
+    oc, llg, addr, width = refs.oc, refs.llg, masks.addr, masks.width
     if oc is not None:
-        t0 = time.perf_counter()
-        by_bytes: dict[bytes, list[int]] = {}
-        for i in range(vocab.size):
-            data = vocab.token_bytes(i)
-            if data:
-                by_bytes.setdefault(data, []).append(i)
-        oc_vocab = oc.Vocabulary(eos, by_bytes)
-        setup["outlines_vocab_s"] = time.perf_counter() - t0
+        secs, theirs = _best(lambda: oc.Index(f"(?:{regex})$", refs.oc_vocab), reps)
+        row.update(outlines_compile_s=secs, outlines_transitions=sum(map(len, theirs.get_transitions().values())))
+
+        def outlines(arg: Any) -> Any:
+            if arg is None:
+                return oc.Guide(theirs)
+            guide, token_id = arg
+            guide.advance(token_id)
+            guide.write_mask_into(addr, width, 4)
+            return guide
+
+        row["outlines_step_us"], row["outlines_step_p99_us"] = _steps_us(outlines, ids, rounds)
     if llg is not None:
-        t0 = time.perf_counter()
-        llg_tok = llg.LLTokenizer((model / "tokenizer.json").read_text(), n_vocab=vocab.size,
-                                  eos_token=list(vocab.end_ids))
-        setup["llguidance_vocab_s"] = time.perf_counter() - t0
-    print("vocabulary set-up (once):", {k: round(v, 2) for k, v in setup.items()})
-    width = (vocab.size + 31) // 32
-    buf = array("i", [0]) * width
-    addr = ctypes.addressof((ctypes.c_int32 * width).from_buffer(buf))
-    rows: list[dict[str, Any]] = []
-    store = IndexStore(tempfile.mkdtemp(prefix="textproc-bench-indexes-"))
-    store.start()
-    for name, schema, tools, value in CASES:
-        if args.quick and name not in QUICK:
-            continue
-        regex = _regex(schema, tools)
-        ids = tok.encode(_instance_text(tools, value))  # the end id is not walked (outlines-core refuses it)
-        row: dict[str, Any] = {"case": name, "regex_chars": len(regex), "steps": len(ids)}
-        secs, index = _best(lambda: compile_constraint(vocab, regex=regex, cache=None), reps)
-        row.update(textproc_compile_s=secs, textproc_states=index.n_states, textproc_mb=index.nbytes / 1e6)
-        row["textproc_first_mask_ms"] = 1e3 * _best(
-            lambda: compile_constraint(vocab, regex=regex, cache=None).allowed_mask(0), reps)[0]
-        store.put(table_of(index))
-        row["textproc_repeat_ms"] = 1e3 * _best(lambda: store.get(index.key).allowed_mask(0), reps)[0]  # type: ignore[union-attr]
+        grammar = llg.LLMatcher.grammar_from_regex(regex)
+        secs, _ = _best(lambda: llg.LLMatcher(refs.llg_tok, grammar, log_level=0), reps)
+        row["llguidance_compile_s"] = secs
 
-        def ours(arg: Any) -> Any:
+        def llg_first_mask() -> None:
+            llg.LLMatcher(refs.llg_tok, grammar, log_level=0).unsafe_compute_mask_ptr(addr, width * 4)
+
+        row["llguidance_first_mask_ms"] = 1e3 * _best(llg_first_mask, reps)[0]
+
+        def guidance(arg: Any) -> Any:
             if arg is None:
-                return Guide(index)
-            guide, token_id = arg
-            guide.advance(token_id)
-            buf_view[:] = guide.allowed_mask()
-            return guide
+                return llg.LLMatcher(refs.llg_tok, grammar, log_level=0)
+            matcher, token_id = arg
+            matcher.consume_token(token_id)
+            matcher.unsafe_compute_mask_ptr(addr, width * 4)
+            return matcher
 
-        def ours_lookup(arg: Any) -> Any:  # an engine that reads the mask bytes in place
-            if arg is None:
-                return Guide(index)
-            guide, token_id = arg
-            guide.advance(token_id)
-            guide.allowed_mask()
-            return guide
+        row["llguidance_step_us"], row["llguidance_step_p99_us"] = _steps_us(guidance, ids, rounds)
+    for ref in ("outlines", "llguidance"):
+        if f"{ref}_compile_s" in row:
+            row[f"compile_vs_{ref}"] = row["textproc_compile_s"] / row[f"{ref}_compile_s"]
 
-        buf_view = memoryview(buf).cast("B")
-        row["textproc_step_us"], row["textproc_step_p99_us"] = _steps_us(ours, ids, 3 if args.quick else 20)
-        row["textproc_lookup_us"], _ = _steps_us(ours_lookup, ids, 3 if args.quick else 20)
-        if oc is not None:
-            secs, theirs = _best(lambda: oc.Index(f"(?:{regex})$", oc_vocab), reps)
-            row.update(outlines_compile_s=secs, outlines_transitions=sum(map(len, theirs.get_transitions().values())))
 
-            def outlines(arg: Any) -> Any:
-                if arg is None:
-                    return oc.Guide(theirs)
-                guide, token_id = arg
-                guide.advance(token_id)
-                guide.write_mask_into(addr, width, 4)
-                return guide
-
-            row["outlines_step_us"], row["outlines_step_p99_us"] = _steps_us(outlines, ids, 3 if args.quick else 20)
-        if llg is not None:
-            grammar = llg.LLMatcher.grammar_from_regex(regex)
-            secs, _ = _best(lambda: llg.LLMatcher(llg_tok, grammar, log_level=0), reps)
-            row["llguidance_compile_s"] = secs
-
-            def llg_first_mask() -> None:
-                llg.LLMatcher(llg_tok, grammar, log_level=0).unsafe_compute_mask_ptr(addr, width * 4)
-
-            row["llguidance_first_mask_ms"] = 1e3 * _best(llg_first_mask, reps)[0]
-
-            def guidance(arg: Any) -> Any:
-                if arg is None:
-                    return llg.LLMatcher(llg_tok, grammar, log_level=0)
-                matcher, token_id = arg
-                matcher.consume_token(token_id)
-                matcher.unsafe_compute_mask_ptr(addr, width * 4)
-                return matcher
-
-            row["llguidance_step_us"], row["llguidance_step_p99_us"] = _steps_us(guidance, ids, 3 if args.quick else 20)
-        for ref in ("outlines", "llguidance"):
-            if f"{ref}_compile_s" in row:
-                row[f"compile_vs_{ref}"] = row["textproc_compile_s"] / row[f"{ref}_compile_s"]
-        rows.append(row)
-        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+def _report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table, and time to first mask over the schemas (p50 / p75, nearest rank)."""
     print_table(rows, [("case", "case", "s"), ("tp 1st ms", "textproc_first_mask_ms", ".1f"),
                        ("tp repeat ms", "textproc_repeat_ms", ".2f"), ("llg 1st ms", "llguidance_first_mask_ms", ".2f"),
                        ("tp s", "textproc_compile_s", ".3f"),
@@ -296,6 +297,48 @@ def main(argv: list[str] | None = None) -> int:
             summary[col] = {"p50": round(statistics.median(values), 2),
                             "p75": round(values[math.ceil(0.75 * len(values)) - 1], 2)}  # nearest rank
     print("time to first mask (ms) over the schemas:", json.dumps(summary))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.coverage:
+        from _constraints_coverage import run
+
+        info = machine()
+        print(describe(info))
+        args.per_source = args.per_source or None
+        tokenizer_json = model_dir_arg(p, args.model_dir) / "tokenizer.json"
+        write_json(args.json, run(args, tokenizer_json if tokenizer_json.is_file() else None), info)
+        return 0
+    reps = 1 if args.quick else args.reps
+    rounds = 3 if args.quick else 20
+    info = machine()
+    print(describe(info))
+    model = model_dir_arg(p, args.model_dir)
+    tok = Tokenizer.from_dir(model)
+    t0 = time.perf_counter()
+    vocab = TokenVocabulary.from_dir(model)
+    vocab.tables()
+    setup = {"textproc_vocab_s": time.perf_counter() - t0}
+    refs = References(args, model, vocab, setup)
+    print("vocabulary set-up (once):", {k: round(v, 2) for k, v in setup.items()})
+    masks = Masks(vocab.size)
+    rows: list[dict[str, Any]] = []
+    store = IndexStore(tempfile.mkdtemp(prefix="textproc-bench-indexes-"))
+    store.start()
+    for name, schema, tools, value in CASES:
+        if args.quick and name not in QUICK:
+            continue
+        regex = _regex(schema, tools)
+        ids = tok.encode(_instance_text(tools, value))  # the end id is not walked (outlines-core refuses it)
+        row: dict[str, Any] = {"case": name, "regex_chars": len(regex), "steps": len(ids)}
+        _textproc_row(row, vocab, regex, ids, store, masks, reps, rounds)
+        _reference_rows(row, refs, regex, ids, masks, reps, rounds)
+        rows.append(row)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+    summary = _report(rows)
     shutil.rmtree(store.directory, ignore_errors=True)
     info["setup"] = setup
     info["first_mask"] = summary

@@ -149,74 +149,46 @@ def _metrics(host: str, port: int) -> str:
         return str(resp.read().decode())
 
 
-async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list[int],
-                 health: tuple[str, int], stats_file: Path) -> dict[str, Any]:
-    rng = random.Random(0)
-    gaps: list[float] = []
-    stop = asyncio.Event()
-    load_start = os.getloadavg()[0]
+class Rounds:
+    """What the crowd's streams saw: per stream id, when it connected and left and whether it
+    saw its end; how many were refused; when each round started and how long the crowd took."""
 
-    def rss() -> float:
-        return sum(_rss_mb(pid) for pid in http_pids)
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.left_at: dict[str, float] = {}
+        self.stay_s: dict[str, float] = {}  # connect to leaving: what the engine ran meanwhile
+        self.saw_end: set[str] = set()
+        self.refused = 0
+        self.round_at: list[float] = []
+        self.gaps: list[float] = []
+        self.crowd_s = 0.0
 
-    rss_before = rss()
-    peak = [rss_before]
+    async def run(self, args: argparse.Namespace, host: str, port: int, model: str) -> None:
+        rng = random.Random(0)
+        t0 = time.perf_counter()
+        for _ in range(args.rounds):
+            self.round_at.append(time.perf_counter())
+            bodies = [json.dumps({
+                "model": model, "stream": True, "max_tokens": args.max_tokens,
+                "messages": [{"role": "user", "content": f"tell me a story {rng.random()}"}],
+            }).encode() for _ in range(args.streams)]
+            got = await asyncio.gather(*(_one_stream(host, port, b, args.events, self.gaps)
+                                         for b in bodies), return_exceptions=True)
+            for g in got:
+                if isinstance(g, tuple):
+                    self.ids.append(g[0])
+                    self.left_at[g[0]] = g[2]
+                    self.stay_s[g[0]] = g[2] - g[1]
+                    if g[3]:
+                        self.saw_end.add(g[0])
+                else:
+                    self.refused += 1
+        self.crowd_s = time.perf_counter() - t0
 
-    async def sample_rss() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], rss())
-            await asyncio.sleep(0.25)
 
-    round_at: list[float] = []
-    prober, health_prober = [await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--probe", h, str(p), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE) for h, p in ((host, port), health)]
-    sampler = asyncio.ensure_future(sample_rss())
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=10) as resp:
-        model = json.loads(resp.read())["data"][0]["id"]
-    ids: list[str] = []
-    left_at: dict[str, float] = {}
-    stay_s: dict[str, float] = {}  # connect to leaving: what the engine ran meanwhile
-    saw_end: set[str] = set()
-    refused = 0
-    t0 = time.perf_counter()
-    for _ in range(args.rounds):
-        round_at.append(time.perf_counter())
-        bodies = [json.dumps({
-            "model": model, "stream": True, "max_tokens": args.max_tokens,
-            "messages": [{"role": "user", "content": f"tell me a story {rng.random()}"}],
-        }).encode() for _ in range(args.streams)]
-        got = await asyncio.gather(*(_one_stream(host, port, b, args.events, gaps)
-                                     for b in bodies), return_exceptions=True)
-        for g in got:
-            if isinstance(g, tuple):
-                ids.append(g[0])
-                left_at[g[0]] = g[2]
-                stay_s[g[0]] = g[2] - g[1]
-                if g[3]:
-                    saw_end.add(g[0])
-            else:
-                refused += 1
-    crowd_s = time.perf_counter() - t0
-    stop.set()
-    results = []
-    for proc in (prober, health_prober):
-        assert proc.stdin is not None
-        proc.stdin.close()
-        results.append(json.loads((await proc.communicate())[0]))
-    probes, port_probes = results
-    health = [latency for _, latency, _ in probes]
-    probe_at = [t for t, _, _ in probes]
-    port_health = [latency for _, latency, _ in port_probes]
-    if os.environ.get("CROWD_DEBUG"):
-        worst = sorted(zip(health, probe_at), reverse=True)[:8]
-        print("worst probes (latency s, since round start s):",
-              [(round(h, 3), round(t - max(r for r in round_at if r <= t), 2)) for h, t in worst],
-              file=sys.stderr)
-    await sampler
-    # how many of the disconnects reached the engine (stats file: every 0.5 s)
+async def _engine_view(rounds: Rounds, stats_file: Path) -> dict[str, Any]:
+    """How many of the disconnects reached the engine, and how fast (stats file: every 0.5 s)."""
+    ids, left_at, stay_s = rounds.ids, rounds.left_at, rounds.stay_s
     deadline = time.monotonic() + 20
     entries: dict[str, Any] = {}
     while time.monotonic() < deadline:
@@ -230,28 +202,11 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
     abort_s = sorted(max(0.0, float(entries[i]["ended_at"]) - left_at[i]) for i in ids
                      if entries.get(i, {}).get("finish_reason") == "abort")
     ran_on = [i for i in ids if entries.get(i, {}).get("finish_reason") == "length"]
-    await asyncio.sleep(SETTLE_S)
-    rss_after = rss()
-    shares = {}
-    lag: dict[str, float] = {}
-    on_accept = 0
-    for line in _metrics(host, port).splitlines():
-        if line.startswith("textproc_worker_requests_total{"):
-            shares[line.split('"')[1]] = int(float(line.split()[-1]))
-        elif line.startswith(("textproc_http_loop_lag_max_seconds ",
-                              'textproc_http_loop_lag_seconds_bucket{le="0.1"}',
-                              "textproc_http_loop_lag_seconds_count")):
-            lag[line.split()[0]] = float(line.split()[-1])
-        elif line.startswith("textproc_http_health_on_accept_total "):
-            on_accept = int(float(line.split()[-1]))
     return {
-        "streams": args.streams, "rounds": args.rounds, "events": args.events,
-        "max_tokens": args.max_tokens, "http_workers": args.http_workers,
-        "crowd_s": round(crowd_s, 2),
-        "left_early": len(ids), "refused": refused,
+        "left_early": len(ids), "refused": rounds.refused,
         "aborted": reasons.count("abort"),
-        "ran_to_length": len([i for i in ran_on if i not in saw_end]),
-        "finished_before_leaving": len([i for i in ran_on if i in saw_end]),
+        "ran_to_length": len([i for i in ran_on if i not in rounds.saw_end]),
+        "finished_before_leaving": len([i for i in ran_on if i in rounds.saw_end]),
         "unfinished": reasons.count(None),
         "abort_ms_p50": round(pct(abort_s, 50) * 1000, 1) if abort_s else None,
         "abort_ms_p99": round(pct(abort_s, 99) * 1000, 1) if abort_s else None,
@@ -271,6 +226,26 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
             [(float(entries[i]["ended_at"]) - left_at[i]) * 1000 for i in ran_on] + [0.0]), 1),
         "generated_at_abort_p50": pct(generated, 50) if generated else None,
         "generated_at_abort_max": generated[-1] if generated else None,
+    }
+
+
+def _health_view(probes: list[Any], port_probes: list[Any], host: str, port: int) -> dict[str, Any]:
+    """The probes on the API port and on the health port, and the frontend's own metrics."""
+    health = [latency for _, latency, _ in probes]
+    port_health = [latency for _, latency, _ in port_probes]
+    shares = {}
+    lag: dict[str, float] = {}
+    on_accept = 0
+    for line in _metrics(host, port).splitlines():
+        if line.startswith("textproc_worker_requests_total{"):
+            shares[line.split('"')[1]] = int(float(line.split()[-1]))
+        elif line.startswith(("textproc_http_loop_lag_max_seconds ",
+                              'textproc_http_loop_lag_seconds_bucket{le="0.1"}',
+                              "textproc_http_loop_lag_seconds_count")):
+            lag[line.split()[0]] = float(line.split()[-1])
+        elif line.startswith("textproc_http_health_on_accept_total "):
+            on_accept = int(float(line.split()[-1]))
+    return {
         "health_ms_p50": round(pct(health, 50) * 1000, 1),
         "health_ms_p99": round(pct(health, 99) * 1000, 1),
         "health_ms_max": round(max(health) * 1000, 1),
@@ -281,14 +256,65 @@ async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list
         "health_port_ms_max": round(max(port_health) * 1000, 1),
         "health_port_probes": len(port_health),
         "health_port_failed": sum(1 for _, _, ok in port_probes if not ok),
-        "stall_s_max": round(max(gaps), 3) if gaps else None,
-        "http_rss_mb_before": round(rss_before, 1), "http_rss_mb_peak": round(peak[0], 1),
-        "http_rss_mb_after": round(rss_after, 1),
         "worker_shares": shares,
         # the frontend's own view: how late its loop ran a 50 ms timer during the run
         "loop_lag_ms_max": round(lag.get("textproc_http_loop_lag_max_seconds", 0) * 1000, 1),
         "loop_lags_over_100ms": int(lag.get("textproc_http_loop_lag_seconds_count", 0)
                                     - lag.get('textproc_http_loop_lag_seconds_bucket{le="0.1"}', 0)),
+    }
+
+
+async def _crowd(args: argparse.Namespace, host: str, port: int, http_pids: list[int],
+                 health: tuple[str, int], stats_file: Path) -> dict[str, Any]:
+    stop = asyncio.Event()
+    load_start = os.getloadavg()[0]
+
+    def rss() -> float:
+        return sum(_rss_mb(pid) for pid in http_pids)
+
+    rss_before = rss()
+    peak = [rss_before]
+
+    async def sample_rss() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss())
+            await asyncio.sleep(0.25)
+
+    prober, health_prober = [await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--probe", h, str(p), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE) for h, p in ((host, port), health)]
+    sampler = asyncio.ensure_future(sample_rss())
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=10) as resp:
+        model = json.loads(resp.read())["data"][0]["id"]
+    rounds = Rounds()
+    await rounds.run(args, host, port, model)
+    stop.set()
+    results = []
+    for proc in (prober, health_prober):
+        assert proc.stdin is not None
+        proc.stdin.close()
+        results.append(json.loads((await proc.communicate())[0]))
+    probes, port_probes = results
+    if os.environ.get("CROWD_DEBUG"):
+        worst = sorted(((latency, t) for t, latency, _ in probes), reverse=True)[:8]
+        print("worst probes (latency s, since round start s):",
+              [(round(h, 3), round(t - max(r for r in rounds.round_at if r <= t), 2))
+               for h, t in worst], file=sys.stderr)
+    await sampler
+    engine = await _engine_view(rounds, stats_file)
+    await asyncio.sleep(SETTLE_S)
+    rss_after = rss()
+    return {
+        "streams": args.streams, "rounds": args.rounds, "events": args.events,
+        "max_tokens": args.max_tokens, "http_workers": args.http_workers,
+        "crowd_s": round(rounds.crowd_s, 2),
+        **engine,
+        **_health_view(probes, port_probes, host, port),
+        "stall_s_max": round(max(rounds.gaps), 3) if rounds.gaps else None,
+        "http_rss_mb_before": round(rss_before, 1), "http_rss_mb_peak": round(peak[0], 1),
+        "http_rss_mb_after": round(rss_after, 1),
         "load_avg_start": load_start,
         "load_avg": os.getloadavg()[0],
     }

@@ -110,6 +110,28 @@ def _wait_arrival(sock_poll: Any) -> None:
 MODES = ("raw", "raw_packed", "legacy", "packed", "columns", "shards2")
 
 
+def _connect(root: str, ctx: zmq.Context[Any]) -> tuple[dict[str, EnginePeer], EnginePeer,
+                                                      dict[str, RawEngine], dict[str, EngineLink]]:
+    """textproc's side of every mode (and shards2's second shard), the raw engines and the
+    links, each link's EngineHello read."""
+    peers = {m: EnginePeer(root, m.replace("_", "-"), ctx) for m in MODES}
+    second = EnginePeer(root, "shards2-1", ctx)  # shards2's shard 1 (shard 0 is peers["shards2"])
+    raws = {m: RawEngine(peers[m].engine_in, peers[m].engine_out) for m in ("raw", "raw_packed")}
+    links = {
+        "legacy": EngineLink.connect(peers["legacy"].engine_in, peers["legacy"].engine_out,
+                                     step_format="legacy"),
+        "packed": EngineLink.connect(peers["packed"].engine_in, peers["packed"].engine_out,
+                                     step_format="packed"),
+        "columns": EngineLink.connect(peers["columns"].engine_in, peers["columns"].engine_out),
+        "shards2": EngineLink.connect([peers["shards2"].engine_in, second.engine_in],
+                                      [peers["shards2"].engine_out, second.engine_out]),
+    }
+    for m in links:
+        peers[m].recv_raw(10.0)  # EngineHello
+    second.recv_raw(10.0)
+    return peers, second, raws, links
+
+
 def run(n_active: int, steps: int) -> dict[str, Any]:
     enc = msgspec.msgpack.Encoder()
     rids = [uuid.uuid4().hex for _ in range(n_active)]
@@ -137,23 +159,7 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="tp-bench-") as root:
         ctx: zmq.Context[Any] = zmq.Context()
-        peers = {m: EnginePeer(root, m.replace("_", "-"), ctx) for m in MODES}
-        second = EnginePeer(root, "shards2-1", ctx)  # shards2's shard 1 (shard 0 is peers["shards2"])
-        raws = {m: RawEngine(peers[m].engine_in, peers[m].engine_out)
-                for m in ("raw", "raw_packed")}
-        links = {
-            "legacy": EngineLink.connect(peers["legacy"].engine_in, peers["legacy"].engine_out,
-                                         step_format="legacy"),
-            "packed": EngineLink.connect(peers["packed"].engine_in, peers["packed"].engine_out,
-                                         step_format="packed"),
-            "columns": EngineLink.connect(peers["columns"].engine_in,
-                                          peers["columns"].engine_out),
-            "shards2": EngineLink.connect([peers["shards2"].engine_in, second.engine_in],
-                                          [peers["shards2"].engine_out, second.engine_out]),
-        }
-        for m in links:
-            peers[m].recv_raw(10.0)  # EngineHello
-        second.recv_raw(10.0)
+        peers, second, raws, links = _connect(root, ctx)
         owning = [p for k, p in enumerate([peers["shards2"], second])
                   if any(shard_of(rid, 2) == k for rid in rids)]
         times: dict[str, list[float]] = {m: [] for m in MODES}
@@ -213,12 +219,21 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
             for p in [*peers.values(), second]:
                 p.close()
             ctx.term()
+    return _summary(n_active, steps, len(step_bytes), len(packed_bytes), received, times,
+                    recv_part)
+
+
+def _summary(n_active: int, steps: int, step_bytes: int, packed_bytes: int,
+             received: dict[str, int], times: dict[str, list[float]],
+             recv_part: dict[str, list[float]]) -> dict[str, Any]:
+    """One JSON row: per mode the median and mean us per step, its receive and send halves,
+    and each link mode's ratio to the raw send of the bytes it sends."""
     row: dict[str, Any] = {
         "bench": "enginelink",
         "active": n_active,
         "steps": steps,
-        "step_bytes": len(step_bytes),
-        "packed_bytes": len(packed_bytes),
+        "step_bytes": step_bytes,
+        "packed_bytes": packed_bytes,
         "arrivals_per_step": n_active * ARRIVALS_PER_ACTIVE,
         "frames_in": received,
     }
