@@ -110,6 +110,33 @@ def _wait_arrival(sock_poll: Any) -> None:
 MODES = ("raw", "raw_packed", "legacy", "packed", "columns", "shards2")
 
 
+class Arrivals:
+    """The engine-in frames of one step: N/256 new 1,024-token requests and N/2048 aborts at N
+    active requests (fractions accumulated per mode)."""
+
+    def __init__(self, rids: list[str]) -> None:
+        self.rids = rids
+        self.enc = msgspec.msgpack.Encoder()
+        self.prompt = pack_ids([(i * 7919) % 150_000 for i in range(PROMPT_TOKENS)])
+        self.counter = 0
+
+    def frames(self, state: dict[str, float]) -> list[bytes]:
+        n_active = len(self.rids)
+        frames: list[bytes] = []
+        state["req"] += n_active * ARRIVALS_PER_ACTIVE
+        state["abort"] += n_active * ABORTS_PER_ACTIVE
+        while state["req"] >= 1:
+            state["req"] -= 1
+            self.counter += 1
+            frames.append(self.enc.encode(EngineRequest(
+                f"new-{self.counter}", self.prompt, 256, [151643, 151645],
+                {"temperature": 0.7, "top_p": 0.95})))
+        while state["abort"] >= 1:
+            state["abort"] -= 1
+            frames.append(self.enc.encode(EngineAbort([self.rids[self.counter % n_active]])))
+        return frames
+
+
 def _connect(root: str, ctx: zmq.Context[Any]) -> tuple[dict[str, EnginePeer], EnginePeer,
                                                       dict[str, RawEngine], dict[str, EngineLink]]:
     """textproc's side of every mode (and shards2's second shard), the raw engines and the
@@ -139,23 +166,7 @@ def run(n_active: int, steps: int) -> dict[str, Any]:
     column_ids = array("I", [1000 + i % 50_000 for i in range(n_active)])
     step_bytes = enc.encode(("EngineStep", 0, outputs))
     packed_bytes = enc.encode(EngineStepPacked(0, rids, pack_ids(column_ids)))
-    prompt = pack_ids([(i * 7919) % 150_000 for i in range(PROMPT_TOKENS)])
-    counter = [0]
-
-    def arrivals(state: dict[str, float]) -> list[bytes]:
-        frames: list[bytes] = []
-        state["req"] += n_active * ARRIVALS_PER_ACTIVE
-        state["abort"] += n_active * ABORTS_PER_ACTIVE
-        while state["req"] >= 1:
-            state["req"] -= 1
-            counter[0] += 1
-            frames.append(enc.encode(EngineRequest(
-                f"new-{counter[0]}", prompt, 256, [151643, 151645],
-                {"temperature": 0.7, "top_p": 0.95})))
-        while state["abort"] >= 1:
-            state["abort"] -= 1
-            frames.append(enc.encode(EngineAbort([rids[counter[0] % n_active]])))
-        return frames
+    arrivals = Arrivals(rids).frames
 
     with tempfile.TemporaryDirectory(prefix="tp-bench-") as root:
         ctx: zmq.Context[Any] = zmq.Context()

@@ -1,9 +1,10 @@
-"""Shared test code: every test module imports helpers from here, never from another test module.
+"""Shared test code: every test module imports helpers from here or from ``textproc.testing``
+(what the tests share with the benchmarks: the corpus and named edge cases, the schema corpus,
+the vocabularies and the toy model, ``EnginePeer``), never from another test module.
 
-``models`` (where the fetched vocabularies live), ``templates`` (real chat templates),
-``corpus`` (the parity corpus and named edge cases), ``references`` (the reference
-tokenizers), ``stream_vocab`` and ``regex_sampler`` (unit-test builders), ``fuzz``
-(hypothesis strategies), ``service`` (the toy model and a running service, through
-``textproc.service.launcher``), ``engine_peer`` (a bound engine socket pair), ``chat_cases``
-(the concurrent chat mix and its in-process reference).
+``models`` (skip when a fetched vocabulary is missing), ``templates`` (real chat templates),
+``references`` (the reference tokenizers), ``stream_vocab`` and ``regex_sampler`` (unit-test
+builders), ``fuzz`` (hypothesis strategies), ``service`` (a running service, through
+``textproc.service.launcher``), ``engine_peer`` (frames seen from textproc's side of the engine
+sockets), ``chat_cases`` (the concurrent chat mix and its in-process reference).
 """
