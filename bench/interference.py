@@ -342,8 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         setups.insert(2, "b-inproc-hf")
     if use_service:
         setups.append("c-service")
+    # the toy model (only built when there is no Qwen3) stays for the spawned text units
     model_dir = model_dir_arg(parser, args.model_dir,
-                              toy_dir=Path(tempfile.mkdtemp(prefix="tp-bench-toy-")))
+                              toy_dir=Path(tempfile.gettempdir()) / f"tp-bench-toy-{os.getpid()}")
     engine_cpus = {0}
     text_cpus = set(range(1, n_cpu)) or {0}
     RT["enabled"] = args.rt and "pinned" in modes and _rt_allowed()
