@@ -83,7 +83,7 @@ def _probe_main(host: str, port: int) -> int:
     import socket
 
     out: list[tuple[float, float, bool]] = []
-    while not select.select([sys.stdin], [], [], 0)[0]:
+    while not out or not select.select([sys.stdin], [], [], 0)[0]:  # at least one probe
         t0 = time.perf_counter()
         try:
             data = b""
@@ -248,12 +248,12 @@ def _health_view(probes: list[Any], port_probes: list[Any], host: str, port: int
     return {
         "health_ms_p50": round(pct(health, 50) * 1000, 1),
         "health_ms_p99": round(pct(health, 99) * 1000, 1),
-        "health_ms_max": round(max(health) * 1000, 1),
+        "health_ms_max": round(max(health, default=float("nan")) * 1000, 1),
         "health_probes": len(health),
         "health_on_accept": on_accept,
         "health_port_ms_p50": round(pct(port_health, 50) * 1000, 1),
         "health_port_ms_p99": round(pct(port_health, 99) * 1000, 1),
-        "health_port_ms_max": round(max(port_health) * 1000, 1),
+        "health_port_ms_max": round(max(port_health, default=float("nan")) * 1000, 1),
         "health_port_probes": len(port_health),
         "health_port_failed": sum(1 for _, _, ok in port_probes if not ok),
         "worker_shares": shares,
