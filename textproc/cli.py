@@ -29,6 +29,7 @@ from textproc.config import (
 )
 from textproc.engines import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
+from textproc.lifecycle import LOG_LEVELS, add_child_arguments, setup_logging
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
 
 __all__ = ["main", "build_parser", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
@@ -217,14 +218,13 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from textproc.config import DEFAULT_MAX_FRAME_BYTES, LOG_LEVELS, ServeConfig, ServiceConfig
+    from textproc.config import DEFAULT_MAX_FRAME_BYTES, ServeConfig, ServiceConfig
     from textproc.service.supervisor import Supervisor
 
     level = os.environ.get("TEXTPROC_LOG_LEVEL", "INFO").upper()
     if level not in LOG_LEVELS:
         level = "INFO"
-    logging.basicConfig(level=level,
-                        format="%(asctime)s supervisor[%(process)d] %(levelname)s %(name)s: %(message)s")
+    setup_logging("supervisor", level)
     model_dir = Path(args.model_dir) if args.model_dir else _default_model_dir()
     if not (model_dir / "tokenizer.json").is_file():
         print(f"textproc serve: no tokenizer.json in {model_dir}"
@@ -313,7 +313,7 @@ def _child(argv: list[str]) -> int:
     p.add_argument("index", type=int)
     p.add_argument("--config", required=True)
     p.add_argument("--endpoints", required=True)
-    p.add_argument("--parent-pid", type=int, default=0)
+    add_child_arguments(p, log_level=False)  # the level is in --config
     args = p.parse_args(argv)
     config = ServiceConfig.from_json(args.config)
     endpoints = Endpoints.from_dict(json.loads(args.endpoints), source="--endpoints")

@@ -3,10 +3,11 @@
 Owns every tunable of the process layer. Never reads the environment or the command line (only
 ``cli.py`` does) and imports nothing but the standard library, ``textproc.errors``, the default
 limits (``textproc.protocol``, a request's own in ``textproc.options``), ``textproc.sharding``'s
-shard limit and the engine names of ``textproc.engines``, so every process gets its settings as
-one immutable value. The choice lists (endpoint kinds, stub modes, log
-levels) are written here once; the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to a
-child process as JSON (never pickle); ``from_json`` validates like the constructor does.
+shard limit, the engine names of ``textproc.engines`` and the log levels of
+``textproc.lifecycle``, so every process gets its settings as one immutable value. The other
+choice lists (endpoint kinds, stub modes, special tokens in content) are written here once; the
+CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to a child process as JSON
+(never pickle); ``from_json`` validates like the constructor does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textproc.errors import InvalidInput, short
+from textproc.lifecycle import LOG_LEVELS  # ServiceConfig.log_level values
 from textproc.options import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN
 from textproc.sharding import MAX_DETOKENIZERS
@@ -43,7 +45,6 @@ __all__ = [
 
 DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 DEFAULT_MAX_MODEL_LEN = 32768
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # ServiceConfig.log_level values
 ENGINES = engine_names()  # ServeConfig.engine: the adapters of textproc.engines
 ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints
 STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub --mode)

@@ -21,9 +21,9 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import socket
 import struct
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -31,10 +31,12 @@ from typing import Any, Sequence
 
 import msgspec
 
+from textproc.errors import TextprocError
 from textproc.http.probe import http_reply
+from textproc.lifecycle import ParentWatch, add_child_arguments, setup_logging
+from textproc.ports import DEFAULT_HEALTH, listen
 
-__all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "state_file",
-           "pid_alive", "health_command"]
+__all__ = ["StatePublisher", "read_state", "answer", "main", "STALE_AFTER_S", "pid_alive"]
 
 _log = logging.getLogger("textproc.http.health")
 STALE_AFTER_S = 10.0  # a frontend whose loop has not run for this long is not serving
@@ -43,12 +45,6 @@ _HEAD = struct.Struct("<dddIBH")
 _REASON_BYTES = 240
 _RECORD = _HEAD.size + _REASON_BYTES
 _READ_TIMEOUT_S = 2.0  # a probe must send its request head within this
-_PARENT_CHECK_S = 0.5
-
-
-def state_file(index: int) -> str:
-    """Where frontend ``index`` of ``serve --health`` publishes its state."""
-    return f"http-{index}.health"
 
 
 def pid_alive(pid: int) -> bool:
@@ -64,13 +60,6 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(b") ", 1)[-1][:1] != b"Z"
     except OSError:
         return True  # no /proc: the signal test is all there is
-
-
-def health_command(listen_fd: int, state_files: Sequence[Path]) -> list[str]:
-    """The command line of the health process serving the inherited ``listen_fd`` (the
-    supervisor appends --parent-pid and --log-level)."""
-    return [sys.executable, "-m", "textproc.http.health", "--listen-fd", str(listen_fd),
-            *(f"--state={path}" for path in state_files)]
 
 
 class StatePublisher:
@@ -176,26 +165,16 @@ async def _one(paths: Sequence[Path], reader: asyncio.StreamReader,
         writer.close()
 
 
-async def _serve(listener: socket.socket, paths: Sequence[Path], parent_pid: int) -> None:
+async def _serve(listener: socket.socket, paths: Sequence[Path], parent: ParentWatch) -> None:
     server = await asyncio.start_server(lambda r, w: _one(paths, r, w), sock=listener)
     _log.info("/health on http://%s:%d for %d frontend(s)", *listener.getsockname()[:2],
               len(paths))
     async with server:
-        while True:
-            await asyncio.sleep(_PARENT_CHECK_S)
-            if parent_pid and os.getppid() != parent_pid:
-                _log.warning("parent process %d is gone; shutting down", parent_pid)
-                return
+        await parent.wait_gone()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m textproc.http.health (--listen-fd FD | --health HOST:PORT) --state FILE...``"""
-    import signal
-
-    from textproc.config import LOG_LEVELS
-    from textproc.errors import TextprocError
-    from textproc.http.run import listen
-
     p = argparse.ArgumentParser(prog="python -m textproc.http.health",
                                 description="answer GET /health from the frontends' states")
     p.add_argument("--health", default=None, metavar="HOST:PORT",
@@ -204,24 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="serve this inherited listening socket (default: none)")
     p.add_argument("--state", action="append", default=[], metavar="FILE",
                    help="a frontend's state file (its --health-file), one per frontend")
-    p.add_argument("--parent-pid", type=int, default=0,
-                   help="exit when this process is gone (default 0: none)")
-    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS,
-                   help="log level (default INFO)")
+    add_child_arguments(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s health[%(process)d] %(levelname)s %(name)s: %(message)s")
+    setup_logging("health", args.log_level)
     if not args.state:
         p.error("name each frontend's state file with --state")
     try:
         listener = (socket.socket(fileno=args.listen_fd) if args.listen_fd is not None
-                    else listen(args.health or "127.0.0.1:8001", flag="--health"))
+                    else listen(args.health or DEFAULT_HEALTH, flag="--health"))
     except (TextprocError, OSError) as e:
         _log.error("%s", e)
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops children in order
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    asyncio.run(_serve(listener, [Path(s) for s in args.state], args.parent_pid))
+    asyncio.run(_serve(listener, [Path(s) for s in args.state], ParentWatch(args.parent_pid)))
     return 0
 
 

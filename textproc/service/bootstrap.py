@@ -21,6 +21,8 @@ import zmq
 from textproc.config import ServiceConfig
 from textproc.core.tokenizer import Tokenizer
 from textproc.curve import CurveServerKeys, load_server_keys, start_authenticator
+from textproc.lifecycle import ParentWatch, setup_logging
+from textproc.protocol import Ready
 from textproc.transport import close_sockets, encoder, make_socket, new_context
 
 __all__ = ["ChildRuntime"]
@@ -43,6 +45,7 @@ class ChildRuntime:
         self.index = index
         self.config = config
         self.parent_pid = parent_pid
+        self._parent = ParentWatch(parent_pid)
         self.should_stop = False
         self._ctx: zmq.Context[Any] | None = None
         self._keys: CurveServerKeys | None = None
@@ -51,10 +54,7 @@ class ChildRuntime:
 
     def start(self) -> None:
         """Logging and signal handlers; call first in the child's entry function."""
-        logging.basicConfig(
-            level=self.config.log_level,
-            format=f"%(asctime)s {self.role}-{self.index}[%(process)d] %(levelname)s %(name)s: %(message)s",
-        )
+        setup_logging(f"{self.role}-{self.index}", self.config.log_level)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
 
@@ -62,7 +62,7 @@ class ChildRuntime:
         self.should_stop = True
 
     def parent_alive(self) -> bool:
-        return self.parent_pid <= 0 or os.getppid() == self.parent_pid
+        return self._parent.alive()
 
     def load_tokenizer(self) -> Tokenizer:
         """The service's tokenizer (``config.model_dir``), every lazy table built before Ready."""
@@ -112,8 +112,6 @@ class ChildRuntime:
 
     def send_ready(self, control: zmq.Socket[Any], *, role: str | None = None, pid: int | None = None) -> None:
         """Tell the supervisor (PUSH connected to its ``control`` PULL) that ``role`` serves now."""
-        from textproc.protocol import Ready
-
         frame = Ready(role or self.role, self.index, os.getpid() if pid is None else pid)
         try:
             control.send(encoder().encode(frame), flags=zmq.NOBLOCK)

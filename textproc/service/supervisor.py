@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 import weakref
@@ -31,10 +30,21 @@ import zmq
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
-from textproc.http.health import health_command, state_file
-from textproc.http.run import HTTP_FILE, frontend_command, frontend_file, listen
+from textproc.lifecycle import ParentWatch
+from textproc.ports import HTTP_FILE, listen, state_file
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
-from textproc.service.children import Child, child_command, spawn, stop_children
+from textproc.service.children import (
+    READY_FILE,
+    READY_FRAME,
+    Child,
+    address_ready,
+    engine_child,
+    frontend_child,
+    health_child,
+    service_child,
+    spawn,
+    stop_children,
+)
 from textproc.transport import (
     FrameDecoder,
     close_sockets,
@@ -47,7 +57,7 @@ from textproc.transport import (
 from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys
 from textproc.engines import engine_adapter
 
-__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE", "child_command"]
+__all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE"]
 
 _log = logging.getLogger("textproc.supervisor")
 ENDPOINTS_FILE = "endpoints.json"
@@ -127,21 +137,23 @@ class Supervisor:
         endpoints_json = json.dumps(ep.to_dict())
         me = os.getpid()
         for k in range(n_shards):
-            self.children.append(Child("detokenizer", k, child_command(
-                "detokenizer", k, config_json, endpoints_json, me), sharded=n_shards > 1))
+            self.children.append(service_child(
+                "detokenizer", k, config_json=config_json, endpoints_json=endpoints_json,
+                parent_pid=me, sharded=n_shards > 1))
         for i in range(service.n_workers):
-            self.children.append(Child("worker", i, child_command(
-                "worker", i, config_json, endpoints_json, me)))
+            self.children.append(service_child(
+                "worker", i, config_json=config_json, endpoints_json=endpoints_json,
+                parent_pid=me))
         engine_command = engine_adapter(cfg.engine).command(
             cfg, [d.engine_in for d in ep.detokenizers], [d.engine_out for d in ep.detokenizers])
         if engine_command is not None:
-            self.children.append(Child("engine", 0, engine_command))
+            self.children.append(engine_child(engine_command))
         for child in self.children:
             self._spawn(child)
-        self._wait_ready(time.monotonic())
+        self._wait_ready(self.children)
         self._write_files()
         if cfg.http is not None:  # clients of the running service, so started last
-            self._start_http(me, time.monotonic() + service.startup_timeout_s)
+            self._start_http(me)
         if not self.runs_engine:
             _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
                       "PUSH to %s", ep.engine_in, ep.engine_out)
@@ -166,12 +178,12 @@ class Supervisor:
         """Watch children until ``request_stop()`` (SIGINT/SIGTERM) or ``duration_s`` passes,
         or (``exit_with_parent``) the process that started this one is gone."""
         deadline = None if duration_s is None else time.monotonic() + duration_s
-        parent = self._parent_pid if self.config.exit_with_parent else 0
+        parent = ParentWatch(self._parent_pid if self.config.exit_with_parent else 0)
         while not self._stop_requested and (deadline is None or time.monotonic() < deadline):
             self._poll_once()
-            if parent and os.getppid() != parent:  # reparented: our launcher died
+            if not parent.alive():  # reparented: our launcher died
                 _log.error("the process that started textproc serve (pid %d) is gone; "
-                           "stopping", parent)
+                           "stopping", parent.parent_pid)
                 return
 
     def close(self) -> None:
@@ -207,45 +219,55 @@ class Supervisor:
         assert child.process is not None
         _log.info("started %s (pid %d)", child.name, child.process.pid)
 
-    def _wait_ready(self, started: float) -> None:
-        """Wait for Ready from every child: the service's ``startup_timeout_s``, or the engine
-        adapter's own (longer) one while only the engine is awaited, with a progress line every
-        ``_PROGRESS_EVERY_S`` so a slow engine is never a silent wait."""
-        waiting = {(c.role, c.index) for c in self.children}
-        if any(c.role == "engine" for c in self.children):
+    def _wait_ready(self, children: list[Child]) -> None:
+        """Wait until each of ``children`` is ready by its own handshake (``children.READY_*``):
+        the service's ``startup_timeout_s``, or the engine adapter's own (longer) one while only
+        the engine is awaited, with a progress line every ``_PROGRESS_EVERY_S`` so a slow engine
+        is never a silent wait. A child that exits meanwhile fails the start, naming it."""
+        started = time.monotonic()
+        waiting = {(c.role, c.index) for c in children if c.ready_by == READY_FRAME}
+        if any(c.role == "engine" for c in children):
             # Ready(role="engine", index=k): the engine's EngineHello reached shard k
             waiting |= {("engine", k) for k in range(self.config.service.n_detokenizers)}
+        by_file = [c for c in children if c.ready_by == READY_FILE]
         timeout_s = self.config.service.startup_timeout_s
         engine_timeout_s = max(timeout_s, engine_adapter(self.config.engine).startup_timeout_s)
         next_progress = started + _PROGRESS_EVERY_S
-        while waiting:
+        while waiting or not all(c.ready for c in by_file):
             if self._stop_requested:
                 raise StartupTimeout("startup interrupted by a signal")
-            for child in self.children:
+            for child in children:
                 code = child.process.poll() if child.process is not None else None
                 if code is not None:
                     raise WorkerDied(f"{child.name} exited with code {code} during startup "
                                      f"(command: {' '.join(child.command[:4])} ...); see its log above")
             now = time.monotonic()
-            only_engine = all(role == "engine" for role, _ in waiting)
+            only_engine = all(role == "engine" for role, _ in waiting) and \
+                all(c.ready for c in by_file)
             limit_s = engine_timeout_s if only_engine else timeout_s
             if now >= started + limit_s:
                 sharded = self.config.service.n_detokenizers > 1
-                names = sorted(f"{r}-{i}" if r == "worker" or sharded and r != "http" else r
-                               for r, i in waiting)
+                names = sorted([f"{r}-{i}" if r == "worker" or sharded else r for r, i in waiting]
+                               + [c.name for c in by_file if not c.ready])
                 raise StartupTimeout(
                     f"waited {limit_s:.0f} s for Ready from "
                     f"{', '.join(names)}" + (" (the engine's EngineHello reaches the detokenizer "
                     "on engine-out)" if any(r == "engine" for r, _ in waiting) else ""))
             if now >= next_progress:
+                still = {r for r, _ in waiting} | {c.role for c in by_file if not c.ready}
                 _log.info("starting: %.0f s, still waiting for %s (gives up at %.0f s)",
-                          now - started, ", ".join(sorted({r for r, _ in waiting})), limit_s)
+                          now - started, ", ".join(sorted(still)), limit_s)
                 next_progress = now + _PROGRESS_EVERY_S
-            ready = self._recv_ready(int(min(100, (started + limit_s - now) * 1000)) + 1)
+            for child in by_file:
+                if not child.ready:
+                    self._check_http_ready(child)
+            # an address file is looked for every 20 ms; a Ready frame wakes the poll at once
+            wait_ms = 20 if by_file else min(100, (started + limit_s - now) * 1000)
+            ready = self._recv_ready(int(wait_ms) + 1)
             if ready is not None:
                 waiting.discard((ready.role, ready.index))
 
-    def _start_http(self, me: int, deadline: float) -> None:
+    def _start_http(self, me: int) -> None:
         """Bind the HTTP (and health) port once, here: a taken address fails the start at once,
         naming it, and port 0 is one port for all. Start ``http_workers`` frontends sharing the
         socket (the kernel's one accept queue; it outlives any frontend, so a restart loses no
@@ -255,58 +277,34 @@ class Supervisor:
         listener = listen(cfg.http)
         self._listeners.append(listener)
         host, port = listener.getsockname()[:2]
-        runtime, common = self.runtime_dir, ["--parent-pid", str(me), "--log-level",
-                                             cfg.service.log_level]
-        n = cfg.http_workers
+        runtime, level, n = self.runtime_dir, cfg.service.log_level, cfg.http_workers
+        started: list[Child] = []
         if cfg.health is not None:  # its own process: it shares no lock with a frontend
             health = listen(cfg.health, flag="--health")
             self._listeners.append(health)
-            self._spawn_listener(Child("health", 0, health_command(
-                health.fileno(), [runtime / state_file(i) for i in range(n)]) + common), health)
+            started.append(health_child(health.fileno(), [runtime / state_file(i) for i in range(n)],
+                                        parent_pid=me, log_level=level))
         for i in range(n):
-            command = frontend_command(runtime, f"{host}:{port}", listener.fileno(), i, n,
-                                       runtime / state_file(i) if cfg.health else None)
-            self._spawn_listener(Child("http", i, command + common + list(cfg.http_args)),
-                                 listener)
+            started.append(frontend_child(
+                i, n, runtime_dir=runtime, address=f"{host}:{port}", listen_fd=listener.fileno(),
+                health_file=runtime / state_file(i) if cfg.health else None, parent_pid=me,
+                log_level=level, extra_args=cfg.http_args))
+        for child in started:
+            self.children.append(child)
+            self._spawn(child)
         # every pid is known now: a frontend answers /health before it writes its address file,
         # so a tool reading processes.json at its first healthy /health must find it listed
         self._write_files()
-        while not all(c.ready for c in self.children if c.role == "http"):
-            for child in self.children:
-                if child.role != "http" or child.ready:
-                    continue
-                assert child.process is not None
-                code = child.process.poll()
-                if code is not None:
-                    raise WorkerDied(f"HTTP frontend {child.index} (pid {child.process.pid}) "
-                                     f"exited with code {code} before serving on {host}:{port} "
-                                     "(its log is above)")
-                self._check_http_ready(child)
-            if self._stop_requested:
-                raise StartupTimeout("startup interrupted by a signal")
-            if time.monotonic() >= deadline:
-                raise StartupTimeout(
-                    f"waited {self.config.service.startup_timeout_s:.0f} s for the HTTP "
-                    f"frontends to serve on {host}:{port}")
-            time.sleep(0.02)
-
-    def _spawn_listener(self, child: Child, listener: socket.socket) -> None:
-        child.pass_fds = (listener.fileno(),)
-        self.children.append(child)
-        self._spawn(child)
+        self._wait_ready(started)
 
     def _check_http_ready(self, child: Child) -> bool:
         """Whether frontend ``child`` serves now (its address file names its pid); once every
         frontend does, (re)write processes.json and then http.json (the address, the first
         frontend's pid, every frontend's pid): http.json means every frontend serves."""
-        assert self.runtime_dir is not None and child.process is not None
-        try:
-            info = json.loads((self.runtime_dir / frontend_file(child.index)).read_text())
-        except (OSError, ValueError):
+        assert self.runtime_dir is not None
+        info = address_ready(child)
+        if info is None:
             return False
-        if not isinstance(info, dict) or info.get("pid") != child.process.pid:
-            return False  # not written yet, or the previous process's
-        child.ready = True
         frontends = [c for c in self.children if c.role == "http"]
         if not all(c.ready for c in frontends):
             return True
@@ -353,13 +351,13 @@ class Supervisor:
             self._write_files()
         now = time.monotonic()
         for child in self.children:
-            if child.role == "http" and not child.ready and child.restart_at is None:
+            if child.ready_by == READY_FILE and not child.ready and child.restart_at is None:
                 self._check_http_ready(child)  # a restarted frontend serves again?
             proc = child.process
             if child.restart_at is not None:
                 if now >= child.restart_at:
                     self._spawn(child)
-                    if child.role in ("health", "http"):  # no Ready: the new pid is known now
+                    if child.ready_by != READY_FRAME:  # no Ready frame: the new pid is known now
                         self._write_files()
                 continue
             if proc is None:
