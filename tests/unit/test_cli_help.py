@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from textproc.cli import build_parser
-from textproc.http.run import build_parser as http_parser
+from textproc.http.settings import build_parser as http_parser
 
 REPO = Path(__file__).resolve().parents[2]
 

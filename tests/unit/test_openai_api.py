@@ -613,7 +613,7 @@ def test_service_errors_map_to_statuses() -> None:
 
 def test_parse_address() -> None:
     from textproc.errors import InvalidInput
-    from textproc.http.run import parse_address
+    from textproc.ports import parse_address
 
     assert parse_address("127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert parse_address("[::1]:0") == ("::1", 0)

@@ -1,13 +1,19 @@
 """The OpenAI-compatible HTTP frontend: its own process, a TextClient user.
 
-Modules: ``api_types`` (request Structs, validated parameters, ApiError), ``openai_api`` (pure
-request validation), ``responses`` (pure response shaping and SSE framing), ``backend`` (the
-Protocol the server needs from the service), ``metrics`` (Prometheus text), ``asgi`` (SSE
-response, disconnect watching, body limit, API key), ``server`` (routes and the life of a
-request), ``generation`` (chat and completion answers, streamed and whole), ``client_backend`` (the TextClient adapter), ``health`` (the ``--health`` port's
-process, ``python -m textproc.http.health``), ``peers`` (``/metrics`` summed over the frontends sharing a port), ``accept`` (accepting
-bursts of connections), ``probe`` (a ``/health`` probe answered on accept) and ``run``
-(``run_http``, the process entry; ``python -m textproc.http``). Importing this package imports none of them.
+The process (plumbing, apart from the API): ``run`` (``run_http``, the entry; ``python -m
+textproc.http``), ``settings`` (``FrontendSettings`` and ``HttpLimits``, each setting one field
+with its flag), ``accept`` (accepting bursts of connections), ``probe`` (a ``/health`` probe
+answered on accept), ``connections`` (connection limits and deadlines), ``health`` (the
+``--health`` port's process, ``python -m textproc.http.health``), ``frontend_peers``
+(``/metrics`` summed over the frontends sharing a port), ``metrics`` (Prometheus text).
+
+The API: ``server`` (routes and the life of a request), ``backend`` (the Protocol the server
+needs from the service) and ``client_backend`` (the TextClient adapter), ``asgi`` (SSE, body
+limit, API key), ``body_check`` (raw body checks), ``api_types`` (request Structs, validated
+parameters, ApiError), ``openai_api`` and ``openai_bodies`` (chat and completion requests and
+bodies), ``generation`` (their answers, streamed and whole), ``structured`` (structured-output
+fields), ``responses_*`` (``/v1/responses``) and ``messages_*`` (Anthropic's ``/v1/messages``).
+Importing this package imports none of them.
 """
 
 from __future__ import annotations

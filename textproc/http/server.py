@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import msgspec
 from starlette.applications import Starlette
@@ -54,23 +53,11 @@ from textproc.http.responses_api import ResponseStore, parse_responses_request
 from textproc.http.responses_reasoning import ReasoningSeal
 from textproc.http.responses_events import respond_events, respond_whole
 from textproc.http.openai_bodies import models_body, new_id, now
+from textproc.http.settings import HttpLimits
 
-__all__ = ["HttpLimits", "build_app"]
+__all__ = ["build_app", "health_answer"]
 
 _log = logging.getLogger("textproc.http")
-
-
-@dataclass(frozen=True, kw_only=True)
-class HttpLimits:
-    """Request limits of the HTTP frontend."""
-
-    max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
-    max_running: int = 4096  # generation requests in flight; more get 429
-    max_connections: int = 4096  # open connections; more get 503 and are closed
-    max_n: int = 16  # choices per request (n); more get 400
-    header_timeout_s: float = 10.0  # request headers must be complete by then, or the socket closes
-    body_timeout_s: float = 30.0  # the request body must be complete by then, or 408
-    handlers_per_turn: int = 16  # request handlers started per event-loop iteration (Pacer)
 
 
 def _client_gone() -> ApiError:
@@ -380,13 +367,14 @@ def build_app(
     lifespan: Any = None,
     api_key: str | None = None,
     peers: Peers | None = None,
-    extra_routes: Sequence[Route] = (),
+    test_hooks: bool = False,
 ) -> Starlette:
     """The Starlette app serving the OpenAI API over ``backend``.
 
     With ``api_key``, every route except /health and /metrics answers 401 unless the request
     carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``peers``: the
-    other frontends on this port, whose metrics /metrics adds (default: none).
+    other frontends on this port, whose metrics /metrics adds (default: none). ``test_hooks``
+    adds ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
     """
     metrics = metrics or Metrics()
     api = _Api(backend, limits or HttpLimits(), metrics,
@@ -403,8 +391,9 @@ def build_app(
         Route("/detokenize", api.detokenize, methods=["POST"]),
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
-        *extra_routes,
     ]
+    if test_hooks:
+        routes.append(Route("/_test/block-loop", _block_loop, methods=["POST"]))
     # pacing first: a burst of requests must not hold the loop in one go (asgi.PaceRequests)
     middleware = [Middleware(PaceRequests, pacer=api.pacer),
                   Middleware(FramingGuard, metrics=api.metrics)]
@@ -415,3 +404,11 @@ def build_app(
     app.state.api = api
     return app
 
+
+
+async def _block_loop(request: Request) -> Response:
+    """``POST /_test/block-loop?seconds=S`` (``test_hooks`` only): hold the event loop for S
+    seconds (at most 60), as a stuck handler would; answers afterwards."""
+    seconds = min(60.0, float(request.query_params.get("seconds", "1")))
+    time.sleep(seconds)  # blocking on purpose: that is the test
+    return json_response({"blocked_s": seconds})
