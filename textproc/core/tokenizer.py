@@ -38,25 +38,24 @@ import re
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from textproc.errors import InvalidInput, TokenizerFileError, short
 from textproc.core.tok.added import AddedVocab
 from textproc.core.tok.bpe import BPE
-from textproc.core.tok.decoders import Decoder, build_decoder, byte_level_token_bytes
+from textproc.core.tok.bytelevel import BYTE_TO_CHAR_TABLE
+from textproc.core.tok.assemble import components_from_json
+from textproc.core.tok.decoders import Decoder, byte_level_token_bytes
 from textproc.core.tok.fastsplit import Splitter, make_splitter
-from textproc.core.tok.jsonpath import Ctx
 from textproc.core.tok.loader import DirConfig, read_dir_config, read_json
-from textproc.core.tok.normalizers import Normalizer, build_normalizer
-from textproc.core.tok.postprocessors import build_postprocessor
-from textproc.core.tok.pretokenizers import PreTokenizer, build_pretokenizer
-from textproc.core.tok.parts import (MIN_PART_CHARS, Cutter, PartPlan, normalizer_keeps_cuts,
-                                     plan_parts)
+from textproc.core.tok.normalizers import Normalizer
+from textproc.core.tok.pretokenizers import PreTokenizer
+from textproc.core.tok.parts import MIN_PART_CHARS, Cutter, PartPlan, plan_parts
 from textproc.core.tok.piececache import PieceCache
 from textproc.core.tok.segments import SegmentCache
 from textproc.core.tok.unigram import Unigram
 
-__all__ = ["Tokenizer", "PromptTokenizer"]
+__all__ = ["Tokenizer"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -66,27 +65,6 @@ def _check_text(text: str) -> None:
         raise InvalidInput(f"text must be a str, got {type(text).__name__} {short(text)}")
     if not text.isascii() and _SURROGATE.search(text) is not None:
         raise InvalidInput(f"text contains a lone surrogate: {short(text)}; encode it as valid UTF-16/UTF-8 first")
-
-
-class PromptTokenizer(Protocol):
-    """What building a prompt and checking ids needs from a tokenizer (:class:`Tokenizer` has it).
-
-    The service's request builder takes this, so any tokenizer with these members can serve.
-    """
-
-    vocab_size: int
-    eos_token_id: int | None
-    added_tokens: dict[str, int]  # added token content -> id
-    special_ids: frozenset[int]
-    special_tokens_map: dict[str, str]  # e.g. "eos_token" -> "<|im_end|>", for templates
-    chat_template: str | dict[str, str] | None
-    segment_cache: SegmentCache  # its counters go into the worker's Stats
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
-
-    def encode_specials_as_text(self, text: str, *, at_start: bool = True) -> list[int]: ...
-
-    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
 
 class Tokenizer:
@@ -120,8 +98,6 @@ class Tokenizer:
         self._decoder = decoder
         self._post_prefix, self._post_suffix = post
         self._config = config
-        from textproc.core.tok.bytelevel import BYTE_TO_CHAR_TABLE
-
         self._cache = PieceCache(model, BYTE_TO_CHAR_TABLE if pre_tokenizer.byte_level else None)
         self._splitter: Splitter | None = (
             make_splitter(pre_tokenizer.simple_pattern) if pre_tokenizer.simple_pattern is not None else None
@@ -188,6 +164,7 @@ class Tokenizer:
         cls, path: str | Path, pattern: str, special_tokens: dict[str, int], *, nfc: bool = False
     ) -> Tokenizer:
         """A tiktoken rank file (``base64-token rank`` lines) with its split ``pattern``."""
+        # here: the converter is loaded only by the few who build from a tiktoken file
         from textproc.core.convert import load_tiktoken_ranks, tiktoken_to_tokenizer_json
 
         ranks = load_tiktoken_ranks(path)
@@ -197,51 +174,9 @@ class Tokenizer:
     @classmethod
     def from_json(cls, obj: dict[str, Any], *, source: str = "<json>", config: DirConfig | None = None) -> Tokenizer:
         """A parsed tokenizer.json object; ``source`` names it in errors."""
-        ctx = Ctx(source)
-        root = ctx.obj(obj, "$")
-        for key in ("truncation", "padding"):
-            if root.get(key) is not None:
-                ctx.fail(
-                    f"{key} settings change encode() ids and are not supported; allowed: null", f"$.{key}"
-                )
-        model_spec = ctx.get(root, "model", "$", dict)
-        kind = model_spec.get("type")
-        if kind is None:
-            kind = "BPE" if "merges" in model_spec else "Unigram" if isinstance(model_spec.get("vocab"), list) else None
-        model: BPE | Unigram
-        if kind == "BPE":
-            model = BPE.from_json(ctx, model_spec, "$.model")
-        elif kind == "Unigram":
-            model = Unigram.from_json(ctx, model_spec, "$.model")
-        else:
-            ctx.unsupported("model", kind, "$.model", "BPE, Unigram")
-        normalizer = build_normalizer(ctx, root.get("normalizer"), "$.normalizer")
-        pre = build_pretokenizer(ctx, root.get("pre_tokenizer"), "$.pre_tokenizer")
-        decoder = build_decoder(ctx, root.get("decoder"), "$.decoder")
-        post = build_postprocessor(ctx, root.get("post_processor"), "$.post_processor")
-        vocab = model.vocab
-        vocab_len = len(model.pieces) if isinstance(model, Unigram) else len(vocab)
-        added = AddedVocab.from_json(
-            ctx,
-            ctx.get(root, "added_tokens", "$", list, []),
-            "$.added_tokens",
-            vocab.get,
-            vocab_len,
-            normalizer,
-        )
         # the BPE merge table is built on first encode (a bad merge raises TokenizerFileError
         # then, naming $.model.merges[i]); call Tokenizer.validate() to do it eagerly
-        return cls(
-            source=source,
-            model=model,
-            normalizer=normalizer,
-            pre_tokenizer=pre,
-            added=added,
-            decoder=decoder,
-            post=post,
-            config=config or DirConfig(),
-            raw_units=normalizer_keeps_cuts(root.get("normalizer")),
-        )
+        return cls(source=source, config=config or DirConfig(), **components_from_json(obj, source))
 
     def validate(self) -> None:
         """Finish the lazy parts of loading now (the BPE merge table): errors surface here."""

@@ -28,7 +28,7 @@ from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL
 from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.service.index_store import IndexStore
 from textproc.sharding import shard_of
-from textproc.core.tokenizer import PromptTokenizer
+from textproc.core.tok.prompt import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES
 from textproc.errors import InvalidInput, short
 from textproc.options import (
