@@ -31,7 +31,8 @@ from tests.helpers.conversations import (
     hf_render,
 )
 from tests.helpers.templates import REAL_TEMPLATES, template_source
-from textproc.core.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template, render_chat, select_template
+from textproc.core.chat.selection import load_chat_template, select_template
+from textproc.core.chat.template import CHATML_TEMPLATE, ChatTemplate, render_chat
 from textproc.errors import InvalidInput
 
 THINKING = [{}, {"enable_thinking": True}, {"enable_thinking": False}]

@@ -1,5 +1,6 @@
-"""Chat templates: transformers-identical rendering (``template``), the metered Jinja sandbox
-(``sandbox``) and the built-in ChatML template (``chatml``)."""
+"""Chat templates: transformers-identical rendering (``template``), which template to render
+(``selection``), the metered Jinja sandbox (``sandbox``) and the built-in ChatML template
+(``chatml``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from textproc.core.chat.template import (
     RESERVED_VARIABLES,
     ChatTemplate,
     RenderLimits,
-    load_chat_template,
     prompt_starts_in_reasoning,
     render_chat,
-    select_template,
 )
+from textproc.core.chat.selection import load_chat_template, select_template
 
 __all__ = [
     "CHATML_TEMPLATE",
