@@ -7,6 +7,7 @@ textproc never imports this package.
 
 from __future__ import annotations
 
-from engine_stub.stub import StubEngine, StubSettings, main, parse_args
+from engine_stub.settings import StubSettings, parse_args
+from engine_stub.stub import StubEngine, main
 
 __all__ = ["StubEngine", "StubSettings", "main", "parse_args"]

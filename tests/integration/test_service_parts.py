@@ -67,7 +67,7 @@ def test_config_validates_every_field_and_round_trips(toy_model: Path) -> None:
 def test_stub_modes_are_the_stubs_own() -> None:
     """config.STUB_MODES (what `textproc serve --stub-mode` offers) is what engine_stub takes;
     textproc never imports engine_stub, so this test keeps the two lists equal."""
-    from engine_stub.stub import MODES
+    from engine_stub.settings import MODES
 
     from textproc.config import STUB_MODES
 
