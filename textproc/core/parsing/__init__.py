@@ -6,21 +6,16 @@ One file per concern: ``tags`` (TagStreamer, the holdback rule for tags), ``json
 ``raw_values`` (typing raw values by schema), ``declaration`` (what a format declares: markers,
 parser, detection, call spelling, specials), ``families/`` (one module per format family, each
 holding its parser and its declarations), ``formats`` (the registry: a scan of ``families``),
-``detect`` (the format a model's files call for), ``output`` (OutputParser and the one-shot
-forms). Imports only the standard library, ``regex`` and other core modules.
+``detect`` (the format a model's files call for), ``output`` (OutputParser), ``oneshot`` (its
+one-shot forms: ``parse_output``, ``parse_tool_calls``, ``openai_tool_call``). Imports only the standard library, ``regex`` and other core modules.
 """
 
 from __future__ import annotations
 
-from textproc.core.parsing.output import (
-    REASONING_FORMATS,
-    TOOL_FORMATS,
-    OutputParser,
-    merge_deltas,
-    openai_tool_call,
-    parse_output,
-    parse_tool_calls,
-)
+from textproc.core.deltas import merge_deltas
+from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
+from textproc.core.parsing.oneshot import openai_tool_call, parse_output, parse_tool_calls
+from textproc.core.parsing.output import OutputParser
 from textproc.core.parsing.tags import TagStreamer
 
 __all__ = [

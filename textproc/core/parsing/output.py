@@ -3,8 +3,8 @@
 Owns the split of generated text into ``reasoning_content``, ``content`` and ``tool_calls`` for
 every registered format (:mod:`textproc.core.parsing.formats`; tool-call sections are parsed by
 the format's body, :mod:`textproc.core.parsing.section`; a format with a whole-output parser,
-gpt-oss's harmony, by that parser), plus the one-shot forms (deltas are built and merged
-by :mod:`textproc.core.deltas`). It takes only the new text each time and keeps its own history; the work
+gpt-oss's harmony, by that parser); deltas are built and merged by
+:mod:`textproc.core.deltas`, the one-shot forms are :mod:`textproc.core.parsing.oneshot`. It takes only the new text each time and keeps its own history; the work
 per ``feed`` is proportional to the new text (no re-parsing).
 
 Invariant (property-tested): for any split of a text into ``feed`` calls,
@@ -13,13 +13,11 @@ Invariant (property-tested): for any split of a text into ``feed`` calls,
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textproc.errors import InvalidInput, short
-from textproc.core.deltas import Deltas, merge_deltas
+from textproc.core.deltas import Deltas
 from textproc.core.parsing.declaration import WholeParser
 from textproc.core.parsing.formats import (
     DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat,
@@ -28,16 +26,7 @@ from textproc.core.parsing.section import Section
 from textproc.core.parsing.tags import TagStreamer
 from textproc.options import OutputOptions, ParseOptions, split_options
 
-__all__ = [
-    "OutputParser",
-    "parse_output",
-    "parse_tool_calls",
-    "openai_tool_call",
-    "merge_deltas",
-    "TOOL_FORMATS",
-    "REASONING_FORMATS",
-    "tool_names_and_schemas",
-]
+__all__ = ["OutputParser", "tool_names_and_schemas"]
 
 _SPACE = " \t\r\n"
 
@@ -403,73 +392,3 @@ class OutputParser:
 
     def _call_id(self, index: int) -> str:
         return f"call_{self.request_id}_{index}" if self.request_id else f"call_{index}"
-
-
-def parse_output(
-    text: str,
-    parse: ParseOptions | None = None,
-    output: OutputOptions | None = None,
-    *,
-    think_tags: tuple[str, str] | None = None,
-    tool_tags: tuple[str, str] | None = None,
-    request_id: str = "",
-    **options: Any,
-) -> dict[str, Any]:
-    """One-shot parse of a complete answer: ``merge_deltas`` of an :class:`OutputParser` with
-    the same options fed the text in any split.
-
-    ``stream_calls`` defaults to False here, the non-streamed answer: a call that is malformed
-    or cut off is content, not a call.
-    """
-    if output is None:
-        options.setdefault("stream_calls", False)
-    parser = OutputParser(parse, output, think_tags=think_tags, tool_tags=tool_tags,
-                          request_id=request_id, **options)
-    return merge_deltas(parser.feed(text) + parser.finish())
-
-
-def parse_tool_calls(
-    text: str,
-    *,
-    tool_tags: tuple[str, str] | None = None,
-    tool_format: str = DEFAULT_TOOL_FORMAT,
-    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-    stream_calls: bool = False,
-    request_id: str = "",
-) -> tuple[str, list[dict[str, Any]]]:
-    """One-shot: ``(content, tool calls)`` of a complete output (no reasoning split).
-
-    >>> parse_tool_calls('hi<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>')
-    ('hi', [{'id': 'call_0', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}])
-    """
-    merged = parse_output(
-        text, tools=True, tool_tags=tool_tags, tool_format=tool_format,
-        tool_schemas=tool_schemas, stream_calls=stream_calls, request_id=request_id,
-    )
-    return merged["content"], merged["tool_calls"]
-
-
-def openai_tool_call(name: str, arguments: str | Mapping[str, Any], *, id: str | None = None) -> dict[str, Any]:
-    """An OpenAI tool call ``{"id", "type": "function", "function": {"name", "arguments"}}``.
-
-    ``arguments`` given as a mapping is serialised with ``json.dumps(ensure_ascii=False)``;
-    a string is kept as is. Without ``id`` it is derived from name and arguments
-    (``call_`` + 24 hex digits), so the same call always gets the same id.
-
-    >>> openai_tool_call("f", {"a": 1}, id="call_1")
-    {'id': 'call_1', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}
-    """
-    if not isinstance(name, str) or not name:
-        raise InvalidInput(f"tool call name {short(name)} must be a non-empty string")
-    if isinstance(arguments, str):
-        args_text = arguments
-    elif isinstance(arguments, Mapping):
-        args_text = json.dumps(dict(arguments), ensure_ascii=False)
-    else:
-        raise InvalidInput(
-            f"tool call arguments {short(arguments)} for {name!r} must be a JSON string or a mapping"
-        )
-    if id is None:
-        digest = hashlib.sha256(f"{name}\x00{args_text}".encode("utf-8", "surrogatepass"))
-        id = "call_" + digest.hexdigest()[:24]
-    return {"id": id, "type": "function", "function": {"name": name, "arguments": args_text}}
