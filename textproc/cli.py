@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -22,11 +23,16 @@ from typing import Sequence
 
 from textproc.config import (
     CONTENT_SPECIALS,
+    DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_MODEL_LEN,
     ENDPOINT_KINDS,
     ENGINES,
     STUB_MODES,
+    Endpoints,
+    ServeConfig,
+    ServiceConfig,
 )
+from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
 from textproc.engines import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.lifecycle import LOG_LEVELS, add_child_arguments, setup_logging
@@ -55,8 +61,6 @@ _DESCRIPTION = ("textproc: the text side of an LLM server (chat templates, token
 
 def _service_default(name: str) -> object:
     """The default of a ServiceConfig field, for --help."""
-    from textproc.config import ServiceConfig
-
     return next(f.default for f in dataclasses.fields(ServiceConfig) if f.name == name)
 
 
@@ -141,8 +145,6 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="also answer GET /health on HOST:PORT from a process of its own that "
                         "does not wait behind the API's connections: what a load balancer "
                         "should probe (default: none; 127.0.0.1:8001 when given without a value)")
-    from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
-
     p.add_argument("--tool-format", default="auto", choices=["auto", "none", *TOOL_FORMATS],
                    help="tool-call format to parse (default auto: chosen from the chat template and "
                         "added tokens, logged at startup; none: tool calls stay plain content)")
@@ -189,8 +191,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["_child"]:
         return _child(args_list[1:])
     if args_list[:1] == ["text"]:
-        import importlib
-
         demo = importlib.import_module("textproc.core.demo")  # the STREAM helper's module
         return int(demo.main(args_list[1:]))
     if args_list[:1] == ["bench"]:
@@ -202,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
+    # here, like each command's own modules below: a command loads only what it runs
+    # (textproc.curve loads zmq.auth)
     from textproc.curve import write_curve_keys
 
     try:
@@ -218,8 +220,7 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from textproc.config import DEFAULT_MAX_FRAME_BYTES, ServeConfig, ServiceConfig
-    from textproc.service.supervisor import Supervisor
+    from textproc.service.supervisor import Supervisor  # zmq: only serve needs it
 
     level = os.environ.get("TEXTPROC_LOG_LEVEL", "INFO").upper()
     if level not in LOG_LEVELS:
@@ -306,8 +307,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _child(argv: list[str]) -> int:
-    from textproc.config import Endpoints, ServiceConfig
-
     p = argparse.ArgumentParser(prog="textproc _child")
     p.add_argument("role", choices=["worker", "detokenizer"])
     p.add_argument("index", type=int)
@@ -318,6 +317,7 @@ def _child(argv: list[str]) -> int:
     config = ServiceConfig.from_json(args.config)
     endpoints = Endpoints.from_dict(json.loads(args.endpoints), source="--endpoints")
     if args.role == "worker":
+        # each child loads only its own role's modules (start-up time)
         from textproc.service.worker import run_worker
 
         return run_worker(config, endpoints, args.index, parent_pid=args.parent_pid)

@@ -13,6 +13,7 @@ CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to a child 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import math
 from dataclasses import dataclass, field
@@ -368,8 +369,6 @@ class ServeConfig:
 
 def _is_loopback(host: str) -> bool:
     """``localhost`` or a loopback address (127.0.0.0/8, ::1); a name that is not is not."""
-    import ipaddress
-
     if host == "localhost":
         return True
     try:

@@ -31,6 +31,7 @@ from textproc.client.events import TextEvent, error_from
 from textproc.client.inflight import InFlight, conversation_key
 from textproc.client.readers import Readers
 from textproc.client.streams import Aborts, StreamHost, generate
+from textproc.config import Endpoints
 from textproc.curve import CurveClientKeys
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, short
 from textproc.options import OutputOptions, SamplingOptions, split_options
@@ -116,8 +117,6 @@ class TextClient:
         return client
 
     async def start(self, timeout_s: float) -> None:
-        from textproc.config import Endpoints
-
         ep = Endpoints.from_dict(self.info.get("endpoints"), source=str(self.runtime_dir))
         max_frame = int(self.info.get("max_frame_bytes", MAX_FRAME_BYTES))
         ctx = new_context(zmq.asyncio.Context)

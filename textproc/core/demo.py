@@ -20,6 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from textproc.core.chat.template import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
+from textproc.core.deltas import merge_deltas
+from textproc.core.detokenizer import IncrementalDetokenizer
+from textproc.core.pipeline import OutputPipeline
+from textproc.core.tokenizer import Tokenizer
 from textproc.errors import TextprocError
 
 __all__ = ["main", "sample_corpus"]
@@ -169,8 +174,6 @@ def demo_encode(tok: Any, model_dir: Path, size_bytes: int) -> dict[str, Any]:
 
 
 def demo_emoji(tok: Any) -> dict[str, Any]:
-    from textproc.core.detokenizer import IncrementalDetokenizer
-
     ids = tok.encode(EMOJI_TEXT)
     per_token = [tok.decode([i]) for i in ids]
     d = IncrementalDetokenizer(tok, at_start=True)
@@ -188,8 +191,6 @@ def demo_emoji(tok: Any) -> dict[str, Any]:
 
 
 def demo_stop(tok: Any) -> dict[str, Any]:
-    from textproc.core.pipeline import OutputPipeline
-
     text = "The answer is 42.\n\nUser: and now something else"
     stops = ["\n\nUser:", "###"]
     ids = tok.encode(text)
@@ -238,8 +239,6 @@ ANSWER = (  # after the prompt; "<think>\n" is prepended when the prompt did not
 
 
 def demo_chat(tok: Any) -> tuple[dict[str, Any], str]:
-    from textproc.core.chat.template import CHATML_TEMPLATE, prompt_starts_in_reasoning, render_chat
-
     template = tok.chat_template or CHATML_TEMPLATE
     prompt = render_chat(
         template,
@@ -263,10 +262,6 @@ def demo_chat(tok: Any) -> tuple[dict[str, Any], str]:
 
 
 def demo_parse(tok: Any, prompt: str) -> dict[str, Any]:
-    from textproc.core.chat.template import prompt_starts_in_reasoning
-    from textproc.core.parsing import merge_deltas
-    from textproc.core.pipeline import OutputPipeline
-
     # Qwen3's template leaves the think block to the model; a template that pre-fills
     # "<think>\n" starts the output inside reasoning: the prompt says which
     in_reasoning = prompt_starts_in_reasoning(prompt)
@@ -316,8 +311,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from textproc.core.tokenizer import Tokenizer
-
     try:
         tok = Tokenizer.from_dir(model_dir)
     except TextprocError as e:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zmq
 
+from textproc.curve import CurveClientKeys, apply_curve_client
 from textproc.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from textproc.curve import CurveClientKeys
 
 __all__ = ["connect_shard", "read_endpoints", "shown"]
 
@@ -61,8 +59,6 @@ def connect_shard(
     sock_out.setsockopt(zmq.LINGER, 0)
     sock_out.setsockopt(zmq.SNDHWM, send_hwm_frames)
     if curve is not None:  # textproc's sockets are CURVE servers: before connect
-        from textproc.curve import apply_curve_client
-
         apply_curve_client(sock_in, curve)
         apply_curve_client(sock_out, curve)
     monitor = None

@@ -175,6 +175,7 @@ class FrameReceiver:
                         self._reject(frame.request_id, f"constraint index {frame.index_key!r} is not "
                                      f"in the engine's index cache ({len(cache)} held)")
                         return
+                    # here: see indexes.py (the constraint modules load on first use)
                     from textproc.core.constraints.guide import Guide
 
                     guide = Guide(index)

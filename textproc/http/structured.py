@@ -12,6 +12,7 @@ worker, whose errors (unsupported keyword with its JSON path, compile budget) co
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from textproc.errors import short
@@ -76,8 +77,6 @@ def _vllm(outputs: Any, *, where: str = "structured_outputs") -> dict[str, Any]:
     value = given[kind]
     if kind == "json":
         if isinstance(value, str):
-            import json
-
             try:
                 value = json.loads(value)
             except ValueError as e:

@@ -29,7 +29,8 @@ from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.service.index_store import IndexStore
 from textproc.sharding import shard_of
 from textproc.core.tok.prompt import PromptTokenizer
-from textproc.core.chat.template import RESERVED_VARIABLES
+from textproc.core.chat.template import RESERVED_VARIABLES, render_chat
+from textproc.core.parsing.detect import detect_formats, resolve_formats
 from textproc.errors import InvalidInput, short
 from textproc.options import (
     OutputOptions,
@@ -109,8 +110,6 @@ class RequestBuilder:
         # text -> ids for prompts; the worker puts its PeerPool's encode here (same ids)
         self.encode_text: Callable[..., list[int]] = tokenizer.encode
         added = dict(tokenizer.added_tokens)
-        from textproc.core.parsing.detect import detect_formats, resolve_formats
-
         # the tool-call / reasoning format, from the chat template and the added tokens
         self.formats = resolve_formats(detect_formats(tokenizer.chat_template, added),
                                        tool_format=config.tool_format,
@@ -252,8 +251,6 @@ class RequestBuilder:
                add_generation_prompt: bool = True, continue_final_message: bool = False,
                chat_template_kwargs: dict[str, Any] | None = None,
                documents: list[dict[str, Any]] | None = None) -> str:
-        from textproc.core.chat.template import render_chat
-
         check_messages(messages, self.config.max_prompt_chars)
         template = self.tokenizer.chat_template
         if template is None:

@@ -54,7 +54,7 @@ from textproc.transport import (
     pick_free_ports,
     remove_ipc_files,
 )
-from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys
+from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys, start_authenticator
 from textproc.engines import engine_adapter
 
 __all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE"]
@@ -122,8 +122,6 @@ class Supervisor:
         ep = self.endpoints
         self._ctx = new_context()
         if self._curve is not None:
-            from textproc.curve import start_authenticator
-
             self._auth = start_authenticator(self._ctx, self._curve)
         opts: dict[str, Any] = {"max_frame_bytes": service.max_frame_bytes, "hwm": service.hwm,
                                 "curve_server": self._curve}

@@ -54,7 +54,7 @@ from textproc.core.constraints.forced_calls import forced_calls_pattern
 from textproc.core.constraints.regex_parts import MAX_COUNT
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.schema_emit import Compiler
-from textproc.core.constraints.schema_flat import Node
+from textproc.core.constraints.schema_nodes import Node
 from textproc.core.parsing.formats import DEFAULT_TOOL_FORMAT, TOOL_FORMATS
 from textproc.errors import InvalidInput, short
 

@@ -20,7 +20,8 @@ from textproc.core.constraints.regex_parts import CHAR, MAX_COUNT, key_except, t
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
-from textproc.core.constraints.schema_flat import TYPES, Flat, Flattener, Node, ObjPart
+from textproc.core.constraints.schema_flat import Flattener
+from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart
 from textproc.core.constraints.schema_formats import FORMATS
 from textproc.core.constraints.schema_merge import types_of
 from textproc.core.constraints.schema_numbers import number_regex

@@ -1,8 +1,7 @@
 """JSON Schema -> a union of flat conjunctions (the step before regex emission).
 
-Owns :class:`Node` (a sub-schema with its base URI, JSON path and ``$ref`` expansions so far),
-:class:`Flat` (one conjunction of assertions with every ``$ref`` / ``allOf`` merged into it and
-no combinator left at its top) and :class:`Flattener` (``$ref`` resolution by ``$id`` /
+Owns :class:`Flattener`, which turns a :class:`~textproc.core.constraints.schema_nodes.Node`
+into :class:`~textproc.core.constraints.schema_nodes.Flat` s (``$ref`` resolution by ``$id`` /
 ``$anchor`` / JSON pointer, ``allOf`` merging, ``anyOf`` / ``oneOf`` and ``dependentRequired``
 distributed into a union of flats). Sub-schemas below a flat (property values, items) stay
 :class:`Node` s and are flattened when the emitter reaches them.
@@ -13,19 +12,16 @@ assertions that cannot be enforced are an ``InvalidInput`` naming the keyword an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
+from textproc.core.constraints.schema_merge import add_assertions, types_of
+from textproc.core.constraints.schema_nodes import Flat, Node, json_equal
 from textproc.errors import InvalidInput, short
 
-__all__ = ["Node", "Flat", "ObjPart", "Flattener", "TYPES", "MAX_BRANCHES", "json_equal"]
+__all__ = ["Flattener", "MAX_BRANCHES"]
 
-# type atoms: "number" is {"integer", "fraction"} (numbers with and without an integral value)
-TYPES = ("object", "array", "string", "integer", "fraction", "boolean", "null")
 MAX_BRANCHES = 64  # largest union one schema may distribute into (anyOf x anyOf x ...)
 # assertions JSON Schema defines that no regular language here enforces
 _REFUSED = {
@@ -36,66 +32,6 @@ _REFUSED = {
     "$recursiveRef": "dynamic references", "maxContains": "bounded contains",
 }  # fmt: skip
 _LEGACY = ("draft-03", "draft-04", "draft-06", "draft-07")
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """JSON Schema equality: numbers by value (1 == 1.0), booleans apart from numbers."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
-
-
-@dataclass(frozen=True)
-class Node:
-    """A sub-schema in context: base URI for ``$ref``, JSON path, ``$ref`` targets expanded."""
-
-    schema: Any
-    base: str
-    path: str
-    refs: tuple[str, ...] = ()
-
-    def child(self, schema: Any, step: str) -> Node:
-        return Node(schema, self.base, self.path + step, self.refs)
-
-
-@dataclass
-class ObjPart:
-    """One object schema's own view of keys: declared, by pattern, and the rest."""
-
-    props: dict[str, Node]
-    patterns: list[tuple[str, Node]]
-    additional: Node | None  # None: extra keys allowed with any value
-
-
-@dataclass
-class Flat:
-    """A conjunction of assertions on one value (no combinator left at the top)."""
-
-    path: str
-    types: set[str] = field(default_factory=lambda: set(TYPES))
-    enum: list[Any] | None = None
-    parts: list[ObjPart] = field(default_factory=list)
-    required: list[str] = field(default_factory=list)
-    item_parts: list[tuple[list[Node], Node | None]] = field(default_factory=list)  # (prefix, rest)
-    contains: list[tuple[Node, int]] = field(default_factory=list)
-    min_items: int = 0
-    max_items: int | None = None
-    min_len: int = 0
-    max_len: int | None = None
-    patterns: list[str] = field(default_factory=list)
-    formats: list[str] = field(default_factory=list)
-    lo: tuple[Decimal, bool] | None = None  # (bound, exclusive)
-    hi: tuple[Decimal, bool] | None = None
-    multiple_of: list[Decimal] = field(default_factory=list)
-    min_props: int = 0
-    unique: bool = False  # uniqueItems
-    empty: bool = False  # a contradiction was found: no value fits
 
 
 class Flattener:
@@ -279,15 +215,11 @@ class Flattener:
 
     def _add(self, flat: Flat, node: Node) -> None:
         """Merge the assertions of a combinator-free ``node`` into ``flat``."""
-        from textproc.core.constraints.schema_merge import add_assertions
-
         add_assertions(flat, node, self.legacy, self.strict)
 
 
 def disjoint(a: Flat, b: Flat, flattener: Flattener) -> bool:
     """True when no JSON value can satisfy both ``a`` and ``b`` (a sufficient check)."""
-    from textproc.core.constraints.schema_merge import types_of
-
     if not types_of(a) & types_of(b):
         return True
     if a.enum is not None and b.enum is not None:
@@ -335,16 +267,3 @@ def _dependencies(schema: Mapping[str, Any], path: str, legacy: bool) -> list[tu
             else:
                 raise InvalidInput(f"{key}.{name} {short(deps)} at {path} must be a list of property names")
     return out
-
-
-def decimal(value: Any, key: str, path: str) -> Decimal:
-    """A JSON number keyword value as an exact Decimal."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a number")
-    try:
-        d = Decimal(json.dumps(value)) if isinstance(value, float) else Decimal(value)
-    except (InvalidOperation, ValueError):
-        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a finite number") from None
-    if not d.is_finite() or abs(d) > Decimal(10) ** 308:
-        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a finite number within +-1e308")
-    return d

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from textproc.core.constraints.regex_parts import MAX_COUNT
-from textproc.core.constraints.schema_flat import TYPES, Flat, Node, ObjPart, decimal, json_equal
+from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart, decimal, json_equal
 from textproc.errors import InvalidInput, short
 
 __all__ = ["add_assertions", "types_of", "type_atoms", "REFUSED_FORMATS"]

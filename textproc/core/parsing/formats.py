@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from textproc.core.parsing import families
+import textproc.core.parsing.families as families
 from textproc.core.parsing.declaration import ReasoningFormat, ToolFormat
 
 __all__ = ["ToolFormat", "ReasoningFormat", "TOOL_FORMATS", "REASONING_FORMATS", "DEFAULT_TOOL_FORMAT",

@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from textproc.core.parsing.raw_values import property_schema, string_only, typed_value_json
 
 __all__ = ["CallStep", "Section", "Body", "Malformed", "Wait", "header_delta", "arguments_delta"]
 
@@ -354,8 +355,6 @@ class Section:
     def raw_member(self, key: str, value: str) -> None:
         """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
         by the tool's schema (the raw-value formats): streamed as the object's next member."""
-        from textproc.core.parsing.raw_values import typed_value_json
-
         value_json = typed_value_json(value, self.schemas.get(self._name or ""), key)
         self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False)
                   + ": " + value_json)
@@ -401,8 +400,6 @@ class Section:
 
     def is_string_argument(self, key: str) -> bool:
         """True when the open call's tool declares argument ``key`` as text (raw formats)."""
-        from textproc.core.parsing.raw_values import property_schema, string_only
-
         return string_only(property_schema(self.schemas.get(self._name or ""), key))
 
     def end_members(self) -> None:
