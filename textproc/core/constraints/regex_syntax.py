@@ -15,10 +15,13 @@ Surrogate code points never match (output is UTF-8).
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
+
+import regex
 
 from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget, regex_too_long
 from textproc.errors import InvalidInput, short
@@ -118,10 +121,6 @@ def negate(ranges: Ranges) -> Ranges:
 def _category(name: str) -> Ranges:
     """Code point ranges of a Python class escape ("d", "w", "s": what ``re`` matches) or of a
     Unicode general category ("L", "Lu", "Nd", ...: what ``regex``'s ``\\p{..}`` matches)."""
-    import re
-
-    import regex
-
     pattern = re.compile(rf"\{name}+") if name in ("d", "w", "s") else regex.compile(rf"\p{{{name}}}+")
     return normalise([(m.start(), m.end() - 1) for m in pattern.finditer(_all_chars())])
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from textproc.core.constraints.regex_parts import MAX_COUNT
+from textproc.core.constraints.schema_formats import FORMATS
 from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart, decimal, json_equal
 from textproc.errors import InvalidInput, short
 
@@ -175,8 +176,6 @@ def _add_string(flat: Flat, schema: Mapping[str, Any], path: str) -> None:
     if fmt is not None and not isinstance(fmt, str):
         raise InvalidInput(f"format {short(fmt)} at {path}.format must be a string")
     if isinstance(fmt, str):
-        from textproc.core.constraints.schema_formats import FORMATS
-
         if fmt in REFUSED_FORMATS:
             raise InvalidInput(f"format {fmt!r} at {path}.format cannot be enforced ({REFUSED_FORMATS[fmt]})")
         if fmt in FORMATS and fmt not in flat.formats:

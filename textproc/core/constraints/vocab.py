@@ -123,6 +123,7 @@ class TokenVocabulary:
         """A model directory: tokenizer.json (with its config), or else a bare vocab.json."""
         path = Path(model_dir)
         if (path / "tokenizer.json").is_file():
+            # here: an engine reads the vocabulary's tables without the tokenizer modules
             from textproc.core.tokenizer import Tokenizer
 
             return cls.from_tokenizer(Tokenizer.from_dir(path))
