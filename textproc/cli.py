@@ -132,6 +132,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--startup-timeout", type=float, default=_service_default("startup_timeout_s"),
                    metavar="SECONDS", help="how long to wait for each process to be ready "
                    f"(default {_service_default('startup_timeout_s'):g})")
+    _text_and_front_flags(p)
+
+
+def _text_and_front_flags(p: argparse.ArgumentParser) -> None:
+    """``serve``'s flags for the text side (formats, special tokens, long prompts), the HTTP
+    frontends and the run's lifetime."""
     p.add_argument("--http", nargs="?", const="127.0.0.1:8000", default=None, metavar="HOST:PORT",
                    help="also serve the OpenAI HTTP API (python -m textproc.http) on HOST:PORT "
                         "(default 127.0.0.1:8000 when given without a value)")
@@ -233,45 +239,7 @@ def _serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        config = ServeConfig(
-            service=ServiceConfig(
-                model_dir=str(model_dir.absolute()),
-                n_workers=args.workers,
-                n_detokenizers=args.detokenizers,
-                max_model_len=args.max_model_len,
-                max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
-                startup_timeout_s=args.startup_timeout,
-                log_level=level,
-                curve_dir=str(Path(args.curve_dir).absolute()) if args.curve_dir else None,
-                special_tokens_in_content=args.special_tokens_in_content,
-                tool_format=args.tool_format,
-                reasoning_format=args.reasoning_format,
-                strict_tools=args.strict_tools,
-                split_min_chars=args.split_min_chars,
-                constraint_cache_dir=(str(Path(args.constraint_cache_dir).absolute())
-                                      if args.constraint_cache_dir else None),
-                **{name: value for name, value in (
-                    ("max_live_requests", args.max_live_requests),
-                    ("max_live_per_client", args.max_live_per_client),
-                    ("max_compile_s", args.max_compile_s),
-                    ("hwm", args.hwm)) if value is not None},
-            ),
-            engine=args.engine,
-            engine_args=tuple(args.engine_arg),
-            engine_python=args.engine_python,
-            endpoints=args.endpoints,
-            runtime_dir=args.runtime_dir,
-            tcp_host=args.tcp_host,
-            tcp_port_base=args.tcp_port_base,
-            stub_mode=args.stub_mode,
-            stub_args=tuple(args.stub_arg),
-            stub_stats_file=args.stub_stats_file,
-            http=args.http,
-            http_args=tuple(args.http_arg),
-            http_workers=args.http_workers,
-            health=args.health,
-            exit_with_parent=args.exit_with_parent,
-        )
+        config = _serve_config(args, model_dir, level)
     except InvalidInput as e:
         print(f"textproc serve: {e}", file=sys.stderr)
         return 2
@@ -304,6 +272,49 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         supervisor.close()
         _log.info("textproc stopped")
+
+
+def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> ServeConfig:
+    """The settings ``serve``'s flags give (InvalidInput when they do not fit together)."""
+    return ServeConfig(
+        service=ServiceConfig(
+            model_dir=str(model_dir.absolute()),
+            n_workers=args.workers,
+            n_detokenizers=args.detokenizers,
+            max_model_len=args.max_model_len,
+            max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
+            startup_timeout_s=args.startup_timeout,
+            log_level=level,
+            curve_dir=str(Path(args.curve_dir).absolute()) if args.curve_dir else None,
+            special_tokens_in_content=args.special_tokens_in_content,
+            tool_format=args.tool_format,
+            reasoning_format=args.reasoning_format,
+            strict_tools=args.strict_tools,
+            split_min_chars=args.split_min_chars,
+            constraint_cache_dir=(str(Path(args.constraint_cache_dir).absolute())
+                                  if args.constraint_cache_dir else None),
+            **{name: value for name, value in (
+                ("max_live_requests", args.max_live_requests),
+                ("max_live_per_client", args.max_live_per_client),
+                ("max_compile_s", args.max_compile_s),
+                ("hwm", args.hwm)) if value is not None},
+        ),
+        engine=args.engine,
+        engine_args=tuple(args.engine_arg),
+        engine_python=args.engine_python,
+        endpoints=args.endpoints,
+        runtime_dir=args.runtime_dir,
+        tcp_host=args.tcp_host,
+        tcp_port_base=args.tcp_port_base,
+        stub_mode=args.stub_mode,
+        stub_args=tuple(args.stub_arg),
+        stub_stats_file=args.stub_stats_file,
+        http=args.http,
+        http_args=tuple(args.http_arg),
+        http_workers=args.http_workers,
+        health=args.health,
+        exit_with_parent=args.exit_with_parent,
+    )
 
 
 def _child(argv: list[str]) -> int:

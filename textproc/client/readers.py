@@ -173,7 +173,10 @@ class Readers:
                     self.inflight.on_stats(frame)
 
     async def read_detok(self, shard: int = 0) -> None:
-        """Read detokenizer shard ``shard``'s frames until cancelled."""
+        """Read detokenizer shard ``shard``'s frames until cancelled.
+
+        A hot loop kept in one function on purpose: it runs per ``Outputs`` frame of every
+        stream on this client, so its locals stay bound and its dispatch is one ``match``."""
         name = "client<-detok-front" if shard == 0 else f"client<-detok-front-{shard}"
         decoder: FrameDecoder[FrontOutFrame] = FrameDecoder(FrontOutFrame, socket_name=name)
         streams = self.inflight.streams

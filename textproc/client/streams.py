@@ -127,17 +127,8 @@ async def generate(frame: ChatRequest | CompletionRequest, host: StreamHost,
     for sub in ids:
         if sub in inflight.streams or sub in inflight.calls:
             raise InvalidInput(f"request_id {sub!r} is already in flight on this client")
-    ups = readers.detok_up if readers is not None else None
-    if readers is not None and ups is not None:  # the request's shards must be up
-        shards = {0} if len(ups) == 1 else {readers.shard_of(sub) for sub in ids}
-        for shard in sorted(shards):
-            if not ups[shard].is_set():
-                try:
-                    await asyncio.wait_for(ups[shard].wait(), _DETOK_WAIT_S)
-                except (asyncio.TimeoutError, TimeoutError) as e:
-                    name = "the detokenizer" if len(ups) == 1 else f"detokenizer {shard}"
-                    raise WorkerDied(f"request {rid!r}: {name} did not come back within "
-                                     f"{_DETOK_WAIT_S:.0f} s") from e
+    if readers is not None and readers.detok_up is not None:  # the request's shards must be up
+        await _shards_up(readers, ids, rid)
     # follow-up turns go where the conversation's encoded segments are cached
     affinity = (conversation_key(frame.messages)
                 if isinstance(frame, ChatRequest) and len(workers) > 1 else None)
@@ -195,6 +186,21 @@ async def generate(frame: ChatRequest | CompletionRequest, host: StreamHost,
         if running:
             # the abort must go out even while this task is being cancelled
             aborts.soon(running)
+
+
+async def _shards_up(readers: Readers, ids: list[str], rid: str) -> None:
+    """Wait until the detokenizer shards of ``ids`` are up (WorkerDied after _DETOK_WAIT_S)."""
+    ups = readers.detok_up
+    assert ups is not None
+    shards = {0} if len(ups) == 1 else {readers.shard_of(sub) for sub in ids}
+    for shard in sorted(shards):
+        if not ups[shard].is_set():
+            try:
+                await asyncio.wait_for(ups[shard].wait(), _DETOK_WAIT_S)
+            except (asyncio.TimeoutError, TimeoutError) as e:
+                name = "the detokenizer" if len(ups) == 1 else f"detokenizer {shard}"
+                raise WorkerDied(f"request {rid!r}: {name} did not come back within "
+                                 f"{_DETOK_WAIT_S:.0f} s") from e
 
 
 async def wait_output(live: list[StreamState], accept_by: float,

@@ -227,28 +227,10 @@ def _normalize_added(
     return sorted(result.values(), key=lambda t: int(t["id"]))
 
 
-def tiktoken_to_tokenizer_json(
-    ranks: Mapping[bytes, int],
-    pattern: str,
-    special_tokens: Mapping[str, int],
-    *,
-    nfc: bool = False,
-    added_tokens: Sequence[Mapping[str, Any]] | None = None,
-    ignore_merges: bool | None = None,
-) -> dict[str, Any]:
-    """A Hugging Face tokenizer.json dict equivalent to tiktoken with these ranks.
-
-    ``special_tokens`` maps content -> id (added with ``special: true``); ``added_tokens`` are
-    further tokenizer.json-style entries (``content``, ``id`` and optional ``special``,
-    ``normalized``, ``lstrip``, ``rstrip``, ``single_word``; default flags false) and override
-    ``special_tokens`` entries with the same content. Added tokens whose ids do not follow the
-    ranks consecutively are also put into ``model.vocab`` so that ``tokenizers`` keeps their
-    ids. ``ignore_merges`` defaults to true only when some token is unreachable by merges.
-    """
-    vocab: dict[str, int] = {
-        token_to_unicode(token): rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])
-    }
-    added = _normalize_added(special_tokens, added_tokens)
+def _place_added(vocab: dict[str, int], ranks: Mapping[bytes, int],
+                 added: list[dict[str, Any]]) -> None:
+    """Check the added tokens against the ranks, and put them into ``vocab`` too when their
+    ids do not follow the ranks consecutively (so that ``tokenizers`` keeps their ids)."""
     next_id = max(ranks.values()) + 1 if ranks else 0
     consecutive = True
     for token in added:
@@ -271,6 +253,31 @@ def tiktoken_to_tokenizer_json(
     if not consecutive:
         for token in added:
             vocab.setdefault(token["content"], token["id"])
+
+
+def tiktoken_to_tokenizer_json(
+    ranks: Mapping[bytes, int],
+    pattern: str,
+    special_tokens: Mapping[str, int],
+    *,
+    nfc: bool = False,
+    added_tokens: Sequence[Mapping[str, Any]] | None = None,
+    ignore_merges: bool | None = None,
+) -> dict[str, Any]:
+    """A Hugging Face tokenizer.json dict equivalent to tiktoken with these ranks.
+
+    ``special_tokens`` maps content -> id (added with ``special: true``); ``added_tokens`` are
+    further tokenizer.json-style entries (``content``, ``id`` and optional ``special``,
+    ``normalized``, ``lstrip``, ``rstrip``, ``single_word``; default flags false) and override
+    ``special_tokens`` entries with the same content. Added tokens whose ids do not follow the
+    ranks consecutively are also put into ``model.vocab`` so that ``tokenizers`` keeps their
+    ids. ``ignore_merges`` defaults to true only when some token is unreachable by merges.
+    """
+    vocab: dict[str, int] = {
+        token_to_unicode(token): rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])
+    }
+    added = _normalize_added(special_tokens, added_tokens)
+    _place_added(vocab, ranks, added)
     found, unreachable = _split_all(ranks)
     if ignore_merges is None:
         ignore_merges = bool(unreachable)

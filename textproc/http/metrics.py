@@ -148,7 +148,7 @@ class Metrics:
         worker_requests: Sequence[int] = (),
         frontends: Sequence[tuple[int, int, int]] = (),
     ) -> str:
-        """The text exposition format, one metric family after another.
+        """The text exposition format, one metric family after another; changes nothing.
 
         ``processes``: (role, index, counters) of each service process (TextClient.stats()),
         exported as ``textproc_process_events_total{role, index, counter}``. ``frontends``:
@@ -156,41 +156,45 @@ class Metrics:
         ``textproc_http_frontend_requests_total{frontend, pid}``.
         """
         out: list[str] = []
+        self._request_families(out, frontends)
+        self._connection_families(out)
+        _service_families(out, queue_depths or {}, processes, worker_requests)
+        self._latency_families(out)
+        return "\n".join(out) + "\n"
 
-        def family(name: str, kind: str, help_text: str) -> None:
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} {kind}")
-
-        family("textproc_http_requests_total", "counter",
-               "HTTP requests served, by endpoint and status code.")
+    def _request_families(self, out: list[str], frontends: Sequence[tuple[int, int, int]]) -> None:
+        _family(out, "textproc_http_requests_total", "counter",
+                "HTTP requests served, by endpoint and status code.")
         for (endpoint, status), n in sorted(self.requests.items()):
             out.append(
                 f'textproc_http_requests_total{{endpoint="{_label(endpoint)}",'
                 f'status="{status}"}} {n}'
             )
-        family("textproc_http_frontend_requests_total", "counter",
-               "HTTP requests each frontend process served (serve --http-workers N; the "
-               "other families sum every frontend).")
+        _family(out, "textproc_http_frontend_requests_total", "counter",
+                "HTTP requests each frontend process served (serve --http-workers N; the "
+                "other families sum every frontend).")
         for index, pid, n in frontends:
             out.append(f'textproc_http_frontend_requests_total{{frontend="{index}",'
                        f'pid="{pid}"}} {n}')
-        family("textproc_finished_requests_total", "counter",
-               "Generation requests finished, by finish_reason (abort: client went away).")
+        _family(out, "textproc_finished_requests_total", "counter",
+                "Generation requests finished, by finish_reason (abort: client went away).")
         for reason, n in sorted(self.finish_reasons.items()):
             out.append(f'textproc_finished_requests_total{{reason="{_label(reason)}"}} {n}')
-        family("textproc_prompt_tokens_total", "counter", "Prompt tokens of finished requests.")
+        _family(out, "textproc_prompt_tokens_total", "counter", "Prompt tokens of finished requests.")
         out.append(f"textproc_prompt_tokens_total {self.prompt_tokens}")
-        family("textproc_completion_tokens_total", "counter", "Generated tokens sent to clients.")
+        _family(out, "textproc_completion_tokens_total", "counter", "Generated tokens sent to clients.")
         out.append(f"textproc_completion_tokens_total {self.completion_tokens}")
-        family("textproc_requests_running", "gauge", "Generation requests in flight now.")
+        _family(out, "textproc_requests_running", "gauge", "Generation requests in flight now.")
         out.append(f"textproc_requests_running {self.running}")
-        family("textproc_client_disconnects_total", "counter",
-               "Requests aborted because the HTTP client disconnected.")
+        _family(out, "textproc_client_disconnects_total", "counter",
+                "Requests aborted because the HTTP client disconnected.")
         out.append(f"textproc_client_disconnects_total {self.aborted_by_client}")
-        family("textproc_http_upload_disconnects_total", "counter",
-               "Requests whose client disconnected before sending the whole body.")
+        _family(out, "textproc_http_upload_disconnects_total", "counter",
+                "Requests whose client disconnected before sending the whole body.")
         out.append(f"textproc_http_upload_disconnects_total {self.upload_disconnects}")
-        family("textproc_http_connections_open", "gauge", "HTTP connections open now.")
+
+    def _connection_families(self, out: list[str]) -> None:
+        _family(out, "textproc_http_connections_open", "gauge", "HTTP connections open now.")
         out.append(f"textproc_http_connections_open {self.open_connections}")
         for name, value, text in (
             ("connections_refused", self.connections_refused,
@@ -205,38 +209,49 @@ class Metrics:
              "GET /health probes answered where their connection was accepted (also in "
              "textproc_http_requests_total)."),
         ):
-            family(f"textproc_http_{name}_total", "counter", text)
+            _family(out, f"textproc_http_{name}_total", "counter", text)
             out.append(f"textproc_http_{name}_total {value}")
-        family("textproc_queue_depth", "gauge",
-               "Requests pending at each tokenizer worker, as this frontend sees them.")
-        for worker, depth in sorted((queue_depths or {}).items()):
-            out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
-        family("textproc_worker_requests_total", "counter",
-               "Requests this frontend sent to each tokenizer worker (how the load spreads).")
-        for index, n in enumerate(worker_requests):
-            out.append(f'textproc_worker_requests_total{{worker="{index}"}} {n}')
-        family("textproc_process_events_total", "counter",
-               "Counters of each service process (worker, detokenizer), for all its clients; "
-               "they restart from 0 when the process is restarted.")
-        for role, index, counters in processes:
-            for name, value in sorted(counters.items()):
-                if name != "pid":
-                    out.append(f'textproc_process_events_total{{role="{_label(role)}",'
-                               f'index="{index}",counter="{_label(name)}"}} {value}')
-        family("textproc_http_loop_lag_seconds", "histogram",
-               f"How late the HTTP frontend's event loop ran a {LAG_PROBE_S:g} s timer: what "
-               "every request and stream waits on top of its own work.")
+
+    def _latency_families(self, out: list[str]) -> None:
+        _family(out, "textproc_http_loop_lag_seconds", "histogram",
+                f"How late the HTTP frontend's event loop ran a {LAG_PROBE_S:g} s timer: what "
+                "every request and stream waits on top of its own work.")
         out.extend(self.loop_lag.lines("textproc_http_loop_lag_seconds", ""))
-        family("textproc_http_loop_lag_max_seconds", "gauge",
-               "The worst loop lag since the previous scrape of /metrics (with several "
-               "frontends: the worst any of them saw since it last answered a scrape).")
+        _family(out, "textproc_http_loop_lag_max_seconds", "gauge",
+                "The worst loop lag since the previous scrape of /metrics (with several "
+                "frontends: the worst any of them saw since it last answered a scrape).")
         out.append(f"textproc_http_loop_lag_max_seconds {self.loop_lag_max_s:.6f}")
-        family("textproc_stage_seconds", "histogram",
-               "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
-               "service); first_token and request (measured by the HTTP frontend).")
+        _family(out, "textproc_stage_seconds", "histogram",
+                "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
+                "service); first_token and request (measured by the HTTP frontend).")
         for stage, hist in self.stages.items():
             out.extend(hist.lines("textproc_stage_seconds", f'stage="{stage}"'))
-        return "\n".join(out) + "\n"
+
+
+def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
+    out.append(f"# HELP {name} {help_text}")
+    out.append(f"# TYPE {name} {kind}")
+
+
+def _service_families(out: list[str], queue_depths: Mapping[str, int],
+                      processes: Sequence[tuple[str, int, Mapping[str, int]]],
+                      worker_requests: Sequence[int]) -> None:
+    _family(out, "textproc_queue_depth", "gauge",
+            "Requests pending at each tokenizer worker, as this frontend sees them.")
+    for worker, depth in sorted(queue_depths.items()):
+        out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
+    _family(out, "textproc_worker_requests_total", "counter",
+            "Requests this frontend sent to each tokenizer worker (how the load spreads).")
+    for index, n in enumerate(worker_requests):
+        out.append(f'textproc_worker_requests_total{{worker="{index}"}} {n}')
+    _family(out, "textproc_process_events_total", "counter",
+            "Counters of each service process (worker, detokenizer), for all its clients; "
+            "they restart from 0 when the process is restarted.")
+    for role, index, counters in processes:
+        for name, value in sorted(counters.items()):
+            if name != "pid":
+                out.append(f'textproc_process_events_total{{role="{_label(role)}",'
+                           f'index="{index}",counter="{_label(name)}"}} {value}')
 
 
 LAG_PROBE_S = 0.05  # watch_loop_lag's timer

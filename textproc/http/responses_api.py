@@ -344,6 +344,22 @@ def _echo_choice(name: str, tools: ResponsesTools) -> dict[str, Any]:
     return choice if namespace is None else {**choice, "namespace": namespace}
 
 
+def _previous(response_id: str | None, store: ResponseStore | None) -> list[dict[str, Any]]:
+    """The stored conversation of ``previous_response_id`` (none without one)."""
+    if response_id is None:
+        return []
+    found = store.get(response_id) if store is not None else None
+    if found is None:
+        raise ApiError(
+            f"previous_response_id {short(response_id)} is not known here: it "
+            f"was not stored (store=false), has expired (responses are kept "
+            f"{STORE_TTL_S:.0f} s, at most {STORE_MAX_ENTRIES} of them) or was served by "
+            "another frontend process; send the whole conversation as input instead",
+            status=404 if store is not None else 400, param="previous_response_id",
+            code="previous_response_not_found")
+    return list(found)
+
+
 def parse_responses_request(body: bytes, *, served_models: Sequence[str],
                             store: ResponseStore | None = None) -> ResponsesRequest:
     """Decode and validate a Responses body into the chat request it runs; raise ApiError.
@@ -359,18 +375,7 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
         raise ApiError("input is empty; send a string or a list of input items", param="input")
     items: list[Any] = ([{"type": "message", "role": "user", "content": req.input}]
                         if isinstance(req.input, str) else req.input)
-    history: list[dict[str, Any]] = []
-    if req.previous_response_id is not None:
-        found = store.get(req.previous_response_id) if store is not None else None
-        if found is None:
-            raise ApiError(
-                f"previous_response_id {short(req.previous_response_id)} is not known here: it "
-                f"was not stored (store=false), has expired (responses are kept "
-                f"{STORE_TTL_S:.0f} s, at most {STORE_MAX_ENTRIES} of them) or was served by "
-                "another frontend process; send the whole conversation as input instead",
-                status=404 if store is not None else 400, param="previous_response_id",
-                code="previous_response_not_found")
-        history = list(found)
+    history = _previous(req.previous_response_id, store)
     where = ["previous_response_id"] * len(history)
     warnings: list[dict[str, Any]] = []
     seal = store.seal if store is not None else None

@@ -100,18 +100,7 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
         _log.warning("--test-hooks: POST /_test/block-loop can block this frontend; tests only")
     app = build_app(backend, limits=settings.limits, metrics=metrics, lifespan=lifespan,
                     api_key=settings.api_key, peers=peers, test_hooks=settings.test_hooks)
-    config = uvicorn.Config(
-        app,
-        loop="uvloop",
-        http=guarded_http(max_connections=settings.limits.max_connections,
-                          header_timeout_s=settings.limits.header_timeout_s, metrics=metrics),
-        lifespan="on",
-        log_level=settings.log_level.lower(),
-        log_config=None,  # uvicorn's loggers propagate to the root handler set up above
-        access_log=False,
-        timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
-        headers=[("x-textproc-frontend", str(index))],  # which process answered
-    )
+    config = _uvicorn_config(app, settings, metrics)
 
     def answer_probe(data: bytes) -> bytes | None:  # a /health probe, answered on accept
         got = reply(data, lambda: health_answer(backend, metrics), config.headers)
@@ -154,6 +143,21 @@ async def _return_memory_when_idle(metrics: Any) -> None:
             seen = served
             gc.collect()
             trim(0)
+
+
+def _uvicorn_config(app: Any, settings: FrontendSettings, metrics: Metrics) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        loop="uvloop",
+        http=guarded_http(max_connections=settings.limits.max_connections,
+                          header_timeout_s=settings.limits.header_timeout_s, metrics=metrics),
+        lifespan="on",
+        log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's loggers propagate to the root handler run_http set up
+        access_log=False,
+        timeout_graceful_shutdown=3,  # open streams get 3 s, then abort (supervisor kills at 5 s)
+        headers=[("x-textproc-frontend", str(settings.frontend[0]))],  # which process answered
+    )
 
 
 async def _after_bind(settings: FrontendSettings, get_server: Callable[[], Any]) -> None:

@@ -108,7 +108,10 @@ class JsonScanner:
         return self._state == _END
 
     def scan(self, text: str, pos: int) -> tuple[int, int]:
-        """Consume ``text[pos:]`` up to the next event; see the module constants."""
+        """Consume ``text[pos:]`` up to the next event; see the module constants.
+
+        A hot loop kept in one function on purpose: it runs per character of every streamed
+        tool call, and a helper call per state would cost more than the state's own work."""
         n = len(text)
         stack = self._stack
         state = self._state

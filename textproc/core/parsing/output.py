@@ -21,6 +21,7 @@ from textproc.core.deltas import Deltas
 from textproc.core.parsing.declaration import WholeParser
 from textproc.core.parsing.formats import (
     DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat,
+    ToolFormat,
 )
 from textproc.core.parsing.section import Section
 from textproc.core.parsing.tags import TagStreamer
@@ -55,6 +56,32 @@ def tool_names_and_schemas(
 
 
 _PLAIN, _OUTPUT = ParseOptions(), OutputOptions()  # the defaults: no parsing, calls streamed
+
+
+def _formats(tool_format: str, reasoning_format: str, think_tags: tuple[str, str] | None,
+             tool_tags: tuple[str, str] | None) -> tuple[ToolFormat, ReasoningFormat]:
+    """The declared formats by name, with custom tags in place of theirs when given."""
+    if tool_format not in TOOL_FORMATS:
+        raise InvalidInput(f"tool_format={short(tool_format)}; supported: {', '.join(TOOL_FORMATS)}")
+    if reasoning_format not in REASONING_FORMATS:
+        raise InvalidInput(
+            f"reasoning_format={short(reasoning_format)}; supported: {', '.join(REASONING_FORMATS)}"
+        )
+    fmt = TOOL_FORMATS[tool_format]
+    for label, pair in (("think_tags", think_tags), ("tool_tags", tool_tags)):
+        if pair is None:
+            continue
+        if len(pair) != 2 or not all(isinstance(t, str) for t in pair) or not pair[0] or \
+                (not pair[1] and (label == "think_tags" or fmt.needs_close_tag)):
+            raise InvalidInput(
+                f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
+            )
+    if tool_tags is not None:
+        fmt = fmt.with_tags(*tool_tags)
+    rfmt = REASONING_FORMATS[reasoning_format]
+    if think_tags is not None:
+        rfmt = ReasoningFormat("custom", (think_tags[0],), (think_tags[1],))
+    return fmt, rfmt
 
 
 class OutputParser:
@@ -112,26 +139,7 @@ class OutputParser:
         tool_schemas = parse.tool_schemas
         starts_in_reasoning, stream_calls = parse.starts_in_reasoning, output.stream_calls
         max_calls = None if output.parallel_tool_calls else 1
-        if tool_format not in TOOL_FORMATS:
-            raise InvalidInput(f"tool_format={short(tool_format)}; supported: {', '.join(TOOL_FORMATS)}")
-        if reasoning_format not in REASONING_FORMATS:
-            raise InvalidInput(
-                f"reasoning_format={short(reasoning_format)}; supported: {', '.join(REASONING_FORMATS)}"
-            )
-        fmt = TOOL_FORMATS[tool_format]
-        for label, pair in (("think_tags", think_tags), ("tool_tags", tool_tags)):
-            if pair is None:
-                continue
-            if len(pair) != 2 or not all(isinstance(t, str) for t in pair) or not pair[0] or \
-                    (not pair[1] and (label == "think_tags" or fmt.needs_close_tag)):
-                raise InvalidInput(
-                    f"{label}={short(pair)} must be a pair of non-empty strings (open, close)"
-                )
-        if tool_tags is not None:
-            fmt = fmt.with_tags(*tool_tags)
-        rfmt = REASONING_FORMATS[reasoning_format]
-        if think_tags is not None:
-            rfmt = ReasoningFormat("custom", (think_tags[0],), (think_tags[1],))
+        fmt, rfmt = _formats(tool_format, reasoning_format, think_tags, tool_tags)
         self.reasoning = reasoning
         self.tools = tools
         self.tool_format = tool_format
