@@ -68,7 +68,7 @@ from textproc.protocol import (
 from tests.helpers.engine_peer import EnginePeer
 from textproc.core.tokenizer import Tokenizer
 from textproc.transport import FrameDecoder, encoder
-from textproc.service.requests import RequestBuilder
+from textproc.service.request_builder import RequestBuilder
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -136,7 +136,7 @@ def test_request_builder_makes_strict_calls_from_a_flag_or_a_tool(tmp_path: Any)
     from textproc.core.tokenizer import Tokenizer
     from textproc.errors import InvalidInput
     from textproc.protocol import ChatRequest, EngineRequest
-    from textproc.service.requests import RequestBuilder
+    from textproc.service.request_builder import RequestBuilder
 
     model = build_toy_model(tmp_path / "toy")
     tok = Tokenizer.from_dir(model)

@@ -32,7 +32,7 @@ from textproc.protocol import (
     unpack_ids,
 )
 from textproc.core.tokenizer import Tokenizer
-from textproc.service.requests import RequestBuilder
+from textproc.service.request_builder import RequestBuilder
 from textproc.service.worker import _choices
 
 

@@ -4,7 +4,7 @@ what is allowed.
 
 The checks that need no model (stops, counts, n, logprobs, tools, tool_choice) are
 :mod:`textproc.options`', called wherever a request enters (HTTP body, worker) with the same
-message. :class:`~textproc.service.requests.RequestBuilder` calls both.
+message. :class:`~textproc.service.request_builder.RequestBuilder` calls both.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tokenizer worker process: the serve loop around :class:`~textproc.service.requests.RequestBuilder`.
+"""Tokenizer worker process: the serve loop around :class:`~textproc.service.request_builder.RequestBuilder`.
 
 Binds ROUTER ``worker-i``; the peer's routing id is the client id carried into ``Submit``. A long
 prompt is encoded together with the other workers (``service/peers.PeerPool``: DEALERs to their
@@ -47,7 +47,7 @@ from textproc.protocol import (
 from textproc.heap import freeze_heap
 from textproc.service.bootstrap import ChildRuntime
 from textproc.service.prompt_shares import PeerPool
-from textproc.service.requests import Built, RequestBuilder
+from textproc.service.request_builder import Built, RequestBuilder
 from textproc.sharding import shard_of
 from textproc.transport import FrameDecoder
 
