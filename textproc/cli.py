@@ -332,7 +332,7 @@ def _child(argv: list[str]) -> int:
         from textproc.service.worker import run_worker
 
         return run_worker(config, endpoints, args.index, parent_pid=args.parent_pid)
-    from textproc.service.detokenizer_process import run_detokenizer
+    from textproc.service.detokenizer_process import run_detokenizer  # as run_worker above
 
     return run_detokenizer(config, endpoints, args.index, parent_pid=args.parent_pid)
 

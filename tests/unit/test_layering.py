@@ -9,11 +9,14 @@
 - ``bench/`` never imports ``tests`` and never edits ``sys.path``.
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
+- No import cycle among textproc's modules, counting imports inside functions; an import
+  inside a function says why (start-up time) in a comment.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +135,67 @@ def test_no_test_module_imports_another(path: Path) -> None:
     for lineno, name in _imports(path):
         if name.startswith("tests."):
             assert name.startswith("tests.helpers"), f"{path.name}:{lineno} imports {name}"
+
+
+@functools.lru_cache(maxsize=1)
+def _module_graph() -> tuple[dict[str, set[str]], list[tuple[Path, int]]]:
+    """Module -> the textproc modules it imports (at the top or in a function; not under
+    TYPE_CHECKING), and where each function-local import is."""
+    modules = {_module_name(p): p for p in ALL_FILES}
+    graph: dict[str, set[str]] = {}
+    local: list[tuple[Path, int]] = []
+
+    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        module = node.module or ""  # `from pkg import sub` imports the submodule
+        return [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module
+                for a in node.names]
+
+    for name, path in modules.items():
+        edges: set[str] = set()
+        stack: list[tuple[ast.AST, bool]] = [(ast.parse(path.read_text(encoding="utf-8")), False)]
+        while stack:
+            node, in_function = stack.pop()
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                    and node.test.id == "TYPE_CHECKING":
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if in_function:
+                    local.append((path, node.lineno))
+                edges |= {t for t in targets(node) if t in modules and t != name}
+                continue
+            inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+        graph[name] = edges
+    return graph, local
+
+
+def test_no_import_cycle() -> None:
+    """Cycles are broken by design, not hidden by importing inside a function."""
+    graph, _ = _module_graph()
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, path + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_function_local_imports_say_why() -> None:
+    """An import inside a function is there to save start-up time, and a comment says so (on
+    its line or the line above)."""
+    _, local = _module_graph()
+    for path, lineno in local:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        line, above = lines[lineno - 1], lines[lineno - 2].strip()
+        assert "#" in line or above.startswith("#"), (
+            f"{path.relative_to(ROOT)}:{lineno} imports inside a function without saying why")
