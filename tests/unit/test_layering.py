@@ -9,6 +9,7 @@
 - ``bench/`` never imports ``tests`` and never edits ``sys.path``.
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
+- ``textproc/service/`` never imports ``textproc.http`` (the frontends are command lines to it).
 - No import cycle among textproc's modules, counting imports inside functions; an import
   inside a function says why (start-up time) in a comment.
 """
@@ -199,3 +200,12 @@ def test_function_local_imports_say_why() -> None:
         line, above = lines[lineno - 1], lines[lineno - 2].strip()
         assert "#" in line or above.startswith("#"), (
             f"{path.relative_to(ROOT)}:{lineno} imports inside a function without saying why")
+
+
+def test_the_service_never_imports_the_http_frontend() -> None:
+    """The supervisor starts the frontends by their command lines (service/children.py)."""
+    service = sorted((PACKAGE / "service").rglob("*.py"))
+    assert len(service) > 5
+    for path in service:
+        for lineno, name in _imports(path):
+            assert not name.startswith("textproc.http"), f"{path.name}:{lineno} imports {name}"
