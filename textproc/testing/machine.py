@@ -34,6 +34,7 @@ def machine(*, versions: bool = False) -> dict[str, Any]:
         "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
     if versions:
+        # here: a text-core benchmark describing its machine loads no transport modules
         import msgspec
         import zmq
 

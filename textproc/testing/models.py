@@ -70,9 +70,10 @@ def build_toy_model(path: Path) -> Path:
     A byte-level BPE of 600 ranks trained with HF ``tokenizers`` (the bench/test extra), Qwen's
     special tokens, ``<think>`` and ``<tool_call>`` markers and textproc's ChatML template.
     """
+    # here: tokenizers is a test and bench extra, never a runtime dependency
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from textproc.core.chat.template import CHATML_TEMPLATE
+    from textproc.core.chat.template import CHATML_TEMPLATE  # as tokenizers: only when building
 
     path.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
