@@ -44,6 +44,7 @@ __all__ = [
     "MAX_TOP_LOGPROBS",
     "MAX_LOGIT_BIAS",
     "LOGIT_BIAS_RANGE",
+    "REASONING_BUDGET_OPTIONAL",
 ]
 
 # The limits of one request, written once (textproc.protocol re-exports them).
@@ -53,6 +54,11 @@ MAX_STOP_CHARS = 1024  # characters per stop string (the stop checker holds back
 MAX_TOP_LOGPROBS = 20  # alternatives per token a request may ask for (OpenAI's top_logprobs limit)
 MAX_LOGIT_BIAS = 1024  # entries of one request's logit_bias
 LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 forces it
+
+# A ``SamplingOptions.params`` switch beside ``max_reasoning_tokens``: the budget applies where
+# the model reasons in tagged markup and is dropped elsewhere (Anthropic's ``budget_tokens`` is a
+# cap), instead of the 400 a chat request's budget gets there. The worker takes it out.
+REASONING_BUDGET_OPTIONAL = "reasoning_budget_optional"
 
 _SCALARS = (str, int, float, bool, type(None))
 _TOOL_CHOICES = ("none", "auto", "required")

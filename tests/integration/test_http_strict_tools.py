@@ -155,3 +155,44 @@ def test_request_builder_makes_strict_calls_from_a_flag_or_a_tool(tmp_path: Any)
                                                 tool_format="gpt_oss"))
     with pytest.raises(InvalidInput, match="not marked in content"):
         constraint(harmony, plain)
+
+
+def test_request_builder_budget_where_the_model_reasons(tmp_path: Any) -> None:
+    """An optional budget (the Messages API's ``budget_tokens``) is the reasoning budget where
+    the model marks its reasoning and is dropped where it does not; a chat request's budget is
+    a 400 there. The budget's constraint lets the output end inside the block, as it may
+    without a budget."""
+    import msgspec
+    import regex
+
+    from textproc.config import ServiceConfig
+    from textproc.core.tokenizer import Tokenizer
+    from textproc.errors import InvalidInput
+    from textproc.options import REASONING_BUDGET_OPTIONAL, SamplingOptions
+    from textproc.protocol import ChatRequest, EngineRequest
+    from textproc.service.requests import RequestBuilder
+
+    model = build_toy_model(tmp_path / "toy")
+    tok = Tokenizer.from_dir(model)
+
+    def engine_request(builder: RequestBuilder, params: dict[str, Any], **kwargs: Any) -> EngineRequest:
+        req = ChatRequest("r", [{"role": "user", "content": "hi"}], sampling=SamplingOptions(params=params),
+                          **kwargs)
+        return msgspec.msgpack.decode(builder.chat(req, b"c").submit.engine_request, type=EngineRequest)
+
+    optional = {"max_reasoning_tokens": 1024, REASONING_BUDGET_OPTIONAL: True}
+    reasons = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096))
+    for thinking in (False, True):  # the prompt leaves <think> open, or the model may open it
+        sent = engine_request(reasons, optional, chat_template_kwargs={"enable_thinking": thinking})
+        assert sent.sampling["max_reasoning_tokens"] == 1024 and sent.sampling["reasoning_close"]
+        assert REASONING_BUDGET_OPTIONAL not in sent.sampling
+        lead = "" if thinking else "<think>"
+        for output in (f"{lead}unfinished", f"{lead}done</think>answer"):
+            assert regex.fullmatch(sent.constraint or "(?!)", output), (thinking, output)
+        assert not regex.fullmatch(sent.constraint or "", f"{lead}a</think>b<think>c")
+    plain = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096, reasoning_format="none"))
+    sent = engine_request(plain, optional)
+    assert sent.constraint is None and "max_reasoning_tokens" not in sent.sampling
+    assert REASONING_BUDGET_OPTIONAL not in sent.sampling
+    with pytest.raises(InvalidInput, match="needs a reasoning format"):
+        engine_request(plain, {"max_reasoning_tokens": 1024})

@@ -20,6 +20,7 @@ from textproc.http.messages_api import (
     parse_messages_request,
 )
 from textproc.http.messages_events import MessageBuilder, message_events, thinking_signature
+from textproc.options import REASONING_BUDGET_OPTIONAL
 
 MODELS = ["m"]
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -75,9 +76,19 @@ def test_fields_map_onto_chat() -> None:
     assert (chat.sampling.max_tokens, chat.stream, chat.output.parallel_tool_calls) == (
         2000, True, False)
     assert chat.output.stop == ["X"]
-    assert chat.sampling.params == {"temperature": 0.5, "top_p": 0.9, "top_k": 5}
+    # budget_tokens is the reasoning budget where the model marks its reasoning (the worker
+    # drops it elsewhere); effort reaches the template as reasoning_effort
+    assert chat.sampling.params == {"temperature": 0.5, "top_p": 0.9, "top_k": 5,
+                                    "max_reasoning_tokens": 1024,
+                                    REASONING_BUDGET_OPTIONAL: True}
     assert chat.tool_choice == {"type": "function", "function": {"name": "f"}}
-    assert chat.chat_template_kwargs == {"enable_thinking": True, "thinking": True}
+    assert chat.chat_template_kwargs == {"enable_thinking": True, "thinking": True,
+                                         "reasoning_effort": "high"}
+    adaptive = _parse(messages=[{"role": "user", "content": "x"}], thinking={"type": "adaptive"},
+                      output_config={"effort": "max"})
+    assert "max_reasoning_tokens" not in adaptive.chat.sampling.params
+    assert adaptive.chat.chat_template_kwargs == {"enable_thinking": True, "thinking": True,
+                                                  "reasoning_effort": "high"}
     assert _parse(messages=[{"role": "user", "content": "x"}], tools=tools,
                   tool_choice={"type": "any"}).chat.tool_choice == "required"
     off = _parse(messages=[{"role": "user", "content": "x"}], thinking={"type": "disabled"})
@@ -110,6 +121,7 @@ def test_fields_map_onto_chat() -> None:
     ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "thinking.budget_tokens",
      "less than max_tokens"),
     ({"thinking": {"type": "on"}}, "thinking.type", "'adaptive'"),
+    ({"output_config": {"effort": "extreme"}}, "output_config.effort", "'xhigh'"),
     ({"temperature": 1.5}, "temperature", "<= 1.0"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [
         {"type": "tool_use", "id": "t", "name": "f", "input": []}]}]},

@@ -4,8 +4,10 @@ Owns the mapping of ``system`` (a string or text blocks), ``messages`` (content 
 ``tool_use``, ``tool_result``, ``thinking`` / ``redacted_thinking``), custom ``tools`` with
 ``input_schema``, ``tool_choice`` (``auto`` / ``any`` / ``tool`` / ``none``,
 ``disable_parallel_tool_use``), ``stop_sequences``, ``max_tokens``, ``temperature`` /
-``top_p`` / ``top_k``, ``thinking``, ``output_config.format`` and a final assistant turn (a
-prefill, which the answer continues) onto a chat completions body,
+``top_p`` / ``top_k``, ``thinking`` (the template's switch; ``budget_tokens``: the reasoning
+budget where the model reasons in tagged markup), ``output_config.effort`` (the template's
+``reasoning_effort``), ``output_config.format`` and a final assistant turn (a prefill, which
+the answer continues) onto a chat completions body,
 which then passes the same rules (``openai_api.chat_params``) and the same ``TextClient.chat``
 call as ``/v1/chat/completions``: templates, tool formats, forced calls, constraints and
 reasoning come from there, not from a second copy here. Owns Anthropic's error shape too
@@ -16,7 +18,7 @@ Nothing that changes the output is silently ignored: image and document blocks, 
 (a tool with a ``type`` other than ``custom``), ``mcp_servers`` and ``container`` are a 400
 naming the field with its JSON path (``messages[2].content[0].type``). Fields that do not change
 what this server generates (``cache_control``, ``metadata``, ``context_management``,
-``output_config.effort``, ``service_tier``) are accepted. Pure: no I/O.
+``service_tier``) are accepted. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import msgspec
 from textproc.errors import short
 from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
 from textproc.http.openai_api import ERROR_PATH, chat_params, decode_body
+from textproc.options import REASONING_BUDGET_OPTIONAL
 
 __all__ = [
     "MessagesBody",
@@ -51,6 +54,9 @@ _TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
 _TopK = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 _MIN_THINKING_BUDGET = 1024  # Anthropic's lower bound for thinking.budget_tokens
 _BLOCKS = "text, tool_use, tool_result, thinking, redacted_thinking"
+# output_config.effort -> the template's reasoning_effort (gpt-oss reads low / medium / high;
+# Anthropic's two levels above high are the most an open template offers)
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
 def anthropic_error_body(exc: ApiError) -> tuple[int, dict[str, Any]]:
@@ -269,15 +275,16 @@ def _tool_choice(choice: dict[str, Any] | None) -> tuple[str | dict[str, Any] | 
                    "'none' or {\"type\": \"tool\", \"name\": ...}", param="tool_choice")
 
 
-def _thinking(thinking: dict[str, Any] | None, max_tokens: int | None) -> bool | None:
-    """Reasoning on (True), off (False) or the model's default (None)."""
+def _thinking(thinking: dict[str, Any] | None, max_tokens: int | None) -> tuple[bool | None, int | None]:
+    """(reasoning on (True), off (False) or the model's default (None), the reasoning budget
+    or None). ``adaptive`` is on without a budget: the model decides how long it reasons."""
     if thinking is None:
-        return None
+        return None, None
     kind = thinking.get("type")
     if kind == "disabled":
-        return False
+        return False, None
     if kind == "adaptive":
-        return True
+        return True, None
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
         if isinstance(budget, bool) or not isinstance(budget, int) or \
@@ -287,9 +294,19 @@ def _thinking(thinking: dict[str, Any] | None, max_tokens: int | None) -> bool |
         if max_tokens is not None and budget >= max_tokens:
             raise ApiError(f"thinking.budget_tokens ({budget}) must be less than max_tokens "
                            f"({max_tokens})", param="thinking.budget_tokens")
-        return True
+        return True, budget
     raise ApiError(f"thinking.type {short(kind)} is not one of 'enabled', 'adaptive', "
                    "'disabled'", param="thinking.type")
+
+
+def _effort(config: dict[str, Any] | None) -> str | None:
+    effort = (config or {}).get("effort")
+    if effort is None:
+        return None
+    if effort not in _EFFORTS:
+        raise ApiError(f"output_config.effort {short(effort)} is not one of "
+                       f"{', '.join(map(repr, _EFFORTS))}", param="output_config.effort")
+    return _EFFORTS[effort]
 
 
 def _response_format(body: MessagesBody) -> dict[str, Any] | None:
@@ -360,11 +377,14 @@ def _to_chat(body: MessagesBody, served_models: Sequence[str]) -> ChatParams:
     tools = _tools(body.tools)
     tool_choice, parallel = _tool_choice(body.tool_choice)
     kwargs = dict(body.chat_template_kwargs or {})
-    thinking = _thinking(body.thinking, body.max_tokens)
+    thinking, budget = _thinking(body.thinking, body.max_tokens)
     if thinking is not None:
         # the switches chat templates read: Qwen3 and most (enable_thinking), DeepSeek V3.1
         kwargs.setdefault("enable_thinking", thinking)
         kwargs.setdefault("thinking", thinking)
+    effort = _effort(body.output_config)
+    if effort is not None:
+        kwargs.setdefault("reasoning_effort", effort)  # what vLLM passes templates, as responses
     chat: dict[str, Any] = {
         "model": body.model, "messages": messages, "stream": body.stream,
         **_prefill(messages, where),
@@ -374,9 +394,14 @@ def _to_chat(body: MessagesBody, served_models: Sequence[str]) -> ChatParams:
         "tools": tools or None,
         "tool_choice": tool_choice if tools or tool_choice not in ("auto", "none") else None,
         "parallel_tool_calls": parallel, "response_format": _response_format(body),
-        "chat_template_kwargs": kwargs or None,
+        "chat_template_kwargs": kwargs or None, "max_reasoning_tokens": budget,
     }
-    return _chat({k: v for k, v in chat.items() if v is not None}, where, served_models)
+    params = _chat({k: v for k, v in chat.items() if v is not None}, where, served_models)
+    if budget is not None:
+        # Anthropic's budget is a cap: a model without tagged reasoning runs without one (a
+        # chat request's max_reasoning_tokens is a 400 there)
+        params.sampling.params[REASONING_BUDGET_OPTIONAL] = True
+    return params
 
 
 def parse_messages_request(body: bytes, *, served_models: Sequence[str]) -> MessagesRequest:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from textproc.config import ServiceConfig
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.core.constraints.free_text import without
+from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
 from textproc.core.parsing.declaration import ReasoningFormat
 from textproc.core.constraints.vocab import END_TOKEN_NAMES
@@ -33,6 +34,7 @@ from textproc.core.chat.template import RESERVED_VARIABLES, render_chat
 from textproc.core.parsing.detect import detect_formats, resolve_formats
 from textproc.errors import InvalidInput, short
 from textproc.options import (
+    REASONING_BUDGET_OPTIONAL,
     OutputOptions,
     ParseOptions,
     SamplingOptions,
@@ -185,8 +187,13 @@ class RequestBuilder:
                                       starts_in_reasoning, parallel=req.output.parallel_tool_calls)
         sampling = req.sampling
         if "max_reasoning_tokens" in sampling.params:
-            constraint, params = self._budget(sampling.params, constraint,
-                                              rfmt if formats.reasoning_format else None, starts_in_reasoning)
+            params = dict(sampling.params)
+            tagged = bool(formats.reasoning_format and rfmt.open_tags and rfmt.close_tags)
+            if params.pop(REASONING_BUDGET_OPTIONAL, False) and not tagged:
+                del params["max_reasoning_tokens"]  # a cap on reasoning this model does not mark
+            else:
+                constraint, params = self._budget(params, constraint,
+                                                  rfmt if formats.reasoning_format else None, starts_in_reasoning)
             sampling = dataclasses.replace(sampling, params=params)
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
         parse = ParseOptions(reasoning=reasoning, tools=parse_tools,
@@ -226,8 +233,14 @@ class RequestBuilder:
         if constraint is None:
             # free text after the block holds no open tag: else "inside a block" and "free text"
             # would be one state of the automaton (a block is text too), and a later block
-            # would not be counted
-            constraint = free_reasoning_pattern(rfmt, starts_inside=starts_in_reasoning) + without(rfmt.open_tags)
+            # would not be counted. The output may still end inside the block, as it may without
+            # a budget: the budget caps the reasoning, it does not make the model close it.
+            closed = free_reasoning_pattern(rfmt, starts_inside=starts_in_reasoning) + without(rfmt.open_tags)
+            unclosed = without(rfmt.close_tags[:1])
+            if not starts_in_reasoning:
+                opens = "|".join(lit(t) for t in rfmt.open_tags)
+                unclosed = f"[ \\t\\r\\n]*(?:{opens}){unclosed}"
+            constraint = f"(?:{closed})|(?:{unclosed})"
         return constraint, {**sampling, "reasoning_close": rfmt.close_text or rfmt.close_tags[0],
                             "reasoning_close_tag": rfmt.close_tags[0], "reasoning_open": list(rfmt.open_tags),
                             "reasoning_starts_inside": starts_in_reasoning}
