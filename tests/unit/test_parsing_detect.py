@@ -55,6 +55,7 @@ EXPECTED = {
     "hy3": ("hunyuan", "hunyuan"),
     "kimi-k3": ("kimi_k3", "kimi_k3"),
     "firefunction-v2": ("phi4_mini", None),
+    "phi4-mini": ("phi4_mini", None),
     "gemma2": (None, None),
     "phi3.5": (None, None),
 }
@@ -95,6 +96,8 @@ def test_added_tokens_count_and_overrides() -> None:
         (["<tool_sep:opensource>", "<think:opensource>"], "hunyuan", "hunyuan"),
         (["<|tool_call_start|>", "<|tool_call_end|>"], "lfm2", None),
         (["<TOOLCALL>", "</TOOLCALL>"], "nemotron_json", None),
+        # Phi-4-mini's vocabulary holds Granite's <|tool_call|> too: its <|tool|> pair decides
+        (["<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>", "<|tool_response|>"], "phi4_mini", None),
     ]:
         choice = detect_formats(None, tokens)
         assert (choice.tool_format, choice.reasoning_format) == (tool, reasoning), choice.reason
@@ -164,3 +167,24 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
     match = re.search(pattern, turn)
     assert match is not None, turn
     assert _calls(parse_output(match.group(), tools=True, tool_format=choice.tool_format)) == _calls(got)
+
+
+def test_phi4_mini_spelling_from_the_templates() -> None:
+    """Phi-4-mini's own template renders no assistant tool calls (its tools sit between
+    <|tool|> tokens of a system message); FireFunction v2's renders the same ``functools[...]``
+    spelling, which parses back and which the forced-call pattern accepts."""
+    phi = template_source("phi4-mini")
+    system = {"role": "system", "content": "Be brief.", "tools": json.dumps([TOOLS[1]["function"]])}
+    call = {"id": "c1", "type": "function", "function": {"name": "ping", "arguments": {}}}
+    text = render_chat(phi, [system, {"role": "user", "content": "ping?"},
+                             {"role": "assistant", "content": "", "tool_calls": [call]}],
+                       add_generation_prompt=False, eos_token="<|endoftext|>")
+    assert '<|tool|>[{"name": "ping"' in text and "functools" not in text and "<|assistant|><|end|>" in text
+    fire = template_source("firefunction-v2")
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+             for i, (name, args) in enumerate([("get_weather", ARGS), ("ping", {})])]
+    turn = _assistant_turn(fire, calls, bos_token="<s>", functions=json.dumps(TOOLS), datetime="2026-01-01")
+    got = parse_output(turn, tools=True, tool_format="phi4_mini", tool_schemas=TOOLS)
+    assert _calls(got) == [("get_weather", ARGS), ("ping", {})], turn
+    match = re.search(tool_call_pattern(TOOLS, tool_format="phi4_mini"), turn)
+    assert match is not None and _calls(parse_output(match.group(), tools=True, tool_format="phi4_mini")) == _calls(got)

@@ -6,9 +6,14 @@ As Phi-4-mini writes them (vLLM's ``phi4_mini_json`` parser reads the same)::
 
 ``functools`` is ordinary text, so a section opens at the word and a call needs ``[`` right
 after it: anything else is content again (``import functools`` stays prose). Read by
-``json_args.json_list``. FireFunction v2's template asks for the same spelling (and is how the
-format is detected among the fetched templates); no package this project fetches templates from
-ships Phi-4-mini's own, so its vectors follow the reference parser's.
+``json_args.json_list``.
+
+Phi-4-mini's own chat template (fetched from the npm package ``@huggingface/ollama-utils``)
+declares the tools of a system message between its ``<|tool|>`` and ``<|/tool|>`` tokens and
+renders no assistant tool calls (only ``content``), so it is detected by those tokens (in the
+template or the added tokens; ranked before Granite's ``<|tool_call|>``, which Phi-4-mini's
+vocabulary also holds) and there is no rendering to parse back: the vectors follow the
+reference parser's. FireFunction v2's template asks for the same spelling and renders it.
 """
 
 from __future__ import annotations
@@ -35,5 +40,6 @@ FORMATS = (ToolFormat(
     CallSpelling((Lit('{"name": '), Name(quoted=True), Lit(', "arguments": '), JsonArgs(), Lit("}")),
                  begin=OPEN + "[", sep=", ", end="]"),
     listed=179,
-    detect=(Detect(96, ("functools[",), "functools[...] JSON call list"),),
+    detect=(Detect(89, ("<|tool|>", "<|/tool|>"), "Phi-4-mini's <|tool|>...<|/tool|> tools (calls: functools[...])"),
+            Detect(96, ("functools[",), "functools[...] JSON call list")),
 ),)
