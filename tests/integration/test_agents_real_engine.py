@@ -68,9 +68,11 @@ def test_claude_code_requests_are_answered(url: str, tmp_path: Path) -> None:
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)
     result = json.loads(done.stdout)
-    assert done.returncode == 1 and result["is_error"] is True, done.stderr[-3000:] + done.stdout[-3000:]
-    assert result["api_error_status"] is None, result
-    assert "exceeded the 32 output token maximum" in result["result"], result
+    assert result["api_error_status"] is None, done.stderr[-3000:] + done.stdout[-3000:]
+    if result["is_error"]:  # (nearly always: the noise reached the cap)
+        assert done.returncode == 1 and "exceeded the 32 output token maximum" in result["result"], result
+    else:  # the model happened to end its turn: the answer is printed
+        assert done.returncode == 0 and isinstance(result["result"], str), result
     usage = result["usage"]
-    assert usage["output_tokens"] > 0 and usage["output_tokens"] % 32 == 0, usage
+    assert usage["output_tokens"] > 0, usage
     assert usage["input_tokens"] > 15000, usage  # its whole prompt reached the model
