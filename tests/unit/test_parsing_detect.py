@@ -96,6 +96,9 @@ def test_added_tokens_count_and_overrides() -> None:
         (["<tool_sep:opensource>", "<think:opensource>"], "hunyuan", "hunyuan"),
         (["<|tool_call_start|>", "<|tool_call_end|>"], "lfm2", None),
         (["<TOOLCALL>", "</TOOLCALL>"], "nemotron_json", None),
+        # the families without a fetched template: their special tokens name them
+        (["<function_calls>", "</function_calls>", "<functions>", "</functions>"], "olmo3", None),
+        (["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "<｜tool_sep｜>", "<think>", "</think>"], "step3", "think"),
         # Phi-4-mini's vocabulary holds Granite's <|tool_call|> too: its <|tool|> pair decides
         (["<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>", "<|tool_response|>"], "phi4_mini", None),
     ]:
