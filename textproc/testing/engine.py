@@ -32,6 +32,7 @@ import zmq
 
 from textproc.engine import EngineLink
 from textproc.protocol import EngineOutFrame
+from textproc.transport import new_context
 
 __all__ = ["StepEngine", "EngineProcess", "EnginePeer", "main"]
 
@@ -221,7 +222,7 @@ class EnginePeer:
     def __init__(self, root: Path | str, name: str = "engine",
                  ctx: zmq.Context[Any] | None = None) -> None:
         self.own_ctx = ctx is None
-        self.ctx: zmq.Context[Any] = zmq.Context() if ctx is None else ctx
+        self.ctx: zmq.Context[Any] = new_context() if ctx is None else ctx
         self.engine_in = f"ipc://{root}/{name}-in"
         self.engine_out = f"ipc://{root}/{name}-out"
         self.push = self.ctx.socket(zmq.PUSH)
