@@ -305,3 +305,16 @@ def test_string_values_stream_before_their_close_tag(fmt: str) -> None:
     rest = merge_deltas(parser.feed(text[cut:]) + parser.finish())
     args = early["tool_calls"][0]["function"]["arguments"] + rest["tool_calls"][0]["function"]["arguments"]
     assert json.loads(args) == {"city": "line one\nline two\n", "days": 3}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_harmony_recipient_at_the_start_is_a_header_for_any_split(size: int) -> None:
+    """The answer opens with its header's recipient (`` to=functions.NAME``): fed a character
+    at a time it is held until it is known to be one, as the one-shot parse reads it."""
+    text = ' to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
+    for opts in ({"tools": True, "tool_format": "gpt_oss", "tool_schemas": TOOLS},
+                 {"tools": True, "tool_format": "gpt_oss", "tool_schemas": None}):
+        got = _stream(text, [size], **opts)
+        assert got == parse_output(text, **opts)
+        assert got["content"] == "" and got["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert _stream(" to", [1], tools=True, tool_format="gpt_oss")["content"] == " to"

@@ -35,6 +35,7 @@ START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", 
 END, CALL, RETURN = "<|end|>", "<|call|>", "<|return|>"
 _BODY_TAGS = [END, CALL, RETURN, START]
 _BETWEEN_TAGS = [START, CHANNEL]
+_TO = " to="
 _RECIPIENT = re.compile(r"to=(\S+)")
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z0-9_\-]+)")
 
@@ -87,6 +88,7 @@ class HarmonyParser:
         self._streamer = TagStreamer([MESSAGE])
         self._section: Section | None = None
         self._at_start = True
+        self._start = ""  # the answer's first characters while they may begin " to="
 
     @property
     def idle_key(self) -> str | None:
@@ -97,9 +99,15 @@ class HarmonyParser:
 
     def feed(self, text: str, out: Deltas) -> None:
         """Route ``text``; the deltas go to ``out``."""
-        if self._at_start and text:
-            self._at_start = False
-            if text[0] not in "<" and not text.startswith(" to="):
+        if self._at_start:
+            # the answer may open with its header's recipient: hold a prefix of " to=" until
+            # the text says whether it is one (any split of the input parses alike)
+            text = self._start + text
+            if not text or (text[0] != "<" and len(text) < len(_TO) and _TO.startswith(text)):
+                self._start = text
+                return
+            self._at_start, self._start = False, ""
+            if text[0] != "<" and not text.startswith(_TO):
                 self._set_mode(_BODY, "content")
         if self._mode == _BODY and self._streamer.is_plain(text):  # most deltas
             out.text(self._key, text)
@@ -109,6 +117,10 @@ class HarmonyParser:
 
     def finish(self, out: Deltas) -> None:
         """The answer ended: flush what is held."""
+        if self._start:  # a prefix of " to=" and nothing after it: text
+            held, self._at_start, self._start = self._start, False, ""
+            self._set_mode(_BODY, "content")
+            out.text("content", held)
         while self._mode == _CALL:  # the text after a cut-off call may hold more messages
             assert self._section is not None
             rest = self._end_section(self._section.finish(), out)
