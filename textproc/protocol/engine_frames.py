@@ -78,7 +78,9 @@ class IndexTable(msgspec.Struct, array_like=True, gc=False):
     (``maxLength``) a token's next state depends on its length: ``by_chars_of[state]`` (int32,
     -1: none) picks a row of ``by_chars_next`` (rows of ``TokenIndex.BY_CHARS_WIDTH`` int32
     states), indexed by ``char_count[token id]`` (one byte per id), and it replaces
-    ``default_next`` there; empty fields: no such state.
+    ``default_next`` there; empty fields: no such state. ``n_known`` > 0: a partial index
+    (the engine holds a request that reaches a state without tables until the whole index
+    arrives under the same key: ``EngineIndex`` again).
     """
 
     key: str  # content address: vocabulary + constraint
@@ -96,6 +98,9 @@ class IndexTable(msgspec.Struct, array_like=True, gc=False):
     char_count: bytes = b""  # protocol 12
     by_chars_of: bytes = b""
     by_chars_next: bytes = b""
+    # protocol 13: a partial index (the first states of a progressive compile) numbers n_known
+    # states but carries tables for the first len(accepting) only; 0: the whole index
+    n_known: int = 0
 
 
 class EngineIndex(msgspec.Struct, tag=True, array_like=True):

@@ -25,4 +25,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # those values travel as maps by field name: a new field with a default there needs no bump
 # 12: IndexTable.char_count / by_chars_of / by_chars_next (counted repetitions: the next state
 # by the token's character count instead of one exception entry per token)
-PROTOCOL_VERSION = 12
+# 13: IndexTable.n_known (a partial index: the first states of a progressive compile, the whole
+# index following under the same key)
+PROTOCOL_VERSION = 13

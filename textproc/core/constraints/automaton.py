@@ -10,13 +10,14 @@ it, an ``InvalidInput`` that says which limit and how to stay under it.
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 from operator import itemgetter
 from dataclasses import dataclass
 
 from textproc.core.constraints.budget import Budget
-from textproc.core.constraints.regex_syntax import Alt, CharSet, Concat, Node, Repeat
+from textproc.core.constraints.regex_syntax import Alt, CharSet, Concat, Node, Ranges, Repeat
 
-__all__ = ["Budget", "ByteDFA", "build_dfa", "utf8_sequences"]
+__all__ = ["Budget", "ByteDFA", "NFA", "build_dfa", "utf8_sequences"]
 
 
 @dataclass
@@ -82,7 +83,14 @@ def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
     return out
 
 
-class _NFA:
+@lru_cache(maxsize=1024)
+def _sequences(ranges: Ranges) -> list[list[tuple[int, int]]]:
+    """The UTF-8 byte-range sequences of a character set (the same classes recur in a schema's
+    regex: every string's character class, kept across compiles)."""
+    return [seq for lo, hi in ranges for seq in utf8_sequences(lo, hi)]
+
+
+class NFA:
     def __init__(self, budget: Budget) -> None:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
@@ -101,19 +109,18 @@ class _NFA:
         if isinstance(node, CharSet):
             end = self.state()
             inner: dict[tuple[int, int, int], int] = {}
-            for lo, hi in node.ranges:
-                for seq in utf8_sequences(lo, hi):
-                    cur = start
-                    for i, (b_lo, b_hi) in enumerate(seq):
-                        if i == len(seq) - 1:
-                            self.edges[cur].append((b_lo, b_hi, end))
-                        else:
-                            key = (cur, b_lo, b_hi)
-                            nxt = inner.get(key)
-                            if nxt is None:
-                                nxt = inner[key] = self.state()
-                                self.edges[cur].append((b_lo, b_hi, nxt))
-                            cur = nxt
+            for seq in _sequences(node.ranges):
+                cur = start
+                for i, (b_lo, b_hi) in enumerate(seq):
+                    if i == len(seq) - 1:
+                        self.edges[cur].append((b_lo, b_hi, end))
+                    else:
+                        key = (cur, b_lo, b_hi)
+                        nxt = inner.get(key)
+                        if nxt is None:
+                            nxt = inner[key] = self.state()
+                            self.edges[cur].append((b_lo, b_hi, nxt))
+                        cur = nxt
             return end
         if isinstance(node, Concat):
             cur = start
@@ -146,7 +153,7 @@ class _NFA:
 
 def build_dfa(tree: Node, budget: Budget) -> ByteDFA:
     """The minimal byte DFA of ``tree`` (whole-output match)."""
-    nfa = _NFA(budget)
+    nfa = NFA(budget)
     start = nfa.state()
     final = nfa.build(tree, start)
     budget.check_time("building the NFA")

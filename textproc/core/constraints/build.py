@@ -10,20 +10,67 @@ exception entries counted too).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.budget import Budget
+from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index import BY_CHARS_WIDTH, TokenIndex
 from textproc.core.constraints.index_states import State, StateTokens
 from textproc.core.constraints.vocab import TokenVocabulary, bitset
 from textproc.errors import InvalidInput
 
-__all__ = ["build_index"]
+__all__ = ["build_index", "build_partial"]
 
 
-def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
+def build_index(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
     """The token index of ``dfa`` over ``vocab``; ``what`` names the constraint in errors.
 
     Every loop here checks ``budget`` (the deadline, the states, the index bytes so far)."""
+    order, index_of, per_state, n_exceptions = _index_states(dfa, vocab, budget, what)
+    return _assemble(dfa, vocab, budget, what, order, index_of, per_state, n_exceptions)
+
+
+def build_partial(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, *, what: str,
+                  seconds: float) -> TokenIndex:
+    """The first states of ``dfa``'s token index (reachability order from the start): the start
+    state, then more until ``seconds`` have passed or every state is built. A
+    partial index (``TokenIndex.partial``) when states are left: their ids are numbered (the
+    built states' transitions name them) but they have no masks, and no state has a shortest
+    completion yet; ``build_index`` of the same DFA makes the whole index."""
+    stop_at = time.monotonic() + seconds
+    order, index_of, per_state, n_exceptions = _index_states(
+        dfa, vocab, budget, what, lambda: time.monotonic() > stop_at)
+    if len(per_state) == len(order):
+        return _assemble(dfa, vocab, budget, what, order, index_of, per_state, n_exceptions)
+    masks, mask_of = _pack_masks(per_state, [dfa.accepting[q] for q in order[: len(per_state)]],
+                                 _end_bits(vocab), vocab.size, budget, 8 * n_exceptions, what)
+    rows: list[list[int] | None] = [None if r is None else [index_of[t] if t >= 0 else -1 for t in r]
+                                    for _, _, _, r in per_state]
+    has_rows = any(row is not None for row in rows)
+    n = len(per_state)
+    return TokenIndex(vocab_size=vocab.size, end_ids=vocab.end_ids, masks=masks, mask_of=mask_of,
+                      default_next=[index_of[d] if d >= 0 else -1 for _, _, d, _ in per_state],
+                      exceptions=[{t: index_of[x] for t, x in exc.items()} for _, exc, _, _ in per_state],
+                      accepting=[dfa.accepting[q] for q in order[:n]], steer=[-1] * n,
+                      distance=[1 << 30] * n, by_chars=rows if has_rows else None,
+                      char_count=vocab.tables().char_count if has_rows else b"", n_known=len(order))
+
+
+def _end_bits(vocab: TokenVocabulary) -> int:
+    end_bits = 0
+    for e in vocab.end_ids:
+        end_bits |= 1 << e
+    return end_bits
+
+
+def _index_states(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, what: str,
+                  stop: Callable[[], bool] = lambda: False
+                  ) -> tuple[list[int], dict[int, int], list[State], int]:
+    """The states' tokens in reachability order from the start, until done or ``stop()`` (asked
+    after each state): (DFA states in index order, DFA state -> index state, per built state
+    (allowed bitset, exceptions, default, next by characters) in DFA numbers, exception count)."""
     if dfa.start < 0:
         raise InvalidInput(f"{what} matches nothing")
     index_of = {dfa.start: 0}
@@ -51,9 +98,16 @@ def build_index(dfa: ByteDFA, vocab: TokenVocabulary, budget: Budget, *, what: s
                 order.append(t)
         per_state.append((allowed, exc, default, by_chars))
         i += 1
-    end_bits = 0
-    for e in vocab.end_ids:
-        end_bits |= 1 << e
+        if stop():
+            break
+    return order, index_of, per_state, n_exceptions
+
+
+def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, what: str, order: list[int],
+              index_of: dict[int, int], per_state: list[State], n_exceptions: int) -> TokenIndex:
+    """The whole index from every state's tokens: packed masks, renumbered exceptions and
+    rows, the shortest completions."""
+    end_bits = _end_bits(vocab)
     accepting = [dfa.accepting[q] for q in order]
     masks, mask_of = _pack_masks(per_state, accepting, end_bits, vocab.size, budget, 8 * n_exceptions, what)
     exceptions = []

@@ -16,19 +16,20 @@ import json
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget
-from textproc.core.constraints.build import build_index
+from textproc.core.constraints.build import build_index, build_partial
 from textproc.core.constraints.index import TokenIndex
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.lazy_dfa import lazy_dfa
+from textproc.core.constraints.regex_syntax import Node, parse_regex
 from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
 from textproc.core.constraints.vocab import TokenVocabulary
 from textproc.errors import InvalidInput, short
 
-__all__ = ["compile_constraint", "constraint_regex", "IndexCache", "DEFAULT_CACHE", "Budget"]
+__all__ = ["compile_constraint", "compile_progressive", "FIRST_SECONDS", "constraint_regex", "IndexCache", "DEFAULT_CACHE", "Budget"]
 
 
 class IndexCache:
@@ -76,6 +77,8 @@ class IndexCache:
 
 
 DEFAULT_CACHE = IndexCache()
+# how long a progressive compile builds first states before it hands out the partial index
+FIRST_SECONDS = 0.003
 
 
 def constraint_regex(
@@ -159,10 +162,51 @@ def compile_constraint(
         failure = cache.failure(failure_key)
         if failure is not None:
             raise InvalidInput(failure)
+    return _compile_whole(vocab, pattern, None, budget, cache, key, failure_key)
+
+
+def compile_progressive(vocab: TokenVocabulary, regex: str, *, budget: Budget | None = None,
+                        cache: IndexCache | None = DEFAULT_CACHE, first_seconds: float = FIRST_SECONDS,
+                        ) -> tuple[TokenIndex, Callable[[], TokenIndex] | None]:
+    """``(first, rest)``: the index of ``regex`` over ``vocab`` in two steps. ``first`` is ready
+    within about ``first_seconds``: the whole index (``rest`` None) when it is known already
+    (cached) or small, else a partial index (``TokenIndex.partial``: the first states of a DFA
+    built on demand, an engine can mask the first steps with it); ``rest()`` then compiles the
+    whole index (the minimal DFA's, under the same key; cached like ``compile_constraint``).
+    Both steps check ``budget`` (one deadline for the two)."""
+    budget = budget or Budget()
+    key = constraint_key(vocab, regex)
+    if cache is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit, None
+    what = f"regex {short(regex)}"
+    budget = dataclasses.replace(budget, what=what)
+    failure_key = f"{key}:{budget.max_states}:{budget.max_bytes}:{budget.max_seconds}:{budget.max_regex_chars}"
+    failure = cache.failure(failure_key) if cache is not None else None
+    if failure is not None:
+        raise InvalidInput(failure)
+    try:
+        tree = parse_regex(regex, budget)
+        first = build_partial(lazy_dfa(tree, budget), vocab, budget, what=what, seconds=first_seconds)
+    except RecursionError:
+        raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None
+    first.key = key
+    if not first.partial:  # small: the whole index already (the lazy DFA's, not minimised)
+        if cache is not None:
+            cache.put(key, first)
+        return first, None
+    return first, lambda: _compile_whole(vocab, regex, tree, budget, cache, key, failure_key)
+
+
+def _compile_whole(vocab: TokenVocabulary, pattern: str, tree: Node | None, budget: Budget,
+                   cache: IndexCache | None, key: str, failure_key: str) -> TokenIndex:
+    """The whole index (minimal DFA) of ``pattern`` (parsed: ``tree``), cached under ``key``."""
+    what = budget.what
     try:
         try:
             budget.check_time("turning the constraint into a regex")
-            dfa = build_dfa(parse_regex(pattern, budget), budget)
+            dfa = build_dfa(tree if tree is not None else parse_regex(pattern, budget), budget)
             index = build_index(dfa, vocab, budget, what=what)
         except RecursionError:
             raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None

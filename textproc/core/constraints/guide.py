@@ -44,7 +44,7 @@ class Guide:
     """
 
     __slots__ = ("index", "state", "ended", "end_set", "reasoning_left", "reasoning_states", "close_ids",
-                 "reasoning_tokens", "_closing", "_masks", "_budget")
+                 "reasoning_tokens", "_closing", "_masks", "_budget", "taken")
 
     def __init__(self, index: TokenIndex) -> None:
         self.index = index
@@ -58,6 +58,8 @@ class Guide:
         self._closing = -1  # position in close_ids while the close is forced (-1: not forcing)
         self._masks: dict[int, bytes] = {}  # id -> a mask of only that id
         self._budget = -1  # the budget given to limit_reasoning (for reset)
+        # on a partial index: the ids taken so far (replayed on the whole index when it comes)
+        self.taken: list[int] | None = [] if index.partial else None
 
     def limit_reasoning(self, max_tokens: int, *, states: frozenset[int], close_ids: Sequence[int]) -> None:
         """At most ``max_tokens`` tokens in ``states`` (the reasoning block), then ``close_ids``
@@ -66,9 +68,40 @@ class Guide:
         self.reasoning_states = states
         self.close_ids = tuple(close_ids)
 
+    @property
+    def ready(self) -> bool:
+        """Whether this state's mask is known. Always on a whole index; on a partial one (a
+        progressive compile's first states) False once the walk reaches a state not built
+        yet: the engine holds the request (no mask, no sampling) until the whole index
+        arrives (``index.successor``), and the walk moves onto it here."""
+        index = self.index
+        if self.taken is None:
+            return True
+        if index.successor is not None:
+            self._move_to(index.successor)
+            return True
+        return self.state < index.n_states
+
+    def _move_to(self, whole: TokenIndex) -> None:
+        """Replay the ids taken on the partial index onto ``whole`` (the same constraint)."""
+        state = whole.initial_state
+        for token_id in self.taken or ():
+            if token_id not in self.end_set:
+                state = whole.next_state(state, token_id)
+            if state < 0:
+                raise InvalidInput(f"index {whole.key!r} does not allow what its partial index allowed")
+        self.index, self.state, self.taken = whole, state, None
+
+    def _require_ready(self) -> None:
+        if not self.ready:
+            raise InvalidInput(f"state {self.state} of partial index {self.index.key!r} is not built "
+                               f"yet; hold the request until the whole index arrives (Guide.ready)")
+
     def reset(self) -> None:
         """Back to the initial state, the reasoning budget unspent (an engine's rollback replays
         the tokens it keeps)."""
+        if self.taken is not None:
+            self.taken.clear()
         self.state = self.index.initial_state
         self.ended = False
         self.reasoning_left = self._budget
@@ -87,6 +120,8 @@ class Guide:
 
     def allowed_mask(self) -> bytes:
         """``ceil(V / 32)`` little-endian int32 words; bit ``i`` set iff id ``i`` is allowed."""
+        if self.taken is not None:
+            self._require_ready()
         if self.reasoning_left == 0:
             token_id = self._forced_close()
             if token_id >= 0:
@@ -100,6 +135,8 @@ class Guide:
 
     def allowed_ids(self) -> list[int]:
         """Sorted allowed ids (cost ~ their number; engines want :meth:`allowed_mask`)."""
+        if self.taken is not None:
+            self._require_ready()
         if self.reasoning_left == 0:
             token_id = self._forced_close()
             if token_id >= 0:
@@ -108,7 +145,10 @@ class Guide:
 
     def forced_ids(self, limit: int = 64) -> list[int]:
         """The longest run (at most ``limit``) of ids that are each the only allowed choice from
-        here: the engine may append them without sampling. Empty when the next step is free."""
+        here: the engine may append them without sampling. Empty when the next step is free
+        (or, on a partial index, not built yet)."""
+        if not self.ready:
+            return []
         index, state = self.index, self.state
         out: list[int] = []
         closing = max(self._closing, 0)
@@ -116,7 +156,7 @@ class Guide:
             if self.reasoning_left == 0 and state in self.reasoning_states and closing < len(self.close_ids):
                 token_id = self.close_ids[closing]
                 closing += 1
-            elif index.allowed_count(state) == 1:
+            elif state < index.n_states and index.allowed_count(state) == 1:
                 token_id = index.allowed_ids(state)[0]
                 if token_id in self.end_set:
                     break
@@ -131,6 +171,10 @@ class Guide:
 
     def advance(self, token_id: int) -> None:
         """Take ``token_id``; ``InvalidInput`` if the constraint does not allow it here."""
+        if self.taken is not None:
+            self._require_ready()
+            if self.taken is not None:
+                self.taken.append(token_id)
         nxt = self.index.next_state(self.state, token_id)
         if nxt < 0 or self.ended:
             raise InvalidInput(
@@ -148,17 +192,22 @@ class Guide:
         self.state = nxt
 
     def completion_token(self) -> int:
-        """An allowed id on a shortest way to a complete output (-1 when complete)."""
+        """An allowed id on a shortest way to a complete output (-1 when complete, or not
+        known yet on a partial index)."""
+        if not self.ready or self.taken is not None:
+            return -1
         return self.index.completion_token(self.state)
 
     @property
     def is_accepting(self) -> bool:
         """The output so far is complete (an end id is allowed now)."""
-        return self.index.is_accepting(self.state)
+        return self.ready and self.index.is_accepting(self.state)
 
     @property
     def is_finished(self) -> bool:
         if self.ended:
             return True
+        if not self.ready:
+            return False
         index = self.index
         return index.is_accepting(self.state) and len(index.end_ids) == index.allowed_count(self.state)

@@ -49,6 +49,7 @@ class TokenIndex:
         key: str = "",
         by_chars: list[list[int] | None] | None = None,
         char_count: bytes = b"",
+        n_known: int = 0,
     ) -> None:
         self.vocab_size = vocab_size
         self.end_ids = tuple(end_ids)
@@ -65,12 +66,24 @@ class TokenIndex:
         self._by_chars = by_chars if by_chars is not None else [None] * len(mask_of)
         self._char_count = char_count  # id -> characters, clipped at MAX_CHARS (b"": unused)
         self._counts: list[int] = [-1] * len(masks)  # mask -> allowed ids, computed on demand
+        # a partial index (the first states of a progressive compile) numbers n_known states
+        # but has tables for the first n_states only; 0: complete
+        self.n_known = n_known if n_known > len(mask_of) else 0
+        self.successor: TokenIndex | None = None  # the whole index, once it arrives
 
     initial_state = 0
 
     @property
     def n_states(self) -> int:
+        """States with tables (a partial index's transitions may name up to ``n_known``)."""
         return len(self._mask_of)
+
+    @property
+    def partial(self) -> bool:
+        """The first states of an index only: a walk may reach a state past ``n_states``
+        (no mask yet), and no shortest completion is known; the whole index (``successor``)
+        numbers its states its own way, so a walk moves onto it by replaying its tokens."""
+        return self.n_known > 0
 
     @property
     def nbytes(self) -> int:
@@ -146,6 +159,7 @@ class TokenIndex:
             "exc_next": exc_next.tobytes(),
             "steer": array("i", self._steer).tobytes(),
             "distance": array("i", self._distance).tobytes(),
+            "n_known": self.n_known,
             **self._pack_by_chars(),
         }
 
@@ -165,11 +179,12 @@ class TokenIndex:
     def unpack(cls, *, key: str, vocab_size: int, end_ids: list[int], masks: bytes, mask_of: bytes,
                default_next: bytes, accepting: bytes, exc_offsets: bytes, exc_ids: bytes,
                exc_next: bytes, steer: bytes, distance: bytes, char_count: bytes = b"",
-               by_chars_of: bytes = b"", by_chars_next: bytes = b"") -> TokenIndex:
+               by_chars_of: bytes = b"", by_chars_next: bytes = b"", n_known: int = 0) -> TokenIndex:
         """Inverse of :meth:`pack` (table copies only: no compile, no vocabulary); ValueError
         naming the field when the tables do not fit together."""
         width = (vocab_size + 31) // 32 * 4
         n = len(accepting)
+        known = max(n, n_known)  # the states a transition may name
         for name, data, count in (("mask_of", mask_of, n), ("default_next", default_next, n),
                                   ("steer", steer, n), ("distance", distance, n),
                                   ("exc_offsets", exc_offsets, n + 1), ("exc_next", exc_next, len(exc_ids) // 4)):
@@ -190,19 +205,19 @@ class TokenIndex:
         distances.frombytes(distance)
         n_masks = len(masks) // width
         if (offsets[0] != 0 or offsets[-1] != len(ids) or any(a > b for a, b in zip(offsets, offsets[1:]))
-                or any(not 0 <= m < n_masks for m in mask_index) or any(not -1 <= d < n for d in defaults)
-                or any(not 0 <= t < n for t in nexts) or any(not 0 <= e < vocab_size for e in end_ids)):
+                or any(not 0 <= m < n_masks for m in mask_index) or any(not -1 <= d < known for d in defaults)
+                or any(not 0 <= t < known for t in nexts) or any(not 0 <= e < vocab_size for e in end_ids)):
             raise ValueError(f"index {key!r}: offsets, mask numbers or states out of range")
         exc = [dict(zip(ids[offsets[s] : offsets[s + 1]], nexts[offsets[s] : offsets[s + 1]]))
                for s in range(len(offsets) - 1)]
-        by_chars = _unpack_by_chars(key, n, vocab_size, char_count, by_chars_of, by_chars_next)
+        by_chars = _unpack_by_chars(key, n, known, vocab_size, char_count, by_chars_of, by_chars_next)
         return cls(vocab_size=vocab_size, end_ids=end_ids, masks=mask_list, mask_of=list(mask_index),
                    default_next=list(defaults), exceptions=exc, accepting=[bool(a) for a in accepting],
                    steer=list(steer_ids), distance=list(distances), key=key, by_chars=by_chars,
-                   char_count=char_count)
+                   char_count=char_count, n_known=n_known)
 
 
-def _unpack_by_chars(key: str, n: int, vocab_size: int, char_count: bytes, by_chars_of: bytes,
+def _unpack_by_chars(key: str, n: int, known: int, vocab_size: int, char_count: bytes, by_chars_of: bytes,
                      by_chars_next: bytes) -> list[list[int] | None] | None:
     """The per-state "next state by character count" rows of a packed index (None: none)."""
     if not by_chars_of and not by_chars_next and not char_count:
@@ -214,7 +229,7 @@ def _unpack_by_chars(key: str, n: int, vocab_size: int, char_count: bytes, by_ch
     of.frombytes(by_chars_of)
     rows.frombytes(by_chars_next)
     n_rows = len(rows) // BY_CHARS_WIDTH
-    if (any(not -1 <= r < n_rows for r in of) or any(not -1 <= t < n for t in rows)
+    if (any(not -1 <= r < n_rows for r in of) or any(not -1 <= t < known for t in rows)
             or (char_count and max(char_count) >= BY_CHARS_WIDTH)):
         raise ValueError(f"index {key!r}: by_chars rows, states or character counts out of range")
     return [None if r < 0 else list(rows[r * BY_CHARS_WIDTH : (r + 1) * BY_CHARS_WIDTH]) for r in of]

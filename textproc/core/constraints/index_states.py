@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
+from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index import BY_CHARS_WIDTH
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import MAX_CHARS, VocabTables, bits_of, bitset, subrange
@@ -43,6 +44,7 @@ _WIDE = 96  # live bytes above which a loop-less state walks distinct class stri
 _SMALL = 24  # ranges this small are walked token by token instead of split further
 _MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
 _BYTES = [bytes((b,)) for b in range(256)]
+_HIGH_BYTES = bytes(range(0x80, 0x100))
 _MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
 
 
@@ -57,7 +59,7 @@ def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int
 class StateTokens:
     """The tokens of each state of ``dfa`` over a vocabulary (``tables``, the bytes of every id)."""
 
-    def __init__(self, dfa: ByteDFA, tables: VocabTables, token_bytes: Sequence[bytes],
+    def __init__(self, dfa: ByteDFA | LazyDFA, tables: VocabTables, token_bytes: Sequence[bytes],
                  check: Callable[[], None] = lambda: None) -> None:
         self.dfa = dfa
         self.rows = dfa.rows
@@ -70,9 +72,8 @@ class StateTokens:
         self.transparency: dict[int, bool] = {}
         self.lives: dict[int, list[tuple[int, int]]] = {}
         self.walked: dict[tuple[int, bytes], int] = {}  # (state, bytes) -> state after them
-        # state -> its loop bytes, for the states with a big loop (walk_skipping)
-        self.big_loops = {q: loop for q in range(dfa.n_states)
-                          if len(loop := self.loop_bytes(q)) >= _LOOP_MIN}
+        # state -> its loop bytes if it has a big loop, else b"" (walk_skipping; on demand)
+        self.big_loops: dict[int, bytes] = {}
 
     def live(self, q: int) -> list[tuple[int, int]]:
         """``(byte, next state)`` for the bytes that do not kill ``q``."""
@@ -291,6 +292,13 @@ class StateTokens:
             got = self.transparency[q] = self._char_step(q, q)
         return got
 
+    def shares_chars(self, q: int, n: int) -> bool:
+        """Whether every non-ASCII byte read from ``q`` goes where it goes from loop state
+        ``n`` and every whole character returns to ``n`` (a string's first character after a
+        key prefix: the same as inside the string)."""
+        row, loop_row = self.rows[q], self.rows[n]
+        return row[0x80:] == loop_row[0x80:] and self.transparent(n)
+
     def inside(self, n: int) -> int:
         """Bitset of the tokens that stay in loop state ``n``: made of its loop bytes, plus
         whole UTF-8 characters when every character returns to ``n``."""
@@ -310,9 +318,13 @@ class StateTokens:
             if q < 0:
                 return -1
             i += 1
-            loop = big.get(q)
-            if loop is not None and i < n:
-                i = n - len(data[i:].lstrip(loop))
+            if i < n:
+                loop = big.get(q)
+                if loop is None:
+                    loop = self.loop_bytes(q)
+                    loop = big[q] = loop if len(loop) >= _LOOP_MIN else b""
+                if loop:
+                    i = n - len(data[i:].lstrip(loop))
         return q
 
     def mixed_state(self, q: int, by_next: dict[int, list[int]],
@@ -338,6 +350,13 @@ class StateTokens:
                 tokens = self.first(entry) & self.tail_inside(n)
                 first_covered.update(entry)
                 rests, rest_ids, rest_first = self.entry_rests(entry, n)
+                if not HIGH & first_covered and self.shares_chars(q, n):
+                    # a non-ASCII first byte goes where it goes from n: the tokens made of
+                    # whole characters and loop bytes stay in n, the few others are walked
+                    high = self.first(_HIGH_BYTES)
+                    tokens |= high & self.inside(n)
+                    pairs.update(self.walk_each(q, high & ~self.inside(n)))
+                    first_covered.update(HIGH)
             if rests and not rests[0]:  # nothing after the loop bytes: stays in n
                 pairs.update(dict.fromkeys(rest_ids[0], n))
             for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
@@ -453,13 +472,16 @@ class StateTokens:
     def group_by_class(self) -> list[tuple[bytes, list[int]]]:
         """Tokens grouped by their string of DFA byte classes (equal strings walk alike);
         each group is keyed by its first token's bytes, a representative."""
-        signature: dict[tuple[int, ...], int] = {}
-        table = bytearray(256)
-        columns = list(zip(*self.rows))  # byte -> next state in every state
-        for b in range(256):
-            table[b] = signature.setdefault(columns[b], len(signature)) % 256
-        if len(signature) > 256:
-            table = bytearray(range(256))  # more classes than bytes can name: no grouping
+        if isinstance(self.dfa, LazyDFA):  # its NFA's byte classes: alike in every state
+            table = bytearray(self.dfa.byte_class)
+        else:
+            signature: dict[tuple[int, ...], int] = {}
+            table = bytearray(256)
+            columns = list(zip(*self.rows))  # byte -> next state in every state
+            for b in range(256):
+                table[b] = signature.setdefault(columns[b], len(signature)) % 256
+            if len(signature) > 256:
+                table = bytearray(range(256))  # more classes than bytes can name: no grouping
         groups: dict[bytes, tuple[bytes, list[int]]] = {}
         check = self.sets.check
         for token_id, data in enumerate(self.token_bytes):

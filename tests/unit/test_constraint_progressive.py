@@ -1,0 +1,113 @@
+"""Progressive compiles: the DFA built on demand gives the index the walk definition gives, a
+partial index (the first states) travels like a whole one, and a walk that outruns the builder
+is held, then moves onto the whole index, and never takes an id the constraint forbids."""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_constraint_exact import SCHEMAS, _sample
+from textproc import compile_constraint
+from textproc.core.constraints import Budget, Guide, json_schema_to_regex
+from textproc.core.constraints.build import build_index, build_partial
+from textproc.core.constraints.compile import compile_progressive
+from textproc.core.constraints.index import TokenIndex
+from textproc.core.constraints.lazy_dfa import lazy_dfa
+from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.errors import InvalidInput
+
+
+@pytest.mark.parametrize("name", ["strings"])
+def test_lazy_dfa_index_is_the_walk_definition(name: str) -> None:
+    vocab = _sample()
+    dfa = lazy_dfa(parse_regex(json_schema_to_regex(SCHEMAS[name])), Budget())
+    index = build_index(dfa, vocab, Budget(), what=name)
+    end = vocab.end_ids[0]
+    seen = {index.initial_state: dfa.start}
+    todo = [index.initial_state]
+    while todo:
+        state = todo.pop()
+        q = seen[state]
+        allowed = set(index.allowed_ids(state))
+        assert (end in allowed) == dfa.accepting[q]
+        for token_id in range(end):
+            walked = dfa.walk(q, vocab.token_bytes(token_id))
+            assert (token_id in allowed) == (walked >= 0), (name, vocab.token_bytes(token_id))
+            if walked >= 0:
+                nxt = index.next_state(state, token_id)
+                if nxt not in seen:
+                    seen[nxt] = walked
+                    todo.append(nxt)
+                assert seen[nxt] == walked, (name, vocab.token_bytes(token_id))
+    assert len(seen) == index.n_states == dfa.n_states
+
+
+def test_a_partial_index_travels_and_checks_its_tables() -> None:
+    vocab = _sample()
+    pattern = json_schema_to_regex(SCHEMAS["strings"])
+    first = build_partial(lazy_dfa(parse_regex(pattern), Budget()), vocab, Budget(), what="x", seconds=0)
+    assert first.partial and first.n_states == 1 < first.n_known
+    fields = first.pack()
+    back = TokenIndex.unpack(key="k", **fields)  # type: ignore[arg-type]
+    assert back.partial and back.n_known == first.n_known and back.allowed_ids(0) == first.allowed_ids(0)
+    fields["n_known"] = 0  # then its transitions name states it has no tables for
+    with pytest.raises(ValueError, match="out of range"):
+        TokenIndex.unpack(key="k", **fields)  # type: ignore[arg-type]
+
+
+def test_guide_on_a_partial_index_holds_then_moves_onto_the_whole_one() -> None:
+    vocab = _sample()
+    pattern = json_schema_to_regex(SCHEMAS["strings"])
+    first, rest = compile_progressive(vocab, pattern, cache=None, first_seconds=0)
+    assert first.partial and rest is not None
+    guide = Guide(first)
+    token = next(t for t in guide.allowed_ids() if first.next_state(0, t) >= first.n_states)
+    guide.advance(token)
+    assert not guide.ready and not guide.is_finished and guide.forced_ids() == []
+    with pytest.raises(InvalidInput, match="not built yet"):
+        guide.allowed_mask()
+    whole = rest()
+    assert not whole.partial and whole.key == first.key
+    first.successor = whole  # what the engine does when the whole index arrives
+    assert guide.ready and guide.index is whole
+    assert guide.state == whole.next_state(whole.initial_state, token)
+
+
+@lru_cache(maxsize=None)
+def _whole(schema: str) -> TokenIndex:
+    return compile_constraint(_sample(), regex=json_schema_to_regex(SCHEMAS[schema]), cache=None)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=st.sampled_from(["strings", "counted", "enum-and-number"]), seed=st.integers(0, 2**32 - 1),
+       arrives=st.integers(0, 30))
+def test_an_engine_that_outruns_the_builder_never_takes_a_forbidden_id(schema: str, seed: int, arrives: int) -> None:
+    """An engine steps on the partial index, holds a request whose state is not built, and the
+    whole index arrives after ``arrives`` steps: every id it takes is allowed by the whole
+    index at that point of the output, and a held step takes nothing."""
+    vocab = _sample()
+    pattern = json_schema_to_regex(SCHEMAS[schema])
+    first = build_partial(lazy_dfa(parse_regex(pattern), Budget()), vocab, Budget(), what=schema, seconds=0)
+    whole = _whole(schema)
+    rng = random.Random(seed)
+    guide, reference = Guide(first), Guide(whole)
+    held = 0
+    for step in range(60):
+        if step == arrives:
+            first.successor = whole
+        if not guide.ready:
+            held += 1
+            continue
+        allowed = guide.allowed_ids()
+        assert allowed == reference.allowed_ids()
+        if guide.is_finished:
+            break
+        token = rng.choice(allowed)
+        guide.advance(token)
+        reference.advance(token)
+    assert held <= arrives and first.partial
