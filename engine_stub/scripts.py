@@ -14,7 +14,10 @@ sampling over the id range, then the allowed list when few are allowed); echo an
 follow their script while each id is allowed and continue with the constrained random walk
 from the first id that is not. In an accepting state an end id is taken with probability 1/2,
 and an id is taken only if the shortest completion after it (``completion_length``) still fits
-in ``max_tokens``. The end id ends it with "stop".
+in ``max_tokens``. The end id ends it with "stop". A partial index (the first states of a
+progressive compile: ``guide.ready`` False past them) holds the request, no id taken, until the
+whole index arrives; on it the walk draws among the allowed ids while more than ``_FREE_LEFT``
+tokens are left (no shortest completions yet) and holds below that.
 
 Logprobs (``IncomingRequest.logprobs`` = k, ``RequestState.logprob_rows``): echo and replay give
 each token a deterministic pseudo-random logprob in (-5, 0] from (token id, position) and k
@@ -31,6 +34,8 @@ from __future__ import annotations
 import math
 import random
 from typing import Any, Protocol, Sequence
+
+_FREE_LEFT = 64  # tokens left above which a walk on a partial index may go on unsteered
 
 __all__ = [
     "TokenizerLike",
@@ -153,7 +158,8 @@ class RequestState:
         index = guide.index
         state = guide.state
         left = self.max_tokens - self.generated - 1  # tokens left after this one
-        length = index.completion_length
+        # a partial index knows no completions yet: unsteered (held near the end, _take_guided)
+        length = index.completion_length if not index.partial else (lambda _: 0)
 
         def fits(token_id: int) -> bool:  # allowed, and the output can still end in time
             nxt = index.next_state(state, token_id)
@@ -188,6 +194,8 @@ class RequestState:
             self._allowed = []
         forced: list[int] = []
         while len(new) < k:
+            if not guide.ready or (guide.index.partial and self.max_tokens - self.generated <= _FREE_LEFT):
+                return new, None  # held until the whole index arrives
             if not forced:
                 # fast-forward: ids that are the only choice are appended without sampling
                 forced = guide.forced_ids(k - len(new))

@@ -175,14 +175,21 @@ class StubEngine:
         aborts = link.poll_aborts()
         if aborts:
             self._abort(aborts, outputs)
+        held: list[IncomingRequest] = []  # a reasoning budget needs the whole index
         while self.waiting and len(self.running) < self.settings.max_batch:
             request = self.waiting.popleft()
+            guide = request.guide
+            budget = self.budgets is not None and "max_reasoning_tokens" in request.sampling
+            if guide is not None and budget and (not guide.ready or guide.index.partial):
+                held.append(request)
+                continue
             state = self.make_state(request)
-            if request.guide is not None:
-                if self.budgets is not None and "max_reasoning_tokens" in request.sampling:
-                    self.budgets.apply(request.guide, request.sampling)
+            if guide is not None:
+                if budget:
+                    self.budgets.apply(guide, request.sampling)
                 state.constrain(request.guide, random.Random(f"{self.settings.seed}:{request.request_id}"))
             self.running[request.request_id] = state
+        self.waiting.extendleft(reversed(held))
         if not self.running:
             if outputs:
                 _send_columns(link, outputs)
@@ -198,6 +205,8 @@ class StubEngine:
         rows: dict[int, list[LogprobRow]] = {}  # index into outputs -> its tokens' logprobs
         for request_id, state in self.running.items():
             new, reason = state.take(k)
+            if not new and reason is None:
+                continue  # held: its partial index has no mask for its state yet
             if state.logprobs is not None and new:
                 rows[len(outputs)] = state.logprob_rows(new, state.generated - len(new))
             outputs.append((request_id, new, reason))

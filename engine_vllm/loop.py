@@ -8,7 +8,10 @@ may run its worker in a process of its own, as it does behind its own server).
 
 Constraints: a request whose ``IncomingRequest.guide`` is set gets vLLM's structured-output
 path with :class:`engine_vllm.constraints.TextprocBackend`, which hands vLLM that guide (no
-compile in this process); vLLM fills its bitmask from the guide's state every step.
+compile in this process); vLLM fills its bitmask from the guide's state every step. A guide on
+a partial index (the first states of a progressive compile) is held here, not added to vLLM,
+until the whole index arrives (vLLM cannot pause one request mid-output), so a vLLM output never
+reaches a state without a mask.
 
 Aborts: textproc already ended an aborted request, so it is removed from vLLM's scheduler (its
 KV blocks freed) and sends nothing more. The stats file (``--stats-file``) shows vLLM's own
@@ -120,6 +123,7 @@ class VllmEngine:
                                      server_public_file=settings.curve_server_key)
         self.link = EngineLink(settings.engine_in, settings.engine_out, curve=curve)
         self.live: set[str] = set()  # request ids vLLM holds
+        self.held: list[IncomingRequest] = []  # constrained by a partial index: not added yet
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.steps = 0
         self.tokens_generated = 0
@@ -137,7 +141,7 @@ class VllmEngine:
         try:
             while not self._stop.is_set():
                 if not self.live:
-                    link.wait(IDLE_WAIT_S)
+                    link.wait(IDLE_WAIT_S if not self.held else 0.002)
                 elif not link.writable():  # textproc is behind: wait rather than drop tokens
                     time.sleep(0.001)
                     continue
@@ -154,10 +158,24 @@ class VllmEngine:
         """Take requests and aborts, run one engine step, send its outputs (one frame)."""
         link = self.link
         outputs: list[Any] = []
-        for request in link.poll_requests():
+        requests = link.poll_requests()
+        if self.held:  # the whole index of some arrived: add them now, in arrival order
+            waiting, self.held = self.held, []
+            requests = [*waiting, *requests]
+        for request in requests:
+            guide = request.guide  # .ready moves it onto the whole index once that arrived
+            if guide is not None and (not guide.ready or guide.index.partial):
+                self.held.append(request)
+                continue
             self._add(request, outputs)
         aborts = link.poll_aborts()
         if aborts:
+            if self.held:
+                gone = set(aborts)
+                for request in self.held:
+                    if request.request_id in gone:
+                        self._record(request.request_id, "abort")
+                self.held = [r for r in self.held if r.request_id not in gone]
             known = [rid for rid in aborts if rid in self.live]
             if known:
                 self.core.abort_requests(known)

@@ -115,6 +115,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="wall seconds one structured-output compile may take on a worker; past it "
                         f"the request gets a 400 naming the phase (default "
                         f"{_service_default('max_compile_s'):g})")
+    p.add_argument("--first-index-ms", type=float, default=None, metavar="MS",
+                   help="a structured-output compile builds the first states of its index for MS "
+                        "milliseconds, then the request starts on that partial index while the "
+                        f"whole one is compiled (default {1e3 * float(str(_service_default('first_index_s'))):g})")
     p.add_argument("--max-live-requests", type=int, default=None,
                    help="requests the detokenizer holds at once; more are refused with 503 "
                         f"(default {_service_default('max_live_requests')})")
@@ -297,6 +301,7 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
                 ("max_live_requests", args.max_live_requests),
                 ("max_live_per_client", args.max_live_per_client),
                 ("max_compile_s", args.max_compile_s),
+                ("first_index_s", None if args.first_index_ms is None else args.first_index_ms / 1e3),
                 ("hwm", args.hwm)) if value is not None},
         ),
         engine=args.engine,

@@ -274,6 +274,9 @@ class ServiceConfig:
     constraint_cache_dir: str | None = None
     # wall seconds one constraint compile may take on a worker (past it: a 400 naming the phase)
     max_compile_s: float = 5.0
+    # wall seconds a compile builds first states before the request goes out with a partial
+    # index (its whole index follows); a constraint compiled before goes out whole at once
+    first_index_s: float = 0.003
 
     def __post_init__(self) -> None:
         if self.constraint_cache_dir is not None and (
@@ -298,6 +301,7 @@ class ServiceConfig:
         _check_int("max_early_outputs", self.max_early_outputs, low=0)
         _check_float("early_output_age_s", self.early_output_age_s, low=0.0)
         _check_float("max_compile_s", self.max_compile_s, low=0.001)
+        _check_float("first_index_s", self.first_index_s, low=-1e-9)  # 0: the first state only
         _check_float("startup_timeout_s", self.startup_timeout_s, low=0.0)
         _check_float("stop_timeout_s", self.stop_timeout_s, low=0.0)
         _check_choice("log_level", self.log_level, LOG_LEVELS)

@@ -53,13 +53,35 @@ async def _collect(client: TextClient, **kwargs: Any) -> tuple[dict[str, Any], s
 
 
 def test_random_engine_outputs_follow_every_constraint(service: Service) -> None:
+    stats = _check_mix(service, 60)
+    # 7 distinct constraints (3 schemas, regex, choice, required, named): one EngineIndex each
+    assert stats["detokenizer"]["indexes_sent_to_engine"] == 7
+
+
+def test_an_engine_that_outruns_a_progressive_compile_is_held(tmp_path: Path, toy_model: Path) -> None:
+    """``--first-index-ms 0``: every request starts on a partial index (its first state only),
+    so the stub reaches unbuilt states at once and holds until the whole index follows; every
+    output still follows its constraint. ~10 s (a second service)."""
+    svc = Service(tmp_path, toy_model, workers=1,
+                  args=["--max-model-len", "4096", "--stub-mode", "random", "--first-index-ms", "0"])
+    svc.start()
+    try:
+        stats = _check_mix(svc, 20)
+    finally:
+        svc.stop()
+    assert stats["detokenizer"]["indexes_sent_to_engine"] == 7
+    assert stats["detokenizer"]["indexes_completed_on_engine"] >= 5  # the tiny choice may fit whole
+
+
+def _check_mix(service: Service, n: int) -> dict[str, dict[str, Any]]:
+    """``n`` requests over 7 constraints, each output checked; the service's stats after."""
     schemas = [WEATHER, {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
                {"type": "object"}]
 
-    async def main() -> list[tuple[str, dict[str, Any], str | None]]:
+    async def main() -> tuple[list[tuple[str, dict[str, Any], str | None]], dict[str, dict[str, Any]]]:
         async with await TextClient.connect(service.runtime_dir) as client:
             jobs = []
-            for i in range(60):
+            for i in range(n):
                 kind = ("json", "regex", "choice", "required", "named")[i % 5]
                 if kind == "json":
                     kwargs: dict[str, Any] = {"structured": {"json": schemas[i % 3]}}
@@ -74,11 +96,10 @@ def test_random_engine_outputs_follow_every_constraint(service: Service) -> None
                 jobs.append((kind, i, kwargs))
             results = await asyncio.gather(*(_collect(client, max_tokens=400, **kw) for _, _, kw in jobs))
             stats = {s.role: s.counters for s in await client.stats()}
-            # 7 distinct constraints (3 schemas, regex, choice, required, named): one EngineIndex each
-            assert stats["detokenizer"]["indexes_sent_to_engine"] == 7
-            return [(kind, *res) for (kind, _, _), res in zip(jobs, results)]
+            return [(kind, *res) for (kind, _, _), res in zip(jobs, results)], stats
 
-    for kind, message, reason in run(main):
+    outputs, stats = run(main)
+    for kind, message, reason in outputs:
         content = message.get("content") or ""
         if kind == "json":
             json.loads(content)
@@ -96,9 +117,10 @@ def test_random_engine_outputs_follow_every_constraint(service: Service) -> None
                 if kind == "named":
                     assert call["function"]["name"] == "add"
     deadline = time.monotonic() + 5  # the stats file is rewritten every 0.5 s
-    while service.stub_stats()["constrained_requests"] < 60 and time.monotonic() < deadline:
+    while service.stub_stats()["constrained_requests"] < n and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert service.stub_stats()["constrained_requests"] == 60
+    assert service.stub_stats()["constrained_requests"] == n
+    return stats
 
 
 def test_constraint_errors_are_invalid_input(service: Service) -> None:

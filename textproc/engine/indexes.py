@@ -2,7 +2,9 @@
 
 Owns unpacking an index table (a copy into lists and dicts: no compile, regex or vocabulary
 scan), the evictions textproc names (it mirrors this cache, see ``service/constraints.py``),
-and a byte cap that drops the oldest first. Imports the text core's ``TokenIndex`` only when
+and a byte cap that drops the oldest first. A partial index (a progressive compile's first
+states) is followed by the whole one under the same key: it replaces the partial one here and
+becomes its ``successor``, which moves the requests walking the partial one onto it. Imports the text core's ``TokenIndex`` only when
 the first index arrives, so an engine that never sees a constraint never loads it.
 """
 
@@ -50,8 +52,11 @@ class IndexCache:
             index = TokenIndex.unpack(**msgspec.structs.asdict(table))
         except (TypeError, ValueError, IndexError) as exc:
             return repr(exc)
-        if table.key in self._indexes:
-            self.nbytes -= self._indexes.pop(table.key).nbytes
+        old_index = self._indexes.pop(table.key, None)
+        if old_index is not None:
+            self.nbytes -= old_index.nbytes
+            if old_index.partial and not index.partial:
+                old_index.successor = index  # the guides on the partial index move onto it
         self._indexes[table.key] = index
         self.nbytes += index.nbytes
         self.received += 1

@@ -22,7 +22,7 @@ Sockets and the union each one decodes (docs/architecture.md has the full pictur
     engine-out  PULL   (textproc binds)    in: EngineOutFrame
     worker-i    ROUTER (worker binds)      in: WorkerInFrame           out: WorkerOutFrame
                 (peer workers connect a DEALER: in EncodePart, out EncodedPart = PeerOutFrame)
-    detok-in    PULL   (detokenizer binds) in: Submit
+    detok-in    PULL   (detokenizer binds) in: Submit, IndexDone
     detok-front ROUTER (detokenizer binds) in: FrontInFrame            out: FrontOutFrame
     control     PULL   (supervisor binds)  in: Ready (children announce themselves)
     events      PUB    (supervisor binds)  out: EventFrame

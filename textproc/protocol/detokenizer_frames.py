@@ -1,6 +1,7 @@
 """The frames of the detokenizer's sockets: Submit on detok-in, streams and aborts on detok-front.
 
-``detok-in`` is a PULL the detokenizer binds: workers push ``Submit``. ``detok-front`` is a
+``detok-in`` is a PULL the detokenizer binds: workers push ``Submit`` (and ``IndexDone``, the
+rest of a progressive compile, after the Submits that carried its partial index). ``detok-front`` is a
 ROUTER it binds: a client's DEALER sends ``FrontInFrame`` and gets ``FrontOutFrame``; the
 routing id is the client id, so a client only ever receives outputs of requests it sent. These
 frames change when the output a client streams changes (deltas, parsing, logprobs).
@@ -19,6 +20,8 @@ from textproc.protocol.worker_frames import Stats, StatsRequest
 
 __all__ = [
     "Submit",
+    "IndexDone",
+    "DetokInFrame",
     "Hello",
     "Welcome",
     "Abort",
@@ -53,6 +56,20 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     parse: ParseOptions | None = None  # None: the output is not parsed (plain content)
     # the constraint index the engine request names, when this worker has not sent it yet
     index: IndexTable | None = None
+
+
+class IndexDone(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """worker -> detokenizer: the whole index of a constraint whose partial index (the first
+    states of a progressive compile, ``IndexTable.n_known`` > 0) went out on earlier Submits;
+    ``table`` None when the whole compile failed (``error``: why): the requests walking the
+    partial index then fail with that message (protocol 13)."""
+
+    key: str
+    table: IndexTable | None = None
+    error: str = ""
+
+
+DetokInFrame = Submit | IndexDone
 
 
 class Hello(msgspec.Struct, tag=True, array_like=True):

@@ -19,12 +19,13 @@ requests are served by the other workers meanwhile.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from textproc.core.constraints import Budget, IndexCache, TokenIndex, TokenVocabulary, compile_constraint
-from textproc.core.constraints.compile import constraint_key, constraint_regex
+from textproc.core.constraints.compile import FIRST_SECONDS, compile_progressive, constraint_key, constraint_regex
 from textproc.errors import InvalidInput, short
-from textproc.protocol import EngineIndex, IndexTable
+from textproc.protocol import EngineIndex, IndexDone, IndexTable
 from textproc.service.index_store import IndexStore
 
 __all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
@@ -68,7 +69,7 @@ class WorkerConstraints:
 
     def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int,
                  text_specials: frozenset[str] = frozenset(), store: IndexStore | None = None,
-                 max_compile_s: float = MAX_COMPILE_S) -> None:
+                 max_compile_s: float = MAX_COMPILE_S, first_seconds: float = FIRST_SECONDS) -> None:
         self.tokenizer = tokenizer
         self.max_compile_s = max_compile_s
         self.store = store  # compiled indexes on disk, shared by the workers (or None)
@@ -80,6 +81,9 @@ class WorkerConstraints:
         # (detokenizer shard, key) of the tables this worker has handed over
         self._sent: OrderedDict[tuple[int, str], None] = OrderedDict()
         self.last: TokenIndex | None = None  # the index of the last compile
+        self.first_seconds = first_seconds  # a compile hands out a partial index after this
+        self.rest: Callable[[], TokenIndex] | None = None  # makes the whole index of ``last``
+        self.partial_shards: set[int] = set()  # detokenizer shards handed ``last``'s partial table
         self.compiles = 0
 
     def prepare(self) -> None:
@@ -111,10 +115,15 @@ class WorkerConstraints:
             if index is not None:
                 self.cache.put(key, index)
         if index is None:
+            if self.rest is not None:  # an earlier partial index whose whole one was not made
+                self.finish()
             budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes)
-            index = compile_constraint(vocab, regex=pattern, budget=budget, cache=self.cache)
+            index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
+                                              first_seconds=self.first_seconds)
             self.compiles += 1
-            if self.store is not None:
+            if rest is not None:
+                self.rest = rest
+            elif self.store is not None:
                 self.store.put(table_of(index))
         self.last = index
         return index, self.table_for(shard)
@@ -124,7 +133,33 @@ class WorkerConstraints:
         index = self.last
         if index is None or (shard, index.key) in self._sent:
             return None
+        if index.partial:
+            self.partial_shards.add(shard)
         return table_of(index)
+
+    def finish(self) -> tuple[IndexDone, list[int]]:
+        """The whole index of the last progressive compile (``rest``), as the frame for the
+        detokenizer shards its partial index went to (or why the whole compile failed), and
+        those shards."""
+        rest, self.rest = self.rest, None
+        assert rest is not None and self.last is not None
+        key = self.last.key
+        shards, self.partial_shards = sorted(self.partial_shards), set()
+        try:
+            whole = rest()
+        except InvalidInput as e:
+            self.last = None
+            for shard in shards:
+                self.unsent(key, shard)
+            return IndexDone(key, None, str(e)), shards
+        if self.store is not None:
+            self.store.put(table_of(whole))
+        self.last = whole
+        return IndexDone(key, table_of(whole)), shards
+
+    def unsent(self, key: str, shard: int) -> None:
+        """Shard ``shard`` did not get ``key``'s whole table: the next request sends it."""
+        self._sent.pop((shard, key), None)
 
     def forget_shard(self, shard: int) -> None:
         """Detokenizer shard ``shard`` restarted: it holds none of the tables sent to it."""
@@ -150,18 +185,42 @@ class IndexRelay:
         self._stored = 0
         self._engine: OrderedDict[str, int] = OrderedDict()  # key -> bytes, as the engine holds
         self._engine_total = 0
-        self.sent_to_engine = 0
+        self.sent_to_engine = 0  # indexes sent (a partial one's whole one not counted again)
+        self.completed_on_engine = 0  # whole indexes sent after their partial ones
 
-    def remember(self, table: IndexTable) -> None:
-        if table.key in self._store:
+    def remember(self, table: IndexTable) -> EngineIndex | None:
+        """Keep ``table``; a whole table replaces a partial one under its key, and when the
+        engine holds that partial one, the returned frame sends it the whole one now."""
+        got = self._store.get(table.key)
+        if got is not None:
             self._store.move_to_end(table.key)
-            return
+            if not (got[0].n_known and not table.n_known):
+                return None
+            self._stored -= got[1]
+            del self._store[table.key]
         size = len(table.masks) + len(table.exc_ids) * 2 + 64
         self._store[table.key] = (table, size)
         self._stored += size
         while self._stored > self.store_bytes and len(self._store) > 1:
             _, (_, old) = self._store.popitem(last=False)
             self._stored -= old
+        if got is None or table.key not in self._engine:
+            return None
+        self._engine_total += size - self._engine[table.key]
+        self._engine[table.key] = size
+        self.completed_on_engine += 1
+        return EngineIndex(table, [])
+
+    def partial(self, key: str) -> bool:
+        """Whether the table kept under ``key`` is a partial index (its whole one to follow)."""
+        got = self._store.get(key)
+        return got is not None and got[0].n_known > 0
+
+    def drop(self, key: str) -> None:
+        """Forget ``key``'s table (its whole compile failed): a request naming it fails."""
+        got = self._store.pop(key, None)
+        if got is not None:
+            self._stored -= got[1]
 
     def frame_for(self, key: str) -> EngineIndex | None | bool:
         """What to send before a request naming ``key``: an ``EngineIndex``, None when the

@@ -48,6 +48,8 @@ from textproc.protocol import (
     Query,
     Stats,
     StatsRequest,
+    DetokInFrame,
+    IndexDone,
     Submit,
     Unknown,
     Welcome,
@@ -106,7 +108,7 @@ class _Loop:
         self.engine_out = engine_out
         self.front = front
         self.control = control
-        self.submit_decoder: FrameDecoder[Submit] = FrameDecoder(Submit, socket_name="detok-in")
+        self.submit_decoder: FrameDecoder[DetokInFrame] = FrameDecoder(DetokInFrame, socket_name="detok-in")
         self.engine_decoder: FrameDecoder[EngineOutFrame] = FrameDecoder(
             EngineOutFrame, socket_name="engine-out")
         self.front_decoder: FrameDecoder[FrontInFrame] = FrameDecoder(
@@ -119,6 +121,8 @@ class _Loop:
         # engine frames waiting for an engine to connect (a PUSH with no peer would block)
         self.engine_backlog: deque[bytes] = deque()
         self.relay = IndexRelay()  # constraint indexes: each sent to the engine once
+        # partial index key -> the requests naming it, until its whole index (or failure) comes
+        self.on_partial: dict[str, list[str]] = {}
         core.flush_first = self._flush  # a step's first tokens go out before the rest
 
     def run(self) -> None:
@@ -170,6 +174,9 @@ class _Loop:
             submit = decode(data, peer="worker")
             if submit is None:
                 continue
+            if isinstance(submit, IndexDone):
+                self._index_done(submit)
+                continue
             # the engine must only ever see well-formed requests: check the embedded bytes
             # (one decode per request, ~1 us; the packed prompt ids are not unpacked)
             try:
@@ -191,8 +198,12 @@ class _Loop:
                     f"({len(self.engine_backlog)} frames queued for it); retry later", "overloaded")
                 continue
             if submit.index is not None:
-                self.relay.remember(submit.index)
+                whole = self.relay.remember(submit.index)
+                if whole is not None:  # replaces a partial index the engine holds
+                    self._send_engine(self.encode(whole))
             if inner.index_key:
+                if self.relay.partial(inner.index_key):  # fails if the whole compile does
+                    self.on_partial.setdefault(inner.index_key, []).append(submit.request_id)
                 index_frame = self.relay.frame_for(inner.index_key)
                 if index_frame is False:
                     self.core._fail_new(
@@ -204,6 +215,19 @@ class _Loop:
             engine_request = self.core.on_submit(submit)
             if engine_request is not None:
                 self._send_engine(engine_request)
+
+    def _index_done(self, done: IndexDone) -> None:
+        """The whole index after a partial one: to the engine if it holds the partial one;
+        or the whole compile failed: the requests on the partial index fail with its message."""
+        rids = self.on_partial.pop(done.key, [])
+        if done.table is not None:
+            whole = self.relay.remember(done.table)
+            if whole is not None:
+                self._send_engine(self.encode(whole))
+            return
+        self.relay.drop(done.key)
+        for rid in rids:
+            self.core._fail(rid, done.error, abort_engine=True, kind="invalid_input")
 
     def _drain_engine(self) -> None:
         decode = self.engine_decoder.decode
@@ -259,6 +283,7 @@ class _Loop:
                     counters["outputs_unroutable"] = self.unroutable
                     counters["engine_backlog"] = len(self.engine_backlog)
                     counters["indexes_sent_to_engine"] = self.relay.sent_to_engine
+                    counters["indexes_completed_on_engine"] = self.relay.completed_on_engine
                     counters["pid"] = os.getpid()
                     stats = Stats(frame.request_id, "detokenizer", self.runtime.index, counters)
                     self._send_front(client_id, self.encode(stats))

@@ -136,7 +136,8 @@ class RequestBuilder:
         self.constraints = WorkerConstraints(tokenizer, self.default_stop_ids,
                                              max_frame_bytes=config.max_frame_bytes,
                                              text_specials=frozenset(markers), store=store,
-                                             max_compile_s=config.max_compile_s)
+                                             max_compile_s=config.max_compile_s,
+                                             first_seconds=config.first_index_s)
         self._marks = config.special_tokens_in_content == "text"  # see _mark_typed_specials
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,

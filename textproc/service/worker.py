@@ -153,6 +153,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
             except zmq.ZMQError as e:
                 _log.warning("reply to client %s for %r not delivered: %s", client_id.hex(),
                              reply.request_id, e)
+        if builder.constraints.rest is not None:  # a partial index went out: the whole follows
+            _finish_index(builder, gate)
 
 
 def _take_events(events: zmq.Socket[Any], decoder: FrameDecoder[EventFrame],
@@ -209,6 +211,19 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
                                    f"request {submit.request_id!r}: the detokenizer is not "
                                    "accepting requests (restarting or overloaded); retry", 503))
     return replies
+
+
+def _finish_index(builder: RequestBuilder, gate: _SubmitGate) -> None:
+    """Compile the whole index of the last progressive compile and send it (or why it failed)
+    to the detokenizer shards its partial index went to; a shard it cannot reach gets the whole
+    table with its next request naming it instead."""
+    constraints = builder.constraints
+    done, shards = constraints.finish()
+    data = builder.encode(done)
+    for shard in shards:
+        if not gate.send(data, shard):
+            _log.warning("the whole index %s did not reach detokenizer shard %d", done.key, shard)
+            constraints.unsent(done.key, shard)
 
 
 _INT64 = 2**63
