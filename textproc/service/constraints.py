@@ -116,7 +116,9 @@ class WorkerConstraints:
                 self.cache.put(key, index)
         if index is None:
             if self.rest is not None:  # an earlier partial index whose whole one was not made
-                self.finish()
+                done, shards = self.finish()
+                for missed in shards:  # its whole table goes with the next request naming it
+                    self.unsent(done.key, missed)
             budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes)
             index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
                                               first_seconds=self.first_seconds)

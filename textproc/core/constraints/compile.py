@@ -170,7 +170,8 @@ def compile_progressive(vocab: TokenVocabulary, regex: str, *, budget: Budget | 
                         ) -> tuple[TokenIndex, Callable[[], TokenIndex] | None]:
     """``(first, rest)``: the index of ``regex`` over ``vocab`` in two steps. ``first`` is ready
     within about ``first_seconds``: the whole index (``rest`` None) when it is known already
-    (cached) or small, else a partial index (``TokenIndex.partial``: the first states of a DFA
+    (cached) or small (the whole is always the minimal DFA's: one table per key), else a
+    partial index (``TokenIndex.partial``: the first states of a DFA
     built on demand, an engine can mask the first steps with it); ``rest()`` then compiles the
     whole index (the minimal DFA's, under the same key; cached like ``compile_constraint``).
     Both steps check ``budget`` (one deadline for the two)."""
@@ -192,10 +193,8 @@ def compile_progressive(vocab: TokenVocabulary, regex: str, *, budget: Budget | 
     except RecursionError:
         raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None
     first.key = key
-    if not first.partial:  # small: the whole index already (the lazy DFA's, not minimised)
-        if cache is not None:
-            cache.put(key, first)
-        return first, None
+    if not first.partial:  # small: the whole index is the minimal DFA's (one table per key)
+        return _compile_whole(vocab, regex, tree, budget, cache, key, failure_key), None
     return first, lambda: _compile_whole(vocab, regex, tree, budget, cache, key, failure_key)
 
 
