@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_constraint_exact import SCHEMAS, _sample
-from textproc import compile_constraint
+from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, Guide, json_schema_to_regex
 from textproc.core.constraints.build import build_index, build_partial
 from textproc.core.constraints.compile import compile_progressive
@@ -111,3 +111,35 @@ def test_an_engine_that_outruns_the_builder_never_takes_a_forbidden_id(schema: s
         guide.advance(token)
         reference.advance(token)
     assert held <= arrives and first.partial
+
+
+@pytest.mark.parametrize("evicted", [False, True])
+def test_the_whole_index_reaches_the_engine_after_its_partial_one(evicted: bool) -> None:
+    """The relay sends the whole table once the engine got the partial one (again if the engine
+    evicted the partial one meanwhile); the engine's cache makes it the partial's successor."""
+    from textproc.engine.indexes import IndexCache as EngineCache
+    from textproc.protocol import EngineIndex
+    from textproc.service.constraints import IndexRelay, table_of
+
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b""], end_ids=[3])
+    first, rest = compile_progressive(vocab, "(?:ab|ba){3}", cache=None, first_seconds=0)
+    other, _ = compile_progressive(vocab, "b+", cache=None)
+    assert first.partial and rest is not None
+    relay = IndexRelay(engine_bytes=1 if evicted else 1 << 20)
+    engine = EngineCache(1 << 20)
+    assert relay.remember(table_of(first)) is None
+    sent = relay.frame_for(first.key)
+    assert isinstance(sent, EngineIndex) and sent.table.n_known == first.n_known
+    assert engine.put(sent.table, sent.evict) is None
+    guide = Guide(engine.get(first.key))
+    if evicted:  # another constraint pushes the partial index out of the engine's cache
+        relay.remember(table_of(other))
+        pushed = relay.frame_for(other.key)
+        assert isinstance(pushed, EngineIndex) and pushed.evict == [first.key]
+        engine.put(pushed.table, pushed.evict)
+    whole = relay.remember(table_of(rest()))
+    assert isinstance(whole, EngineIndex) and whole.table.n_known == 0
+    assert engine.put(whole.table, whole.evict) is None
+    assert guide.ready and not guide.index.partial and guide.index is engine.get(first.key)
+    assert relay.sent_to_engine == (2 if evicted else 1)
+    assert relay.completed_on_engine == 1

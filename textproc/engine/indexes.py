@@ -15,7 +15,9 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["IndexCache"]
+__all__ = ["IndexCache", "MAX_PARTIALS"]
+
+MAX_PARTIALS = 256  # partial indexes kept for their whole ones (a few states each)
 
 
 class IndexCache:
@@ -26,6 +28,9 @@ class IndexCache:
         self._indexes: OrderedDict[str, Any] = OrderedDict()  # key -> TokenIndex
         self.nbytes = 0
         self.received = 0
+        # partial indexes by key until their whole one arrives, evicted or not (requests may
+        # still walk them); the oldest dropped past MAX_PARTIALS
+        self._partials: OrderedDict[str, Any] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._indexes)
@@ -55,8 +60,14 @@ class IndexCache:
         old_index = self._indexes.pop(table.key, None)
         if old_index is not None:
             self.nbytes -= old_index.nbytes
-            if old_index.partial and not index.partial:
-                old_index.successor = index  # the guides on the partial index move onto it
+        if index.partial:
+            self._partials[table.key] = index
+            while len(self._partials) > MAX_PARTIALS:
+                self._partials.popitem(last=False)
+        else:
+            partial = self._partials.pop(table.key, None)
+            if partial is not None:
+                partial.successor = index  # the guides on the partial index move onto it
         self._indexes[table.key] = index
         self.nbytes += index.nbytes
         self.received += 1

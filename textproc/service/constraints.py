@@ -189,6 +189,7 @@ class IndexRelay:
         self._engine_total = 0
         self.sent_to_engine = 0  # indexes sent (a partial one's whole one not counted again)
         self.completed_on_engine = 0  # whole indexes sent after their partial ones
+        self._partial_sent: set[str] = set()  # keys whose partial table the engine got
 
     def remember(self, table: IndexTable) -> EngineIndex | None:
         """Keep ``table``; a whole table replaces a partial one under its key, and when the
@@ -206,11 +207,16 @@ class IndexRelay:
         while self._stored > self.store_bytes and len(self._store) > 1:
             _, (_, old) = self._store.popitem(last=False)
             self._stored -= old
-        if got is None or table.key not in self._engine:
+        if got is None or table.key not in self._partial_sent:
             return None
+        self._partial_sent.discard(table.key)
+        self.completed_on_engine += 1
+        if table.key not in self._engine:  # evicted meanwhile: requests may still walk it
+            frame = self.frame_for(table.key)
+            self.sent_to_engine -= 1  # counted as the partial one's completion
+            return frame if isinstance(frame, EngineIndex) else None
         self._engine_total += size - self._engine[table.key]
         self._engine[table.key] = size
-        self.completed_on_engine += 1
         return EngineIndex(table, [])
 
     def partial(self, key: str) -> bool:
@@ -220,6 +226,7 @@ class IndexRelay:
 
     def drop(self, key: str) -> None:
         """Forget ``key``'s table (its whole compile failed): a request naming it fails."""
+        self._partial_sent.discard(key)
         got = self._store.pop(key, None)
         if got is not None:
             self._stored -= got[1]
@@ -242,9 +249,12 @@ class IndexRelay:
         self._engine[key] = size
         self._engine_total += size
         self.sent_to_engine += 1
+        if table.n_known:
+            self._partial_sent.add(key)
         return EngineIndex(table, evict)
 
     def engine_restarted(self) -> None:
         """A new engine instance holds nothing."""
+        self._partial_sent.clear()
         self._engine.clear()
         self._engine_total = 0
