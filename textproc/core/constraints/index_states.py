@@ -14,7 +14,8 @@ the paths below only avoid walking tokens one by one:
   keeps these per vocabulary);
 - fixed-length runs (the 4 hex digits of ``\\uXXXX``, a uuid's 8): tokens of n run bytes go to
   the n-th state, one bitset each, the longer ones walk their rest after the run as a trie;
-- counted repetitions (``[^"]{0,8}``): tokens grouped by character count, one AND per length;
+- counted repetitions (``[^"]{0,8}``): tokens grouped by character count, one AND per length
+  (:mod:`textproc.core.constraints.index_chains`);
 - other states: the sorted token list walked as a trie, following only live bytes; a state
   where most bytes live walks each distinct byte-class string once.
 
@@ -27,11 +28,11 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
+from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
-from textproc.core.constraints.index import BY_CHARS_WIDTH
+from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
-from textproc.core.constraints.vocab import MAX_CHARS, VocabTables, bits_of, bitset, subrange
+from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
 
 __all__ = ["StateTokens", "State"]
 
@@ -39,10 +40,9 @@ __all__ = ["StateTokens", "State"]
 # by character count or None)
 State = tuple[int, dict[int, int], int, list[int] | None]
 
-_LOOP_MIN = 24  # loop bytes for the bitset path (JSON string states have ~90)
+_LOOP_MIN = LOOP_MIN  # loop bytes for the bitset path (JSON string states have ~90)
 _WIDE = 96  # live bytes above which a loop-less state walks distinct class strings
 _SMALL = 24  # ranges this small are walked token by token instead of split further
-_MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
 _BYTES = [bytes((b,)) for b in range(256)]
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 _MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
@@ -103,7 +103,7 @@ class StateTokens:
             if run is not None:
                 return (*self.run_state(*run), None)
         if not loops and len(live) > _WIDE:
-            chained = self.chain_state(q, live)
+            chained = chain_state(self, q, live)
             return chained if chained is not None else (*self.wide_state(q), None)
         return (*self.mixed_state(q, by_next, loops), None)
 
@@ -178,109 +178,6 @@ class StateTokens:
         exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
         return allowed, exc, default
 
-    def chain(self, q: int) -> tuple[bytes, list[int], int] | None:
-        """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
-        next state, and states ``c`` with ``c[0] = q`` and ``c[i + 1]`` the state after one
-        more plain byte from ``c[i]`` (-1: dead), as long as every plain byte agrees; plus how
-        many of those steps every whole non-ASCII character takes alike. None if no chain."""
-        rows = self.rows
-        row = rows[q]
-        ascii_next = Counter(t for t in row[:128] if t >= 0).most_common(1)
-        if not ascii_next:
-            return None
-        plain = bytes(b for b in range(128) if row[b] == ascii_next[0][0])
-        if len(plain) < _LOOP_MIN:
-            return None
-        states = [q]
-        while len(states) < MAX_CHARS and states[-1] >= 0:
-            nexts = {rows[states[-1]][b] for b in plain}
-            if len(nexts) != 1:
-                break
-            states.append(nexts.pop())
-        shifts = 0  # characters: c[i] --any whole non-ASCII character--> c[i + 1]
-        while shifts + 1 < len(states) and states[shifts + 1] >= 0 and self._char_step(states[shifts], states[shifts + 1]):
-            shifts += 1
-        return plain, states, shifts
-
-    def _char_step(self, s: int, t: int) -> bool:
-        rows = self.rows
-        for seq in _MULTIBYTE:
-            got = {s}
-            for lo, hi in seq:
-                got = {rows[x][b] for x in got for b in range(lo, hi + 1)}
-                if -1 in got:
-                    return False
-            if got != {t}:
-                return False
-        return True
-
-    def _char_dies(self, s: int) -> bool:
-        """Whether every whole non-ASCII character read from ``s`` reaches the dead state."""
-        rows = self.rows
-        for seq in _MULTIBYTE:
-            got = {s}
-            for lo, hi in seq:
-                got = {rows[x][b] if x >= 0 else -1 for x in got for b in range(lo, hi + 1)}
-            if got != {-1}:
-                return False
-        return True
-
-    def chain_state(self, q: int, live: list[tuple[int, int]]) -> State | None:
-        """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
-        ``c[n]``, found with one bitset AND per length and written as the state's "next state
-        by character count" row (no exception entries); the rest is walked."""
-        found = self.chain(q)
-        if found is None:
-            return None
-        plain, states, shifts = found
-        t = self.tables
-        ascii_only = self.tokens_of(plain, False)
-        with_chars = (self.tokens_of(plain, True) & ~ascii_only) if shifts else 0
-        covered = 0
-        allowed = 0
-        row = [-1] * BY_CHARS_WIDTH  # characters -> next state
-        for n in range(1, len(states)):
-            tokens = ascii_only & t.by_chars[n]
-            if n <= shifts:
-                tokens |= with_chars & t.by_chars[n]
-            covered |= tokens  # dead ends (states[n] == -1) are covered too: not allowed
-            if states[n] >= 0 and tokens:
-                allowed |= tokens
-                row[n] = states[n]
-        if states[-1] < 0:  # every longer plain token dies too
-            last = len(states) - 1
-            chars_die = with_chars and shifts == last - 1 and self._char_dies(states[last - 1])
-            for n in range(last, MAX_CHARS):
-                covered |= ascii_only & t.by_chars[n]
-                if chars_die:
-                    covered |= with_chars & t.by_chars[n]
-        pairs = self.chain_rest_pairs(q, plain, states, bool(with_chars))
-        # made of plain bytes (and characters) but past what the chain counts: walked whole
-        pairs.update(self.walk_each(q, self.first(bytes(b for b, _ in live)) & ~covered
-                                    & self.tokens_of(plain, bool(with_chars))))
-        counts = t.char_count
-        exc = {i: n for i, n in pairs.items() if row[counts[i]] != n}
-        return allowed | bitset(pairs, self.size), exc, -1, row
-
-    def chain_rest_pairs(self, q: int, plain: bytes, states: list[int], chars: bool) -> dict[int, int]:
-        """id -> next state for the tokens not made of ``plain`` bytes (and characters): m
-        plain bytes lead to ``states[m]``, and the rest after them is walked from there as a
-        trie over the distinct rests (grouped per vocabulary, kept)."""
-        rows = self.rows
-        pairs: dict[int, int] = {}
-        for m, (rests, rest_ids, rest_first) in self.sets.chain_rests(plain, chars).items():
-            if m >= len(states):  # a longer plain run than the chain follows
-                if states[-1] >= 0:
-                    ids = [i for group in rest_ids for i in group]
-                    pairs.update(self.walk_each(q, bitset(ids, self.size)))
-                continue
-            s = states[m]
-            if s < 0:
-                continue
-            for k, n in self.trie(s, [(b, rows[s][b]) for b in rest_first if rows[s][b] >= 0], rests):
-                pairs.update(dict.fromkeys(rest_ids[k], n))
-        return pairs
-
     def tokens_of(self, plain: bytes, chars: bool) -> int:
         """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
         return self.sets.made_of(plain, chars)
@@ -289,7 +186,7 @@ class StateTokens:
         """Whether every UTF-8 encoded non-ASCII character read from ``q`` returns to ``q``."""
         got = self.transparency.get(q)
         if got is None:
-            got = self.transparency[q] = self._char_step(q, q)
+            got = self.transparency[q] = char_step(self, q, q)
         return got
 
     def shares_chars(self, q: int, n: int) -> bool:

@@ -1,0 +1,130 @@
+"""Counted repetitions (``[^"]{0,8}``) in the index build: a token of n plain characters goes n
+states on, found with one bitset AND per length (:func:`chain_state`, used by
+:class:`~textproc.core.constraints.index_states.StateTokens` for a state most bytes leave along
+one chain), written as the state's "next state by character count" row."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from textproc.core.constraints.automaton import utf8_sequences
+from textproc.core.constraints.index import BY_CHARS_WIDTH
+from textproc.core.constraints.vocab import MAX_CHARS, bitset
+
+if TYPE_CHECKING:
+    from textproc.core.constraints.index_states import State, StateTokens
+
+__all__ = ["chain_state", "char_step", "LOOP_MIN"]
+
+LOOP_MIN = 24  # bytes a loop (or a chain) needs for the bitset paths (a JSON string's: ~90)
+_MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
+
+
+def chain(st: StateTokens, q: int) -> tuple[bytes, list[int], int] | None:
+    """A counted repetition seen from ``q``: the ASCII bytes ``plain`` that all lead to one
+    next state, and states ``c`` with ``c[0] = q`` and ``c[i + 1]`` the state after one
+    more plain byte from ``c[i]`` (-1: dead), as long as every plain byte agrees; plus how
+    many of those steps every whole non-ASCII character takes alike. None if no chain."""
+    rows = st.rows
+    row = rows[q]
+    ascii_next = Counter(t for t in row[:128] if t >= 0).most_common(1)
+    if not ascii_next:
+        return None
+    plain = bytes(b for b in range(128) if row[b] == ascii_next[0][0])
+    if len(plain) < LOOP_MIN:
+        return None
+    states = [q]
+    while len(states) < MAX_CHARS and states[-1] >= 0:
+        nexts = {rows[states[-1]][b] for b in plain}
+        if len(nexts) != 1:
+            break
+        states.append(nexts.pop())
+    shifts = 0  # characters: c[i] --any whole non-ASCII character--> c[i + 1]
+    while shifts + 1 < len(states) and states[shifts + 1] >= 0 and char_step(st, states[shifts], states[shifts + 1]):
+        shifts += 1
+    return plain, states, shifts
+
+
+def char_step(st: StateTokens, s: int, t: int) -> bool:
+    """Whether every UTF-8 encoded non-ASCII character read from ``s`` reaches ``t``."""
+    rows = st.rows
+    for seq in _MULTIBYTE:
+        got = {s}
+        for lo, hi in seq:
+            got = {rows[x][b] for x in got for b in range(lo, hi + 1)}
+            if -1 in got:
+                return False
+        if got != {t}:
+            return False
+    return True
+
+
+def char_dies(st: StateTokens, s: int) -> bool:
+    """Whether every whole non-ASCII character read from ``s`` reaches the dead state."""
+    rows = st.rows
+    for seq in _MULTIBYTE:
+        got = {s}
+        for lo, hi in seq:
+            got = {rows[x][b] if x >= 0 else -1 for x in got for b in range(lo, hi + 1)}
+        if got != {-1}:
+            return False
+    return True
+
+
+def chain_state(st: StateTokens, q: int, live: list[tuple[int, int]]) -> State | None:
+    """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
+    ``c[n]``, found with one bitset AND per length and written as the state's "next state
+    by character count" row (no exception entries); the rest is walked."""
+    found = chain(st, q)
+    if found is None:
+        return None
+    plain, states, shifts = found
+    t = st.tables
+    ascii_only = st.tokens_of(plain, False)
+    with_chars = (st.tokens_of(plain, True) & ~ascii_only) if shifts else 0
+    covered = 0
+    allowed = 0
+    row = [-1] * BY_CHARS_WIDTH  # characters -> next state
+    for n in range(1, len(states)):
+        tokens = ascii_only & t.by_chars[n]
+        if n <= shifts:
+            tokens |= with_chars & t.by_chars[n]
+        covered |= tokens  # dead ends (states[n] == -1) are covered too: not allowed
+        if states[n] >= 0 and tokens:
+            allowed |= tokens
+            row[n] = states[n]
+    if states[-1] < 0:  # every longer plain token dies too
+        last = len(states) - 1
+        chars_die = with_chars and shifts == last - 1 and char_dies(st, states[last - 1])
+        for n in range(last, MAX_CHARS):
+            covered |= ascii_only & t.by_chars[n]
+            if chars_die:
+                covered |= with_chars & t.by_chars[n]
+    pairs = chain_rest_pairs(st, q, plain, states, bool(with_chars))
+    # made of plain bytes (and characters) but past what the chain counts: walked whole
+    pairs.update(st.walk_each(q, st.first(bytes(b for b, _ in live)) & ~covered
+                                & st.tokens_of(plain, bool(with_chars))))
+    counts = t.char_count
+    exc = {i: n for i, n in pairs.items() if row[counts[i]] != n}
+    return allowed | bitset(pairs, st.size), exc, -1, row
+
+
+def chain_rest_pairs(st: StateTokens, q: int, plain: bytes, states: list[int], chars: bool) -> dict[int, int]:
+    """id -> next state for the tokens not made of ``plain`` bytes (and characters): m
+    plain bytes lead to ``states[m]``, and the rest after them is walked from there as a
+    trie over the distinct rests (grouped per vocabulary, kept)."""
+    rows = st.rows
+    pairs: dict[int, int] = {}
+    for m, (rests, rest_ids, rest_first) in st.sets.chain_rests(plain, chars).items():
+        if m >= len(states):  # a longer plain run than the chain follows
+            if states[-1] >= 0:
+                ids = [i for group in rest_ids for i in group]
+                pairs.update(st.walk_each(q, bitset(ids, st.size)))
+            continue
+        s = states[m]
+        if s < 0:
+            continue
+        for k, n in st.trie(s, [(b, rows[s][b]) for b in rest_first if rows[s][b] >= 0], rests):
+            pairs.update(dict.fromkeys(rest_ids[k], n))
+    return pairs
