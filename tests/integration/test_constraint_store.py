@@ -90,3 +90,23 @@ def test_service_workers_share_the_store(toy_model: Path, tmp_path: Path) -> Non
         svc.stop()
     assert len(list(store.glob("*.index"))) == 1
     assert store.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_whole_index_over_budget_after_its_partial_one_says_why(toy_model: Path, tmp_path: Path) -> None:
+    """The partial index went out; the whole one passes the index size budget: ``finish`` gives
+    the failure for the detokenizer shards that got the partial table (their requests fail
+    with it) and forgets having sent them the key; nothing reaches the store."""
+    from textproc.service.constraints import structured_regex
+
+    tok = Tokenizer.from_dir(toy_model)
+    worker = WorkerConstraints(tok, [tok.added_tokens["<|im_end|>"]], max_frame_bytes=4096,
+                               store=IndexStore(tmp_path / "store"), first_seconds=0)
+    worker.prepare()
+    index, table = worker.compile(structured_regex({"json": SCHEMA}), shard=1)
+    assert index.partial and table is not None and table.n_known == index.n_known
+    worker.sent(index.key, 1)
+    done, shards = worker.finish()
+    assert shards == [1] and done.key == index.key and done.table is None
+    assert "index size budget" in done.error
+    assert worker.table_for(1) is None and worker.rest is None  # nothing to send any more
+    assert not list((tmp_path / "store").glob("*.index"))
