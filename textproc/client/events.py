@@ -27,6 +27,7 @@ _ERRORS: dict[str, tuple[type[TextprocError], int]] = {
     "rate_limited": (TextprocError, 429),
     "timeout": (TextprocError, 504),
     "engine_restarted": (WorkerDied, 503),
+    "worker_died": (WorkerDied, 503),
     "engine_error": (TextprocError, 500),
     "internal": (TextprocError, 500),
 }

@@ -56,6 +56,9 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     parse: ParseOptions | None = None  # None: the output is not parsed (plain content)
     # the constraint index the engine request names, when this worker has not sent it yet
     index: IndexTable | None = None
+    # the worker sending ``index`` when it is partial (its IndexDone follows; -1: none): if
+    # that worker dies first, the requests on the partial index fail (protocol 13)
+    compiler: int = -1
 
 
 class IndexDone(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -120,6 +123,7 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     completion_tokens: int = 0
     error: str | None = None
     # with ``error``: "invalid_input" (400), "overloaded" (503), "engine_restarted" (503),
+    # "worker_died" (503: the worker compiling its constraint index died), "timeout" (504),
     # "engine_error" (500), "internal" (500); the client raises the matching textproc error
     error_kind: str | None = None
     # protocol 8, with Submit.logprobs: one entry per token whose bytes reached the output

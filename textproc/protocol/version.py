@@ -26,5 +26,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # 12: IndexTable.char_count / by_chars_of / by_chars_next (counted repetitions: the next state
 # by the token's character count instead of one exception entry per token)
 # 13: IndexTable.n_known (a partial index: the first states of a progressive compile, the whole
-# index following under the same key: IndexDone on detok-in, EngineIndex again on engine-in)
+# index following under the same key: IndexDone on detok-in, EngineIndex again on engine-in;
+# Submit.compiler, the worker whose IndexDone is to come)
 PROTOCOL_VERSION = 13

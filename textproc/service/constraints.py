@@ -207,7 +207,8 @@ class IndexRelay:
         while self._stored > self.store_bytes and len(self._store) > 1:
             _, (_, old) = self._store.popitem(last=False)
             self._stored -= old
-        if got is None or table.key not in self._partial_sent:
+        # (a partial table the relay evicted meanwhile may still be walked in the engine)
+        if table.n_known or table.key not in self._partial_sent:
             return None
         self._partial_sent.discard(table.key)
         self.completed_on_engine += 1

@@ -42,9 +42,12 @@ from textproc.protocol import (
     EngineRequest,
     EngineStep,
     EngineStepPacked,
+    EventFrame,
     FrontInFrame,
     Hello,
+    IndexTable,
     Outputs,
+    ProcessDied,
     Query,
     Stats,
     StatsRequest,
@@ -57,6 +60,7 @@ from textproc.protocol import (
 from textproc.heap import freeze_heap
 from textproc.service.bootstrap import ChildRuntime
 from textproc.service.constraints import IndexRelay
+from textproc.service.partial_waits import HOLD_SLACK_S, PartialWaits
 from textproc.service.request_table import GC_THRESHOLDS, RequestTable
 from textproc.transport import FrameDecoder, encoder
 
@@ -87,11 +91,14 @@ def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, index: int = 0,
         engine_out = runtime.bind(zmq.PULL, shard.engine_out)
         front = runtime.bind(zmq.ROUTER, shard.detok_front)
         control = runtime.connect(zmq.PUSH, endpoints.control)
+        events = runtime.connect(zmq.SUB, endpoints.events)  # workers that die mid-compile
+        events.setsockopt(zmq.SUBSCRIBE, b"")
         runtime.send_ready(control)
         _log.info("detokenizer %d of %d ready: detok-in %s, engine-in %s, engine-out %s, "
                   "detok-front %s", index, endpoints.n_detokenizers, shard.detok_in,
                   shard.engine_in, shard.engine_out, shard.detok_front)
-        _Loop(table, runtime, instance_id, detok_in, engine_in, engine_out, front, control).run()
+        _Loop(table, runtime, instance_id, detok_in, engine_in, engine_out, front, control,
+              events).run()
     return 0
 
 
@@ -99,7 +106,7 @@ class _Loop:
     def __init__(self, core: RequestTable, runtime: ChildRuntime, instance_id: str,
                  detok_in: zmq.Socket[Any], engine_in: zmq.Socket[Any],
                  engine_out: zmq.Socket[Any], front: zmq.Socket[Any],
-                 control: zmq.Socket[Any]) -> None:
+                 control: zmq.Socket[Any], events: zmq.Socket[Any]) -> None:
         self.core = core
         self.runtime = runtime
         self.instance_id = instance_id
@@ -108,11 +115,14 @@ class _Loop:
         self.engine_out = engine_out
         self.front = front
         self.control = control
+        self.events = events
         self.submit_decoder: FrameDecoder[DetokInFrame] = FrameDecoder(DetokInFrame, socket_name="detok-in")
         self.engine_decoder: FrameDecoder[EngineOutFrame] = FrameDecoder(
             EngineOutFrame, socket_name="engine-out")
         self.front_decoder: FrameDecoder[FrontInFrame] = FrameDecoder(
             FrontInFrame, socket_name="detok-front")
+        self.event_decoder: FrameDecoder[EventFrame] = FrameDecoder(
+            EventFrame, socket_name="detokenizer<-events")
         self.engine_request_decoder = msgspec.msgpack.Decoder(EngineRequest)
         self.encode = encoder().encode
         self.outputs_sent = 0
@@ -122,7 +132,8 @@ class _Loop:
         self.engine_backlog: deque[bytes] = deque()
         self.relay = IndexRelay()  # constraint indexes: each sent to the engine once
         # partial index key -> the requests naming it, until its whole index (or failure) comes
-        self.on_partial: dict[str, list[str]] = {}
+        self.on_partial = PartialWaits(core.config.max_compile_s + HOLD_SLACK_S,
+                                       core.config.max_live_requests, time.monotonic)
         core.flush_first = self._flush  # a step's first tokens go out before the rest
 
     def run(self) -> None:
@@ -130,6 +141,7 @@ class _Loop:
         poller.register(self.detok_in, zmq.POLLIN)
         poller.register(self.engine_out, zmq.POLLIN)
         poller.register(self.front, zmq.POLLIN)
+        poller.register(self.events, zmq.POLLIN)
         core = self.core
         next_housekeeping = time.monotonic() + 0.5
         waiting_out = False
@@ -151,12 +163,19 @@ class _Loop:
                 self._drain_engine()
             if self.front in ready:
                 self._drain_front()
+            if self.events in ready:
+                self._drain_events()
             if core.outbox or core.engine_aborts:
                 self._flush()
             now = time.monotonic()
             if now >= next_housekeeping:
                 next_housekeeping = now + 0.5
                 core.housekeeping()
+                for key, rids in self.on_partial.expired().items():
+                    self._fail_partial(key, rids, f"its whole index did not come within "
+                                       f"{self.on_partial.hold_s:g} s (the compile budget, "
+                                       f"max_compile_s={core.config.max_compile_s:g}, plus slack)",
+                                       "timeout")
                 if core.early:
                     core.expire_early(now)
                     self._flush()
@@ -198,12 +217,11 @@ class _Loop:
                     f"({len(self.engine_backlog)} frames queued for it); retry later", "overloaded")
                 continue
             if submit.index is not None:
-                whole = self.relay.remember(submit.index)
-                if whole is not None:  # replaces a partial index the engine holds
-                    self._send_engine(self.encode(whole))
+                self._remember(submit.index)
             if inner.index_key:
                 if self.relay.partial(inner.index_key):  # fails if the whole compile does
-                    self.on_partial.setdefault(inner.index_key, []).append(submit.request_id)
+                    self.on_partial.add(inner.index_key, submit.request_id, submit.compiler,
+                                        self.core.live)
                 index_frame = self.relay.frame_for(inner.index_key)
                 if index_frame is False:
                     self.core._fail_new(
@@ -219,15 +237,45 @@ class _Loop:
     def _index_done(self, done: IndexDone) -> None:
         """The whole index after a partial one: to the engine if it holds the partial one;
         or the whole compile failed: the requests on the partial index fail with its message."""
-        rids = self.on_partial.pop(done.key, [])
+        rids = self.on_partial.whole(done.key)
         if done.table is not None:
-            whole = self.relay.remember(done.table)
-            if whole is not None:
-                self._send_engine(self.encode(whole))
+            self._remember(done.table)
             return
         self.relay.drop(done.key)
         for rid in rids:
             self.core._fail(rid, done.error, abort_engine=True, kind="invalid_input")
+
+    def _remember(self, table: IndexTable) -> None:
+        """Keep ``table``; when it is the whole one of a partial index, the engine gets it if
+        it holds the partial one, and the requests on the partial one wait no more."""
+        whole = self.relay.remember(table)
+        if whole is not None:
+            self._send_engine(self.encode(whole))
+        if not table.n_known:
+            self.on_partial.whole(table.key)
+
+    def _fail_partial(self, key: str, rids: list[str], why: str, kind: str) -> None:
+        """The whole index of partial index ``key`` will not come: its requests fail."""
+        live = [rid for rid in rids if rid in self.core.live]  # the others have ended
+        if live:
+            _log.warning("constraint index %s: %s; failing its %d requests", key, why, len(live))
+        for rid in live:
+            self.core._fail(rid, f"request {rid!r}: its constraint index was still being "
+                            f"compiled and {why}; retry", abort_engine=True, kind=kind)
+
+    def _drain_events(self) -> None:
+        while True:
+            try:
+                data = self.events.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            match self.event_decoder.decode(data, peer="supervisor"):
+                case ProcessDied(role="worker", index=worker, exit_code=code, pid=pid):
+                    for key, rids in self.on_partial.worker_died(worker).items():
+                        self._fail_partial(key, rids, f"worker {worker} (pid {pid}) compiling "
+                                           f"it exited with code {code}", "worker_died")
+                case _:
+                    pass
 
     def _drain_engine(self) -> None:
         decode = self.engine_decoder.decode
