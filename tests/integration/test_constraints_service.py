@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,7 +22,7 @@ import pytest
 from tests.helpers.service import Service, run
 from textproc.client import TextClient
 from textproc.core.parsing import merge_deltas
-from textproc.errors import InvalidInput
+from textproc.errors import InvalidInput, WorkerDied
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,19 +60,61 @@ def test_random_engine_outputs_follow_every_constraint(service: Service) -> None
     assert stats["detokenizer"]["indexes_sent_to_engine"] == 7
 
 
-def test_an_engine_that_outruns_a_progressive_compile_is_held(tmp_path: Path, toy_model: Path) -> None:
-    """``--first-index-ms 0``: every request starts on a partial index (its first state only),
-    so the stub reaches unbuilt states at once and holds until the whole index follows; every
-    output still follows its constraint. ~10 s (a second service)."""
-    svc = Service(tmp_path, toy_model, workers=1,
+@pytest.fixture(scope="module")
+def progressive(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Iterator[Service]:
+    """``--first-index-ms 0``: every compile sends the request with a partial index (its first
+    state only), the whole index after it."""
+    svc = Service(tmp_path_factory.mktemp("progressive"), toy_model, workers=1,
                   args=["--max-model-len", "4096", "--stub-mode", "random", "--first-index-ms", "0"])
     svc.start()
-    try:
-        stats = _check_mix(svc, 20)
-    finally:
-        svc.stop()
+    yield svc
+    svc.stop()
+
+
+def test_an_engine_that_outruns_a_progressive_compile_is_held(progressive: Service) -> None:
+    """Every request starts on a partial index, so the stub reaches unbuilt states at once and
+    holds until the whole index follows; every output still follows its constraint. ~10 s (a
+    second service; runs on it first: it counts the indexes sent)."""
+    stats = _check_mix(progressive, 20)
     assert stats["detokenizer"]["indexes_sent_to_engine"] == 7
     assert stats["detokenizer"]["indexes_completed_on_engine"] >= 5  # the tiny choice may fit whole
+
+
+# 20 required strings of up to 30 characters: ~2 s of CPU for the whole index on the toy
+# vocabulary (under the 20,000-state budget), its first state at once
+HEAVY = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 30} for i in range(20)},
+         "required": [f"k{i}" for i in range(20)]}
+
+
+def test_a_worker_killed_while_compiling_the_whole_index_fails_its_requests(progressive: Service) -> None:
+    """kill -9 the worker once the request's first tokens came (the partial index reached the
+    engine, which then holds the request; the worker is still compiling the whole one): the
+    detokenizer fails the request naming the worker when the supervisor says it died, long
+    before the hold deadline (the 60 s compile budget plus slack); the restarted worker serves
+    the next requests. ~3 s."""
+    worker_pid = progressive.all_pids()["worker-0"]
+
+    async def held(client: TextClient) -> None:
+        killed = False
+        async for _ in client.chat([{"role": "user", "content": "go"}], max_tokens=400,
+                                   structured={"json": HEAVY}):
+            if not killed:  # the first tokens: the worker is compiling the whole index now
+                os.kill(worker_pid, signal.SIGKILL)
+                killed = True
+
+    async def main() -> tuple[str, list[tuple[dict[str, Any], str | None]]]:
+        async with await TextClient.connect(progressive.runtime_dir) as client:
+            with pytest.raises(WorkerDied) as died:
+                await asyncio.wait_for(held(client), 30)  # not the hold deadline: 62 s
+            later = await asyncio.gather(*(_collect(client, max_tokens=400, structured={"json": WEATHER})
+                                           for _ in range(3)))
+        return str(died.value), later
+
+    error, later = run(main)
+    assert f"worker 0 (pid {worker_pid}) compiling it exited with code -9" in error, error
+    for message, reason in later:
+        jsonschema.validate(json.loads(message["content"]), WEATHER)
+        assert reason == "stop", (message, reason)
 
 
 def _check_mix(service: Service, n: int) -> dict[str, dict[str, Any]]:
