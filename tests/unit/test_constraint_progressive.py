@@ -147,25 +147,28 @@ def test_the_whole_index_reaches_the_engine_after_its_partial_one(evicted: bool)
 
 def test_requests_on_a_partial_index_end_when_its_whole_one_cannot_come() -> None:
     """A key's requests are given up when the last worker compiling its whole index dies (not
-    while another one still compiles it) or at the deadline; the whole index releases them;
-    the ids kept stay under twice the live bound (finished requests are dropped)."""
+    while another one still compiles it; also when its Submit is read after its death) or at
+    the deadline; the whole index releases them; the ids kept stay under twice the live bound
+    (finished requests are dropped)."""
     from textproc.service.partial_waits import PartialWaits
 
     now = [0.0]
     waits = PartialWaits(7.0, 4, lambda: now[0])
     live = {"a", "b", "c", "d"}
-    waits.add("k1", "a", 0, live)
-    waits.add("k1", "b", 1, live)  # a second worker compiles the same key
-    waits.add("k2", "c", 0, live)
-    waits.add("k3", "d", -1, live)  # no compiler named: only the deadline ends it
-    assert waits.worker_died(0) == {"k2": ["c"]}  # worker 1 still compiles k1
-    assert waits.worker_died(1) == {"k1": ["a", "b"]}
+    waits.add("k1", "a", 100, live)
+    waits.add("k1", "b", 101, live)  # a second worker compiles the same key
+    waits.add("k2", "c", 100, live)
+    waits.add("k3", "d", 0, live)  # no compiler named: only the deadline ends it
+    assert waits.worker_died(100, "w0 died") == {"k2": ["c"]}  # worker 101 still compiles k1
+    assert waits.worker_died(101, "w1 died") == {"k1": ["a", "b"]}
+    waits.add("k5", "f", 100, live)  # read after its worker's death: expires at once
+    assert waits.expired() == {"k5": (["f"], "w0 died")}
     now[0] = 6.9
     assert waits.expired() == {}
     now[0] = 7.0
-    assert waits.expired() == {"k3": ["d"]} and len(waits) == 0
-    waits.add("k4", "e", 2, live)
-    assert waits.whole("k4") == ["e"] and waits.worker_died(2) == {} and waits.whole("k4") == []
+    assert waits.expired() == {"k3": (["d"], "")} and len(waits) == 0
+    waits.add("k4", "e", 102, live)
+    assert waits.whole("k4") == ["e"] and waits.worker_died(102, "") == {} and waits.whole("k4") == []
     for i in range(100):  # finished requests leave the kept ids
-        waits.add(f"key{i % 3}", f"r{i}", 3, {f"r{i}"})
+        waits.add(f"key{i % 3}", f"r{i}", 103, {f"r{i}"})
         assert len(waits) < 2 * 4

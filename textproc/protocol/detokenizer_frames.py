@@ -56,9 +56,9 @@ class Submit(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     parse: ParseOptions | None = None  # None: the output is not parsed (plain content)
     # the constraint index the engine request names, when this worker has not sent it yet
     index: IndexTable | None = None
-    # the worker sending ``index`` when it is partial (its IndexDone follows; -1: none): if
-    # that worker dies first, the requests on the partial index fail (protocol 13)
-    compiler: int = -1
+    # the pid of the worker sending ``index`` when it is partial (its IndexDone follows; 0:
+    # none): if that worker dies first, the requests on the partial index fail (protocol 13)
+    compiler: int = 0
 
 
 class IndexDone(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):

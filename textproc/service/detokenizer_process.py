@@ -171,11 +171,14 @@ class _Loop:
             if now >= next_housekeeping:
                 next_housekeeping = now + 0.5
                 core.housekeeping()
-                for key, rids in self.on_partial.expired().items():
-                    self._fail_partial(key, rids, f"its whole index did not come within "
-                                       f"{self.on_partial.hold_s:g} s (the compile budget, "
-                                       f"max_compile_s={core.config.max_compile_s:g}, plus slack)",
-                                       "timeout")
+                for key, (rids, lost) in self.on_partial.expired().items():
+                    if lost:
+                        self._fail_partial(key, rids, lost, "worker_died")
+                    else:
+                        self._fail_partial(key, rids, f"its whole index did not come within "
+                                           f"{self.on_partial.hold_s:g} s (the compile budget, "
+                                           f"max_compile_s={core.config.max_compile_s:g}, plus "
+                                           "slack)", "timeout")
                 if core.early:
                     core.expire_early(now)
                     self._flush()
@@ -270,10 +273,10 @@ class _Loop:
             except zmq.Again:
                 return
             match self.event_decoder.decode(data, peer="supervisor"):
-                case ProcessDied(role="worker", index=worker, exit_code=code, pid=pid):
-                    for key, rids in self.on_partial.worker_died(worker).items():
-                        self._fail_partial(key, rids, f"worker {worker} (pid {pid}) compiling "
-                                           f"it exited with code {code}", "worker_died")
+                case ProcessDied(role="worker", index=worker, exit_code=code, pid=pid) if pid:
+                    why = f"worker {worker} (pid {pid}) compiling it exited with code {code}"
+                    for key, rids in self.on_partial.worker_died(pid, why).items():
+                        self._fail_partial(key, rids, why, "worker_died")
                 case _:
                     pass
 

@@ -127,7 +127,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
         try:
             match frame:
                 case ChatRequest() | CompletionRequest():
-                    replies = _generate(builder, gate, frame, client_id, counters, index)
+                    replies = _generate(builder, gate, frame, client_id, counters)
                 case TokenizeRequest():
                     replies = [builder.tokenize(frame)]
                 case DetokenizeRequest():
@@ -187,9 +187,9 @@ def _failures(frame: Any, kind: str, message: str, status: int,
 
 
 def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | CompletionRequest,
-              client_id: bytes, counters: dict[str, int], worker: int) -> list[Any]:
+              client_id: bytes, counters: dict[str, int]) -> list[Any]:
     """Build the request once and submit it (n times for n > 1); one reply per (sub-)request.
-    A Submit carrying a partial index names ``worker``, whose IndexDone is to follow."""
+    A Submit carrying a partial index names this worker's pid: its IndexDone is to follow."""
     n = check_n(frame.sampling.n)
     built = (builder.chat(frame, client_id) if isinstance(frame, ChatRequest)
              else builder.completion(frame, client_id))
@@ -199,7 +199,7 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
     for i, submit in enumerate(submits):
         shard = shard_of(submit.request_id, n_shards)
         if submit.index is not None and submit.index.n_known:
-            submit = msgspec.structs.replace(submit, compiler=worker)
+            submit = msgspec.structs.replace(submit, compiler=os.getpid())
         # after one refusal the rest are refused too (they may need the index the first carried)
         if (not replies or isinstance(replies[-1], Accepted)) and gate.send(
                 builder.encode(submit), shard):
