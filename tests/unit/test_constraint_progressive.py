@@ -172,3 +172,22 @@ def test_requests_on_a_partial_index_end_when_its_whole_one_cannot_come() -> Non
     for i in range(100):  # finished requests leave the kept ids
         waits.add(f"key{i % 3}", f"r{i}", 103, {f"r{i}"})
         assert len(waits) < 2 * 4
+
+
+def test_the_whole_index_reaches_the_engine_after_the_relay_dropped_its_partial_one() -> None:
+    """The relay's store evicted the partial table the engine walks: its whole table still goes
+    to the engine when it arrives (else the engine held the request for good)."""
+    from textproc.protocol import EngineIndex
+    from textproc.service.constraints import IndexRelay, table_of
+
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b""], end_ids=[3])
+    first, rest = compile_progressive(vocab, "(?:ab|ba){3}", cache=None, first_seconds=0)
+    other, _ = compile_progressive(vocab, "b+", cache=None)
+    assert first.partial and rest is not None
+    relay = IndexRelay(store_bytes=1)
+    relay.remember(table_of(first))
+    assert isinstance(relay.frame_for(first.key), EngineIndex)
+    relay.remember(table_of(other))  # pushes the partial table out of the relay's store
+    assert not relay.partial(first.key)
+    whole = relay.remember(table_of(rest()))
+    assert isinstance(whole, EngineIndex) and whole.table.key == first.key and not whole.table.n_known
