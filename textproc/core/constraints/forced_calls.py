@@ -103,7 +103,7 @@ def _raw_params(layout: RawArgs, to_regex: ToRegex, params: Mapping[str, Any] | 
         value = _raw_string(schema, key) if is_string else to_regex(schema)
         head, has_type, tail = layout.key_close_for(is_string).partition("{type}")
         type_name = _type_names(schema, is_string) if has_type else ""
-        one = _lit(layout.key_open + key + head) + type_name + _lit(tail) + value + _lit(layout.value_close)
+        one = _lit(layout.key_open + key + head) + type_name + _lit(tail) + value + _lit(layout.value_close_for(key))
         parts.append(one if required else f"(?:{one})?")
     if layout.empty and not any(required for _, _, required in _properties(params)):
         return f"(?:{''.join(parts)}|{_lit(layout.empty)})"

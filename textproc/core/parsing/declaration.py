@@ -77,7 +77,9 @@ class RawArgs:
     ``key_close`` of string values when it differs (DSML marks them ``string="true"``);
     ``empty``: the text written for a call without arguments; ``python_values``: the template
     writes non-string values with Jinja's ``string`` filter (``True``, ``{'a': 1}``), which the
-    parser reads as well, while this spelling (forced calls) writes them as JSON."""
+    parser reads as well, while this spelling (forced calls) writes them as JSON. ``{key}`` in
+    ``value_close`` stands for the argument's key (MiniMax M3 closes a value with a tag naming
+    it)."""
 
     key_open: str
     key_close: str
@@ -95,7 +97,11 @@ class RawArgs:
         if not args:
             return self.empty
         return "".join(f"{self.key_open}{k}{self.key_close_for(isinstance(v, str)).replace('{type}', json_type(v))}"
-                       f"{_raw(v)}{self.value_close}" for k, v in args.items())
+                       f"{_raw(v)}{self.value_close_for(k)}" for k, v in args.items())
+
+    def value_close_for(self, key: str) -> str:
+        """The text after the value of argument ``key``."""
+        return self.value_close.replace("{key}", key)
 
 
 @dataclass(frozen=True)

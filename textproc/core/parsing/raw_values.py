@@ -17,13 +17,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["typed_value_json", "python_literal_json", "python_value_json", "string_only", "property_schema"]
+__all__ = ["typed_value_json", "typed_json", "python_literal_json", "python_value_json", "string_only",
+           "property_schema", "schema_types"]
 
 
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
-def _types(schema: Any) -> set[str] | None:
+def schema_types(schema: Any) -> set[str] | None:
+    """The JSON type names a value of ``schema`` may have (``type``, ``anyOf`` / ``oneOf``, a
+    string-only enum), or None when the schema does not say."""
     if not isinstance(schema, Mapping):
         return None
     t = schema.get("type")
@@ -36,7 +39,7 @@ def _types(schema: Any) -> set[str] | None:
         if isinstance(options, list):
             found: set[str] = set()
             for option in options:
-                found |= _types(option) or set()
+                found |= schema_types(option) or set()
             return found or None
     if "enum" in schema and all(isinstance(v, str) for v in schema["enum"] or [None]):
         return {"string"}
@@ -52,7 +55,7 @@ def property_schema(parameters: Any, key: str) -> Any:
 def string_only(schema: Any) -> bool:
     """True when a value of ``schema`` is text as the raw formats write it (declared
     ``string``, or a string-only enum): what :func:`typed_value_json` keeps as text."""
-    types = _types(schema)
+    types = schema_types(schema)
     return types is not None and types <= {"string"}
 
 
@@ -65,7 +68,17 @@ def typed_value_json(text: str, parameters: Any, key: str) -> str:
     >>> typed_value_json("3", {"properties": {"n": {"type": "string"}}}, "n")
     '"3"'
     """
-    types = _types(property_schema(parameters, key))
+    return typed_json(text, property_schema(parameters, key))
+
+
+def typed_json(text: str, schema: Any) -> str:
+    """The JSON text of raw value ``text`` of a value whose schema is ``schema`` (None: not
+    declared), by the rule above.
+
+    >>> typed_json("true", {"type": "boolean"}), typed_json("true", {"type": "string"})
+    ('true', '"true"')
+    """
+    types = schema_types(schema)
     if types is not None and types <= {"string"}:
         return json.dumps(text, ensure_ascii=False)
     stripped = text.strip()

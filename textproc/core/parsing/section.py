@@ -355,7 +355,10 @@ class Section:
     def raw_member(self, key: str, value: str) -> None:
         """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
         by the tool's schema (the raw-value formats): streamed as the object's next member."""
-        value_json = typed_value_json(value, self.schemas.get(self._name or ""), key)
+        self.json_member(key, typed_value_json(value, self.schemas.get(self._name or ""), key))
+
+    def json_member(self, key: str, value_json: str) -> None:
+        """One ``"key": value`` of the open call's arguments object, the value as JSON text."""
         self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False)
                   + ": " + value_json)
         self._n_members += 1
