@@ -29,7 +29,7 @@ from typing import Any
 
 from _common import print_table, write_json
 
-from textproc.core.parsing import TOOL_FORMATS, OutputParser, parse_output
+from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, OutputParser, parse_output
 from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.corpus import mixed_text
@@ -65,7 +65,8 @@ def build_output(fmt: str, size: int) -> str:
     else:
         filler = mixed_text(600)[:600].replace("<", "(").replace("[", "(").replace("{", "(")
         block = filler + call
-        text = "<think>plan</think>"
+        rfmt = REASONING_FORMATS[_reasoning_format(fmt)]
+        text = rfmt.open_tags[0] + "plan" + rfmt.close_tags[0] if rfmt.open_tags else ""
     while len(text) < size:
         text += block
     return text

@@ -9,7 +9,7 @@ Command R, Granite 3.3, Kimi K2, gpt-oss, functionary, firefunction). We fetch i
 files, and write a ``manifest.json`` naming the package, version and files. A later version of
 the same package (``EXTRA_VERSION``) adds the families the first one lacks (Qwen3-Coder, DeepSeek
 V3.1 / V3.2 / V4, GLM-4.6 / 4.7, Kimi K2 Instruct / Thinking, Granite 4, Ministral 3 Reasoning,
-MiniMax M2, Gemma 4, Seed-OSS, Nemotron, Step 3.5, LFM2.5, Hunyuan 3, Kimi K3); only files
+MiniMax M2 / M3, Gemma 4, Seed-OSS, Nemotron, Step 3.5, LFM2.5, Hunyuan 3, Kimi K3); only files
 not already taken from the first are kept, so the bytes of the first set never change.
 
 Templates llama.cpp does not carry come from the npm package ``@huggingface/ollama-utils``
@@ -71,6 +71,7 @@ REQUIRED_EXTRA = (
     "deepseek-ai-DeepSeek-V3.2.jinja",
     "deepseek-ai-DeepSeek-V4.jinja",
     "MiniMax-M2.jinja",
+    "MiniMax-M3.jinja",
     "google-gemma-4-31B-it.jinja",
     "ByteDance-Seed-OSS.jinja",
     "NVIDIA-Nemotron-Nano-v2.jinja",

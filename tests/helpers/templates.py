@@ -50,6 +50,7 @@ FORMAT_ONLY_TEMPLATES = {
     "deepseek-v3.2": "deepseek-ai-DeepSeek-V3.2.jinja",
     "deepseek-v4": "deepseek-ai-DeepSeek-V4.jinja",
     "minimax-m2": "MiniMax-M2.jinja",
+    "minimax-m3": "MiniMax-M3.jinja",
     "gemma4": "google-gemma-4-31B-it.jinja",
     "seed-oss": "ByteDance-Seed-OSS.jinja",
     "nemotron-nano-v2": "NVIDIA-Nemotron-Nano-v2.jinja",

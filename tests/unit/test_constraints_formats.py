@@ -86,3 +86,24 @@ def test_hermes_signature_unchanged_and_errors() -> None:
         "type": "object", "properties": {"o": {"type": "object"}}}}}]
     with pytest.raises(InvalidInput, match="tool 'f' parameters: pythonic forced calls support string"):
         tool_call_pattern(nested, tool_format="pythonic")
+
+
+NESTED = {"type": "object", "properties": {
+    "o": {"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "array", "items": {"type": "integer"},
+                                                                          "maxItems": 3}}, "required": ["a"]},
+    "rows": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "boolean"}}}, "minItems": 1},
+    "free": {"type": "object"}}, "required": ["o", "rows"]}
+NESTING = sorted(n for n, f in TOOL_FORMATS.items() if isinstance(f.calls.args_layout, RawArgs) and f.calls.args_layout.item)
+
+
+@pytest.mark.parametrize("fmt", NESTING)
+def test_nested_elements_are_forced_as_the_template_nests_them(fmt: str) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": NESTED}}]
+    pattern = tool_call_pattern(tools, tool_format=fmt)
+    args = {"o": {"a": "x", "n": [1, 2]}, "rows": [{"k": True}, {}]}
+    assert re.fullmatch(pattern, render(fmt, "f", args))  # (an object without properties: JSON text)
+    for seed in range(6):
+        text = sample(pattern, random.Random(seed))
+        got = parse_output(text, tools=True, tool_format=fmt, tool_schemas=tools)
+        assert got["tool_calls"] and got["content"] == "", text
+        jsonschema.validate(json.loads(got["tool_calls"][0]["function"]["arguments"]), NESTED)

@@ -45,6 +45,7 @@ EXPECTED = {
     "deepseek-v3.2": ("deepseek_v32", "think"),
     "deepseek-v4": ("deepseek_v4", "think"),
     "minimax-m2": ("minimax_m2", "think"),
+    "minimax-m3": ("minimax_m3", "minimax_m3"),
     "gemma4": ("gemma4", "gemma4"),
     "seed-oss": ("seed_oss", "seed"),
     "nemotron-nano-v2": ("nemotron_json", "think"),
@@ -91,6 +92,7 @@ def test_added_tokens_count_and_overrides() -> None:
     for tokens, tool, reasoning in [
         (["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"], "gemma4", "gemma4"),
         (["<minimax:tool_call>", "</minimax:tool_call>", "<think>", "</think>"], "minimax_m2", "think"),
+        (["]<]minimax[>[", "<mm:think>", "</mm:think>"], "minimax_m3", "minimax_m3"),
         (["<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"], "seed_oss", "seed"),
         (["<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>", "<|END_THINKING|>"], "cohere", "cohere"),
         (["<tool_sep:opensource>", "<think:opensource>"], "hunyuan", "hunyuan"),
@@ -134,7 +136,7 @@ def _calls(got: dict[str, Any]) -> list[tuple[str, Any]]:
 
 ROUND_TRIP = ["qwen3", "qwen3-coder", "qwen3.5", "hermes3", "llama3.1", "llama3.3", "mistral-nemo",
               "mistral-small-3.2", "devstral", "deepseek-v3.1", "kimi-k2",
-              "glm-4.6", "glm-4.7", "gpt-oss", "granite4", "deepseek-v3.2", "deepseek-v4", "minimax-m2",
+              "glm-4.6", "glm-4.7", "gpt-oss", "granite4", "deepseek-v3.2", "deepseek-v4", "minimax-m2", "minimax-m3",
               "gemma4", "seed-oss", "nemotron-nano-v2", "nemotron3-nano", "step3.5-flash", "lfm2.5",
               "command-r7b", "hy3", "kimi-k3"]
 
@@ -161,6 +163,12 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
     if isinstance(layout, PythonArgs):  # (forced Python calls take scalar arguments only)
         tools = [{**t, "function": {**t["function"], "parameters": {"type": "object", "properties": {
             k: v for k, v in t["function"]["parameters"]["properties"].items() if k != "opts"}}}} for t in TOOLS]
+    if isinstance(layout, RawArgs) and layout.item:  # (nested elements are forced where members are named)
+        opts = {"type": "object", "properties": {"unit": {"type": "string"},
+                                                 "hours": {"type": "array", "items": {"type": "integer"}}}}
+        tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": {
+            **TOOLS[0]["function"]["parameters"], "properties": {
+                **TOOLS[0]["function"]["parameters"]["properties"], "opts": opts}}}}, TOOLS[1]]
     if isinstance(layout, PythonArgs) or (isinstance(layout, RawArgs) and layout.python_values):
         calls = [{**c, "function": {**c["function"], "arguments": {
             k: v for k, v in c["function"]["arguments"].items() if isinstance(v, (str, int))}}} for c in calls]

@@ -20,6 +20,7 @@ GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "paramete
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}}}}
 QC = {"tool_format": "qwen3_coder", "tool_schemas": [WEATHER]}
+M3 = {"tool_format": "minimax_m3", "tool_schemas": [WEATHER], "reasoning": True, "reasoning_format": "minimax_m3"}
 GLM = {"tool_format": "glm45", "tool_schemas": [GET_WEATHER]}
 
 
@@ -31,6 +32,8 @@ DALLAS_NO_CLOSE = ("<parameter=city>\nDallas\n<parameter=state>\nTX\n</parameter
                    "<parameter=unit>\nfahrenheit\n</parameter>\n")
 GLM_CALL = ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
             "<arg_key>date</arg_key>\n<arg_value>2025-08-01</arg_value>\n</tool_call>")
+NS = "]<]minimax[>["
+M3_CALL = f'{NS}<tool_call>\n{NS}<invoke name="get_current_weather">{NS}<city>Dallas{NS}</city>{NS}</invoke>\n'
 MISTRAL_CUT = 'hi{hi[TOOL_CALLS]bash{"command": "print(\\"hello world!\\")\\nre.compile(r\'{}\')"'
 
 # (options, text, content, [(name, arguments)], reasoning)
@@ -68,6 +71,16 @@ VECTORS: list[tuple[dict[str, Any], str, str, list[tuple[str, dict[str, Any]]], 
      [("a", {}), ("b", {"x": 1})], ""),
     ({"tool_format": "llama3_json"}, 'Here is the result: {"name": "a", "parameters": {}} More?',
      'Here is the result: {"name": "a", "parameters": {}} More?', [], ""),
+    # minimax_m3: the adaptive mode's leading </mm:think> closes no block and is dropped;
+    # the block's end may be missing at the end; an untyped parameter is typed as JSON
+    (M3, "</mm:think>Checking." + M3_CALL, "Checking.", [("get_current_weather", {"city": "Dallas"})], ""),
+    (M3, f"<mm:think>\nhot?\n</mm:think>{M3_CALL}{NS}</tool_call>", "",
+     [("get_current_weather", {"city": "Dallas"})], "hot?"),
+    ({"tool_format": "minimax_m3"}, M3_CALL.replace("Dallas", "12"), "", [("get_current_weather", {"city": 12})], ""),
+    # minimax_m3: a value closed by a tag naming another element, or without the namespace
+    # token, is malformed: content (the template always writes its own close tag)
+    (M3, M3_CALL.replace(f"{NS}</city>", f"{NS}</state>"), M3_CALL.replace(f"{NS}</city>", f"{NS}</state>"), [], ""),
+    (M3, M3_CALL.replace(f"{NS}</city>", "</city>"), M3_CALL.replace(f"{NS}</city>", "</city>"), [], ""),
     # mistral v11: arguments cut off by max_tokens are not a call
     ({"tool_format": "mistral", "tool_schemas": [BASH]}, MISTRAL_CUT, MISTRAL_CUT, [], ""),
     ({"tool_format": "mistral", "tool_schemas": [BASH]}, MISTRAL_CUT + "}", "hi{hi",

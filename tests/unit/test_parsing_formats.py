@@ -25,6 +25,7 @@ DS_B, DS_E = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DC_B, DC_E, DSEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 K_B, K_E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 DSML_B, DSML_E = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
+M3 = "]<]minimax[>["
 
 
 def _j(obj: Any) -> str:
@@ -106,6 +107,14 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
          [("get_weather", {**ARGS, "opts": {"a": None}})]),
         ('<minimax:tool_call>\n<invoke name="ping">\n</invoke>\n<invoke name="get_weather">'
          '<parameter name="days">2</parameter></invoke>\n</minimax:tool_call>', "", [("ping", {}), ("get_weather", {"days": 2})]),
+    ],
+    "minimax_m3": [
+        ("</mm:think>Sure." + render("minimax_m3", "get_weather", ARGS)[:-len(M3 + "</tool_call>")]
+         + render("minimax_m3", "ping", {})[len(M3 + "<tool_call>\n"):], "Sure.", [("get_weather", ARGS), ("ping", {})]),
+        # nested values as the template expands them; an empty list is an empty element
+        (f'{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}<opts>{M3}<k>{M3}<item>1{M3}</item>{M3}<item>'
+         f'{M3}<a>x{M3}</a>{M3}</item>{M3}</k>{M3}<e>{M3}</e>{M3}</opts>{M3}<flag>true{M3}</flag>{M3}</invoke>\n',
+         "", [("get_weather", {"opts": {"k": [1, {"a": "x"}], "e": ""}, "flag": True})]),  # block end missing
     ],
     "gemma4": [
         ("On it." + render("gemma4", "get_weather", {**ARGS, "opts": {"k": [1, True, None, "s"]}, "flag": True})
@@ -295,7 +304,7 @@ def test_newline_inside_reasoning_is_kept_for_any_split(starts: bool) -> None:
         assert got == {"reasoning_content": "ab \n x", "content": "ok\nyes", "tool_calls": []}
 
 
-@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm45"])
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm45", "minimax_m3"])
 def test_string_values_stream_before_their_close_tag(fmt: str) -> None:
     text = render(fmt, "get_weather", {"city": "line one\nline two\n", "days": 3})
     cut = text.index("line two") + 4

@@ -12,7 +12,9 @@ Arguments by layout:
 * ``JsonArgs``: JSON (``json_schema_to_regex``);
 * ``RawArgs`` (qwen3_coder, glm, DSML, MiniMax, Seed-OSS, ...): a ``string`` property is any
   text without ``<`` (so it cannot end its tag early), other types their JSON; properties in
-  schema order, required ones present;
+  schema order, required ones present; where the template nests objects and lists as elements
+  (MiniMax M3, ``RawArgs.item``), objects with named properties and arrays with given items are
+  spelled so, recursively;
 * ``PythonArgs`` (pythonic): strings in single quotes without backslashes or control
   characters, integers and numbers as JSON writes them, ``True`` / ``False``, ``None``; other
   property types are refused (InvalidInput);
@@ -96,11 +98,29 @@ def _type_names(schema: Any, is_string: bool) -> str:
     return _group(names)
 
 
+def _element_value(layout: RawArgs, to_regex: ToRegex, schema: Any, key: str) -> str:
+    # a non-string value of a layout that nests objects and lists as elements (``item``): an
+    # object whose properties are named and an array whose items are given are elements;
+    # anything else JSON text (an element's close tag names its key, which a regex cannot repeat
+    # for keys it does not know), which the parser reads as the element's text
+    t = schema.get("type") if isinstance(schema, Mapping) else None
+    if t == "object" and isinstance(schema.get("properties"), Mapping) and schema["properties"] \
+            and "$ref" not in schema:
+        return _raw_params(layout, to_regex, schema)
+    if t == "array" and isinstance(schema.get("items"), Mapping) and "$ref" not in schema:
+        items, lo, hi = schema["items"], schema.get("minItems", 0), schema.get("maxItems")
+        inner = _raw_string(items, key) if string_only(items) else _element_value(layout, to_regex, items, key)
+        one = _lit(layout.key_open + layout.item + layout.key_close) + inner + _lit(layout.value_close_for(layout.item))
+        return f"(?:{one})" + _repeat(int(lo), None if hi is None else int(hi))
+    return to_regex(schema)
+
+
 def _raw_params(layout: RawArgs, to_regex: ToRegex, params: Mapping[str, Any] | bool) -> str:
     parts = []
     for key, schema, required in _properties(params):
         is_string = string_only(schema)
-        value = _raw_string(schema, key) if is_string else to_regex(schema)
+        value = (_raw_string(schema, key) if is_string else
+                 _element_value(layout, to_regex, schema, key) if layout.item else to_regex(schema))
         head, has_type, tail = layout.key_close_for(is_string).partition("{type}")
         type_name = _type_names(schema, is_string) if has_type else ""
         one = _lit(layout.key_open + key + head) + type_name + _lit(tail) + value + _lit(layout.value_close_for(key))

@@ -79,7 +79,9 @@ class RawArgs:
     writes non-string values with Jinja's ``string`` filter (``True``, ``{'a': 1}``), which the
     parser reads as well, while this spelling (forced calls) writes them as JSON. ``{key}`` in
     ``value_close`` stands for the argument's key (MiniMax M3 closes a value with a tag naming
-    it)."""
+    it). ``item``: the template expands objects and lists into nested elements spelled like the
+    arguments (members by key, list entries as elements named ``item``; None left out), and
+    forced calls spell them so where the schema names the members."""
 
     key_open: str
     key_close: str
@@ -87,6 +89,7 @@ class RawArgs:
     string_key_close: str | None = None
     empty: str = ""  # what the template writes for no arguments at all
     python_values: bool = False  # the template writes non-strings as Python literals
+    item: str = ""  # the element of a list entry, when objects and lists are nested elements
 
     def key_close_for(self, is_string: bool) -> str:
         """The text between a key and its value (``{type}`` in it stands for the value's JSON
@@ -96,12 +99,25 @@ class RawArgs:
     def render(self, args: Mapping[str, Any]) -> str:
         if not args:
             return self.empty
+        if self.item:
+            return self._element(args)
         return "".join(f"{self.key_open}{k}{self.key_close_for(isinstance(v, str)).replace('{type}', json_type(v))}"
                        f"{_raw(v)}{self.value_close_for(k)}" for k, v in args.items())
 
     def value_close_for(self, key: str) -> str:
         """The text after the value of argument ``key``."""
         return self.value_close.replace("{key}", key)
+
+    def _element(self, value: Any) -> str:
+        # the body of an element holding value, objects and lists nested (``item``)
+        if isinstance(value, Mapping):
+            return "".join(self._member(k, v) for k, v in value.items() if v is not None)
+        if isinstance(value, (list, tuple)):
+            return "".join(self._member(self.item, v) for v in value)
+        return "" if value is None else _raw(value)
+
+    def _member(self, key: str, value: Any) -> str:
+        return f"{self.key_open}{key}{self.key_close}{self._element(value)}{self.value_close_for(key)}"
 
 
 @dataclass(frozen=True)

@@ -162,9 +162,9 @@ def minimax_m3_body(s: Section) -> Wait:
 FORMATS = (
     ToolFormat(
         "minimax_m3", (BEGIN,), minimax_m3_body,
-        CallSpelling((Lit(f'{NS}<invoke name="'), Name(), Lit('">'), RawArgs(f"{NS}<", ">", f"{NS}</{{key}}>"),
+        CallSpelling((Lit(f'{NS}<invoke name="'), Name(), Lit('">'), RawArgs(f"{NS}<", ">", f"{NS}</{{key}}>", item=ITEM),
                       Lit(f"{NS}</invoke>\n")), begin=BEGIN + "\n", end=END),
-        specials=(NS,), raw_values=True, listed=163,
+        specials=(NS,), raw_values=True, listed=163, reasoning="minimax_m3",
         detect=(Detect(16, (NS,), "]<]minimax[>[-prefixed invoke blocks (MiniMax M3)"),),
     ),
     ReasoningFormat(
