@@ -93,7 +93,8 @@ NESTED = {"type": "object", "properties": {
                                                                           "maxItems": 3}}, "required": ["a"]},
     "rows": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "boolean"}}}, "minItems": 1},
     "free": {"type": "object"}}, "required": ["o", "rows"]}
-NESTING = sorted(n for n, f in TOOL_FORMATS.items() if isinstance(f.calls.args_layout, RawArgs) and f.calls.args_layout.item)
+NESTING = sorted(n for n, f in TOOL_FORMATS.items()
+                 if isinstance(f.calls.args_layout, RawArgs) and f.calls.args_layout.item)
 
 
 @pytest.mark.parametrize("fmt", NESTING)

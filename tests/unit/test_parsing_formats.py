@@ -110,7 +110,8 @@ CASES: dict[str, list[tuple[str, str, list[tuple[str, dict[str, Any]]]]]] = {
     ],
     "minimax_m3": [
         ("</mm:think>Sure." + render("minimax_m3", "get_weather", ARGS)[:-len(M3 + "</tool_call>")]
-         + render("minimax_m3", "ping", {})[len(M3 + "<tool_call>\n"):], "Sure.", [("get_weather", ARGS), ("ping", {})]),
+         + render("minimax_m3", "ping", {})[len(M3 + "<tool_call>\n"):], "Sure.",
+         [("get_weather", ARGS), ("ping", {})]),
         # nested values as the template expands them; an empty list is an empty element
         (f'{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}<opts>{M3}<k>{M3}<item>1{M3}</item>{M3}<item>'
          f'{M3}<a>x{M3}</a>{M3}</item>{M3}</k>{M3}<e>{M3}</e>{M3}</opts>{M3}<flag>true{M3}</flag>{M3}</invoke>\n',

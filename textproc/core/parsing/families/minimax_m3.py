@@ -34,6 +34,7 @@ value close), which the parser reads as a leaf.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from textproc.core.parsing.declaration import (
@@ -76,12 +77,16 @@ def _kind(schema: Any) -> str | None:
 def _container(kind: str | None, children: list[tuple[str, str]]) -> str:
     # JSON text of nested elements [(name, value JSON)]
     if kind == "array" or (kind is None and all(name == ITEM for name, _ in children)):
-        return "[" + ", ".join(v for _, v in children) + "]"
+        return _list([v for _, v in children])
     members: dict[str, list[str]] = {}
     for name, value in children:
         members.setdefault(name, []).append(value)
-    return "{" + ", ".join(json.dumps(k, ensure_ascii=False) + ": " + (vs[0] if len(vs) == 1 else "[" + ", ".join(vs) + "]")
+    return "{" + ", ".join(json.dumps(k, ensure_ascii=False) + ": " + (vs[0] if len(vs) == 1 else _list(vs))
                            for k, vs in members.items()) + "}"
+
+
+def _list(values: list[str]) -> str:
+    return "[" + ", ".join(values) + "]"
 
 
 def _value(s: Section, name: str, schema: Any, depth: int) -> Wait:
@@ -106,7 +111,7 @@ def _value(s: Section, name: str, schema: Any, depth: int) -> Wait:
         if tag.startswith("/") or depth >= _MAX_DEPTH or (not children and leaf.strip()):
             raise Malformed(s.at())
         if kind == "array":
-            child_schema = schema.get("items") if isinstance(schema, dict) else None
+            child_schema = schema.get("items") if isinstance(schema, Mapping) else None
         else:
             child_schema = property_schema(schema, tag) if kind == "object" else None
         children.append((tag, (yield from _value(s, tag, child_schema, depth + 1))))
@@ -162,8 +167,9 @@ def minimax_m3_body(s: Section) -> Wait:
 FORMATS = (
     ToolFormat(
         "minimax_m3", (BEGIN,), minimax_m3_body,
-        CallSpelling((Lit(f'{NS}<invoke name="'), Name(), Lit('">'), RawArgs(f"{NS}<", ">", f"{NS}</{{key}}>", item=ITEM),
-                      Lit(f"{NS}</invoke>\n")), begin=BEGIN + "\n", end=END),
+        CallSpelling((Lit(f'{NS}<invoke name="'), Name(), Lit('">'),
+                      RawArgs(f"{NS}<", ">", f"{NS}</{{key}}>", item=ITEM), Lit(f"{NS}</invoke>\n")),
+                     begin=BEGIN + "\n", end=END),
         specials=(NS,), raw_values=True, listed=163, reasoning="minimax_m3",
         detect=(Detect(16, (NS,), "]<]minimax[>[-prefixed invoke blocks (MiniMax M3)"),),
     ),
