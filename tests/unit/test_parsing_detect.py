@@ -14,7 +14,7 @@ from tests.helpers.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
 from textproc.core.constraints.schema import tool_call_pattern
 from textproc.errors import InvalidInput
-from textproc.core.parsing import TOOL_FORMATS, parse_output
+from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, parse_output
 from textproc.core.parsing.declaration import PythonArgs, RawArgs
 from textproc.core.parsing.detect import FormatChoice, detect_formats, resolve_formats
 
@@ -199,3 +199,24 @@ def test_phi4_mini_spelling_from_the_templates() -> None:
     assert _calls(got) == [("get_weather", ARGS), ("ping", {})], turn
     match = re.search(tool_call_pattern(TOOLS, tool_format="phi4_mini"), turn)
     assert match is not None and _calls(parse_output(match.group(), tools=True, tool_format="phi4_mini")) == _calls(got)
+
+
+def test_minimax_m3_turn_with_reasoning_and_thinking_modes() -> None:
+    """MiniMax M3's template: a past turn's reasoning, content and calls parse back; its thinking
+    modes open the block in the prompt (enabled), close it (disabled) or leave it to the model."""
+    template = template_source("minimax-m3")
+    choice = detect_formats(template)
+    rfmt = REASONING_FORMATS[choice.reasoning_format or ""]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}
+    full = render_chat(template, [{"role": "user", "content": "weather?"},
+                                  {"role": "assistant", "content": "Checking.", "reasoning_content": "Need it.",
+                                   "tool_calls": [call]}], TOOLS, add_generation_prompt=False)
+    turn = full[full.rindex("]~b]ai\n") + len("]~b]ai\n"):full.rindex("[e~[")]  # (the turn's own text)
+    got = parse_output(turn, tools=True, reasoning=True, tool_format=choice.tool_format,
+                       reasoning_format=rfmt.name, tool_schemas=TOOLS)
+    assert (got["reasoning_content"], got["content"]) == ("Need it.", "Checking."), turn
+    assert _calls(got) == [("get_weather", ARGS)]
+    prompts = {mode: render_chat(template, [{"role": "user", "content": "hi"}], thinking_mode=mode)
+               for mode in ("enabled", "disabled", "adaptive")}
+    assert [rfmt.prompt_leaves_open(p) for p in prompts.values()] == [True, False, False]
+    assert prompts["disabled"].endswith(rfmt.close_text or "")
