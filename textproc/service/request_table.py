@@ -91,6 +91,10 @@ class RequestTable:
         self.engine_aborts: list[str] = []
         self.engine_instance: str | None = None
         self.tracked: set[str] = set()  # requests with logprobs (pruned at housekeeping)
+        # every live request that has had no token yet (and maybe some ended ones: pruned when
+        # a step brings first tokens and at housekeeping); a step naming none of them takes
+        # the one-pass hot loop
+        self.fresh: set[str] = set()
         # called (by the process loop: send the outbox) between a step's first outputs and the
         # rest, so a new request's first token does not wait for every running request's
         self.flush_first: Callable[[], None] | None = None
@@ -146,6 +150,7 @@ class RequestTable:
             req.track = lp.new_track(self.tokenizer, state, submit.output.logprobs)
             self.tracked.add(rid)
         self.live[rid] = req
+        self.fresh.add(rid)
         self.per_client[submit.client_id] = n_client + 1
         buffered = self.early.pop(rid, None)
         if buffered is not None:
@@ -172,42 +177,95 @@ class RequestTable:
             return
         if type(step) is EngineStepPacked:
             try:
-                entries = zip(*step_entries(step))
+                columns = step_entries(step)
             except ValueError as e:
                 raise ProtocolError(str(e)) from e
+            rids: Iterable[str] = columns[0]
+            entries = zip(*columns)
         else:
             assert isinstance(step, EngineStep)
             outs = step.outputs
+            rids = map(_RID, outs)
             entries = zip(map(_RID, outs), map(_IDS, outs), map(_REASON, outs))
         self.counters["engine_steps"] += 1
+        if self.fresh and not self.fresh.isdisjoint(rids):
+            self._feed_running(step, self._feed_first(entries), counted=True)
+        else:
+            self._feed_running(step, entries)
+
+    def _feed_first(self, entries: Iterable[tuple[str, Sequence[int], str | None]],
+                    ) -> list[tuple[str, Sequence[int], str | None]]:
+        """A step that brings some requests their first tokens: feed those, hand what they
+        made to ``flush_first``, return the other entries (counted in ``tokens_in`` here)."""
         live = self.live
+        n_tokens = 0
+        rest: list[tuple[str, Sequence[int], str | None]] = []
+        running = False
+        for entry in entries:
+            rid, token_ids, reason = entry
+            req = live.get(rid)
+            if req is not None:
+                n_tokens += len(token_ids)
+                if not req.completion_tokens:
+                    self._feed(rid, req, token_ids, reason)
+                    continue
+                running = True
+            rest.append(entry)
+        self.counters["tokens_in"] += n_tokens
+        self._prune_fresh()
+        if running and self.outbox and self.flush_first is not None:
+            self.flush_first()  # may end requests (a client gone): they are done, not fed
+        return rest
+
+    def _feed_running(self, step: EngineStep | EngineStepPacked,
+                      entries: Iterable[tuple[str, Sequence[int], str | None]], *,
+                      counted: bool = False) -> None:
+        """The hot loop, once per request per engine step: running requests' next tokens
+        (``_feed`` inlined for the common case: no finish, no error)."""
+        live, done, outbox = self.live, self.done, self.outbox
         feed = self._feed
         n_tokens = 0
-        by_rid: dict[str, StepOutput] | None = None  # an EngineStep's outputs, when one is early
-        running: list[tuple[str, _Request, Sequence[int], str | None]] = []
+        early: list[tuple[str, Sequence[int], str | None]] = []
         for rid, token_ids, reason in entries:
             req = live.get(rid)
             if req is None:
-                if rid not in self.done:
-                    out = StepOutput(rid, list(token_ids), reason)
-                    if type(step) is EngineStep:  # keep its logprob rows (protocol 8)
-                        if by_rid is None:
-                            by_rid = {o.request_id: o for o in step.outputs}
-                        out.logprobs, out.top_ids = by_rid[rid].logprobs, by_rid[rid].top_ids
-                    self._buffer_early(out)
+                if rid not in done:
+                    early.append((rid, token_ids, reason))
                 continue
-            n_tokens += len(token_ids)
-            if req.completion_tokens:
-                running.append((rid, req, token_ids, reason))
-            else:  # its first tokens: fed (and sent) before the running requests'
+            n = len(token_ids)
+            n_tokens += n
+            state = req.state
+            if reason is not None or not n or state.is_finished:
                 feed(rid, req, token_ids, reason)
-        if running:
-            if self.outbox and self.flush_first is not None:
-                self.flush_first()  # may end requests (a client gone): feed only the live ones
-                running = [r for r in running if live.get(r[0]) is r[1]]
-            for rid, req, token_ids, reason in running:
-                feed(rid, req, token_ids, reason)
-        self.counters["tokens_in"] += n_tokens  # once per step, not per request
+                continue
+            req.completion_tokens += n
+            try:
+                deltas = state.feed(token_ids)
+            except Exception as e:  # one request's failure must not stop the others
+                self._pipeline_failed(rid, e, abort_engine=True)
+                continue
+            if state.is_finished:  # a stop string matched: the engine must stop too
+                self._finish(rid, req, deltas, None)
+            elif deltas:
+                item = RequestOutput(rid, deltas if len(deltas) == 1 else join_text(deltas))
+                box = outbox.get(req.client_id)
+                if box is None:
+                    outbox[req.client_id] = [item]
+                else:
+                    box.append(item)
+        if not counted:
+            self.counters["tokens_in"] += n_tokens  # once per step, not per request
+        if early:
+            self._buffer_step_early(step, early)
+
+    def _buffer_step_early(self, step: EngineStep | EngineStepPacked,
+                           early: list[tuple[str, Sequence[int], str | None]]) -> None:
+        by_rid = {o.request_id: o for o in step.outputs} if type(step) is EngineStep else {}
+        for rid, token_ids, reason in early:
+            out = StepOutput(rid, list(token_ids), reason)
+            if rid in by_rid:  # keep its logprob rows (protocol 8)
+                out.logprobs, out.top_ids = by_rid[rid].logprobs, by_rid[rid].top_ids
+            self._buffer_early(out)
 
     def _on_step_tracked(self, step: EngineStep | EngineStepPacked) -> None:
         """``on_step`` while some request wants logprobs: their entries go with their text."""
@@ -431,12 +489,18 @@ class RequestTable:
         if len(done) > _DONE_IDS_KEPT:
             done.popitem(last=False)
 
+    def _prune_fresh(self) -> None:
+        live = self.live
+        self.fresh = {rid for rid in self.fresh
+                      if (req := live.get(rid)) is not None and not req.completion_tokens}
+
     def housekeeping(self) -> None:
         """Every 0.5 s: forget finished ids older than 60 s (late outputs come within steps), so
         the memory they hold is bounded by time, not only by count."""
         self.tick += 1
         if self.tracked:
             self.tracked.intersection_update(self.live)
+        self._prune_fresh()
         done, oldest = self.done, self.tick - _DONE_IDS_TICKS
         while done:
             rid = next(iter(done))
