@@ -106,13 +106,14 @@ class Unknown(msgspec.Struct, tag=True, array_like=True):
     request_ids: list[str]
 
 
-class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """One request's part of an Outputs frame: deltas since the last frame, and the end if it ended.
 
     ``deltas`` are OpenAI-style deltas ({"content": s}, {"reasoning_content": s},
     {"tool_calls": [...]}) in order. On the last output ``finish_reason`` is set ("stop",
     "length", "tool_calls", "abort" or "error" with ``error`` saying why), ``stop`` is the matched
-    stop string if any, and the token counts are the usage.
+    stop string if any, and the token counts are the usage. ``gc=False``: one is made per request
+    per step and nothing it holds refers back to it, so the collector never tracks it.
     """
 
     request_id: str

@@ -117,8 +117,12 @@ class EngineAbort(msgspec.Struct, tag=True, array_like=True):
     request_ids: list[str]
 
 
-class StepOutput(msgspec.Struct, array_like=True, omit_defaults=True):
-    """One request's part of an engine step: new ids, and why it finished if it did."""
+class StepOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One request's part of an engine step: new ids, and why it finished if it did.
+
+    ``gc=False`` (as ``RequestOutput``): one is made per request per step and its fields (str,
+    ids, bytes) cannot form a cycle, so the collector never tracks it (~20 ns per decoded one).
+    """
 
     request_id: str
     token_ids: list[int]
