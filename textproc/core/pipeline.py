@@ -237,9 +237,11 @@ class OutputPipeline:
                 self._mode_changed(parser)
             return out
         stops = self._stops
-        tag_hit = not self._tag_chars.isdisjoint(text)
         text = stops.feed(text, n_tokens=n)
-        if not tag_hit and not stops.is_finished:
+        # what the stop checker let through decides: a newline it holds (it may start a stop
+        # string) does not reach the parser now, and text without the parser's characters
+        # goes out unchanged (OutputParser.idle_key)
+        if not stops.is_finished and self._tag_chars.isdisjoint(text):
             self._fast_key = key if stops.is_idle else None
             return [{key: text}] if text else []
         return self._after_stops(text)

@@ -230,9 +230,15 @@ class OutputParser:
         """Deltas for the new text (adjacent deltas of one kind are joined)."""
         if self._finished:
             raise InvalidInput("OutputParser.feed() called after finish()")
-        if self._section is None and self._quiet and self._whole is None \
-                and self._streamer.is_plain(text) and not (self._in_reasoning and text.endswith("\n")):
-            return [{self._text_key(): text}] if text else []  # most deltas
+        if self._section is None and self._whole is None and self._streamer.is_plain(text):
+            if self._quiet and not (self._in_reasoning and text.endswith("\n")):
+                return [{self._text_key(): text}] if text else []  # most deltas
+            if self._in_reasoning and self._reasoning_started:  # what _emit does, unwrapped:
+                text = self._newlines + text  # trailing newlines are held until text follows
+                kept = text.rstrip("\n")
+                self._newlines = text[len(kept):]
+                self._quiet = not self._newlines
+                return [{"reasoning_content": kept}] if kept else []
         out = Deltas()
         if self._whole is not None:
             self._whole.feed(text, out)
