@@ -173,7 +173,10 @@ class OutputPipeline:
     def feed(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
         """Feed one engine step's new ids; return the deltas ready now."""
         key = self._fast_key  # not None: nothing held anywhere, stops eligible, not finished
-        if key is not None and len(token_ids) == 1:
+        if key is None:
+            return self._feed_ids(token_ids)
+        n = len(token_ids)
+        if n == 1:
             strs = self._strs  # not None: the detokenizer holds nothing either
             if strs is not None:
                 token_id = token_ids[0]
@@ -181,7 +184,7 @@ class OutputPipeline:
                     try:
                         text = strs[token_id]
                     except IndexError:
-                        text = None  # _feed_ids reports it
+                        text = None  # the detokenizer reports it
                     if text is not None:  # one id whose bytes are a complete text
                         self.n_tokens += 1
                         if not text:
@@ -189,29 +192,29 @@ class OutputPipeline:
                         if self._danger.isdisjoint(text):
                             return [{key: text}]
                         return self._feed_text(text, 1, key)
-        return self._feed_ids(token_ids)
+        # every stage idle and min_tokens behind us (no cut): the detokenizer, then one check
+        self.n_tokens += n
+        text = self._detok.feed(token_ids)
+        self._strs = self._detok.text_table
+        if not text:
+            return []
+        danger = self._danger_str
+        if danger is None:  # many characters: one set test per character of the text
+            if self._danger.isdisjoint(text):
+                return [{key: text}]
+            return self._feed_text(text, n, key)
+        for c in danger:  # few characters (or none): one C substring scan each
+            if c in text:
+                return self._feed_text(text, n, key)
+        return [{key: text}]
 
     def _feed_ids(self, token_ids: Sequence[int]) -> list[dict[str, Any]]:
+        # some stage holds text, stops are not eligible yet, or the output ended: every stage
         if self.is_finished:
             return []
         before = self.n_tokens
         n = len(token_ids)
         self.n_tokens = before + n
-        key = self._fast_key
-        if key is not None:  # min_tokens is behind us: no cut
-            text = self._detok.feed(token_ids)
-            self._strs = self._detok.text_table
-            if not text:
-                return []
-            danger = self._danger_str
-            if danger is None:  # many characters: one set test per character of the text
-                if self._danger.isdisjoint(text):
-                    return [{key: text}]
-                return self._feed_text(text, n, key)
-            for c in danger:  # few characters (or none): one C substring scan each
-                if c in text:
-                    return self._feed_text(text, n, key)
-            return [{key: text}]
         stops = self._stops
         cut = self._min_tokens - before
         if 0 < cut < n:
