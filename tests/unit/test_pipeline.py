@@ -230,3 +230,17 @@ def test_a_call_malformed_after_its_name_matches_the_reference(stream_calls: boo
     got = _run(tok, [ids], options)
     assert got == _reference(tok, ids, options)
     assert bool(got[0]["tool_calls"]) is stream_calls
+
+
+def test_reasoning_newlines_a_stop_string_may_start_go_out_as_all_at_once() -> None:
+    """Inside reasoning, a newline the stop checker holds (a stop starts with it) and the
+    newlines the parser holds (trailing reasoning newlines are dropped before the close tag):
+    fed one character at a time, the deltas add up to the one-shot result."""
+    tok = _vocab("toy")
+    text = "<think>\nstep one.\nstep two\n\nstep three\n</think>\n\nThe answer.\n\nDone"
+    options: dict[str, Any] = {"stop": ["\n@@@@\n"], "reasoning": True, "tools": True}
+    whole = _run(tok, [tok.encode(text)], options)
+    assert whole[0]["reasoning_content"] == "step one.\nstep two\n\nstep three"
+    assert whole[0]["content"] == "The answer.\n\nDone"
+    steps = [tok.encode(c) for c in text]
+    assert _run(tok, steps, options) == whole
