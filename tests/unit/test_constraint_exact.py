@@ -7,41 +7,14 @@ for schemas with strings, escapes, counted strings, formats and enums."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import pytest
 
-from tests.helpers.models import model_dir
-from textproc import TokenVocabulary, compile_constraint
+from tests.helpers.constraint_sample import SCHEMAS
+from tests.helpers.constraint_sample import sample_vocab as _sample
+from textproc import compile_constraint
 from textproc.core.constraints import Budget, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.regex_syntax import parse_regex
-
-STR = {"type": "string"}
-SCHEMAS = {
-    "strings": {"type": "object", "properties": {"a": STR, "b": {"type": "array", "items": STR}}, "required": ["a"]},
-    "counted": {"type": "object", "properties": {"c": {"type": "string", "minLength": 1, "maxLength": 5}}},
-    "formats": {"type": "object", "properties": {"u": {"type": "string", "format": "uuid"},
-                                                 "e": {"type": "string", "format": "email"}}},
-    "enum-and-number": {"type": "object", "properties": {"k": {"enum": ["x\"y", "caf\u00e9", 3]},
-                                                         "n": {"type": "number"}}, "required": ["k", "n"]},
-    "pattern": {"type": "string", "pattern": "^[a-f0-9]{2,6}-x$"},
-}
-
-
-@lru_cache(maxsize=1)
-def _sample() -> TokenVocabulary:
-    full = TokenVocabulary.from_dir(model_dir("qwen3"))
-    picked: list[bytes] = []
-    for i in range(full.size):
-        data = full.token_bytes(i)
-        if not data:
-            continue
-        hexish = len(data) <= 6 and not data.lower().lstrip(b"0123456789abcdef\" ")
-        if len(data) == 1 or i % 151 == 0 or (b'"' in data and i % 3 == 0) or b"\\" in data or hexish or (
-                data[0] >= 0x80 and i % 41 == 0):
-            picked.append(data)
-    return TokenVocabulary([*picked, b""], end_ids=[len(picked)])
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_constraint_exact import SCHEMAS, _sample
+from tests.helpers.constraint_sample import SCHEMAS
+from tests.helpers.constraint_sample import sample_vocab as _sample
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, Guide, json_schema_to_regex
 from textproc.core.constraints.build import build_index, build_partial
