@@ -5,6 +5,7 @@ against the walk definition."""
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from tests.helpers.models import model_dir
 from textproc import TokenVocabulary
@@ -34,3 +35,27 @@ def sample_vocab() -> TokenVocabulary:
                 data[0] >= 0x80 and i % 41 == 0):
             picked.append(data)
     return TokenVocabulary([*picked, b""], end_ids=[len(picked)])
+
+
+def walk_definition_states(index: Any, dfa: Any, vocab: TokenVocabulary, what: str) -> int:
+    """Assert that ``index`` is the walk definition of ``dfa`` on ``vocab`` (a token is allowed
+    in a state iff walking its bytes never dies, and leads where the walk ends); the number of
+    index states reached."""
+    end = vocab.end_ids[0]
+    seen = {index.initial_state: dfa.start}
+    todo = [index.initial_state]
+    while todo:
+        state = todo.pop()
+        q = seen[state]
+        allowed = set(index.allowed_ids(state))
+        assert (end in allowed) == dfa.accepting[q]
+        for token_id in range(end):
+            walked = dfa.walk(q, vocab.token_bytes(token_id))
+            assert (token_id in allowed) == (walked >= 0), (what, vocab.token_bytes(token_id))
+            if walked >= 0:
+                nxt = index.next_state(state, token_id)
+                if nxt not in seen:
+                    seen[nxt] = walked
+                    todo.append(nxt)
+                assert seen[nxt] == walked, (what, vocab.token_bytes(token_id))
+    return len(seen)

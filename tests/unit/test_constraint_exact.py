@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.constraint_sample import SCHEMAS
+from tests.helpers.constraint_sample import SCHEMAS, walk_definition_states
 from tests.helpers.constraint_sample import sample_vocab as _sample
 from textproc import compile_constraint
 from textproc.core.constraints import Budget, json_schema_to_regex
@@ -23,21 +23,4 @@ def test_index_is_the_walk_definition(name: str) -> None:
     pattern = json_schema_to_regex(SCHEMAS[name])
     dfa = build_dfa(parse_regex(pattern), Budget())
     index = compile_constraint(vocab, regex=pattern, cache=None)
-    end = vocab.end_ids[0]
-    seen = {index.initial_state: dfa.start}
-    todo = [index.initial_state]
-    while todo:
-        state = todo.pop()
-        q = seen[state]
-        allowed = set(index.allowed_ids(state))
-        assert (end in allowed) == dfa.accepting[q]
-        for token_id in range(end):
-            walked = dfa.walk(q, vocab.token_bytes(token_id))
-            assert (token_id in allowed) == (walked >= 0), (name, vocab.token_bytes(token_id))
-            if walked >= 0:
-                nxt = index.next_state(state, token_id)
-                if nxt not in seen:
-                    seen[nxt] = walked
-                    todo.append(nxt)
-                assert seen[nxt] == walked, (name, vocab.token_bytes(token_id))
-    assert len(seen) == index.n_states
+    assert walk_definition_states(index, dfa, vocab, name) == index.n_states

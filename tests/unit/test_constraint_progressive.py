@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.constraint_sample import SCHEMAS
+from tests.helpers.constraint_sample import SCHEMAS, walk_definition_states
 from tests.helpers.constraint_sample import sample_vocab as _sample
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, Guide, json_schema_to_regex
@@ -28,24 +28,7 @@ def test_lazy_dfa_index_is_the_walk_definition(name: str) -> None:
     vocab = _sample()
     dfa = lazy_dfa(parse_regex(json_schema_to_regex(SCHEMAS[name])), Budget())
     index = build_index(dfa, vocab, Budget(), what=name)
-    end = vocab.end_ids[0]
-    seen = {index.initial_state: dfa.start}
-    todo = [index.initial_state]
-    while todo:
-        state = todo.pop()
-        q = seen[state]
-        allowed = set(index.allowed_ids(state))
-        assert (end in allowed) == dfa.accepting[q]
-        for token_id in range(end):
-            walked = dfa.walk(q, vocab.token_bytes(token_id))
-            assert (token_id in allowed) == (walked >= 0), (name, vocab.token_bytes(token_id))
-            if walked >= 0:
-                nxt = index.next_state(state, token_id)
-                if nxt not in seen:
-                    seen[nxt] = walked
-                    todo.append(nxt)
-                assert seen[nxt] == walked, (name, vocab.token_bytes(token_id))
-    assert len(seen) == index.n_states == dfa.n_states
+    assert walk_definition_states(index, dfa, vocab, name) == index.n_states == dfa.n_states
 
 
 def test_a_partial_index_travels_and_checks_its_tables() -> None:
