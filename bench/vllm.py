@@ -196,8 +196,9 @@ def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
             {"role": "system", "content": "You are a careful assistant."},
             {"role": "user", "content": corpus[i * chars:(i + 1) * chars]}]
         for turn in range(turns):
-            # no seed: vLLM 0.32's CPU sampler fails a seeded request whose prompt is prefilled
-            # in chunks ("CPU Generator does not use offset"), which takes its engine down
+            # no seed: vLLM 0.32's CPU model runner fails a seeded request whose prompt is
+            # prefilled in chunks ("CPU Generator does not use offset"), which takes `vllm
+            # serve`'s engine down (textproc's engine runs engine_vllm.worker, which does not)
             body = {"model": side.model, "messages": messages, "max_tokens": 16, "stream": True,
                     "temperature": 1.0, "stream_options": {"include_usage": True}}
             t0 = time.perf_counter()

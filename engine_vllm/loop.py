@@ -39,6 +39,7 @@ _log = logging.getLogger("engine_vllm")
 
 IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking signals/stats
 MAX_TRACKED_REQUESTS = 4_096  # per-request stats kept (oldest dropped), written each interval
+SEED_SAFE_CPU_WORKER = "engine_vllm.worker.SeedSafeCPUWorker"  # imported by vLLM's worker
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort", "error": "error",
            "repetition": "stop"}
 
@@ -64,13 +65,16 @@ def build_core(settings: VllmSettings) -> Any:
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # no usage report leaves this machine
     os.environ.setdefault("DO_NOT_TRACK", "1")
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.executor import Executor
 
     args = EngineArgs(model=settings.model_dir, max_model_len=settings.max_model_len,
                       max_num_seqs=settings.max_num_seqs or None, dtype=settings.dtype,
-                      enforce_eager=True, gpu_memory_utilization=0.1)
+                      enforce_eager=True, gpu_memory_utilization=0.1,
+                      # CPU: seeded requests survive chunked prefill (engine_vllm.worker)
+                      worker_cls=SEED_SAFE_CPU_WORKER if current_platform.is_cpu() else "auto")
     # the defaults `vllm serve` gets (batch sizes differ by usage context)
     config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     core = EngineCore(config, Executor.get_class(config), log_stats=False)

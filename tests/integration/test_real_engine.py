@@ -194,6 +194,29 @@ def test_n_choices_are_seeded_apart(servers: tuple[Service, str, str]) -> None:
     assert answer["usage"]["completion_tokens"] == 36
 
 
+def test_seeded_request_with_a_chunked_prompt(servers: tuple[Service, str, str]) -> None:
+    """A seed on a prompt over one step's token budget (2,048): vLLM prefills it in chunks and
+    its CPU build's own rewind of the discarded draws would kill the engine (see
+    engine_vllm/worker.py). Here it answers beside an unseeded request in flight, the engine
+    lives on, and the same request again alone gives the same text (seeded, whatever the
+    chunking)."""
+    service, url, _ = servers
+    engine_pid = int(service.refresh_pids()["engine"])
+    seeded = {"messages": [{"role": "user", "content": "Paris is the capital of France. " * 400}],
+              "temperature": 1.0, "seed": 17, "max_tokens": 8}
+    unseeded = {"messages": [{"role": "user", "content": "Go on."}], "temperature": 1.0,
+                "max_tokens": 400}
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(_chat, url, unseeded)
+        _wait_engine(service, lambda s: s["scheduler"]["running"] >= 1)
+        beside = _chat(url, seeded)
+        assert other.result()["usage"]["completion_tokens"] == 400
+    assert beside["usage"]["prompt_tokens"] > 2048 and beside["usage"]["completion_tokens"] == 8
+    alone = _chat(url, seeded)
+    assert alone["choices"][0]["message"]["content"] == beside["choices"][0]["message"]["content"]
+    assert int(service.refresh_pids()["engine"]) == engine_pid
+
+
 def test_json_schema_outputs_always_validate(servers: tuple[Service, str, str]) -> None:
     """A random-weight model under textproc's compiled schema, sampled: every answer parses
     and validates (the engine applies textproc's masks through vLLM's bitmask)."""
