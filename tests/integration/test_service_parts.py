@@ -411,6 +411,24 @@ def test_a_steps_first_tokens_are_flushed_before_the_running_requests(toy_model:
     assert core.live["run1"].completion_tokens == 3 and core.live["new"].completion_tokens == 1
 
 
+def test_first_tokens_give_an_output_even_when_their_text_is_held(toy_model: Path,
+                                                                  tok: Tokenizer) -> None:
+    """A request's first engine output always reaches its client (no deltas while the pipeline
+    holds the text: here a possible stop string), so a stream starts at the first token;
+    later held tokens send nothing."""
+    core = RequestTable(tok, _config(toy_model))
+    ids = tok.encode("alpha beta gamma")
+    core.on_submit(_submit("held", stop=["alpha beta STOP"]))
+    core.on_step(EngineStep(0, [StepOutput("held", ids[:1])]))
+    assert [(o.request_id, o.deltas, o.finish_reason) for o in _outputs(core)[b"c1"]] == [
+        ("held", [], None)]
+    core.on_step(EngineStep(1, [StepOutput("held", ids[1:2])]))  # " beta": still held
+    assert _outputs(core) == {}
+    core.on_step(EngineStep(2, [StepOutput("held", ids[2:], "stop")]))
+    (last,) = _outputs(core)[b"c1"]
+    assert last.deltas == [{"content": "alpha beta gamma"}] and last.finish_reason == "stop"
+
+
 _WORDS = ["alpha", " beta", " STOP", " 你好", " 😀", "\n", " gamma", "é", " ok"]
 
 

@@ -109,6 +109,9 @@ class Unknown(msgspec.Struct, tag=True, array_like=True):
 class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """One request's part of an Outputs frame: deltas since the last frame, and the end if it ended.
 
+    A request's first engine output always gives one, with empty ``deltas`` when the output
+    pipeline holds all of its text; later steps that add no delta give none.
+
     ``deltas`` are OpenAI-style deltas ({"content": s}, {"reasoning_content": s},
     {"tool_calls": [...]}) in order. On the last output ``finish_reason`` is set ("stop",
     "length", "tool_calls", "abort" or "error" with ``error`` saying why), ``stop`` is the matched

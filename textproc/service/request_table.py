@@ -273,14 +273,18 @@ class RequestTable(RequestLedger):
         """The one path an engine output takes into a live request: new ids, maybe its end.
 
         The caller counts ``tokens_in``. The common case (a running request's next tokens) is
-        first and inlines ``_emit``: this runs once per request per engine step.
+        first and inlines ``_emit``: this runs once per request per engine step. A request's
+        first tokens always give an output, with no deltas when the pipeline holds all their
+        text (a tool call's opening, a partial character): the client's stream starts at the
+        engine's first output (the HTTP role chunk), as vLLM's server starts it.
         """
         state = req.state
+        first = not req.completion_tokens
         req.completion_tokens += len(token_ids)
         try:
             deltas = state.feed(token_ids) if token_ids else []
             if engine_reason is None and not state.is_finished:
-                if deltas:
+                if deltas or (first and token_ids):
                     item = RequestOutput(rid, join_text(deltas))
                     box = self.outbox.get(req.client_id)
                     if box is None:
