@@ -2,8 +2,8 @@
 
 Per iteration: take new requests and aborts from the link, add them to (or abort them in)
 vLLM's scheduler, run one ``EngineCore.step()`` (schedule, forward, sample: vLLM's own code,
-unmodified), and send that step's new ids, finish reasons and logprobs back as ONE step frame.
-No extra process or hop sits between textproc and the engine core (vLLM's own model executor
+unmodified), and send that step's new ids, finish reasons and logprobs back as ONE step frame,
+while the model worker runs the next step (``VllmEngine._overlap_sends``). No extra process or hop sits between textproc and the engine core (vLLM's own model executor
 may run its worker in a process of its own, as it does behind its own server).
 
 Constraints: a request whose ``IncomingRequest.guide`` is set gets vLLM's structured-output
@@ -132,7 +132,38 @@ class VllmEngine:
         self.steps = 0
         self.tokens_generated = 0
         self.rejected = 0
+        # wall seconds of the loop by phase: taking requests and aborts in, vLLM's step, the
+        # outputs out (translation, and the sends that could not wait for the next step), and
+        # the sends made while the model worker ran the next step (inside "step")
+        self.loop_s = {"inputs": 0.0, "step": 0.0, "outputs": 0.0, "overlapped_send": 0.0}
+        self._unsent: list[Any] = []  # the last step's outputs (and refusals), not sent yet
+        self._overlap_sends(core.model_executor)
         self._stop = threading.Event()
+
+    def _overlap_sends(self, executor: Any) -> None:
+        """Send a step's outputs while the model worker runs the next one.
+
+        ``EngineCore.step()`` hands the batch to the model worker (``execute_model(...,
+        non_block=True)``), then waits for it; the outputs of the step before go out right
+        after that hand-off, on this thread (the link's sockets stay on one thread), instead
+        of between the steps, where the worker would wait for the send. vLLM's own engine
+        process does the same with an output thread. With an executor that runs the model in
+        this process the send only moves behind the forward pass."""
+        dispatch = executor.execute_model
+
+        def execute_model(*args: Any, **kwargs: Any) -> Any:
+            result = dispatch(*args, **kwargs)
+            if self._unsent:
+                t0 = time.perf_counter()
+                self._send_unsent()
+                self.loop_s["overlapped_send"] += time.perf_counter() - t0
+            return result
+
+        executor.execute_model = execute_model  # this instance only
+
+    def _send_unsent(self) -> None:
+        outputs, self._unsent = self._unsent, []
+        self.link.send_outputs(outputs)
 
     def stop(self) -> None:
         self._stop.set()
@@ -154,14 +185,18 @@ class VllmEngine:
                     self.write_stats()
                     next_stats = time.monotonic() + s.stats_interval_s
         finally:
+            if self._unsent and not link.closed:
+                self._send_unsent()
             if s.stats_file:
                 self.write_stats()
             link.close()
 
     def step(self) -> None:
-        """Take requests and aborts, run one engine step, send its outputs (one frame)."""
+        """Take requests and aborts, run one engine step, and send its outputs as one frame:
+        while the next step runs (see ``_overlap_sends``), or now when no step follows."""
         link = self.link
-        outputs: list[Any] = []
+        t0 = time.perf_counter()
+        outputs = self._unsent
         requests = link.poll_requests()
         if self.held:  # the whole index of some arrived: add them now, in arrival order
             waiting, self.held = self.held, []
@@ -186,17 +221,27 @@ class VllmEngine:
                 for rid in known:
                     self.live.discard(rid)
                     self._record(rid, "abort")
+        times = self.loop_s
+        t1 = time.perf_counter()
+        times["inputs"] += t1 - t0
         if self.live:
             engine_outputs, executed = self.core.step_fn()  # what vLLM's own busy loop calls
             self.core.post_step(executed)
+            t0 = time.perf_counter()
+            times["step"] += t0 - t1
+            t1 = t0
+            if self._unsent:  # vLLM ran no model this step
+                self._send_unsent()
+            outputs = self._unsent
             for eco in (engine_outputs or {}).values():
                 for out in eco.outputs:
                     entry = self._entry(out)
                     if entry is not None:
                         outputs.append(entry)
             self.steps += 1
-        if outputs:
-            link.send_outputs(outputs)
+        if self._unsent and not (self.live and self.core.scheduler.has_requests()):
+            self._send_unsent()  # no step follows to send them behind
+        times["outputs"] += time.perf_counter() - t1
 
     def _budgets(self) -> Any:
         """Reasoning budgets (textproc.core.constraints.reasoning_budget) over textproc's tokenizer of the
@@ -322,6 +367,7 @@ class VllmEngine:
             "tokens_generated": self.tokens_generated,
             "rejected": self.rejected,
             "live": len(self.live),
+            "loop_s": self.loop_s,
             "scheduler": self.scheduler_state(),
             # per constrained request per step: the state's mask copied into vLLM's bitmask
             "bitmask_fill_us": _percentiles(self.backend.fill_times),
