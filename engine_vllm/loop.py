@@ -3,8 +3,9 @@
 Per iteration: take new requests and aborts from the link, add them to (or abort them in)
 vLLM's scheduler, run one ``EngineCore.step()`` (schedule, forward, sample: vLLM's own code,
 unmodified), and send that step's new ids, finish reasons and logprobs back as ONE step frame,
-while the model worker runs the next step (``VllmEngine._overlap_sends``). No extra process or hop sits between textproc and the engine core (vLLM's own model executor
-may run its worker in a process of its own, as it does behind its own server).
+while the model worker runs the next step (``VllmEngine._overlap_sends``). No extra process
+or hop sits between textproc and the engine core (vLLM's own model executor may run its
+worker in a process of its own, as it does behind its own server).
 
 Constraints: a request whose ``IncomingRequest.guide`` is set gets vLLM's structured-output
 path with :class:`engine_vllm.constraints.TextprocBackend`, which hands vLLM that guide (no
