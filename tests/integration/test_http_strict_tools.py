@@ -170,7 +170,7 @@ def test_request_builder_budget_where_the_model_reasons(tmp_path: Any) -> None:
     from textproc.errors import InvalidInput
     from textproc.options import REASONING_BUDGET_OPTIONAL, SamplingOptions
     from textproc.protocol import ChatRequest, EngineRequest
-    from textproc.service.requests import RequestBuilder
+    from textproc.service.request_builder import RequestBuilder
 
     model = build_toy_model(tmp_path / "toy")
     tok = Tokenizer.from_dir(model)

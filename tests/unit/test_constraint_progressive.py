@@ -18,6 +18,7 @@ from textproc.core.constraints import Budget, Guide, json_schema_to_regex
 from textproc.core.constraints.build import build_index, build_partial
 from textproc.core.constraints.compile import compile_progressive
 from textproc.core.constraints.index import TokenIndex
+from textproc.core.constraints.automaton import counted_states_floor
 from textproc.core.constraints.lazy_dfa import lazy_dfa
 from textproc.core.constraints.regex_syntax import parse_regex
 from textproc.errors import InvalidInput
@@ -175,3 +176,16 @@ def test_the_whole_index_reaches_the_engine_after_the_relay_dropped_its_partial_
     assert not relay.partial(first.key)
     whole = relay.remember(table_of(rest()))
     assert isinstance(whole, EngineIndex) and whole.table.key == first.key and not whole.table.n_known
+
+
+@pytest.mark.parametrize(("regex", "refused"), [
+    ("[a-z]{0,60000}", True), ("x(ab|c){20000}y", True), ("(a{0,30000})*", True),
+    ("(a?){0,60000}", False), ("[a-z]{0,500}", False), ("a*", False)])
+def test_a_count_past_the_state_budget_is_refused_before_any_state(regex: str, refused: bool) -> None:
+    """A counted repetition of something that reads a byte needs a DFA state per count: one
+    past the state budget is a 400 before a first index goes out (not a failure mid-stream)."""
+    floor = counted_states_floor(parse_regex(regex))[1]
+    assert (floor > Budget().max_states) == refused
+    if refused:
+        with pytest.raises(InvalidInput, match="automaton states"):
+            compile_progressive(_sample(), regex, cache=None)

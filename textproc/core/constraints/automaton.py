@@ -151,6 +151,26 @@ class NFA:
         return end
 
 
+def counted_states_floor(node: Node) -> tuple[bool, int]:
+    """``(nullable, floor)`` of ``node``: whether it matches the empty string, and a number of
+    DFA states any DFA built for a regex holding it needs at least (before minimising): a
+    counted repetition ``X{lo,hi}`` of an ``X`` that always reads a byte has one subset state
+    per count of copies read, ``hi + 1`` of them (``lo + 1`` when unbounded). Lets a compile
+    refuse such a count at once instead of when its DFA passes the state budget."""
+    if isinstance(node, CharSet):
+        return False, 1
+    if isinstance(node, (Concat, Alt)):
+        parts = [counted_states_floor(item) for item in node.items]
+        floor = max((f for _, f in parts), default=1)
+        if isinstance(node, Concat):
+            return all(n for n, _ in parts), floor
+        return any(n for n, _ in parts), floor
+    nullable, floor = counted_states_floor(node.item)
+    if not nullable:
+        floor = max(floor, (node.hi if node.hi is not None else node.lo) + 1)
+    return nullable or node.lo == 0, floor
+
+
 def build_dfa(tree: Node, budget: Budget) -> ByteDFA:
     """The minimal byte DFA of ``tree`` (whole-output match)."""
     nfa = NFA(budget)

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints.automaton import build_dfa, counted_states_floor
 from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget
 from textproc.core.constraints.build import build_index, build_partial
 from textproc.core.constraints.index import TokenIndex
@@ -189,6 +189,7 @@ def compile_progressive(vocab: TokenVocabulary, regex: str, *, budget: Budget | 
         raise InvalidInput(failure)
     try:
         tree = parse_regex(regex, budget)
+        budget.check_states(counted_states_floor(tree)[1], "automaton states (DFA)")
         first = build_partial(lazy_dfa(tree, budget), vocab, budget, what=what, seconds=first_seconds)
     except RecursionError:
         raise InvalidInput(f"{what} nests too deeply to compile; flatten it") from None
