@@ -253,7 +253,20 @@ def _minimise(
     trans: list[list[int]], accepting: list[bool], class_of: list[int], k: int, budget: Budget
 ) -> ByteDFA:
     n = len(trans)
-    # fold states that cannot reach an accepting state into the dead state
+    live = _live_states(trans, accepting, budget)
+    if not live[0]:
+        return ByteDFA(rows=[], accepting=[], start=-1)
+    sink = n
+    budget.check_time("minimising")
+    full = [[t if t >= 0 and live[t] else sink for t in row] for row in trans] + [[sink] * k]
+    budget.check_time("minimising")
+    block_of = _hopcroft(full, accepting, live, k, budget)
+    return _renumber(full, block_of, accepting, class_of, budget)
+
+
+def _live_states(trans: list[list[int]], accepting: list[bool], budget: Budget) -> list[bool]:
+    """Which states reach an accepting state (the others fold into the dead state)."""
+    n = len(trans)
     back: list[list[int]] = [[] for _ in range(n)]
     for q, row in enumerate(trans):
         if q % 256 == 255:
@@ -270,12 +283,14 @@ def _minimise(
             if not live[p]:
                 live[p] = True
                 todo.append(p)
-    if not live[0]:
-        return ByteDFA(rows=[], accepting=[], start=-1)
-    sink = n
-    budget.check_time("minimising")
-    full = [[t if t >= 0 and live[t] else sink for t in row] for row in trans] + [[sink] * k]
-    budget.check_time("minimising")
+    return live
+
+
+def _hopcroft(full: list[list[int]], accepting: list[bool], live: list[bool], k: int,
+              budget: Budget) -> list[int]:
+    """The block of each state of ``full`` (its last state the sink) in the coarsest partition
+    that keeps accepting and rejecting states apart and respects every transition."""
+    n = sink = len(full) - 1
     # class -> target -> sources, for the live targets only: the sink's block is never a
     # splitter (below), so its predecessors are never asked for
     inverse: list[dict[int, list[int]]] = [{} for _ in range(k)]
@@ -349,7 +364,13 @@ def _minimise(
                 elif d in into_pick:
                     pending.add((pick, d))
                     work.append((pick, d))
-    # renumber blocks in BFS order from the start; the sink's block is -1
+    return block_of
+
+
+def _renumber(full: list[list[int]], block_of: list[int], accepting: list[bool],
+              class_of: list[int], budget: Budget) -> ByteDFA:
+    """The minimal DFA: blocks numbered in BFS order from the start; the sink's block is -1."""
+    sink = len(full) - 1
     dead = block_of[sink]
     order = {block_of[0]: 0}
     reps = [0]
