@@ -27,6 +27,7 @@ from textproc.config import (
     DEFAULT_MAX_MODEL_LEN,
     ENDPOINT_KINDS,
     ENGINES,
+    GENERATION_CONFIGS,
     STUB_MODES,
     Endpoints,
     ServeConfig,
@@ -168,6 +169,11 @@ def _text_and_front_flags(p: argparse.ArgumentParser) -> None:
                         "control = the real control token, as transformers and vLLM do (a user "
                         "can forge turns); text = encoded as ordinary text (default control; "
                         "see docs/operations.md)")
+    p.add_argument("--generation-config", choices=GENERATION_CONFIGS, default="auto",
+                   help="where a request's unset temperature, top_p, top_k, min_p, penalties "
+                        "and max_tokens come from: auto = the model's generation_config.json, "
+                        "as vllm serve does by default; none = the engine's own defaults "
+                        "(vllm serve --generation-config vllm) (default auto)")
     p.add_argument("--split-min-chars", type=int, default=_service_default("split_min_chars"),
                    metavar="N", help="a prompt of at least N characters is encoded by the worker "
                    "that got it and its peers together, exactly (0: never; default "
@@ -244,6 +250,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         config = _serve_config(args, model_dir, level)
+        _log_sampling_defaults(config.service)
     except InvalidInput as e:
         print(f"textproc serve: {e}", file=sys.stderr)
         return 2
@@ -278,6 +285,20 @@ def _serve(args: argparse.Namespace) -> int:
         _log.info("textproc stopped")
 
 
+def _log_sampling_defaults(service: ServiceConfig) -> None:
+    """Say once which defaults the model's generation_config.json gives (each worker loads them
+    too); a malformed file stops serve here, before any process starts (InvalidInput)."""
+    from textproc.service.sampling_defaults import GENERATION_CONFIG_FILE, load_sampling_defaults
+
+    if service.generation_config != "auto":
+        return
+    defaults = load_sampling_defaults(service.model_dir)
+    if not defaults.is_empty:
+        _log.info("a request's unset sampling values come from the model's %s: %s (serve with "
+                  "--generation-config none to ignore them)", GENERATION_CONFIG_FILE,
+                  defaults.describe())
+
+
 def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> ServeConfig:
     """The settings ``serve``'s flags give (InvalidInput when they do not fit together)."""
     return ServeConfig(
@@ -294,6 +315,7 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
             tool_format=args.tool_format,
             reasoning_format=args.reasoning_format,
             strict_tools=args.strict_tools,
+            generation_config=args.generation_config,
             split_min_chars=args.split_min_chars,
             constraint_cache_dir=(str(Path(args.constraint_cache_dir).absolute())
                                   if args.constraint_cache_dir else None),

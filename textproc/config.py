@@ -5,9 +5,9 @@ Owns every tunable of the process layer. Never reads the environment or the comm
 limits (``textproc.protocol``, a request's own in ``textproc.options``), ``textproc.sharding``'s
 shard limit, the engine names of ``textproc.engines`` and the log levels of
 ``textproc.lifecycle``, so every process gets its settings as one immutable value. The other
-choice lists (endpoint kinds, stub modes, special tokens in content) are written here once; the
-CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to a child process as JSON
-(never pickle); ``from_json`` validates like the constructor does.
+choice lists (endpoint kinds, stub modes, special tokens in content, generation config) are
+written here once; the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to
+a child process as JSON (never pickle); ``from_json`` validates like the constructor does.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ __all__ = [
     "ENDPOINT_KINDS",
     "STUB_MODES",
     "CONTENT_SPECIALS",
+    "GENERATION_CONFIGS",
     "Endpoints",
     "ShardEndpoints",
     "ServiceConfig",
@@ -52,6 +53,9 @@ STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub 
 # ServiceConfig.special_tokens_in_content: special-token text typed in a message is the control
 # token ("control", what transformers and vLLM do) or ordinary text ("text")
 CONTENT_SPECIALS = ("control", "text")
+# ServiceConfig.generation_config: a request's unset sampling values come from the model's
+# generation_config.json ("auto", vLLM's default) or from the engine ("none", vLLM's "vllm")
+GENERATION_CONFIGS = ("auto", "none")
 MAX_HTTP_WORKERS = 64  # ServeConfig.http_workers
 IPC_PATH_MAX_BYTES = 100  # sun_path is 108 bytes on Linux, 104 on macOS; keep a margin
 _SCHEMES = ("ipc://", "tcp://")
@@ -277,6 +281,8 @@ class ServiceConfig:
     # wall seconds a compile builds first states before the request goes out with a partial
     # index (its whole index follows); a constraint compiled before goes out whole at once
     first_index_s: float = 0.003
+    # one of GENERATION_CONFIGS (service/sampling_defaults.py)
+    generation_config: str = "auto"
 
     def __post_init__(self) -> None:
         if self.constraint_cache_dir is not None and (
@@ -307,6 +313,7 @@ class ServiceConfig:
         _check_choice("log_level", self.log_level, LOG_LEVELS)
         _check_choice("special_tokens_in_content", self.special_tokens_in_content,
                       CONTENT_SPECIALS)
+        _check_choice("generation_config", self.generation_config, GENERATION_CONFIGS)
         for label, value in (("tool_format", self.tool_format), ("reasoning_format", self.reasoning_format)):
             if not isinstance(value, str) or not value:
                 raise InvalidInput(f"{label} must be a format name, 'auto' or 'none', got {short(value)}")

@@ -4,8 +4,9 @@ Runs every check of what a client sends (the request options' own checks from
 :mod:`textproc.options`, the same the HTTP layer runs; the model's limits from
 :mod:`textproc.service.request_checks`; the context length here): a bad request raises
 ``InvalidInput`` / ``TemplateError`` naming the bad value and what is allowed. A good one becomes ONE ``Submit`` frame for the detokenizer
-(output setup + the encoded ``EngineRequest``). No sockets: the serve loop is
-:mod:`textproc.service.worker`.
+(output setup + the encoded ``EngineRequest``), with the sampling values it left unset taken
+from the model's generation_config.json (:mod:`textproc.service.sampling_defaults`, unless
+``--generation-config none``). No sockets: the serve loop is :mod:`textproc.service.worker`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from textproc.core.constraints.vocab import END_TOKEN_NAMES
 from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS
 from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.service.index_store import IndexStore
+from textproc.service.sampling_defaults import SamplingDefaults, load_sampling_defaults
 from textproc.sharding import shard_of
 from textproc.core.tok.prompt import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES, render_chat
@@ -71,8 +73,6 @@ MAX_REQUEST_ID_CHARS = 256
 _MARK_OPEN, _MARK_CLOSE = "\ufdd0", "\ufdd1"
 
 
-
-
 def _structured(spec: Any) -> str:
     try:
         return structured_regex(spec)
@@ -109,6 +109,9 @@ class RequestBuilder:
         self.tokenizer = tokenizer
         self.config = config
         self.encode = encoder().encode
+        # what a request leaves unset, from the model's generation_config.json (vLLM's "auto")
+        self.defaults = (load_sampling_defaults(config.model_dir)
+                         if config.generation_config == "auto" else SamplingDefaults())
         # text -> ids for prompts; the worker puts its PeerPool's encode here (same ids)
         self.encode_text: Callable[..., list[int]] = tokenizer.encode
         added = dict(tokenizer.added_tokens)
@@ -396,6 +399,7 @@ class RequestBuilder:
                 tokenize_s: float = 0.0, constraint_param: str = "response_format") -> Built:
         # messages name no request id: the client knows which request it sent (OpenAI's wording)
         check_sampling_options(sampling)
+        sampling = self.defaults.apply(sampling)  # after the check: the file's were checked at load
         check_output_options(output, max_stops=self.config.max_stops,
                              max_stop_chars=self.config.max_stop_chars)
         n_prompt = len(prompt_ids)
@@ -408,7 +412,7 @@ class RequestBuilder:
                 f"{n_prompt} tokens; shorten the {prompt_param}", param=prompt_param)
         max_tokens, min_tokens = sampling.max_tokens, sampling.min_tokens
         if max_tokens is None:
-            max_tokens = limit - n_prompt
+            max_tokens = self.defaults.max_tokens_for(room=limit - n_prompt)
         elif n_prompt + max_tokens > limit:
             raise InvalidInput(
                 f"this model's maximum context length is {limit} tokens, but you requested "
