@@ -5,6 +5,8 @@ request builder. No processes here; these run in well under a second.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -20,6 +22,7 @@ from textproc.options import OutputOptions, SamplingOptions
 from textproc.core.pipeline import OutputPipeline
 from textproc.protocol import (
     ChatRequest,
+    CompletionRequest,
     EngineHello,
     EngineRequest,
     EngineStep,
@@ -225,6 +228,45 @@ def test_request_builder_builds_the_engine_request(toy_model: Path, tok: Tokeniz
     submit, n_prompt, *_ = builder.chat(ChatRequest("r2", [{"role": "user", "content": "hi"}]), b"c")
     assert submit.max_tokens == 512 - n_prompt
     assert submit.parse is not None and not submit.parse.starts_in_reasoning
+
+
+def test_request_builder_takes_unset_sampling_values_from_generation_config(
+        toy_model: Path, tok: Tokenizer, tmp_path: Path) -> None:
+    """--generation-config auto (the default): what the model's generation_config.json sets
+    fills what a request left unset, chat and completion alike; none: the file is ignored."""
+    model = tmp_path / "model"
+    shutil.copytree(toy_model, model)
+    (model / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": 0, "do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
+         "max_new_tokens": 7}))
+    messages = [{"role": "user", "content": "hi"}]
+
+    def engine(builder: RequestBuilder, req: ChatRequest | CompletionRequest) -> EngineRequest:
+        built = builder.chat(req, b"c") if isinstance(req, ChatRequest) else builder.completion(req, b"c")
+        return msgspec.msgpack.decode(built.submit.engine_request, type=EngineRequest)
+
+    auto = RequestBuilder(tok, _config(model, max_model_len=512))
+    defaults = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    for req in (ChatRequest("c", messages), CompletionRequest("p", "hi")):
+        got = engine(auto, req)
+        assert got.sampling == defaults and got.max_tokens == 7
+    # the request's own values win, key by key
+    own = engine(auto, ChatRequest("o", messages, sampling=SamplingOptions(
+        max_tokens=3, params={"temperature": 0.0, "seed": 1})))
+    assert own.sampling == {**defaults, "temperature": 0.0, "seed": 1} and own.max_tokens == 3
+    # the default max_tokens is capped by what the context leaves, never an error
+    short_context = RequestBuilder(tok, _config(model, max_model_len=6))
+    got = engine(short_context, CompletionRequest("s", "hi"))
+    assert got.max_tokens == 6 - len(unpack_ids(got.prompt_token_ids)) < 7
+    none = RequestBuilder(tok, _config(model, max_model_len=512, generation_config="none"))
+    got = engine(none, CompletionRequest("n", "hi"))
+    assert got.sampling == {} and got.max_tokens == 512 - len(unpack_ids(got.prompt_token_ids))
+    with pytest.raises(InvalidInput, match="generation_config must be one of auto, none; got 'vllm'"):
+        _config(model, generation_config="vllm")
+    (model / "generation_config.json").write_text('{"temperature": "hot"}')
+    with pytest.raises(InvalidInput, match=r"temperature='hot' at \$\.temperature in "):
+        RequestBuilder(tok, _config(model))
+    RequestBuilder(tok, _config(model, generation_config="none"))  # not read at all
 
 
 def test_n_choices_share_one_built_prompt(toy_model: Path, tok: Tokenizer) -> None:
