@@ -38,6 +38,7 @@ from textproc.engines import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.lifecycle import LOG_LEVELS, add_child_arguments, setup_logging
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
+from textproc.service.sampling_defaults import GENERATION_CONFIG_FILE, load_sampling_defaults
 
 __all__ = ["main", "build_parser", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
 
@@ -288,8 +289,6 @@ def _serve(args: argparse.Namespace) -> int:
 def _log_sampling_defaults(service: ServiceConfig) -> None:
     """Say once which defaults the model's generation_config.json gives (each worker loads them
     too); a malformed file stops serve here, before any process starts (InvalidInput)."""
-    from textproc.service.sampling_defaults import GENERATION_CONFIG_FILE, load_sampling_defaults
-
     if service.generation_config != "auto":
         return
     defaults = load_sampling_defaults(service.model_dir)
