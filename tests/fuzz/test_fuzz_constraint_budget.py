@@ -26,7 +26,7 @@ BUDGET_S = 0.5
 # average 10 on 2 cores, more with other test processes beside (a compile past its budget used
 # to run on for seconds to minutes)
 SLACK_S = 1.5
-EXAMPLES = max(5, int(os.environ.get("TEXTPROC_MAX_EXAMPLES", "100")) // 5)
+EXAMPLES = max(5, int(os.environ.get("TEXTPROC_MAX_EXAMPLES", "100")) // 10)
 
 
 @lru_cache(maxsize=1)
