@@ -73,8 +73,9 @@ CASES["tools:required"] = tool_call_pattern(TOOLS)
 HEAVY = {"schema:weather", "schema:nested", "tools:required", "schema:patterns", "regex:sentence", "schema:any_of",
          "schema:enum_values", "schema:free_array", "schema:free_object", "schema:any_object", "schema:bool_schemas",
          "schema:tree"}
-# 9-18 s each on the 150k-token vocabularies (outlines-core's compile, mostly): GPT-2 only by default
-HEAVY_ON_BIG_VOCABS = {"schema:all_optional", "schema:one_of_tagged"}
+# 6-18 s each on the 150k-token vocabularies (outlines-core's compile, mostly): GPT-2 only by default
+HEAVY_ON_BIG_VOCABS = {"schema:all_optional", "schema:one_of_tagged", "schema:int_range", "schema:formats",
+                       "schema:no_params"}
 VOCABS = ["qwen3", "gpt2", "mistral"]
 
 
