@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.regex_syntax import Alt, CharSet, Concat, Node, Ranges, Repeat
 
-__all__ = ["Budget", "ByteDFA", "NFA", "build_dfa", "utf8_sequences"]
+__all__ = ["Budget", "ByteDFA", "NFA", "build_dfa", "utf8_sequences", "walk_rows"]
 
 
 @dataclass
@@ -34,12 +34,16 @@ class ByteDFA:
 
     def walk(self, state: int, data: bytes) -> int:
         """The state after ``data`` from ``state`` (-1 once dead)."""
-        rows = self.rows
-        for b in data:
-            state = rows[state][b]
-            if state < 0:
-                return -1
-        return state
+        return walk_rows(self.rows, state, data)
+
+
+def walk_rows(rows: list[list[int]], state: int, data: bytes) -> int:
+    """The state after ``data`` from ``state`` in the byte DFA ``rows`` (-1 once dead)."""
+    for b in data:
+        state = rows[state][b]
+        if state < 0:
+            return -1
+    return state
 
 
 def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:

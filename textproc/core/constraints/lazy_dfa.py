@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, SupportsIndex, overload
 
-from textproc.core.constraints.automaton import NFA
+from textproc.core.constraints.automaton import NFA, walk_rows
 from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.regex_syntax import Node
 
@@ -89,13 +89,9 @@ class LazyDFA:
         return len(self.rows)
 
     def walk(self, state: int, data: bytes) -> int:
-        """The state after ``data`` from ``state`` (-1 once dead)."""
-        rows = self.rows
-        for b in data:
-            state = rows[state][b]
-            if state < 0:
-                return -1
-        return state
+        """The state after ``data`` from ``state`` (-1 once dead); a row not made yet makes
+        itself when indexed (``_Pending``)."""
+        return walk_rows(self.rows, state, data)
 
     def _closure(self, s: int) -> frozenset[int]:
         got = self._closures.get(s)
