@@ -143,9 +143,12 @@ class StubEngine:
         self.busy_units = calibrate_busy(s.step_ms) if s.step_busy else 0
         self._started_at = time.time()
         self.link.start()
-        next_stats = time.monotonic() + s.stats_interval_s
+        next_stats = time.monotonic()  # the first stats file at once, then every interval
         try:
             while not self._stop.is_set():
+                if s.stats_file and time.monotonic() >= next_stats:
+                    self.write_stats()
+                    next_stats = time.monotonic() + s.stats_interval_s
                 if not self.running and not self.waiting:
                     self.link.wait(IDLE_WAIT_S)
                 elif not self.link.writable():
@@ -154,9 +157,6 @@ class StubEngine:
                     time.sleep(0.001)
                     continue
                 self.step()
-                if s.stats_file and time.monotonic() >= next_stats:
-                    self.write_stats()
-                    next_stats = time.monotonic() + s.stats_interval_s
         finally:
             if s.stats_file:
                 self.write_stats()

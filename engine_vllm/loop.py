@@ -132,18 +132,18 @@ class VllmEngine:
         s = self.settings
         link = self.link
         link.start()
-        next_stats = time.monotonic() + s.stats_interval_s
+        next_stats = time.monotonic()  # the first stats file at once, then every interval
         try:
             while not self._stop.is_set():
+                if s.stats_file and time.monotonic() >= next_stats:
+                    self.write_stats()
+                    next_stats = time.monotonic() + s.stats_interval_s
                 if not self.live:
                     link.wait(IDLE_WAIT_S if not self.held else 0.002)
                 elif not link.writable():  # textproc is behind: wait rather than drop tokens
                     time.sleep(0.001)
                     continue
                 self.step()
-                if s.stats_file and time.monotonic() >= next_stats:
-                    self.write_stats()
-                    next_stats = time.monotonic() + s.stats_interval_s
         finally:
             if self._unsent and not link.closed:
                 self._send_unsent()

@@ -60,6 +60,4 @@ def serve_vllm_textproc(root: Path, *args: str) -> tuple[Service, str]:
 
 def engine_stats(service: Service) -> dict[str, Any]:
     """The engine's stats file (engine_vllm: vLLM's scheduler state and per-request counts)."""
-    import json
-
-    return dict(json.loads(service.stats_file.read_text()))
+    return dict(service.stub_stats())

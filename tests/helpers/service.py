@@ -89,7 +89,14 @@ class Service(ServeProcess):
                 raise AssertionError(f"no engine endpoints line after {timeout_s} s:\n{self.log()}")
             time.sleep(0.05)
 
-    def stub_stats(self) -> Any:
+    def stub_stats(self, timeout_s: float = 30.0) -> Any:
+        """The engine's stats file (written at its start, then every interval): waited for
+        when the engine has not written it yet."""
+        deadline = time.monotonic() + timeout_s
+        while not self.stats_file.exists():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no engine stats file after {timeout_s} s:\n{self.log()}")
+            time.sleep(0.05)
         return json.loads(self.stats_file.read_text())
 
     def stop(self, *, timeout_s: float = 20.0) -> bool:

@@ -294,7 +294,9 @@ def _wait_engine(service: Service, predicate: Any, timeout_s: float = 30) -> dic
         if predicate(stats):
             return stats
         if time.monotonic() > deadline:
-            raise AssertionError(f"engine state not reached in {timeout_s} s: {stats['scheduler']}")
+            recent = list(stats.get("requests", {}).items())[-3:]
+            raise AssertionError(f"engine state not reached in {timeout_s} s: {stats['scheduler']}; "
+                                 f"last requests: {recent}\n{service.log()}")
         time.sleep(0.1)
 
 
@@ -307,11 +309,13 @@ def test_client_that_leaves_frees_its_kv_blocks_in_vllm(servers: tuple[Service, 
     body = {"model": MODEL, "stream": True, "max_tokens": 3000, "temperature": 1.0,
             "ignore_eos": True, "messages": [{"role": "user", "content": "word " * 500}]}
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as resp:
-        chunks = 0
+        assert resp.status_code == 200, resp.read()
+        lines = []
         for line in resp.iter_lines():
-            chunks += line.startswith("data: ")
-            if chunks >= 5:
+            lines += [line] if line.startswith("data: ") else []
+            if len(lines) >= 5:
                 break
+        assert len(lines) == 5, lines  # the stream is still going when the client leaves
         # (the stats file is rewritten every 0.1 s: wait for the one that shows the request)
         busy = _wait_engine(service, lambda s: s["scheduler"]["requests"] == 1)["scheduler"]
         assert busy["free_kv_blocks"] < idle["free_kv_blocks"], busy
