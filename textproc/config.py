@@ -3,8 +3,8 @@
 Owns every tunable of the process layer. Never reads the environment or the command line (only
 ``cli.py`` does) and imports nothing but the standard library, ``textproc.errors``, the default
 limits (``textproc.protocol``, a request's own in ``textproc.options``), ``textproc.sharding``'s
-shard limit, the engine names of ``textproc.engines`` and the log levels of
-``textproc.lifecycle``, so every process gets its settings as one immutable value. The other
+shard limit, the engine names of ``textproc.engines``, the log levels of
+``textproc.lifecycle`` and the CPU-list check of ``textproc.placement``, so every process gets its settings as one immutable value. The other
 choice lists (endpoint kinds, stub modes, special tokens in content, generation config) are
 written here once; the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to
 a child process as JSON (never pickle); ``from_json`` validates like the constructor does.
@@ -25,6 +25,7 @@ from textproc.options import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN
 from textproc.sharding import MAX_DETOKENIZERS
 from textproc.engines import engine_names
+from textproc.placement import check_text_cpus
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -356,6 +357,9 @@ class ServeConfig:
     http_workers: int = 1  # HTTP frontend processes sharing the one listening socket
     health: str | None = None  # HOST:PORT: /health answered there by a process of its own
     exit_with_parent: bool = False  # stop once the process that started serve is gone
+    # the CPUs of textproc's own processes: auto (those the engine's bound threads leave),
+    # none (they float), or a CPU list such as 1 or 2-7 (service.placement)
+    text_cpus: str = "auto"
 
     def __post_init__(self) -> None:
         for name, address in (("http", self.http), ("health", self.health)):
@@ -365,6 +369,7 @@ class ServeConfig:
         if self.http is None and (self.http_workers != 1 or self.health is not None):
             raise InvalidInput("http_workers and health need http (serve --http HOST:PORT)")
         _check_choice("engine", self.engine, ENGINES)
+        check_text_cpus(self.text_cpus)
         _check_choice("endpoints", self.endpoints, ENDPOINT_KINDS)
         _check_choice("stub_mode", self.stub_mode, STUB_MODES)
         _check_int("tcp_port_base", self.tcp_port_base, low=0, high=65535 - 300)

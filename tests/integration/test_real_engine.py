@@ -114,6 +114,24 @@ def test_engine_start_is_waited_for_with_progress(servers: tuple[Service, str, s
     assert "still waiting for engine" in log  # a slow start is never a silent wait
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="vLLM binds every CPU of a 1-CPU box")
+def test_text_processes_keep_off_the_cpus_vllm_binds(servers: tuple[Service, str, str]) -> None:
+    """--text-cpus auto: vLLM's model worker binds its threads (its reserved CPUs stay free);
+    every thread of textproc's workers, detokenizer and HTTP frontend runs on the rest."""
+    from textproc.placement import engine_cpus
+
+    service, _, _ = servers
+    pids = service.pids()
+    bound = engine_cpus(pids["engine"])
+    assert bound and bound < os.sched_getaffinity(0), bound
+    text = {name: pid for name, pid in pids.items() if name.startswith(("worker", "detok", "http"))}
+    assert any(name.startswith("http") for name in text), pids
+    for name, pid in text.items():
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            assert os.sched_getaffinity(int(tid)) == os.sched_getaffinity(0) - bound, (name, tid)
+    assert "text processes on CPUs" in service.log(tail=None)
+
+
 @pytest.mark.parametrize("name,body", CONVERSATIONS, ids=[n for n, _ in CONVERSATIONS])
 def test_greedy_chat_matches_vllm_serve(servers: tuple[Service, str, str], name: str,
                                         body: dict[str, Any]) -> None:

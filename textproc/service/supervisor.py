@@ -31,6 +31,7 @@ import zmq
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.lifecycle import ParentWatch
+from textproc.placement import pin, text_cpus_for
 from textproc.ports import HTTP_FILE, listen, state_file
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.service.children import (
@@ -88,6 +89,7 @@ class Supervisor:
         self._ready_decoder: FrameDecoder[Ready] = FrameDecoder(Ready, socket_name="control")
         self._listeners: list[socket.socket] = []  # the HTTP (and health) ports, shared
         self._parent_pid = os.getppid()  # exit_with_parent: who started us
+        self._text_cpus: frozenset[int] | None = None  # where text processes go (placement)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -149,6 +151,14 @@ class Supervisor:
         for child in self.children:
             self._spawn(child)
         self._wait_ready(self.children)
+        # the engine is ready (its threads bound): keep the text processes off its CPUs
+        engine = next((c for c in self.children if c.role == "engine"), None)
+        self._text_cpus = text_cpus_for(cfg.text_cpus, engine.process.pid
+                                        if engine is not None and engine.process else None)
+        if self._text_cpus is not None:
+            for child in self.children:
+                if child.role != "engine" and child.process is not None:
+                    pin(child.process.pid, self._text_cpus)
         self._write_files()
         if cfg.http is not None:  # clients of the running service, so started last
             self._start_http(me)
@@ -215,6 +225,8 @@ class Supervisor:
     def _spawn(self, child: Child) -> None:
         spawn(child)
         assert child.process is not None
+        if self._text_cpus is not None and child.role != "engine":
+            pin(child.process.pid, self._text_cpus)
         _log.info("started %s (pid %d)", child.name, child.process.pid)
 
     def _wait_ready(self, children: list[Child]) -> None:
