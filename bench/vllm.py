@@ -3,6 +3,7 @@
 
     .venv/bin/textproc bench vllm [--quick] [--json PATH] [--concurrency 4,16,64]
         [--mixes short,long,schema,tools] [--rounds 3] [--engine-cores CPUS] [--model-dir DIR]
+        [--text-cpus SETTING ...]
 
 Starts ``vllm serve DIR`` and ``textproc serve --engine vllm --model-dir DIR --http`` (both from
 the engine's environment, ``.venv-vllm``), warms each up, then drives each with vLLM's own load
@@ -22,6 +23,9 @@ Reported per side: requests/s, output tokens/s, TTFT p50/p99, TPOT mean, ITL p99
 seconds per request of the engine process (with its model worker) and of everything else
 (textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc.
 
+``--text-cpus`` is textproc serve's (default ``auto``: its text processes on the CPUs vLLM's
+model worker leaves); repeated, one textproc side runs per setting, all alternating with vLLM's
+server (``--text-cpus auto --text-cpus none``: the pinning's own effect in the same run).
 ``--engine-cores`` pins both engines (engine_vllm and vLLM's EngineCore, with their model
 workers) to those CPUs and everything else to the others, so the comparison can be made with the
 text work off the engine's cores. Results, machine and date go to bench/README.md.
@@ -43,6 +47,7 @@ from _common import write_json
 
 from textproc.engines.vllm import default_python
 from textproc.engines.vllm_reference import ReferenceServer
+from textproc.placement import pin, process_tree
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.corpus import mixed_text
@@ -76,42 +81,12 @@ METRICS = [("request_throughput", "req/s"), ("output_throughput", "out tok/s"),
            ("mean_tpot_ms", "TPOT ms"), ("p99_itl_ms", "ITL p99 ms")]
 
 
-def tree(pid: int) -> list[int]:
-    """``pid`` and every descendant (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
 def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def pin(pids: list[int], cpus: set[int]) -> None:
-    """Every thread of these processes onto ``cpus`` (children started later inherit it)."""
-    for pid in pids:
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setaffinity(int(tid), cpus)
-        except OSError:
-            pass
 
 
 class Side:
@@ -124,11 +99,11 @@ class Side:
 
     def groups(self) -> dict[str, list[int]]:
         """"engine": the engine process and its descendants; "text": every other process."""
-        pids = tree(self.root_pid)
+        pids = process_tree(self.root_pid)
         engine_roots = [p for p in pids if self.engine_marker in cmdline(p)]
         engine = set()
         for p in engine_roots:
-            engine.update(tree(p))
+            engine.update(process_tree(p))
         return {"engine": sorted(engine), "text": [p for p in pids if p not in engine]}
 
     def cpu(self) -> dict[str, float]:
@@ -245,71 +220,86 @@ def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
     return row
 
 
-def start_sides(model: Path, tmp: Path, max_model_len: int, python: str) -> tuple[Any, Any, Side, Side]:
+def start_sides(model: Path, tmp: Path, max_model_len: int, python: str,
+                text_cpus: list[str]) -> tuple[Any, list[Any], list[Side], Side]:
+    """vLLM's server and one ``textproc serve`` per ``--text-cpus`` setting, all up."""
     reference = ReferenceServer(tmp / "ref", model, max_model_len=max_model_len, env=ENGINE_ENV,
                                 python=python, args=["--enable-auto-tool-choice",
                                                      "--tool-call-parser", "hermes"])
     (tmp / "ref").mkdir()
     reference.start()
-    serve = ServeProcess(tmp / "tp", model, workers=2, engine="vllm",
-                         args=["--http", "127.0.0.1:0", "--max-model-len", str(max_model_len),
-                               "--engine-python", python, "--engine-arg=--kv-cache-gib=2",
-                               "--engine-arg=--stats-interval-s=5"],
-                         env={**os.environ, **ENGINE_ENV})
-    serve.start(timeout_s=900)
+    serves, ours = [], []
+    for k, setting in enumerate(text_cpus):
+        serve = ServeProcess(tmp / f"tp{k}", model, workers=2, engine="vllm",
+                             args=["--http", "127.0.0.1:0", "--max-model-len", str(max_model_len),
+                                   "--engine-python", python, "--engine-arg=--kv-cache-gib=2",
+                                   "--engine-arg=--stats-interval-s=5", "--text-cpus", setting],
+                             env={**os.environ, **ENGINE_ENV})
+        serve.start(timeout_s=900)
+        serves.append(serve)
+        deadline = time.monotonic() + 60
+        while not (serve.runtime_dir / "http.json").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        info = json.loads((serve.runtime_dir / "http.json").read_text())
+        assert serve.proc is not None
+        name = "textproc" if len(text_cpus) == 1 else f"textproc[{setting}]"
+        ours.append(Side(name, f"http://{info['host']}:{info['port']}", model.name,
+                         serve.proc.pid, "engine_vllm"))
     ref_url = reference.wait()
-    deadline = time.monotonic() + 60
-    while not (serve.runtime_dir / "http.json").is_file() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    info = json.loads((serve.runtime_dir / "http.json").read_text())
-    assert serve.proc is not None
-    ours = Side("textproc", f"http://{info['host']}:{info['port']}", model.name, serve.proc.pid,
-                "engine_vllm")
     theirs = Side("vllm", ref_url, model.name, reference.pid, "EngineCore")
-    return reference, serve, ours, theirs
+    return reference, serves, ours, theirs
 
 
 def pin_engines(sides: list[Side], engine_cpus: set[int]) -> None:
     others = set(range(os.cpu_count() or 1)) - engine_cpus or engine_cpus
     for side in sides:
         groups = side.groups()
-        pin(groups["engine"], engine_cpus)
-        pin(groups["text"], others)
+        for pid in groups["engine"]:
+            pin(pid, frozenset(engine_cpus))
+        for pid in groups["text"]:
+            pin(pid, frozenset(others))
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarise(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """Per mix and concurrency: each side's medians and ranges, and each textproc side's
+    ratios to vLLM's (``ratio_<name>_<metric>``)."""
     out = []
     keys = sorted({(r["mix"], r["concurrency"]) for r in rows},
                   key=lambda k: (list(MIXES).index(k[0]), k[1]))
     for mix, conc in keys:
         line: dict[str, Any] = {"mix": mix, "concurrency": conc}
-        for side in ("textproc", "vllm"):
+        for side in [*names, "vllm"]:
             mine = [r for r in rows if r["mix"] == mix and r["concurrency"] == conc
                     and r["side"] == side]
             for key, _ in METRICS + [("cpu_engine_ms", ""), ("cpu_text_ms", "")]:
                 values = [r[key] for r in mine]
                 line[f"{side}_{key}"] = statistics.median(values) if values else 0.0
                 line[f"{side}_{key}_range"] = (min(values), max(values)) if values else (0, 0)
-        for key, _ in METRICS:
-            theirs = line[f"vllm_{key}"]
-            line[f"ratio_{key}"] = line[f"textproc_{key}"] / theirs if theirs else float("nan")
+        for side in names:
+            for key, _ in METRICS:
+                theirs = line[f"vllm_{key}"]
+                line[f"ratio_{side}_{key}"] = line[f"{side}_{key}"] / theirs if theirs else float("nan")
         out.append(line)
     return out
 
 
-def print_summary(summary: list[dict[str, Any]]) -> None:
+def print_summary(summary: list[dict[str, Any]], names: list[str]) -> None:
     for line in summary:
         print(f"\n{line['mix']} @ concurrency {line['concurrency']}:")
-        print(f"  {'metric':<14} {'textproc':>22} {'vllm serve':>22} {'ratio':>7}")
+        print(f"  {'metric':<14}" + "".join(f"{n:>24}{'ratio':>8}" for n in names)
+              + f"{'vllm serve':>24}")
         for key, label in METRICS:
-            a, b = line[f"textproc_{key}"], line[f"vllm_{key}"]
-            ra, rb = line[f"textproc_{key}_range"], line[f"vllm_{key}_range"]
-            print(f"  {label:<14} {a:9.1f} ({ra[0]:.1f}-{ra[1]:.1f})".ljust(40)
-                  + f"{b:9.1f} ({rb[0]:.1f}-{rb[1]:.1f})".ljust(24) + f"{line[f'ratio_{key}']:6.2f}x")
+            cells = ""
+            for side in names:
+                a, ra = line[f"{side}_{key}"], line[f"{side}_{key}_range"]
+                cells += (f"{a:9.1f} ({ra[0]:.1f}-{ra[1]:.1f})".rjust(24)
+                          + f"{line[f'ratio_{side}_{key}']:7.2f}x")
+            b, rb = line[f"vllm_{key}"], line[f"vllm_{key}_range"]
+            print(f"  {label:<14}{cells}" + f"{b:9.1f} ({rb[0]:.1f}-{rb[1]:.1f})".rjust(24))
         for group in ("engine", "text"):
             key = f"cpu_{group}_ms"
-            print(f"  {'CPU ' + group + ' ms/req':<14} {line['textproc_' + key]:9.1f}".ljust(40)
-                  + f"{line['vllm_' + key]:9.1f}")
+            cells = "".join(f"{line[side + '_' + key]:24.1f}{'':8}" for side in names)
+            print(f"  {'CPU ' + group + ' ms/req':<14}{cells}{line['vllm_' + key]:24.1f}")
 
 
 def main() -> int:
@@ -320,7 +310,11 @@ def main() -> int:
     p.add_argument("--engine-cores", help="CPU list for both engines, e.g. 1 (the rest: text work)")
     p.add_argument("--model-dir", type=Path, default=MODELS_DIR / "qwen3-tiny")
     p.add_argument("--engine-python", default=None)
+    p.add_argument("--text-cpus", action="append", metavar="SETTING",
+                   help="textproc serve --text-cpus of the textproc side; repeated, one textproc "
+                        "side per setting (e.g. --text-cpus auto --text-cpus none; default auto)")
     a = p.parse_args()
+    text_cpus = a.text_cpus or ["auto"]
     python = a.engine_python or default_python()
     if not (a.model_dir / "config.json").is_file() or not Path(python).parent.joinpath("vllm").is_file():
         print(f"bench vllm: needs the engine environment and model: bash scripts/setup_vllm.sh "
@@ -336,14 +330,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp_name:  # logs: --keep
         tmp = Path(tmp_name)
         t0 = time.monotonic()
-        reference, serve, ours, theirs = start_sides(a.model_dir, tmp, max_model_len, python)
+        reference, serves, ours, theirs = start_sides(a.model_dir, tmp, max_model_len, python,
+                                                      text_cpus)
         print(f"# both servers up in {time.monotonic() - t0:.0f} s", flush=True)
         try:
             if a.engine_cores:
-                pin_engines([ours, theirs], {int(c) for c in a.engine_cores.split(",")})
+                pin_engines([*ours, theirs], {int(c) for c in a.engine_cores.split(",")})
             out_dir = tmp / "results"
             out_dir.mkdir()
-            for side in (ours, theirs):  # warm-up: first requests, first schema compile
+            for side in (*ours, theirs):  # warm-up: first requests, first schema compile
                 for mix in mixes:
                     run_load(side, mix, 4, 4, out_dir, python, a.model_dir)
             for round_index in range(rounds):
@@ -351,7 +346,9 @@ def main() -> int:
                     for conc in concurrencies:
                         # enough requests that one slow one does not make the median
                         prompts = max(32, 2 * conc) if MIXES[mix]["input"] < 4096 else max(8, conc)
-                        order = (ours, theirs) if (round_index + conc) % 2 == 0 else (theirs, ours)
+                        sides = [*ours, theirs]  # rotated: each side goes first in turn
+                        turn = (round_index + conc) % len(sides)
+                        order = sides[turn:] + sides[:turn]
                         for side in order:
                             row = run_load(side, mix, conc, prompts, out_dir, python,
                                            a.model_dir, round_index)
@@ -362,14 +359,17 @@ def main() -> int:
                                   f"{row['request_throughput']:.2f} req/s, TTFT p99 "
                                   f"{row['p99_ttft_ms']:.0f} ms, load {row['load_avg']:.1f}",
                                   flush=True)
-            fill = json.loads(serve.stats_file.read_text()).get("bitmask_fill_us", {})
-            print(f"# textproc's engine: bitmask fill per constrained request per step "
-                  f"{fill} (microseconds)", flush=True)
+            for side, serve in zip(ours, serves):
+                fill = json.loads(serve.stats_file.read_text()).get("bitmask_fill_us", {})
+                print(f"# {side.name}'s engine: bitmask fill per constrained request per step "
+                      f"{fill} (microseconds)", flush=True)
         finally:
-            serve.stop(timeout_s=60)
+            for serve in serves:
+                serve.stop(timeout_s=60)
             reference.stop()
-    summary = summarise(rows)
-    print_summary(summary)
+    names = [side.name for side in ours]
+    summary = summarise(rows, names)
+    print_summary(summary, names)
     info_end = machine()
     print(f"\n# end: {describe(info_end)}")
     write_json(a.json, rows + [{"summary": s} for s in summary], info)

@@ -26,7 +26,7 @@ from pathlib import Path
 from textproc.errors import InvalidInput, short
 
 __all__ = ["TEXT_CPUS_AUTO", "TEXT_CPUS_NONE", "check_text_cpus", "engine_cpus", "parse_cpu_list",
-           "pin", "text_cpus_for"]
+           "pin", "process_tree", "text_cpus_for"]
 
 _log = logging.getLogger(__name__)
 
@@ -71,18 +71,18 @@ def check_text_cpus(value: str) -> str:
     return value
 
 
-def _descendants(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """``pid`` and every process below it (read from ``/proc/*/stat``)."""
     children: dict[int, list[int]] = {}
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
+            stat = (entry / "stat").read_bytes()
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
     found, todo = [], [pid]
     while todo:
@@ -114,7 +114,7 @@ def engine_cpus(engine_pid: int) -> frozenset[int]:
     thread's allowed CPUs that are fewer than this process may use (empty: nothing bound)."""
     allowed = available_cpus()
     bound: set[int] = set()
-    for pid in _descendants(engine_pid):
+    for pid in process_tree(engine_pid):
         for cpus in _thread_cpus(pid):
             if cpus < allowed:
                 bound |= cpus

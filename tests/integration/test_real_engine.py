@@ -382,7 +382,8 @@ def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_p
     for side in sides:
         grow = bench.run_grow(side, 2, seed=1, chars=1500, turns=2)
         assert grow["completed"] == 4 and grow["median_ttft_ms"] > 0
-    summary = bench.summarise(rows)
+    summary = bench.summarise(rows, ["textproc"])
+    bench.print_summary(summary, ["textproc"])
     assert [(line["mix"], line["concurrency"]) for line in summary] == [("short", 2), ("schema", 2)]
     assert summary[0]["vllm_request_throughput"] > 0 and summary[1]["textproc_request_throughput"] > 0
 
