@@ -7,8 +7,11 @@ engine answers them. A random-weight model never ends a turn by itself, so the o
 the documented way (``CLAUDE_CODE_MAX_OUTPUT_TOKENS``: else the 32,000 it asks for would be ~21k
 tokens of noise, minutes on two cores), every answer stops at the cap, and Claude Code reports
 that as its own "exceeded the output token maximum" error (exit 1): the check is that this, and
-not an API or connection error, is what ends the run, with the prompts counted in full. (Codex
-has no setting that caps its output, so it is not run here; its turns are tested on the stub.)
+not an API or connection error, is what ends the run, with the prompts counted in full. Codex
+has no setting that caps its output, so the model is served from a copy whose
+``generation_config.json`` names ``max_new_tokens`` (the default ``max_tokens`` of a request
+that sets none, as ``vllm serve`` takes it): Codex's turn ends at that cap, and the check is the
+same: what ends the run is the answer or Codex's own word on it, never an API error.
 Behind ``-m slow``: one more engine start (15-80 s) and ~20 s of prefill.
 """
 
@@ -31,6 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
 
 MODEL = TINY_MODEL.name
 CONTEXT = 40960  # the model's max_position_embeddings
+MAX_NEW = 48  # the served copy's max_new_tokens: what a request that sets no max_tokens gets
 BIN = REPO / ".cache" / "npm" / "node_modules" / ".bin"
 QUIET = {"DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
          "DISABLE_BUG_COMMAND": "1", "DISABLE_COST_WARNINGS": "1",
@@ -48,7 +52,15 @@ def _agent(name: str) -> Path:
 def url(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("an engine start and Claude Code's ~19k-token prompts: run with -m slow")
-    service = Service(tmp_path_factory.mktemp("agents-vllm"), TINY_MODEL, workers=1, engine="vllm",
+    # the tiny model with a default output cap: its files, and a generation_config.json of its own
+    model = tmp_path_factory.mktemp("models") / MODEL
+    model.mkdir()
+    for path in TINY_MODEL.iterdir():
+        if path.name != "generation_config.json":
+            (model / path.name).symlink_to(path.resolve())
+    config = json.loads((TINY_MODEL / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**config, "max_new_tokens": MAX_NEW}))
+    service = Service(tmp_path_factory.mktemp("agents-vllm"), model, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(CONTEXT)])
     service.env = {**os.environ, **ENGINE_ENV}
     service.start(timeout_s=600)
@@ -76,3 +88,58 @@ def test_claude_code_requests_are_answered(url: str, tmp_path: Path) -> None:
     usage = result["usage"]
     assert usage["output_tokens"] > 0, usage
     assert usage["input_tokens"] > 15000, usage  # its whole prompt reached the model
+
+
+CODEX_CONFIG = """\
+model = "{model}"
+model_provider = "textproc"
+check_for_update_on_startup = false
+
+[model_providers.textproc]
+name = "textproc"
+base_url = "{url}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+apps = false
+tool_suggest = false
+shell_snapshot = false
+"""
+DEAD_PROXY = "http://127.0.0.1:9"  # anything not sent to localhost goes nowhere
+
+
+def test_codex_turn_is_answered(url: str, tmp_path: Path) -> None:
+    """``codex exec`` with a custom provider (``wire_api = "responses"``): its real requests
+    (namespace and hosted tools, reasoning, ``store: false``) reach the engine, the answer
+    comes back, and what ends the run is the answer or Codex's own word on a capped one."""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(CODEX_CONFIG.format(model=MODEL, url=url))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env.update(CODEX_HOME=str(home), HTTPS_PROXY=DEAD_PROXY, HTTP_PROXY=DEAD_PROXY,
+               ALL_PROXY=DEAD_PROXY, NO_PROXY="127.0.0.1,localhost")
+    done = subprocess.run([str(_agent("codex")), "exec", "--skip-git-repo-check", "--json",
+                           "Say hello."], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    kinds = [e.get("type") for e in events]
+    assert "turn.started" in kinds, done.stderr[-3000:] + done.stdout[-3000:]
+    answers = [e["item"]["text"] for e in events if e.get("type") == "item.completed"
+               and e["item"].get("type") == "agent_message"]
+    assert answers and answers[0], events  # the engine's text reached Codex as its answer
+    failed = [e for e in events if e.get("type") in ("turn.failed", "error")]
+    for event in failed:  # the only failure allowed: the capped answer, in Codex's words
+        assert "incomplete" in json.dumps(event).lower() or "max_output_tokens" in json.dumps(event), event
+    if not failed:
+        assert done.returncode == 0 and "turn.completed" in kinds, done.stdout[-3000:]
+        usage = next(e["usage"] for e in events if e.get("type") == "turn.completed")
+        assert usage["input_tokens"] > 5000 and 0 < usage["output_tokens"] <= MAX_NEW, usage
