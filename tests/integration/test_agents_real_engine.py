@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.codex import run_codex
 from tests.helpers.real_engine import ENGINE_ENV, TINY_MODEL, missing
 from tests.helpers.service import REPO, Service, wait_http
 
@@ -90,46 +91,11 @@ def test_claude_code_requests_are_answered(url: str, tmp_path: Path) -> None:
     assert usage["input_tokens"] > 15000, usage  # its whole prompt reached the model
 
 
-CODEX_CONFIG = """\
-model = "{model}"
-model_provider = "textproc"
-check_for_update_on_startup = false
-
-[model_providers.textproc]
-name = "textproc"
-base_url = "{url}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-remote_plugin = false
-plugin_sharing = false
-apps = false
-tool_suggest = false
-shell_snapshot = false
-"""
-DEAD_PROXY = "http://127.0.0.1:9"  # anything not sent to localhost goes nowhere
-
-
 def test_codex_turn_is_answered(url: str, tmp_path: Path) -> None:
     """``codex exec`` with a custom provider (``wire_api = "responses"``): its real requests
     (namespace and hosted tools, reasoning, ``store: false``) reach the engine, the answer
     comes back, and what ends the run is the answer or Codex's own word on a capped one."""
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    (home / "config.toml").write_text(CODEX_CONFIG.format(model=MODEL, url=url))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-    env.update(CODEX_HOME=str(home), HTTPS_PROXY=DEAD_PROXY, HTTP_PROXY=DEAD_PROXY,
-               ALL_PROXY=DEAD_PROXY, NO_PROXY="127.0.0.1,localhost")
-    done = subprocess.run([str(_agent("codex")), "exec", "--skip-git-repo-check", "--json",
-                           "Say hello."], cwd=work, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=300)
+    done = run_codex(url, MODEL, tmp_path, "--json", "Say hello.", timeout_s=300)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     kinds = [e.get("type") for e in events]
     assert "turn.started" in kinds, done.stderr[-3000:] + done.stdout[-3000:]

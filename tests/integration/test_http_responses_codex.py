@@ -12,8 +12,6 @@ a tool's output comes back as the answer (the ChatML template renders it as a us
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,12 +19,12 @@ from typing import Any, Iterator
 import openai
 import pytest
 
-from tests.helpers.service import REPO, Service, build_toy_model, wait_http
+from tests.helpers.codex import run_codex
+from tests.helpers.service import Service, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(120)
 
 MODEL = "toy"
-CODEX = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "codex"
 OBJECT = {"type": "object", "properties": {"target": {"type": "string"}},
           "required": ["target"], "additionalProperties": False}
 EXEC = {"type": "function", "name": "exec_command", "description": "Runs a command.",
@@ -162,48 +160,8 @@ def test_store_false_continues_a_stored_response_and_keeps_nothing(
 
 # ---------------------------------------------------------------- the real Codex CLI
 
-CONFIG = """\
-model = "{model}"
-model_provider = "textproc"
-check_for_update_on_startup = false
-
-[model_providers.textproc]
-name = "textproc"
-base_url = "{url}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[features]
-# each of these reaches a host of its own at startup (a plugin marketplace, connectors)
-plugins = false
-remote_plugin = false
-plugin_sharing = false
-apps = false
-tool_suggest = false
-shell_snapshot = false
-"""
-DEAD_PROXY = "http://127.0.0.1:9"  # anything not sent to localhost goes nowhere
-
-
 def _codex(url: str, tmp_path: Path, prompt: str) -> subprocess.CompletedProcess[str]:
-    if not CODEX.exists() or shutil.which("node") is None:
-        pytest.skip("Codex CLI is not installed: run `bash scripts/fetch_agents.sh` "
-                    "(needs npm)")
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(CONFIG.format(model=MODEL, url=url))
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-    env.update(CODEX_HOME=str(home), HTTPS_PROXY=DEAD_PROXY, HTTP_PROXY=DEAD_PROXY,
-               ALL_PROXY=DEAD_PROXY, NO_PROXY="127.0.0.1,localhost")
-    return subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", prompt], cwd=work,
-                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=90)
+    return run_codex(url, MODEL, tmp_path, prompt)
 
 
 def test_codex_exec_answers(url: str, tmp_path: Path) -> None:
