@@ -1,11 +1,12 @@
 """What the fake model says: per-request token sources for the echo, replay and random modes.
 
-Owns the generation rules every mode shares (``RequestState.take``): a stop token id (EOS
-included, unless ``ignore_eos``) ends the request with "stop" once ``min_tokens`` tokens were
-generated before it, and is then the LAST id of the request's output (so it counts as a completion
-token, as in vLLM/OpenAI usage); before ``min_tokens`` a stop id is skipped, as an engine that
-masks stop tokens would never sample it; ``max_tokens`` generated ends it with "length" (a stop id
-in that same position wins). Echo and replay scripts end with the end token and repeat when it
+Owns the generation rules every mode shares (``RequestState.take``): a stop token id (the
+request's ``stop_token_ids``: textproc put the model's EOS ids there unless ``ignore_eos``) ends
+the request with "stop" once ``min_tokens`` tokens were generated before it, and is then the
+LAST id of the request's output (so it counts as a completion token, as in vLLM/OpenAI usage);
+before ``min_tokens`` a stop id or an EOS id (``eos_token_ids``, with ``ignore_eos`` too) is
+skipped, as an engine that masks them (vLLM's ``all_stop_token_ids``) would never sample it;
+``max_tokens`` generated ends it with "length" (a stop id in that same position wins). Echo and replay scripts end with the end token and repeat when it
 does not stop the request (``ignore_eos``, ``min_tokens``).
 
 Constrained requests (``IncomingRequest.guide``, a compiled index from textproc) always give
@@ -104,7 +105,7 @@ class RequestState:
 
     __slots__ = (
         "request_id", "script", "pos", "rng", "pool", "generated", "max_tokens", "stops",
-        "min_tokens", "only_stops", "aborted_at", "guide", "echoing", "logprobs", "vocab_size", "fast_forwarded",
+        "min_tokens", "masked", "only_masked", "aborted_at", "guide", "echoing", "logprobs", "vocab_size", "fast_forwarded",
         "_allowed",
     )
 
@@ -113,7 +114,6 @@ class RequestState:
         request: _RequestLike,
         script: list[int] | None,
         *,
-        eos_token_id: int | None,
         rng: random.Random | None = None,
         pool: Sequence[int] = (),
     ) -> None:
@@ -124,12 +124,11 @@ class RequestState:
         self.pool = pool  # ids random mode draws from
         self.generated = 0
         self.max_tokens = request.max_tokens
-        stops = set(request.stop_token_ids)
-        if request.ignore_eos and eos_token_id is not None:
-            stops.discard(eos_token_id)
-        self.stops = stops
+        self.stops = set(request.stop_token_ids)
+        # masked until min_tokens (request-like test objects may lack eos_token_ids)
+        self.masked = self.stops | set(getattr(request, "eos_token_ids", ()))
         self.min_tokens = request.min_tokens
-        self.only_stops = script is not None and all(t in stops for t in script)
+        self.only_masked = script is not None and all(t in self.masked for t in script)
         self.guide: Any = None  # textproc.core.constraints.Guide for a constrained request
         self.fast_forwarded = 0  # ids appended without sampling: the guide's only choice (forced_ids)
         self.echoing = script is not None
@@ -231,14 +230,14 @@ class RequestState:
         skipped = 0
         while len(new) < k:
             token_id = self._next()
-            if token_id in stops:
-                if self.generated >= self.min_tokens:
-                    new.append(token_id)
-                    self.generated += 1
-                    return new, "stop"
-                if not self.only_stops and skipped < 1000:
+            if self.generated < self.min_tokens and token_id in self.masked:
+                if not self.only_masked and skipped < 1000:
                     skipped += 1
                     continue  # masked until min_tokens
+            elif token_id in stops:
+                new.append(token_id)
+                self.generated += 1
+                return new, "stop"
             new.append(token_id)
             self.generated += 1
             if self.generated >= self.max_tokens:
@@ -304,7 +303,7 @@ class EchoScripts:
             script.append(end)
         if not script:  # nothing to say and no end token: repeat the prompt's last id
             script = [ids[-1]]
-        state = RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+        state = RequestState(request, script)
         state.vocab_size = self.tok.vocab_size
         return state
 
@@ -323,7 +322,7 @@ class ReplayScripts:
             script.append(end)
         if not script:
             script = [request.prompt_token_ids[-1]]
-        state = RequestState(request, script, eos_token_id=self.tok.eos_token_id)
+        state = RequestState(request, script)
         state.vocab_size = self.tok.vocab_size
         return state
 
@@ -352,14 +351,12 @@ class RandomScripts:
     """Random mode: uniformly random non-special ids, seeded per (seed, request_id), with the
     request's ``logit_bias`` applied (``biased_pool``)."""
 
-    def __init__(self, vocab_size: int, special_ids: frozenset[int], *, seed: int,
-                 eos_token_id: int | None = None) -> None:
+    def __init__(self, vocab_size: int, special_ids: frozenset[int], *, seed: int) -> None:
         self.pool = [i for i in range(vocab_size) if i not in special_ids]
         self.seed = seed
-        self.eos_token_id = eos_token_id
 
     def __call__(self, request: _RequestLike) -> RequestState:
         rng = random.Random(f"{self.seed}:{request.request_id}")
         # IncomingRequest.logit_bias (protocol 4); request-like test objects may lack it
         pool = biased_pool(self.pool, getattr(request, "logit_bias", None) or {})
-        return RequestState(request, None, eos_token_id=self.eos_token_id, rng=rng, pool=pool)
+        return RequestState(request, None, rng=rng, pool=pool)

@@ -318,7 +318,7 @@ def make_scripts(settings: StubSettings,
     if settings.mode == "random":
         if tok is not None:
             return RandomScripts(settings.vocab_size or tok.vocab_size, tok.special_ids,
-                                 seed=settings.seed, eos_token_id=tok.eos_token_id)
+                                 seed=settings.seed)
         assert settings.vocab_size is not None
         return RandomScripts(settings.vocab_size, frozenset(), seed=settings.seed)
     assert tok is not None

@@ -264,6 +264,13 @@ class VllmEngine:
             options["structured_outputs"] = self._structured_cls(
                 regex=GUIDE_PREFIX + request.request_id)
         params = self._params_cls(**options)
+        if request.eos_token_ids:
+            # what vLLM's own server does in its input processor (its engine core never does):
+            # the model's EOS ids stop the request unless ignore_eos, and are masked until
+            # min_tokens either way (all_stop_token_ids). textproc chose the ids (tokenizer EOS
+            # + generation config, per --generation-config), so none is passed as the
+            # tokenizer's: they all stop as stop ids
+            params.update_from_generation_config({"eos_token_id": list(request.eos_token_ids)})
         if request.guide is not None:
             params.structured_outputs._backend = "textproc"
         return params

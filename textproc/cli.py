@@ -38,7 +38,7 @@ from textproc.engines import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.lifecycle import LOG_LEVELS, add_child_arguments, setup_logging
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
-from textproc.service.sampling_defaults import GENERATION_CONFIG_FILE, load_sampling_defaults
+from textproc.service.sampling_defaults import GENERATION_CONFIG_FILE, load_generation_config
 
 __all__ = ["main", "build_parser", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
 
@@ -179,7 +179,8 @@ def _text_and_front_flags(p: argparse.ArgumentParser) -> None:
                    help="where a request's unset temperature, top_p, top_k, min_p, penalties "
                         "and max_tokens come from: auto = the model's generation_config.json, "
                         "as vllm serve does by default; none = the engine's own defaults "
-                        "(vllm serve --generation-config vllm) (default auto)")
+                        "(vllm serve --generation-config vllm). Its eos_token_id ends requests "
+                        "either way, as in vLLM (default auto)")
     p.add_argument("--split-min-chars", type=int, default=_service_default("split_min_chars"),
                    metavar="N", help="a prompt of at least N characters is encoded by the worker "
                    "that got it and its peers together, exactly (0: never; default "
@@ -292,15 +293,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _log_sampling_defaults(service: ServiceConfig) -> None:
-    """Say once which defaults the model's generation_config.json gives (each worker loads them
-    too); a malformed file stops serve here, before any process starts (InvalidInput)."""
-    if service.generation_config != "auto":
-        return
-    defaults = load_sampling_defaults(service.model_dir)
-    if not defaults.is_empty:
+    """Say once which defaults and EOS ids the model's generation config gives (each worker
+    loads them too); a malformed file stops serve here, before any process starts
+    (InvalidInput). Its eos_token_id is read with either --generation-config, as vLLM reads it."""
+    generation = load_generation_config(service.model_dir,
+                                        sampling=service.generation_config == "auto")
+    if not generation.defaults.is_empty:
         _log.info("a request's unset sampling values come from the model's %s: %s (serve with "
                   "--generation-config none to ignore them)", GENERATION_CONFIG_FILE,
-                  defaults.describe())
+                  generation.defaults.describe())
+    if generation.eos_token_ids:
+        _log.info("requests also end at eos_token_id %s of %s (besides the tokenizer's EOS)",
+                  list(generation.eos_token_ids), generation.eos_source)
 
 
 def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> ServeConfig:

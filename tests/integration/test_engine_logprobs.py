@@ -157,7 +157,7 @@ def test_stub_echo_rows_are_deterministic_and_sorted() -> None:
     from engine_stub.scripts import RequestState
 
     request = IncomingRequest("r", [1], 9, [], {}, None, 0, False, logprobs=3)
-    state = RequestState(request, [4, 5, 6], eos_token_id=None)
+    state = RequestState(request, [4, 5, 6])
     state.vocab_size = 100
     new, _ = state.take(3)
     rows = state.logprob_rows(new, 0)
@@ -175,7 +175,7 @@ def test_stub_random_rows_are_the_uniform_value() -> None:
     from engine_stub.scripts import RequestState
 
     request = IncomingRequest("r", [1], 9, [], {}, None, 0, False, logprobs=2)
-    state = RequestState(request, None, eos_token_id=None, rng=random.Random(0),
+    state = RequestState(request, None, rng=random.Random(0),
                          pool=list(range(50)))
     new, _ = state.take(2)
     for value, alts in state.logprob_rows(new, 0):
@@ -194,7 +194,7 @@ def test_stub_constrained_rows_are_uniform_over_the_allowed_ids() -> None:
     vocab = TokenVocabulary([b"a", b"b", b"ab", b"c", b""], end_ids=[4])
     index = compile_constraint(vocab, regex="(ab|c)+", cache=None)
     request = IncomingRequest("r", [1], 6, [4], {}, None, 0, False, logprobs=1)
-    state = RequestState(request, None, eos_token_id=None, pool=list(range(5)))
+    state = RequestState(request, None, pool=list(range(5)))
     guide = Guide(index)
     state.constrain(guide, random.Random(3))
     allowed = []  # the allowed ids before each token, replayed on a second guide

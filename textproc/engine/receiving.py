@@ -196,6 +196,7 @@ class FrameReceiver:
                         frame.index_key,
                         guide,
                         frame.logprobs,
+                        frame.eos_token_ids,
                     )
                 )
             case EngineIndex(table=table, evict=evict):

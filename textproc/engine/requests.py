@@ -23,10 +23,13 @@ class IncomingRequest(msgspec.Struct):
     ``prompt_token_ids`` is an ``array('I')`` (a ``Sequence[int]``: len, index, slice, iterate;
     ``numpy.frombuffer(ids, numpy.uint32)`` without a copy) unless the link was built with
     ``prompt_ids_as_list=True``: turning 1,024 packed ids into Python ints costs ~10x the memcpy
-    (bench/enginelink.py). ``stop_token_ids`` already contains EOS unless ``ignore_eos``; stop
-    ids do not apply before ``min_tokens`` generated tokens. ``constraint`` is a regex the whole
-    output must match. ``logit_bias`` maps token ids (in the vocabulary) to a bias in
-    -100..100 added to their logits (OpenAI's rule: -100 bans the token, 100 forces it).
+    (bench/enginelink.py). ``stop_token_ids`` are the ids that stop the request: the model's EOS
+    ids (``eos_token_ids``: the tokenizer's and its generation config's) are among them unless
+    ``ignore_eos``. Before ``min_tokens`` generated tokens the engine masks ``stop_token_ids``
+    and ``eos_token_ids`` (with ``ignore_eos`` too: vLLM's ``all_stop_token_ids``), so neither
+    is sampled. ``constraint`` is a regex the whole output must match. ``logit_bias`` maps
+    token ids (in the vocabulary) to a bias in -100..100 added to their logits (OpenAI's rule:
+    -100 bans the token, 100 forces it).
     ``guide`` (when the request names a compiled index) enforces ``constraint``:
     ``guide.allowed_mask()`` before sampling, ``guide.advance(token_id)`` after, finish when
     ``guide.is_finished``. ``logprobs``: None, or k >= 0: send each new token's logprob and its
@@ -45,6 +48,7 @@ class IncomingRequest(msgspec.Struct):
     index_key: str = ""
     guide: Any = None  # textproc.core.constraints.Guide when index_key names an index
     logprobs: int | None = None  # alternatives wanted per new token (None: no logprobs)
+    eos_token_ids: list[int] = []  # the model's EOS ids (see above)
 
 
 def unpack_array(data: bytes) -> array[int]:
@@ -77,6 +81,9 @@ def check_request(frame: EngineRequest) -> str | None:
     for token_id in frame.stop_token_ids:
         if token_id < 0:
             return f"stop_token_ids must be >= 0, got {short(frame.stop_token_ids)}"
+    for token_id in frame.eos_token_ids:
+        if token_id < 0:
+            return f"eos_token_ids must be >= 0, got {short(frame.eos_token_ids)}"
     if frame.logprobs is not None and not 0 <= frame.logprobs <= MAX_TOP_LOGPROBS:
         return f"logprobs must be None or 0..{MAX_TOP_LOGPROBS}, got {frame.logprobs!r}"
     return None

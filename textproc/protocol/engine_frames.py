@@ -52,10 +52,10 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     request_id: str
     prompt_token_ids: bytes  # pack_ids(...)
     max_tokens: int
-    stop_token_ids: list[int] = []  # includes EOS unless ignore_eos
+    stop_token_ids: list[int] = []  # the ids that stop it: eos_token_ids too unless ignore_eos
     sampling: dict[str, Any] = {}  # temperature, top_p, top_k, seed, ... passed through untouched
     constraint: str | None = None  # regex the whole output must match (forced tool call)
-    min_tokens: int = 0  # stop token ids do not apply before this many tokens
+    min_tokens: int = 0  # stop_token_ids and eos_token_ids are masked before this many tokens
     ignore_eos: bool = False
     # token id -> bias added to its logit, in LOGIT_BIAS_RANGE (protocol 4; ids in the vocabulary)
     logit_bias: dict[int, float] = {}
@@ -65,6 +65,10 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     # protocol 8: None: no logprobs; k >= 0: with each new token send its logprob and the k
     # most likely alternatives (ids + logprobs), k in 0..MAX_TOP_LOGPROBS (vLLM's meaning)
     logprobs: int | None = None
+    # protocol 14: the model's EOS ids (the tokenizer's and its generation config's
+    # eos_token_id). In stop_token_ids unless ignore_eos; masked until min_tokens even with
+    # ignore_eos (vLLM's SamplingParams.all_stop_token_ids)
+    eos_token_ids: list[int] = []
 
 
 class IndexTable(msgspec.Struct, array_like=True, gc=False):

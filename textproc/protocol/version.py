@@ -28,4 +28,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # 13: IndexTable.n_known (a partial index: the first states of a progressive compile, the whole
 # index following under the same key: IndexDone on detok-in, EngineIndex again on engine-in;
 # Submit.compiler, the worker whose IndexDone is to come)
-PROTOCOL_VERSION = 13
+# 14: EngineRequest.eos_token_ids (the model's EOS ids, masked until min_tokens even with
+# ignore_eos, as vLLM masks them)
+PROTOCOL_VERSION = 14

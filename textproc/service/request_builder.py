@@ -25,11 +25,10 @@ from textproc.core.constraints.free_text import without
 from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
 from textproc.core.parsing.declaration import ReasoningFormat
-from textproc.core.constraints.vocab import END_TOKEN_NAMES
 from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS
 from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.service.index_store import IndexStore
-from textproc.service.sampling_defaults import SamplingDefaults, load_sampling_defaults
+from textproc.service.sampling_defaults import load_generation_config, stop_token_ids
 from textproc.sharding import shard_of
 from textproc.core.tok.prompt import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES, render_chat
@@ -109,9 +108,11 @@ class RequestBuilder:
         self.tokenizer = tokenizer
         self.config = config
         self.encode = encoder().encode
-        # what a request leaves unset, from the model's generation_config.json (vLLM's "auto")
-        self.defaults = (load_sampling_defaults(config.model_dir)
-                         if config.generation_config == "auto" else SamplingDefaults())
+        # what a request leaves unset (vLLM's "auto"), and the ids that end it like EOS (both
+        # modes), from the model's generation_config.json
+        generation = load_generation_config(config.model_dir,
+                                            sampling=config.generation_config == "auto")
+        self.defaults = generation.defaults
         # text -> ids for prompts; the worker puts its PeerPool's encode here (same ids)
         self.encode_text: Callable[..., list[int]] = tokenizer.encode
         added = dict(tokenizer.added_tokens)
@@ -124,10 +125,14 @@ class RequestBuilder:
         else:
             _log.info("tool format %s, reasoning format %s: %s", self.formats.tool_format,
                       self.formats.reasoning_format or "none", self.formats.reason)
-        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        ids += [added[name] for name in END_TOKEN_NAMES if name in added]
-        self.default_stop_ids: list[int] = sorted(set(ids))
-        # compiled constraints: the end ids a constraint allows are the ids the engine stops on
+        # the tokenizer's EOS and the generation config's eos_token_id: the ids every request
+        # stops on unless ignore_eos (vLLM's rule), and the end ids of every compiled constraint
+        self.end_ids = generation.end_ids(tokenizer.eos_token_id)
+        if any(i >= tokenizer.vocab_size for i in generation.eos_token_ids):
+            raise InvalidInput(
+                f"eos_token_id {short(list(generation.eos_token_ids))} in "
+                f"{generation.eos_source}: the tokenizer has ids 0..{tokenizer.vocab_size - 1}; "
+                "fix the file")
         # the special tokens the model's tool-call / reasoning format is spelled in: a forced
         # call writes them (the detokenizer keeps them for the parser the same way)
         markers: set[str] = set()
@@ -136,7 +141,7 @@ class RequestBuilder:
         if self.formats.reasoning_format in REASONING_FORMATS:
             markers.update(REASONING_FORMATS[self.formats.reasoning_format].specials)
         store = IndexStore(config.constraint_cache_dir) if config.constraint_cache_dir else None
-        self.constraints = WorkerConstraints(tokenizer, self.default_stop_ids,
+        self.constraints = WorkerConstraints(tokenizer, self.end_ids,
                                              max_frame_bytes=config.max_frame_bytes,
                                              text_specials=frozenset(markers), store=store,
                                              max_compile_s=config.max_compile_s,
@@ -426,7 +431,7 @@ class RequestBuilder:
         vocab = self.tokenizer.vocab_size
         extra_ids = check_stop_token_ids(sampling.stop_token_ids, vocab)
         logit_bias = check_logit_bias(sampling.logit_bias, vocab)
-        stop_ids = sorted(set(extra_ids if sampling.ignore_eos else self.default_stop_ids + extra_ids))
+        stop_ids = stop_token_ids(self.end_ids, extra_ids, ignore_eos=sampling.ignore_eos)
         index_key, table = "", None
         if constraint is not None:
             try:
@@ -438,7 +443,7 @@ class RequestBuilder:
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
                                        sampling.params, constraint, min_tokens,
                                        sampling.ignore_eos, logit_bias, index_key,
-                                       output.logprobs)
+                                       output.logprobs, self.end_ids)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         min_tokens, output, parse, table)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)

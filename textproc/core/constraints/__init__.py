@@ -17,7 +17,7 @@ from textproc.core.constraints.compile import DEFAULT_CACHE, IndexCache, compile
 from textproc.core.constraints.guide import Guide
 from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.schema import MAX_BOUND, MAX_COUNT, json_schema_to_regex, tool_call_pattern
-from textproc.core.constraints.vocab import END_TOKEN_NAMES, TokenVocabulary
+from textproc.core.constraints.vocab import TokenVocabulary
 
 __all__ = [
     "json_schema_to_regex",
@@ -32,5 +32,4 @@ __all__ = [
     "Budget",
     "IndexCache",
     "DEFAULT_CACHE",
-    "END_TOKEN_NAMES",
 ]

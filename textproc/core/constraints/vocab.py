@@ -28,11 +28,9 @@ from typing import Any, Protocol
 from textproc.core.tok.bytelevel import byte_level_bytes
 from textproc.errors import InvalidInput, TokenizerFileError, short
 
-__all__ = ["TokenVocabulary", "END_TOKEN_NAMES", "SourceTokenizer", "VocabTables", "bits_of", "bitset", "subrange"]
+__all__ = ["TokenVocabulary", "SourceTokenizer", "VocabTables", "bits_of", "bitset", "subrange"]
 
 MAX_CHARS = 48  # tokens grouped by character count up to this (longer ones are walked)
-# special tokens that end a turn or the text (the chat formats textproc serves)
-END_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 
 
 class SourceTokenizer(Protocol):
@@ -100,8 +98,10 @@ class TokenVocabulary:
                        text_specials: Iterable[str] = ()) -> TokenVocabulary:
         """The vocabulary of a :class:`textproc.Tokenizer` (or anything with ``token_bytes``).
 
-        End ids default to the tokenizer's EOS plus the special turn/text end tokens it has
-        (``<|im_end|>``, ``<|endoftext|>``, ...), the ids textproc already stops on.
+        End ids must be the ids the engine stops the request on: the service passes the
+        model's EOS ids (the tokenizer's EOS and its generation config's ``eos_token_id``,
+        ``textproc.service.sampling_defaults``); the default is the tokenizer's EOS alone,
+        what vLLM stops on for a model with no generation config.
         ``text_specials``: special tokens (by content) a constraint may write as their text,
         the markers a tool-call format is spelled in (``[TOOL_CALLS]``, ``<|python_tag|>``).
         """
@@ -113,9 +113,7 @@ class TokenVocabulary:
             if token_id < size:
                 data[token_id] = content.encode("utf-8")
         if end_ids is None:
-            ends = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-            ends |= {tok.added_tokens[n] for n in END_TOKEN_NAMES if n in tok.added_tokens}
-            end_ids = {i for i in ends if i is not None}
+            end_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []
         return cls(data, end_ids=end_ids, special_ids=special, source=getattr(tok, "source", "<tokenizer>"))
 
     @classmethod
@@ -136,7 +134,8 @@ class TokenVocabulary:
         """A byte-level ``vocab.json`` (token string -> id, as Qwen ships it).
 
         ``tokenizer_config.json`` beside it gives the added tokens (``added_tokens_decoder``:
-        special ones are never text, others are their text) and ``eos_token``. The merges in
+        special ones are never text, others are their text) and ``eos_token``, the end id (as
+        :meth:`from_tokenizer`'s default). The merges in
         ``merges.txt`` change how text is split, not which bytes an id writes, so they are not
         needed here.
         """
@@ -175,7 +174,6 @@ class TokenVocabulary:
             eos = eos.get("content") if isinstance(eos, dict) else eos
             eos_id = names.get(eos, forward.get(eos, -1)) if isinstance(eos, str) else -1
             ends = {eos_id if isinstance(eos_id, int) else -1}
-            ends |= {names[n] for n in END_TOKEN_NAMES if n in names and names[n] in special}
             ends.discard(-1)
         size = max(texts, default=-1) + 1
         return cls([texts.get(i) for i in range(size)], end_ids=ends, special_ids=special, source=str(path))
