@@ -174,14 +174,26 @@ def test_echo_of_a_completion_prompt_and_the_end_token_choice(make_stub: Any, to
     assert eot is not None
     stub.request("p1", prompt, stop_token_ids=[eot])  # EOS not a stop id: the first stop id ends it
     stub.request("p2", prompt)  # no stop ids at all: the script repeats until max_tokens
-    stub.request("p3", prompt, 50, stop_token_ids=stop_ids(tok), ignore_eos=True)
-    stub.collect(["p1", "p2", "p3"])
+    # ignore_eos as textproc sends it: the EOS ids are not stop ids, only masked until min_tokens
+    eos = tok.eos_token_id
+    assert eos is not None
+    n = len(prompt)
+    stub.request("p3", prompt, 50, eos_token_ids=stop_ids(tok), ignore_eos=True)
+    stub.request("p4", prompt, 3 * n + 1, eos_token_ids=stop_ids(tok), ignore_eos=True,
+                 min_tokens=n + 2)
+    stub.request("p5", prompt, 50, stop_token_ids=[eos], eos_token_ids=stop_ids(tok), ignore_eos=True)
+    stub.collect(["p1", "p2", "p3", "p4", "p5"])
     assert stub.results["p1"] == prompt + [eot] and stub.reasons["p1"] == "stop"
     assert stub.reasons["p2"] == "length" and len(stub.results["p2"]) == 100
-    cycle = prompt + [tok.eos_token_id]
+    cycle = prompt + [eos]
     assert stub.results["p2"] == (cycle * 100)[:100]
-    # ignore_eos: EOS (<|im_end|>) is not a stop even though listed; it keeps cycling
+    # ignore_eos: EOS (<|im_end|>) is not a stop; it keeps cycling
     assert stub.results["p3"] == (cycle * 50)[:50] and stub.reasons["p3"] == "length"
+    # ... and before min_tokens it is masked (vLLM masks all_stop_token_ids): the first lap's
+    # EOS is skipped, the second's comes out and does not stop it
+    assert stub.results["p4"] == prompt + prompt + [eos] + prompt and stub.reasons["p4"] == "length"
+    # a stop id the request names itself stops it even under ignore_eos (vLLM's stop_token_ids)
+    assert stub.results["p5"] == cycle and stub.reasons["p5"] == "stop"
 
 
 def test_max_tokens_stop_ids_and_min_tokens(make_stub: Any, tok: Tokenizer) -> None:
