@@ -1,8 +1,8 @@
 """textproc in front of a real engine: vLLM's v1 engine core (``--engine vllm``) on a small
 seeded Qwen3 model, checked against vLLM's own server (``vllm serve``) on the same model.
 
-Greedy chats give the same content and token counts as vLLM's server; seeded logprobs are the
-model's; structured outputs and forced tool calls from a random-weight model always validate;
+Greedy chats give the same content and token counts as vLLM's server, and end at the same
+generation-config end id (min_tokens, ignore_eos); seeded logprobs are the model's; structured outputs and forced tool calls from a random-weight model always validate;
 stop strings, ``n`` > 1, streaming and the Responses API work; the Messages API answers as
 vLLM's own ``/v1/messages`` does; an aborted stream frees its KV blocks inside vLLM's scheduler; a kill -9 of the engine ends every in-flight request with an
 error and the restarted engine serves again. Both servers start once for the module (~1 min).
@@ -143,6 +143,25 @@ def test_greedy_chat_matches_vllm_serve(servers: tuple[Service, str, str], name:
     assert ours["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
     assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"]
     assert ours["choices"][0]["finish_reason"] == theirs["choices"][0]["finish_reason"]
+
+
+def test_generation_config_eos_ends_where_vllm_serve_ends(servers: tuple[Service, str, str]) -> None:
+    """The model's generation_config.json names <|endoftext|> as an end id besides the
+    tokenizer's EOS (<|im_end|>); a logit_bias makes it the greedy choice. Both servers mask it
+    until min_tokens, then stop on it; with ignore_eos they mask it all the same (vLLM's
+    all_stop_token_ids) and then write it without stopping: the same text, token count and
+    finish_reason."""
+    _, url, reference = servers
+    endoftext = 151643  # in generation_config.json's eos_token_id, not the tokenizer's EOS
+    base = {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0,
+            "logit_bias": {str(endoftext): 100}}
+    for extra, tokens, reason in (({"max_tokens": 10, "min_tokens": 2}, 3, "stop"),
+                                  ({"max_tokens": 6, "min_tokens": 3, "ignore_eos": True}, 6, "length")):
+        ours, theirs = _chat(url, {**base, **extra}), _chat(reference, {**base, **extra})
+        assert ours["choices"][0]["finish_reason"] == theirs["choices"][0]["finish_reason"] == reason
+        assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"] == tokens
+        content = ours["choices"][0]["message"]["content"]
+        assert content == theirs["choices"][0]["message"]["content"] and content, (extra, ours)
 
 
 def _exact(entry: dict[str, Any]) -> bool:
