@@ -6,8 +6,9 @@ the request with "stop" once ``min_tokens`` tokens were generated before it, and
 LAST id of the request's output (so it counts as a completion token, as in vLLM/OpenAI usage);
 before ``min_tokens`` a stop id or an EOS id (``eos_token_ids``, with ``ignore_eos`` too) is
 skipped, as an engine that masks them (vLLM's ``all_stop_token_ids``) would never sample it;
-``max_tokens`` generated ends it with "length" (a stop id in that same position wins). Echo and replay scripts end with the end token and repeat when it
-does not stop the request (``ignore_eos``, ``min_tokens``).
+``max_tokens`` generated ends it with "length" (a stop id in that same position wins). Echo and
+replay scripts end with the end token and repeat when it does not stop the request
+(``ignore_eos``, ``min_tokens``).
 
 Constrained requests (``IncomingRequest.guide``, a compiled index from textproc) always give
 an output the constraint accepts: random mode draws uniformly among the allowed ids (rejection
@@ -105,7 +106,8 @@ class RequestState:
 
     __slots__ = (
         "request_id", "script", "pos", "rng", "pool", "generated", "max_tokens", "stops",
-        "min_tokens", "masked", "only_masked", "aborted_at", "guide", "echoing", "logprobs", "vocab_size", "fast_forwarded",
+        "min_tokens", "masked", "only_masked", "aborted_at", "guide", "echoing", "logprobs",
+        "vocab_size", "fast_forwarded",
         "_allowed",
     )
 

@@ -2,10 +2,12 @@
 seeded Qwen3 model, checked against vLLM's own server (``vllm serve``) on the same model.
 
 Greedy chats give the same content and token counts as vLLM's server, and end at the same
-generation-config end id (min_tokens, ignore_eos); seeded logprobs are the model's; structured outputs and forced tool calls from a random-weight model always validate;
-stop strings, ``n`` > 1, streaming and the Responses API work; the Messages API answers as
-vLLM's own ``/v1/messages`` does; an aborted stream frees its KV blocks inside vLLM's scheduler; a kill -9 of the engine ends every in-flight request with an
-error and the restarted engine serves again. Both servers start once for the module (~1 min).
+generation-config end id (min_tokens, ignore_eos); seeded logprobs are the model's; structured
+outputs and forced tool calls from a random-weight model always validate; stop strings, ``n`` >
+1, streaming and the Responses API work; the Messages API answers as vLLM's own
+``/v1/messages`` does; an aborted stream frees its KV blocks inside vLLM's scheduler; a kill -9
+of the engine ends every in-flight request with an error and the restarted engine serves again.
+Both servers start once for the module (~1 min).
 Skips, naming the setup command, where the engine environment is not installed.
 """
 
