@@ -48,7 +48,8 @@ def test_hello_first_with_a_fresh_instance_id_each_link(peer: EnginePeer) -> Non
 
 def test_request_fields_arrive_unpacked(peer: EnginePeer, link: EngineLink) -> None:
     ids = [0, 1, 151643, 2**32 - 1]
-    peer.send(EngineRequest("r1", pack_ids(ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True))
+    peer.send(EngineRequest("r1", pack_ids(ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True,
+                            eos_token_ids=[5, 9]))
     peer.send(EngineRequest("r2", pack_ids([9]), 1))
     peer.send(EngineRequest("r3", pack_ids([4]), 2, logit_bias={7: -100.0, 8: 2.5}))
     got: list[IncomingRequest] = []
@@ -56,7 +57,8 @@ def test_request_fields_arrive_unpacked(peer: EnginePeer, link: EngineLink) -> N
         got += poll_until(link.poll_requests)
     assert [r.prompt_token_ids for r in got] == [array("I", ids), array("I", [9]), array("I", [4])]
     assert got == [
-        IncomingRequest("r1", array("I", ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True),
+        IncomingRequest("r1", array("I", ids), 7, [5, 6], {"temperature": 0.5}, "a+", 2, True,
+                        eos_token_ids=[5, 9]),
         IncomingRequest("r2", array("I", [9]), 1, [], {}, None, 0, False),
         IncomingRequest("r3", array("I", [4]), 2, [], {}, None, 0, False, {7: -100.0, 8: 2.5}),
     ]
@@ -127,6 +129,7 @@ def test_malformed_frames_are_counted_and_logged_never_raised(
         (EngineRequest("zero-max", pack_ids([1]), 0), "max_tokens must be >= 1, got 0"),
         (EngineRequest("neg-min", pack_ids([1]), 3, min_tokens=-1), "min_tokens must be >= 0"),
         (EngineRequest("neg-stop", pack_ids([1]), 3, [-4]), "stop_token_ids must be >= 0"),
+        (EngineRequest("neg-eos", pack_ids([1]), 3, eos_token_ids=[2, -1]), "eos_token_ids must be >= 0"),
     ],
 )
 def test_invalid_request_is_answered_with_an_error_step(
