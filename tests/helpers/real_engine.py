@@ -38,17 +38,19 @@ def missing() -> str | None:
     return None
 
 
-def reference_server(root: Path) -> ReferenceServer:
-    """``vllm serve`` of the tiny model with the same engine settings (not started)."""
-    return ReferenceServer(root, TINY_MODEL, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
+def reference_server(root: Path, model: Path = TINY_MODEL) -> ReferenceServer:
+    """``vllm serve`` of the tiny model (or a copy of it) with the same engine settings (not
+    started)."""
+    return ReferenceServer(root, model, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
                            python=str(VLLM_PYTHON),
                            args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
 
 
-def serve_vllm_textproc(root: Path, *args: str) -> tuple[Service, str]:
-    """``textproc serve --engine vllm`` of the tiny model with the HTTP frontend on a free
-    port; the service and its base URL once it serves (the engine included)."""
-    service = Service(root, TINY_MODEL, workers=1, engine="vllm",
+def serve_vllm_textproc(root: Path, *args: str, model: Path = TINY_MODEL) -> tuple[Service, str]:
+    """``textproc serve --engine vllm`` of the tiny model (or a copy of it) with the HTTP
+    frontend on a free port; the service and its base URL once it serves (the engine
+    included)."""
+    service = Service(root, model, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
                             "--engine-arg=--stats-interval-s=0.1",
                             # a loaded 2-core box compiles strict patterns in 2-4 s
