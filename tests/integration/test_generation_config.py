@@ -2,7 +2,9 @@
 generation_config.json values for what a request left unset, as ``vllm serve`` samples with
 them. The test is the engine (``--engine external``, an EngineLink here), so it sees exactly
 the ``IncomingRequest`` an engine adapter gets. A malformed file stops ``serve`` before any
-process starts. One service start and one refused start, ~3 s together."""
+process starts, and so does a malformed eos_token_id with ``--generation-config none``; the
+file's eos_token_id reaches the engine as stop and EOS ids. One service start and two refused
+starts, ~4 s together."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 
 from tests.helpers.service import REPO, Service, run
 from textproc.client import TextClient
+from textproc.core.tokenizer import Tokenizer
 from textproc.engine import EngineLink, IncomingRequest
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,6 +77,15 @@ def test_the_engine_receives_the_models_defaults_for_unset_values(tmp_path: Path
     assert seen["own"].sampling == {**defaults, "temperature": 0.1, "seed": 5}
     assert seen["own"].max_tokens == 2
     assert "generation_config.json: {'temperature': 0.6" in service.log()
+    # its eos_token_id ends requests beside the tokenizer's EOS, as in vLLM; the engine gets
+    # them as stop ids and as the EOS ids it masks until min_tokens
+    eos = Tokenizer.from_dir(model).eos_token_id
+    assert eos is not None and eos != 0
+    ends = [0, eos]
+    for request in seen.values():
+        assert request.stop_token_ids == ends == request.eos_token_ids
+    assert re.search(r"requests also end at eos_token_id \[0\] of \S+generation_config\.json",
+                     service.log())
 
 
 def test_a_malformed_generation_config_stops_serve_before_it_starts(tmp_path: Path,
@@ -89,3 +101,11 @@ def test_a_malformed_generation_config_stops_serve_before_it_starts(tmp_path: Pa
                      r"not an integer; fix the file, or serve with --generation-config none",
                      done.stderr), done.stderr
     assert not (tmp_path / "run").exists()  # no process started
+    # --generation-config none skips the sampling keys, not eos_token_id (vLLM reads it then too)
+    (model / "generation_config.json").write_text('{"top_k": "20", "eos_token_id": "<|im_end|>"}')
+    done = subprocess.run([*argv, "--generation-config", "none"], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert re.search(r"textproc serve: eos_token_id='<\|im_end\|>' at \$\.eos_token_id in "
+                     r"\S+generation_config\.json; allowed: a token id", done.stderr), done.stderr
+    assert not (tmp_path / "run").exists()
