@@ -183,12 +183,11 @@ class Serve:
         self.runtime_dir = self.serve.runtime_dir
         self.log_path = self.serve.log_path
         self.info = self.serve.info
-        self.engine_in: str = self.info["endpoints"]["engine_in"]
-        self.engine_out: str = self.info["endpoints"]["engine_out"]
         # every detokenizer shard's (serve --detokenizers N), shard k's at k
-        shards = self.info["endpoints"].get("detokenizers") or [self.info["endpoints"]]
+        shards = self.info["endpoints"]["detokenizers"]
         self.engine_ins: list[str] = [s["engine_in"] for s in shards]
         self.engine_outs: list[str] = [s["engine_out"] for s in shards]
+        self.engine_in, self.engine_out = self.engine_ins[0], self.engine_outs[0]  # one shard
 
     def log(self) -> str:
         return self.serve.log(tail=None)

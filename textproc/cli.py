@@ -272,11 +272,13 @@ def _serve(args: argparse.Namespace) -> int:
         ep = supervisor.endpoints
         assert ep is not None
         shards = ep.detokenizers
-        engine_in: object = ep.engine_in if len(shards) == 1 else [d.engine_in for d in shards]
-        engine_out: object = ep.engine_out if len(shards) == 1 else [d.engine_out for d in shards]
+        engine_in: object = shards[0].engine_in if len(shards) == 1 else [d.engine_in for d in shards]
+        engine_out: object = (shards[0].engine_out if len(shards) == 1
+                              else [d.engine_out for d in shards])
         _log.info("textproc ready: runtime dir %s (endpoints.json), %d workers, %d detokenizers, "
                   "detok-front %s, engine-in %s, engine-out %s", supervisor.runtime_dir,
-                  config.service.n_workers, len(shards), ep.detok_front, engine_in, engine_out)
+                  config.service.n_workers, len(shards), [d.detok_front for d in shards], engine_in,
+                  engine_out)
         if not supervisor.runs_engine:  # with N shards: N addresses each, shard k's at k
             print(json.dumps({"engine_in": engine_in, "engine_out": engine_out}), flush=True)
         supervisor.run(duration_s=args.duration)

@@ -113,43 +113,33 @@ class ShardEndpoints:
 class Endpoints:
     """Every ZeroMQ address of one service; the role named first binds it, the others connect.
 
-    control (supervisor PULL), events (supervisor PUB), workers[i] (worker i ROUTER), detok_in
-    (detokenizer PULL), detok_front (detokenizer ROUTER), engine_in (detokenizer PUSH, engine
-    PULL), engine_out (detokenizer PULL, engine PUSH). ``detokenizers[k]`` holds those four of
-    detokenizer shard k (``--detokenizers N``, :func:`textproc.sharding.shard_of`); the flat
-    four are shard 0's, so a one-shard client or engine reads them alone. Left empty, it is
-    filled with shard 0.
+    control (supervisor PULL), events (supervisor PUB), workers[i] (worker i ROUTER), and per
+    detokenizer shard k (``--detokenizers N``, :func:`textproc.sharding.shard_of`)
+    ``detokenizers[k]``: detok_in (detokenizer PULL), detok_front (detokenizer ROUTER),
+    engine_in (detokenizer PUSH, engine PULL), engine_out (detokenizer PULL, engine PUSH). A
+    one-shard service has one entry there; there is no other spelling of those four.
     """
 
     control: str
     events: str
     workers: tuple[str, ...]
-    detok_in: str
-    detok_front: str
-    engine_in: str
-    engine_out: str
-    detokenizers: tuple[ShardEndpoints, ...] = ()
+    detokenizers: tuple[ShardEndpoints, ...]
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, tuple) or not self.workers:
             raise InvalidInput(f"endpoints.workers must be a non-empty tuple, got {short(self.workers)}")
-        first = ShardEndpoints(**{name: getattr(self, name) for name in _SHARD_FIELDS})
         shards = self.detokenizers
-        if not isinstance(shards, (tuple, list)) or not all(
+        if not isinstance(shards, (tuple, list)) or not shards or not all(
                 isinstance(d, ShardEndpoints) or (isinstance(d, dict) and set(d) == set(_SHARD_FIELDS))
                 for d in shards):
-            raise InvalidInput(f"endpoints.detokenizers must be a list of objects with keys "
-                               f"{list(_SHARD_FIELDS)}, got {short(shards)}")
-        shards = tuple(d if isinstance(d, ShardEndpoints) else ShardEndpoints(**d) for d in shards)
-        object.__setattr__(self, "detokenizers", shards or (first,))
-        if self.detokenizers[0] != first:
-            raise InvalidInput(f"endpoints.detokenizers[0] must be the flat detok_in / detok_front / "
-                               f"engine_in / engine_out, got {short(self.detokenizers[0])}")
-        named = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
-                 if f.name not in ("workers", "detokenizers")]
+            raise InvalidInput(f"endpoints.detokenizers must be a non-empty list of objects with "
+                               f"keys {list(_SHARD_FIELDS)}, got {short(shards)}")
+        object.__setattr__(self, "detokenizers", tuple(
+            d if isinstance(d, ShardEndpoints) else ShardEndpoints(**d) for d in shards))
+        named = [("control", self.control), ("events", self.events)]
         named += [(f"workers[{i}]", w) for i, w in enumerate(self.workers)]
         named += [(f"detokenizers[{k}].{name}", getattr(shard, name))
-                  for k, shard in enumerate(self.detokenizers) if k for name in _SHARD_FIELDS]
+                  for k, shard in enumerate(self.detokenizers) for name in _SHARD_FIELDS]
         for name, value in named:
             _check_address(name, value)
         values = [v for _, v in named]
@@ -172,7 +162,7 @@ class Endpoints:
             raise InvalidInput(f"endpoints in {source} must be an object, got {short(obj)}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(obj) - names
-        missing = names - set(obj) - {"detokenizers"}  # one shard: may be left out
+        missing = names - set(obj)
         if unknown or missing:
             raise InvalidInput(
                 f"endpoints in {source}: unknown keys {sorted(map(str, unknown))}, "
@@ -207,7 +197,6 @@ def ipc_endpoints(runtime_dir: str, n_workers: int, n_detokenizers: int = 1) -> 
         control=f"{base}/control",
         events=f"{base}/events",
         workers=tuple(f"{base}/worker-{i}" for i in range(n_workers)),
-        **shards[0].to_dict(),
         detokenizers=shards,
     )
 
@@ -238,7 +227,6 @@ def tcp_endpoints(host: str, ports: list[int], n_workers: int, n_detokenizers: i
     return Endpoints(
         control=addr[0],
         events=addr[1],
-        **shards[0].to_dict(),
         workers=tuple(addr[6:6 + n_workers]),
         detokenizers=shards,
     )

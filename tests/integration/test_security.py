@@ -159,7 +159,7 @@ def test_curve_admits_only_allowed_keys(tmp_path: Path, toy_model: Path) -> None
     intruder_engine.start()  # connects first, without keys: must never be given a request
     engine.start()
     info = json.loads((service.runtime_dir / "endpoints.json").read_text())
-    ep = info["endpoints"]
+    ep = {**info["endpoints"], **info["endpoints"]["detokenizers"][0]}  # the one shard's four
     assert all(a.startswith("tcp://127.0.0.1:") for a in ep["workers"] + [ep["detok_front"]])
     assert info["curve"]["server_public_key"] == client_keys.server_public.decode()
     try:
@@ -259,6 +259,7 @@ def test_private_ipc_dir_and_frame_size_limits_on_every_socket(tmp_path: Path, t
     try:
         assert stat.S_IMODE(rt.stat().st_mode) == 0o700
         ep = json.loads((service.runtime_dir / "endpoints.json").read_text())["endpoints"]
+        ep = {**ep, **ep["detokenizers"][0]}  # the one shard's four addresses
         sockets = [a[len("ipc://"):] for a in [*ep["workers"], ep["detok_front"], ep["detok_in"],
                                               ep["engine_in"], ep["engine_out"], ep["control"], ep["events"]]]
         assert all(Path(p).parent == rt and stat.S_ISSOCK(os.stat(p).st_mode) for p in sockets)

@@ -82,7 +82,7 @@ def test_endpoints_validate_and_round_trip() -> None:
     assert ep.workers == ("ipc:///tmp/rt/worker-0", "ipc:///tmp/rt/worker-1")
     assert Endpoints.from_dict(ep.to_dict()) == ep
     tcp = tcp_endpoints("127.0.0.1", list(range(5000, 5008)), 2)
-    assert tcp.engine_out == "tcp://127.0.0.1:5005" and tcp.workers[1] == "tcp://127.0.0.1:5007"
+    assert tcp.detokenizers[0].engine_out == "tcp://127.0.0.1:5005" and tcp.workers[1] == "tcp://127.0.0.1:5007"
     with pytest.raises(InvalidInput, match="over the 100-byte limit of unix socket paths"):
         ipc_endpoints("/tmp/" + "d" * 120, 1)
     with pytest.raises(InvalidInput, match="tcp endpoints need 7 distinct ports"):
@@ -387,9 +387,13 @@ def test_detokenizer_forgets_finished_ids_after_60_s(toy_model: Path, tok: Token
 
 def test_endpoints_list_every_detokenizer_shard() -> None:
     one = ipc_endpoints("/tmp/rt", 1)
-    assert one.n_detokenizers == 1 and one.detokenizers[0].engine_in == one.engine_in
-    legacy = {k: v for k, v in one.to_dict().items() if k != "detokenizers"}
-    assert Endpoints.from_dict(legacy) == one  # an endpoints.json without the list: one shard
+    assert one.n_detokenizers == 1 and one.detokenizers[0].engine_in == "ipc:///tmp/rt/engine-in"
+    assert set(one.to_dict()) == {"control", "events", "workers", "detokenizers"}  # the list only
+    flat = {k: v for k, v in one.to_dict().items() if k != "detokenizers"}
+    with pytest.raises(InvalidInput, match=r"missing keys \['detokenizers'\]"):
+        Endpoints.from_dict(flat)
+    with pytest.raises(InvalidInput, match="detokenizers must be a non-empty list"):
+        Endpoints.from_dict({**flat, "detokenizers": []})
     two = ipc_endpoints("/tmp/rt", 1, 2)
     assert [d.detok_front for d in two.detokenizers] == ["ipc:///tmp/rt/detok-front",
                                                          "ipc:///tmp/rt/detok-front-1"]
@@ -399,8 +403,8 @@ def test_endpoints_list_every_detokenizer_shard() -> None:
         "tcp://127.0.0.1:5006",)
     with pytest.raises(InvalidInput, match="endpoints must all differ"):
         Endpoints.from_dict({**two.to_dict(), "detokenizers": [two.to_dict()["detokenizers"][0]] * 2})
-    with pytest.raises(InvalidInput, match=r"detokenizers\[0\] must be the flat"):
-        Endpoints.from_dict({**two.to_dict(), "detokenizers": two.to_dict()["detokenizers"][::-1]})
+    swapped = {**two.to_dict(), "detokenizers": two.to_dict()["detokenizers"][::-1]}
+    assert Endpoints.from_dict(swapped).detokenizers[0].engine_in == "ipc:///tmp/rt/engine-in-1"
     with pytest.raises(InvalidInput, match="n_detokenizers must be in"):
         ServiceConfig(model_dir="/m", n_detokenizers=0)
 

@@ -156,7 +156,8 @@ class TextClient:
             missing = [d.detok_front for d, instance in zip(ep.detokenizers, readers.welcome)
                        if instance is None or not instance.done()]
             raise StartupTimeout(f"waited {timeout_s:.1f} s for the detokenizer's Welcome at "
-                                 f"{', '.join(missing) or ep.detok_front}") from e
+                                 f"{', '.join(missing or [d.detok_front for d in ep.detokenizers])}"
+                                 ) from e
 
     def _reader_done(self, task: asyncio.Task[None]) -> None:
         """A reader task ended: unless the client is closing, that is a crash. Fail everything in

@@ -27,7 +27,7 @@ def read_endpoints(runtime_dir: str) -> tuple[list[str], list[str]]:
     path = Path(runtime_dir) / "endpoints.json"
     try:
         endpoints = json.loads(path.read_text())["endpoints"]
-        shards = endpoints.get("detokenizers") or [endpoints]
+        shards = endpoints["detokenizers"]
         ins = [str(s["engine_in"]) for s in shards]
         outs = [str(s["engine_out"]) for s in shards]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

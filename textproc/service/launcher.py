@@ -81,7 +81,8 @@ class ServeProcess:
 
     @property
     def endpoints(self) -> dict[str, Any]:
-        """The ``endpoints`` object of endpoints.json (``engine_in``, ``engine_out``, ...)."""
+        """The ``endpoints`` object of endpoints.json (``control``, ``events``, ``workers``,
+        ``detokenizers``: each shard's four addresses, shard k's at k)."""
         return dict(self.info.get("endpoints") or {})
 
     def processes(self) -> dict[str, Any]:

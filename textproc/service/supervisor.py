@@ -164,7 +164,8 @@ class Supervisor:
             self._start_http(me)
         if not self.runs_engine:
             _log.info("waiting for an external engine: its EngineLink connects PULL to %s and "
-                      "PUSH to %s", ep.engine_in, ep.engine_out)
+                      "PUSH to %s", [d.engine_in for d in ep.detokenizers],
+                      [d.engine_out for d in ep.detokenizers])
 
     @property
     def runs_engine(self) -> bool:
