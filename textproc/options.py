@@ -9,11 +9,15 @@
 They are built and checked once where a request enters (the HTTP body, a ``TextClient`` call),
 travel whole inside the frames (msgspec encodes dataclasses: ``ChatRequest.sampling`` /
 ``.output``, ``Submit.output`` / ``.parse``) and are read where they are used (the worker, the
-detokenizer's ``OutputPipeline``, the ``OutputParser``), with the same name and type at every
-layer. A new option is a field here, its check here, and the line that reads it (plus, if the
-OpenAI API offers it, its body field in ``textproc.http``). The values travel as maps keyed by
-field name, so a new field with a default needs no PROTOCOL_VERSION bump: an older peer ignores
-it and a newer one reads the default from an older peer's frame (tested).
+detokenizer's ``OutputPipeline``, the ``OutputParser``, the HTTP answer's logprobs), with the
+same name and type at every layer. A new option is a field here, its check here, and the line
+that reads it: a field that names its OpenAI body field (``metadata=_body("name")``; a sampling
+value the engine reads by name: an entry of ``SAMPLING_PARAMS``) is a field of the chat and
+completion bodies too, with its type, range and default from here (``BODY_OPTIONS``, which
+``textproc.http`` builds its bodies and the request's values from; nothing there names it).
+The values travel as maps keyed by field name, so a new field with a default needs no
+PROTOCOL_VERSION bump: an older peer ignores it and a newer one reads the default from an older
+peer's frame (tested).
 
 Imports only the standard library and ``textproc.errors`` (like ``errors.py``), so the text
 core reads these values too; never msgspec.
@@ -22,8 +26,8 @@ core reads these values too; never msgspec.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, get_type_hints
 
 from textproc.errors import InvalidInput, short
 
@@ -31,6 +35,9 @@ __all__ = [
     "SamplingOptions",
     "OutputOptions",
     "ParseOptions",
+    "BodyOption",
+    "BODY_OPTIONS",
+    "SAMPLING_PARAMS",
     "split_options",
     "check_sampling_options",
     "check_output_options",
@@ -64,6 +71,11 @@ _SCALARS = (str, int, float, bool, type(None))
 _TOOL_CHOICES = ("none", "auto", "required")
 
 
+def _body(name: str) -> dict[str, str]:
+    """A field's metadata: the OpenAI chat and completion bodies carry it as ``name``."""
+    return {"body": name}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SamplingOptions:
     """What the engine does with a request (the worker turns it into the ``EngineRequest``)."""
@@ -71,7 +83,7 @@ class SamplingOptions:
     max_tokens: int | None = None  # None: whatever max_model_len leaves after the prompt
     min_tokens: int = 0  # no stop (EOS, stop id, stop string) before this many tokens
     stop_token_ids: list[int] = field(default_factory=list)  # extra stop ids, added to EOS
-    ignore_eos: bool = False
+    ignore_eos: bool = field(default=False, metadata=_body("ignore_eos"))
     # n > 1: the prompt is built once and runs as n engine requests "<request_id>-<i>" (seed + i
     # when params has a seed)
     n: int = 1
@@ -85,8 +97,9 @@ class OutputOptions:
     """What the client wants done with the output (the detokenizer's pipeline reads it)."""
 
     stop: list[str] = field(default_factory=list)
-    include_stop: bool = False  # a matched stop string stays in the text
-    skip_special_tokens: bool = True
+    # a matched stop string stays in the text
+    include_stop: bool = field(default=False, metadata=_body("include_stop_str_in_output"))
+    skip_special_tokens: bool = field(default=True, metadata=_body("skip_special_tokens"))
     stream_calls: bool = True  # False: hold each tool call until it is complete and valid
     parallel_tool_calls: bool = True  # False: at most one tool call; later ones are content
     # None: no logprobs; k in 0..MAX_TOP_LOGPROBS: each output token's logprob and its k most
@@ -107,6 +120,57 @@ class ParseOptions:
     # the request's OpenAI tools (declared names, value types); None: any name is a call
     tool_schemas: list[dict[str, Any]] | None = None
 
+
+@dataclass(frozen=True, slots=True)
+class BodyOption:
+    """An option the OpenAI chat and completion bodies carry as it is: body field ``name``
+    holds ``owner``'s field ``field`` ("sampling" / "output": a field of that value;
+    "params": a ``SamplingOptions.params`` key), typed ``kind``, within ``ge`` / ``gt`` /
+    ``le``; ``default`` when absent (None: left out, the engine's or the model's default)."""
+
+    name: str
+    owner: str
+    field: str
+    kind: Any
+    default: Any = None
+    default_factory: Any = None  # for a list or dict default
+    ge: int | float | None = None
+    gt: int | float | None = None
+    le: int | float | None = None
+
+
+def _param(name: str, kind: type, **bounds: int | float) -> BodyOption:
+    return BodyOption(name, "params", name, kind, **bounds)
+
+
+# The sampling values the engine reads by name from ``SamplingOptions.params`` (vLLM's names and
+# ranges); the chat and completion bodies carry each one, null or absent: not sent.
+SAMPLING_PARAMS = (
+    _param("temperature", float, ge=0.0, le=2.0),
+    _param("top_p", float, gt=0.0, le=1.0),
+    _param("top_k", int, ge=-1, le=2**31 - 1),  # -1 (or 0): no top-k, as in vLLM
+    _param("min_p", float, ge=0.0, le=1.0),
+    _param("presence_penalty", float, ge=-2.0, le=2.0),
+    _param("frequency_penalty", float, ge=-2.0, le=2.0),
+    _param("repetition_penalty", float, gt=0.0),
+    _param("seed", int, ge=-(2**63), le=2**63 - 1),  # the int64 vLLM and OpenAI take
+)
+
+
+def _field_options() -> list[BodyOption]:
+    out = []
+    for owner, cls in (("sampling", SamplingOptions), ("output", OutputOptions)):
+        hints = get_type_hints(cls)
+        for f in fields(cls):
+            if "body" in f.metadata:
+                factory = None if f.default_factory is MISSING else f.default_factory
+                out.append(BodyOption(f.metadata["body"], owner, f.name, hints[f.name],
+                                      None if f.default is MISSING else f.default, factory))
+    return out
+
+
+# every option the chat and completion bodies carry as it is, by body name
+BODY_OPTIONS: tuple[BodyOption, ...] = (*_field_options(), *SAMPLING_PARAMS)
 
 _SAMPLING_FIELDS = frozenset(f.name for f in fields(SamplingOptions))
 _OUTPUT_FIELDS = frozenset(f.name for f in fields(OutputOptions))

@@ -11,9 +11,12 @@ import pytest
 
 from textproc.errors import InvalidInput
 from textproc.http.api_types import ApiError
-from textproc.http.openai_api import parse_chat_request
+from textproc.http.openai_api import parse_chat_request, parse_completion_request
 from textproc.options import (
+    BODY_OPTIONS,
     MAX_STOP_STRINGS,
+    SAMPLING_PARAMS,
+    BodyOption,
     OutputOptions,
     ParseOptions,
     SamplingOptions,
@@ -84,3 +87,39 @@ def test_the_http_layer_and_the_worker_give_one_message(fields: dict[str, Any], 
         check()
     http = _http_error(**fields)
     assert (http.message, http.param) == (str(worker.value), worker.value.param)
+
+
+def _sample(option: BodyOption) -> Any:
+    """A value of ``option``'s type, in its range, that is not its default."""
+    if option.kind is bool:
+        return not option.default
+    if option.kind is int:
+        return max(int(option.ge if option.ge is not None else 0), 0) + 3
+    low = option.ge if option.ge is not None else option.gt if option.gt is not None else 0.0
+    return (low + (option.le if option.le is not None else low + 2.0)) / 2 + 0.125
+
+
+def test_every_body_option_reaches_its_value_by_name_in_chat_and_completion_bodies() -> None:
+    """A BodyOption is a field of both OpenAI bodies and lands where it says (nothing in
+    textproc.http names it); an absent one keeps the value's default."""
+    assert {o.name for o in SAMPLING_PARAMS} <= {o.name for o in BODY_OPTIONS}
+    given = {o.name: _sample(o) for o in BODY_OPTIONS}
+    chat = parse_chat_request(msgspec.json.encode(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], **given}),
+        served_models=["m"])
+    completion = parse_completion_request(msgspec.json.encode(
+        {"model": "m", "prompt": "hi", **given}), served_models=["m"])
+    bare = parse_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}',
+                              served_models=["m"])
+    for params in (chat, completion):
+        for option in BODY_OPTIONS:
+            where = {"sampling": params.sampling, "output": params.output}.get(option.owner)
+            got = (params.sampling.params[option.field] if where is None
+                   else getattr(where, option.field))
+            assert got == given[option.name], option
+    for option in BODY_OPTIONS:
+        if option.owner == "params":
+            assert option.field not in bare.sampling.params, option
+        else:
+            value = bare.sampling if option.owner == "sampling" else bare.output
+            assert getattr(value, option.field) == option.default, option

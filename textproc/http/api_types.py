@@ -3,17 +3,19 @@
 Owns the typed shapes of ``/v1/chat/completions``, ``/v1/completions``, ``/tokenize`` and
 ``/detokenize`` bodies (decoded and type-checked by msgspec in one pass; unknown fields are
 ignored, like vLLM) and of the validated parameters the server hands to the backend. Declarations
-only: the rules live in ``textproc.http.openai_api``.
+only: the rules live in ``textproc.http.openai_api``. The options both bodies carry as they are
+(sampling values, output switches) are not spelled here: they come from
+``textproc.options.BODY_OPTIONS`` (``_OptionFields``, the base of both bodies).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import msgspec
 
 from textproc.errors import TextprocError
-from textproc.options import OutputOptions, SamplingOptions
+from textproc.options import BODY_OPTIONS, BodyOption, OutputOptions, SamplingOptions
 from textproc.protocol import LOGIT_BIAS_RANGE, MAX_LOGIT_BIAS, MAX_MODEL_LEN, MAX_TOKEN_ID
 
 __all__ = [
@@ -86,21 +88,31 @@ class ApiError(TextprocError):
 # ---------------------------------------------------------------- request bodies (msgspec)
 
 # integers are bounded where they enter: what the wire frames hold (token ids: uint32; token
-# counts: at most protocol.MAX_MODEL_LEN) and, for seed, the int64 vLLM and OpenAI take
+# counts: at most protocol.MAX_MODEL_LEN); a sampling value's range is its BodyOption's
 Int1 = Annotated[int, msgspec.Meta(ge=1, le=MAX_MODEL_LEN)]
 Int0 = Annotated[int, msgspec.Meta(ge=0, le=MAX_MODEL_LEN)]
 TokenId = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_ID)]
-_Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_TopK = Annotated[int, msgspec.Meta(ge=-1, le=2**31 - 1)]  # -1 (or 0): no top-k, as in vLLM
 _Bias = Annotated[float, msgspec.Meta(ge=LOGIT_BIAS_RANGE[0], le=LOGIT_BIAS_RANGE[1])]
 # token id (a decimal string: JSON keys are strings) -> bias; ids are checked by the worker
 _LogitBias = Annotated[dict[str, _Bias], msgspec.Meta(max_length=MAX_LOGIT_BIAS)]
-# sampling ranges shared by chat and completion requests
-_Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
-_TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
-_MinP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-_Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
-_Positive = Annotated[float, msgspec.Meta(gt=0.0)]
+
+
+def _body_field(option: BodyOption) -> tuple[str, Any, Any]:
+    """``(name, type, default)`` of an option's body field, for ``msgspec.defstruct``."""
+    bounds = {k: v for k in ("ge", "gt", "le") if (v := getattr(option, k)) is not None}
+    kind = Annotated[option.kind, msgspec.Meta(**bounds)] if bounds else option.kind
+    if option.default_factory is not None:
+        return option.name, kind, msgspec.field(default_factory=option.default_factory)
+    return option.name, kind if option.default is not None else Optional[kind], option.default
+
+
+# The fields of both bodies that are options as they are (textproc.options.BODY_OPTIONS), read
+# into the request's values by name (openai_api); for the type checker, a plain Struct.
+if TYPE_CHECKING:
+    _OptionFields = msgspec.Struct
+else:
+    _OptionFields = msgspec.defstruct("_OptionFields", [_body_field(o) for o in BODY_OPTIONS],
+                                      kw_only=True, module=__name__)
 
 
 class TextPart(msgspec.Struct, tag="text", tag_field="type"):
@@ -195,8 +207,9 @@ class ResponseFormat(msgspec.Struct):
     json_schema: JsonSchemaFormat | None = None
 
 
-class ChatCompletionBody(msgspec.Struct, kw_only=True):
-    """The body of ``POST /v1/chat/completions``; unknown fields are ignored (like vLLM)."""
+class ChatCompletionBody(_OptionFields, kw_only=True):
+    """The body of ``POST /v1/chat/completions`` (and the options of ``_OptionFields``);
+    unknown fields are ignored (like vLLM)."""
 
     model: str
     messages: list[Message]
@@ -212,14 +225,6 @@ class ChatCompletionBody(msgspec.Struct, kw_only=True):
     # reasoning tokens at most, then the reasoning block is closed (vLLM: thinking_token_budget)
     max_reasoning_tokens: int | None = None
     thinking_token_budget: int | None = None
-    temperature: _Temperature | None = None
-    top_p: _TopP | None = None
-    top_k: _TopK | None = None
-    min_p: _MinP | None = None
-    presence_penalty: _Penalty | None = None
-    frequency_penalty: _Penalty | None = None
-    repetition_penalty: _Positive | None = None
-    seed: _Seed | None = None
     logit_bias: _LogitBias | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -235,14 +240,12 @@ class ChatCompletionBody(msgspec.Struct, kw_only=True):
     continue_final_message: bool = False
     documents: list[dict[str, Any]] | None = None
     min_tokens: Int0 = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
     user: str | None = None
 
 
-class CompletionBody(msgspec.Struct, kw_only=True):
-    """The body of ``POST /v1/completions`` (legacy API: ``max_tokens`` defaults to 16)."""
+class CompletionBody(_OptionFields, kw_only=True):
+    """The body of ``POST /v1/completions`` (and the options of ``_OptionFields``; legacy API:
+    ``max_tokens`` defaults to 16)."""
 
     model: str
     prompt: str | list[str | TokenId | list[TokenId]]  # text, token ids, or a batch of one
@@ -254,14 +257,6 @@ class CompletionBody(msgspec.Struct, kw_only=True):
     echo: bool = False
     suffix: str | None = None
     stop: str | list[str] | None = None
-    temperature: _Temperature | None = None
-    top_p: _TopP | None = None
-    top_k: _TopK | None = None
-    min_p: _MinP | None = None
-    presence_penalty: _Penalty | None = None
-    frequency_penalty: _Penalty | None = None
-    repetition_penalty: _Positive | None = None
-    seed: _Seed | None = None
     logit_bias: _LogitBias | None = None
     logprobs: int | None = None
     response_format: ResponseFormat | None = None
@@ -271,9 +266,6 @@ class CompletionBody(msgspec.Struct, kw_only=True):
     guided_choice: Any = None
     guided_grammar: Any = None
     min_tokens: Int0 = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
     user: str | None = None
 
 

@@ -27,6 +27,7 @@ import msgspec
 from textproc.errors import InvalidInput, short
 from textproc.http.body_check import check_body
 from textproc.options import (
+    BODY_OPTIONS,
     OutputOptions,
     SamplingOptions,
     check_output_options,
@@ -68,16 +69,6 @@ __all__ = [
 ]
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # OpenAI's rule, plus '.' and ':' seen in the wild
-_SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-)  # the body fields that travel as SamplingOptions.params (logit_bias has its own field)
 
 
 MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's limit (chat's top_logprobs: 20)
@@ -280,16 +271,16 @@ def _options(req: ChatCompletionBody | CompletionBody, max_tokens: int | None,
         raise ApiError("stream_options is only allowed when stream is true",
                        param="stream_options")
     opts = req.stream_options or StreamOptions()
-    params = {
-        name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None
-    }
+    given: dict[str, dict[str, Any]] = {"sampling": {}, "output": {}, "params": {}}
+    for option in BODY_OPTIONS:  # the options the body carries as they are, by name
+        value = getattr(req, option.name)
+        if value is not None:
+            given[option.owner][option.field] = value
     sampling = SamplingOptions(
-        max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos, n=req.n,
-        params=params, logit_bias=_logit_bias(req.logit_bias or {}))
+        max_tokens=max_tokens, min_tokens=req.min_tokens, n=req.n, params=given["params"],
+        logit_bias=_logit_bias(req.logit_bias or {}), **given["sampling"])
     out = OutputOptions(stop=[req.stop] if isinstance(req.stop, str) else list(req.stop or []),
-                        include_stop=req.include_stop_str_in_output,
-                        skip_special_tokens=req.skip_special_tokens, stream_calls=req.stream,
-                        logprobs=logprobs, **output)
+                        stream_calls=req.stream, logprobs=logprobs, **given["output"], **output)
     _checked(check_sampling_options, sampling)
     _checked(check_output_options, out)
     return opts.include_usage, sampling, out
