@@ -53,7 +53,7 @@ async def chat_whole(params: ChatParams, rid: str, run: Run, first: Output) -> R
             if ends.finish(out):  # "tool_calls" already decided by the pipeline
                 choices = [(acc.message(new_call_id=lambda: new_id("call")), reason)
                            for acc, reason in zip(accs, ends.reasons)]
-                logprobs = ([chat_logprobs(e) for e in entries]
+                logprobs = ([chat_logprobs(e, params.output) for e in entries]
                             if params.output.logprobs is not None else [])
                 return json_response(chat_response(rid, now(), params.model, choices,
                                                    ends.usage(), logprobs))
@@ -81,7 +81,7 @@ async def chat_events(params: ChatParams, rid: str, run: Run,
             run.observe(out)
             # an output's logprob entries ride on its first chunk (a chunk of their own,
             # delta {}, when the text they belong to is still held by the parser)
-            lp = chat_logprobs(out.logprobs) if out.logprobs else None
+            lp = chat_logprobs(out.logprobs, params.output) if out.logprobs else None
             for frag in join_text(out.deltas):
                 parts.append(sse_event(chat_chunk(rid, created, model, frag,
                                                   include_usage=usage, index=out.index,
@@ -129,7 +129,7 @@ async def completion_whole(params: CompletionParams, rid: str, run: Run,
             if out.finish_reason == "error":
                 raise generation_error(out)
             if ends.finish(out):
-                logprobs = ([CompletionLogprobs().feed(e) for e in entries]
+                logprobs = ([CompletionLogprobs(params.output).feed(e) for e in entries]
                             if params.output.logprobs is not None else [])
                 return json_response(completion_response(
                     rid, now(), params.model,
@@ -154,7 +154,8 @@ async def completion_events(params: CompletionParams, rid: str, run: Run,
                 parts.append(sse_event(completion_chunk(rid, created, model, params.prompt,
                                                         include_usage=usage, index=index)))
         ends = ChoiceEnds(params.sampling.n)
-        offsets = [CompletionLogprobs() for _ in range(params.sampling.n)]  # text_offset per choice
+        # text_offset per choice
+        offsets = [CompletionLogprobs(params.output) for _ in range(params.sampling.n)]
         out: Output | None = first
         while out is not None:
             run.observe(out)

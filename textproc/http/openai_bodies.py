@@ -4,7 +4,8 @@ Owns the JSON the server sends back (``chat.completion``, ``chat.completion.chun
 ``text_completion``, ``/v1/models``) and the server-sent-event framing (``data: {json}\\n\\n`` ...
 ``data: [DONE]\\n\\n``), and :class:`ChoiceEnds` (the finish and usage of a request's n
 choices), and the logprobs of both APIs from the service's entries (:func:`chat_logprobs`,
-:class:`CompletionLogprobs`; token text by ``textproc.core.logprobs.token_text``). Pure: no I/O.
+:class:`CompletionLogprobs`; token text by ``textproc.core.logprobs.token_text``), shaped by the
+request's ``OutputOptions``, which they take whole. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import msgspec
 
 from textproc.core.logprobs import Entry, token_text
 from textproc.http.backend import Output
+from textproc.options import OutputOptions
 
 __all__ = [
     "ChoiceEnds",
@@ -198,7 +200,10 @@ def completion_response(
                     include_usage=True, usage=usage)
 
 
-def token_logprob(entry: Entry) -> dict[str, Any]:
+_OUTPUT = OutputOptions()  # the defaults
+
+
+def token_logprob(entry: Entry, output: OutputOptions = _OUTPUT) -> dict[str, Any]:
     """One token's logprob object (chat's ``logprobs.content[i]``, the Responses API's
     ``output_text.logprobs[i]``): ``token`` (``token_text``), ``logprob``, ``bytes`` (exact) and
     ``top_logprobs`` (the alternatives, most likely first)."""
@@ -208,9 +213,9 @@ def token_logprob(entry: Entry) -> dict[str, Any]:
                              for b, lp in zip(alt_bytes, alt_logprobs)]}
 
 
-def chat_logprobs(entries: Sequence[Entry]) -> dict[str, Any]:
+def chat_logprobs(entries: Sequence[Entry], output: OutputOptions = _OUTPUT) -> dict[str, Any]:
     """A chat choice's (or chunk's) ``logprobs``: ``{"content": [...], "refusal": None}``."""
-    return {"content": [token_logprob(e) for e in entries], "refusal": None}
+    return {"content": [token_logprob(e, output) for e in entries], "refusal": None}
 
 
 _CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 bytes that do not start a character
@@ -223,7 +228,8 @@ class CompletionLogprobs:
     ``top_logprobs[i]`` maps the alternatives' texts and the chosen token's to their logprobs
     (OpenAI's "the most likely tokens, as well as the chosen token")."""
 
-    def __init__(self) -> None:
+    def __init__(self, output: OutputOptions = _OUTPUT) -> None:
+        self.output = output
         self.chars = 0  # characters started so far (lead bytes seen)
 
     def feed(self, entries: Sequence[Entry]) -> dict[str, Any]:

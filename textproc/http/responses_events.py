@@ -148,7 +148,7 @@ class ResponseBuilder:
 
     def _take_logprobs(self, item: _Item) -> list[dict[str, Any]]:
         entries, self._lp_held, self._lp_new = self._lp_held + self._lp_new, [], []
-        shown = [token_logprob(e) for e in entries]
+        shown = [token_logprob(e, self.request.chat.output) for e in entries]
         item.logprobs += shown
         return shown
 
