@@ -105,6 +105,10 @@ class OutputOptions:
     # None: no logprobs; k in 0..MAX_TOP_LOGPROBS: each output token's logprob and its k most
     # likely alternatives
     logprobs: int | None = None
+    # logprobs name each token (and alternative) "token_id:<id>" instead of its text, so a token
+    # that is not text by itself is still identified (vLLM's option; bytes stay the token's)
+    return_tokens_as_token_ids: bool = field(default=False,
+                                             metadata=_body("return_tokens_as_token_ids"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,7 +187,7 @@ def split_options(given: Mapping[str, Any]) -> tuple[SamplingOptions, OutputOpti
     TypeError naming it.
 
     >>> split_options({"max_tokens": 5, "stop": ["x"]})[:2]
-    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None))
+    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False))
     """
     unknown = set(given) - _SAMPLING_FIELDS - _OUTPUT_FIELDS - _PARSE_FIELDS
     if unknown:

@@ -90,6 +90,29 @@ def test_chat_stop_string_cuts_the_entries(client: openai.OpenAI) -> None:
         _check_entries(resp.choices[0].logprobs.content, content, 1)
 
 
+def test_tokens_as_token_ids_name_the_ids_the_text_came_from(
+        echo: tuple[Service, str], client: openai.OpenAI) -> None:
+    """``return_tokens_as_token_ids`` (vLLM's): every token and alternative reads
+    ``token_id:<id>``, the ids detokenize to the text, bytes and logprobs stay as without it."""
+    plain = client.chat.completions.create(model=MODEL, messages=user(TEXT), logprobs=True,  # type: ignore[arg-type]
+                                           top_logprobs=2)
+    resp = client.chat.completions.create(  # type: ignore[call-overload]
+        model=MODEL, messages=user(TEXT), logprobs=True, top_logprobs=2,
+        extra_body={"return_tokens_as_token_ids": True})
+    entries, want = resp.choices[0].logprobs.content, plain.choices[0].logprobs.content
+    assert [(e.bytes, e.logprob) for e in entries] == [(e.bytes, e.logprob) for e in want]
+    assert all(a.token.startswith("token_id:") for e in entries for a in [e, *e.top_logprobs])
+    ids = [int(e.token.removeprefix("token_id:")) for e in entries]
+    r = httpx.post(f"{echo[1]}/detokenize", json={"tokens": ids}, timeout=10)
+    assert r.status_code == 200 and r.json()["prompt"] == TEXT, r.text
+    comp = client.completions.create(model=MODEL, prompt=TEXT, max_tokens=200, logprobs=1,
+                                     extra_body={"return_tokens_as_token_ids": True})
+    lp = comp.choices[0].logprobs
+    assert lp is not None and lp.tokens == [e.token for e in entries]
+    assert all(t in top and all(k.startswith("token_id:") for k in top)
+               for t, top in zip(lp.tokens, lp.top_logprobs or []))
+
+
 def test_chat_n2_each_choice_has_its_entries(client: openai.OpenAI) -> None:
     resp = client.chat.completions.create(model=MODEL, messages=user(TEXT), n=2, logprobs=True,  # type: ignore[arg-type]
                                           top_logprobs=1)

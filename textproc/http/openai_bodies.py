@@ -206,8 +206,13 @@ _OUTPUT = OutputOptions()  # the defaults
 def token_logprob(entry: Entry, output: OutputOptions = _OUTPUT) -> dict[str, Any]:
     """One token's logprob object (chat's ``logprobs.content[i]``, the Responses API's
     ``output_text.logprobs[i]``): ``token`` (``token_text``), ``logprob``, ``bytes`` (exact) and
-    ``top_logprobs`` (the alternatives, most likely first)."""
-    _, data, logprob, _, alt_bytes, alt_logprobs = entry
+    ``top_logprobs`` (the alternatives, most likely first); with ``return_tokens_as_token_ids``
+    each ``token`` is ``"token_id:<id>"`` (``bytes`` unchanged)."""
+    token_id, data, logprob, alt_ids, alt_bytes, alt_logprobs = entry
+    if output.return_tokens_as_token_ids:
+        return {"token": f"token_id:{token_id}", "logprob": logprob, "bytes": list(data),
+                "top_logprobs": [{"token": f"token_id:{i}", "logprob": lp, "bytes": list(b)}
+                                 for i, b, lp in zip(alt_ids, alt_bytes, alt_logprobs)]}
     return {"token": token_text(data), "logprob": logprob, "bytes": list(data),
             "top_logprobs": [{"token": token_text(b), "logprob": lp, "bytes": list(b)}
                              for b, lp in zip(alt_bytes, alt_logprobs)]}
@@ -226,7 +231,8 @@ class CompletionLogprobs:
     ``text_offset``), chunk by chunk: ``text_offset`` counts characters of the choice's text
     before each token (a token that starts inside a character: the index of that character).
     ``top_logprobs[i]`` maps the alternatives' texts and the chosen token's to their logprobs
-    (OpenAI's "the most likely tokens, as well as the chosen token")."""
+    (OpenAI's "the most likely tokens, as well as the chosen token"); with
+    ``return_tokens_as_token_ids`` every token is spelled ``"token_id:<id>"``."""
 
     def __init__(self, output: OutputOptions = _OUTPUT) -> None:
         self.output = output
@@ -237,11 +243,13 @@ class CompletionLogprobs:
         logprobs: list[float] = []
         tops: list[dict[str, float]] = []
         offsets: list[int] = []
-        for _, data, logprob, _, alt_bytes, alt_logprobs in entries:
-            text = token_text(data)
+        as_ids = self.output.return_tokens_as_token_ids
+        for token_id, data, logprob, alt_ids, alt_bytes, alt_logprobs in entries:
+            text = f"token_id:{token_id}" if as_ids else token_text(data)
             tokens.append(text)
             logprobs.append(logprob)
-            top = {token_text(b): lp for b, lp in zip(alt_bytes, alt_logprobs)}
+            top = ({f"token_id:{i}": lp for i, lp in zip(alt_ids, alt_logprobs)} if as_ids else
+                   {token_text(b): lp for b, lp in zip(alt_bytes, alt_logprobs)})
             top.setdefault(text, logprob)
             tops.append(top)
             inside = bool(data) and 0x80 <= data[0] < 0xC0
