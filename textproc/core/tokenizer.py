@@ -1,6 +1,8 @@
 """Tokenizer: Hugging Face tokenizer.json -> the exact ids and text of HF ``tokenizers``, in pure Python.
 
-Owns the public :class:`Tokenizer` facade; the components live in ``textproc.core.tok``. It never
+Owns the public :class:`Tokenizer` facade and the text -> ids side (loading, encode, parts);
+the components live in ``textproc.core.tok``, the ids -> tokens, bytes and text side in
+``textproc.core.tok.idtable`` (``IdTable``, which the facade's id methods call). It never
 does I/O except reading the files it was handed, and never returns ids that differ from the
 reference silently: unsupported components (and malformed files) raise
 :class:`TokenizerFileError` naming the component type, its JSON path, the file and what is
@@ -45,8 +47,9 @@ from textproc.core.tok.added import AddedVocab
 from textproc.core.tok.bpe import BPE
 from textproc.core.tok.bytelevel import BYTE_TO_CHAR_TABLE
 from textproc.core.tok.assemble import components_from_json
-from textproc.core.tok.decoders import Decoder, byte_level_token_bytes
+from textproc.core.tok.decoders import Decoder
 from textproc.core.tok.fastsplit import Splitter, make_splitter
+from textproc.core.tok.idtable import IdTable
 from textproc.core.tok.loader import DirConfig, read_dir_config, read_json
 from textproc.core.tok.normalizers import Normalizer
 from textproc.core.tok.pretokenizers import PreTokenizer
@@ -58,7 +61,8 @@ from textproc.core.tok.unigram import Unigram
 __all__ = ["Tokenizer"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
 def _check_text(text: str) -> None:
     """InvalidInput for a non-str or a text with a lone surrogate (what no encode can take)."""
     if type(text) is not str:
@@ -115,13 +119,13 @@ class Tokenizer:
         self._words = self.cutter.words()
         # encode() inlines the common shape: no normalized added tokens, one findall split
         self._fast_split = self._splitter if not added.has_normalized else None
-        self._id_to_token: list[str | None] | None = None
-        self._token_bytes: list[bytes] | None = None
-        self._token_bytes_skip: list[bytes] | None = None
         self.added_tokens: dict[str, int] = dict(added.content_to_id)
         self.special_ids: frozenset[int] = frozenset(
             i for i, t in added.id_to_token.items() if t.special
         )
+        # ids -> token strings, bytes and text
+        self._ids = IdTable(model, added, decoder, byte_level=pre_tokenizer.byte_level,
+                            special_ids=self.special_ids)
         self.chat_template: str | dict[str, str] | None = config.chat_template
         self.special_tokens_map: dict[str, str] = dict(config.special_tokens_map)
         self.eos_token: str | None = config.special_tokens_map.get("eos_token")
@@ -131,11 +135,7 @@ class Tokenizer:
         self.eos_token_id: int | None = self.token_to_id(self.eos_token) if self.eos_token else None
         self.bos_token_id: int | None = self.token_to_id(self.bos_token) if self.bos_token else None
         self.decode_strip_leading: int = decoder.strip_leading
-        self.byte_fallback_ids: frozenset[int] = frozenset()
-        if "ByteFallback" in decoder.kinds:
-            self.byte_fallback_ids = frozenset(
-                i for t, i in model.vocab.items() if _BYTE_TOKEN.fullmatch(t)
-            )
+        self.byte_fallback_ids: frozenset[int] = self._ids.byte_fallback_ids()
         vocab_tokens = set(model.vocab)
         self.vocab_size: int = len(vocab_tokens) + sum(1 for c in added.content_to_id if c not in vocab_tokens)
         # ids the model may produce: the tokenizer's, and padding rows of the model's embedding
@@ -351,103 +351,24 @@ class Tokenizer:
         pieces = self._words(text) if self._words is not None else self._pre.split(text, at0)
         return list(chain.from_iterable(map(self._cache_get, pieces)))
 
-    # -- vocabulary --------------------------------------------------------------------------
-
-    def _tokens(self) -> list[str | None]:
-        table = self._id_to_token
-        if table is None:
-            size = max(
-                max(self._model.vocab.values(), default=-1), max(self._added.id_to_token, default=-1)
-            ) + 1
-            table = [None] * size
-            for token, token_id in self._model.vocab.items():
-                if table[token_id] is None or isinstance(self._model, BPE):
-                    table[token_id] = token
-            if isinstance(self._model, Unigram):
-                for token_id, (piece, _score) in enumerate(self._model.pieces):
-                    table[token_id] = piece
-            for token_id, text in self._added.id_to_text.items():
-                table[token_id] = text
-            self._id_to_token = table
-        return table
+    # -- ids -> tokens, bytes and text (core/tok/idtable.py) -----------------------------------
 
     def token_to_id(self, token: str) -> int | None:
         """The id of a token string (added tokens first), or None."""
-        token_id = self._added.content_to_id.get(token)
-        if token_id is None:
-            token_id = self._model.vocab.get(token)
-        return token_id
+        return self._ids.token_to_id(token)
 
     def id_to_token(self, token_id: int) -> str | None:
         """The token string of an id (as written in tokenizer.json), or None."""
-        table = self._tokens()
-        if type(token_id) is int and 0 <= token_id < len(table):
-            return table[token_id]
-        return None
-
-    def _bytes_of(self, token_id: int, token: str) -> bytes:
-        if self._decoder.is_byte_level:
-            # like HF's ByteLevel decoder, added tokens included: mapped when every character
-            # is in the byte alphabet, else their UTF-8
-            return byte_level_token_bytes(token)
-        m = _BYTE_TOKEN.fullmatch(token)
-        if m is not None and "ByteFallback" in self._decoder.kinds:
-            return bytes([int(m.group(1), 16)])
-        if token_id in self._added.id_to_token:
-            return token.encode("utf-8")
-        if self._pre.byte_level and "ByteLevel" in self._decoder.kinds:
-            return byte_level_token_bytes(token)
-        space = self._decoder.space_char
-        if space is not None:
-            token = token.replace(space, " ")
-        return token.encode("utf-8", "surrogatepass")
-
-    def _byte_tables(self) -> tuple[list[bytes], list[bytes]]:
-        if self._token_bytes is None or self._token_bytes_skip is None:
-            tokens = self._tokens()
-            full = [b"" if t is None else self._bytes_of(i, t) for i, t in enumerate(tokens)]
-            skip = list(full)
-            for token_id in self.special_ids:
-                skip[token_id] = b""
-            self._token_bytes, self._token_bytes_skip = full, skip
-        return self._token_bytes, self._token_bytes_skip
+        return self._ids.id_to_token(token_id)
 
     def token_bytes(self, token_id: int, *, skip_special_tokens: bool = False) -> bytes:
         """Bytes this token contributes in the middle of a decoded sequence (b"" if unknown)."""
-        full, skip = self._byte_tables()
-        table = skip if skip_special_tokens else full
-        if isinstance(token_id, int) and 0 <= token_id < len(table):
-            return table[token_id]
-        return b""
+        return self._ids.token_bytes(token_id, skip_special_tokens=skip_special_tokens)
 
     def vocab_bytes(self) -> list[bytes]:
         """``token_bytes(i)`` for every id, special tokens as b""."""
-        return list(self._byte_tables()[1])
-
-    # -- decoding ----------------------------------------------------------------------------
+        return list(self._ids.byte_tables()[1])
 
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``token_ids``; equal to HF ``Tokenizer.decode``. Unknown ids are skipped."""
-        if self._decoder.is_byte_level:
-            full, skip = self._byte_tables()
-            table = skip if skip_special_tokens else full
-            try:
-                if min(token_ids, default=0) >= 0:
-                    return b"".join([table[i] for i in token_ids]).decode("utf-8", "replace")
-            except (IndexError, TypeError):
-                pass
-            n = len(table)
-            data = b"".join([table[i] for i in token_ids if isinstance(i, int) and 0 <= i < n])
-            return data.decode("utf-8", "replace")
-        tokens = self._tokens()
-        n = len(tokens)
-        special = self.special_ids
-        strs: list[str] = []
-        for i in token_ids:
-            if not isinstance(i, int) or not 0 <= i < n:
-                continue
-            t = tokens[i]
-            if t is None or (skip_special_tokens and i in special):
-                continue
-            strs.append(t)
-        return self._decoder.decode(strs)
+        return self._ids.decode(token_ids, skip_special_tokens=skip_special_tokens)
