@@ -135,8 +135,8 @@ def test_for_service_reads_every_shard_and_mismatched_addresses_are_refused(tmp_
     ep = ipc_endpoints(str(tmp_path), 1, 2)
     (tmp_path / "endpoints.json").write_text(json.dumps({"endpoints": ep.to_dict()}))
     lk = EngineLink.for_service(str(tmp_path))
-    assert lk.engine_ins == (ep.engine_in, ep.detokenizers[1].engine_in) and lk.n_shards == 2
-    assert lk.engine_outs == (ep.engine_out, ep.detokenizers[1].engine_out)
+    assert lk.engine_ins == (ep.detokenizers[0].engine_in, ep.detokenizers[1].engine_in) and lk.n_shards == 2
+    assert lk.engine_outs == (ep.detokenizers[0].engine_out, ep.detokenizers[1].engine_out)
     with pytest.raises(InvalidInput, match="one engine_in and one engine_out address per"):
         EngineLink(["ipc:///a", "ipc:///b"], "ipc:///c")
     with pytest.raises(InvalidInput, match="cannot read the engine endpoints"):
