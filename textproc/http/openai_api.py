@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import msgspec
@@ -71,6 +72,9 @@ __all__ = [
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # OpenAI's rule, plus '.' and ':' seen in the wild
 
 
+# the options the bodies carry as they are: their values in BODY_OPTIONS order, and where each goes
+_body_values = attrgetter(*(o.name for o in BODY_OPTIONS), "model")  # a tuple, whatever the count
+_BODY_PLACES = [(o.owner, o.field) for o in BODY_OPTIONS]
 MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's limit (chat's top_logprobs: 20)
 ERROR_PATH = re.compile(r" - at `\$\.?(.*)`$")
 
@@ -272,10 +276,9 @@ def _options(req: ChatCompletionBody | CompletionBody, max_tokens: int | None,
                        param="stream_options")
     opts = req.stream_options or StreamOptions()
     given: dict[str, dict[str, Any]] = {"sampling": {}, "output": {}, "params": {}}
-    for option in BODY_OPTIONS:  # the options the body carries as they are, by name
-        value = getattr(req, option.name)
+    for (owner, name), value in zip(_BODY_PLACES, _body_values(req)):
         if value is not None:
-            given[option.owner][option.field] = value
+            given[owner][name] = value
     sampling = SamplingOptions(
         max_tokens=max_tokens, min_tokens=req.min_tokens, n=req.n, params=given["params"],
         logit_bias=_logit_bias(req.logit_bias or {}), **given["sampling"])
