@@ -30,4 +30,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # Submit.compiler, the worker whose IndexDone is to come)
 # 14: EngineRequest.eos_token_ids (the model's EOS ids, masked until min_tokens even with
 # ignore_eos, as vLLM masks them)
+#     and endpoints.json spells a shard's four addresses only in endpoints.detokenizers (the flat
+# detok_in / detok_front / engine_in / engine_out copies of shard 0 are gone; no frame changed)
 PROTOCOL_VERSION = 14
