@@ -349,8 +349,11 @@ def test_client_that_leaves_frees_its_kv_blocks_in_vllm(servers: tuple[Service, 
             "ignore_eos": True, "messages": [{"role": "user", "content": "word " * 500}]}
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as resp:
         assert resp.status_code == 200, resp.read()
+        # (the iterator is kept: an abandoned httpx line iterator, collected at once, closes
+        # the connection, and the request would be aborted before the engine stats show it)
+        stream = resp.iter_lines()
         lines = []
-        for line in resp.iter_lines():
+        for line in stream:
             lines += [line] if line.startswith("data: ") else []
             if len(lines) >= 5:
                 break
@@ -362,6 +365,7 @@ def test_client_that_leaves_frees_its_kv_blocks_in_vllm(servers: tuple[Service, 
     assert after["scheduler"]["free_kv_blocks"] == idle["free_kv_blocks"]
     aborted = [r for r in after["requests"].values() if r["finish_reason"] == "abort"]
     assert aborted and all(r["generated"] < 3000 for r in aborted)
+    del stream
 
 
 def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_path: Path) -> None:
