@@ -1,6 +1,11 @@
-"""Regex tree -> minimal DFA over UTF-8 bytes (Thompson NFA, subset construction, Hopcroft).
+"""Regex tree -> minimal DFA over UTF-8 bytes (NFA, subset construction, Hopcroft).
 
-Owns :class:`ByteDFA` and :func:`build_dfa`. The DFA reads the UTF-8 bytes of the output;
+Owns :class:`ByteDFA` and :func:`build_dfa`. The NFA is built right to left, each subtree
+followed by a known state, and equal subtrees followed by the same state are built once: a
+schema's regex spells an object's members several times (once per way the object may have
+started) and they end alike, so the subset construction makes about as many states as the
+minimal DFA has instead of one set per spelling (a SchemaStore schema: 134,085 -> 1,590, 722
+minimal). The DFA reads the UTF-8 bytes of the output;
 state -1 is the dead state, and every other state can still reach an accepting state (states
 that cannot are folded into -1 before minimising), so "never reaches -1" is exactly "is a
 prefix of some match". Work is bounded by a :class:`Budget` (states and a deadline): over
@@ -99,6 +104,10 @@ class NFA:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
         self.budget = budget
+        self._built: dict[tuple[int, int], int] = {}  # (subtree number, next state) -> entry
+        self._canon_of: dict[int, int] = {}  # id(subtree) -> its number
+        self._shapes: dict[tuple[object, ...], int] = {}
+        self._keep: list[Node] = []
 
     def state(self) -> int:
         self.eps.append([])
@@ -110,49 +119,81 @@ class NFA:
 
     def build(self, node: Node, start: int) -> int:
         """Add ``node`` reading from ``start``; return its end state."""
+        end = self.state()
+        self.eps[start].append(self.build_to(node, end))
+        return end
+
+    def build_to(self, node: Node, after: int) -> int:
+        """The entry state of ``node`` followed by state ``after`` (built right to left).
+
+        Equal subtrees followed by the same state are built once: a schema's regex spells an
+        object's optional members several times, and each spelling is followed by the same rest
+        of the object, so they share one sub-automaton and the subset construction never tells
+        the copies apart."""
+        key = (self._canon(node), after)
+        got = self._built.get(key)
+        if got is not None:
+            return got
         if isinstance(node, CharSet):
-            end = self.state()
+            entry = self.state()
             inner: dict[tuple[int, int, int], int] = {}
             for seq in _sequences(node.ranges):
-                cur = start
+                cur = entry
                 for i, (b_lo, b_hi) in enumerate(seq):
                     if i == len(seq) - 1:
-                        self.edges[cur].append((b_lo, b_hi, end))
+                        self.edges[cur].append((b_lo, b_hi, after))
                     else:
-                        key = (cur, b_lo, b_hi)
-                        nxt = inner.get(key)
+                        step = (cur, b_lo, b_hi)
+                        nxt = inner.get(step)
                         if nxt is None:
-                            nxt = inner[key] = self.state()
+                            nxt = inner[step] = self.state()
                             self.edges[cur].append((b_lo, b_hi, nxt))
                         cur = nxt
-            return end
-        if isinstance(node, Concat):
-            cur = start
-            for item in node.items:
-                cur = self.build(item, cur)
-            return cur
-        if isinstance(node, Alt):
-            end = self.state()
-            for item in node.items:
-                branch = self.state()
-                self.eps[start].append(branch)
-                self.eps[self.build(item, branch)].append(end)
-            return end
-        assert isinstance(node, Repeat)
-        cur = start
-        for _ in range(node.lo):
-            cur = self.build(node.item, cur)
+        elif isinstance(node, Concat):
+            entry = after
+            for item in reversed(node.items):
+                entry = self.build_to(item, entry)
+        elif isinstance(node, Alt):
+            entry = self.state()
+            self.eps[entry].extend(self.build_to(item, after) for item in node.items)
+        else:
+            entry = self._repeat_to(node, after)
+        self._built[key] = entry
+        return entry
+
+    def _repeat_to(self, node: Repeat, after: int) -> int:
         if node.hi is None:
             loop = self.state()
-            self.eps[cur].append(loop)
-            self.eps[self.build(node.item, loop)].append(loop)
-            return loop
-        end = self.state()
-        for _ in range(node.hi - node.lo):
-            self.eps[cur].append(end)
-            cur = self.build(node.item, cur)
-        self.eps[cur].append(end)
-        return end
+            self.eps[loop].append(self.build_to(node.item, loop))
+            self.eps[loop].append(after)
+            cur = loop
+        else:
+            cur = after
+            for _ in range(node.hi - node.lo):  # X{0,n}: (?:X(?:X...)?)?
+                skip = self.state()
+                self.eps[skip].append(self.build_to(node.item, cur))
+                self.eps[skip].append(after)
+                cur = skip
+        for _ in range(node.lo):
+            cur = self.build_to(node.item, cur)
+        return cur
+
+    def _canon(self, node: Node) -> int:
+        """A number per distinct subtree: equal subtrees get the same number (hash-consing)."""
+        got = self._canon_of.get(id(node))
+        if got is not None:
+            return got
+        shape: tuple[object, ...]
+        if isinstance(node, CharSet):
+            shape = (0, node.ranges)
+        elif isinstance(node, Repeat):
+            shape = (1, self._canon(node.item), node.lo, node.hi)
+        else:
+            shape = (2 if isinstance(node, Concat) else 3, *(self._canon(item) for item in node.items))
+        got = self._shapes.setdefault(shape, len(self._shapes))
+        self._canon_of[id(node)] = got
+        self._keep.append(node)  # ids stay valid while the NFA is built
+        return got
 
 
 def counted_states_floor(node: Node) -> tuple[bool, int]:

@@ -1,6 +1,6 @@
 """Regex tree -> byte DFA built on demand (:func:`lazy_dfa`): a state's row is made when first read.
 
-Owns :class:`LazyDFA`. The Thompson NFA is built whole (linear in the regex) and pruned to the
+Owns :class:`LazyDFA`. The NFA is built whole (at most linear in the regex) and pruned to the
 states that can still reach the final state, so an empty subset is exactly the dead state -1
 and every other DFA state can still reach an accepting state: "never reaches -1" is "is a prefix
 of some match", as in the minimal DFA of :func:`~textproc.core.constraints.automaton.build_dfa`,

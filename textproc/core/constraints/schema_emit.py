@@ -295,17 +295,7 @@ def _members(members: list[tuple[str, bool]], extra: str | None, *, nonempty: bo
              braces: tuple[str, str] = (r"\{", r"\}"), check: Any = None) -> str | None:
     """``{...}`` of the declared members in order (optional ones may be left out), then any
     number of ``extra`` members; ``nonempty``: at least one member."""
-    tail = ""  # members i.. after one was written
-    first_member: str | None = None  # members i.., at least one, none written before
-    for member, required in reversed(members):
-        first = member + tail
-        if required:
-            first_member, tail = first, f", {member}{tail}"
-        else:
-            first_member = first if first_member is None else f"(?:{first}|{first_member})"
-            tail = f"(?:, {member})?{tail}"
-        if check is not None:
-            check(first_member)  # quadratic in optional members: stop as soon as it is too long
+    first_member = _written(members, 0, len(members), check) if members else None
     more = f"(?:, {extra})*" if extra else ""
     optional = "" if nonempty else "?"
     if first_member is None:
@@ -319,6 +309,26 @@ def _members(members: list[tuple[str, bool]], extra: str | None, *, nonempty: bo
     else:
         body = f"(?:{first_member}){optional}"
     return braces[0] + body + braces[1]
+
+
+def _written(members: list[tuple[str, bool]], lo: int, hi: int, check: Any) -> str:
+    """Members ``lo..hi-1`` as written: at least one, in order, ", "-separated, every required
+    one among them. Split in halves: the first one written is in the left half (then the left
+    half's members as written, then the right half's each after a ", ") or, when the left half
+    has no required member, in the right half. Each member is spelled O(log n) times, not once
+    per member that may come first (quadratic text, and nesting multiplies it); the automaton
+    builder shares the spellings that are followed alike."""
+    if hi - lo == 1:
+        return members[lo][0]
+    mid = (lo + hi) // 2
+    left = _written(members, lo, mid, check)
+    after = "".join(f", {m}" if required else f"(?:, {m})?" for m, required in members[mid:hi])
+    regex = left + after
+    if not any(required for _, required in members[lo:mid]):
+        regex = f"(?:{regex}|{_written(members, mid, hi, check)})"
+    if check is not None:
+        check(regex)  # stop as soon as it is too long
+    return regex
 
 
 def _unconstrained(flat: Flat) -> bool:
