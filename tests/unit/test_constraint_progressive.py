@@ -178,6 +178,38 @@ def test_the_whole_index_reaches_the_engine_after_the_relay_dropped_its_partial_
     assert isinstance(whole, EngineIndex) and whole.table.key == first.key and not whole.table.n_known
 
 
+def test_a_partial_index_whose_whole_compile_failed_leaves_the_engine() -> None:
+    """The whole compile after a partial table the engine got fails: a request naming the key
+    fails at once, the engine is told to evict it, and a later compile of the key (a deadline
+    overrun is not cached) reaches the engine, partial then whole (before, the relay still
+    listed the key as held: the new tables never went and the engine kept the request on a
+    partial index that never completes)."""
+    from textproc.engine.indexes import IndexCache as EngineCache
+    from textproc.protocol import EngineIndex
+    from textproc.service.constraints import IndexRelay, table_of
+
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b""], end_ids=[3])
+    first, rest = compile_progressive(vocab, "(?:ab|ba){3}", cache=None, first_seconds=0)
+    assert first.partial and rest is not None
+    relay = IndexRelay()
+    engine = EngineCache(1 << 20)
+    relay.remember(table_of(first))
+    sent = relay.frame_for(first.key)
+    assert isinstance(sent, EngineIndex)
+    engine.put(sent.table, sent.evict)
+    relay.drop(first.key)  # its IndexDone says the whole compile failed
+    assert relay.frame_for(first.key) is False
+    assert relay.remember(table_of(first)) is None  # compiled again: partial first
+    again = relay.frame_for(first.key)
+    assert isinstance(again, EngineIndex) and again.evict == [first.key] and again.table.n_known
+    engine.put(again.table, again.evict)
+    guide = Guide(engine.get(first.key))
+    whole = relay.remember(table_of(rest()))
+    assert isinstance(whole, EngineIndex) and not whole.table.n_known
+    engine.put(whole.table, whole.evict)
+    assert guide.ready and not guide.index.partial and len(engine) == 1
+
+
 @pytest.mark.parametrize(("regex", "refused"), [
     ("[a-z]{0,60000}", True), ("x(ab|c){20000}y", True), ("(a{0,30000})*", True),
     ("(a?){0,60000}", False), ("[a-z]{0,500}", False), ("a*", False)])

@@ -190,6 +190,9 @@ class IndexRelay:
         self.sent_to_engine = 0  # indexes sent (a partial one's whole one not counted again)
         self.completed_on_engine = 0  # whole indexes sent after their partial ones
         self._partial_sent: set[str] = set()  # keys whose partial table the engine got
+        # key -> bytes: partial tables the engine holds whose whole compile failed, evicted
+        # with the next index sent (still counted in _engine_total until then)
+        self._dropped: dict[str, int] = {}
 
     def remember(self, table: IndexTable) -> EngineIndex | None:
         """Keep ``table``; a whole table replaces a partial one under its key, and when the
@@ -226,11 +229,18 @@ class IndexRelay:
         return got is not None and got[0].n_known > 0
 
     def drop(self, key: str) -> None:
-        """Forget ``key``'s table (its whole compile failed): a request naming it fails."""
+        """Forget ``key``'s table (its whole compile failed): a request naming it fails, and
+        the engine is told to evict the partial table it holds. Without that, the mirror
+        still listed the key: a later compile of it (a deadline overrun is not cached) would
+        find the engine "holding" the failed partial index, never send the new table, and its
+        requests would wait on the engine for a whole index that never comes."""
         self._partial_sent.discard(key)
         got = self._store.pop(key, None)
         if got is not None:
             self._stored -= got[1]
+        size = self._engine.pop(key, None)
+        if size is not None:
+            self._dropped[key] = size
 
     def frame_for(self, key: str) -> EngineIndex | None | bool:
         """What to send before a request naming ``key``: an ``EngineIndex``, None when the
@@ -242,7 +252,9 @@ class IndexRelay:
         if got is None:
             return False
         table, size = got
-        evict = []
+        evict = list(self._dropped)
+        self._engine_total -= sum(self._dropped.values())
+        self._dropped.clear()
         while self._engine and self._engine_total + size > self.engine_bytes:
             old_key, old_size = self._engine.popitem(last=False)
             self._engine_total -= old_size
@@ -257,5 +269,6 @@ class IndexRelay:
     def engine_restarted(self) -> None:
         """A new engine instance holds nothing."""
         self._partial_sent.clear()
+        self._dropped.clear()
         self._engine.clear()
         self._engine_total = 0
