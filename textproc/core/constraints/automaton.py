@@ -108,6 +108,7 @@ class NFA:
         self._canon_of: dict[int, int] = {}  # id(subtree) -> its number
         self._shapes: dict[tuple[object, ...], int] = {}
         self._keep: list[Node] = []
+        self._suffixes: dict[tuple[tuple[tuple[int, int], ...], int], int] = {}
 
     def state(self) -> int:
         self.eps.append([])
@@ -136,19 +137,8 @@ class NFA:
             return got
         if isinstance(node, CharSet):
             entry = self.state()
-            inner: dict[tuple[int, int, int], int] = {}
             for seq in _sequences(node.ranges):
-                cur = entry
-                for i, (b_lo, b_hi) in enumerate(seq):
-                    if i == len(seq) - 1:
-                        self.edges[cur].append((b_lo, b_hi, after))
-                    else:
-                        step = (cur, b_lo, b_hi)
-                        nxt = inner.get(step)
-                        if nxt is None:
-                            nxt = inner[step] = self.state()
-                            self.edges[cur].append((b_lo, b_hi, nxt))
-                        cur = nxt
+                self.edges[entry].append((*seq[0], self._suffix(tuple(seq[1:]), after)))
         elif isinstance(node, Concat):
             entry = after
             for item in reversed(node.items):
@@ -160,6 +150,19 @@ class NFA:
             entry = self._repeat_to(node, after)
         self._built[key] = entry
         return entry
+
+    def _suffix(self, seq: tuple[tuple[int, int], ...], after: int) -> int:
+        """The state reading the byte ranges ``seq`` then going to ``after``; one per suffix
+        (the continuation bytes of UTF-8 sequences recur: sharing them keeps a character
+        class's automaton minimal, as Rust's utf8-ranges suffix cache does)."""
+        if not seq:
+            return after
+        key = (seq, after)
+        got = self._suffixes.get(key)
+        if got is None:
+            got = self._suffixes[key] = self.state()
+            self.edges[got].append((*seq[0], self._suffix(seq[1:], after)))
+        return got
 
     def _repeat_to(self, node: Repeat, after: int) -> int:
         if node.hi is None:
@@ -196,24 +199,33 @@ class NFA:
         return got
 
 
-def counted_states_floor(node: Node) -> tuple[bool, int]:
+def counted_states_floor(node: Node, memo: dict[int, tuple[bool, int]] | None = None) -> tuple[bool, int]:
     """``(nullable, floor)`` of ``node``: whether it matches the empty string, and a number of
     DFA states any DFA built for a regex holding it needs at least (before minimising): a
     counted repetition ``X{lo,hi}`` of an ``X`` that always reads a byte has one subset state
     per count of copies read, ``hi + 1`` of them (``lo + 1`` when unbounded). Lets a compile
-    refuse such a count at once instead of when its DFA passes the state budget."""
+    refuse such a count at once instead of when its DFA passes the state budget. A subtree
+    the tree shares (``(?&name)``) is looked at once."""
+    memo = {} if memo is None else memo
+    got = memo.get(id(node))
+    if got is not None:
+        return got
     if isinstance(node, CharSet):
-        return False, 1
-    if isinstance(node, (Concat, Alt)):
-        parts = [counted_states_floor(item) for item in node.items]
+        got = (False, 1)
+    elif isinstance(node, (Concat, Alt)):
+        parts = [counted_states_floor(item, memo) for item in node.items]
         floor = max((f for _, f in parts), default=1)
         if isinstance(node, Concat):
-            return all(n for n, _ in parts), floor
-        return any(n for n, _ in parts), floor
-    nullable, floor = counted_states_floor(node.item)
-    if not nullable:
-        floor = max(floor, (node.hi if node.hi is not None else node.lo) + 1)
-    return nullable or node.lo == 0, floor
+            got = (all(n for n, _ in parts), floor)
+        else:
+            got = (any(n for n, _ in parts), floor)
+    else:
+        nullable, floor = counted_states_floor(node.item, memo)
+        if not nullable:
+            floor = max(floor, (node.hi if node.hi is not None else node.lo) + 1)
+        got = (nullable or node.lo == 0, floor)
+    memo[id(node)] = got
+    return got
 
 
 def build_dfa(tree: Node, budget: Budget) -> ByteDFA:

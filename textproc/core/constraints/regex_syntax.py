@@ -3,7 +3,10 @@
 Owns the parse of a structured-output regex: literals, ``.``, classes with ranges and
 negation, ``\\d \\D \\w \\W \\s \\S`` with Python's Unicode meaning, ``\\p{..}`` / ``\\P{..}``
 general categories, escapes (``\\n \\t \\xhh \\uhhhh \\Uhhhhhhhh \\N{name}`` and octal),
-groups (capturing, ``(?:``, ``(?P<name>``), alternation, greedy / lazy ``* + ? {m,n}``, and
+groups (capturing, ``(?:``, ``(?P<name>``), calls of a named group closed before (``(?&name)``,
+as the ``regex`` module writes them, and its ``(?(DEFINE)...)`` of named groups that match
+nothing where they stand: the call is the group's tree again, so the regex stays regular),
+alternation, greedy / lazy ``* + ? {m,n}``, and
 ``^`` / ``$`` / ``\\A`` / ``\\Z`` at the ends (the whole output must match, so they are
 no-ops there). Everything that is not a regular language or changes matching
 (lookarounds, backreferences, inline flags, possessive quantifiers, ``\\b``, anchors in the
@@ -149,6 +152,9 @@ class _Parser:
         self.pos = 0
         self.budget = budget
         self.atoms = 0
+        # name -> (its text, its tree) of the named groups closed so far; None: defined twice
+        # with different texts (a reference to it is ambiguous)
+        self.named: dict[str, tuple[str, Node] | None] = {}
 
     def fail(self, what: str, pos: int | None = None) -> InvalidInput:
         at = self.pos if pos is None else pos
@@ -267,6 +273,7 @@ class _Parser:
     def group(self, end: int) -> Node:
         src = self.src
         start = self.pos
+        name = None
         if src.startswith("(?", self.pos):
             rest = src[self.pos + 2 : self.pos + 4]
             if rest.startswith(":"):
@@ -275,7 +282,12 @@ class _Parser:
                 close = src.find(">", self.pos)
                 if close < 0:
                     raise self.fail("an unterminated group name")
+                name = src[self.pos + 4 : close]
                 self.pos = close + 1
+            elif rest.startswith("&"):
+                return self.reference(end)
+            elif src.startswith("(?(DEFINE)", self.pos):
+                return self.definitions(end)
             else:
                 kinds = {"=": "a lookahead", "!": "a negative lookahead", "<=": "a lookbehind",
                          "<!": "a negative lookbehind", "P=": "a backreference", "#": "a comment group",
@@ -288,7 +300,39 @@ class _Parser:
         if self.pos >= end or src[self.pos] != ")":
             raise self.fail("an unclosed group", start)
         self.pos += 1
+        if name is not None:
+            text = src[start : self.pos]
+            known = self.named.get(name, (text, inner))
+            self.named[name] = known if known is not None and known[0] == text else None
         return inner
+
+    def definitions(self, end: int) -> Node:
+        """``(?(DEFINE)(?P<name>...)...)``: named groups that match nothing here, for
+        ``(?&name)`` to use (as the ``regex`` module reads it)."""
+        start = self.pos
+        self.pos += len("(?(DEFINE)")
+        while self.pos < end and self.src.startswith("(?P<", self.pos):
+            self.group(end)
+        if self.pos >= end or self.src[self.pos] != ")":
+            raise self.fail("a DEFINE group holding anything but named groups", start)
+        self.pos += 1
+        return Concat(())
+
+    def reference(self, end: int) -> Node:
+        """``(?&name)``: the tree of the named group ``name`` closed earlier (one tree, shared:
+        the automaton builder numbers equal subtrees alike)."""
+        start = self.pos
+        close = self.src.find(")", self.pos, end)
+        if close < 0:
+            raise self.fail("an unclosed group reference", start)
+        name = self.src[self.pos + 3 : close]
+        if name not in self.named:
+            raise self.fail(f"a reference to {name!r}, no named group closed before it", start)
+        known = self.named[name]
+        if known is None:
+            raise self.fail(f"a reference to {name!r}, two different groups of that name", start)
+        self.pos = close + 1
+        return known[1]
 
     def escape(self, *, in_class: bool) -> Ranges:
         src = self.src

@@ -3,11 +3,15 @@
 Owns :class:`Compiler`, the second half of ``json_schema_to_regex`` (the first is
 :mod:`textproc.core.constraints.schema_flat`). Regexes of repeated sub-schemas (the same
 schema object reached with the same ``$ref`` history) are computed once; the result is
-refused when it would pass ``max_chars`` (the compile stays bounded).
+refused when it would pass ``max_chars`` (the compile stays bounded). With ``define_from``,
+each sub-regex longer than that is written once, in a ``(?(DEFINE)(?P<name>...))`` block
+ahead of the regex, and called as ``(?&name)`` wherever it recurs (the ``regex`` module's
+syntax; the name is a hash of the text, so regexes joined into one pattern agree on it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import replace
@@ -35,10 +39,15 @@ _SCALARS = [f'"{CHAR}*"', r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?
 
 
 class Compiler:
-    def __init__(self, root: Any, *, max_recursion: int, any_depth: int, strict: bool, max_chars: int) -> None:
+    def __init__(self, root: Any, *, max_recursion: int, any_depth: int, strict: bool, max_chars: int,
+                 define_from: int | None = None) -> None:
         self.flattener = Flattener(root, max_recursion=max_recursion, strict=strict)
         self.any_depth = any_depth
         self.max_chars = max_chars
+        self.define_from = define_from
+        self.defined: dict[str, str] = {}  # name -> regex, each after the ones it calls
+        self.defined_chars = 0
+        self.too_long = False  # the last InvalidInput was the size budget
         self._memo: dict[tuple[Any, ...], str | None] = {}
         self._any: dict[int, str] = {}
         self._patterns: dict[str, Any] = {}
@@ -56,14 +65,38 @@ class Compiler:
         result = _group(alternatives) if alternatives else None
         if result is not None:
             self.check_size(result, nodes[0].path if nodes else "$")
+            result = self.define(result)
         self._memo[key] = result
         return result
 
     def check_size(self, regex: str, path: str) -> None:
-        """``InvalidInput`` when ``regex`` passes ``max_chars`` (the regex size budget)."""
-        if len(regex) > self.max_chars:
+        """``InvalidInput`` when ``regex`` (with the definitions so far) passes ``max_chars``
+        (the regex size budget)."""
+        if len(regex) + self.defined_chars > self.max_chars:
+            self.too_long = True
             raise InvalidInput(regex_too_long(
-                f"the JSON schema at {path} expands to a regex of over {len(regex):,} characters", self.max_chars))
+                f"the JSON schema at {path} expands to a regex of over "
+                f"{len(regex) + self.defined_chars:,} characters", self.max_chars))
+
+    def define(self, regex: str) -> str:
+        """``regex``, or a call of its definition when ``define_from`` says it is long."""
+        if self.define_from is None or len(regex) <= self.define_from:
+            return regex
+        name = "d" + hashlib.blake2b(regex.encode(), digest_size=8).hexdigest()
+        if name not in self.defined:
+            self.defined[name] = regex
+            self.defined_chars += len(regex) + len(name) + 6
+        return f"(?&{name})"
+
+    def definitions(self) -> str:
+        """The ``(?(DEFINE)...)`` block the regex's calls need ("" when there are none)."""
+        if not self.defined:
+            return ""
+        return "(?(DEFINE)" + "".join(f"(?P<{n}>{r})" for n, r in self.defined.items()) + ")"
+
+    def matcher(self, regex: str) -> Any:
+        """``regex`` (which may call the definitions so far) compiled by the ``regex`` module."""
+        return re_.compile(self.definitions() + regex)
 
     def emit(self, flat: Flat) -> str | None:
         if flat.enum is not None:
@@ -93,7 +126,7 @@ class Compiler:
         values = [v for v in flat.enum if any(types_of(replace(flat, enum=[v])))]
         if not _unconstrained(rest) and values:
             regex = self.emit(rest)
-            matcher = re_.compile(regex) if regex is not None else None
+            matcher = self.matcher(regex) if regex is not None else None
             values = [v for v in values if matcher is not None and matcher.fullmatch(_dumps(v))]
         texts = []
         for v in values:
@@ -237,7 +270,7 @@ class Compiler:
                 f"boolean) of at most {MAX_UNIQUE} values, without prefixItems, minItems above 1 or maxItems "
                 f"below the set's size (or with maxItems 1)"
             )
-        matcher = re_.compile(rest) if rest is not None else None
+        matcher = self.matcher(rest) if rest is not None else None
         texts: list[str] = []
         for v in values:
             text = _dumps(v)
@@ -287,7 +320,7 @@ class Compiler:
                 array = rf"\[(?:{inner}(?:, {inner})*)?\]"
                 member = f'"{CHAR}*": {inner}'
                 obj = rf"\{{(?:{member}(?:, {member})*)?\}}"
-                self._any[depth] = _group(_SCALARS + [array, obj])
+                self._any[depth] = self.define(_group(_SCALARS + [array, obj]))
         return self._any[depth]
 
 
