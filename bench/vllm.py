@@ -23,8 +23,8 @@ Reported per side: requests/s, output tokens/s, TTFT p50/p99, TPOT mean, ITL p99
 seconds per request of the engine process (with its model worker) and of everything else
 (textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc.
 
-``--text-cpus`` is textproc serve's (default ``auto``: its text processes on the CPUs vLLM's
-model worker leaves); repeated, one textproc side runs per setting, all alternating with vLLM's
+``--text-cpus`` is textproc serve's (default ``none``: its text processes float; ``auto``: on
+the CPUs vLLM's model worker leaves); repeated, one textproc side runs per setting, all alternating with vLLM's
 server (``--text-cpus auto --text-cpus none``: the pinning's own effect in the same run).
 ``--engine-cores`` pins both engines (engine_vllm and vLLM's EngineCore, with their model
 workers) to those CPUs and everything else to the others, so the comparison can be made with the
@@ -312,9 +312,9 @@ def main() -> int:
     p.add_argument("--engine-python", default=None)
     p.add_argument("--text-cpus", action="append", metavar="SETTING",
                    help="textproc serve --text-cpus of the textproc side; repeated, one textproc "
-                        "side per setting (e.g. --text-cpus auto --text-cpus none; default auto)")
+                        "side per setting (e.g. --text-cpus auto --text-cpus none; default none)")
     a = p.parse_args()
-    text_cpus = a.text_cpus or ["auto"]
+    text_cpus = a.text_cpus or ["none"]
     python = a.engine_python or default_python()
     if not (a.model_dir / "config.json").is_file() or not Path(python).parent.joinpath("vllm").is_file():
         print(f"bench vllm: needs the engine environment and model: bash scripts/setup_vllm.sh "

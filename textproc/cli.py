@@ -87,11 +87,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--engine-python", metavar="PATH",
                    help="the Python of the engine's own environment (--engine vllm; default: "
                         "the .venv-vllm beside this checkout when it exists)")
-    p.add_argument("--text-cpus", default="auto", metavar="auto|none|LIST",
+    p.add_argument("--text-cpus", default="none", metavar="none|auto|LIST",
                    help="the CPUs of textproc's own processes (workers, detokenizers, HTTP): "
-                        "auto = the ones the engine's bound threads leave (vLLM binds its "
-                        "model threads and reserves the rest; the stub binds none, so nothing "
-                        "moves), none = they float, or a list such as 1 or 2-7 (default auto)")
+                        "none = they float; auto = the ones the engine's bound threads leave "
+                        "(vLLM binds its model threads and reserves the rest; the stub binds "
+                        "none, so nothing moves); or a list such as 1 or 2-7 (default none)")
     p.add_argument("--endpoints", choices=ENDPOINT_KINDS, default="ipc",
                    help="ipc: socket files in the runtime dir; tcp: loopback ports, for "
                         "processes on other machines (default ipc)")

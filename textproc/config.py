@@ -345,9 +345,9 @@ class ServeConfig:
     http_workers: int = 1  # HTTP frontend processes sharing the one listening socket
     health: str | None = None  # HOST:PORT: /health answered there by a process of its own
     exit_with_parent: bool = False  # stop once the process that started serve is gone
-    # the CPUs of textproc's own processes: auto (those the engine's bound threads leave),
-    # none (they float), or a CPU list such as 1 or 2-7 (service.placement)
-    text_cpus: str = "auto"
+    # the CPUs of textproc's own processes: none (they float), auto (those the engine's bound
+    # threads leave), or a CPU list such as 1 or 2-7 (textproc.placement)
+    text_cpus: str = "none"
 
     def __post_init__(self) -> None:
         for name, address in (("http", self.http), ("health", self.health)):

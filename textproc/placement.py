@@ -2,10 +2,12 @@
 
 An engine that binds its compute threads to CPUs (vLLM's CPU worker binds its OpenMP threads
 to all cores but the ones it reserves "for everything else": on 2 cores, core 0 for the model,
-core 1 reserved) runs fastest when nothing else wakes up on those CPUs mid-forward-pass.
+core 1 reserved) is not preempted mid-forward-pass by processes that stay off those CPUs.
 textproc's processes (tokenizer workers, detokenizers, HTTP frontends, the health port) wake
-per token, so by default (``auto``) they are kept on the CPUs the engine left: the ones no
-thread of the engine's process tree is bound to. The engine's own processes are never moved.
+per token; with ``auto`` they are kept on the CPUs the engine left: the ones no thread of the
+engine's process tree is bound to. The engine's own processes are never moved. The default is
+``none`` (they float): on an idle 2-core box, keeping them all on the one reserved core cost
+throughput (``bench/README.md``, "vllm"); on a box shared with other work ``auto`` helped.
 
 ``auto`` finds the engine's CPUs once the engine is ready (its model loaded, its threads bound):
 a thread whose allowed CPUs are fewer than the ones this process may use is bound, and the CPUs

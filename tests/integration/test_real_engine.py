@@ -118,8 +118,9 @@ def test_engine_start_is_waited_for_with_progress(servers: tuple[Service, str, s
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="vLLM binds every CPU of a 1-CPU box")
 def test_text_processes_keep_off_the_cpus_vllm_binds(servers: tuple[Service, str, str]) -> None:
-    """--text-cpus auto: vLLM's model worker binds its threads (its reserved CPUs stay free);
-    every thread of textproc's workers, detokenizer and HTTP frontend runs on the rest."""
+    """--text-cpus auto (this service's; the default lets them float): vLLM's model worker binds
+    its threads (its reserved CPUs stay free); every thread of textproc's workers, detokenizer
+    and HTTP frontend runs on the rest."""
     from textproc.placement import engine_cpus
 
     service, _, _ = servers
