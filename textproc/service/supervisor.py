@@ -32,7 +32,7 @@ from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.lifecycle import ParentWatch
 from textproc.placement import pin, text_cpus_for
-from textproc.ports import HTTP_FILE, listen, state_file
+from textproc.ports import HTTP_FILE, check_private_dir, listen, state_file
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.service.children import (
     READY_FILE,
@@ -110,7 +110,7 @@ class Supervisor:
             self.runtime_dir = Path(cfg.runtime_dir).absolute()
             self._created_dir = not self.runtime_dir.exists()
             self.runtime_dir.mkdir(parents=True, exist_ok=True)
-        _check_private_dir(self.runtime_dir)
+        check_private_dir(self.runtime_dir)
         self._finalizer = weakref.finalize(self, _cleanup, self.children, self._sockets,
                                            self.runtime_dir, self._created_dir)
         n_shards = service.n_detokenizers
@@ -151,14 +151,11 @@ class Supervisor:
         for child in self.children:
             self._spawn(child)
         self._wait_ready(self.children)
-        # the engine is ready (its threads bound): keep the text processes off its CPUs
-        engine = next((c for c in self.children if c.role == "engine"), None)
-        self._text_cpus = text_cpus_for(cfg.text_cpus, engine.process.pid
-                                        if engine is not None and engine.process else None)
-        if self._text_cpus is not None:
-            for child in self.children:
-                if child.role != "engine" and child.process is not None:
-                    pin(child.process.pid, self._text_cpus)
+        # the engine is ready (its threads bound): where the text processes go (--text-cpus)
+        engine = [c.process.pid for c in self.children if c.role == "engine" and c.process]
+        self._text_cpus = text_cpus_for(cfg.text_cpus, engine[0] if engine else None)
+        for child in self.children:
+            self._place(child)
         self._write_files()
         if cfg.http is not None:  # clients of the running service, so started last
             self._start_http(me)
@@ -226,9 +223,12 @@ class Supervisor:
     def _spawn(self, child: Child) -> None:
         spawn(child)
         assert child.process is not None
-        if self._text_cpus is not None and child.role != "engine":
-            pin(child.process.pid, self._text_cpus)
+        self._place(child)
         _log.info("started %s (pid %d)", child.name, child.process.pid)
+
+    def _place(self, child: Child) -> None:
+        if self._text_cpus is not None and child.role != "engine" and child.process is not None:
+            pin(child.process.pid, self._text_cpus)
 
     def _wait_ready(self, children: list[Child]) -> None:
         """Wait until each of ``children`` is ready by its own handshake (``children.READY_*``):
@@ -426,24 +426,6 @@ class Supervisor:
             tmp = self.runtime_dir / (name + ".tmp")
             tmp.write_bytes(msgspec.json.encode(obj))
             os.replace(tmp, self.runtime_dir / name)
-
-
-def _check_private_dir(path: Path) -> None:
-    """Make ``path`` mode 0700 and check it is a real directory owned by this user.
-
-    The ipc socket files in it are the service's only access control without CURVE: a
-    directory another user owns or can enter would let them connect.
-    """
-    st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise InvalidInput(f"runtime dir {path} is not a directory (or is a symlink)")
-    if st.st_uid != os.getuid():
-        raise InvalidInput(f"runtime dir {path} is owned by uid {st.st_uid}, not by this user "
-                           f"({os.getuid()}); use a directory of your own")
-    os.chmod(path, 0o700)
-    mode = os.lstat(path).st_mode & 0o777
-    if mode != 0o700:
-        raise InvalidInput(f"runtime dir {path} has mode {mode:04o} after chmod 0700")
 
 
 def _cleanup(children: list[Child], sockets: list[zmq.Socket[Any]], runtime_dir: Path,
