@@ -19,6 +19,10 @@ SCHEMAS = {
     "enum-and-number": {"type": "object", "properties": {"k": {"enum": ["x\"y", "caf\u00e9", 3]},
                                                          "n": {"type": "number"}}, "required": ["k", "n"]},
     "pattern": {"type": "string", "pattern": "^[a-f0-9]{2,6}-x$"},
+    # an open object's keys sharing prefixes (a key being written is near the key string's loop)
+    "key-prefixes": {"type": "object", "properties": {"de_id": {"type": "integer"}, "de_f\u00e9e": STR,
+                                                      "dead": {"type": "object", "properties": {"bee": STR}},
+                                                      "e\\c": STR}},
 }
 
 

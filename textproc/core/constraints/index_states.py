@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step
+from textproc.core.constraints.index_near import near_root
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
 
@@ -74,6 +75,11 @@ class StateTokens:
         self.walked: dict[tuple[int, bytes], int] = {}  # (state, bytes) -> state after them
         # state -> its loop bytes if it has a big loop, else b"" (walk_skipping; on demand)
         self.big_loops: dict[int, bytes] = {}
+        # (loop state, entry bytes or None for its own loop) -> id -> next state of the tokens
+        # that leave it (walked by their rests); state -> its non-ASCII first tokens walked
+        self.rest_walks: dict[tuple[int, bytes | None], dict[int, int]] = {}
+        self.high_walks: dict[int, dict[int, int]] = {}
+        self.nears: dict[int, tuple[int, bytes] | None] = {}  # index_near.near_loop, per state
 
     def live(self, q: int) -> list[tuple[int, int]]:
         """``(byte, next state)`` for the bytes that do not kill ``q``."""
@@ -241,25 +247,30 @@ class StateTokens:
                 first_covered.update(self.loop_bytes(q))
                 if self.transparent(q):
                     first_covered.update(HIGH)
-                rests, rest_ids, rest_first = self.rests(q)
+                pairs.update(self.rest_walk(q, None))
             else:
                 entry = bytes(b for b in by_next[n] if b < 0x80)
                 tokens = self.first(entry) & self.tail_inside(n)
                 first_covered.update(entry)
-                rests, rest_ids, rest_first = self.entry_rests(entry, n)
                 if not HIGH & first_covered and self.shares_chars(q, n):
                     # a non-ASCII first byte goes where it goes from n: the tokens made of
                     # whole characters and loop bytes stay in n, the few others are walked
-                    high = self.first(_HIGH_BYTES)
-                    tokens |= high & self.inside(n)
-                    pairs.update(self.walk_each(q, high & ~self.inside(n)))
+                    # (from n: the same walks for every state that shares n's characters)
+                    tokens |= self.first(_HIGH_BYTES) & self.inside(n)
+                    pairs.update(self.high_walk(n))
                     first_covered.update(HIGH)
-            if rests and not rests[0]:  # nothing after the loop bytes: stays in n
-                pairs.update(dict.fromkeys(rest_ids[0], n))
-            for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
-                pairs.update(dict.fromkeys(rest_ids[k], t))
+                pairs.update(self.rest_walk(n, entry))
             groups.append((tokens, n))
-        roots = [(b, n) for n, bs in by_next.items() for b in bs if b not in first_covered]
+        roots = []
+        for n, bs in by_next.items():
+            for b in bs:
+                if b not in first_covered:
+                    near = near_root(self, b, n)
+                    if near is None:
+                        roots.append((b, n))
+                    else:  # a declared key's next byte: like its string loop but a few bytes
+                        groups.append(near[:2])
+                        pairs.update(near[2])
         if len(roots) > _WIDE:  # splitting costs more than walking
             covered = 0
             for tokens, _ in groups:
@@ -271,6 +282,30 @@ class StateTokens:
             for token_id in text_ids[k]:
                 pairs[token_id] = n
         return self.combine(groups, pairs)
+
+    def rest_walk(self, n: int, entry: bytes | None) -> dict[int, int]:
+        """id -> next state of the tokens that start with a byte of ``entry`` (None: a loop
+        byte of ``n``, or a non-ASCII byte when ``n`` is transparent), go to loop state ``n``
+        and leave its loop later (a quote, a backslash, half a character): their distinct
+        rests after the loop bytes walked from ``n`` as a trie; kept per (n, entry)."""
+        got = self.rest_walks.get((n, entry))
+        if got is None:
+            rests, rest_ids, rest_first = self.rests(n) if entry is None else self.entry_rests(entry, n)
+            got = self.rest_walks[(n, entry)] = {}
+            if rests and not rests[0]:  # nothing after the loop bytes: stays in n
+                got.update(dict.fromkeys(rest_ids[0], n))
+            rows = self.rows
+            for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
+                got.update(dict.fromkeys(rest_ids[k], t))
+        return got
+
+    def high_walk(self, n: int) -> dict[int, int]:
+        """id -> next state from loop state ``n`` of the tokens that start with a non-ASCII
+        byte but are not made of ``n``'s loop bytes and whole characters (kept per n)."""
+        got = self.high_walks.get(n)
+        if got is None:
+            got = self.high_walks[n] = self.walk_each(n, self.first(_HIGH_BYTES) & ~self.inside(n))
+        return got
 
     def entry_rests(self, entry: bytes, n: int) -> Rests:
         """The tokens starting with a byte of ``entry`` (each leading into loop state ``n``)
@@ -311,16 +346,21 @@ class StateTokens:
         sorted list split by live bytes."""
         if texts is None:
             texts = self.tables.texts
-        walk = self.dfa.walk
-        walked = self.walked
-        found: list[tuple[int, int]] = []  # (text index, next state)
-        loop_of = self.loop_bytes
-        live_of = self.live
         stack = []
         for b, n in roots:
             start, end = subrange(texts, 0, len(texts), b"", b)
             if start < end:
                 stack.append((start, end, 1, n))
+        return self.trie_ranges(stack, texts)
+
+    def trie_ranges(self, stack: list[tuple[int, int, int, int]], texts: list[bytes]) -> list[tuple[int, int]]:
+        """(index in ``texts``, next state) of the texts in the ranges ``(lo, hi, depth, state)``
+        (``texts[lo:hi]`` share their first ``depth`` bytes, which lead to ``state``) that live."""
+        walk = self.dfa.walk
+        walked = self.walked
+        found: list[tuple[int, int]] = []  # (text index, next state)
+        loop_of = self.loop_bytes
+        live_of = self.live
         while stack:
             lo, hi, depth, s = stack.pop()
             loop = loop_of(s)

@@ -1,0 +1,91 @@
+"""Key positions of open objects in the index build: a state that reads like a string loop
+state but for a few bytes.
+
+In an open object a key being written that shares a prefix with declared keys (``"serv`` of
+``service_id``) is a state whose every byte goes where it goes from the key string's loop
+state ``n``, except the few that continue a declared key (``i``) or end it. From the state
+before it (``"ser``, reading ``v``) a token ``v`` + rest walks the rest from there, so when the
+rest's first byte is not one of those few, the rest walks as it does from ``n``: the tokens
+whose later bytes are ``n``'s loop bytes (and whole characters) stay in ``n`` (one bitset
+expression), the ones that leave it go where their rest after the loop bytes goes from ``n``
+(walked once per loop state and first byte, kept), and only the tokens whose second byte is
+one of the few are walked from where it leads. Used by
+:class:`~textproc.core.constraints.index_states.StateTokens` for a mixed state's first bytes
+that lead to such a state (Qwen3: ~5,000 tokens start with ``_``, walked one by one before).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textproc.core.constraints.index_chains import LOOP_MIN
+from textproc.core.constraints.vocab import bitset, subrange
+
+if TYPE_CHECKING:
+    from textproc.core.constraints.index_states import StateTokens
+
+__all__ = ["near_root", "near_loop"]
+
+NEAR_MAX = 16  # bytes a state may differ in from its loop state to count as near it
+NEAR_MIN_TOKENS = 32  # texts a first byte must start for the bitset path (fewer: walked)
+
+
+def near_loop(st: StateTokens, s: int) -> tuple[int, bytes] | None:
+    """``(n, differing)``: a big loop state ``n`` (not ``s``) whose row ``s``'s row equals
+    except at the bytes ``differing`` (at most ``NEAR_MAX``); None if there is none."""
+    if s in st.nears:
+        return st.nears[s]
+    rows = st.rows
+    row = rows[s]
+    targets = {t for t in row if t >= 0 and t != s and len(st.loop_bytes(t)) >= LOOP_MIN}
+    got = None
+    for n in sorted(targets):  # every candidate, smallest first: the answer does not hang on order
+        loop_row = rows[n]
+        differing = bytes(b for b in range(256) if row[b] != loop_row[b])
+        if len(differing) <= NEAR_MAX:
+            got = (n, differing)
+            break
+    st.nears[s] = got
+    return got
+
+
+def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, dict[int, int]] | None:
+    """The tokens starting with ASCII byte ``c`` that leads to ``s``, when ``s`` is near a loop
+    state ``n`` (:func:`near_loop`) and enough tokens start with ``c``: ``(tokens that go to n,
+    n, id -> next state of the others that live)``; None otherwise (walk them as a trie)."""
+    if c >= 0x80:
+        return None
+    texts = st.tables.texts
+    lo, hi = subrange(texts, 0, len(texts), b"", c)
+    if hi - lo < NEAR_MIN_TOKENS:
+        return None
+    near = near_loop(st, s)
+    if near is None:
+        return None
+    n, differing = near
+    prefix = texts[lo][:1]
+    text_ids = st.tables.text_ids
+    rows = st.rows
+    # the texts whose second byte is one of the differing ones (and the text c alone) are
+    # walked from where that byte leads from s; every other text starting with c walks its
+    # rest from n
+    ranges = []
+    own: list[int] = []  # text indices walked here
+    found: list[tuple[int, int]] = []
+    if texts[lo] == prefix:
+        own.append(lo)
+        found.append((lo, s))
+    for d in differing:
+        a, b = subrange(texts, lo, hi, prefix, d)
+        if a < b:
+            own.extend(range(a, b))
+            if rows[s][d] >= 0:
+                ranges.append((a, b, 2, rows[s][d]))
+    own_ids = [i for k in own for i in text_ids[k]]
+    pairs = dict(st.rest_walk(n, prefix))
+    for i in own_ids:
+        pairs.pop(i, None)
+    for k, t in (*found, *st.trie_ranges(ranges, texts)):
+        pairs.update(dict.fromkeys(text_ids[k], t))
+    tokens = st.first(prefix) & st.tail_inside(n) & ~bitset(own_ids, st.size)
+    return tokens, n, pairs
