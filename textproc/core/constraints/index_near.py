@@ -37,7 +37,7 @@ def near_loop(st: StateTokens, s: int) -> tuple[int, bytes] | None:
         return st.nears[s]
     rows = st.rows
     row = rows[s]
-    targets = {t for t in row if t >= 0 and t != s and len(st.loop_bytes(t)) >= LOOP_MIN}
+    targets = {t for t in set(row) if t >= 0 and t != s and len(st.loop_bytes(t)) >= LOOP_MIN}
     got = None
     for n in sorted(targets):  # every candidate, smallest first: the answer does not hang on order
         loop_row = rows[n]
@@ -53,14 +53,12 @@ def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, dict[int, int]
     """The tokens starting with ASCII byte ``c`` that leads to ``s``, when ``s`` is near a loop
     state ``n`` (:func:`near_loop`) and enough tokens start with ``c``: ``(tokens that go to n,
     n, id -> next state of the others that live)``; None otherwise (walk them as a trie)."""
-    if c >= 0x80:
+    near = st.nears[s] if s in st.nears else near_loop(st, s)
+    if near is None or c >= 0x80:
         return None
     texts = st.tables.texts
     lo, hi = subrange(texts, 0, len(texts), b"", c)
     if hi - lo < NEAR_MIN_TOKENS:
-        return None
-    near = near_loop(st, s)
-    if near is None:
         return None
     n, differing = near
     prefix = texts[lo][:1]
