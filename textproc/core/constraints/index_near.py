@@ -22,6 +22,7 @@ from textproc.core.constraints.index_chains import LOOP_MIN
 from textproc.core.constraints.vocab import bitset, subrange
 
 if TYPE_CHECKING:
+    from textproc.core.constraints.index_parts import Kept
     from textproc.core.constraints.index_states import StateTokens
 
 __all__ = ["near_root", "near_loop"]
@@ -49,10 +50,11 @@ def near_loop(st: StateTokens, s: int) -> tuple[int, bytes] | None:
     return got
 
 
-def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, dict[int, int]] | None:
+def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, Kept, list[int], dict[int, int]] | None:
     """The tokens starting with ASCII byte ``c`` that leads to ``s``, when ``s`` is near a loop
     state ``n`` (:func:`near_loop`) and enough tokens start with ``c``: ``(tokens that go to n,
-    n, id -> next state of the others that live)``; None otherwise (walk them as a trie)."""
+    n, the kept walks of the tokens that leave n's loop, the ids walked here instead, id ->
+    next state of those that live)``; None otherwise (walk them as a trie)."""
     near = st.nears[s] if s in st.nears else near_loop(st, s)
     if near is None or c >= 0x80:
         return None
@@ -80,10 +82,8 @@ def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, dict[int, int]
             if rows[s][d] >= 0:
                 ranges.append((a, b, 2, rows[s][d]))
     own_ids = [i for k in own for i in text_ids[k]]
-    pairs = dict(st.rest_walk(n, prefix))
-    for i in own_ids:
-        pairs.pop(i, None)
+    pairs: dict[int, int] = {}
     for k, t in (*found, *st.trie_ranges(ranges, texts)):
         pairs.update(dict.fromkeys(text_ids[k], t))
     tokens = st.first(prefix) & st.tail_inside(n) & ~bitset(own_ids, st.size)
-    return tokens, n, pairs
+    return tokens, n, st.rest_walk(n, prefix), own_ids, pairs

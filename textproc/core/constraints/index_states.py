@@ -32,6 +32,7 @@ from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step
 from textproc.core.constraints.index_near import near_root
+from textproc.core.constraints.index_parts import Kept, combine
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
 
@@ -77,8 +78,8 @@ class StateTokens:
         self.big_loops: dict[int, bytes] = {}
         # (loop state, entry bytes or None for its own loop) -> id -> next state of the tokens
         # that leave it (walked by their rests); state -> its non-ASCII first tokens walked
-        self.rest_walks: dict[tuple[int, bytes | None], dict[int, int]] = {}
-        self.high_walks: dict[int, dict[int, int]] = {}
+        self.rest_walks: dict[tuple[int, bytes | None], Kept] = {}
+        self.high_walks: dict[int, Kept] = {}
         self.nears: dict[int, tuple[int, bytes] | None] = {}  # index_near.near_loop, per state
 
     def live(self, q: int) -> list[tuple[int, int]]:
@@ -162,27 +163,7 @@ class StateTokens:
             pairs.update(dict.fromkeys(rest_ids[0], last))
         for i, n in self.trie(last, [(b, rows[last][b]) for b in rest_first if rows[last][b] >= 0], rests):
             pairs.update(dict.fromkeys(rest_ids[i], n))
-        return self.combine(groups, pairs)
-
-    def combine(self, groups: list[tuple[int, int]],
-                pairs: dict[int, int]) -> tuple[int, dict[int, int], int]:
-        """(allowed, exceptions, default) from disjoint bitset ``groups`` (tokens, next state)
-        and walked ``pairs`` (id -> next state): the most common next state is the default."""
-        counts: Counter[int] = Counter(pairs.values())
-        allowed = bitset(pairs, self.size)
-        for tokens, n in groups:
-            if tokens:
-                counts[n] += tokens.bit_count()
-                allowed |= tokens
-        if not counts:
-            return 0, {}, -1
-        default = counts.most_common(1)[0][0]
-        exc: dict[int, int] = {}
-        for tokens, n in groups:
-            if n != default and tokens:
-                exc.update(dict.fromkeys(bits_of(tokens), n))
-        exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
-        return allowed, exc, default
+        return combine(self.size, groups, pairs)
 
     def tokens_of(self, plain: bytes, chars: bool) -> int:
         """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
@@ -240,14 +221,14 @@ class StateTokens:
         groups: list[tuple[int, int]] = []  # (tokens, next state)
         first_covered: set[int] = set()  # first bytes of the covered tokens
         pairs: dict[int, int] = {}  # id -> next state, for the tokens walked
-        rows = self.rows
+        kept: list[tuple[Kept, list[int]]] = []  # walks kept across states (without those ids)
         for n in loops:
             if n == q:  # tokens staying in q may also start with a whole non-ASCII character
                 tokens = self.inside(q)
                 first_covered.update(self.loop_bytes(q))
                 if self.transparent(q):
                     first_covered.update(HIGH)
-                pairs.update(self.rest_walk(q, None))
+                kept.append((self.rest_walk(q, None), []))
             else:
                 entry = bytes(b for b in by_next[n] if b < 0x80)
                 tokens = self.first(entry) & self.tail_inside(n)
@@ -257,9 +238,9 @@ class StateTokens:
                     # whole characters and loop bytes stay in n, the few others are walked
                     # (from n: the same walks for every state that shares n's characters)
                     tokens |= self.first(_HIGH_BYTES) & self.inside(n)
-                    pairs.update(self.high_walk(n))
+                    kept.append((self.high_walk(n), []))
                     first_covered.update(HIGH)
-                pairs.update(self.rest_walk(n, entry))
+                kept.append((self.rest_walk(n, entry), []))
             groups.append((tokens, n))
         roots = []
         for n, bs in by_next.items():
@@ -269,8 +250,10 @@ class StateTokens:
                     if near is None:
                         roots.append((b, n))
                     else:  # a declared key's next byte: like its string loop but a few bytes
-                        groups.append(near[:2])
-                        pairs.update(near[2])
+                        tokens, n_near, part, own, own_pairs = near
+                        groups.append((tokens, n_near))
+                        kept.append((part, own))
+                        pairs.update(own_pairs)
         if len(roots) > _WIDE:  # splitting costs more than walking
             covered = 0
             for tokens, _ in groups:
@@ -281,9 +264,9 @@ class StateTokens:
         for k, n in self.trie(q, roots):
             for token_id in text_ids[k]:
                 pairs[token_id] = n
-        return self.combine(groups, pairs)
+        return combine(self.size, groups, pairs, kept)
 
-    def rest_walk(self, n: int, entry: bytes | None) -> dict[int, int]:
+    def rest_walk(self, n: int, entry: bytes | None) -> Kept:
         """id -> next state of the tokens that start with a byte of ``entry`` (None: a loop
         byte of ``n``, or a non-ASCII byte when ``n`` is transparent), go to loop state ``n``
         and leave its loop later (a quote, a backslash, half a character): their distinct
@@ -291,20 +274,21 @@ class StateTokens:
         got = self.rest_walks.get((n, entry))
         if got is None:
             rests, rest_ids, rest_first = self.rests(n) if entry is None else self.entry_rests(entry, n)
-            got = self.rest_walks[(n, entry)] = {}
+            nexts: dict[int, int] = {}
             if rests and not rests[0]:  # nothing after the loop bytes: stays in n
-                got.update(dict.fromkeys(rest_ids[0], n))
+                nexts.update(dict.fromkeys(rest_ids[0], n))
             rows = self.rows
             for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
-                got.update(dict.fromkeys(rest_ids[k], t))
+                nexts.update(dict.fromkeys(rest_ids[k], t))
+            got = self.rest_walks[(n, entry)] = Kept.of(nexts, self.size)
         return got
 
-    def high_walk(self, n: int) -> dict[int, int]:
+    def high_walk(self, n: int) -> Kept:
         """id -> next state from loop state ``n`` of the tokens that start with a non-ASCII
         byte but are not made of ``n``'s loop bytes and whole characters (kept per n)."""
         got = self.high_walks.get(n)
         if got is None:
-            got = self.high_walks[n] = self.walk_each(n, self.first(_HIGH_BYTES) & ~self.inside(n))
+            got = self.high_walks[n] = Kept.of(self.walk_each(n, self.first(_HIGH_BYTES) & ~self.inside(n)), self.size)
         return got
 
     def entry_rests(self, entry: bytes, n: int) -> Rests:

@@ -1,0 +1,79 @@
+"""One index state's answer from its parts (:func:`combine`): bitset groups, walks kept across
+states (:class:`Kept`) and the state's own walked tokens -> allowed ids, exceptions, default.
+
+The tokens that leave a string loop after its entry bytes walk alike from every state entering
+that loop (an open object's key positions: hundreds of states per schema), so their walks are
+kept once (:class:`~textproc.core.constraints.index_states.StateTokens`) with their bitset, their
+next-state counts and, per default state, the entries that differ from it: a state takes them
+with a few dict and bitset operations in C instead of a Python step per token.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from textproc.core.constraints.vocab import bits_of, bitset
+
+__all__ = ["Kept", "combine"]
+
+
+class Kept:
+    """Walked tokens kept for reuse: id -> next state (``nexts``), their bitset, the count of
+    ids per next state, and per default state the entries that go elsewhere (on demand)."""
+
+    __slots__ = ("nexts", "bits", "counts", "_without")
+
+    def __init__(self, nexts: dict[int, int], bits: int, counts: Counter[int]) -> None:
+        self.nexts = nexts
+        self.bits = bits
+        self.counts = counts
+        self._without: dict[int, dict[int, int]] = {}
+
+    @classmethod
+    def of(cls, nexts: dict[int, int], size: int) -> Kept:
+        return cls(nexts, bitset(nexts, size), Counter(nexts.values()))
+
+    def without(self, default: int) -> dict[int, int]:
+        """The entries whose next state is not ``default`` (kept per default)."""
+        got = self._without.get(default)
+        if got is None:
+            got = self._without[default] = {i: n for i, n in self.nexts.items() if n != default}
+        return got
+
+
+def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
+            kept: Sequence[tuple[Kept, list[int]]] = ()) -> tuple[int, dict[int, int], int]:
+    """(allowed, exceptions, default) from disjoint parts: bitset ``groups`` (tokens, next
+    state), ``kept`` walks (each without the ids listed beside it, which ``pairs`` answers
+    or which die) and the walked ``pairs`` (id -> next state); the most common next state is
+    the default (ties: the smallest state, whatever order the parts came in)."""
+    counts: Counter[int] = Counter(pairs.values())
+    allowed = bitset(pairs, size)
+    for part, dropped in kept:
+        counts.update(part.counts)
+        bits = part.bits
+        if dropped:
+            nexts = part.nexts
+            gone = [i for i in dropped if i in nexts]
+            for i in gone:
+                counts[nexts[i]] -= 1
+            bits &= ~bitset(gone, size)
+        allowed |= bits
+    for tokens, n in groups:
+        if tokens:
+            counts[n] += tokens.bit_count()
+            allowed |= tokens
+    if not counts or max(counts.values()) <= 0:
+        return 0, {}, -1
+    default = min(counts, key=lambda n: (-counts[n], n))
+    exc: dict[int, int] = {}
+    for tokens, n in groups:
+        if n != default and tokens:
+            exc.update(dict.fromkeys(bits_of(tokens), n))
+    for part, dropped in kept:
+        exc.update(part.without(default))
+        for i in dropped:
+            exc.pop(i, None)
+    exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
+    return allowed, exc, default
