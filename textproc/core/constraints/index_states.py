@@ -16,10 +16,17 @@ the paths below only avoid walking tokens one by one:
   the n-th state, one bitset each, the longer ones walk their rest after the run as a trie;
 - counted repetitions (``[^"]{0,8}``): tokens grouped by character count, one AND per length
   (:mod:`textproc.core.constraints.index_chains`);
+- a state's first byte that leads to a state reading like a string loop but for a few bytes
+  (an open object's key that shares a prefix with declared keys): as the loop, bitsets and
+  the loop's kept walks, walking only the tokens through the few bytes
+  (:mod:`textproc.core.constraints.index_near`);
 - other states: the sorted token list walked as a trie, following only live bytes; a state
   where most bytes live walks each distinct byte-class string once.
 
-The most common next state of a state becomes its default (no exception entries).
+The walks of the tokens that leave a loop are kept per loop state and entry bytes (the same for
+every state entering it), with their bitset and counts, and the most common next state of a
+state becomes its default, no exception entries
+(:mod:`textproc.core.constraints.index_parts`).
 """
 
 from __future__ import annotations
