@@ -10,6 +10,7 @@ exception entries counted too).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -22,6 +23,8 @@ from textproc.core.constraints.vocab import TokenVocabulary, bitset
 from textproc.errors import InvalidInput
 
 __all__ = ["build_index", "build_partial"]
+
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 def build_index(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, *, what: str) -> TokenIndex:
@@ -120,15 +123,16 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
     for s, (allowed, exc, d, by_chars) in enumerate(per_state):
         if s % 64 == 63:
             budget.check_time("renumbering the index states")
-        exceptions.append({t: index_of[n] for t, n in exc.items()})
+        exceptions.append(dict(zip(exc, map(index_of.__getitem__, exc.values()))))
         defaults.append(index_of[d] if d >= 0 else -1)
-        rest = allowed & ~end_bits & ~bitset(exc, vocab.size) if d >= 0 or by_chars else 0
         edges = []
         if by_chars is None:
             rows.append(None)
-            if rest:
-                edges.append(((rest & -rest).bit_length() - 1, defaults[-1]))
+            plain = _lowest_outside(allowed & ~end_bits, exc) if d >= 0 else -1
+            if plain >= 0:
+                edges.append((plain, defaults[-1]))
         else:
+            rest = allowed & ~end_bits & ~bitset(exc, vocab.size)
             rows.append([index_of[t] if t >= 0 else -1 for t in by_chars])
             for n, t in enumerate(by_chars):
                 here = rest & by_chars_bits[n] if t >= 0 and n < len(by_chars_bits) else 0
@@ -141,6 +145,21 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
                       default_next=defaults, exceptions=exceptions, accepting=accepting,
                       steer=steer, distance=distance, by_chars=rows if has_rows else None,
                       char_count=vocab.tables().char_count if has_rows else b"")
+
+
+def _lowest_outside(bits: int, exc: dict[int, int]) -> int:
+    """The lowest id set in ``bits`` that is not a key of ``exc`` (-1: none); scans the set
+    bits from the lowest, so it costs about the exceptions below the answer."""
+    if not bits:
+        return -1
+    data = bits.to_bytes((bits.bit_length() + 7) // 8, "little")
+    for m in _NONZERO.finditer(data):
+        base = m.start() * 8
+        byte = data[m.start()]
+        for j in range(8):
+            if byte >> j & 1 and base + j not in exc:
+                return base + j
+    return -1
 
 
 def _check_bytes(budget: Budget, n: int, what: str) -> None:
@@ -182,7 +201,8 @@ def _shortest_completions(exceptions: list[dict[int, int]], plain_edges: list[li
         for token_id, t in plain_edges[s]:
             if t >= 0 and t != s:
                 into[t][s] = token_id
-        for token_id, t in exc.items():
+        # per next state its first exception in order (zip in C: the last write wins)
+        for t, token_id in dict(zip(reversed(exc.values()), reversed(exc.keys()))).items():
             if t != s and s not in into[t]:
                 into[t][s] = token_id
     steer = [-1] * n
