@@ -83,8 +83,8 @@ class StateTokens:
         self.walked: dict[tuple[int, bytes], int] = {}  # (state, bytes) -> state after them
         # state -> its loop bytes if it has a big loop, else b"" (walk_skipping; on demand)
         self.big_loops: dict[int, bytes] = {}
-        # (loop state, entry bytes or None for its own loop) -> id -> next state of the tokens
-        # that leave it (walked by their rests); state -> its non-ASCII first tokens walked
+        # (loop state, entry bytes or None for its own loop) -> the walks of the tokens that
+        # leave it (by their rests); loop state -> its non-ASCII first tokens walked
         self.rest_walks: dict[tuple[int, bytes | None], Kept] = {}
         self.high_walks: dict[int, Kept] = {}
         self.nears: dict[int, tuple[int, bytes] | None] = {}  # index_near.near_loop, per state
