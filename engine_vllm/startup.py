@@ -1,5 +1,5 @@
 """Starting vLLM's engine core for the engine process: its settings as ``vllm serve`` gets
-them, the seed-safe CPU worker (:mod:`engine_vllm.worker`), and a warm-up before serving.
+them, textproc's CPU worker (:mod:`engine_vllm.worker`), and a warm-up before serving.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from engine_vllm.loop import VllmSettings
 
-__all__ = ["SEED_SAFE_CPU_WORKER", "build_core", "warm_up"]
+__all__ = ["CPU_WORKER", "build_core", "warm_up"]
 
-SEED_SAFE_CPU_WORKER = "engine_vllm.worker.SeedSafeCPUWorker"  # imported by vLLM's worker
+CPU_WORKER = "engine_vllm.worker.TextprocCPUWorker"  # imported by vLLM's worker process
 
 
 def build_core(settings: VllmSettings) -> Any:
@@ -30,8 +30,8 @@ def build_core(settings: VllmSettings) -> Any:
     args = EngineArgs(model=settings.model_dir, max_model_len=settings.max_model_len,
                       max_num_seqs=settings.max_num_seqs or None, dtype=settings.dtype,
                       enforce_eager=True, gpu_memory_utilization=0.1,
-                      # CPU: seeded requests survive chunked prefill (engine_vllm.worker)
-                      worker_cls=SEED_SAFE_CPU_WORKER if current_platform.is_cpu() else "auto")
+                      # CPU: seeded requests survive chunked prefill, cheaper mask apply
+                      worker_cls=CPU_WORKER if current_platform.is_cpu() else "auto")
     # the defaults `vllm serve` gets (batch sizes differ by usage context)
     config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     core = EngineCore(config, Executor.get_class(config), log_stats=False)

@@ -1,38 +1,80 @@
-"""vLLM's CPU worker with seeded requests that survive chunked prefill.
+"""vLLM's CPU worker with two changes: seeded requests survive chunked prefill, and
+structured-output masks are applied by a cheaper kernel.
 
-vLLM's model runner samples a token for every request in a step, also for a request whose
-prompt is only partly prefilled (the token is then discarded), and undoes what that draw took
-from a seeded request's generator with ``gen.set_offset(gen.get_offset() - 4)``: an offset only
-CUDA's Philox generators have. A CPU generator (Mersenne Twister) raises "CPU Generator does
-not use offset", the exception leaves ``execute_model`` and vLLM's engine core dies, with every
-request in flight. On the CPU build that happens to the first request with a ``seed`` whose
-prompt is longer than one step's token budget (2,048 tokens by default).
-
-:class:`SeedSafeCPUModelRunner` undoes the draw the CPU way: before sampling it keeps the state
+Seeds. vLLM's model runner samples a token for every request in a step, also for a request
+whose prompt is only partly prefilled (the token is then discarded), and undoes what that draw
+took from a seeded request's generator with ``gen.set_offset(gen.get_offset() - 4)``: an offset
+only CUDA's Philox generators have. A CPU generator (Mersenne Twister) raises "CPU Generator
+does not use offset", the exception leaves ``execute_model`` and vLLM's engine core dies, with
+every request in flight. On the CPU build that happens to the first request with a ``seed``
+whose prompt is longer than one step's token budget (2,048 tokens by default).
+:class:`TextprocCPUModelRunner` undoes the draw the CPU way: before sampling it keeps the state
 of each seeded generator whose token the step will discard, and after vLLM's bookkeeping it
 puts that state back (vLLM's own rewind does not see those generators). The seeded stream is
-then what it would be without chunking, as on CUDA. The engine process selects
-:class:`SeedSafeCPUWorker` with vLLM's ``worker_cls`` setting; the worker process imports this
-module (nothing here runs in the engine process).
+then what it would be without chunking, as on CUDA.
+
+Masks. vLLM's scheduler sends the step's bitmask rows (one per constrained request) with the
+batch, and the runner applies them with xgrammar's CPU kernel: ~600 us per row of a
+152k-token vocabulary when few tokens are allowed, which is most states of a JSON schema. The
+runner here applies the same rows to the same logits with :func:`engine_vllm.bitmask.apply_row`
+(~25 us for such a row, exact) and hands vLLM's sampler a step with no grammar left to apply.
+Steps it does not cover (speculative tokens, logits that are not float32) go to vLLM's own path.
+
+The engine process selects :class:`TextprocCPUWorker` with vLLM's ``worker_cls`` setting; the
+worker process imports this module (nothing here runs in the engine process).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-__all__ = ["WORKER_CLS", "SeedSafeCPUModelRunner", "SeedSafeCPUWorker"]
+from engine_vllm.bitmask import apply_row
 
-WORKER_CLS = f"{__name__}.SeedSafeCPUWorker"
+__all__ = ["WORKER_CLS", "TextprocCPUModelRunner", "TextprocCPUWorker"]
+
+WORKER_CLS = f"{__name__}.TextprocCPUWorker"
+
+_log = logging.getLogger("engine_vllm")
 
 
-class SeedSafeCPUModelRunner(CPUModelRunner):  # type: ignore[misc]
-    """vLLM's CPU model runner (v1) with a CPU-generator rewind of discarded draws."""
+class TextprocCPUModelRunner(CPUModelRunner):  # type: ignore[misc]
+    """vLLM's CPU model runner (v1) with a CPU-generator rewind of discarded draws and the
+    structured-output masks applied by :func:`engine_vllm.bitmask.apply_row`."""
 
     _seed_rewind: dict[int, torch.Tensor]
+    _fallback_logged = False
+
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        if grammar_output is not None and self.execute_model_state is not None:
+            if self._apply_masks(grammar_output):
+                grammar_output = None  # applied: vLLM's sampler sees plain logits
+        return super().sample_tokens(grammar_output)
+
+    def _apply_masks(self, grammar_output: Any) -> bool:
+        """Apply the step's mask rows to its logits in place; False leaves them to vLLM."""
+        scheduler_output, logits = self.execute_model_state[:2]
+        if (scheduler_output.scheduled_spec_decode_tokens or logits.dtype != torch.float32
+                or not logits.is_cpu or not logits.is_contiguous()
+                or grammar_output.grammar_bitmask.shape[1] * 32 < logits.shape[1]):
+            if not self._fallback_logged:
+                type(self)._fallback_logged = True
+                _log.warning("structured-output masks go through vLLM's own kernel (logits %s %s, "
+                             "speculative tokens: %s)", logits.dtype, tuple(logits.shape),
+                             bool(scheduler_output.scheduled_spec_decode_tokens))
+            return False
+        rows = {request_id: i for i, request_id in enumerate(self.input_batch.req_ids)}
+        values = logits.numpy()
+        masks = grammar_output.grammar_bitmask
+        for k, request_id in enumerate(grammar_output.structured_output_request_ids):
+            i = rows.get(request_id)
+            if i is not None:
+                apply_row(values[i], masks[k])
+        return True
 
     def _sample(self, logits: Any, spec_decode_metadata: Any) -> Any:
         batch = self.input_batch
@@ -58,11 +100,11 @@ class SeedSafeCPUModelRunner(CPUModelRunner):  # type: ignore[misc]
                 generators[index] = generator
 
 
-class SeedSafeCPUWorker(CPUWorker):  # type: ignore[misc]
-    """vLLM's CPU worker whose (v1) model runner is :class:`SeedSafeCPUModelRunner`."""
+class TextprocCPUWorker(CPUWorker):  # type: ignore[misc]
+    """vLLM's CPU worker whose (v1) model runner is :class:`TextprocCPUModelRunner`."""
 
     def init_device(self) -> None:
         super().init_device()
         runner = getattr(self, "model_runner", None)
         if type(runner) is CPUModelRunner:  # the v2 runner (opt-in) is left as it is
-            runner.__class__ = SeedSafeCPUModelRunner
+            runner.__class__ = TextprocCPUModelRunner

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +27,11 @@ import httpx
 import jsonschema
 import pytest
 
+from tests.helpers.models import REPO_ROOT
 from tests.helpers.real_engine import (
     MAX_MODEL_LEN,
     TINY_MODEL,
+    VLLM_PYTHON,
     engine_stats,
     missing,
     reference_server,
@@ -273,6 +276,38 @@ def test_json_schema_outputs_always_validate(servers: tuple[Service, str, str]) 
     for choice in choices:
         assert choice["finish_reason"] == "stop", choice
         jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+    service, _, _ = servers  # the worker applied the masks itself (engine_vllm.worker)
+    assert "masks go through vLLM's own kernel" not in service.log_path.read_text(errors="replace")
+
+
+XGRAMMAR_CHECK = """
+import numpy as np, torch, xgrammar
+from engine_vllm.bitmask import apply_row
+rng = np.random.default_rng(0)
+n = 151936
+words = (n + 31) // 32
+cases = [np.zeros(words, np.int32), np.full(words, -1, np.int32),
+         rng.integers(-2**31, 2**31, words, dtype=np.int64).astype(np.int32)]
+for few in (3, 300, 4000):
+    for base in (0, -1):
+        mask = np.full(words, base, np.int32)
+        mask[rng.integers(0, words, few)] = rng.integers(-2**31, 2**31, few, dtype=np.int64).astype(np.int32)
+        cases.append(mask)
+for mask in cases:
+    logits = torch.randn(1, n)
+    theirs = logits.clone()
+    xgrammar.apply_token_bitmask_inplace(theirs, torch.from_numpy(mask[None].copy()))
+    apply_row(logits[0].numpy(), mask)
+    assert torch.equal(logits.view(torch.int32), theirs.view(torch.int32))
+print(len(cases))
+"""
+
+
+def test_bitmask_apply_equals_xgrammars_kernel() -> None:
+    """The worker's mask kernel and xgrammar's (what vLLM calls) give bit-identical logits."""
+    done = subprocess.run([str(VLLM_PYTHON), "-c", XGRAMMAR_CHECK], capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0 and done.stdout.split() == ["9"], done.stderr[-3000:]
 
 
 def test_forced_tool_call_is_valid(servers: tuple[Service, str, str]) -> None:
