@@ -56,7 +56,7 @@ from textproc.testing.models import MODELS_DIR
 
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 # a user record: a pattern, a bounded integer, a free string, an enum array (string maxLength
-# bounds are left out: textproc's compile of two of them is past its budget today)
+# bounds are left out: with two of them textproc's compile takes 2.7 s of CPU, 0.6 s without)
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
     "age": {"type": "integer", "minimum": 0, "maximum": 120},
