@@ -56,9 +56,11 @@ def apply_row(row: npt.NDArray[np.float32], words: npt.NDArray[np.int32]) -> Non
         drop = _ids(~words, partial)
         row[drop[drop < n]] = _NEG_INF
         return
-    # 0 where allowed, -1 (all bits) where forbidden; then pick the logit's bits or -inf's
-    forbid = np.unpackbits(words.view(np.uint8), count=n, bitorder="little").astype(np.int32)
-    forbid -= 1
+    # forbid: 0 where allowed, -1 (all bits) where forbidden; then bits ^= (bits ^ -inf) & forbid
+    # turns exactly the forbidden logits into -inf's bits
+    allowed = np.unpackbits(words.view(np.uint8), count=n, bitorder="little")
+    forbid = np.subtract(allowed, 1, dtype=np.int32)
     bits = row.view(np.int32)
-    bits &= ~forbid
-    bits |= forbid & _NEG_INF_BITS
+    change = bits ^ _NEG_INF_BITS
+    change &= forbid
+    bits ^= change
