@@ -8,8 +8,8 @@ JSON key, a bracket, a digit), ~535 us inside a JSON string (half its words part
 row takes the cheapest of three ways, all exact (~28, ~9 and ~103 us on such rows):
 
 - few words allow anything (structure): keep the allowed logits, fill the row, put them back;
-- few words forbid anything (free text in a string): write ``-inf`` at the forbidden ids only;
-- otherwise: every logit through one branch-free bit select over the unpacked mask.
+- few words forbid anything (nearly every token allowed): write ``-inf`` at the forbidden ids;
+- otherwise (a JSON string): every logit through one branch-free bit select over the mask.
 
 numpy only (no torch): the model worker hands the rows in as numpy views of its logits.
 """
