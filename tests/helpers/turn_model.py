@@ -7,8 +7,11 @@ at its output cap.
 The weights (``numpy`` and ``safetensors``, both needed by ``transformers`` anyway; ~1 s):
 
 - Hidden dimension ``_D`` is a flag: every token's input embedding holds ``FLAG`` there, except
-  the tokens that end a generation prompt (``"\\n"`` after ``<|im_start|>assistant``, ``"\\n\\n"``
-  after the empty think block of thinking off), which hold 0. No layer reads it (its weight in
+  the tokens that show no text (whitespace, control tokens, unused rows), which hold 0. These
+  include the ones that end a generation prompt (``"\\n"`` after ``<|im_start|>assistant``,
+  ``"\\n\\n"`` after the empty think block of thinking off), and an answer never ends right
+  after one of them: its last token shows text (an answer that opens with ``<think>`` or
+  ``<tool_call>``, ~1e-5, is all markup). No layer reads the flag (its weight in
   every layer's RMSNorm is 0) or writes it (its row of ``o_proj`` and ``down_proj`` is 0), so it
   reaches the final norm as the current token's flag.
 - The output head is untied: the source embedding with column ``_D`` zeroed, except that the
@@ -17,16 +20,16 @@ The weights (``numpy`` and ``safetensors``, both needed by ``transformers`` anyw
 - ``FLAG`` dwarfs the rest of the residual stream, so after a flagged token the final RMSNorm
   leaves ``sqrt(hidden)`` in ``_D`` and ~0 elsewhere: ``<|im_end|>`` has logit
   ``END_WEIGHT * sqrt(hidden)``, the control tokens minus that, the 151,643 ordinary tokens ~0.
-  At temperature 1 the end of turn then comes with probability :data:`END_PER_STEP` at every step
-  but the first, the other tokens uniformly. After a prompt's last token the model is the source
-  model (its layers see the prompt's flags scaled away), and ``<|im_end|>`` has logit 0 among
-  logits of log-sum-exp ~14.5: a first token that ends the turn is ~1e-6.
+  At temperature 1 the end of turn then comes with probability :data:`END_PER_STEP` after every
+  token that shows text, the other tokens uniformly. After a prompt's last token (``"\\n"``) the
+  model is the source model (its layers see the prompt's flags scaled away), and ``<|im_end|>``
+  has logit 0 among logits of log-sum-exp ~14.5: an answer that ends at once is ~5e-7.
 
 The layers still run on every token (attention over the whole prompt, the MLPs), on inputs that
 the flag scales down; only their share of the output after a flagged token is negligible.
 ``generation_config.json`` sets temperature 1.0 (the agents send none) and ``max_new_tokens``, the
-``max_tokens`` of a request that sets none (Codex): an answer reaches it with probability
-``(1 - END_PER_STEP) ** (max_new_tokens - 1)``.
+``max_tokens`` of a request that sets none (Codex): an answer reaches it with probability about
+``(1 - END_PER_STEP) ** (max_new_tokens - 1)`` (8e-7 for 64).
 """
 
 from __future__ import annotations
@@ -72,7 +75,11 @@ def write_turn_ending_copy(source: Path, out: Path, *, max_new_tokens: int) -> P
     head[end_id, :] = 0.0
     head[end_id, _D] = END_WEIGHT
     embedding[:, _D] = FLAG
-    embedding[[ids[0] for ids in prompt_ends], _D] = 0.0
+    texts = tokenizer.decode_batch([[i] for i in range(len(embedding))])  # control tokens: ""
+    blank = [i for i, text in enumerate(texts) if not text.strip()]
+    if not {ids[0] for ids in prompt_ends} <= set(blank):
+        raise ValueError(f"{source}: a generation prompt's last token is not whitespace")
+    embedding[blank, _D] = 0.0
     for i in range(config["num_hidden_layers"]):
         layer = f"model.layers.{i}."
         weights[layer + "input_layernorm.weight"][_D] = 0.0
