@@ -10,9 +10,9 @@ The weights (``numpy`` and ``safetensors``, both needed by ``transformers`` anyw
   the tokens that show no text (whitespace, control tokens, unused rows), which hold 0. These
   include the ones that end a generation prompt (``"\\n"`` after ``<|im_start|>assistant``,
   ``"\\n\\n"`` after the empty think block of thinking off), and an answer never ends right
-  after one of them: its last token shows text (an answer that opens with ``<think>`` or
-  ``<tool_call>``, ~1e-5, is all markup). No layer reads the flag (its weight in
-  every layer's RMSNorm is 0) or writes it (its row of ``o_proj`` and ``down_proj`` is 0), so it
+  after one of them: its last token shows text (its first may be ``<think>`` or ``<tool_call>``,
+  ~1e-5, which make the rest reasoning or a call). No layer reads the flag (its weight in every
+  layer's RMSNorm is 0) or writes it (its row of ``o_proj`` and ``down_proj`` is 0), so it
   reaches the final norm as the current token's flag.
 - The output head is untied: the source embedding with column ``_D`` zeroed, except that the
   ``<|im_end|>`` row is ``END_WEIGHT`` in ``_D`` and 0 elsewhere, and the rows of the other
@@ -21,12 +21,13 @@ The weights (``numpy`` and ``safetensors``, both needed by ``transformers`` anyw
   leaves ``sqrt(hidden)`` in ``_D`` and ~0 elsewhere: ``<|im_end|>`` has logit
   ``END_WEIGHT * sqrt(hidden)``, the control tokens minus that, the 151,643 ordinary tokens ~0.
   At temperature 1 the end of turn then comes with probability :data:`END_PER_STEP` after every
-  token that shows text, the other tokens uniformly. After a prompt's last token (``"\\n"``) the
-  model is the source model (its layers see the prompt's flags scaled away), and ``<|im_end|>``
-  has logit 0 among logits of log-sum-exp ~14.5: an answer that ends at once is ~5e-7.
+  token that shows text, the other tokens uniformly. After a token that shows no text (a prompt's
+  last, ``"\\n"``) the flag is 0 and the layers' output dominates the final norm (~170, as in
+  the source): logits of a random model, log-sum-exp ~14.5, among which ``<|im_end|>``'s is 0:
+  an answer that ends at once is ~5e-7.
 
-The layers still run on every token (attention over the whole prompt, the MLPs), on inputs that
-the flag scales down; only their share of the output after a flagged token is negligible.
+The layers still run on every token (attention over the whole prompt, the MLPs); the flag
+scales down what they read of a flagged token, and their share of the output after one.
 ``generation_config.json`` sets temperature 1.0 (the agents send none) and ``max_new_tokens``, the
 ``max_tokens`` of a request that sets none (Codex): an answer reaches it with probability about
 ``(1 - END_PER_STEP) ** (max_new_tokens - 1)`` (8e-7 for 64).
@@ -40,7 +41,7 @@ from pathlib import Path
 
 __all__ = ["END_PER_STEP", "END_WEIGHT", "FLAG", "write_turn_ending_copy"]
 
-FLAG = 1000.0  # the residual stream's other dimensions stay below ~10 (below 250 in the source)
+FLAG = 1000.0  # after a flagged token the other dimensions' norm is < 40 (p99 8; the source's ~175)
 END_PER_STEP = 0.2  # the end of turn's probability after a flagged token
 _HIDDEN = 128
 _ORDINARY = 151643  # the tokenizer's ordinary ids (0..151642); the rest are control or unused
