@@ -43,13 +43,19 @@ class Kept:
 
 
 def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
-            kept: Sequence[tuple[Kept, list[int]]] = ()) -> tuple[int, dict[int, int], int]:
+            kept: Sequence[tuple[Kept, list[int]]] = (), tail: Sequence[Kept] = ()
+            ) -> tuple[int, dict[int, int], int]:
     """(allowed, exceptions, default) from disjoint parts: bitset ``groups`` (tokens, next
     state), ``kept`` walks (each without the ids listed beside it, which ``pairs`` answers
-    or which die) and the walked ``pairs`` (id -> next state); the most common next state is
-    the default (ties: the smallest state, whatever order the parts came in)."""
+    or which die), the walked ``pairs`` (id -> next state) and kept walks ``tail`` whose
+    entries come after them; the most common next state is the default (ties: the smallest
+    state, whatever order the parts came in). The exceptions are in that order (groups, kept,
+    pairs, tail): the shortest completions take a state's first exception per next state."""
     counts: Counter[int] = Counter(pairs.values())
     allowed = bitset(pairs, size)
+    for part in tail:
+        counts.update(part.counts)
+        allowed |= part.bits
     for part, dropped in kept:
         counts.update(part.counts)
         bits = part.bits
@@ -76,4 +82,6 @@ def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
         for i in dropped:
             exc.pop(i, None)
     exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
+    for part in tail:
+        exc.update(part.without(default))
     return allowed, exc, default

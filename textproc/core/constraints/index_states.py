@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step
-from textproc.core.constraints.index_near import near_root
+from textproc.core.constraints.index_near import near_loop, near_root
 from textproc.core.constraints.index_parts import Kept, combine
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
@@ -54,6 +54,7 @@ _WIDE = 96  # live bytes above which a loop-less state walks distinct class stri
 _SMALL = 24  # ranges this small are walked token by token instead of split further
 _BYTES = [bytes((b,)) for b in range(256)]
 _HIGH_BYTES = bytes(range(0x80, 0x100))
+_FEW_ROOTS = 4  # walked first bytes up to which a state's walks are kept per first byte
 _MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
 
 
@@ -88,6 +89,8 @@ class StateTokens:
         self.rest_walks: dict[tuple[int, bytes | None], Kept] = {}
         self.high_walks: dict[int, Kept] = {}
         self.nears: dict[int, tuple[int, bytes] | None] = {}  # index_near.near_loop, per state
+        # a state's walked first bytes (byte, state after it) -> their walks, once seen twice
+        self.root_walks: dict[tuple[int, int], Kept | None] = {}
 
     def live(self, q: int) -> list[tuple[int, int]]:
         """``(byte, next state)`` for the bytes that do not kill ``q``."""
@@ -267,11 +270,38 @@ class StateTokens:
                 covered |= tokens
             pairs.update(self.walk_each(q, self.first(bytes(b for b, _ in roots)) & ~covered))
             roots = []
+        tail = self.root_walks_of(q, roots)
+        if tail is not None:
+            return combine(self.size, groups, pairs, kept, tail)
         text_ids = self.tables.text_ids
         for k, n in self.trie(q, roots):
             for token_id in text_ids[k]:
                 pairs[token_id] = n
         return combine(self.size, groups, pairs, kept)
+
+    def root_walks_of(self, q: int, roots: list[tuple[int, int]]) -> list[Kept] | None:
+        """The walks of the tokens starting with each of ``roots`` (byte, state after it), in
+        the trie's order (the last root's first), kept per root once seen twice (every key
+        position of an open object reads a quote or a backslash into the same states); None
+        while some root is new or for more than a few roots (walk them)."""
+        walks = self.root_walks
+        if not roots or len(roots) > _FEW_ROOTS:
+            return None
+        new = [root for root in roots if root not in walks]
+        if new:
+            walks.update(dict.fromkeys(new))
+            return None
+        out = []
+        text_ids = self.tables.text_ids
+        for root in reversed(roots):
+            got = walks[root]
+            if got is None:
+                nexts: dict[int, int] = {}
+                for k, n in self.trie(q, [root]):
+                    nexts.update(dict.fromkeys(text_ids[k], n))
+                got = walks[root] = Kept.of(nexts, self.size)
+            out.append(got)
+        return out
 
     def rest_walk(self, n: int, entry: bytes | None) -> Kept:
         """id -> next state of the tokens that start with a byte of ``entry`` (None: a loop
@@ -360,6 +390,10 @@ class StateTokens:
                 # few tokens, a state most bytes loop in (a string) or one where most bytes
                 # live (splitting costs more than walking): walk each token, the loop bytes
                 # after the prefix skipped at C speed
+                near = near_loop(self, s) if len(live_s) > _WIDE and len(loop) < _LOOP_MIN else None
+                if near is not None:  # a key being written: walks as from its loop state
+                    found.extend(self.walk_near(s, near, texts, lo, hi, depth))
+                    continue
                 for k in range(lo, hi):
                     key = (s, texts[k][depth:].lstrip(loop))
                     n = walked.get(key, -2)
@@ -378,6 +412,34 @@ class StateTokens:
                 if start < hi and texts[start].startswith(child):  # some text goes on with b
                     end = hi if b == 255 else bisect_left(texts, prefix + _BYTES[b + 1], start, hi)
                     stack.append((start, end, depth + 1, n))
+        return found
+
+    def walk_near(self, s: int, near: tuple[int, bytes], texts: list[bytes], lo: int, hi: int,
+                  depth: int) -> list[tuple[int, int]]:
+        """(index, next state) of the texts ``texts[lo:hi]`` whose bytes after the first
+        ``depth`` live from ``s``, a state near loop state ``n`` (:func:`near_loop`): a rest
+        whose first byte is not one of the differing ones walks as from ``n``, so its walk is
+        looked up under ``n`` (the same for every state near ``n``: hundreds of key positions)."""
+        n, differing = near
+        loop_n = self.loop_bytes(n)
+        walked = self.walked
+        walk = self.dfa.walk
+        walk_n = self.walk_skipping
+        found = []
+        for k in range(lo, hi):
+            rest = texts[k][depth:]
+            if rest and rest[0] not in differing:
+                key = (n, rest.lstrip(loop_n))
+                t = walked.get(key, -2)
+                if t == -2:
+                    t = walked[key] = walk_n(n, key[1]) if key[1] else n
+            else:
+                key = (s, rest)
+                t = walked.get(key, -2)
+                if t == -2:
+                    t = walked[key] = walk(s, rest)
+            if t >= 0:
+                found.append((k, t))
         return found
 
     def wide_state(self, q: int) -> tuple[int, dict[int, int], int]:
