@@ -394,6 +394,9 @@ class StateTokens:
                 if near is not None:  # a key being written: walks as from its loop state
                     found.extend(self.walk_near(s, near, texts, lo, hi, depth))
                     continue
+                if len(live_s) < 64 and hi - lo > len(live_s) + 8:  # most texts die at once
+                    found.extend(self.live_texts(s, texts, lo, hi, depth))
+                    continue
                 for k in range(lo, hi):
                     key = (s, texts[k][depth:].lstrip(loop))
                     n = walked.get(key, -2)
@@ -412,6 +415,25 @@ class StateTokens:
                 if start < hi and texts[start].startswith(child):  # some text goes on with b
                     end = hi if b == 255 else bisect_left(texts, prefix + _BYTES[b + 1], start, hi)
                     stack.append((start, end, depth + 1, n))
+        return found
+
+    def live_texts(self, s: int, texts: list[bytes], lo: int, hi: int, depth: int) -> list[tuple[int, int]]:
+        """(index, next state) of the texts ``texts[lo:hi]`` (sharing their first ``depth``
+        bytes, which lead to ``s``) that live, ascending, as walking each finds them: the
+        range split by ``s``'s few live bytes first, so a text whose next byte is dead costs
+        nothing (the states after a ``\\u`` or a UTF-8 lead byte read a few bytes of ~200)."""
+        found: list[tuple[int, int]] = []
+        if len(texts[lo]) == depth:
+            found.append((lo, s))
+            lo += 1
+        prefix = texts[lo][:depth] if lo < hi else b""
+        stack = []
+        for b, n in self.live(s):
+            start, end = subrange(texts, lo, hi, prefix, b)
+            if start < end:
+                stack.append((start, end, depth + 1, n))
+        found.extend(self.trie_ranges(stack, texts))
+        found.sort()
         return found
 
     def walk_near(self, s: int, near: tuple[int, bytes], texts: list[bytes], lo: int, hi: int,
