@@ -1,7 +1,10 @@
-"""Counted repetitions (``[^"]{0,8}``) in the index build: a token of n plain characters goes n
-states on, found with one bitset AND per length (:func:`chain_state`, used by
-:class:`~textproc.core.constraints.index_states.StateTokens` for a state most bytes leave along
-one chain), written as the state's "next state by character count" row."""
+"""Loop-less states where most bytes live, in the index build (used by
+:class:`~textproc.core.constraints.index_states.StateTokens`).
+
+Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes n states on, found with
+one bitset AND per length (:func:`chain_state`, for a state most bytes leave along one chain),
+written as the state's "next state by character count" row; any other such state walks each
+distinct string of byte classes once (:func:`wide_state`)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from textproc.core.constraints.automaton import utf8_sequences
 from textproc.core.constraints.index import BY_CHARS_WIDTH
+from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.vocab import MAX_CHARS, bitset
 
 if TYPE_CHECKING:
     from textproc.core.constraints.index_states import State, StateTokens
 
-__all__ = ["chain_state", "char_step", "LOOP_MIN"]
+__all__ = ["chain_state", "char_step", "wide_state", "LOOP_MIN"]
 
 LOOP_MIN = 24  # bytes a loop (or a chain) needs for the bitset paths (a JSON string's: ~90)
 _MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
@@ -128,3 +132,59 @@ def chain_rest_pairs(st: StateTokens, q: int, plain: bytes, states: list[int], c
         for k, n in st.trie(s, [(b, rows[s][b]) for b in rest_first if rows[s][b] >= 0], rests):
             pairs.update(dict.fromkeys(rest_ids[k], n))
     return pairs
+
+
+def wide_state(st: StateTokens, q: int) -> tuple[int, dict[int, int], int]:
+    """(allowed, exceptions, default) of a loop-less state where most bytes live and no chain
+    is seen: each distinct string of byte classes walked once, for all its tokens."""
+    groups = st.class_groups
+    if groups is None:
+        groups = st.class_groups = group_by_class(st)
+    rows = st.rows
+    exc: dict[int, int] = {}
+    for rep, ids in groups:
+        s = q
+        for b in rep:
+            s = rows[s][b]
+            if s < 0:
+                break
+        else:
+            for token_id in ids:
+                exc[token_id] = s
+    return _split_default(exc, st.size)
+
+
+def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int], int]:
+    """(allowed bitset, exceptions, default): the most common next state becomes the default."""
+    if not nexts:
+        return 0, {}, -1
+    default = Counter(nexts.values()).most_common(1)[0][0]
+    return bitset(nexts, size), {t: n for t, n in nexts.items() if n != default}, default
+
+
+def group_by_class(st: StateTokens) -> list[tuple[bytes, list[int]]]:
+    """Tokens grouped by their string of DFA byte classes (equal strings walk alike);
+    each group is keyed by its first token's bytes, a representative."""
+    if isinstance(st.dfa, LazyDFA):  # its NFA's byte classes: alike in every state
+        table = bytearray(st.dfa.byte_class)
+    else:
+        signature: dict[tuple[int, ...], int] = {}
+        table = bytearray(256)
+        columns = list(zip(*st.rows))  # byte -> next state in every state
+        for b in range(256):
+            table[b] = signature.setdefault(columns[b], len(signature)) % 256
+        if len(signature) > 256:
+            table = bytearray(range(256))  # more classes than bytes can name: no grouping
+    groups: dict[bytes, tuple[bytes, list[int]]] = {}
+    check = st.sets.check
+    for token_id, data in enumerate(st.token_bytes):
+        if token_id % 4096 == 4095:
+            check()
+        if data:
+            key = data.translate(table)
+            got = groups.get(key)
+            if got is None:
+                groups[key] = (data, [token_id])
+            else:
+                got[1].append(token_id)
+    return list(groups.values())

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from textproc.core.constraints.index_parts import Kept
     from textproc.core.constraints.index_states import StateTokens
 
-__all__ = ["near_root", "near_loop"]
+__all__ = ["near_root", "near_loop", "walk_near"]
 
 NEAR_MAX = 16  # bytes a state may differ in from its loop state to count as near it
 NEAR_MIN_TOKENS = 32  # texts a first byte must start for the bitset path (fewer: walked)
@@ -87,3 +87,32 @@ def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, Kept, list[int
         pairs.update(dict.fromkeys(text_ids[k], t))
     tokens = st.first(prefix) & st.tail_inside(n) & ~bitset(own_ids, st.size)
     return tokens, n, st.rest_walk(n, prefix), own_ids, pairs
+
+
+def walk_near(st: StateTokens, s: int, near: tuple[int, bytes], texts: list[bytes], lo: int, hi: int,
+              depth: int) -> list[tuple[int, int]]:
+    """(index, next state) of the texts ``texts[lo:hi]`` whose bytes after the first
+    ``depth`` live from ``s``, a state near loop state ``n`` (:func:`near_loop`): a rest
+    whose first byte is not one of the differing ones walks as from ``n``, so its walk is
+    looked up under ``n`` (the same for every state near ``n``: hundreds of key positions)."""
+    n, differing = near
+    loop_n = st.loop_bytes(n)
+    walked = st.walked
+    walk = st.dfa.walk
+    walk_n = st.walk_skipping
+    found: list[tuple[int, int]] = []
+    for k in range(lo, hi):
+        rest = texts[k][depth:]
+        if rest and rest[0] not in differing:
+            key = (n, rest.lstrip(loop_n))
+            t = walked.get(key, -2)
+            if t == -2:
+                t = walked[key] = walk_n(n, key[1]) if key[1] else n
+        else:
+            key = (s, rest)
+            t = walked.get(key, -2)
+            if t == -2:
+                t = walked[key] = walk(s, rest)
+        if t >= 0:
+            found.append((k, t))
+    return found

@@ -5,17 +5,25 @@ The tokens that leave a string loop after its entry bytes walk alike from every 
 that loop (an open object's key positions: hundreds of states per schema), so their walks are
 kept once (:class:`~textproc.core.constraints.index_states.StateTokens`) with their bitset, their
 next-state counts and, per default state, the entries that differ from it: a state takes them
-with a few dict and bitset operations in C instead of a Python step per token.
+with a few dict and bitset operations in C instead of a Python step per token. So do the
+tokens a state walks from its few first bytes that are not in a loop (:func:`root_walks`: a
+quote or a backslash read from every key position of an object leads to the same states).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from textproc.core.constraints.vocab import bits_of, bitset
 
-__all__ = ["Kept", "combine"]
+if TYPE_CHECKING:
+    from textproc.core.constraints.index_states import StateTokens
+
+__all__ = ["Kept", "combine", "root_walks"]
+
+FEW_ROOTS = 4  # walked first bytes up to which a state's walks are kept per first byte
 
 
 class Kept:
@@ -85,3 +93,28 @@ def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
     for part in tail:
         exc.update(part.without(default))
     return allowed, exc, default
+
+
+def root_walks(st: StateTokens, q: int, roots: list[tuple[int, int]]) -> list[Kept] | None:
+    """The walks of the tokens starting with each of ``roots`` (byte, state after it), in
+    the trie's order (the last root's first), kept per root once seen twice (every key
+    position of an open object reads a quote or a backslash into the same states); None
+    while some root is new or for more than a few roots (walk them)."""
+    walks = st.root_walks
+    if not roots or len(roots) > FEW_ROOTS:
+        return None
+    new = [root for root in roots if root not in walks]
+    if new:
+        walks.update(dict.fromkeys(new))
+        return None
+    out = []
+    text_ids = st.tables.text_ids
+    for root in reversed(roots):
+        got = walks[root]
+        if got is None:
+            nexts: dict[int, int] = {}
+            for k, n in st.trie(q, [root]):
+                nexts.update(dict.fromkeys(text_ids[k], n))
+            got = walks[root] = Kept.of(nexts, st.size)
+        out.append(got)
+    return out

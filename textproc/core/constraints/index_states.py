@@ -20,8 +20,16 @@ the paths below only avoid walking tokens one by one:
   (an open object's key that shares a prefix with declared keys): as the loop, bitsets and
   the loop's kept walks, walking only the tokens through the few bytes
   (:mod:`textproc.core.constraints.index_near`);
-- other states: the sorted token list walked as a trie, following only live bytes; a state
-  where most bytes live walks each distinct byte-class string once.
+- other states: the sorted token list walked as a trie, following only live bytes (a range
+  at a state that reads few bytes is split by them before its texts are walked); a state
+  where most bytes live walks each distinct byte-class string once
+  (:mod:`textproc.core.constraints.index_chains`), and one near a loop state looks its texts'
+  walks up under that loop state (shared by every key position near it); the walks of a
+  state's few walked first bytes (a quote, a backslash: the same states from every key
+  position of an object) are kept once seen twice.
+
+Every path gives the exceptions in the order walking the trie gives them: the shortest
+completions take a state's first exception per next state, so a faster path may not reorder.
 
 The walks of the tokens that leave a loop are kept per loop state and entry bytes (the same for
 every state entering it), with their bitset and counts, and the most common next state of a
@@ -32,14 +40,13 @@ state becomes its default, no exception entries
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
-from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step
-from textproc.core.constraints.index_near import near_loop, near_root
-from textproc.core.constraints.index_parts import Kept, combine
+from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step, wide_state
+from textproc.core.constraints.index_near import near_loop, near_root, walk_near
+from textproc.core.constraints.index_parts import Kept, combine, root_walks
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
 
@@ -54,16 +61,7 @@ _WIDE = 96  # live bytes above which a loop-less state walks distinct class stri
 _SMALL = 24  # ranges this small are walked token by token instead of split further
 _BYTES = [bytes((b,)) for b in range(256)]
 _HIGH_BYTES = bytes(range(0x80, 0x100))
-_FEW_ROOTS = 4  # walked first bytes up to which a state's walks are kept per first byte
 _MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
-
-
-def _split_default(nexts: dict[int, int], size: int) -> tuple[int, dict[int, int], int]:
-    """(allowed bitset, exceptions, default): the most common next state becomes the default."""
-    if not nexts:
-        return 0, {}, -1
-    default = Counter(nexts.values()).most_common(1)[0][0]
-    return bitset(nexts, size), {t: n for t, n in nexts.items() if n != default}, default
 
 
 class StateTokens:
@@ -121,7 +119,7 @@ class StateTokens:
                 return (*self.run_state(*run), None)
         if not loops and len(live) > _WIDE:
             chained = chain_state(self, q, live)
-            return chained if chained is not None else (*self.wide_state(q), None)
+            return chained if chained is not None else (*wide_state(self, q), None)
         return (*self.mixed_state(q, by_next, loops), None)
 
     def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int], bool] | None:
@@ -270,7 +268,7 @@ class StateTokens:
                 covered |= tokens
             pairs.update(self.walk_each(q, self.first(bytes(b for b, _ in roots)) & ~covered))
             roots = []
-        tail = self.root_walks_of(q, roots)
+        tail = root_walks(self, q, roots)
         if tail is not None:
             return combine(self.size, groups, pairs, kept, tail)
         text_ids = self.tables.text_ids
@@ -278,30 +276,6 @@ class StateTokens:
             for token_id in text_ids[k]:
                 pairs[token_id] = n
         return combine(self.size, groups, pairs, kept)
-
-    def root_walks_of(self, q: int, roots: list[tuple[int, int]]) -> list[Kept] | None:
-        """The walks of the tokens starting with each of ``roots`` (byte, state after it), in
-        the trie's order (the last root's first), kept per root once seen twice (every key
-        position of an open object reads a quote or a backslash into the same states); None
-        while some root is new or for more than a few roots (walk them)."""
-        walks = self.root_walks
-        if not roots or len(roots) > _FEW_ROOTS:
-            return None
-        new = [root for root in roots if root not in walks]
-        if new:
-            walks.update(dict.fromkeys(new))
-            return None
-        out = []
-        text_ids = self.tables.text_ids
-        for root in reversed(roots):
-            got = walks[root]
-            if got is None:
-                nexts: dict[int, int] = {}
-                for k, n in self.trie(q, [root]):
-                    nexts.update(dict.fromkeys(text_ids[k], n))
-                got = walks[root] = Kept.of(nexts, self.size)
-            out.append(got)
-        return out
 
     def rest_walk(self, n: int, entry: bytes | None) -> Kept:
         """id -> next state of the tokens that start with a byte of ``entry`` (None: a loop
@@ -392,7 +366,7 @@ class StateTokens:
                 # after the prefix skipped at C speed
                 near = near_loop(self, s) if len(live_s) > _WIDE and len(loop) < _LOOP_MIN else None
                 if near is not None:  # a key being written: walks as from its loop state
-                    found.extend(self.walk_near(s, near, texts, lo, hi, depth))
+                    found.extend(walk_near(self, s, near, texts, lo, hi, depth))
                     continue
                 if len(live_s) < 64 and hi - lo > len(live_s) + 8:  # most texts die at once
                     found.extend(self.live_texts(s, texts, lo, hi, depth))
@@ -435,75 +409,3 @@ class StateTokens:
         found.extend(self.trie_ranges(stack, texts))
         found.sort()
         return found
-
-    def walk_near(self, s: int, near: tuple[int, bytes], texts: list[bytes], lo: int, hi: int,
-                  depth: int) -> list[tuple[int, int]]:
-        """(index, next state) of the texts ``texts[lo:hi]`` whose bytes after the first
-        ``depth`` live from ``s``, a state near loop state ``n`` (:func:`near_loop`): a rest
-        whose first byte is not one of the differing ones walks as from ``n``, so its walk is
-        looked up under ``n`` (the same for every state near ``n``: hundreds of key positions)."""
-        n, differing = near
-        loop_n = self.loop_bytes(n)
-        walked = self.walked
-        walk = self.dfa.walk
-        walk_n = self.walk_skipping
-        found = []
-        for k in range(lo, hi):
-            rest = texts[k][depth:]
-            if rest and rest[0] not in differing:
-                key = (n, rest.lstrip(loop_n))
-                t = walked.get(key, -2)
-                if t == -2:
-                    t = walked[key] = walk_n(n, key[1]) if key[1] else n
-            else:
-                key = (s, rest)
-                t = walked.get(key, -2)
-                if t == -2:
-                    t = walked[key] = walk(s, rest)
-            if t >= 0:
-                found.append((k, t))
-        return found
-
-    def wide_state(self, q: int) -> tuple[int, dict[int, int], int]:
-        groups = self.class_groups
-        if groups is None:
-            groups = self.class_groups = self.group_by_class()
-        rows = self.rows
-        exc: dict[int, int] = {}
-        for rep, ids in groups:
-            s = q
-            for b in rep:
-                s = rows[s][b]
-                if s < 0:
-                    break
-            else:
-                for token_id in ids:
-                    exc[token_id] = s
-        return _split_default(exc, self.size)
-
-    def group_by_class(self) -> list[tuple[bytes, list[int]]]:
-        """Tokens grouped by their string of DFA byte classes (equal strings walk alike);
-        each group is keyed by its first token's bytes, a representative."""
-        if isinstance(self.dfa, LazyDFA):  # its NFA's byte classes: alike in every state
-            table = bytearray(self.dfa.byte_class)
-        else:
-            signature: dict[tuple[int, ...], int] = {}
-            table = bytearray(256)
-            columns = list(zip(*self.rows))  # byte -> next state in every state
-            for b in range(256):
-                table[b] = signature.setdefault(columns[b], len(signature)) % 256
-            if len(signature) > 256:
-                table = bytearray(range(256))  # more classes than bytes can name: no grouping
-        groups: dict[bytes, tuple[bytes, list[int]]] = {}
-        check = self.sets.check
-        for token_id, data in enumerate(self.token_bytes):
-            if token_id % 4096 == 4095:
-                check()
-            if data:
-                key = data.translate(table)
-                got = groups.get(key)
-                if got is None:
-                    groups[key] = (data, [token_id])
-                else:
-                    got[1].append(token_id)
-        return list(groups.values())
