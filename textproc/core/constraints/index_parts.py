@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import compress
 from typing import TYPE_CHECKING
 
 from textproc.core.constraints.vocab import bits_of, bitset
@@ -30,17 +31,29 @@ class Kept:
     """Walked tokens kept for reuse: id -> next state (``nexts``), their bitset, the count of
     ids per next state, and per default state the entries that go elsewhere (on demand)."""
 
-    __slots__ = ("nexts", "bits", "counts", "_without")
+    __slots__ = ("nexts", "bits", "counts", "_without", "_firsts")
 
     def __init__(self, nexts: dict[int, int], bits: int, counts: Counter[int]) -> None:
         self.nexts = nexts
         self.bits = bits
         self.counts = counts
         self._without: dict[int, dict[int, int]] = {}
+        self._firsts: bytes | None = None
 
     @classmethod
     def of(cls, nexts: dict[int, int], size: int) -> Kept:
         return cls(nexts, bitset(nexts, size), Counter(nexts.values()))
+
+    def starting_with(self, entry: bytes, token_bytes: Sequence[bytes], bits: int) -> Kept:
+        """The entries whose token starts with a byte of ``entry``, in their order (``bits``:
+        the ids starting with one of those bytes)."""
+        if self._firsts is None:
+            self._firsts = bytes(token_bytes[i][0] for i in self.nexts)
+        table = bytearray(256)
+        for b in entry:
+            table[b] = 1
+        nexts = dict(compress(self.nexts.items(), self._firsts.translate(table)))
+        return Kept(nexts, self.bits & bits, Counter(nexts.values()))
 
     def without(self, default: int) -> dict[int, int]:
         """The entries whose next state is not ``default`` (kept per default)."""
@@ -118,3 +131,21 @@ def root_walks(st: StateTokens, q: int, roots: list[tuple[int, int]]) -> list[Ke
             got = walks[root] = Kept.of(nexts, st.size)
         out.append(got)
     return out
+
+
+def within_loop(st: StateTokens, n: int, entry: bytes) -> Kept | None:
+    """``st.rest_walk(n, entry)`` when ``entry`` is part of loop state ``n``'s ASCII loop bytes
+    (a key being written: every key byte but the declared ones) and the tokens starting with
+    it leave the loop with every rest those of all the loop bytes do: the walk of all of them,
+    restricted to the tokens starting with ``entry`` (the trie over the same rests visits them
+    in the same order). None otherwise (walk them)."""
+    loop = st.loop_bytes(n)
+    whole = bytes(b for b in loop if b < 0x80)
+    if entry == whole or not set(entry) <= set(whole):
+        return None
+    wanted = 0
+    for b in entry:
+        wanted |= 1 << b
+    if any(not firsts & wanted for firsts in st.sets.rest_firsts(whole, loop, st.transparent(n))):
+        return None  # a rest only tokens starting with other bytes have
+    return st.rest_walk(n, whole).starting_with(entry, st.token_bytes, st.first(entry))

@@ -46,7 +46,7 @@ from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step, wide_state
 from textproc.core.constraints.index_near import near_loop, near_root, walk_near
-from textproc.core.constraints.index_parts import Kept, combine, root_walks
+from textproc.core.constraints.index_parts import Kept, combine, root_walks, within_loop
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
 
@@ -284,14 +284,17 @@ class StateTokens:
         rests after the loop bytes walked from ``n`` as a trie; kept per (n, entry)."""
         got = self.rest_walks.get((n, entry))
         if got is None:
-            rests, rest_ids, rest_first = self.rests(n) if entry is None else self.entry_rests(entry, n)
-            nexts: dict[int, int] = {}
-            if rests and not rests[0]:  # nothing after the loop bytes: stays in n
-                nexts.update(dict.fromkeys(rest_ids[0], n))
-            rows = self.rows
-            for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
-                nexts.update(dict.fromkeys(rest_ids[k], t))
-            got = self.rest_walks[(n, entry)] = Kept.of(nexts, self.size)
+            got = within_loop(self, n, entry) if entry is not None else None
+            if got is None:
+                rests, rest_ids, rest_first = self.rests(n) if entry is None else self.entry_rests(entry, n)
+                nexts: dict[int, int] = {}
+                if rests and not rests[0]:  # nothing after the loop bytes: stays in n
+                    nexts.update(dict.fromkeys(rest_ids[0], n))
+                rows = self.rows
+                for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
+                    nexts.update(dict.fromkeys(rest_ids[k], t))
+                got = Kept.of(nexts, self.size)
+            self.rest_walks[(n, entry)] = got
         return got
 
     def high_walk(self, n: int) -> Kept:

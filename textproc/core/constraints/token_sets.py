@@ -104,6 +104,22 @@ class TokenSets:
             got = self.derived[key] = _rests(by_rest)
         return got
 
+    def rest_firsts(self, entry: bytes, loop: bytes, chars: bool) -> list[int]:
+        """Per rest of :meth:`entry_rests` (in its order), the first bytes of its tokens as a
+        bitmask (bit b: some token with that rest starts with b)."""
+        key = ("entry-firsts", entry, loop, chars)
+        got = self.derived.get(key)
+        if got is None:
+            token_bytes = self.token_bytes
+            got = []
+            for ids in self.entry_rests(entry, loop, chars)[1]:
+                mask = 0
+                for i in ids:
+                    mask |= 1 << token_bytes[i][0]
+                got.append(mask)
+            self.derived[key] = got
+        return got
+
     def run_rests(self, plain: bytes, k: int, loop: bytes | None) -> Rests:
         """The tokens longer than ``k`` whose first ``k`` bytes are ``plain`` bytes (with a
         ``loop`` after the run: only those not all plain), by their rest after those and the
