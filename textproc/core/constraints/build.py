@@ -122,6 +122,7 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
     # state they reach (for the shortest completions)
     plain_edges: list[list[tuple[int, int]]] = []
     by_chars_bits = vocab.tables().by_chars
+    ends = frozenset(vocab.end_ids)
     for s, (allowed, exc, d, by_chars) in enumerate(per_state):
         if s % 64 == 63:
             budget.check_time("renumbering the index states")
@@ -130,7 +131,7 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
         edges = []
         if by_chars is None:
             rows.append(None)
-            plain = _lowest_outside(allowed & ~end_bits, exc) if d >= 0 else -1
+            plain = _lowest_outside(masks[mask_of[s]], exc, ends) if d >= 0 else -1
             if plain >= 0:
                 edges.append((plain, defaults[-1]))
         else:
@@ -149,17 +150,15 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
                       char_count=vocab.tables().char_count if has_rows else b"")
 
 
-def _lowest_outside(bits: int, exc: dict[int, int]) -> int:
-    """The lowest id set in ``bits`` that is not a key of ``exc`` (-1: none); scans the set
-    bits from the lowest, so it costs about the exceptions below the answer."""
-    if not bits:
-        return -1
-    data = bits.to_bytes((bits.bit_length() + 7) // 8, "little")
-    for m in _NONZERO.finditer(data):
+def _lowest_outside(mask: bytes, exc: dict[int, int], ends: frozenset[int]) -> int:
+    """The lowest id set in the packed ``mask`` that is neither a key of ``exc`` nor one of
+    the ``ends`` (-1: none); scans the set bits from the lowest, so it costs about the
+    exceptions below the answer."""
+    for m in _NONZERO.finditer(mask):
         base = m.start() * 8
-        byte = data[m.start()]
+        byte = mask[m.start()]
         for j in range(8):
-            if byte >> j & 1 and base + j not in exc:
+            if byte >> j & 1 and base + j not in exc and base + j not in ends:
                 return base + j
     return -1
 
