@@ -359,6 +359,7 @@ class StateTokens:
         found: list[tuple[int, int]] = []  # (text index, next state)
         loop_of = self.loop_bytes
         live_of = self.live
+        rows = self.rows
         while stack:
             lo, hi, depth, s = stack.pop()
             loop = loop_of(s)
@@ -374,7 +375,10 @@ class StateTokens:
                 if len(live_s) < 64 and hi - lo > len(live_s) + 8:  # most texts die at once
                     found.extend(self.live_texts(s, texts, lo, hi, depth))
                     continue
+                row = rows[s]
                 for k in range(lo, hi):
+                    if len(texts[k]) > depth and row[texts[k][depth]] < 0:
+                        continue  # dies at its next byte
                     key = (s, texts[k][depth:].lstrip(loop))
                     n = walked.get(key, -2)
                     if n == -2:
