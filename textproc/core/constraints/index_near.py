@@ -55,8 +55,10 @@ def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, Kept, list[int
     state ``n`` (:func:`near_loop`) and enough tokens start with ``c``: ``(tokens that go to n,
     n, the kept walks of the tokens that leave n's loop, the ids walked here instead, id ->
     next state of those that live)``; None otherwise (walk them as a trie)."""
+    if c >= 0x80:
+        return None
     near = st.nears[s] if s in st.nears else near_loop(st, s)
-    if near is None or c >= 0x80:
+    if near is None:
         return None
     texts = st.tables.texts
     lo, hi = subrange(texts, 0, len(texts), b"", c)
