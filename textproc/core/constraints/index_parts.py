@@ -59,7 +59,12 @@ class Kept:
         """The entries whose next state is not ``default`` (kept per default)."""
         got = self._without.get(default)
         if got is None:
-            got = self._without[default] = {i: n for i, n in self.nexts.items() if n != default}
+            nexts = self.nexts
+            if default not in self.counts:  # nothing to leave out: the entries themselves
+                got = nexts
+            else:  # filtered in C
+                got = dict(compress(nexts.items(), map(default.__ne__, nexts.values())))
+            self._without[default] = got
         return got
 
 
@@ -77,15 +82,17 @@ def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
     for part in tail:
         counts.update(part.counts)
         allowed |= part.bits
+    gone_of: list[set[int]] = []  # per kept part: its entries among the ids dropped from it
     for part, dropped in kept:
         counts.update(part.counts)
         bits = part.bits
-        if dropped:
+        gone = part.nexts.keys() & dropped if dropped else set()
+        if gone:
             nexts = part.nexts
-            gone = [i for i in dropped if i in nexts]
             for i in gone:
                 counts[nexts[i]] -= 1
             bits &= ~bitset(gone, size)
+        gone_of.append(gone)
         allowed |= bits
     for tokens, n in groups:
         if tokens:
@@ -98,9 +105,9 @@ def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
     for tokens, n in groups:
         if n != default and tokens:
             exc.update(dict.fromkeys(bits_of(tokens), n))
-    for part, dropped in kept:
+    for (part, _), gone in zip(kept, gone_of):
         exc.update(part.without(default))
-        for i in dropped:
+        for i in gone:
             exc.pop(i, None)
     exc.update((token_id, n) for token_id, n in pairs.items() if n != default)
     for part in tail:
