@@ -84,9 +84,7 @@ def near_root(st: StateTokens, c: int, s: int) -> tuple[int, int, Kept, list[int
             if rows[s][d] >= 0:
                 ranges.append((a, b, 2, rows[s][d]))
     own_ids = [i for k in own for i in text_ids[k]]
-    pairs: dict[int, int] = {}
-    for k, t in (*found, *st.trie_ranges(ranges, texts)):
-        pairs.update(dict.fromkeys(text_ids[k], t))
+    pairs = {i: t for k, t in (*found, *st.trie_ranges(ranges, texts)) for i in text_ids[k]}
     tokens = st.first(prefix) & st.tail_inside(n) & ~bitset(own_ids, st.size)
     return tokens, n, st.rest_walk(n, prefix), own_ids, pairs
 

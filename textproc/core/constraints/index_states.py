@@ -272,9 +272,7 @@ class StateTokens:
         if tail is not None:
             return combine(self.size, groups, pairs, kept, tail)
         text_ids = self.tables.text_ids
-        for k, n in self.trie(q, roots):
-            for token_id in text_ids[k]:
-                pairs[token_id] = n
+        pairs.update({i: n for k, n in self.trie(q, roots) for i in text_ids[k]})
         return combine(self.size, groups, pairs, kept)
 
     def rest_walk(self, n: int, entry: bytes | None) -> Kept:
@@ -291,8 +289,8 @@ class StateTokens:
                 if rests and not rests[0]:  # nothing after the loop bytes: stays in n
                     nexts.update(dict.fromkeys(rest_ids[0], n))
                 rows = self.rows
-                for k, t in self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests):
-                    nexts.update(dict.fromkeys(rest_ids[k], t))
+                found = self.trie(n, [(b, rows[n][b]) for b in rest_first if rows[n][b] >= 0], rests)
+                nexts.update({i: t for k, t in found for i in rest_ids[k]})
                 got = Kept.of(nexts, self.size)
             self.rest_walks[(n, entry)] = got
         return got
