@@ -228,11 +228,15 @@ def counted_states_floor(node: Node, memo: dict[int, tuple[bool, int]] | None = 
     return got
 
 
-def build_dfa(tree: Node, budget: Budget) -> ByteDFA:
-    """The minimal byte DFA of ``tree`` (whole-output match)."""
-    nfa = NFA(budget)
-    start = nfa.state()
-    final = nfa.build(tree, start)
+def build_dfa(tree: Node, budget: Budget, nfa_of_tree: tuple[NFA, int, int] | None = None) -> ByteDFA:
+    """The minimal byte DFA of ``tree`` (whole-output match); ``nfa_of_tree``: ``tree``'s NFA
+    (with its start and final state) when it is built already (a lazy DFA's), not changed."""
+    if nfa_of_tree is None:
+        nfa = NFA(budget)
+        start = nfa.state()
+        final = nfa.build(tree, start)
+    else:
+        nfa, start, final = nfa_of_tree
     budget.check_time("building the NFA")
     # byte classes: bytes no edge tells apart
     cuts = {0, 256}

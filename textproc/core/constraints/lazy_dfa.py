@@ -56,6 +56,7 @@ class LazyDFA:
 
     def __init__(self, nfa: NFA, start: int, final: int, budget: Budget) -> None:
         self.budget = budget
+        self.nfa = (nfa, start, final)  # read, never changed: build_dfa takes it for the whole DFA
         self._eps = nfa.eps
         self._final = final
         live = _coaccessible(nfa, final)
