@@ -9,6 +9,7 @@ distinct string of byte classes once (:func:`wide_state`)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textproc.core.constraints.automaton import utf8_sequences
@@ -19,7 +20,7 @@ from textproc.core.constraints.vocab import MAX_CHARS, bitset
 if TYPE_CHECKING:
     from textproc.core.constraints.index_states import State, StateTokens
 
-__all__ = ["chain_state", "char_step", "wide_state", "LOOP_MIN"]
+__all__ = ["chain_state", "char_step", "wide_state", "LOOP_MIN", "RestTrie"]
 
 LOOP_MIN = 24  # bytes a loop (or a chain) needs for the bitset paths (a JSON string's: ~90)
 _MULTIBYTE = [s for lo, hi in ((0x80, 0xD7FF), (0xE000, 0x10FFFF)) for s in utf8_sequences(lo, hi)]
@@ -39,11 +40,16 @@ def chain(st: StateTokens, q: int) -> tuple[bytes, list[int], int] | None:
     if len(plain) < LOOP_MIN:
         return None
     states = [q]
+    steps = st.chain_steps  # (state, plain bytes) -> the one state they all lead to, or None
     while len(states) < MAX_CHARS and states[-1] >= 0:
-        nexts = {rows[states[-1]][b] for b in plain}
-        if len(nexts) != 1:
+        key = (states[-1], plain)
+        n = steps.get(key, -2)
+        if n == -2:
+            nexts = {rows[states[-1]][b] for b in plain}
+            n = steps[key] = nexts.pop() if len(nexts) == 1 else None
+        if n is None:
             break
-        states.append(nexts.pop())
+        states.append(n)
     shifts = 0  # characters: c[i] --any whole non-ASCII character--> c[i + 1]
     while shifts + 1 < len(states) and states[shifts + 1] >= 0 and char_step(st, states[shifts], states[shifts + 1]):
         shifts += 1
@@ -51,7 +57,15 @@ def chain(st: StateTokens, q: int) -> tuple[bytes, list[int], int] | None:
 
 
 def char_step(st: StateTokens, s: int, t: int) -> bool:
-    """Whether every UTF-8 encoded non-ASCII character read from ``s`` reaches ``t``."""
+    """Whether every UTF-8 encoded non-ASCII character read from ``s`` reaches ``t`` (kept per
+    state: each chain state of a repetition asks it for the 47 after it)."""
+    got = st.char_steps.get((s, t))
+    if got is None:
+        got = st.char_steps[(s, t)] = _char_step(st, s, t)
+    return got
+
+
+def _char_step(st: StateTokens, s: int, t: int) -> bool:
     rows = st.rows
     for seq in _MULTIBYTE:
         got = {s}
@@ -76,10 +90,16 @@ def char_dies(st: StateTokens, s: int) -> bool:
     return True
 
 
-def chain_state(st: StateTokens, q: int, live: list[tuple[int, int]]) -> State | None:
+# (plain bytes before the rest, state they lead to, (byte, next state) roots, sorted rests) ->
+# (rest index, next state) of the rests that live, in trie walk order (StateTokens.trie)
+RestTrie = Callable[[int, int, list[tuple[int, int]], list[bytes]], list[tuple[int, int]]]
+
+
+def chain_state(st: StateTokens, q: int, live: list[tuple[int, int]], trie: RestTrie | None = None) -> State | None:
     """Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes to
     ``c[n]``, found with one bitset AND per length and written as the state's "next state
-    by character count" row (no exception entries); the rest is walked."""
+    by character count" row (no exception entries); the rest is walked (``trie``: how the
+    rests after m plain bytes are walked, by default ``st.trie``)."""
     found = chain(st, q)
     if found is None:
         return None
@@ -105,7 +125,7 @@ def chain_state(st: StateTokens, q: int, live: list[tuple[int, int]]) -> State |
             covered |= ascii_only & t.by_chars[n]
             if chars_die:
                 covered |= with_chars & t.by_chars[n]
-    pairs = chain_rest_pairs(st, q, plain, states, bool(with_chars))
+    pairs = chain_rest_pairs(st, q, plain, states, bool(with_chars), trie)
     # made of plain bytes (and characters) but past what the chain counts: walked whole
     pairs.update(st.walk_each(q, st.first(bytes(b for b, _ in live)) & ~covered
                                 & st.tokens_of(plain, bool(with_chars))))
@@ -114,7 +134,8 @@ def chain_state(st: StateTokens, q: int, live: list[tuple[int, int]]) -> State |
     return allowed | bitset(pairs, st.size), exc, -1, row
 
 
-def chain_rest_pairs(st: StateTokens, q: int, plain: bytes, states: list[int], chars: bool) -> dict[int, int]:
+def chain_rest_pairs(st: StateTokens, q: int, plain: bytes, states: list[int], chars: bool,
+                     trie: RestTrie | None = None) -> dict[int, int]:
     """id -> next state for the tokens not made of ``plain`` bytes (and characters): m
     plain bytes lead to ``states[m]``, and the rest after them is walked from there as a
     trie over the distinct rests (grouped per vocabulary, kept)."""
@@ -129,7 +150,8 @@ def chain_rest_pairs(st: StateTokens, q: int, plain: bytes, states: list[int], c
         s = states[m]
         if s < 0:
             continue
-        for k, n in st.trie(s, [(b, rows[s][b]) for b in rest_first if rows[s][b] >= 0], rests):
+        roots = [(b, rows[s][b]) for b in rest_first if rows[s][b] >= 0]
+        for k, n in (st.trie(s, roots, rests) if trie is None else trie(m, s, roots, rests)):
             pairs.update(dict.fromkeys(rest_ids[k], n))
     return pairs
 

@@ -15,7 +15,10 @@ the paths below only avoid walking tokens one by one:
 - fixed-length runs (the 4 hex digits of ``\\uXXXX``, a uuid's 8): tokens of n run bytes go to
   the n-th state, one bitset each, the longer ones walk their rest after the run as a trie;
 - counted repetitions (``[^"]{0,8}``): tokens grouped by character count, one AND per length
-  (:mod:`textproc.core.constraints.index_chains`);
+  (:mod:`textproc.core.constraints.index_chains`); each of a repetition's states answered from
+  the same kind of state one position earlier, moved a position on, where no walk can tell
+  the two apart (:mod:`textproc.core.constraints.index_shift`, near the bound
+  :mod:`textproc.core.constraints.index_replay`);
 - a state's first byte that leads to a state reading like a string loop but for a few bytes
   (an open object's key that shares a prefix with declared keys): as the loop, bitsets and
   the loop's kept walks, walking only the tokens through the few bytes
@@ -47,6 +50,8 @@ from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step, wide_state
 from textproc.core.constraints.index_near import near_loop, near_root, walk_near
 from textproc.core.constraints.index_parts import Kept, combine, root_walks, within_loop
+from textproc.core.constraints.index_replay import TRIE_SMALL, TRIE_WIDE
+from textproc.core.constraints.index_shift import CountedShift
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
 from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
 
@@ -57,8 +62,8 @@ __all__ = ["StateTokens", "State"]
 State = tuple[int, dict[int, int], int, list[int] | None]
 
 _LOOP_MIN = LOOP_MIN  # loop bytes for the bitset path (JSON string states have ~90)
-_WIDE = 96  # live bytes above which a loop-less state walks distinct class strings
-_SMALL = 24  # ranges this small are walked token by token instead of split further
+_WIDE = TRIE_WIDE  # live bytes above which a loop-less state walks distinct class strings
+_SMALL = TRIE_SMALL  # ranges this small are walked token by token instead of split further
 _BYTES = [bytes((b,)) for b in range(256)]
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 _MAX_RUN = 8  # longest fixed-length run taken as bitsets (\uXXXX: 4, a uuid: 8)
@@ -89,6 +94,9 @@ class StateTokens:
         self.nears: dict[int, tuple[int, bytes] | None] = {}  # index_near.near_loop, per state
         # a state's walked first bytes (byte, state after it) -> their walks, once seen twice
         self.root_walks: dict[tuple[int, int], Kept | None] = {}
+        self.counted = CountedShift(self)  # counted repetitions' answers, moved a position on
+        self.chain_steps: dict[tuple[int, bytes], int | None] = {}  # index_chains.chain, kept
+        self.char_steps: dict[tuple[int, int], bool] = {}  # index_chains.char_step, kept
 
     def live(self, q: int) -> list[tuple[int, int]]:
         """``(byte, next state)`` for the bytes that do not kill ``q``."""
@@ -108,6 +116,16 @@ class StateTokens:
     def state(self, q: int) -> State:
         """(allowed ids as a bitset, id -> next for ids not going to default, default next,
         the next state by character count or None: a counted repetition's state, no default)."""
+        moved = self.counted.state(q)
+        if moved is not None:
+            return moved
+        answer, shape = self.exact_state(q)
+        self.counted.keep(q, answer, shape)
+        return answer
+
+    def exact_state(self, q: int) -> tuple[State, str]:
+        """``state(q)`` by the paths below, and which path: "run", "chain", "wide", "mixed"
+        (tokens entering a loop or near-loop state) or "trie" (a mixed state without loops)."""
         live = self.live(q)
         by_next: dict[int, list[int]] = {}
         for b, t in live:
@@ -116,11 +134,11 @@ class StateTokens:
         if len(by_next) == 1 and not loops:
             run = self.run(q, live)
             if run is not None:
-                return (*self.run_state(*run), None)
+                return (*self.run_state(*run), None), "run"
         if not loops and len(live) > _WIDE:
             chained = chain_state(self, q, live)
-            return chained if chained is not None else (*wide_state(self, q), None)
-        return (*self.mixed_state(q, by_next, loops), None)
+            return (chained, "chain") if chained is not None else ((*wide_state(self, q), None), "wide")
+        return (*self.mixed_state(q, by_next, loops), None), "mixed" if loops else "trie"
 
     def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int], bool] | None:
         """A fixed-length run (the 4 hex digits of ``\\uXXXX``, the 8 of a uuid): the ASCII
