@@ -52,8 +52,17 @@ def test_moved_answers_give_the_same_index(max_length: int, min_length: int,
         replayed.append(args)
         return real_replayed(self, *args)
 
+    chains = []
+    real_chain = index_shift.CountedShift._replayed_chain
+
+    def counting_chains(self: index_shift.CountedShift, *args: object) -> object:
+        got = real_chain(self, *args)  # type: ignore[arg-type]
+        chains.append(got is not None)
+        return got
+
     monkeypatch.setattr(index_shift, "_moved", counting)
     monkeypatch.setattr(index_shift.CountedShift, "_replayed", counting_replays)
+    monkeypatch.setattr(index_shift.CountedShift, "_replayed_chain", counting_chains)
     fast = compile_constraint(_VOCAB, regex=pattern, cache=None)
     monkeypatch.setattr(index_shift.CountedShift, "state", lambda self, q: None)
     slow = compile_constraint(_VOCAB, regex=pattern, cache=None)
@@ -61,6 +70,7 @@ def test_moved_answers_give_the_same_index(max_length: int, min_length: int,
     if max_length >= 30:  # long enough for positions far from the bound: answers were moved
         assert sum(moved) > max_length  # whole answers moved
         assert replayed  # and trie walks near the bound walked again in part
+        assert sum(chains) > 10  # and chain states' rest tries
     dfa = build_dfa(parse_regex(pattern), Budget())
     assert walk_definition_states(fast, dfa, _VOCAB, pattern) == fast.n_states
 
