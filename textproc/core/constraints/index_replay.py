@@ -116,14 +116,17 @@ def found_of(nodes: list[Node]) -> Iterator[tuple[int, int]]:
 
 
 def replay(st: StateTokens, sigma: dict[int, int], dist: dict[int, int], node: Node, s: int,
-           texts: list[bytes] | None = None) -> Node:
+           texts: list[bytes] | None = None, changed: list[bool] | None = None) -> Node:
     """``node`` (a range of a trie walk) walked from ``s``, the state one position on from
     ``node.state`` as a good state's next state; texts that stay fewer than ``dist`` bytes
-    from a bad state are moved with ``sigma``, the others walked."""
+    from a bad state are moved with ``sigma``, the others walked. ``changed`` gets a True
+    when some text does not go where ``sigma`` moves it (or a range is walked anew)."""
     if texts is None:
         texts = st.tables.texts
     d = dist.get(node.state, _FAR)
     if d == 0:  # a bad state: the range may split otherwise from here
+        if changed is not None:
+            changed.append(True)
         return record(st, texts, node.lo, node.hi, node.depth, s, node.byte)
     if d > node.longest:
         return _moved(node, sigma)
@@ -132,13 +135,15 @@ def replay(st: StateTokens, sigma: dict[int, int], dist: dict[int, int], node: N
     if node.found is None:
         new.own = node.own
         rows = st.rows[s]
-        new.kids = [replay(st, sigma, dist, kid, rows[kid.byte], texts) for kid in node.kids]
+        new.kids = [replay(st, sigma, dist, kid, rows[kid.byte], texts, changed) for kid in node.kids]
         return new
     cut = d + node.depth  # texts this long may reach a bad state
     lo, hi = node.lo, node.hi
     long_ks = [k for k, data in zip(range(lo, hi), texts[lo:hi]) if len(data) >= cut]
     long_found = _walk(st, texts, lo, hi, node.depth, s, long_ks)
     is_long = set(long_ks)
+    if changed is not None and long_found != [(k, sigma.get(n, -3)) for k, n in node.found if k in is_long]:
+        changed.append(True)
     moved = [(k, sigma[n]) for k, n in node.found if k not in is_long]
     new.found = sorted(moved + long_found) if long_found else moved
     return new

@@ -182,13 +182,22 @@ class CountedShift:
         if nodes is None:
             nodes = record_roots(st, p)
         rows = st.rows[q]
-        self.tries[q] = nodes = [replay(st, region.sigma, region.dist, node, rows[node.byte]) for node in nodes]
-        text_ids = st.tables.text_ids
-        pairs: dict[int, int] = {}
-        for k, n in found_of(nodes):
-            for token_id in text_ids[k]:
-                pairs[token_id] = n
-        answer: State = (*combine(st.size, [], pairs), None)
+        changed: list[bool] = []
+        self.tries[q] = nodes = [replay(st, region.sigma, region.dist, node, rows[node.byte], None, changed)
+                                 for node in nodes]
+        before = self.kept[p]
+        # every text goes where sigma moves it (the long ones that reach the bound die from both
+        # positions): the same texts in the same order, so p's answer moved is q's
+        moved = None if changed else _moved(region.sigma, before[0], before[2])
+        if moved is not None:
+            answer = moved
+        else:
+            text_ids = st.tables.text_ids
+            pairs: dict[int, int] = {}
+            for k, n in found_of(nodes):
+                for token_id in text_ids[k]:
+                    pairs[token_id] = n
+            answer = (*combine(st.size, [], pairs), None)
         self.kept[q] = (answer, reach, _tied(answer), "trie")
         return answer
 
