@@ -71,7 +71,7 @@ def record(st: StateTokens, texts: list[bytes], lo: int, hi: int, depth: int, s:
     loop = st.loop_bytes(s)
     live_s = st.live(s)
     if hi - lo <= TRIE_SMALL + 4 * len(live_s) or len(loop) >= LOOP_MIN or len(live_s) > TRIE_WIDE:
-        node.found = _walk(st, texts, lo, hi, depth, s, range(lo, hi))
+        node.found = st.walk_texts(s, texts, range(lo, hi), depth)
         return node
     if len(texts[lo]) == depth:
         node.own = True
@@ -84,24 +84,6 @@ def record(st: StateTokens, texts: list[bytes], lo: int, hi: int, depth: int, s:
             kids.append((start, end, n, b))
     node.kids = [record(st, texts, start, end, depth + 1, n, b) for start, end, n, b in reversed(kids)]
     return node
-
-
-def _walk(st: StateTokens, texts: list[bytes], lo: int, hi: int, depth: int, s: int,
-          ks: range | list[int]) -> list[tuple[int, int]]:
-    """(k, next state) of the texts ``ks`` (in ``lo..hi``, ascending) that live from ``s``
-    after their first ``depth`` bytes (loop bytes skipped as ``trie_ranges`` does)."""
-    loop = st.loop_bytes(s)
-    walked = st.walked
-    walk = st.dfa.walk
-    found = []
-    for k in ks:
-        key = (s, texts[k][depth:].lstrip(loop))
-        n = walked.get(key, -2)
-        if n == -2:
-            n = walked[key] = walk(s, key[1])
-        if n >= 0:
-            found.append((k, n))
-    return found
 
 
 def found_of(nodes: list[Node]) -> Iterator[tuple[int, int]]:
@@ -140,7 +122,7 @@ def replay(st: StateTokens, sigma: dict[int, int], dist: dict[int, int], node: N
     cut = d + node.depth  # texts this long may reach a bad state
     lo, hi = node.lo, node.hi
     long_ks = [k for k, data in zip(range(lo, hi), texts[lo:hi]) if len(data) >= cut]
-    long_found = _walk(st, texts, lo, hi, node.depth, s, long_ks)
+    long_found = st.walk_texts(s, texts, long_ks, node.depth)
     is_long = set(long_ks)
     if changed is not None and long_found != [(k, sigma.get(n, -3)) for k, n in node.found if k in is_long]:
         changed.append(True)

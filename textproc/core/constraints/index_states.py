@@ -370,12 +370,9 @@ class StateTokens:
     def trie_ranges(self, stack: list[tuple[int, int, int, int]], texts: list[bytes]) -> list[tuple[int, int]]:
         """(index in ``texts``, next state) of the texts in the ranges ``(lo, hi, depth, state)``
         (``texts[lo:hi]`` share their first ``depth`` bytes, which lead to ``state``) that live."""
-        walk = self.dfa.walk
-        walked = self.walked
         found: list[tuple[int, int]] = []  # (text index, next state)
         loop_of = self.loop_bytes
         live_of = self.live
-        rows = self.rows
         while stack:
             lo, hi, depth, s = stack.pop()
             loop = loop_of(s)
@@ -391,16 +388,7 @@ class StateTokens:
                 if len(live_s) < 64 and hi - lo > len(live_s) + 8:  # most texts die at once
                     found.extend(self.live_texts(s, texts, lo, hi, depth))
                     continue
-                row = rows[s]
-                for k in range(lo, hi):
-                    if len(texts[k]) > depth and row[texts[k][depth]] < 0:
-                        continue  # dies at its next byte
-                    key = (s, texts[k][depth:].lstrip(loop))
-                    n = walked.get(key, -2)
-                    if n == -2:
-                        n = walked[key] = walk(s, key[1])
-                    if n >= 0:
-                        found.append((k, n))
+                found.extend(self.walk_texts(s, texts, range(lo, hi), depth))
                 continue
             if len(texts[lo]) == depth:
                 found.append((lo, s))
@@ -412,6 +400,28 @@ class StateTokens:
                 if start < hi and texts[start].startswith(child):  # some text goes on with b
                     end = hi if b == 255 else bisect_left(texts, prefix + _BYTES[b + 1], start, hi)
                     stack.append((start, end, depth + 1, n))
+        return found
+
+    def walk_texts(self, s: int, texts: list[bytes], ks: range | list[int], depth: int) -> list[tuple[int, int]]:
+        """(k, next state) of the texts ``texts[k]`` for ``k`` in ``ks`` (ascending; their first
+        ``depth`` bytes lead to ``s``) that live, each walked on its own: the loop bytes after
+        the prefix skipped at C speed, a text whose next byte is dead not walked at all, each
+        walk kept in ``walked``."""
+        loop = self.loop_bytes(s)
+        row = self.rows[s]
+        walked = self.walked
+        walk = self.dfa.walk
+        found: list[tuple[int, int]] = []
+        for k in ks:
+            text = texts[k]
+            if len(text) > depth and row[text[depth]] < 0:
+                continue  # dies at its next byte
+            key = (s, text[depth:].lstrip(loop))
+            n = walked.get(key, -2)
+            if n == -2:
+                n = walked[key] = walk(s, key[1])
+            if n >= 0:
+                found.append((k, n))
         return found
 
     def live_texts(self, s: int, texts: list[bytes], lo: int, hi: int, depth: int) -> list[tuple[int, int]]:
