@@ -289,6 +289,10 @@ def print_summary(summary: list[dict[str, Any]], names: list[str]) -> None:
         print(f"  {'metric':<14}" + "".join(f"{n:>24}{'ratio':>8}" for n in names)
               + f"{'vllm serve':>24}")
         for key, label in METRICS:
+            if not any(line[f"{side}_{key}"] for side in [*names, "vllm"]):
+                print(f"  {label:<14}" + "".join(f"{'-':>24}{'':8}" for _ in names)
+                      + f"{'-':>24}")  # not measured in this mix (grow: TTFT only)
+                continue
             cells = ""
             for side in names:
                 a, ra = line[f"{side}_{key}"], line[f"{side}_{key}_range"]
