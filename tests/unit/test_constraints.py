@@ -130,8 +130,28 @@ def test_recursion_is_bounded() -> None:
     regex = re.compile(json_schema_to_regex(SCHEMAS["tree"], max_recursion=2))
     assert regex.fullmatch('{"value": 1, "children": [{"value": 2}]}')
     assert not regex.fullmatch('{"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]}')
-    with pytest.raises(InvalidInput, match="accepts no value within 5 levels of \\$ref recursion"):
+    with pytest.raises(InvalidInput, match=r"accepts no value: nothing is valid at \$\.\$ref\(#/\$defs/a\)\.items.*"
+                                           r"\$ref recursion deeper than 5 levels"):
         json_schema_to_regex({"$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/a"}, "minItems": 1}}, "$ref": "#/$defs/a"})
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        ({"type": "integer", "minimum": 5, "maximum": 2}, "$ (integer, minimum 5, maximum 2)"),
+        ({"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}},
+          "required": ["a"]}, "$.properties.a (string, minLength 5, maxLength 2); $ (object)"),
+        ({"type": "object", "properties": {"n": {"type": "number", "exclusiveMinimum": 1,
+                                                 "exclusiveMaximum": 1}}, "required": ["n"]},
+         "$.properties.n (number, exclusiveMinimum 1, exclusiveMaximum 1)"),
+        ({"type": "string", "enum": [1, 2]}, "$ (string, enum of 2)"),
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "$ (false, or keywords no type satisfies)"),
+    ],
+)
+def test_a_schema_that_accepts_nothing_names_where(schema: dict[str, Any], where: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        json_schema_to_regex(schema)
+    assert f"accepts no value: nothing is valid at {where}" in str(info.value)
 
 
 @pytest.mark.parametrize(

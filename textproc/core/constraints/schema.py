@@ -107,9 +107,12 @@ def json_schema_to_regex(
                             max_chars=max_chars, define_from=DEFINE_FROM_CHARS)
         result = compiler.compile([Node(schema, "", "$")])
     if result is None:
+        where = "; ".join(compiler.empty) or "$"
         raise InvalidInput(
-            f"JSON schema at $ accepts no value within {max_recursion} levels of $ref recursion "
-            f"(or is false); give recursive references a non-recursive alternative"
+            f"JSON schema at $ accepts no value: nothing is valid at {where}. Look for keywords "
+            f"that exclude each other (a minimum above the maximum, minLength above maxLength, "
+            f"a required property that allows nothing, false), or $ref recursion deeper than "
+            f"{max_recursion} levels with no non-recursive alternative"
         )
     return compiler.definitions() + result
 

@@ -25,7 +25,7 @@ from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
 from textproc.core.constraints.schema_flat import Flattener
-from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart
+from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart, describe
 from textproc.core.constraints.schema_formats import FORMATS
 from textproc.core.constraints.schema_merge import types_of
 from textproc.core.constraints.schema_numbers import number_regex
@@ -51,6 +51,7 @@ class Compiler:
         self._memo: dict[tuple[Any, ...], str | None] = {}
         self._any: dict[int, str] = {}
         self._patterns: dict[str, Any] = {}
+        self.empty: list[str] = []  # where no value was valid, innermost first (for the error)
 
     def compile(self, nodes: list[Node]) -> str | None:
         """Regex of the values valid against every node, or None when none is."""
@@ -58,11 +59,15 @@ class Compiler:
         if key in self._memo:
             return self._memo[key]
         alternatives = []
+        flats = 0
         for flat in self.flattener.flatten_all(nodes):
+            flats += 1
             regex = self.emit(flat)
             if regex is not None:
                 alternatives.append(regex)
         result = _group(alternatives) if alternatives else None
+        if not flats:
+            self.nothing(nodes[0].path if nodes else "$", "false, or keywords no type satisfies")
         if result is not None:
             self.check_size(result, nodes[0].path if nodes else "$")
             result = self.define(result)
@@ -100,7 +105,10 @@ class Compiler:
 
     def emit(self, flat: Flat) -> str | None:
         if flat.enum is not None:
-            return self.enum(flat)
+            values = self.enum(flat)
+            if values is None:
+                self.nothing(flat.path, describe(flat))
+            return values
         types = flat.types
         if types == set(TYPES) and _unconstrained(flat):
             return self.any_value(self.any_depth)
@@ -118,7 +126,15 @@ class Compiler:
         if "null" in types:
             alternatives.append("null")
         kept = [a for a in alternatives if a is not None]
+        if not kept:
+            self.nothing(flat.path, describe(flat))
         return _group(kept) if kept else None
+
+    def nothing(self, path: str, what: str) -> None:
+        """Note that no value is valid at ``path`` (the first few, for the error)."""
+        entry = f"{path} ({what})"
+        if len(self.empty) < 2 and entry not in self.empty:
+            self.empty.append(entry)
 
     def enum(self, flat: Flat) -> str | None:
         assert flat.enum is not None
@@ -424,3 +440,4 @@ def _is_integral(value: Any) -> bool:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+

@@ -18,7 +18,7 @@ from typing import Any
 
 from textproc.errors import InvalidInput, short
 
-__all__ = ["Flat", "Node", "ObjPart", "TYPES", "decimal", "json_equal"]
+__all__ = ["Flat", "Node", "ObjPart", "TYPES", "decimal", "describe", "json_equal"]
 
 # type atoms: "number" is {"integer", "fraction"} (numbers with and without an integral value)
 TYPES = ("object", "array", "string", "integer", "fraction", "boolean", "null")
@@ -95,3 +95,25 @@ def decimal(value: Any, key: str, path: str) -> Decimal:
     if not d.is_finite() or abs(d) > Decimal(10) ** 308:
         raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a finite number within +-1e308")
     return d
+
+
+def describe(flat: Flat) -> str:
+    """``flat``'s types and bounds in the schema's words (an error message names them).
+
+    >>> describe(Flat("$", types={"integer"}, lo=(Decimal(5), False), hi=(Decimal(2), False)))
+    'integer, minimum 5, maximum 2'
+    """
+    names = {"number" if t in ("integer", "fraction") and "fraction" in flat.types else t
+             for t in flat.types}
+    parts = ["/".join(sorted(names) or ["no type"])]
+    if flat.lo is not None:
+        parts.append(f"{'exclusiveMinimum' if flat.lo[1] else 'minimum'} {flat.lo[0]}")
+    if flat.hi is not None:
+        parts.append(f"{'exclusiveMaximum' if flat.hi[1] else 'maximum'} {flat.hi[0]}")
+    for name, value in (("minLength", flat.min_len), ("maxLength", flat.max_len),
+                        ("minItems", flat.min_items), ("maxItems", flat.max_items)):
+        if value:  # 0 and None bound nothing
+            parts.append(f"{name} {value}")
+    if flat.enum is not None:
+        parts.append(f"enum of {len(flat.enum)}")
+    return ", ".join(parts)
