@@ -21,7 +21,9 @@ answer and one more short user turn, 16 tokens out; vLLM's load client sends one
 per request, so this mix is driven by a small client of this script's, the same for both).
 Reported per side: requests/s, output tokens/s, TTFT p50/p99, TPOT mean, ITL p99, and the CPU
 seconds per request of the engine process (with its model worker) and of everything else
-(textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc.
+(textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc, and the
+same per process (``ROLES``: engine, model worker, detokenizer, tokenizer workers, HTTP
+frontend, supervisor; vLLM's API server, EngineCore and model worker).
 
 ``--text-cpus`` is textproc serve's (default ``none``: its text processes float; ``auto``: on
 the CPUs vLLM's model worker leaves); repeated, one textproc side runs per setting, all alternating with vLLM's
@@ -107,7 +109,28 @@ class Side:
         return {"engine": sorted(engine), "text": [p for p in pids if p not in engine]}
 
     def cpu(self) -> dict[str, float]:
-        return {group: sum(cpu_seconds(p) for p in pids) for group, pids in self.groups().items()}
+        """CPU seconds so far of the "engine" and "text" groups, and of each process role
+        (``role:engine``, ``role:model worker``, ``role:detokenizer``, ...; see ROLES)."""
+        out: dict[str, float] = {}
+        for group, pids in self.groups().items():
+            for pid in pids:
+                seconds = cpu_seconds(pid)
+                out[group] = out.get(group, 0.0) + seconds
+                key = "role:" + role(pid)
+                out[key] = out.get(key, 0.0) + seconds
+        return out
+
+
+# process roles by a part of the command line, first match wins: textproc's and vLLM's processes
+ROLES = [("VLLM::Worker", "model worker"), ("engine_vllm", "engine"), ("EngineCore", "engine"),
+         ("_child detokenizer", "detokenizer"), ("_child worker", "tokenizer workers"),
+         ("textproc.http", "http frontend"), ("textproc.cli serve", "supervisor"),
+         ("vllm serve", "api server")]
+
+
+def role(pid: int) -> str:
+    line = cmdline(pid)
+    return next((name for part, name in ROLES if part in line), "other")
 
 
 def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path,
@@ -147,9 +170,16 @@ def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path
         errors = [e for e in result.get("errors") or [] if e][:1]
         print(f"# {side.name} {mix} c={concurrency}: {row['failed']} of {prompts} failed: "
               f"{str(errors)[:300]}", flush=True)
-    for group in ("engine", "text"):
-        row[f"cpu_{group}_ms"] = (after.get(group, 0.0) - before.get(group, 0.0)) / completed * 1000
+    row.update(cpu_per_request(before, after, completed))
     return row
+
+
+def cpu_per_request(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, Any]:
+    """CPU milliseconds per request between two ``Side.cpu()`` readings: ``cpu_engine_ms``,
+    ``cpu_text_ms`` and ``cpu_roles`` (role -> ms; roles seen in both readings)."""
+    ms = {key: (after[key] - before.get(key, 0.0)) / max(1, n) * 1000 for key in after}
+    return {"cpu_engine_ms": ms.get("engine", 0.0), "cpu_text_ms": ms.get("text", 0.0),
+            "cpu_roles": {key[5:]: value for key, value in ms.items() if key.startswith("role:")}}
 
 
 def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
@@ -215,8 +245,7 @@ def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
         "median_ttft_ms": statistics.median(ttfts) * 1000,
         "p99_ttft_ms": ordered[min(n - 1, int(0.99 * (n - 1)))] * 1000,
         "mean_tpot_ms": 0.0, "p99_itl_ms": 0.0, "completed": n, "failed": 0}
-    for group in ("engine", "text"):
-        row[f"cpu_{group}_ms"] = (after.get(group, 0.0) - before.get(group, 0.0)) / n * 1000
+    row.update(cpu_per_request(before, after, n))
     return row
 
 
@@ -275,6 +304,10 @@ def summarise(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, An
                 values = [r[key] for r in mine]
                 line[f"{side}_{key}"] = statistics.median(values) if values else 0.0
                 line[f"{side}_{key}_range"] = (min(values), max(values)) if values else (0, 0)
+            roles = sorted({name for r in mine for name in r.get("cpu_roles", {})})
+            line[f"{side}_cpu_roles"] = {
+                name: statistics.median(r.get("cpu_roles", {}).get(name, 0.0) for r in mine)
+                for name in roles}
         for side in names:
             for key, _ in METRICS:
                 theirs = line[f"vllm_{key}"]
@@ -304,6 +337,11 @@ def print_summary(summary: list[dict[str, Any]], names: list[str]) -> None:
             key = f"cpu_{group}_ms"
             cells = "".join(f"{line[side + '_' + key]:24.1f}{'':8}" for side in names)
             print(f"  {'CPU ' + group + ' ms/req':<14}{cells}{line['vllm_' + key]:24.1f}")
+        for side in [*names, "vllm"]:
+            roles = line.get(f"{side}_cpu_roles") or {}
+            print(f"    {side} CPU ms/req by process: "
+                  + ", ".join(f"{name} {ms:.1f}" for name, ms in
+                              sorted(roles.items(), key=lambda kv: -kv[1]) if ms >= 0.05))
 
 
 def main() -> int:
