@@ -146,6 +146,10 @@ def test_recursion_is_bounded() -> None:
          "$.properties.n (number, exclusiveMinimum 1, exclusiveMaximum 1)"),
         ({"type": "string", "enum": [1, 2]}, "$ (string, enum of 2)"),
         ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "$ (false, or keywords no type satisfies)"),
+        # an optional property and an array position that allow nothing are no cause
+        ({"type": "object", "properties": {"opt": False, "tags": {"type": "array", "prefixItems": [False]},
+                                           "n": {"type": "integer", "minimum": 5, "maximum": 2}},
+          "required": ["tags", "n"]}, "$.properties.n (integer, minimum 5, maximum 2); $ (object)"),
     ],
 )
 def test_a_schema_that_accepts_nothing_names_where(schema: dict[str, Any], where: str) -> None:

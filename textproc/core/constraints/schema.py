@@ -107,7 +107,7 @@ def json_schema_to_regex(
                             max_chars=max_chars, define_from=DEFINE_FROM_CHARS)
         result = compiler.compile([Node(schema, "", "$")])
     if result is None:
-        where = "; ".join(compiler.empty) or "$"
+        where = "; ".join(compiler.empty[:2]) or "$"
         raise InvalidInput(
             f"JSON schema at $ accepts no value: nothing is valid at {where}. Look for keywords "
             f"that exclude each other (a minimum above the maximum, minLength above maxLength, "

@@ -60,6 +60,7 @@ class Compiler:
             return self._memo[key]
         alternatives = []
         flats = 0
+        mark = len(self.empty)
         for flat in self.flattener.flatten_all(nodes):
             flats += 1
             regex = self.emit(flat)
@@ -69,6 +70,7 @@ class Compiler:
         if not flats:
             self.nothing(nodes[0].path if nodes else "$", "false, or keywords no type satisfies")
         if result is not None:
+            del self.empty[mark:]  # what failed inside did not make this fail
             self.check_size(result, nodes[0].path if nodes else "$")
             result = self.define(result)
         self._memo[key] = result
@@ -104,11 +106,17 @@ class Compiler:
         return re_.compile(self.definitions() + regex)
 
     def emit(self, flat: Flat) -> str | None:
+        mark = len(self.empty)
+        regex = self._emit(flat)
+        if regex is None:
+            self.nothing(flat.path, describe(flat))
+        else:
+            del self.empty[mark:]  # an optional property or an array position that allows nothing
+        return regex
+
+    def _emit(self, flat: Flat) -> str | None:
         if flat.enum is not None:
-            values = self.enum(flat)
-            if values is None:
-                self.nothing(flat.path, describe(flat))
-            return values
+            return self.enum(flat)
         types = flat.types
         if types == set(TYPES) and _unconstrained(flat):
             return self.any_value(self.any_depth)
@@ -126,14 +134,13 @@ class Compiler:
         if "null" in types:
             alternatives.append("null")
         kept = [a for a in alternatives if a is not None]
-        if not kept:
-            self.nothing(flat.path, describe(flat))
         return _group(kept) if kept else None
 
     def nothing(self, path: str, what: str) -> None:
-        """Note that no value is valid at ``path`` (the first few, for the error)."""
+        """Note that no value is valid at ``path``; kept only while that makes an enclosing
+        schema accept nothing too (the error names the innermost ones)."""
         entry = f"{path} ({what})"
-        if len(self.empty) < 2 and entry not in self.empty:
+        if entry not in self.empty:
             self.empty.append(entry)
 
     def enum(self, flat: Flat) -> str | None:
@@ -163,10 +170,12 @@ class Compiler:
         members: list[tuple[str, bool]] = []
         for name in names:
             nodes = [n for part in flat.parts for n in self.nodes_for(part, name, flat.path)]
+            mark = len(self.empty)
             value = self.compile(nodes) if nodes else self.any_value(self.any_depth)
             if value is None:
                 if name in flat.required:
                     return None
+                del self.empty[mark:]  # left out: no cause
                 continue
             members.append((_lit(_dumps(name)) + ": " + value, name in flat.required))
         if flat.min_props > max(1, len(set(flat.required))):
@@ -440,4 +449,3 @@ def _is_integral(value: Any) -> bool:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
