@@ -135,6 +135,9 @@ def test_recursion_is_bounded() -> None:
         json_schema_to_regex({"$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/a"}, "minItems": 1}}, "$ref": "#/$defs/a"})
 
 
+BAD_RANGE = {"type": "integer", "minimum": 5, "maximum": 2}
+
+
 @pytest.mark.parametrize(
     ("schema", "where"),
     [
@@ -150,6 +153,9 @@ def test_recursion_is_bounded() -> None:
         ({"type": "object", "properties": {"opt": False, "tags": {"type": "array", "prefixItems": [False]},
                                            "n": {"type": "integer", "minimum": 5, "maximum": 2}},
           "required": ["tags", "n"]}, "$.properties.n (integer, minimum 5, maximum 2); $ (object)"),
+        # the same sub-schema object twice (its compile is remembered): named where it failed
+        ({"type": "object", "properties": {"opt": BAD_RANGE, "req": BAD_RANGE}, "required": ["req"]},
+         "$.properties.req (integer, minimum 5, maximum 2); $ (object)"),
     ],
 )
 def test_a_schema_that_accepts_nothing_names_where(schema: dict[str, Any], where: str) -> None:

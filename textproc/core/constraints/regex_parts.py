@@ -1,5 +1,6 @@
 """Regex building blocks for constraints: JSON string characters, literal text, integer
-ranges and the translation of a JSON Schema ``pattern`` into a regex over serialised JSON.
+ranges, the translation of a JSON Schema ``pattern`` into a regex over serialised JSON, and
+whether two ``patternProperties`` patterns may match a common key.
 
 Split out of :mod:`textproc.core.constraints.schema` (which owns the schema walk). Every function here
 returns regex text in the common subset of Python ``re``/``regex`` syntax (no lookarounds, no
@@ -13,10 +14,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import regex as re_
+
 from textproc.core.constraints.regex_syntax import merge, subtract
 from textproc.errors import InvalidInput, short
 
-__all__ = ["MAX_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "int_range", "translate_pattern", "key_except"]
+__all__ = ["MAX_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "int_range", "translate_pattern", "key_except",
+           "may_overlap"]
 
 MAX_COUNT = 1 << 20  # largest minLength/maxLength/minItems/maxItems and pattern {n,m} count
 # one character inside a JSON string: unescaped, a short escape or a non-surrogate \\u escape
@@ -373,3 +377,47 @@ def _trie_complement(node: dict[str, Any]) -> str:
     if "" in node:  # the text so far is a name: at least one more character
         return body if len(alternatives) > 1 or body.startswith("(?:") else f"(?:{body})"
     return f"(?:{body})?"
+
+
+def may_overlap(a: str, b: str) -> bool:
+    """False when two patterns provably match no common key: both anchored at the start, and
+    their literal prefixes diverge or their first characters come from disjoint sets."""
+    if not (a.startswith("^") and b.startswith("^")):
+        return True
+    pa, pb = _literal_prefix(a[1:]), _literal_prefix(b[1:])
+    if pa and pb:
+        return pa.startswith(pb) or pb.startswith(pa)
+    fa, fb = _first_chars(a[1:]), _first_chars(b[1:])
+    return fa is None or fb is None or bool(fa & fb)
+
+
+def _literal_prefix(pattern: str) -> str:
+    out: list[str] = []
+    for c in pattern:
+        if c in "\\.[](){}*+?|^$":
+            if c in "*+?{" and out:
+                out.pop()  # the last literal is repeated: not fixed
+            break
+        out.append(c)
+    return "".join(out)
+
+
+def _first_chars(pattern: str) -> set[int] | None:
+    """Code points a match must start with, when the pattern starts with a literal or a plain
+    class (no quantifier that allows zero), else None."""
+    m = re_.match(r"\[([^\]\\^][^\]\\]*)\]|([^\\.\[\](){}*+?|^$])", pattern)
+    if m is None or pattern[m.end():m.end() + 1] in ("*", "?", "{"):
+        return None
+    if m.group(2):
+        return {ord(m.group(2))}
+    chars: set[int] = set()
+    body = m.group(1)
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            chars.update(range(ord(body[i]), ord(body[i + 2]) + 1))
+            i += 3
+        else:
+            chars.add(ord(body[i]))
+            i += 1
+    return chars

@@ -20,7 +20,7 @@ from typing import Any
 import regex as re_
 
 from textproc.core.constraints.budget import regex_too_long
-from textproc.core.constraints.regex_parts import CHAR, MAX_COUNT, key_except, translate_pattern
+from textproc.core.constraints.regex_parts import CHAR, MAX_COUNT, key_except, may_overlap, translate_pattern
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
@@ -52,11 +52,17 @@ class Compiler:
         self._any: dict[int, str] = {}
         self._patterns: dict[str, Any] = {}
         self.empty: list[str] = []  # where no value was valid, innermost first (for the error)
+        self._empty_memo: dict[tuple[Any, ...], tuple[str, list[str]]] = {}  # key -> (path, empty)
 
     def compile(self, nodes: list[Node]) -> str | None:
         """Regex of the values valid against every node, or None when none is."""
         key = tuple((id(n.schema), n.base, n.refs) for n in nodes)
+        path = nodes[0].path if nodes else "$"
         if key in self._memo:
+            if self._memo[key] is None:  # name it again, under this path
+                was, entries = self._empty_memo[key]
+                for entry in entries:
+                    self.empty.append(path + entry[len(was):] if entry.startswith(was) else entry)
             return self._memo[key]
         alternatives = []
         flats = 0
@@ -68,11 +74,13 @@ class Compiler:
                 alternatives.append(regex)
         result = _group(alternatives) if alternatives else None
         if not flats:
-            self.nothing(nodes[0].path if nodes else "$", "false, or keywords no type satisfies")
+            self.nothing(path, "false, or keywords no type satisfies")
         if result is not None:
             del self.empty[mark:]  # what failed inside did not make this fail
-            self.check_size(result, nodes[0].path if nodes else "$")
+            self.check_size(result, path)
             result = self.define(result)
+        else:
+            self._empty_memo[key] = (path, self.empty[mark:])
         self._memo[key] = result
         return result
 
@@ -224,7 +232,7 @@ class Compiler:
                         f"properties {clash}; keys of a pattern that exclude some names cannot be "
                         f"enforced here: rename the properties or narrow the pattern"
                     )
-                nodes = [n for q in flat.parts for r, n in q.patterns if r == pattern or _may_overlap(r, pattern)]
+                nodes = [n for q in flat.parts for r, n in q.patterns if r == pattern or may_overlap(r, pattern)]
                 nodes += [q.additional for i, q in enumerate(flat.parts) if i != j and q.additional is not None]
                 value = self.compile(nodes)
                 if value is not None:
@@ -395,50 +403,6 @@ def _unconstrained(flat: Flat) -> bool:
         or flat.max_items is not None or flat.min_len or flat.max_len is not None or flat.patterns
         or flat.formats or flat.lo or flat.hi or flat.multiple_of or flat.min_props or flat.unique
     )
-
-
-def _may_overlap(a: str, b: str) -> bool:
-    """False when two patterns provably match no common key: both anchored at the start, and
-    their literal prefixes diverge or their first characters come from disjoint sets."""
-    if not (a.startswith("^") and b.startswith("^")):
-        return True
-    pa, pb = _literal_prefix(a[1:]), _literal_prefix(b[1:])
-    if pa and pb:
-        return pa.startswith(pb) or pb.startswith(pa)
-    fa, fb = _first_chars(a[1:]), _first_chars(b[1:])
-    return fa is None or fb is None or bool(fa & fb)
-
-
-def _literal_prefix(pattern: str) -> str:
-    out: list[str] = []
-    for c in pattern:
-        if c in "\\.[](){}*+?|^$":
-            if c in "*+?{" and out:
-                out.pop()  # the last literal is repeated: not fixed
-            break
-        out.append(c)
-    return "".join(out)
-
-
-def _first_chars(pattern: str) -> set[int] | None:
-    """Code points a match must start with, when the pattern starts with a literal or a plain
-    class (no quantifier that allows zero), else None."""
-    m = re_.match(r"\[([^\]\\^][^\]\\]*)\]|([^\\.\[\](){}*+?|^$])", pattern)
-    if m is None or pattern[m.end():m.end() + 1] in ("*", "?", "{"):
-        return None
-    if m.group(2):
-        return {ord(m.group(2))}
-    chars: set[int] = set()
-    body = m.group(1)
-    i = 0
-    while i < len(body):
-        if i + 2 < len(body) and body[i + 1] == "-":
-            chars.update(range(ord(body[i]), ord(body[i + 2]) + 1))
-            i += 3
-        else:
-            chars.add(ord(body[i]))
-            i += 1
-    return chars
 
 
 def _is_integral(value: Any) -> bool:
