@@ -44,6 +44,12 @@ class EngineAdapter(Protocol):
         ...
 
     @property
+    def stop_timeout_s(self) -> float:
+        """How long serve waits for the engine to exit after SIGTERM before it kills it (0:
+        the service's ``stop_timeout_s``; the longer of the two applies)."""
+        ...
+
+    @property
     def takes_curve_keys(self) -> bool:
         """Whether its process connects with CURVE keys (``--curve-dir``)."""
         ...

@@ -17,6 +17,7 @@ class ExternalAdapter:
     name: str = "external"
     summary: str = "start no engine: print the endpoints your engine's EngineLink connects to"
     startup_timeout_s: float = 0.0
+    stop_timeout_s: float = 0.0
     takes_curve_keys: bool = True  # the user's engine brings its own keys
 
     def command(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> None:

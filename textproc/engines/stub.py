@@ -19,6 +19,7 @@ class StubAdapter:
     name: str = "stub"
     summary: str = "run engine_stub, the fake engine (--stub-mode echo / replay / random)"
     startup_timeout_s: float = 0.0  # starts in under a second: the service's timeout
+    stop_timeout_s: float = 0.0
     takes_curve_keys: bool = True
 
     def command(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str]:

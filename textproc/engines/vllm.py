@@ -38,6 +38,9 @@ class VllmAdapter:
     summary: str = "vLLM's v1 engine core on --model-dir, in its own environment (--engine-python)"
     # model load, KV cache and warm-up: ~15 s idle, 40 s and more on a busy 2-core host
     startup_timeout_s: float = 600.0
+    # vLLM's executor gives its model worker VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (5) to exit,
+    # then SIGTERM and 4 s more; a graceful exit takes 4-5 s here, past the service's 5 s
+    stop_timeout_s: float = 15.0
     takes_curve_keys: bool = True
 
     def command(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str]:

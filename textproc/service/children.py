@@ -146,15 +146,21 @@ def address_ready(child: Child) -> dict[str, Any] | None:
     return info
 
 
-def stop_children(children: list[Child], timeout_s: float) -> None:
-    live = [c.process for c in children if c.process is not None and c.process.poll() is None]
-    for proc in live:
-        proc.terminate()
-    deadline = time.monotonic() + timeout_s
-    for proc in live:
+def stop_children(children: list[Child], timeout_s: float, *, engine_timeout_s: float = 0.0) -> None:
+    """SIGTERM every live child, then wait: ``timeout_s`` for each, the longer of it and
+    ``engine_timeout_s`` for the engine; kill what is still running then."""
+    live = [c for c in children if c.process is not None and c.process.poll() is None]
+    for child in live:
+        assert child.process is not None
+        child.process.terminate()
+    started = time.monotonic()
+    for child in live:
+        proc = child.process
+        assert proc is not None
+        grace_s = max(timeout_s, engine_timeout_s) if child.role == "engine" else timeout_s
         try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
+            proc.wait(max(0.0, started + grace_s - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _log.warning("pid %d did not exit %.1f s after SIGTERM; killing it", proc.pid, timeout_s)
+            _log.warning("pid %d did not exit %.1f s after SIGTERM; killing it", proc.pid, grace_s)
             proc.kill()
             proc.wait(5)

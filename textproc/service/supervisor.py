@@ -198,7 +198,8 @@ class Supervisor:
             return
         self._closed = True
         timeout = self.config.service.stop_timeout_s
-        stop_children(self.children, timeout)
+        stop_children(self.children, timeout,
+                      engine_timeout_s=engine_adapter(self.config.engine).stop_timeout_s)
         for listener in self._listeners:
             listener.close()
         close_sockets(self._sockets)
