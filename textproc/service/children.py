@@ -149,15 +149,13 @@ def address_ready(child: Child) -> dict[str, Any] | None:
 def stop_children(children: list[Child], timeout_s: float, *, engine_timeout_s: float = 0.0) -> None:
     """SIGTERM every live child, then wait: ``timeout_s`` for each, the longer of it and
     ``engine_timeout_s`` for the engine; kill what is still running then."""
-    live = [c for c in children if c.process is not None and c.process.poll() is None]
-    for child in live:
-        assert child.process is not None
-        child.process.terminate()
+    engine_grace_s = max(timeout_s, engine_timeout_s)
+    live = [(c.process, engine_grace_s if c.role == "engine" else timeout_s)
+            for c in children if c.process is not None and c.process.poll() is None]
+    for proc, _ in live:
+        proc.terminate()
     started = time.monotonic()
-    for child in live:
-        proc = child.process
-        assert proc is not None
-        grace_s = max(timeout_s, engine_timeout_s) if child.role == "engine" else timeout_s
+    for proc, grace_s in live:
         try:
             proc.wait(max(0.0, started + grace_s - time.monotonic()))
         except subprocess.TimeoutExpired:

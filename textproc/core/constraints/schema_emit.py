@@ -62,7 +62,9 @@ class Compiler:
             if self._memo[key] is None:  # name it again, under this path
                 was, entries = self._empty_memo[key]
                 for entry in entries:
-                    self.empty.append(path + entry[len(was):] if entry.startswith(was) else entry)
+                    entry = path + entry[len(was):] if entry.startswith(was) else entry
+                    if entry not in self.empty:
+                        self.empty.append(entry)
             return self._memo[key]
         alternatives = []
         flats = 0
