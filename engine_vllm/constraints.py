@@ -11,6 +11,7 @@ distinct mask), and one table lookup per accepted token.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from typing import Any
@@ -22,7 +23,9 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-__all__ = ["GUIDE_PREFIX", "TextprocBackend", "TextprocGrammar"]
+__all__ = ["GUIDE_PREFIX", "MaskViolations", "TextprocBackend", "TextprocGrammar"]
+
+_log = logging.getLogger("engine_vllm")
 
 GUIDE_PREFIX = "textproc-guide:"  # StructuredOutputsParams(regex=GUIDE_PREFIX + request_id)
 
@@ -31,18 +34,27 @@ class TextprocGrammar(StructuredOutputGrammar):
     """One request's walk through its textproc index, as vLLM's grammar interface."""
 
     def __init__(self, guide: Any, masks: dict[int, tuple[bytes, torch.Tensor]],
-                 fill_times: deque[float]) -> None:
+                 fill_times: deque[float], violations: MaskViolations) -> None:
         self.guide = guide
         self.masks = masks  # id(mask bytes) -> (the bytes, kept alive; its int32 tensor)
         self.fill_times = fill_times  # seconds per fill_bitmask, most recent (engine stats)
+        self.violations = violations
         self.history: list[int] = []  # accepted ids, for rollback
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        """Advance the guide; False (vLLM then ends the request with an error) for an id its
+        mask did not allow, counted in ``violations``. Ids after the output ended (an end id
+        taken) are ignored, as vLLM's own backends do: vLLM stops masking a terminated grammar,
+        and a request that does not stop at its end id (``ignore_eos``, a ``min_tokens`` past
+        the end) goes on unconstrained."""
         guide = self.guide
         for token_id in tokens:
+            if guide.ended:
+                return True
             try:
                 guide.advance(token_id)
             except ValueError:  # textproc's InvalidInput: not allowed here
+                self.violations.record(request_id, token_id, guide.state)
                 return False
             self.history.append(token_id)
         return True
@@ -86,6 +98,22 @@ class TextprocGrammar(StructuredOutputGrammar):
         self.history = []
 
 
+class MaskViolations:
+    """Sampled ids the request's mask did not allow: a bug wherever it happens (the mask not
+    applied to that row, a row applied to another request), never silent. The engine's stats
+    report the count and the last few."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: deque[dict[str, Any]] = deque(maxlen=16)
+
+    def record(self, request_id: str, token_id: int, state: int) -> None:
+        self.count += 1
+        self.last.append({"request_id": request_id, "token_id": token_id, "state": state})
+        _log.error("request %r sampled token %d, which its constraint's mask does not allow in "
+                   "state %d (%d such tokens so far)", request_id, token_id, state, self.count)
+
+
 class TextprocBackend(StructuredOutputBackend):
     """Hands vLLM the guides the engine loop registered; never compiles."""
 
@@ -94,6 +122,7 @@ class TextprocBackend(StructuredOutputBackend):
         self.guides: dict[str, Any] = {}  # request_id -> Guide, until vLLM asks for it
         self.masks: dict[int, tuple[bytes, torch.Tensor]] = {}
         self.fill_times: deque[float] = deque(maxlen=4096)  # sorted for each stats write
+        self.violations = MaskViolations()
 
     def compile_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str,
                         stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
@@ -103,7 +132,7 @@ class TextprocBackend(StructuredOutputBackend):
         guide = self.guides.pop(grammar_spec[len(GUIDE_PREFIX):])
         if len(self.masks) > 65536:  # distinct masks of indexes long gone: start over
             self.masks.clear()
-        return TextprocGrammar(guide, self.masks, self.fill_times)
+        return TextprocGrammar(guide, self.masks, self.fill_times, self.violations)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)

@@ -338,6 +338,9 @@ class VllmEngine:
             "scheduler": self.scheduler_state(),
             # per constrained request per step: the state's mask copied into vLLM's bitmask
             "bitmask_fill_us": _percentiles(self.backend.fill_times),
+            # sampled ids their constraint's mask did not allow (each a bug; 0 expected)
+            "mask_violations": self.backend.violations.count,
+            "mask_violations_last": list(self.backend.violations.last),
             "link": link_counters(link),
             "requests": self.requests,
         }

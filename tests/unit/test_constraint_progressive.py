@@ -210,6 +210,24 @@ def test_a_partial_index_whose_whole_compile_failed_leaves_the_engine() -> None:
     assert guide.ready and not guide.index.partial and len(engine) == 1
 
 
+def test_a_failed_whole_compile_leaves_another_workers_whole_table() -> None:
+    """Two workers compiled one key: one's whole compile failed (its deadline), the other's
+    whole table had reached the relay first. The table stays (requests on it are in flight and
+    the worker that sent it sends it no more): a request naming the key still finds it."""
+    from textproc.protocol import EngineIndex
+    from textproc.service.constraints import IndexRelay, table_of
+
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b""], end_ids=[3])
+    first, rest = compile_progressive(vocab, "(?:ab|ba){3}", cache=None, first_seconds=0)
+    assert first.partial and rest is not None
+    relay = IndexRelay()
+    relay.remember(table_of(rest()))  # the other worker's whole table
+    assert isinstance(relay.frame_for(first.key), EngineIndex)
+    relay.drop(first.key)  # this worker's IndexDone: its whole compile failed
+    assert relay.frame_for(first.key) is None  # the engine holds it; the relay still has it
+    assert not relay.partial(first.key)
+
+
 @pytest.mark.parametrize(("regex", "refused"), [
     ("[a-z]{0,60000}", True), ("x(ab|c){20000}y", True), ("(a{0,30000})*", True),
     ("(a?){0,60000}", False), ("[a-z]{0,500}", False), ("a*", False)])

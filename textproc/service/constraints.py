@@ -233,7 +233,14 @@ class IndexRelay:
         the engine is told to evict the partial table it holds. Without that, the mirror
         still listed the key: a later compile of it (a deadline overrun is not cached) would
         find the engine "holding" the failed partial index, never send the new table, and its
-        requests would wait on the engine for a whole index that never comes."""
+        requests would wait on the engine for a whole index that never comes.
+
+        A whole table kept under ``key`` (another worker's compile of the same constraint
+        succeeded) stays: requests naming it are in flight, and the workers that sent it
+        count on the relay holding it."""
+        got = self._store.get(key)
+        if got is not None and not got[0].n_known:
+            return
         self._partial_sent.discard(key)
         got = self._store.pop(key, None)
         if got is not None:
