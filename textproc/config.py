@@ -263,7 +263,8 @@ class ServiceConfig:
     # ~30k characters (~15 ms of encoding) the extra hop pays little on a loaded box
     split_min_chars: int = 32_768
     # compiled constraint indexes kept on disk, shared by the workers and across restarts
-    # (service/index_store.py); None: each worker keeps its own in memory only
+    # (service/index_store.py); None: a directory in the runtime directory, shared by the
+    # workers for the service's life
     constraint_cache_dir: str | None = None
     # wall seconds one constraint compile may take on a worker (past it: a 400 naming the phase)
     max_compile_s: float = 5.0

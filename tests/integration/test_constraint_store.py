@@ -15,6 +15,7 @@ from textproc import Tokenizer
 from textproc.client import TextClient
 from textproc.service.constraints import WorkerConstraints, table_of
 from textproc.core.constraints import TokenIndex
+from textproc.errors import InvalidInput
 from textproc.protocol import IndexTable
 from textproc.service.index_store import IndexStore
 
@@ -110,3 +111,92 @@ def test_a_whole_index_over_budget_after_its_partial_one_says_why(toy_model: Pat
     assert "index size budget" in done.error
     assert worker.table_for(1) is None and worker.rest is None  # nothing to send any more
     assert not list((tmp_path / "store").glob("*.index"))
+
+
+def _partial_compile(worker: WorkerConstraints, pattern: str) -> TokenIndex:
+    index, _ = worker.compile(pattern)
+    assert index.partial and worker.rest is not None  # holds the key's claim until finish()
+    return index
+
+
+def test_a_constraint_is_compiled_once_whoever_asks(toy_model: Path, tmp_path: Path) -> None:
+    """Worker b needs the key worker a is compiling: it waits for a's index instead of
+    compiling it too, and gets the very tables a stored."""
+    import threading
+    import time
+
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    a = _worker(toy_model, tmp_path / "store")
+    b = _worker(toy_model, tmp_path / "store")
+    a.first_seconds = 0.0
+    _partial_compile(a, pattern)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(b.compile(pattern)))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and not got  # waiting for a, not compiling
+    done, _ = a.finish()
+    waiter.join(10)
+    assert got and done.table is not None
+    index, table = got[0]
+    assert b.compiles == 0 and not index.partial and table == done.table
+
+
+def test_a_failure_that_repeats_is_shared(toy_model: Path, tmp_path: Path) -> None:
+    """a's whole compile passes the index size budget: b, with the same budget, fails at once
+    with a's message; a worker with another budget is not told a failure that may not be its."""
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    tok = Tokenizer.from_dir(toy_model)
+    end_ids = [tok.added_tokens["<|im_end|>"]]
+
+    def small(**kwargs: Any) -> WorkerConstraints:
+        worker = WorkerConstraints(tok, end_ids, max_frame_bytes=4096,
+                                   store=IndexStore(tmp_path / "store"), **kwargs)
+        worker.prepare()
+        return worker
+
+    a = small(first_seconds=0)
+    _partial_compile(a, pattern)
+    done, _ = a.finish()
+    assert done.table is None and "index size budget" in done.error
+    b = small()
+    with pytest.raises(InvalidInput, match="index size budget"):
+        b.compile(pattern)
+    assert b.compiles == 0
+    roomy = _worker(toy_model, tmp_path / "store")  # a 32 MiB index budget: compiles it
+    assert _compile(roomy, pattern)[1] is not None and roomy.compiles == 1
+
+
+def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: Path,
+                                                                     tmp_path: Path) -> None:
+    """The compiling worker let go of its claim with nothing stored (it died: the kernel
+    releases its lock; or its deadline passed): the waiting worker compiles the key itself; a
+    waiter whose own budget runs out first gets a 400 naming the wait."""
+    import threading
+    import time
+
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    a = _worker(toy_model, tmp_path / "store")
+    b = _worker(toy_model, tmp_path / "store")
+    a.first_seconds = 0.0
+    _partial_compile(a, pattern)
+    b.max_compile_s = 0.2
+    with pytest.raises(InvalidInput, match="waiting for another worker's compile"):
+        b.compile(pattern)
+    b.max_compile_s = 30.0
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(b.compile(pattern)))
+    waiter.start()
+    time.sleep(0.2)
+    a._release()  # what a's death does to its lock
+    waiter.join(30)
+    assert got and b.compiles == 1
+    if b.rest is not None:
+        b.finish()
+    assert list((tmp_path / "store").glob("*.index"))

@@ -6,18 +6,23 @@ tables and its mirror of the engine's index cache). The engine holds exactly wha
 sent minus what it told it to evict, because requests and indexes travel on the one engine-in
 socket in order; a new engine instance empties the mirror.
 
-How a slow compile is bounded: every compile has a wall-clock budget of ``MAX_COMPILE_S``
-(checked in every phase, from the regex's size to the shortest completions), so one request
-holds its worker at most that long and gets a 400 naming the budget (the vocabulary tables are
-built before Ready, outside any budget). With an :class:`IndexStore` (``--constraint-cache-dir``)
-a constraint compiled before, by any worker or an earlier run, is read back instead. Failures that would
-repeat (unsupported constructs, state or size budget) are cached, so a repeat of the same
-request fails at once; a deadline overrun is not (a loaded machine may have caused it). Other
-requests are served by the other workers meanwhile.
+How a slow compile is bounded: every compile has a wall-clock budget of ``MAX_COMPILE_S`` from
+the request's arrival at the worker (checked in every phase, from the regex's size to the
+shortest completions), so one request holds its worker at most that long and gets a 400 naming
+the budget (the vocabulary tables are built before Ready, outside any budget).
+
+One compile per constraint in the service: the workers share an :class:`IndexStore` (the
+runtime directory's, or ``--constraint-cache-dir`` to keep it across restarts). A worker
+compiles a key only while it holds the key's claim; a worker whose request needs a key another
+one is compiling waits for that compile's index (or its failure) within its own budget, and a
+constraint compiled before is read back. Failures that would repeat (unsupported constructs,
+state or size budget) are kept, so a repeat of the same request fails at once; a deadline
+overrun is not (a loaded machine may have caused it).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +42,7 @@ WORKER_SENT_KEYS = 256  # keys a worker remembers having sent (then it sends the
 RELAY_STORE_BYTES = 1 << 30  # index tables the detokenizer keeps to (re)send to an engine
 ENGINE_CACHE_BYTES = 512 << 20  # what the detokenizer lets the engine hold (it names evictions)
 STRUCTURED_KINDS = ("json", "regex", "choice")
+WAIT_POLL_S = 0.005  # how often a worker waiting for another's compile looks for its file
 _WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"}}}
 
 
@@ -56,6 +62,11 @@ def structured_regex(spec: Any) -> str:
     if kind == "regex":
         return constraint_regex(regex=value)[0]
     return constraint_regex(choice=value)[0]
+
+
+def _limits(budget: Budget) -> str:
+    """The limits a compile's outcome depends on, as the key of a stored failure."""
+    return f"{budget.max_states}:{budget.max_bytes}:{budget.max_seconds}:{budget.max_regex_chars}"
 
 
 def table_of(index: TokenIndex) -> IndexTable:
@@ -85,6 +96,8 @@ class WorkerConstraints:
         self.rest: Callable[[], TokenIndex] | None = None  # makes the whole index of ``last``
         self.partial_shards: set[int] = set()  # detokenizer shards handed ``last``'s partial table
         self.compiles = 0
+        self._claim_fd: int | None = None  # the store's compile lock of the key compiled now
+        self._rest_budget = Budget()  # the budget ``rest`` runs under
 
     def prepare(self) -> None:
         """Build the vocabulary and its tables now, and create the store's directory (the worker
@@ -104,9 +117,12 @@ class WorkerConstraints:
             self._vocab.tables()
         return self._vocab
 
-    def compile(self, pattern: str, shard: int = 0) -> tuple[TokenIndex, IndexTable | None]:
+    def compile(self, pattern: str, shard: int = 0, *,
+                started: float | None = None) -> tuple[TokenIndex, IndexTable | None]:
         """The index of ``pattern`` and, if this worker has not sent it to detokenizer shard
-        ``shard`` yet, its table."""
+        ``shard`` yet, its table. The budget's clock starts at ``started`` (the request's
+        arrival at this worker, ``time.monotonic()``; default now). A constraint another
+        worker is compiling is waited for (within the budget), not compiled again."""
         vocab = self.vocab  # built before the budget's clock starts (once per worker)
         key = constraint_key(vocab, pattern)
         index = self.cache.get(key)
@@ -119,16 +135,74 @@ class WorkerConstraints:
                 done, shards = self.finish()
                 for missed in shards:  # its whole table goes with the next request naming it
                     self.unsent(done.key, missed)
-            budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes)
-            index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
-                                              first_seconds=self.first_seconds)
+            budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes,
+                            started=time.monotonic() if started is None else started,
+                            what=f"regex {short(pattern)}")
+            index = self._claim(key, budget)
+        if index is None:
+            try:
+                index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
+                                                  first_seconds=self.first_seconds)
+            except InvalidInput as e:
+                self._failed(key, budget, e)
+                raise
             self.compiles += 1
-            if rest is not None:
-                self.rest = rest
-            elif self.store is not None:
-                self.store.put(table_of(index))
+            if rest is not None:  # the claim is kept until the whole index is stored
+                self.rest, self._rest_budget = rest, budget
+            else:
+                self._stored(index)
         self.last = index
         return index, self.table_for(shard)
+
+    def _claim(self, key: str, budget: Budget) -> TokenIndex | None:
+        """Take ``key``'s compile claim (None: compile it here), or the index another worker
+        compiled meanwhile (waited for while it compiles; its failure is raised)."""
+        store = self.store
+        if store is None:
+            return None
+        while True:
+            failure = store.failure(key, _limits(budget))
+            if failure is not None:
+                raise InvalidInput(failure)
+            fd = store.claim(key)
+            if fd is not None:
+                if store.has(key):  # stored between the look-up and the claim
+                    index = store.get(key)
+                    if index is not None:
+                        store.release(fd, key)
+                        self.cache.put(key, index)
+                        return index
+                self._claim_fd = fd
+                return None
+            while not store.has(key):  # another worker compiles it: wait for its file
+                budget.check_time("waiting for another worker's compile of it")
+                time.sleep(WAIT_POLL_S)
+                fd = store.claim(key)
+                if fd is not None:  # it stopped: finished, failed, ran out of time or died
+                    store.release(fd)
+                    break
+            index = store.get(key)
+            if index is not None:
+                self.cache.put(key, index)
+                return index
+
+    def _stored(self, index: TokenIndex) -> None:
+        """The whole ``index`` is made: store it for the other workers, give back the claim."""
+        if self.store is not None:
+            self.store.put(table_of(index))
+        self._release(index.key)
+
+    def _failed(self, key: str, budget: Budget, error: InvalidInput) -> None:
+        """Compiling ``key`` failed: a failure that repeats is stored for the other workers
+        (a deadline overrun is not: a quieter machine may pass it); the claim is given back."""
+        if self.store is not None and time.monotonic() - budget.started <= budget.max_seconds:
+            self.store.fail(key, _limits(budget), str(error))
+        self._release()
+
+    def _release(self, stored: str | None = None) -> None:
+        fd, self._claim_fd = self._claim_fd, None
+        if fd is not None and self.store is not None:
+            self.store.release(fd, stored)
 
     def table_for(self, shard: int) -> IndexTable | None:
         """The last compiled index's table, unless shard ``shard`` has it from this worker."""
@@ -151,11 +225,11 @@ class WorkerConstraints:
             whole = rest()
         except InvalidInput as e:
             self.last = None
+            self._failed(key, self._rest_budget, e)
             for shard in shards:
                 self.unsent(key, shard)
             return IndexDone(key, None, str(e)), shards
-        if self.store is not None:
-            self.store.put(table_of(whole))
+        self._stored(whole)
         self.last = whole
         return IndexDone(key, table_of(whole)), shards
 

@@ -11,10 +11,17 @@ of an agent loop, a server restart) costs a file read and a table copy instead o
 - The directory is trimmed to ``max_bytes``, least recently written or read first.
 - The key is the content address (vocabulary fingerprint + regex): a file is trusted to be the
   index of its key, so the directory must be private to the server (created ``0o700``).
+- One compile per key across the processes sharing the directory: a worker compiles a key
+  while it holds the key's lock (``<key>.lock``, ``flock``: the kernel releases it when the
+  process dies); another worker that needs the key meanwhile waits for its file (or its
+  failure, ``<key>.fail``, for a failure that repeats under the same budget) instead of
+  compiling it again.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import tempfile
@@ -30,6 +37,8 @@ __all__ = ["IndexStore", "STORE_BYTES"]
 _log = logging.getLogger("textproc.worker")
 STORE_BYTES = 2 << 30  # index files one store keeps (oldest dropped past it)
 _SUFFIX = ".index"
+_LOCK = ".lock"
+_FAIL = ".fail"
 _KEY_CHARS = frozenset("0123456789abcdef")
 
 
@@ -48,10 +57,75 @@ class IndexStore:
         """Create the directory (private to this user) if it does not exist."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def _path(self, key: str) -> Path | None:
+    def _path(self, key: str, suffix: str = _SUFFIX) -> Path | None:
         if not key or len(key) > 64 or not set(key) <= _KEY_CHARS:
             return None  # only content addresses name files
-        return self.directory / f"{key}{_SUFFIX}"
+        return self.directory / f"{key}{suffix}"
+
+    def claim(self, key: str) -> int | None:
+        """Take ``key``'s compile lock: a file descriptor to :meth:`release`, or None while
+        another process holds it (it compiles the key now)."""
+        path = self._path(key, _LOCK)
+        if path is None:
+            return None
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as e:
+            _log.warning("cannot lock constraint index %s: %s", path, e)
+            return -1  # no lock to be had: compile without one
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def release(self, fd: int, key: str | None = None) -> None:
+        """Give back a lock :meth:`claim` took; with ``key``, whose file is stored now, the
+        lock file goes too (whoever takes a lock looks for the key's file first)."""
+        if fd < 0:
+            return
+        if key is not None and self.has(key):
+            lock = self._path(key, _LOCK)
+            if lock is not None:
+                lock.unlink(missing_ok=True)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def fail(self, key: str, budget: str, message: str) -> None:
+        """Remember that compiling ``key`` under ``budget`` (its limits, as text) fails with
+        ``message`` every time (not a deadline overrun: a quieter machine may pass that)."""
+        path = self._path(key, _FAIL)
+        if path is None:
+            return
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_FAIL)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"budget": budget, "message": message}, f)
+            os.replace(tmp, path)
+        except OSError as e:
+            _log.warning("cannot store a constraint failure in %s: %s", self.directory, e)
+
+    def failure(self, key: str, budget: str) -> str | None:
+        """The message :meth:`fail` kept for ``key`` under the same ``budget``, or None."""
+        path = self._path(key, _FAIL)
+        if path is None:
+            return None
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(kept, dict) or kept.get("budget") != budget:
+            return None
+        message = kept.get("message")
+        return message if isinstance(message, str) else None
+
+    def has(self, key: str) -> bool:
+        """Whether a file is stored under ``key`` (not read: :meth:`get` checks it)."""
+        path = self._path(key)
+        return path is not None and path.exists()
 
     def get(self, key: str) -> TokenIndex | None:
         """The index stored under ``key``, or None (missing, or unreadable and now deleted)."""

@@ -147,6 +147,9 @@ class RequestBuilder:
                                              max_compile_s=config.max_compile_s,
                                              first_seconds=config.first_index_s)
         self._marks = config.special_tokens_in_content == "text"  # see _mark_typed_specials
+        # when the request being built reached the worker (time.monotonic(); the worker sets
+        # it): a constraint's compile budget counts from there, its schema's regex included
+        self.arrived: float | None = None
         self.special_vars: dict[str, Any] = dict(tokenizer.special_tokens_map)
         special = sorted((t for t, i in added.items() if i in tokenizer.special_ids), key=len,
                          reverse=True)
@@ -436,7 +439,8 @@ class RequestBuilder:
         if constraint is not None:
             try:
                 index, table = self.constraints.compile(
-                    constraint, shard_of(request_id, self.config.n_detokenizers))
+                    constraint, shard_of(request_id, self.config.n_detokenizers),
+                    started=self.arrived)
             except InvalidInput as e:  # the field the constraint came from
                 raise InvalidInput(str(e), param=constraint_param) from e
             index_key = index.key

@@ -13,6 +13,8 @@ the runtime directory it created; it is idempotent and registered with ``weakref
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import os
@@ -133,6 +135,9 @@ class Supervisor:
         self._control.bind(ep.control)
         self._events.bind(ep.events)
 
+        if service.constraint_cache_dir is None:  # the workers share their compiles still
+            service = dataclasses.replace(
+                service, constraint_cache_dir=str(self.runtime_dir / "indexes"))
         config_json = service.to_json()
         endpoints_json = json.dumps(ep.to_dict())
         me = os.getpid()

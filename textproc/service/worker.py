@@ -123,6 +123,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
             pool.reply(client_id, pool.serve(frame))
             continue
         counters["requests"] += 1
+        builder.arrived = time.monotonic()
         replies: list[Any]
         try:
             match frame:
