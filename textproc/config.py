@@ -266,8 +266,9 @@ class ServiceConfig:
     # (service/index_store.py); None: a directory in the runtime directory, shared by the
     # workers for the service's life
     constraint_cache_dir: str | None = None
-    # wall seconds one constraint compile may take on a worker (past it: a 400 naming the phase)
-    max_compile_s: float = 5.0
+    # wall seconds from a request's arrival at a worker its constraint's compile may take (past
+    # it: a 400 naming the phase); a compile is shared by every request that needs it
+    max_compile_s: float = 20.0
     # wall seconds a compile builds first states before the request goes out with a partial
     # index (its whole index follows); a constraint compiled before goes out whole at once
     first_index_s: float = 0.003

@@ -54,9 +54,7 @@ def serve_vllm_textproc(root: Path, *args: str, model: Path = TINY_MODEL) -> tup
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
                             "--engine-arg=--stats-interval-s=0.1",
                             # (not the default: exercises the placement on the real engine)
-                            "--text-cpus", "auto",
-                            # a loaded 2-core box compiles strict patterns in 2-4 s
-                            "--max-compile-s=30", *args])
+                            "--text-cpus", "auto", *args])
     service.env = {**os.environ, **ENGINE_ENV}
     service.start(timeout_s=START_TIMEOUT_S)
     return service, wait_http(service.runtime_dir / "http.json", None, service.log_path, 60)

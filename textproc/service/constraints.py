@@ -35,7 +35,7 @@ from textproc.service.index_store import IndexStore
 
 __all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
 
-MAX_COMPILE_S = 5.0  # wall seconds one compile may take on a worker (serve --max-compile-s)
+MAX_COMPILE_S = 20.0  # wall seconds one compile may take on a worker (serve --max-compile-s)
 MAX_INDEX_BYTES = 48 << 20  # one index, so its frame stays under the 64 MiB frame limit
 WORKER_CACHE_BYTES = 512 << 20  # compiled indexes a worker keeps (LRU)
 WORKER_SENT_KEYS = 256  # keys a worker remembers having sent (then it sends the table again)
