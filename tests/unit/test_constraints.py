@@ -191,10 +191,10 @@ def test_a_schema_that_accepts_nothing_names_where(schema: dict[str, Any], where
         ({"anyOf": [{"anyOf": [{"type": t} for t in "abcdefghi"]}] * 1, "oneOf": [{"type": "null"}] * 1, "allOf": [
             {"anyOf": [{"minimum": i} for i in range(9)]}, {"anyOf": [{"maximum": i} for i in range(9)]}]},
          "distributes into over 64 alternatives"),
-        ({"type": "string", "maxLength": -1}, "maxLength -1 at \\$.maxLength must be an integer from 0 to"),
+        ({"type": "string", "maxLength": -1}, "maxLength -1 at \\$.maxLength must be a non-negative integer"),
         ("nope", "must be an object or a boolean"),
-        ({"type": "string", "maxLength": 2**33}, r"maxLength 8589934592 at \$\.maxLength must be an integer from 0 to 1048576"),
-        ({"type": "array", "minItems": 2**70}, r"minItems .* at \$\.minItems must be an integer from 0 to"),
+        ({"type": "string", "minLength": 2**33}, r"minLength 8589934592 at \$\.minLength is enforced exactly, .* at most 65536"),
+        ({"type": "array", "minItems": 2**70}, r"minItems .* at \$\.minItems is enforced exactly"),
         ({"type": "integer", "maximum": 10**400}, r"maximum .* at \$\.maximum must be a finite number within"),
         ({"type": "string", "pattern": "a{2,1}"}, r"a quantifier \{2,1\} with min > max"),
     ],

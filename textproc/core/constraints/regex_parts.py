@@ -16,13 +16,20 @@ from typing import Any
 
 import regex as re_
 
-from textproc.core.constraints.regex_syntax import merge, subtract
+from textproc.core.constraints.regex_syntax import MAX_REPEAT, merge, subtract
 from textproc.errors import InvalidInput, short
 
-__all__ = ["MAX_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "int_range", "translate_pattern", "key_except",
-           "may_overlap"]
+__all__ = ["MAX_COUNT", "MAX_EXACT_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "upper_bound", "int_range",
+           "translate_pattern", "key_except", "may_overlap"]
 
-MAX_COUNT = 1 << 20  # largest minLength/maxLength/minItems/maxItems and pattern {n,m} count
+# largest lower bound (minLength, minItems, a pattern's {m,}): a lower bound is kept exact (a
+# looser one would let a value end early, invalid), and each repetition is automaton states
+MAX_COUNT = MAX_REPEAT
+# largest upper bound written as a count; a larger one (maxLength, maxItems, a pattern's {m,n})
+# is written unbounded. Each position of a counted JSON string is ~14 DFA states and ~150 KB of
+# index on the Qwen3 vocabulary: maxLength 256 compiles in ~2 s of CPU to 38 MB, 320 to 46 MB,
+# 1,000 to 136 MB (past the service's 48 MiB index budget), 5,000 passes the state budget
+MAX_EXACT_COUNT = 256
 # one character inside a JSON string: unescaped, a short escape or a non-surrogate \\u escape
 CHAR = (
     r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
@@ -44,8 +51,21 @@ def group(alternatives: Sequence[str]) -> str:
     return "(?:" + "|".join(alternatives) + ")"
 
 
+def upper_bound(lo: int, hi: int | None) -> int | None:
+    """The upper bound of ``lo..hi`` repetitions as a regex enforces it: ``hi``, or None
+    (unbounded) when it is over ``MAX_EXACT_COUNT`` and above ``lo`` (an exact count costs its
+    states whether or not it is written so).
+
+    >>> upper_bound(0, 256), upper_bound(0, 100_000), upper_bound(300, 300)
+    (256, None, 300)
+    """
+    return None if hi is not None and hi > MAX_EXACT_COUNT and hi > lo else hi
+
+
 def repeat(lo: int, hi: int | None) -> str:
-    """The quantifier for lo..hi repetitions (hi None: unbounded); "" for exactly one."""
+    """The quantifier for lo..hi repetitions (hi None: unbounded; ``upper_bound`` applies: a
+    ``hi`` over ``MAX_EXACT_COUNT`` is unbounded too); "" for exactly one."""
+    hi = upper_bound(lo, hi)
     if hi is None:
         return "*" if lo == 0 else ("+" if lo == 1 else f"{{{lo},}}")
     if lo == hi:
@@ -181,13 +201,18 @@ class _PatternTranslator:
             close = src.find("}", self.pos)
             inner = src[self.pos + 1 : close] if close != -1 and close < stop else ""
             parts = inner.split(",")
-            if not (1 <= len(parts) <= 2 and parts[0].isdigit() and all(p.isdigit() for p in parts[1:] if p)):
+            if not (inner.isascii() and 1 <= len(parts) <= 2 and parts[0].isdigit()
+                    and all(p.isdigit() for p in parts[1:] if p)):
                 raise self.fail("'{' that is not a {n}, {n,} or {n,m} quantifier")
-            counts = [int(p) for p in parts if p]
-            if max(counts) > MAX_COUNT or (len(counts) == 2 and counts[0] > counts[1]):
-                raise self.fail(f"a quantifier {{{inner}}} with min > max or a count above {MAX_COUNT}")
+            # (a count of more than 12 digits is past any limit: not converted, Python refuses
+            # ints of over 4,300 digits)
+            counts = [int(p) if len(p) <= 12 else 10**12 for p in parts if p]
+            if counts[0] > MAX_COUNT or (len(counts) == 2 and counts[0] > counts[1]):
+                raise self.fail(f"a quantifier {{{inner}}} with min > max or a minimum above {MAX_COUNT}")
             self.pos = close + 1
-            q = "{" + inner + "}"
+            lo = counts[0]
+            hi = lo if len(parts) == 1 else (counts[1] if parts[1] else None)
+            q = repeat(lo, hi)  # an upper count over MAX_EXACT_COUNT: unbounded
         else:
             return ""
         if self.pos < stop and src[self.pos] == "?":

@@ -14,8 +14,19 @@ escape except surrogate ``\\u`` escapes; strings with a ``pattern`` or ``format`
 keys, only the canonical escapes of ``json.dumps``.
 
 Invariant (tested on the JSON Schema Test Suite and real-world schemas): every string the
-regex matches parses as JSON and validates against the schema. Where the schema allows more
-than a regex can say, the regex allows less, and these are the only narrowings:
+regex matches parses as JSON and validates against the schema, but for one widening: an upper
+bound over ``MAX_EXACT_COUNT`` (256: ``maxLength``, ``maxItems``, a ``pattern``'s ``{m,n}``,
+raw-text tool arguments' ``maxLength``) is written unbounded (``{m,}``; llama.cpp's grammars do
+the same past 2,000). Each position of a counted repetition is automaton states and index (a
+JSON string of ``maxLength`` 256 compiles to a 38 MB index in ~2 s of CPU on Qwen3; 1,000
+would be 136 MB, past the service's index budget). Such bounds are sanity limits (a tool's
+``maxLength: 100000``) that a reply rarely reaches within its ``max_tokens``; the mask does not
+enforce them, a caller that needs them validates the output, and a ``pattern`` / ``format``
+with one is taken as the pattern alone. Lower bounds (``minLength``, ``minItems``, ``{m,}``)
+stay exact, since a looser one lets a value end early (the common case): past the compile
+budget they are refused, over ``MAX_COUNT`` (65,536) at once.
+Where the schema allows more than a regex can say, the regex allows less, and these are the
+only narrowings:
 
 - Extra keys (``additionalProperties`` absent / ``true`` / a schema, ``patternProperties``)
   come after the declared ones; a key matching several patterns gets a value valid for all
@@ -36,8 +47,8 @@ than a regex can say, the regex allows less, and these are the only narrowings:
 
 Keywords JSON Schema does not define and annotations are ignored. Assertions that no regular
 language enforces (``not``, ``if``, ``uniqueItems``, ``propertyNames``, ``min/maxProperties``,
-``unevaluated*``, ``dependentSchemas``, overlapping ``oneOf``, ``pattern`` with
-``minLength``/``maxLength`` or ``format``, ...) are an ``InvalidInput`` naming the keyword and
+``unevaluated*``, ``dependentSchemas``, overlapping ``oneOf``, ``pattern`` with ``minLength``,
+a ``maxLength`` up to 256 or ``format``, ...) are an ``InvalidInput`` naming the keyword and
 its JSON path, never dropped.
 
 ``strict`` (OpenAI's ``strict: true``): an object schema that lists ``properties`` and says
@@ -51,14 +62,14 @@ from typing import Any
 
 from textproc.core.constraints.budget import MAX_REGEX_CHARS
 from textproc.core.constraints.forced_calls import forced_calls_pattern
-from textproc.core.constraints.regex_parts import MAX_COUNT
+from textproc.core.constraints.regex_parts import MAX_COUNT, MAX_EXACT_COUNT
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.schema_emit import Compiler
 from textproc.core.constraints.schema_nodes import Node
 from textproc.core.parsing.formats import DEFAULT_TOOL_FORMAT, TOOL_FORMATS
 from textproc.errors import InvalidInput, short
 
-__all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_BOUND", "MAX_RECURSION",
+__all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_EXACT_COUNT", "MAX_BOUND", "MAX_RECURSION",
            "MAX_REGEX_CHARS"]
 
 MAX_BOUND = 10**308  # largest |minimum| / |maximum| (JSON numbers beyond are not portable)

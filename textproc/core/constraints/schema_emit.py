@@ -20,7 +20,7 @@ from typing import Any
 import regex as re_
 
 from textproc.core.constraints.budget import regex_too_long
-from textproc.core.constraints.regex_parts import CHAR, MAX_COUNT, key_except, may_overlap, translate_pattern
+from textproc.core.constraints.regex_parts import CHAR, key_except, may_overlap, translate_pattern, upper_bound
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
@@ -246,8 +246,9 @@ class Compiler:
 
     def array(self, flat: Flat) -> str | None:
         lo, hi = flat.min_items, flat.max_items
-        if lo > MAX_COUNT or (hi is not None and hi > MAX_COUNT):
-            raise InvalidInput(f"minItems/maxItems at {flat.path} must be at most {MAX_COUNT}")
+        if hi is not None and hi < lo:
+            return None
+        hi = upper_bound(lo, hi)  # over MAX_EXACT_COUNT: unbounded (the schema module's widening)
         width = max((len(prefix) for prefix, _ in flat.item_parts), default=0)
         positions: list[str] = []
         closed = False
@@ -333,8 +334,7 @@ class Compiler:
         lo, hi = flat.min_len, flat.max_len
         if hi is not None and hi < lo:
             return None
-        if lo > MAX_COUNT or (hi is not None and hi > MAX_COUNT):
-            raise InvalidInput(f"minLength/maxLength at {flat.path} must be at most {MAX_COUNT}")
+        hi = upper_bound(lo, hi)  # over MAX_EXACT_COUNT: unbounded (the schema module's widening)
         if len(flat.patterns) + len(flat.formats) > 1:
             raise InvalidInput(f"several patterns/formats {flat.patterns + flat.formats} at {flat.path} "
                                f"(their intersection) cannot be enforced; keep one")

@@ -69,8 +69,13 @@ def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
     value = schema[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > MAX_COUNT:
-        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be an integer from 0 to {MAX_COUNT}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a non-negative integer")
+    if key.startswith("min") and value > MAX_COUNT:
+        # a lower bound is kept exact (a looser one lets a value end early); an upper bound of
+        # any size is taken (over MAX_EXACT_COUNT it is not enforced: regex_parts.upper_bound)
+        raise InvalidInput(f"{key} {short(value)} at {path}.{key} is enforced exactly, one automaton state "
+                           f"or more per repetition: at most {MAX_COUNT}")
     return value
 
 
