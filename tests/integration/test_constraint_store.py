@@ -200,3 +200,38 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     if b.rest is not None:
         b.finish()
     assert list((tmp_path / "store").glob("*.index"))
+
+
+def test_concurrent_first_requests_share_one_compile(toy_model: Path, tmp_path: Path) -> None:
+    """Sixteen requests at once with a schema new to the service, on two workers (the runtime
+    directory's store, no --constraint-cache-dir): every one is answered with valid output and
+    the schema was compiled once in all."""
+    import asyncio
+    import json
+
+    import jsonschema
+
+    svc = Service(tmp_path / "svc", toy_model, workers=2,
+                  args=["--max-model-len", "4096", "--stub-mode", "random"])
+    svc.start()
+    try:
+        async def main() -> tuple[list[str], int]:
+            async with await TextClient.connect(svc.runtime_dir) as client:
+                async def one(i: int) -> str:
+                    text = ""
+                    async for event in client.chat([{"role": "user", "content": f"go {i}"}],
+                                                   structured={"json": SCHEMA}, max_tokens=60):
+                        text += "".join(d.get("content") or "" for d in event.deltas)
+                    return text
+
+                texts = await asyncio.gather(*(one(i) for i in range(16)))
+                stats = await client.stats()
+                return list(texts), sum(int(s.counters.get("constraint_compiles", 0))
+                                        for s in stats if s.role == "worker")
+
+        texts, compiles = run(main)
+    finally:
+        svc.stop()
+    for text in texts:
+        jsonschema.validate(json.loads(text), SCHEMA)
+    assert compiles == 1

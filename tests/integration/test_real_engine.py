@@ -449,6 +449,73 @@ def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_p
     assert summary[0]["vllm_request_throughput"] > 0 and summary[1]["textproc_request_throughput"] > 0
 
 
+BOOKING = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 40},
+    "nights": {"type": "integer", "minimum": 1},
+    "breakfast": {"type": "boolean"},
+    "guests": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}},
+    "required": ["city", "nights", "breakfast", "guests"], "additionalProperties": False}
+_WORDS = ("the of and to in is you that it was for on are as with his they at be this have from "
+          "or one had by word but not what all were we when your can said there use an each which").split()
+
+
+def _booking(city_max: int) -> dict[str, Any]:
+    return {**BOOKING, "properties": {**BOOKING["properties"],
+                                      "city": {"type": "string", "maxLength": city_max}}}
+
+
+def test_structured_outputs_under_load_stay_in_their_masks(servers: tuple[Service, str, str]) -> None:
+    """Structured requests under every kind of load the engine meets at once: a burst of first
+    requests with a schema new to the server (counted strings: a compile of seconds), long
+    prompts (prefills in chunks beside decodes), streams whose client leaves, ``ignore_eos``
+    past the output's end, more new schemas whose compiles end while others decode, plain
+    chats. None is refused, every finished answer validates, and the engine counts no sampled
+    token outside its mask (vLLM's scheduler logs none rejected by its grammar)."""
+    service, url, _ = servers
+    before = engine_stats(service).get("mask_violations", 0)
+    schemas = [_booking(40), _booking(41), _booking(42), _booking(43)]
+
+    def prompt(i: int) -> str:
+        return " ".join(_WORDS[(i * 7 + k * k) % len(_WORDS)] for k in range(420 + 13 * i))
+
+    def one(i: int) -> tuple[str, Any]:
+        kind = ("burst", "burst", "leave", "ignore_eos", "burst", "new", "plain", "burst")[i % 8]
+        schema = schemas[1 + i % 3] if kind == "new" else schemas[0]
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt(i)}], "max_tokens": 96,
+                                "temperature": 1.0, "seed": i}
+        if kind != "plain":
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "booking", "schema": schema}}
+        if kind == "ignore_eos":
+            body.update(ignore_eos=True, max_tokens=160)
+        text, reason = "", None
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=300,
+                          json={"model": MODEL, "stream": True, **body}) as resp:
+            if resp.status_code != 200:
+                return kind, f"{resp.status_code} {resp.read()[:300]!r}"
+            for n, line in enumerate(resp.iter_lines()):
+                if kind == "leave" and n >= 6:
+                    return kind, None  # the client goes: textproc aborts it in vLLM
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    return kind, f"stream error: {chunk['error']}"
+                for choice in chunk["choices"]:
+                    text += choice["delta"].get("content") or ""
+                    reason = choice.get("finish_reason") or reason
+        if kind in ("burst", "new") and reason == "stop":
+            jsonschema.validate(json.loads(text), schema)
+        return kind, None
+
+    with ThreadPoolExecutor(16) as pool:
+        outcomes = list(pool.map(one, range(40)))
+    assert [o for o in outcomes if o[1] is not None] == []
+    stats = _wait_engine(service, lambda s: s["scheduler"]["requests"] == 0, timeout_s=120)
+    assert stats["mask_violations"] == before == 0, stats.get("mask_violations_last")
+    assert "grammar rejected" not in service.log_path.read_text(errors="replace")
+
+
 def test_engine_killed_under_load_fails_in_flight_and_recovers(
         servers: tuple[Service, str, str]) -> None:
     """kill -9 the engine with streams in flight: each ends with an error within seconds (none

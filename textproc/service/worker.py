@@ -137,6 +137,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     replies = [Stats(frame.request_id, "worker", index,
                                      {**counters, **decoder.counters(), **pool.all_counters(),
                                       **builder.tokenizer.segment_cache.counters(),
+                                      "constraint_compiles": builder.constraints.compiles,
                                       "pid": os.getpid()})]
         except TemplateError as e:
             replies = _failures(frame, "template", str(e), 400, "messages")
