@@ -18,7 +18,12 @@ answer), ``tools`` (a named tool call forced on every request, its parameters' s
 ``grow`` (conversations that grow: each of ``concurrency`` conversations starts with ~16k
 characters of mixed text and is resent ``GROW_TURNS`` times, each time with the previous
 answer and one more short user turn, 16 tokens out; vLLM's load client sends one user message
-per request, so this mix is driven by a small client of this script's, the same for both).
+per request, so this mix is driven by a small client of this script's, the same for both),
+``booking`` (512 tokens in, 64 out, streamed, 3 x concurrency requests with a hotel-booking
+schema of counted strings: ``maxLength``, ``maxItems``; each round a variant new to both
+servers, so its first requests wait for its compile), ``fresh`` (2 x concurrency requests,
+each with a booking schema of its own: time to first token when every request waits for its
+own compile; a client of this script's).
 Reported per side: requests/s, output tokens/s, TTFT p50/p99, TPOT mean, ITL p99, and the CPU
 seconds per request of the engine process (with its model worker) and of everything else
 (textproc's workers, detokenizer and HTTP frontend; vLLM's API server), from /proc, and the
@@ -66,6 +71,28 @@ SCHEMA = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"enum": ["admin", "user", "guest"]}, "maxItems": 3}},
     "required": ["name", "age", "email", "tags"], "additionalProperties": False}
 TOOL = {"type": "function", "function": {"name": "create_user", "parameters": SCHEMA}}
+# a hotel booking: counted strings (maxLength) and a bounded array of them (maxItems), all
+# required, no extra keys; the ``booking`` mix sends a variant new to both servers each round
+BOOKING = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 40},
+    "nights": {"type": "integer", "minimum": 1},
+    "breakfast": {"type": "boolean"},
+    "guests": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}},
+    "required": ["city", "nights", "breakfast", "guests"], "additionalProperties": False}
+
+
+def booking(variant: int) -> dict[str, Any]:
+    """The booking schema; ``variant`` > 0 makes another one of the same shape (``nights`` at
+    least that many more), which no server has compiled before."""
+    return {**BOOKING, "properties": {**BOOKING["properties"],
+                                      "nights": {"type": "integer", "minimum": 1 + variant}}}
+
+
+def booking_format(variant: int) -> dict[str, Any]:
+    return {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "booking", "schema": booking(variant)}}}
+
+
 MIXES: dict[str, dict[str, Any]] = {
     "short": {"input": 128, "output": 64, "ignore_eos": True, "extra": None},
     "long": {"input": 8192, "output": 32, "ignore_eos": True, "extra": None},
@@ -76,6 +103,11 @@ MIXES: dict[str, dict[str, Any]] = {
         "tools": [TOOL], "tool_choice": {"type": "function",
                                          "function": {"name": "create_user"}}}},
     "grow": {"input": 4096, "output": 16, "ignore_eos": False, "extra": None},
+    # streamed, 512-token prompts, the booking schema new to both servers each round
+    "booking": {"input": 512, "output": 64, "ignore_eos": False, "extra": booking_format(0)},
+    # every request its own booking schema, new to the server: time to first token when
+    # each request waits for its own compile (textproc's workers, xgrammar in vLLM's engine)
+    "fresh": {"input": 128, "output": 32, "ignore_eos": False, "extra": None},
 }
 GROW_TURNS = 6
 METRICS = [("request_throughput", "req/s"), ("output_throughput", "out tok/s"),
@@ -140,7 +172,12 @@ def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path
     seed = 1000 + 100 * round_index + concurrency
     if mix == "grow":
         return run_grow(side, concurrency, seed=seed)
+    if mix == "fresh":
+        return run_fresh(side, concurrency, prompts, seed=seed)
     spec = MIXES[mix]
+    extra = spec["extra"]
+    if mix == "booking":  # a variant neither server has seen before this run
+        extra = booking_format(seed)
     result_file = f"{side.name}-{mix}-{concurrency}-{time.monotonic_ns()}.json"
     command = [str(Path(python).parent / "vllm"), "bench", "serve", "--backend", "openai-chat",
                "--endpoint", "/v1/chat/completions", "--base-url", side.url,
@@ -153,8 +190,8 @@ def run_load(side: Side, mix: str, concurrency: int, prompts: int, out_dir: Path
                "--disable-tqdm"]
     if spec["ignore_eos"]:
         command.append("--ignore-eos")
-    if spec["extra"] is not None:
-        command += ["--extra-body", json.dumps(spec["extra"])]
+    if extra is not None:
+        command += ["--extra-body", json.dumps(extra)]
     before = side.cpu()
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     after = side.cpu()
@@ -245,6 +282,66 @@ def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
         "median_ttft_ms": statistics.median(ttfts) * 1000,
         "p99_ttft_ms": ordered[min(n - 1, int(0.99 * (n - 1)))] * 1000,
         "mean_tpot_ms": 0.0, "p99_itl_ms": 0.0, "completed": n, "failed": 0}
+    row.update(cpu_per_request(before, after, n))
+    return row
+
+
+def run_fresh(side: Side, concurrency: int, prompts: int, seed: int) -> dict[str, Any]:
+    """``prompts`` streamed requests, ``concurrency`` at once, each with a booking schema of its
+    own (new to the server: ``seed`` picks variants no other run uses)."""
+    import asyncio
+
+    import httpx
+
+    corpus = mixed_text(600 * prompts + 1000, seed=seed)
+    ttfts: list[float] = []
+    failed: list[str] = []
+    tokens = 0
+
+    async def one(i: int, client: httpx.AsyncClient, gate: asyncio.Semaphore) -> None:
+        nonlocal tokens
+        body = {"model": side.model, "stream": True, "max_tokens": 32, "temperature": 1.0,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": corpus[i * 600:(i + 1) * 600]}],
+                **booking_format(seed * 1000 + i)}
+        async with gate:
+            t0 = time.perf_counter()
+            first = None
+            async with client.stream("POST", side.url + "/v1/chat/completions", json=body) as resp:
+                if resp.status_code != 200:
+                    failed.append(f"{resp.status_code} {(await resp.aread())[:200]!r}")
+                    return
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    for choice in chunk.get("choices") or []:
+                        if first is None and choice["delta"].get("content"):
+                            first = time.perf_counter() - t0
+                    if chunk.get("usage"):
+                        tokens += int(chunk["usage"]["completion_tokens"])
+            ttfts.append(first if first is not None else time.perf_counter() - t0)
+
+    async def run_all() -> float:
+        gate = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=900) as client:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i, client, gate) for i in range(prompts)))
+            return time.perf_counter() - t0
+
+    before = side.cpu()
+    wall = asyncio.run(run_all())
+    after = side.cpu()
+    if failed:
+        print(f"# {side.name} fresh c={concurrency}: {len(failed)} of {prompts} failed: "
+              f"{failed[0]}", flush=True)
+    n = max(1, len(ttfts))
+    ordered = sorted(ttfts) or [0.0]
+    row: dict[str, Any] = {
+        "request_throughput": len(ttfts) / wall, "output_throughput": tokens / wall,
+        "median_ttft_ms": statistics.median(ordered) * 1000,
+        "p99_ttft_ms": ordered[min(n - 1, int(0.99 * (n - 1)))] * 1000,
+        "mean_tpot_ms": 0.0, "p99_itl_ms": 0.0, "completed": len(ttfts), "failed": len(failed)}
     row.update(cpu_per_request(before, after, n))
     return row
 
@@ -388,6 +485,10 @@ def main() -> int:
                     for conc in concurrencies:
                         # enough requests that one slow one does not make the median
                         prompts = max(32, 2 * conc) if MIXES[mix]["input"] < 4096 else max(8, conc)
+                        if mix == "booking":
+                            prompts = 3 * conc  # the load run: 48 at concurrency 16
+                        elif mix == "fresh":
+                            prompts = 2 * conc  # each a compile of its own
                         sides = [*ours, theirs]  # rotated: each side goes first in turn
                         turn = (round_index + conc) % len(sides)
                         order = sides[turn:] + sides[:turn]
