@@ -146,6 +146,9 @@ class WorkerConstraints:
             except InvalidInput as e:
                 self._failed(key, budget, e)
                 raise
+            except BaseException:  # a bug: give the claim back, the next request tries again
+                self._release()
+                raise
             self.compiles += 1
             if rest is not None:  # the claim is kept until the whole index is stored
                 self.rest, self._rest_budget = rest, budget
@@ -229,6 +232,9 @@ class WorkerConstraints:
             for shard in shards:
                 self.unsent(key, shard)
             return IndexDone(key, None, str(e)), shards
+        except BaseException:
+            self._release()
+            raise
         self._stored(whole)
         self.last = whole
         return IndexDone(key, table_of(whole)), shards
