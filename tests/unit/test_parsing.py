@@ -119,26 +119,20 @@ def test_malformed_before_name_comes_back_as_content(body: str) -> None:
         assert not parser.has_tool_calls
 
 
-def test_malformed_after_name_keeps_call_and_returns_rest_as_content() -> None:
-    """Streamed (stream_calls=True): what was sent stays, the rest is content. Not streamed:
-    the whole call is content."""
-    S = {"tools": True, "stream_calls": True}
-    text = '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>z'
-    got = parse_output(text, **S)
-    assert got["tool_calls"] == [call("f", '{"a": tru')]
-    assert got["content"] == "}}</tool_call>z"
-    assert parse_output(text, tools=True) == {"reasoning_content": "", "content": text, "tool_calls": []}
-    # a duplicate key after the name: the call has no arguments text
-    got = parse_output('<tool_call>{"name": "f", "name": "g"}</tool_call>', **S)
-    assert got["tool_calls"] == [call("f", "")]
-    assert got["content"] == ', "name"' + ': "g"}</tool_call>'
-    # arguments not an object: the text after the name that the stream did not show
-    got = parse_output('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', **S)
-    assert got["tool_calls"] == [call("f", "")]
-    assert got["content"] == ', "arguments": [1]}</tool_call>'
-    parser = OutputParser(tools=True)
-    parser.feed(text)
-    parser.finish()
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>z',
+    '<tool_call>{"name": "f", "name": "g"}</tool_call>',  # a duplicate key after the name
+    '<tool_call>{"name": "f", "arguments": [1]}</tool_call>',  # arguments not an object
+])
+@pytest.mark.parametrize("stream_calls", [True, False])
+def test_a_call_malformed_after_its_name_is_content(text: str, stream_calls: bool) -> None:
+    """The name was complete when the call broke: streamed or not, no part of it ever goes out
+    as a call (a client may act on a header it sees), and its whole text is content."""
+    opts = {"tools": True, "stream_calls": stream_calls}
+    assert parse_output(text, **opts) == {"reasoning_content": "", "content": text, "tool_calls": []}
+    deltas, parser = stream(text, [1], **opts)
+    assert not any("tool_calls" in d for d in deltas)
+    assert merge_deltas(deltas)["content"] == text
     assert not parser.has_tool_calls  # the finish reason is not "tool_calls"
 
 
@@ -149,20 +143,19 @@ def test_arguments_as_a_json_string() -> None:
     assert [d["tool_calls"][0]["function"]["arguments"] for d in deltas] == ["", '{"a": "</tool_call>"}']
     # a string that does not hold a JSON object is malformed
     bad = '<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>'
-    content, calls = parse_tool_calls(bad, stream_calls=True)
-    assert calls == [call("f", "")] and content == ', "arguments": "[1]"}</tool_call>'
     assert parse_tool_calls(bad) == (bad, [])
+    deltas, _ = stream(bad, [1], tools=True)
+    assert merge_deltas(deltas) == {"reasoning_content": "", "content": bad, "tool_calls": []}
 
 
 def test_unterminated_calls() -> None:
     assert parse_tool_calls('a<tool_call>{"name": "f') == ('a<tool_call>{"name": "f', [])
-    assert parse_tool_calls('<tool_call>{"name": "f", "arguments": {"q": "ab', stream_calls=True) == (
-        "",
-        [call("f", '{"q": "ab')],
-    )
-    # not streamed: a cut-off call is content
+    # a call cut off after its name is content, streamed or not
     cut = '<tool_call>{"name": "f", "arguments": {"q": "ab'
     assert parse_tool_calls(cut) == (cut, [])
+    for stream_calls in (True, False):
+        deltas, _ = stream(cut, [1], tools=True, stream_calls=stream_calls)
+        assert deltas == [{"content": cut}]
     # a complete object without the close tag is a valid call
     assert parse_tool_calls('<tool_call>{"name": "f", "arguments": {}}\n') == ("", [call("f", "{}")])
     # a truncated close tag comes back as content
@@ -309,15 +302,18 @@ def test_tool_call_streaming_shape() -> None:
         assert merge_deltas(deltas)["content"] == "pre\n"
 
 
-def test_header_is_sent_as_soon_as_the_name_is_complete() -> None:
+def test_a_call_goes_out_once_it_is_complete() -> None:
+    """Not when its name is complete: until the call ends the text may still be cut off or
+    turn out malformed, and then it is content (a client cannot take back a call it acted on)."""
     p = OutputParser(tools=True)
     assert p.feed('<tool_call>{"name": "loo') == []
+    assert p.feed('kup", "arguments": {"k"') == []
+    assert p.feed(": 1}}") == []  # the close tag, or whatever follows the object, ends the call
     assert not p.has_tool_calls
-    out = p.feed('kup", "arguments": {"k"')
-    assert out[0]["tool_calls"][0]["function"] == {"name": "lookup", "arguments": ""}
-    assert out[1] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"k"'}}]}
-    assert not p.has_tool_calls  # only a complete call makes the finish reason "tool_calls"
-    p.feed(": 1}}</tool_call>")
+    out = p.feed("</tool_call>")
+    assert out == [{"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                                    "function": {"name": "lookup", "arguments": ""}}]},
+                   {"tool_calls": [{"index": 0, "function": {"arguments": '{"k": 1}'}}]}]
     assert p.has_tool_calls
 
 
@@ -347,13 +343,11 @@ WS = st.sampled_from(["", "\n", " ", "\n\n", "\t"])
 
 @dataclass
 class Expected:
+    """The parse in either call mode: a call is a call only when complete and valid."""
+
     reasoning: list[str] = field(default_factory=list)  # one item per reasoning block
     content: list[str | None] = field(default_factory=list)  # None: a reasoning block ended
     calls: list[tuple[str, str]] = field(default_factory=list)
-    n_complete: int = 0
-    # the non-streamed parse (stream_calls=False): partial calls are content
-    ns_content: list[str | None] = field(default_factory=list)
-    ns_calls: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _dumps(draw: st.DrawFn, value: object) -> str:
@@ -376,7 +370,6 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
         parts.append(r + "</think>")
         exp.reasoning.append(r)
         exp.content.append(None)
-        exp.ns_content.append(None)
     n = draw(st.integers(0, 5))
     for i in range(n):
         kind = draw(
@@ -389,13 +382,11 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
             c = draw(CONTENT)
             parts.append(c)
             exp.content.append(c)
-            exp.ns_content.append(c)
         elif kind == "think":
             r = draw(REASONING_TEXT)
             parts.append(f"<think>{r}</think>")
             exp.reasoning.append(r)
             exp.content.append(None)
-            exp.ns_content.append(None)
         elif kind in ("call", "args_first", "lenient", "string_args"):
             name = draw(st.sampled_from(["f", "get_weather", "名前", 'q"x']))
             args = draw(ARGS)
@@ -412,13 +403,10 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
                 tail = draw(st.sampled_from(["Z", "<thin ", "</tool_x"])) + draw(CONTENT)
                 parts.append(f"<tool_call>{draw(WS)}{body}{draw(WS)}{tail}")
                 exp.content.append(tail)
-                exp.ns_content.append(tail)
             else:
                 close = "" if last and draw(st.booleans()) else "</tool_call>"
                 parts.append(f"<tool_call>{draw(WS)}{body}{draw(WS)}{close}")
             exp.calls.append((name, args_text))
-            exp.ns_calls.append((name, args_text))
-            exp.n_complete += 1
         elif kind == "bad_early":
             body = draw(st.sampled_from(['{"name": 1}', "{name}", '{"x": "f"}', '"f"', '{"name": "f"', '{"na']))
             if body == '{"na' and not last:  # would swallow what follows into a string
@@ -426,16 +414,9 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
             raw = f"<tool_call>{body}"
             if not (last and body in ('{"name": "f"', '{"na')):
                 raw += "</tool_call>"
-            if body == '{"name": "f"':  # the name completes: a call with unrepresented rest
-                exp.calls.append(("f", ""))
-                parts.append(raw)
-                exp.content.append(raw[len('<tool_call>{"name": "f"') :])
-                exp.ns_content.append(raw)
-                continue
-            parts.append(raw)
+            parts.append(raw)  # ('{"name": "f"': the name is complete, the call is not)
             exp.content.append(raw)
-            exp.ns_content.append(raw)
-        else:  # bad_late: the arguments break after the header went out
+        else:  # bad_late: the arguments break after the name
             args_text = _dumps(draw, draw(ARGS.filter(bool)))
             cut = draw(st.integers(1, len(args_text) - 1))
             prefix = f'<tool_call>{{"name": "f", "arguments": {args_text[:cut]}'
@@ -443,9 +424,7 @@ def outputs(draw: st.DrawFn) -> tuple[str, Expected, bool]:
                 parts.append(prefix)  # unterminated
             else:
                 parts.append(prefix + "\x01</tool_call>")
-                exp.content.append("\x01</tool_call>")
-            exp.ns_content.append(parts[-1])
-            exp.calls.append(("f", args_text[:cut]))
+            exp.content.append(parts[-1])
     return "".join(parts), exp, starts_in_reasoning
 
 
@@ -488,21 +467,18 @@ def _content_of(pieces: list[str | None]) -> str:
 @given(outputs(), SPLITS)
 def test_streamed_equals_one_shot_equals_grammar(case: tuple[str, Expected, bool], sizes: list[int]) -> None:
     text, exp, starts = case
-    one_shot = parse_output(text, **BOTH, starts_in_reasoning=starts, stream_calls=True)
-    assert one_shot == {
+    want = {
         "reasoning_content": _reasoning_of(exp.reasoning),
         "content": _content_of(exp.content),
         "tool_calls": [call(name, args, i) for i, (name, args) in enumerate(exp.calls)],
     }
-    deltas, parser = stream(text, sizes, **BOTH, starts_in_reasoning=starts)
-    assert merge_deltas(deltas) == one_shot
-    assert parser.has_tool_calls == bool(exp.n_complete)
-    # not streamed: partial calls are content
-    whole = parse_output(text, **BOTH, starts_in_reasoning=starts)
-    assert whole["tool_calls"] == [call(name, args, i) for i, (name, args) in enumerate(exp.ns_calls)]
-    assert whole["content"] == _content_of(exp.ns_content)
-    deltas, _ = stream(text, sizes, **BOTH, starts_in_reasoning=starts, stream_calls=False)
-    assert merge_deltas(deltas) == whole
+    assert parse_output(text, **BOTH, starts_in_reasoning=starts) == want
+    # streamed (the parser's default) or held, any split: the same calls, the same content
+    for opts in ({}, {"stream_calls": True}, {"stream_calls": False}):
+        assert parse_output(text, **BOTH, starts_in_reasoning=starts, **opts) == want
+        deltas, parser = stream(text, sizes, **BOTH, starts_in_reasoning=starts, **opts)
+        assert merge_deltas(deltas) == want
+        assert parser.has_tool_calls == bool(exp.calls)
 
 
 @given(
@@ -515,11 +491,13 @@ def test_streamed_equals_one_shot_equals_grammar(case: tuple[str, Expected, bool
 def test_streamed_equals_one_shot_for_any_text(
     text: str, sizes: list[int], reasoning: bool, tools: bool, starts: bool
 ) -> None:
+    opts = {"reasoning": reasoning, "tools": tools, "starts_in_reasoning": starts}
+    one_shot = parse_output(text, **opts)
+    deltas, _ = stream(text, sizes, **opts)  # the parser streams calls by default
+    assert merge_deltas(deltas) == one_shot
     for stream_calls in (True, False):
-        opts = {"reasoning": reasoning, "tools": tools, "starts_in_reasoning": starts,
-                "stream_calls": stream_calls}
-        one_shot = parse_output(text, **opts)
-        deltas, _ = stream(text, sizes, **opts)
+        assert parse_output(text, **opts, stream_calls=stream_calls) == one_shot
+        deltas, _ = stream(text, sizes, **opts, stream_calls=stream_calls)
         assert merge_deltas(deltas) == one_shot
 
 

@@ -222,10 +222,8 @@ def test_format_examples(fmt: str, index: int) -> None:
     if fmt in REASONING and index == 0:
         assert got["reasoning_content"] == REASONING[fmt]
     for sizes in ([1], [2], [3, 7], [len(text)]):
+        assert _stream(text, sizes, **opts) == got  # the parser streams calls by default
         assert _stream(text, sizes, stream_calls=False, **opts) == got
-        if calls:  # (a malformed call streams its header before it turns out malformed)
-            streamed = _stream(text, sizes, **opts)
-            assert _calls(streamed) == calls and streamed["content"] == content
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
@@ -238,15 +236,14 @@ def test_undeclared_cut_off_and_single_call(fmt: str) -> None:
     # parallel_tool_calls false: at most one call
     one = parse_output(text, tool_schemas=TOOLS, parallel_tool_calls=False, **opts)
     assert _calls(one) == calls[:1]
-    # cut off inside the first call: no call, the text comes back (not streamed)
+    # cut off inside the first call: no call, the text comes back (streamed or not)
     cut = text[: text.index("Zürich") + 3] if "Zürich" in text else text[:-3]
     got = parse_output(cut, tool_schemas=TOOLS, **opts)
     assert len(got["tool_calls"]) < len(calls)
     if "Zürich" in text:  # cut inside the first call
         assert got["tool_calls"] == [] and got["content"].endswith("Zür")
     parser = OutputParser(tool_schemas=TOOLS, **opts)
-    parser.feed(cut)
-    parser.finish()
+    assert merge_deltas(parser.feed(cut) + parser.finish()) == got
     assert parser.has_tool_calls == bool(got["tool_calls"])
 
 
@@ -291,10 +288,12 @@ def test_streamed_equals_one_shot_for_any_split(fmt: str, data: st.DataObject) -
     text = data.draw(_noise(fmt))
     sizes = data.draw(SPLITS)
     schemas = data.draw(st.sampled_from([None, TOOLS, [PING]]))
+    opts: dict[str, Any] = {"tools": True, "reasoning": data.draw(st.booleans()), "tool_format": fmt,
+                            "tool_schemas": schemas}
+    one_shot = parse_output(text, **opts)
+    assert _stream(text, sizes, **opts) == one_shot  # streamed calls (the parser's default)
     for stream_calls in (True, False):
-        opts: dict[str, Any] = {"tools": True, "reasoning": data.draw(st.booleans()), "tool_format": fmt,
-                                "tool_schemas": schemas, "stream_calls": stream_calls}
-        assert _stream(text, sizes, **opts) == parse_output(text, **opts)
+        assert _stream(text, sizes, **opts, stream_calls=stream_calls) == one_shot
 
 
 @pytest.mark.parametrize("starts", [True, False])
@@ -306,15 +305,19 @@ def test_newline_inside_reasoning_is_kept_for_any_split(starts: bool) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["qwen3_coder", "glm45", "minimax_m3"])
-def test_string_values_stream_before_their_close_tag(fmt: str) -> None:
+def test_a_string_value_cut_before_its_close_tag_is_never_a_call(fmt: str) -> None:
+    """A raw string value is read as it arrives, but its call goes out only once complete: cut
+    inside the value, the text is content; whole, the value keeps its inner newlines."""
     text = render(fmt, "get_weather", {"city": "line one\nline two\n", "days": 3})
     cut = text.index("line two") + 4
     parser = OutputParser(tools=True, tool_format=fmt, tool_schemas=TOOLS)
-    early = merge_deltas(parser.feed(text[:cut]))
-    assert early["tool_calls"][0]["function"]["arguments"] == '{"city": "line one\\nline'
-    rest = merge_deltas(parser.feed(text[cut:]) + parser.finish())
-    args = early["tool_calls"][0]["function"]["arguments"] + rest["tool_calls"][0]["function"]["arguments"]
-    assert json.loads(args) == {"city": "line one\nline two\n", "days": 3}
+    early = parser.feed(text[:cut])
+    assert not any("tool_calls" in d for d in early)
+    assert merge_deltas(early + parser.finish()) == {"reasoning_content": "", "content": text[:cut], "tool_calls": []}
+    parser = OutputParser(tools=True, tool_format=fmt, tool_schemas=TOOLS)
+    assert not any("tool_calls" in d for d in parser.feed(text[:cut]))
+    got = merge_deltas(parser.feed(text[cut:]) + parser.finish())
+    assert _calls(got) == [("get_weather", {"city": "line one\nline two\n", "days": 3})]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])

@@ -254,8 +254,7 @@ class WholeParser(Protocol):
 
 class WholeParserFactory(Protocol):
     def __call__(self, *, tools: bool, make_id: Callable[[int], str], names: frozenset[str] | None,
-                 schemas: Mapping[str, Any] | None, stream_calls: bool,
-                 max_calls: int | None) -> WholeParser: ...
+                 schemas: Mapping[str, Any] | None, max_calls: int | None) -> WholeParser: ...
 
 
 # -- declarations -------------------------------------------------------------------------------

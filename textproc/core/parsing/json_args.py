@@ -3,7 +3,7 @@
 Owns the two JSON readers the format bodies share, as generator functions over a
 :class:`~textproc.core.parsing.section.Section` (``yield from json_call(s)``). The text is
 validated incrementally by :class:`~textproc.core.parsing.json_scan.JsonScanner`, so a close
-tag inside a JSON string never ends a call, and streamed as the call's arguments while it is
+tag inside a JSON string never ends a call, and added to the call's arguments while it is
 validated (the work per chunk is proportional to the chunk).
 """
 
@@ -25,7 +25,7 @@ def _is_json_object(text: str) -> bool:
 
 
 def json_args(s: Section) -> Wait:
-    """A JSON object of arguments (or a JSON string holding one), streamed as the call's
+    """A JSON object of arguments (or a JSON string holding one), added to the call's
     arguments while it is validated; Malformed at the first bad character."""
     c = yield from s.peek()
     if c == '"':
@@ -77,8 +77,8 @@ def json_call(s: Section, *, args_keys: tuple[str, ...] = ("arguments",),
               ignored_keys: tuple[str, ...] = (), name_key: str = "name") -> Wait:
     """``{"name": ..., "arguments": {...}}`` (members in any order, each once; ``args_keys``
     name the arguments member, ``name_key`` the name member, ``ignored_keys`` are read and
-    dropped): header when the name is complete, arguments streamed; no arguments member gives
-    ``{}``."""
+    dropped): the header when the name is complete, the arguments as they are validated; no
+    arguments member gives ``{}``."""
     c = yield from s.peek()
     if c != "{":
         raise Malformed(s.at())

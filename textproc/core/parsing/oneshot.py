@@ -32,13 +32,9 @@ def parse_output(
     **options: Any,
 ) -> dict[str, Any]:
     """One-shot parse of a complete answer: ``merge_deltas`` of an :class:`OutputParser` with
-    the same options fed the text in any split.
-
-    ``stream_calls`` defaults to False here, the non-streamed answer: a call that is malformed
-    or cut off is content, not a call.
+    the same options fed the text in any split. A call that is malformed or cut off is content,
+    not a call.
     """
-    if output is None:
-        options.setdefault("stream_calls", False)
     parser = OutputParser(parse, output, think_tags=think_tags, tool_tags=tool_tags,
                           request_id=request_id, **options)
     return merge_deltas(parser.feed(text) + parser.finish())
@@ -50,7 +46,6 @@ def parse_tool_calls(
     tool_tags: tuple[str, str] | None = None,
     tool_format: str = DEFAULT_TOOL_FORMAT,
     tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-    stream_calls: bool = False,
     request_id: str = "",
 ) -> tuple[str, list[dict[str, Any]]]:
     """One-shot: ``(content, tool calls)`` of a complete output (no reasoning split).
@@ -60,7 +55,7 @@ def parse_tool_calls(
     """
     merged = parse_output(
         text, tools=True, tool_tags=tool_tags, tool_format=tool_format,
-        tool_schemas=tool_schemas, stream_calls=stream_calls, request_id=request_id,
+        tool_schemas=tool_schemas, request_id=request_id,
     )
     return merged["content"], merged["tool_calls"]
 

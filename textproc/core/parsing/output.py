@@ -55,7 +55,7 @@ def tool_names_and_schemas(
     return frozenset(names), schemas
 
 
-_PLAIN, _OUTPUT = ParseOptions(), OutputOptions()  # the defaults: no parsing, calls streamed
+_PLAIN, _OUTPUT = ParseOptions(), OutputOptions()  # the defaults: no parsing, all calls allowed
 
 
 def _formats(tool_format: str, reasoning_format: str, think_tags: tuple[str, str] | None,
@@ -88,10 +88,10 @@ class OutputParser:
     """Turn streamed model text into OpenAI chat deltas.
 
     ``feed(text)`` returns the deltas ready now, ``finish()`` the rest. Deltas are
-    ``{"reasoning_content": s}``, ``{"content": s}``, and for each tool call first
-    ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}``
-    as soon as the name is complete, then ``{"tool_calls": [{"index", "function": {"arguments"}}]}``
-    with the raw JSON text of the arguments object as it arrives.
+    ``{"reasoning_content": s}``, ``{"content": s}``, and for each tool call, once it is complete
+    and valid, ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name",
+    "arguments": ""}}]}`` then ``{"tool_calls": [{"index", "function": {"arguments"}}]}`` with
+    the JSON text of the arguments object.
 
     - ``reasoning``: recognise reasoning blocks of ``reasoning_format`` (``"think"``:
       ``<think>``...``</think>``, ``"deepseek_r1"``, ``"mistral"``: ``[THINK]``, ``"granite"``,
@@ -102,15 +102,17 @@ class OutputParser:
     - ``tools``: recognise tool calls of ``tool_format`` (see ``TOOL_FORMATS``) in content.
       ``tool_schemas``: the request's OpenAI ``tools``; a call naming another tool is content,
       and raw-text values (formats with ``raw_values``) are typed by the tool's schema.
-      ``parallel_tool_calls`` False: calls past the first are content.
-      ``stream_calls``: stream each call as it arrives (True), or hold it until it is complete
-      and valid (False, a non-streamed answer: a malformed or cut-off call is then content).
+      ``parallel_tool_calls`` False: calls past the first are content. A call is held until
+      it is complete and valid, so a malformed or cut-off call is content and never shows as
+      a call: a client cannot take back a call it acted on. Streamed or not, the calls are the
+      one-shot parse's (``OutputOptions.stream_calls`` does not change them).
     - ``think_tags`` / ``tool_tags``: custom tags instead of the format's.
     - ``request_id``: tool-call ids are ``call_<request_id>_<index>`` (``call_<index>`` if
       empty), so streamed and one-shot parses agree; Kimi K2 and Mistral ids come from the text.
 
     Text is held back only while its tail could still start a tag of the current mode (and
-    trailing newlines of reasoning, leading whitespace where a call may start the answer).
+    trailing newlines of reasoning, leading whitespace where a call may start the answer, a
+    call until it is complete).
 
     >>> p = OutputParser(reasoning=True, tools=True, request_id="r1")
     >>> p.feed("<think>hm</think>ok<tool_call>")
@@ -137,7 +139,7 @@ class OutputParser:
         tool_format = parse.tool_format or DEFAULT_TOOL_FORMAT
         reasoning_format = parse.reasoning_format or DEFAULT_REASONING_FORMAT
         tool_schemas = parse.tool_schemas
-        starts_in_reasoning, stream_calls = parse.starts_in_reasoning, output.stream_calls
+        starts_in_reasoning = parse.starts_in_reasoning
         max_calls = None if output.parallel_tool_calls else 1
         fmt, rfmt = _formats(tool_format, reasoning_format, think_tags, tool_tags)
         self.reasoning = reasoning
@@ -145,7 +147,6 @@ class OutputParser:
         self.tool_format = tool_format
         self.reasoning_format = reasoning_format
         self.request_id = request_id
-        self.stream_calls = stream_calls
         self.max_calls = max_calls
         self._fmt = fmt
         self._rfmt = rfmt
@@ -156,7 +157,7 @@ class OutputParser:
         if whole is not None and (reasoning or tools):
             self._whole = whole(
                 tools=tools, make_id=self._call_id, names=self._names, schemas=self._schemas,
-                stream_calls=stream_calls, max_calls=max_calls,
+                max_calls=max_calls,
             )
         self._in_reasoning = reasoning and (starts_in_reasoning or rfmt.starts_in_reasoning)
         self._content_tags: list[str] = []
@@ -180,8 +181,7 @@ class OutputParser:
             self._reasoning_chars = self._content_chars | {"\n"} if reasoning else self._content_chars
         self._streamer = TagStreamer(self._mode_tags())
         self._section: Section | None = None
-        self._n_calls = 0  # complete calls
-        self._n_indices = 0  # call indices used
+        self._n_calls = 0  # complete calls (each has the next index)
         self._finished = False
         # formatting state: a call may start the answer (leading whitespace held in _lead);
         # leading newlines of content after reasoning are dropped; trailing newlines of
@@ -358,11 +358,10 @@ class OutputParser:
         self._section = Section(
             body,
             open_tag=open_tag,
-            first_index=self._n_indices,
+            first_index=self._n_calls,
             make_id=self._call_id,
             names=self._names,
             schemas=self._schemas,
-            stream_calls=self.stream_calls,
             max_calls=self.max_calls,
         )
         self._update_quiet()
@@ -370,7 +369,6 @@ class OutputParser:
     def _end_section(self) -> None:
         assert self._section is not None
         self._n_calls += self._section.n_calls
-        self._n_indices += self._section.n_indices
         self._section = None
         self._update_quiet()
 

@@ -7,17 +7,20 @@ section with the primitives here (``lit``, ``match``, ``until``, ``peek``; JSON 
 :mod:`textproc.core.parsing.json_args`) and reports calls with ``begin_call`` / ``header`` / ``args`` / ``end_call``.
 A primitive that needs more text than has arrived suspends the generator (``yield``), so the
 body reads like a one-shot parser while the work per ``feed`` is proportional to the new text
-(held text is only ever a possible tag prefix, a tool name, or whitespace).
+(held text is only ever a possible tag prefix, a tool name, or whitespace; the open call's
+arguments are held as validated JSON text, see below).
 
-Rules (the same for every format, so streamed and one-shot parses agree for any split):
+Rules (the same for every format, so a streamed parse equals the one-shot parse of the whole
+text for any split):
 
-* A call's header (index, id, name) goes out when its name is complete, its arguments as they
-  are validated (``stream_calls=True``); with ``stream_calls=False`` a call's deltas are held
-  until the call is complete and valid, so a bad call never shows as a call.
-* A malformed call (``Malformed``) or one cut off by the end of the text: what the stream did
-  not show yet comes back as content (the open tag too, if nothing of the section was shown)
-  and parsing resumes as ordinary text at the bad character. ``n_calls`` counts only complete
-  calls: a finish reason is "tool_calls" only for those.
+* A call goes out only once it is complete and valid: its header (index, id, name) and its
+  arguments, validated as they arrived, are held until the body ends the call. Until then the
+  text may still be cut off or turn out malformed, and the one-shot parse would make it
+  content; a client that acted on a streamed header could not take it back.
+* A malformed call (``Malformed``) or one cut off by the end of the text: its text comes back
+  as content (the open tag too, if no call of the section went out) and parsing resumes as
+  ordinary text at the bad character. ``n_calls`` counts the calls that went out: a finish
+  reason is "tool_calls" only for those.
 * A call naming a tool that is not in ``names``, or one past ``max_calls``, is not a call: its
   whole text comes back as content when it ends.
 """
@@ -103,7 +106,6 @@ class Section:
         make_id: Callable[[int], str],
         names: frozenset[str] | None = None,
         schemas: Mapping[str, Any] | None = None,
-        stream_calls: bool = True,
         max_calls: int | None = None,
     ) -> None:
         self.open_tag = open_tag
@@ -111,22 +113,21 @@ class Section:
         self.make_id = make_id
         self.names = names
         self.schemas: Mapping[str, Any] = schemas or {}  # tool name -> parameters schema
-        self.stream_calls = stream_calls
         self.max_calls = max_calls
-        self.n_calls = 0  # complete calls
-        self.n_indices = 0  # call indices used (streamed headers, or complete calls when held)
+        self.n_calls = 0  # complete calls, sent
         self.is_final = False
         self.buf = ""  # text not consumed yet (and, before pos, consumed text of this chunk)
         self.pos = 0
         self._base = 0  # absolute offset of buf[0] in the section text
         self._raw: list[str] = []  # every chunk, for the content of a malformed call
-        self._represented = 0  # the stream shows the section text up to here
+        self._represented = 0  # the calls sent show the section text up to here
         self._call_start: int | None = None  # absolute offset where the open call's markup began
         self._index = -1  # index of the open call once its header is known
         self._name: str | None = None
         self._rejected = False
         self._n_members = 0
-        self._pending: list[dict[str, Any]] = []  # the open call's deltas (stream_calls=False)
+        self._header: dict[str, Any] | None = None  # the open call's header delta, held
+        self._arguments: list[str] = []  # the open call's arguments text so far, held
         self._step = CallStep()
         self._done = False
         self._gen = body(self)
@@ -168,9 +169,9 @@ class Section:
         except Malformed as e:
             self._done = True
             step.is_closed = True
-            # the stream shows the text up to _represented (complete calls; with stream_calls
-            # also the open call's header and arguments); the rest up to the bad character
-            # is content, and the text from there is ordinary text again
+            # the calls sent show the text up to _represented; the rest up to the bad
+            # character (the open call's held header and arguments with it) is content, and
+            # the text from there is ordinary text again
             start = self._represented
             prefix = self.open_tag if start == 0 else ""
             text = self._text_from(start)
@@ -298,7 +299,7 @@ class Section:
             if on_piece is None:
                 pieces.append(buf[pos:cut])
             elif cut > pos:
-                self.pos = cut  # (the piece's arguments are shown up to here)
+                self.pos = cut  # (on_piece sees the read position after its piece)
                 on_piece(buf[pos:cut])
             size += cut - pos
             self.pos = cut
@@ -317,23 +318,18 @@ class Section:
         self._call_start = self.at()
 
     def header(self, name: str, *, call_id: str | None = None) -> None:
-        """The open call's name is known: send its header (or note that it is not a call)."""
+        """The open call's name is known: hold its header until the call ends (or note that it
+        is not a call)."""
         if self._call_start is None:
             self._call_start = self.at()
         self._name = name
         self._n_members = 0
-        over = self.max_calls is not None and self.first_index + self.n_indices >= self.max_calls
+        over = self.max_calls is not None and self.first_index + self.n_calls >= self.max_calls
         self._rejected = over or (self.names is not None and name not in self.names)
         if self._rejected:
             return
-        self._index = self.first_index + self.n_indices
-        delta = header_delta(self._index, call_id or self.make_id(self._index), name)
-        if self.stream_calls:
-            self._step.deltas.append(delta)
-            self.n_indices += 1
-            self._represented = self.at()
-        else:
-            self._pending = [delta]
+        self._index = self.first_index + self.n_calls
+        self._header = header_delta(self._index, call_id or self.make_id(self._index), name)
 
     @property
     def call_name(self) -> str | None:
@@ -341,20 +337,15 @@ class Section:
         return self._name
 
     def args(self, text: str) -> None:
-        """More argument text of the open call."""
+        """More argument text of the open call (held with its header until the call ends)."""
         if self._rejected or not text:
             return
         assert self._name is not None
-        # (the parser's deltas.Deltas folds consecutive argument parts of a call)
-        if self.stream_calls:
-            self._step.deltas.append(arguments_delta(self._index, text))
-            self._represented = self.at()
-        else:
-            self._pending.append(arguments_delta(self._index, text))
+        self._arguments.append(text)
 
     def raw_member(self, key: str, value: str) -> None:
         """One ``"key": value`` of the open call's arguments object, from a raw-text value typed
-        by the tool's schema (the raw-value formats): streamed as the object's next member."""
+        by the tool's schema (the raw-value formats): the object's next member."""
         self.json_member(key, typed_value_json(value, self.schemas.get(self._name or ""), key))
 
     def json_member(self, key: str, value_json: str) -> None:
@@ -364,15 +355,15 @@ class Section:
         self._n_members += 1
 
     def string_member(self, key: str, close: str, *, strip_newlines: bool) -> Wait:
-        """The raw-text value of a string argument, up to ``close`` (consumed), streamed as the
-        next member of the arguments object while it arrives (see :meth:`open_string`)."""
+        """The raw-text value of a string argument, up to ``close`` (consumed), written into the
+        next member of the arguments object as it arrives (see :meth:`open_string`)."""
         piece = self.open_string(key, strip_newlines=strip_newlines)
         yield from self.until(close, on_piece=piece)
         self.args('"')
 
     def open_string(self, key: str, *, strip_newlines: bool) -> Callable[[str], None]:
         """Start the next member ``"key": "...`` of the arguments object; the returned function
-        streams pieces of the raw text value (JSON-escaped); ``self.args('"')`` ends it.
+        adds pieces of the raw text value (JSON-escaped); ``self.args('"')`` ends it.
         ``strip_newlines``: one newline on each side of the value is formatting (the last
         newline is held until more text shows it is not the last)."""
         self.args(("{" if not self._n_members else ", ") + json.dumps(key, ensure_ascii=False) + ': "')
@@ -415,7 +406,8 @@ class Section:
         return self._n_members
 
     def end_call(self) -> None:
-        """The open call is complete (its markup ends at the read position)."""
+        """The open call is complete (its markup ends at the read position): send it, its
+        header then its arguments, or its text as content when it is not a call."""
         assert self._name is not None
         end = self.at()
         if self._rejected:
@@ -423,11 +415,13 @@ class Section:
             prefix = self.open_tag if start == 0 else ""
             self._step.content += prefix + self._text_from(start)[: end - start]
         else:
-            self._step.deltas.extend(self._pending)
+            assert self._header is not None
+            self._step.deltas.append(self._header)
+            if self._arguments:
+                self._step.deltas.append(arguments_delta(self._index, "".join(self._arguments)))
             self.n_calls += 1
-            if not self.stream_calls:
-                self.n_indices += 1
-        self._pending = []
+        self._header = None
+        self._arguments = []
         self._represented = end
         self._call_start = None
         self._name = None

@@ -7,7 +7,7 @@ MiniMax M2, Step 3)::
 
 repeated inside the family's block tags. Owns the body after the block's open tag: each invoke
 is a call; a parameter whose ``string`` attribute is ``"true"`` (or, without the attribute, one
-the tool declares as text) is raw text streamed as it arrives, any other value is typed by the
+the tool declares as text) is raw text read as it arrives, any other value is typed by the
 tool's schema (``raw_values.typed_value_json``: JSON, else text) when its close tag arrives.
 Whitespace between tags is formatting. The block's end tag may be missing at the very end after
 a complete invoke (the end of sequence often follows it); a call cut off inside an invoke is

@@ -8,7 +8,7 @@ are special tokens)::
 one block per call, back to back. The arguments are a JSON-like dialect: bare keys (sorted),
 strings raw between ``<|"|>`` delimiters, numbers as written, ``true`` / ``false``, lists and
 objects spelled the same way. Owns the body after ``<|tool_call>``: it converts the dialect to
-JSON as it arrives (a string streams piece by piece; a number, boolean or null when it ends),
+JSON as it arrives (a string piece by piece; a number, boolean or null when it ends),
 accepts ``True`` / ``False`` / ``None`` / ``null`` and quoted keys, and makes anything else
 malformed. The closing ``<tool_call|>`` may be missing at the very end after the complete
 object. Reasoning (``gemma4``) is the thought channel ``<|channel>thought ... <channel|>``;
@@ -38,7 +38,7 @@ _WORDS = {"true": "true", "false": "false", "True": "true", "False": "false", "n
 
 
 def _string(s: Section) -> Wait:
-    # after the opening <|"|>: the raw text up to the closing one, streamed as a JSON string
+    # after the opening <|"|>: the raw text up to the closing one, piece by piece as a JSON string
     s.args('"')
 
     def piece(text: str) -> None:

@@ -7,8 +7,8 @@ Owns the text after ``<tool_call>``, as the GLM templates render a call::
 
 Whitespace between tags is tolerated, so one body reads both. Values are raw text, typed by the
 tool's JSON Schema (``raw_values.typed_value_json``: the templates write strings as they are
-and other values with ``tojson``). The header goes out when the name ends; each ``"key": value``
-streams when its ``</arg_value>`` arrives, the closing ``}`` with ``</tool_call>``; a call with
+and other values with ``tojson``). Each ``"key": value`` is read when its ``</arg_value>``
+arrives, the closing ``}`` with ``</tool_call>``, and the call goes out then; a call with
 no arguments gets ``{}``. The templates always close a call with ``</tool_call>`` (the turn then
 ends with ``<|observation|>``), so a call without it at the end of the text was cut off
 (``max_tokens``, a stop string) and is malformed: content, as every cut-off call.
@@ -45,7 +45,7 @@ def glm_body(s: Section) -> Wait:
         key, _ = yield from s.until("</arg_key>", max_len=_MAX_NAME)
         yield from s.skip_ws()
         yield from s.lit("<arg_value>")
-        if s.is_string_argument(key.strip()):  # text: streamed as it arrives
+        if s.is_string_argument(key.strip()):  # text: read as it arrives
             yield from s.string_member(key.strip(), "</arg_value>", strip_newlines=False)
             continue
         value, _ = yield from s.until("</arg_value>")

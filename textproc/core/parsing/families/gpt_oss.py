@@ -8,7 +8,7 @@ or after the channel) and an optional ``<|constrain|>json`` / content type:
 
 * ``analysis`` -> ``reasoning_content``;
 * ``commentary`` with recipient ``functions.NAME`` -> a tool call, the body its JSON arguments
-  (streamed like every format, :mod:`textproc.core.parsing.section`);
+  (sent once complete, like every format, :mod:`textproc.core.parsing.section`);
 * ``final``, ``commentary`` without a recipient (preambles), any other channel -> ``content``.
 
 Headers are markup and never reach the client. A header that does not end within
@@ -70,17 +70,14 @@ class HarmonyParser:
         make_id: Callable[[int], str],
         names: frozenset[str] | None,
         schemas: Mapping[str, Any] | None,
-        stream_calls: bool,
         max_calls: int | None,
     ) -> None:
         self.tools = tools
         self.make_id = make_id
         self.names = names
         self.schemas = schemas
-        self.stream_calls = stream_calls
         self.max_calls = max_calls
         self.n_calls = 0
-        self._n_indices = 0
         self._mode = _HEADER
         self._header: list[str] = []
         self._header_chars = 0
@@ -195,11 +192,10 @@ class HarmonyParser:
             section = Section(
                 _call_body(target[len("functions."):]),
                 open_tag="",
-                first_index=self._n_indices,
+                first_index=self.n_calls,
                 make_id=self.make_id,
                 names=self.names,
                 schemas=self.schemas,
-                stream_calls=self.stream_calls,
                 max_calls=self.max_calls,
             )
             self._section = section
@@ -212,7 +208,6 @@ class HarmonyParser:
         out.extend(step.deltas)
         out.text("content", step.content)
         self.n_calls += self._section.n_calls
-        self._n_indices += self._section.n_indices
         self._section = None
         self._set_mode(_BETWEEN, "content")
         return step.rest

@@ -4,8 +4,8 @@ Owns the body of one call, from just after the open tag to just after the close 
 object is validated incrementally (:meth:`Section.json_call`), so a ``</tool_call>`` inside an
 argument string does not end the call. Members are exactly ``name`` and ``arguments`` (an
 object, or a string holding a JSON object, as some models write it), each at most once;
-arguments stream once the name is complete, held ``arguments`` text goes out with the header
-if the model wrote it before ``name``, and a call without ``arguments`` gets ``{}``.
+``arguments`` written before ``name`` are kept for the header, and a call without
+``arguments`` gets ``{}``.
 
 After the object: whitespace, then the close tag. Anything else ends the call leniently at
 the object (it is valid, and what follows the whitespace is ordinary text); so does the end

@@ -60,7 +60,7 @@ def hunyuan_body(s: Section) -> Wait:
             key = key.strip()
             yield from s.skip_ws()
             yield from s.lit(VALUE_OPEN)
-            if s.is_string_argument(key):  # text: streamed as it arrives
+            if s.is_string_argument(key):  # text: read as it arrives
                 yield from s.string_member(key, VALUE_CLOSE, strip_newlines=False)
                 continue
             value, _ = yield from s.until(VALUE_CLOSE)

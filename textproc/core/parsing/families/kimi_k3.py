@@ -15,7 +15,7 @@ The Kimi K3 chat template writes an assistant turn as channels between the speci
 (without the line breaks). The generation prompt opens ``think`` (or ``response`` with
 thinking off). Reasoning (``kimi_k3``) is the think channel; the response channel's tags are
 dropped from content (``hidden_tags``); the tools channel is the call section. An argument
-typed ``string`` is raw text streamed as it arrives, any other type JSON; a ``json`` block
+typed ``string`` is raw text read as it arrives, any other type JSON; a ``json`` block
 holds the arguments as one JSON object. Attribute values are HTML-escaped by the template.
 The tools channel's end may be missing at the very end after a complete call.
 """

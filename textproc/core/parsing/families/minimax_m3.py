@@ -12,7 +12,7 @@ A parameter is an element named by its key. A string is written raw, a number as
 a boolean as JSON; an object is one element per member and a list one ``<item>`` element per
 entry, recursively (``NS<opts>NS<unit>cNS</unit>NS</opts>``); None is left out, and an empty
 object or list is an empty element. Read back: a value the tool declares as text is raw text
-streamed as it arrives (up to its exact close tag); any other value goes out when its close
+read as it arrives (up to its exact close tag); any other value is read when its close
 tag arrives: a leaf typed by its schema (``raw_values.typed_json``; an empty leaf of an array
 or object schema is ``[]`` / ``{}``), nested elements an array when the schema says array (or,
 without one, when every child is an ``<item>``), else an object (a repeated child collects
@@ -139,7 +139,7 @@ def _invoke(s: Section) -> Wait:
             break
         if key.startswith("/"):
             raise Malformed(s.at())
-        if s.is_string_argument(key):  # text: streamed as it arrives
+        if s.is_string_argument(key):  # text: read as it arrives
             yield from s.string_member(key, f"{NS}</{key}>", strip_newlines=False)
         else:
             s.json_member(key, (yield from _value(s, key, property_schema(params, key), 0)))

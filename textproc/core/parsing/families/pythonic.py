@@ -5,9 +5,8 @@ after ``<|python_start|>`` (then ``<|python_end|>`` may close it). Argument valu
 literals (strings, numbers, ``True``/``False``/``None``, lists, tuples, dicts) read with
 ``ast.literal_eval``: nothing is ever evaluated, and anything else (a name other than JSON's
 ``true`` / ``false`` / ``null``, a call, an operator, positional arguments) makes the call
-malformed. Each call's header goes out when
-``name(`` is complete, its arguments (as a JSON object) when its ``)`` closes. Generic rules:
-:mod:`textproc.core.parsing.section`.
+malformed. Each call goes out, its arguments as a JSON object, when its ``)`` closes. Generic
+rules: :mod:`textproc.core.parsing.section`.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ As the Qwen3-Coder chat template renders a call::
     </tool_call>
 
 Owns the body after ``<tool_call>``. Values are raw text, typed by the tool's JSON Schema
-(``raw_values.typed_value_json``); one newline on each side of a value is formatting. The header
-goes out when ``<function=NAME>`` is complete; a string value streams as it arrives, any other
-parameter's ``"key": value`` when its value ends, the object's ``}`` with ``</function>``.
+(``raw_values.typed_value_json``); one newline on each side of a value is formatting. A string
+value is read as it arrives, any other parameter's ``"key": value`` when its value ends, the
+object's ``}`` with ``</function>``, when the call goes out.
 
 Lenient where the template's markup leaves no doubt, strict elsewhere:
 
@@ -109,7 +109,7 @@ def function_calls_body(call_open: str, call_close: str, *, strip_newlines: bool
             key, _ = yield from s.until(">", max_len=_MAX_NAME)
             key = key.strip()
             seen.add(key)
-            if s.is_string_argument(key):  # text: streamed as it arrives
+            if s.is_string_argument(key):  # text: read as it arrives
                 yield from value(s, s.open_string(key, strip_newlines=strip_newlines), seen)
                 s.args('"')
                 continue
