@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from textproc.errors import InvalidInput
@@ -48,9 +48,21 @@ def test_unknown_format() -> None:
 
 ARGS = st.dictionaries(st.text(max_size=4), st.recursive(st.none() | st.integers() | st.text(max_size=4), lambda k: st.lists(k, max_size=2), max_leaves=4), max_size=3)
 NOISE = st.lists(
-    st.sampled_from(["[TOOL_CALLS]", "[TOOL_", "[", "]", "{", "}", '"name"', ": ", '"f"', ", ", '"arguments"', "x", " ", '"', "\\", "1", "<think>", "</think>"]),
+    st.sampled_from(["[TOOL_CALLS]", "[TOOL_", "[", "]", "{", "}", '"name"', ": ", '"f"', ", ", '"arguments"', "x", " ", '"', "\\", "1", "<think>", "</think>",
+                     "[ARGS]", "[CALL_ID]", "abc123XYZ"]),
     max_size=30,
 ).map("".join)
+
+# a call cut off after its name, in each spelling the format reads: "[TOOL_CALLS]1{" streamed
+# as a call named "1" with arguments "{" while its one-shot parse is content
+CUT_AFTER_NAME = {
+    "v11, [ARGS] dropped by the decoder": "[TOOL_CALLS]1{",
+    "v11": "[TOOL_CALLS]1[ARGS]{",
+    "v11 with a call id": "[TOOL_CALLS]1[CALL_ID]abc123XYZ[ARGS]{",
+    "v11, arguments as a JSON string": '[TOOL_CALLS]1[ARGS]"{',
+    "list (before v11)": '[TOOL_CALLS][{"name": "1", "arguments": {',
+    "single object (before v11)": '[TOOL_CALLS]{"name": "1", "arguments": {',
+}
 
 
 @st.composite
@@ -69,11 +81,33 @@ def test_streamed_equals_one_shot_equals_grammar(case: tuple[str, str, list[tupl
     assert _streamed(text, sizes, tools=True, **M) == one
 
 
-@given(NOISE, st.lists(st.integers(1, 9), min_size=1, max_size=6), st.booleans())
-def test_streamed_equals_one_shot_for_any_text(text: str, sizes: list[int], reasoning: bool) -> None:
+@pytest.mark.parametrize("text", CUT_AFTER_NAME.values(), ids=CUT_AFTER_NAME.keys())
+def test_a_call_cut_after_its_name_is_content_for_any_split(text: str) -> None:
+    want = {"reasoning_content": "", "content": text, "tool_calls": []}
+    assert parse_output(text, tools=True, **M) == want
     for stream_calls in (True, False):
-        opts: dict[str, Any] = {"tools": True, "reasoning": reasoning, "stream_calls": stream_calls, **M}
-        assert _streamed(text, sizes, **opts) == parse_output(text, **opts)
+        for size in range(1, len(text) + 1):
+            parser = OutputParser(tools=True, stream_calls=stream_calls, **M)
+            deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i : i + size])]
+            assert not any("tool_calls" in d for d in deltas)  # no call went out, not even its name
+            assert merge_deltas(deltas + parser.finish()) == want
+            assert not parser.has_tool_calls
+
+
+@given(NOISE, st.lists(st.integers(1, 9), min_size=1, max_size=6), st.booleans())
+@example("[TOOL_CALLS]1{", [1], False)
+@example("[TOOL_CALLS]1{", [2], True)
+@example("[TOOL_CALLS]1[ARGS]{", [1], False)
+@example("[TOOL_CALLS]1[CALL_ID]abc123XYZ[ARGS]{", [3], False)
+@example('[TOOL_CALLS]1[ARGS]"{', [1], False)
+@example('[TOOL_CALLS][{"name": "1", "arguments": {', [1], False)
+@example('[TOOL_CALLS]{"name": "1", "arguments": {', [4], False)
+def test_streamed_equals_one_shot_for_any_text(text: str, sizes: list[int], reasoning: bool) -> None:
+    opts: dict[str, Any] = {"tools": True, "reasoning": reasoning, **M}
+    one_shot = parse_output(text, **opts)
+    assert _streamed(text, sizes, **opts) == one_shot  # the parser streams calls by default
+    for stream_calls in (True, False):
+        assert _streamed(text, sizes, **opts, stream_calls=stream_calls) == one_shot
 
 
 def _streamed(text: str, sizes: list[int], **opts: Any) -> dict[str, Any]:
