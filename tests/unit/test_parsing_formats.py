@@ -331,3 +331,82 @@ def test_harmony_recipient_at_the_start_is_a_header_for_any_split(size: int) -> 
         assert got == parse_output(text, **opts)
         assert got["content"] == "" and got["tool_calls"][0]["function"]["name"] == "get_weather"
     assert _stream(" to", [1], tools=True, tool_format="gpt_oss")["content"] == " to"
+
+
+def _is_prefix(sent: dict[str, Any], whole: dict[str, Any]) -> bool:
+    # the merged deltas sent so far start the merged parse `whole`
+    calls = sent["tool_calls"]
+    return (whole["content"].startswith(sent["content"])
+            and whole["reasoning_content"].startswith(sent["reasoning_content"])
+            and whole["tool_calls"][: len(calls)] == calls)
+
+
+@pytest.mark.parametrize("fmt,index", [(f, i) for f, cases in CASES.items() for i in range(len(cases))])
+def test_a_stream_cut_anywhere_sent_only_what_the_one_shot_parse_gives(fmt: str, index: int) -> None:
+    """Generation may stop after any character (max_tokens, a stop string): whatever a stream
+    sent by then starts the one-shot parse of the text so far, so no call goes out before that
+    parse gives it (a call with its name or arguments cut off is content), and a stream that
+    ends there gives exactly that parse."""
+    text = CASES[fmt][index][0]
+    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS,
+                            "reasoning_format": TOOL_FORMATS[fmt].reasoning or "think"}
+    parser = OutputParser(**opts)
+    deltas: list[dict[str, Any]] = []
+    for k in range(1, len(text) + 1):
+        deltas += parser.feed(text[k - 1])
+        cut = parse_output(text[:k], **opts)
+        assert _is_prefix(merge_deltas(deltas), cut), text[:k]
+        assert _stream(text[:k], [5], **opts) == cut, text[:k]
+
+
+# format -> the shortest text of its CASES after which the parser once sent a call (its name
+# complete, the rest cut off) that the one-shot parse of that text does not give
+CUT_AFTER_NAME: dict[str, str] = {
+    'cohere': 'I will look.<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather"',
+    'deepseek_v3': 'Hi<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n',
+    'deepseek_v31': '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>ping<｜tool▁sep｜>',
+    'deepseek_v32': 'Checking.<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">',
+    'deepseek_v4': '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="ping">',
+    'gemma4': '<|tool_call>call:get_weather{',
+    'glm45': 'Checking.\n<tool_call>get_weather\n',
+    'glm47': '<tool_call>get_weather<arg_key>',
+    'gpt_oss': '<|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{',
+    'granite': '<tool_call>[{"name": "ping"',
+    'hermes': '<tool_call>\n{"name": "ping"',
+    'hunyuan': 'Ok.<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>',
+    'kimi_k2': 'Let me look.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>',
+    'kimi_k3': '<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>',
+    'lfm2': '<|tool_call_start|>[ping(',
+    'llama3_json': '  {"name": "ping"',
+    'minimax_m2': '<minimax:tool_call>\n<invoke name="ping">',
+    'minimax_m3': ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">',
+    'mistral': '[TOOL_CALLS]ping{',
+    'nemotron_json': 'Sure <TOOLCALL>[{"name": "ping"',
+    'olmo3': '<function_calls>get_weather(',
+    'phi4_mini': 'functools[{"name": "get_weather"',
+    'pythonic': '[get_weather(',
+    'qwen3_coder': '<tool_call>\n<function=get_weather>',
+    'seed_oss': '<seed:tool_call>\n<function=get_weather>',
+    'step3': '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="ping">',
+    'step3p5': 'Let me check.<tool_call>\n<function=get_weather>',
+}
+
+
+def test_every_format_has_a_cut_after_name() -> None:
+    assert set(CUT_AFTER_NAME) == {f for f, cases in CASES.items() if any(calls for _, _, calls in cases)}
+
+
+@pytest.mark.parametrize("fmt", sorted(CUT_AFTER_NAME))
+def test_a_call_cut_after_its_name_is_never_sent(fmt: str) -> None:
+    text = CUT_AFTER_NAME[fmt]
+    opts: dict[str, Any] = {"tools": True, "reasoning": True, "tool_format": fmt, "tool_schemas": TOOLS,
+                            "reasoning_format": TOOL_FORMATS[fmt].reasoning or "think"}
+    want = parse_output(text, **opts)
+    assert want["tool_calls"] == []
+    for stream_calls in (True, False):
+        for size in (1, 2, 3, len(text)):
+            parser = OutputParser(**opts, stream_calls=stream_calls)
+            deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i : i + size])]
+            assert not any("tool_calls" in d for d in deltas)
+            assert merge_deltas(deltas + parser.finish()) == want
+            assert not parser.has_tool_calls
