@@ -23,7 +23,7 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-__all__ = ["GUIDE_PREFIX", "MaskViolations", "TextprocBackend", "TextprocGrammar"]
+__all__ = ["GUIDE_PREFIX", "MaskViolations", "TextprocBackend", "TextprocGrammar", "pause_unready"]
 
 _log = logging.getLogger("engine_vllm")
 
@@ -140,3 +140,47 @@ class TextprocBackend(StructuredOutputBackend):
     def destroy(self) -> None:
         self.guides.clear()
         self.masks.clear()
+
+
+def _unready(request: Any) -> bool:
+    """A request whose guide stands in a state its (partial) index has no tables for yet."""
+    structured = request.structured_output_request
+    if structured is None:
+        return False
+    grammar = structured.grammar  # None while vLLM's thread makes it (WAITING_FOR_FSM)
+    return isinstance(grammar, TextprocGrammar) and not grammar.guide.ready
+
+
+def pause_unready(scheduler: Any, counters: dict[str, int]) -> None:
+    """Make ``scheduler.schedule`` leave out the requests whose next mask is not built yet.
+
+    A request starts on the first states of a partial index (a progressive compile's; the
+    whole index follows); when its walk reaches a state with no tables, vLLM could not mask
+    its next token. Such a request keeps its place (its KV blocks, its position in the
+    running list) and is left out of each step's schedule until the whole index arrives
+    (``Guide.ready`` then moves it onto it): vLLM's model runner treats it as a running
+    request the token budget left out. ``counters["paused"]`` counts request-steps left out."""
+    schedule = scheduler.schedule
+    counters.setdefault("paused", 0)
+
+    def schedule_ready(*args: Any, **kwargs: Any) -> Any:
+        running = scheduler.running
+        paused = [r for r in running if _unready(r)]
+        waiting = [r for r in scheduler.waiting if _unready(r)]  # preempted ones
+        if not paused and not waiting:
+            return schedule(*args, **kwargs)
+        counters["paused"] += len(paused) + len(waiting)
+        if paused:
+            left = {id(r) for r in paused}
+            scheduler.running = [r for r in running if id(r) not in left]
+        if waiting:
+            scheduler.waiting.remove_requests(waiting)
+        try:
+            return schedule(*args, **kwargs)
+        finally:
+            if paused:  # in front: the last of the running list is the first preempted
+                scheduler.running = paused + scheduler.running
+            if waiting:
+                scheduler.waiting.prepend_requests(waiting)
+
+    scheduler.schedule = schedule_ready  # this instance only

@@ -10,9 +10,11 @@ worker in a process of its own, as it does behind its own server).
 Constraints: a request whose ``IncomingRequest.guide`` is set gets vLLM's structured-output
 path with :class:`engine_vllm.constraints.TextprocBackend`, which hands vLLM that guide (no
 compile in this process); vLLM fills its bitmask from the guide's state every step. A guide on
-a partial index (the first states of a progressive compile) is held here, not added to vLLM,
-until the whole index arrives (vLLM cannot pause one request mid-output), so a vLLM output never
-reaches a state without a mask.
+a partial index (the first states of a progressive compile) starts at once: its prompt is
+prefilled and it decodes on the states built so far; a request whose walk reaches a state
+not built yet is left out of vLLM's schedule (:func:`engine_vllm.constraints.pause_unready`),
+keeping its place, until the whole index arrives, so a vLLM output never reaches a state
+without a mask.
 
 Aborts: textproc already ended an aborted request, so it is removed from vLLM's scheduler (its
 KV blocks freed) and sends nothing more. The stats file (``--stats-file``) shows vLLM's own
@@ -68,7 +70,7 @@ class VllmEngine:
         from vllm.sampling_params import StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
 
-        from engine_vllm.constraints import TextprocBackend
+        from engine_vllm.constraints import TextprocBackend, pause_unready
 
         self.settings = settings
         self.core = core
@@ -79,6 +81,10 @@ class VllmEngine:
         vocab = core.vllm_config.model_config.get_vocab_size()
         self.backend = TextprocBackend(core.vllm_config, None, vocab)
         manager.backend = self.backend  # the manager builds none of its own once one is set
+        # request-steps left out of vLLM's schedule waiting for their index's next states, and
+        # requests started on a partial index
+        self.partial_counts = {"paused": 0, "started_on_partial": 0}
+        pause_unready(core.scheduler, self.partial_counts)
         curve = None
         if settings.curve_client_key is not None:
             from textproc.curve import load_client_keys
@@ -87,9 +93,12 @@ class VllmEngine:
                                      server_public_file=settings.curve_server_key)
         self.link = EngineLink(settings.engine_in, settings.engine_out, curve=curve)
         self.live: set[str] = set()  # request ids vLLM holds
-        self.held: list[IncomingRequest] = []  # constrained by a partial index: not added yet
+        # not added yet: a guide whose first mask is not built, or a reasoning budget on a
+        # partial index
+        self.held: list[IncomingRequest] = []
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.steps = 0
+        self.stalled = False  # the last step ran nothing: every live request waits for states
         self.tokens_generated = 0
         self.rejected = 0
         # wall seconds of the loop by phase: taking requests and aborts in, vLLM's step, the
@@ -138,8 +147,8 @@ class VllmEngine:
                 if s.stats_file and time.monotonic() >= next_stats:
                     self.write_stats()
                     next_stats = time.monotonic() + s.stats_interval_s
-                if not self.live:
-                    link.wait(IDLE_WAIT_S if not self.held else 0.002)
+                if not self.live or self.stalled:  # (stalled: every request waits for states)
+                    link.wait(IDLE_WAIT_S if not (self.held or self.stalled) else 0.002)
                 elif not link.writable():  # textproc is behind: wait rather than drop tokens
                     time.sleep(0.001)
                     continue
@@ -158,14 +167,18 @@ class VllmEngine:
         t0 = time.perf_counter()
         outputs = self._unsent
         requests = link.poll_requests()
-        if self.held:  # the whole index of some arrived: add them now, in arrival order
+        if self.held:  # their first masks may be built now: add them, in arrival order
             waiting, self.held = self.held, []
             requests = [*waiting, *requests]
         for request in requests:
             guide = request.guide  # .ready moves it onto the whole index once that arrived
-            if guide is not None and (not guide.ready or guide.index.partial):
+            # (a reasoning budget's states come from a walk of the whole index)
+            if guide is not None and (not guide.ready or (
+                    guide.index.partial and "max_reasoning_tokens" in request.sampling)):
                 self.held.append(request)
                 continue
+            if guide is not None and guide.index.partial:
+                self.partial_counts["started_on_partial"] += 1
             self._add(request, outputs)
         aborts = link.poll_aborts()
         if aborts:
@@ -187,6 +200,7 @@ class VllmEngine:
         if self.live:
             engine_outputs, executed = self.core.step_fn()  # what vLLM's own busy loop calls
             self.core.post_step(executed)
+            self.stalled = not executed
             t0 = time.perf_counter()
             times["step"] += t0 - t1
             t1 = t0
@@ -341,6 +355,8 @@ class VllmEngine:
             # sampled ids their constraint's mask did not allow (each a bug; 0 expected)
             "mask_violations": self.backend.violations.count,
             "mask_violations_last": list(self.backend.violations.last),
+            "started_on_partial": self.partial_counts["started_on_partial"],
+            "paused_request_steps": self.partial_counts["paused"],
             "link": link_counters(link),
             "requests": self.requests,
         }

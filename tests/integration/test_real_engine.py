@@ -459,8 +459,9 @@ _WORDS = ("the of and to in is you that it was for on are as with his they at be
           "or one had by word but not what all were we when your can said there use an each which").split()
 
 
-def _booking(city_max: int) -> dict[str, Any]:
-    return {**BOOKING, "properties": {**BOOKING["properties"],
+def _booking(city_max: int, guest_max: int = 20) -> dict[str, Any]:
+    guests = {"type": "array", "items": {"type": "string", "maxLength": guest_max}, "maxItems": 3}
+    return {**BOOKING, "properties": {**BOOKING["properties"], "guests": guests,
                                       "city": {"type": "string", "maxLength": city_max}}}
 
 
@@ -472,8 +473,11 @@ def test_structured_outputs_under_load_stay_in_their_masks(servers: tuple[Servic
     chats. None is refused, every finished answer validates, and the engine counts no sampled
     token outside its mask (vLLM's scheduler logs none rejected by its grammar)."""
     service, url, _ = servers
-    before = engine_stats(service).get("mask_violations", 0)
-    schemas = [_booking(40), _booking(41), _booking(42), _booking(43)]
+    first = engine_stats(service)
+    before = first.get("mask_violations", 0)
+    # the burst's schema takes ~1.5 s of CPU to compile, the later ones (shorter strings) less
+    # (the bounds of 40 and 20 take ~5 s: bench/vllm.py's booking mix)
+    schemas = [_booking(16, 8), _booking(6, 4), _booking(7, 4), _booking(8, 4)]
 
     def prompt(i: int) -> str:
         return " ".join(_WORDS[(i * 7 + k * k) % len(_WORDS)] for k in range(420 + 13 * i))
@@ -510,10 +514,15 @@ def test_structured_outputs_under_load_stay_in_their_masks(servers: tuple[Servic
 
     with ThreadPoolExecutor(16) as pool:
         outcomes = list(pool.map(one, range(40)))
-    assert [o for o in outcomes if o[1] is not None] == []
+    failed = [o for o in outcomes if o[1] is not None]
+    assert not failed, failed
     stats = _wait_engine(service, lambda s: s["scheduler"]["requests"] == 0, timeout_s=120)
     assert stats["mask_violations"] == before == 0, stats.get("mask_violations_last")
     assert "grammar rejected" not in service.log_path.read_text(errors="replace")
+    # the new schemas' first requests decoded on the first states of their indexes (a compile
+    # of seconds), left out of vLLM's steps while their next states were not built
+    assert stats["started_on_partial"] > first["started_on_partial"]
+    assert stats["paused_request_steps"] > first["paused_request_steps"]
 
 
 def test_engine_killed_under_load_fails_in_flight_and_recovers(
