@@ -3,7 +3,8 @@
 vs llguidance, side by side in one run on the Qwen3 vocabulary.
 
     .venv/bin/python bench/constraints.py [--quick] [--json PATH] [--model-dir DIR] [--reps N]
-    .venv/bin/python bench/constraints.py --coverage [--per-source N] [--sources suite,bfcl]
+    .venv/bin/python bench/constraints.py --coverage [--per-source N | --sample N] [--sources suite,bfcl]
+        [--service-budget] [--verdicts PATH]
 
 Per schema (the same regex goes to every compiler: ``json_schema_to_regex`` output, or the
 forced tool-call pattern):
@@ -27,7 +28,8 @@ forced tool-call pattern):
   ``unsafe_compute_mask_ptr`` (fill + consume). Median and p99 microseconds per step.
 
 ``--coverage``: schema coverage on the real-world corpus instead, beside llguidance
-(``bench/_constraints_coverage.py``).
+(``bench/_constraints_coverage.py``); with ``--service-budget`` textproc is judged where users
+meet it, the service's compile path under its default budget, its index walked by token ids.
 
 One-time vocabulary set-up is reported separately. JSON lines out (``--json``); ``uptime``
 load average is in the header: compare ratios, not absolute numbers, on a shared machine.
@@ -163,6 +165,14 @@ def _parser() -> Any:
     p.add_argument("--per-source", type=int, default=40, help="--coverage: schemas per source (0: all)")
     p.add_argument("--sources", help="--coverage: comma-separated sources (suite, schemastore, bfcl)")
     p.add_argument("--schema-budget", type=float, default=10.0, help="--coverage: seconds per DFA build")
+    p.add_argument("--service-budget", action="store_true", help="--coverage: textproc on the service's "
+                   "compile path (structured_regex -> WorkerConstraints.compile with serve's defaults: "
+                   "MAX_COMPILE_S wall from arrival, the index byte budget), token ids walked through the "
+                   "index, instead of the DFA under --schema-budget")
+    p.add_argument("--sample", type=int, default=0, help="--coverage: a seeded random sample of N schemas "
+                   "stratified by source instead of --per-source")
+    p.add_argument("--seed", type=int, default=0, help="--coverage --sample: the sample's seed")
+    p.add_argument("--verdicts", type=Path, help="--coverage: append one JSON line per schema and engine here")
     return p
 
 
@@ -316,8 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         info = machine()
         print(describe(info))
         args.per_source = args.per_source or None
-        tokenizer_json = model_dir_arg(p, args.model_dir) / "tokenizer.json"
-        write_json(args.json, run(args, tokenizer_json if tokenizer_json.is_file() else None), info)
+        write_json(args.json, run(args, model_dir_arg(p, args.model_dir)), info)
         return 0
     reps = 1 if args.quick else args.reps
     rounds = 3 if args.quick else 20
