@@ -223,7 +223,7 @@ def llguidance_verdict(case: dict[str, Any], llg: Any, tok: Any) -> Verdict:
 
 def reason_of(message: str) -> str:
     """A refusal message without its paths and values, to count refusals by reason."""
-    m = re.search(r"keyword '([^']+)'|format '([^']+)'|(oneOf)|(\$ref)|(automaton states)|"
+    m = re.search(r"(accepts no value)|keyword '([^']+)'|format '([^']+)'|(oneOf)|(\$ref)|(automaton states)|"
                   r"(expands to a regex)|(multipleOf)|(contains)|(patternProperties)|(recursion)|"
                   r"(took over)|(pattern)|(uniqueItems)|(distributes into)|(index size budget)|"
                   r"(Unimplemented keys: .*)|(Unknown format)|(not present in a registry)", message)
