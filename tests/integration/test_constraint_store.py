@@ -235,3 +235,24 @@ def test_concurrent_first_requests_share_one_compile(toy_model: Path, tmp_path: 
     for text in texts:
         jsonschema.validate(json.loads(text), SCHEMA)
     assert compiles == 1
+
+
+def test_a_deadline_overrun_fails_the_requests_that_waited_for_it(toy_model: Path, tmp_path: Path) -> None:
+    """a's compile ran out of time: a request that arrived before it ended fails at once with
+    its message (it waited for that compile; one more would overrun too), one that arrives
+    later compiles again (a quieter machine may pass)."""
+    import time
+
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    a = _worker(toy_model, tmp_path / "store")
+    b = _worker(toy_model, tmp_path / "store")
+    waited_since = time.monotonic()
+    time.sleep(0.01)
+    with pytest.raises(InvalidInput, match="compile time budget"):  # its request came long ago
+        a.compile(pattern, started=time.monotonic() - 2 * a.max_compile_s)
+    with pytest.raises(InvalidInput, match="compile time budget"):
+        b.compile(pattern, started=waited_since)
+    assert b.compiles == 0
+    assert _compile(b, pattern)[1] is not None and b.compiles == 1

@@ -163,8 +163,9 @@ class WorkerConstraints:
         store = self.store
         if store is None:
             return None
+        arrived = time.time() - (time.monotonic() - budget.started)  # as the store's clock
         while True:
-            failure = store.failure(key, _limits(budget))
+            failure = store.failure(key, _limits(budget), arrived)
             if failure is not None:
                 raise InvalidInput(failure)
             fd = store.claim(key)
@@ -196,10 +197,13 @@ class WorkerConstraints:
         self._release(index.key)
 
     def _failed(self, key: str, budget: Budget, error: InvalidInput) -> None:
-        """Compiling ``key`` failed: a failure that repeats is stored for the other workers
-        (a deadline overrun is not: a quieter machine may pass it); the claim is given back."""
-        if self.store is not None and time.monotonic() - budget.started <= budget.max_seconds:
-            self.store.fail(key, _limits(budget), str(error))
+        """Compiling ``key`` failed: the failure is stored for the other workers, then the
+        claim is given back. A deadline overrun fails only the requests that arrived before
+        it (they waited for this compile: one more would overrun the same way), not later
+        ones (a quieter machine may pass it)."""
+        if self.store is not None:
+            overrun = time.monotonic() - budget.started > budget.max_seconds
+            self.store.fail(key, _limits(budget), str(error), deadline=overrun)
         self._release()
 
     def _release(self, stored: str | None = None) -> None:

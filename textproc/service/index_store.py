@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import msgspec
@@ -94,22 +95,26 @@ class IndexStore:
         finally:
             os.close(fd)
 
-    def fail(self, key: str, budget: str, message: str) -> None:
+    def fail(self, key: str, budget: str, message: str, *, deadline: bool = False) -> None:
         """Remember that compiling ``key`` under ``budget`` (its limits, as text) fails with
-        ``message`` every time (not a deadline overrun: a quieter machine may pass that)."""
+        ``message``: every time, or (``deadline``, an overrun: a quieter machine may pass)
+        for the requests that arrived before now."""
         path = self._path(key, _FAIL)
         if path is None:
             return
         try:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_FAIL)
             with os.fdopen(fd, "w") as f:
-                json.dump({"budget": budget, "message": message}, f)
+                json.dump({"budget": budget, "message": message,
+                           "deadline_at": time.time() if deadline else None}, f)
             os.replace(tmp, path)
         except OSError as e:
             _log.warning("cannot store a constraint failure in %s: %s", self.directory, e)
 
-    def failure(self, key: str, budget: str) -> str | None:
-        """The message :meth:`fail` kept for ``key`` under the same ``budget``, or None."""
+    def failure(self, key: str, budget: str, arrived: float = 0.0) -> str | None:
+        """The message :meth:`fail` kept for ``key`` under the same ``budget``, or None; a
+        deadline overrun only for a request that arrived (``time.time()``) before it ended:
+        it waited for that compile, which was its own, and its budget is spent too."""
         path = self._path(key, _FAIL)
         if path is None:
             return None
@@ -118,6 +123,9 @@ class IndexStore:
         except (OSError, ValueError):
             return None
         if not isinstance(kept, dict) or kept.get("budget") != budget:
+            return None
+        overrun = kept.get("deadline_at")
+        if isinstance(overrun, (int, float)) and arrived > overrun:
             return None
         message = kept.get("message")
         return message if isinstance(message, str) else None
