@@ -11,6 +11,7 @@ import json
 import random
 import re
 from typing import Any
+from unittest import mock
 
 import jsonschema
 import pytest
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 
 from tests.helpers.regex_sampler import sample
 from tests.helpers.tool_calls import render
-from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint
+from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint, forced_calls
+from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.lazy_dfa import lazy_dfa
 from textproc.core.constraints.free_text import without
 from textproc.core.constraints.regex_syntax import parse_regex
@@ -60,12 +62,15 @@ def _reasoning(fmt: str) -> str:
 
 
 def _pattern(fmt: str, tools: list[dict[str, Any]] = TOOLS, *, parallel: bool = True,
-             reasoning: str | None = "default", inside: bool = False) -> str:
+             reasoning: str | None = "default", inside: bool = False, plain: bool = True) -> str:
+    """The strict pattern; ``plain``: in Python ``re`` syntax at any length (Python's ``re`` and
+    the sampler read these tests' patterns; past ``PLAIN_MAX_CHARS`` the service's is shared)."""
     rname = _reasoning(fmt) if reasoning == "default" else reasoning
-    return strict_calls_pattern(TOOL_FORMATS[fmt], _by_name(tools), parallel=parallel,
-                                to_regex=json_schema_to_regex,
-                                reasoning=REASONING_FORMATS[rname] if rname else None,
-                                starts_in_reasoning=inside)
+    with mock.patch.object(forced_calls, "PLAIN_MAX_CHARS", 1 << 30 if plain else forced_calls.PLAIN_MAX_CHARS):
+        return strict_calls_pattern(TOOL_FORMATS[fmt], _by_name(tools), parallel=parallel,
+                                    to_regex=json_schema_to_regex,
+                                    reasoning=REASONING_FORMATS[rname] if rname else None,
+                                    starts_in_reasoning=inside)
 
 
 def _check_parse(fmt: str, text: str, tools: list[dict[str, Any]], *, parallel: bool,
@@ -228,3 +233,23 @@ def test_token_level_free_text_is_exact(ids: list[int]) -> None:
     else:
         complete = data.decode("utf-8", "replace") == data.decode("utf-8", "ignore")
         assert guide.is_accepting == complete
+
+
+@pytest.mark.parametrize("fmt", ["llama3_json", "hermes"])
+def test_a_long_pattern_writes_its_calls_once_in_the_same_language(fmt: str) -> None:
+    """Past ``PLAIN_MAX_CHARS`` the calls recur as calls of one definition (``(?&name)``): a
+    shorter text, the same minimal DFA as the plain pattern."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": WEATHER}} for i in range(4)]
+    with mock.patch.object(forced_calls, "PLAIN_MAX_CHARS", 1 << 12):
+        shared = _pattern(fmt, tools, plain=False)
+        forced = forced_calls.forced_calls_pattern(fmt, _by_name(tools), None, parallel=True,
+                                                   to_regex=json_schema_to_regex)
+    plain = _pattern(fmt, tools)
+    with mock.patch.object(forced_calls, "PLAIN_MAX_CHARS", 1 << 30):
+        plain_forced = forced_calls.forced_calls_pattern(fmt, _by_name(tools), None, parallel=True,
+                                                         to_regex=json_schema_to_regex)
+    for short, long in ((shared, plain), (forced, plain_forced)):
+        assert "(?&" in short and "(?&" not in long and len(short) < len(long) * 0.6
+        a = build_dfa(parse_regex(short), Budget(max_seconds=60))
+        b = build_dfa(parse_regex(long), Budget(max_seconds=60))
+        assert (a.rows, a.accepting) == (b.rows, b.accepting)

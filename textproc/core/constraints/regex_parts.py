@@ -10,6 +10,7 @@ what it describes, written as ``json.dumps(ensure_ascii=False)`` writes it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from textproc.core.constraints.regex_syntax import MAX_REPEAT, merge, subtract
 from textproc.errors import InvalidInput, short
 
 __all__ = ["MAX_COUNT", "MAX_EXACT_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "upper_bound", "int_range",
-           "translate_pattern", "key_except", "may_overlap"]
+           "translate_pattern", "key_except", "may_overlap", "Shared"]
 
 # largest lower bound (minLength, minItems, a pattern's {m,}): a lower bound is kept exact (a
 # looser one would let a value end early, invalid), and each repetition is automaton states
@@ -49,6 +50,41 @@ def group(alternatives: Sequence[str]) -> str:
     if len(alternatives) == 1:
         return alternatives[0]
     return "(?:" + "|".join(alternatives) + ")"
+
+
+class Shared:
+    """Sub-regexes written once, in a ``(?(DEFINE)(?P<name>...))`` block ahead of the regex, and
+    called as ``(?&name)`` wherever they recur (the ``regex`` module's syntax, which the token
+    compiler reads as the group's one tree: parsed once, its automaton built once per place it
+    leads to): those longer than ``from_chars`` (None: none). Names are content hashes, so two
+    blocks defining one name define it alike.
+
+    >>> shared = Shared(3)
+    >>> a = shared.call("abcd")
+    >>> shared.block() + a + shared.call("xy") + a
+    '(?(DEFINE)(?P<df021be6e492f0427>abcd))(?&df021be6e492f0427)xy(?&df021be6e492f0427)'
+    """
+
+    def __init__(self, from_chars: int | None) -> None:
+        self.from_chars = from_chars
+        self.defined: dict[str, str] = {}  # name -> regex, each after the ones it calls
+        self.chars = 0  # characters the block will take
+
+    def call(self, regex: str) -> str:
+        """``regex``, or a call of its definition when it is long."""
+        if self.from_chars is None or len(regex) <= self.from_chars:
+            return regex
+        name = "d" + hashlib.blake2b(regex.encode(), digest_size=8).hexdigest()
+        if name not in self.defined:
+            self.defined[name] = regex
+            self.chars += len(regex) + len(name) + 6
+        return f"(?&{name})"
+
+    def block(self) -> str:
+        """The ``(?(DEFINE)...)`` block the calls need ("" when there are none)."""
+        if not self.defined:
+            return ""
+        return "(?(DEFINE)" + "".join(f"(?P<{n}>{r})" for n, r in self.defined.items()) + ")"
 
 
 def upper_bound(lo: int, hi: int | None) -> int | None:

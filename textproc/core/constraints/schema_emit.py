@@ -11,7 +11,6 @@ syntax; the name is a hash of the text, so regexes joined into one pattern agree
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import replace
@@ -20,7 +19,7 @@ from typing import Any
 import regex as re_
 
 from textproc.core.constraints.budget import regex_too_long
-from textproc.core.constraints.regex_parts import CHAR, key_except, may_overlap, translate_pattern, upper_bound
+from textproc.core.constraints.regex_parts import CHAR, Shared, key_except, may_overlap, translate_pattern, upper_bound
 from textproc.core.constraints.regex_parts import group as _group
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.regex_parts import repeat as _repeat
@@ -44,9 +43,7 @@ class Compiler:
         self.flattener = Flattener(root, max_recursion=max_recursion, strict=strict)
         self.any_depth = any_depth
         self.max_chars = max_chars
-        self.define_from = define_from
-        self.defined: dict[str, str] = {}  # name -> regex, each after the ones it calls
-        self.defined_chars = 0
+        self.shared = Shared(define_from)
         self.too_long = False  # the last InvalidInput was the size budget
         self._memo: dict[tuple[Any, ...], str | None] = {}
         self._any: dict[int, str] = {}
@@ -89,27 +86,24 @@ class Compiler:
     def check_size(self, regex: str, path: str) -> None:
         """``InvalidInput`` when ``regex`` (with the definitions so far) passes ``max_chars``
         (the regex size budget)."""
-        if len(regex) + self.defined_chars > self.max_chars:
+        if len(regex) + self.shared.chars > self.max_chars:
             self.too_long = True
             raise InvalidInput(regex_too_long(
                 f"the JSON schema at {path} expands to a regex of over "
-                f"{len(regex) + self.defined_chars:,} characters", self.max_chars))
+                f"{len(regex) + self.shared.chars:,} characters", self.max_chars))
+
+    @property
+    def defined(self) -> dict[str, str]:
+        """Name -> regex of the sub-regexes written once so far."""
+        return self.shared.defined
 
     def define(self, regex: str) -> str:
         """``regex``, or a call of its definition when ``define_from`` says it is long."""
-        if self.define_from is None or len(regex) <= self.define_from:
-            return regex
-        name = "d" + hashlib.blake2b(regex.encode(), digest_size=8).hexdigest()
-        if name not in self.defined:
-            self.defined[name] = regex
-            self.defined_chars += len(regex) + len(name) + 6
-        return f"(?&{name})"
+        return self.shared.call(regex)
 
     def definitions(self) -> str:
         """The ``(?(DEFINE)...)`` block the regex's calls need ("" when there are none)."""
-        if not self.defined:
-            return ""
-        return "(?(DEFINE)" + "".join(f"(?P<{n}>{r})" for n, r in self.defined.items()) + ")"
+        return self.shared.block()
 
     def matcher(self, regex: str) -> Any:
         """``regex`` (which may call the definitions so far) compiled by the ``regex`` module."""

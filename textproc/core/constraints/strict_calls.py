@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from textproc.core.constraints.forced_calls import ToRegex, spelling_pattern
+from textproc.core.constraints.forced_calls import ToRegex, plain_or_shared, spelling_pattern
 from textproc.core.constraints.free_text import without
-from textproc.core.constraints.regex_parts import lit
+from textproc.core.constraints.regex_parts import Shared, lit
 from textproc.core.parsing.declaration import Lit, ReasoningFormat, ToolFormat
 from textproc.errors import InvalidInput
 
@@ -66,13 +66,28 @@ def strict_calls_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any
                          starts_in_reasoning: bool = False) -> str:
     """The regex of a ``tool_choice: "auto"`` output with strict calls in ``fmt`` (see the
     module docstring); ``reasoning``: the reasoning format the output is parsed with (None:
-    no reasoning), ``starts_in_reasoning``: the prompt left its block open."""
+    no reasoning), ``starts_in_reasoning``: the prompt left its block open. Past
+    ``PLAIN_MAX_CHARS`` the calls are written once
+    (:func:`~textproc.core.constraints.forced_calls.plain_or_shared`)."""
     if fmt.whole_parser is not None or not (fmt.open_tags or fmt.start_chars):
         raise InvalidInput(
             f"strict tool calls are not supported for tool format {fmt.name!r}: its calls are not "
             "marked in content (a whole-output format); use tool_choice 'required' or a named tool")
+
+    def pattern(shared: Shared, schema_regex: ToRegex) -> str:
+        return _strict_pattern(fmt, by_name, parallel, schema_regex, reasoning, starts_in_reasoning, shared)
+
+    return plain_or_shared(pattern, to_regex)
+
+
+def _strict_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any] | bool], parallel: bool,
+                    to_regex: ToRegex, reasoning: ReasoningFormat | None, starts_in_reasoning: bool,
+                    shared: Shared) -> str:
     lead = section_lead(fmt)
-    section = spelling_pattern(fmt.calls, by_name, None, parallel=parallel, to_regex=to_regex)
+    # the calls recur (after free text, after an open tag, as the answer's start, again after
+    # more text): ``shared`` writes them once in a long pattern
+    section = shared.call(spelling_pattern(fmt.calls, by_name, None, parallel=parallel, to_regex=to_regex,
+                                           shared=shared))
     markers = list(fmt.open_tags)
     prefix = ""
     if reasoning is not None and reasoning.whole_parser is None and reasoning.open_tags:
@@ -88,7 +103,7 @@ def strict_calls_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any
     start_chars = "".join(c for c in fmt.start_chars if lead.startswith(c))
     free = without(markers)
     first = without(markers, first_excluded=start_chars) if start_chars else free
-    mid = "(?:" + "|".join(sections) + ")" if sections else None
+    mid = shared.call("(?:" + "|".join(sections) + ")") if sections else None
     openings = [first]  # text only
     if mid is not None:
         openings.append(first + mid + free)  # text, then a section
