@@ -50,6 +50,7 @@ from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step, wide_state
 from textproc.core.constraints.index_near import near_loop, near_root, walk_near
 from textproc.core.constraints.index_parts import Kept, combine, root_walks, within_loop
+from textproc.core.constraints.index_regions import Regions
 from textproc.core.constraints.index_replay import TRIE_SMALL, TRIE_WIDE
 from textproc.core.constraints.index_shift import CountedShift
 from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
@@ -95,6 +96,7 @@ class StateTokens:
         # a state's walked first bytes (byte, state after it) -> their walks, once seen twice
         self.root_walks: dict[tuple[int, int], Kept | None] = {}
         self.counted = CountedShift(self)  # counted repetitions' answers, moved a position on
+        self.regions = Regions(self)  # states on short cycles, from templates kept per vocabulary
         self.chain_steps: dict[tuple[int, bytes], int | None] = {}  # index_chains.chain, kept
         self.char_steps: dict[tuple[int, int], bool] = {}  # index_chains.char_step, kept
 
@@ -119,6 +121,9 @@ class StateTokens:
         moved = self.counted.state(q)
         if moved is not None:
             return moved
+        templated = self.regions.state(q)
+        if templated is not None:
+            return templated
         answer, shape = self.exact_state(q)
         self.counted.keep(q, answer, shape)
         return answer

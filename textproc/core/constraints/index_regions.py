@@ -1,0 +1,276 @@
+"""States on short cycles answered from a template kept per vocabulary (:class:`Regions`): a
+JSON string's loop, its escapes, the ``\\uXXXX`` digits and UTF-8 continuation bytes, free
+text's marker prefixes, a number's digits.
+
+A state's *region* is the set of states within ``REGION_DEPTH`` bytes of it that lead back to
+it through such states (a string's states from any of them; not the whole output, which a
+list of calls or free text makes one cycle). Numbered breadth first from the state in byte
+order, the region's rows (per byte: a region state by number, dead, or an *exit*: a state
+outside the region) are its key, the same wherever such a region recurs: every string property of every tool of every
+schema, in every compile. A token walked from the state reads only the region's rows until it
+takes an exit, so:
+
+- a token without a byte that some exit is taken on never takes one: it is allowed iff it is
+  allowed from the first state met with that key, and goes to the region state of the same
+  number (the template, made once per key from the walk definition's answer);
+- a token that takes an exit does so at the same region state, byte and position from every
+  state with the key; the template groups these by (region state, byte, rest after it), and
+  each state walks each group's rest from the state its exit leads to (walks kept: the same
+  rests from every state of one region).
+
+So a state's answer is its walk definition's, at the cost of dict and bitset operations in C
+plus one walk per distinct rest (a string region: ~600 rests of the ~1,300 Qwen3 tokens holding
+a quote). The answer's exceptions are in the template's order (ids ascending, then the exits'
+groups), whichever state made the template, so an index does not depend on what was compiled
+before it. Not used on a DFA built on demand (a first mask's few states), for states a
+counted repetition moves (:mod:`textproc.core.constraints.index_shift`), or where many tokens
+may take an exit (``EXIT_TOKENS_MAX``, ``EXIT_GROUPS_MAX``: a digit loop, which every
+delimiter leaves) or the answer is a counted one (a row by characters).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from textproc.core.constraints.automaton import ByteDFA
+from textproc.core.constraints.vocab import bits_of, bitset
+
+if TYPE_CHECKING:
+    from textproc.core.constraints.index_states import State, StateTokens
+
+__all__ = ["Regions", "Template", "REGION_DEPTH"]
+
+REGION_DEPTH = 8  # bytes from a loop state that its region's states lie within
+REGION_MAX = 64  # states in a region (a key spends one byte per row entry)
+BALL_MAX = 256  # states within REGION_DEPTH bytes looked at to find a region
+EXIT_TOKENS_MAX = 16384  # tokens that may take an exit, past which a region gets no template
+EXIT_GROUPS_MAX = 1024  # distinct (exit, rest) walks per state, past which ... (a digit loop)
+_EXIT = 254  # a key's row entry for a byte leading out of the region
+_DEAD = 255  # ... for a dead byte
+
+
+class Template:
+    """One region key's answer in region numbers: the tokens that stay in the region (their
+    bitset, the exceptions by region number, the default's region number or -1), the tokens
+    that take an exit grouped by (region number, byte, rest) and their bitset."""
+
+    __slots__ = ("allowed", "exc_ids", "exc_to", "default", "groups", "exit_bits")
+
+    def __init__(self, allowed: int, exc_ids: tuple[int, ...], exc_to: tuple[int, ...], default: int,
+                 groups: list[tuple[int, int, bytes, tuple[int, ...]]], exit_bits: int) -> None:
+        self.allowed = allowed
+        self.exc_ids = exc_ids
+        self.exc_to = exc_to
+        self.default = default
+        self.groups = groups
+        self.exit_bits = exit_bits
+
+
+class Regions:
+    """Region templates for one index build (``st``: its :class:`StateTokens`); the templates
+    live in the vocabulary's derived sets, across compiles."""
+
+    def __init__(self, st: StateTokens) -> None:
+        self.st = st
+        self.enabled = isinstance(st.dfa, ByteDFA)
+        self.rows = st.dfa.rows
+        self._succ: dict[int, tuple[int, ...]] = {}
+        self._shapes: dict[int, tuple[bytes, tuple[int, ...]]] = {}
+        # state -> the states of the region found around a state of it (one search per region)
+        self._inside: dict[int, frozenset[int]] = {}
+
+    def succ(self, x: int) -> tuple[int, ...]:
+        """The distinct states ``x`` reads into."""
+        got = self._succ.get(x)
+        if got is None:
+            got = self._succ[x] = tuple(y for y in self.shape(x)[1] if y >= 0)
+        return got
+
+    def state(self, q: int) -> State | None:
+        """``q``'s answer from its region's template (made now from the walk definition's
+        answer when the key is new), or None: compute it."""
+        if not self.enabled or len(self.st.live(q)) < 2:  # a literal's state: cheap anyway
+            return None
+        if any(r.sigma.get(q, q) != q for r in self.st.counted.regions):
+            return None
+        order = self.region(q)
+        if order is None:
+            return None
+        code = {x: i for i, x in enumerate(order)}
+        parts: list[object] = ["region"]
+        for x in order:
+            shape, targets = self.shape(x)
+            parts.append(shape)
+            parts.append(tuple(code.get(y, _EXIT if y >= 0 else _DEAD) for y in targets))
+        key = tuple(parts)
+        derived = self.st.sets.derived
+        template: Template | None
+        if key in derived:
+            template = derived[key]
+            if template is None:
+                return None
+        else:
+            answer, shape_name = self.st.exact_state(q)
+            template = derived[key] = self._template(answer, self.key_rows(order, code), code)
+            if template is None:
+                self.st.counted.keep(q, answer, shape_name)
+                return answer
+        return self._answer(template, order)
+
+    def shape(self, x: int) -> tuple[bytes, tuple[int, ...]]:
+        """``x``'s row as (per byte the number of its target among the distinct ones, the
+        distinct targets in byte order)."""
+        got = self._shapes.get(x)
+        if got is None:
+            row = self.rows[x]
+            targets = tuple(dict.fromkeys(row))
+            number = {t: i for i, t in enumerate(targets)}
+            got = self._shapes[x] = (bytes(map(number.__getitem__, row)), targets)
+        return got
+
+    def key_rows(self, order: list[int], code: dict[int, int]) -> list[bytes]:
+        """Per region state, its row in region numbers (``_EXIT``, ``_DEAD``)."""
+        out = []
+        for x in order:
+            row = self.rows[x]
+            to = {y: code.get(y, _EXIT if y >= 0 else _DEAD) for y in set(row)}
+            out.append(bytes(map(to.__getitem__, row)))
+        return out
+
+    def region(self, q: int) -> list[int] | None:
+        """The states within ``REGION_DEPTH`` bytes of ``q`` that reach ``q`` again through
+        such states, breadth first from ``q`` in byte order (the region found around a loop
+        state that ``q`` is in, or around ``q`` when it loops); None when there is none (or
+        too many states are near it)."""
+        inside = self._inside.get(q)
+        if inside is None:
+            if q not in self.succ(q):  # a region is searched from its loop state (the build
+                return None  # meets a string's loop before its escapes)
+            inside = self._search(q)
+            if inside is None:
+                return None
+            self._inside.update(dict.fromkeys(inside, inside))
+        order = [q]
+        seen = {q}
+        shape = self.shape
+        for x in order:  # breadth first, a state's successors in byte order
+            for y in shape(x)[1]:
+                if y in inside and y not in seen:
+                    seen.add(y)
+                    order.append(y)
+        return order
+
+    def _search(self, q: int) -> frozenset[int] | None:
+        """The states within ``REGION_DEPTH`` bytes of ``q`` that lead back to it through such
+        states (None: none, or too many)."""
+        succ = self.succ
+        ahead = {q}  # the states within REGION_DEPTH bytes of q
+        frontier = [q]
+        for _ in range(REGION_DEPTH):
+            nxt = []
+            for x in frontier:
+                for y in succ(x):
+                    if y not in ahead:
+                        ahead.add(y)
+                        nxt.append(y)
+                if len(ahead) > BALL_MAX:
+                    return None
+            frontier = nxt
+        preds: dict[int, list[int]] = {}
+        for x in ahead:
+            for y in succ(x):
+                if y in ahead:
+                    preds.setdefault(y, []).append(x)
+        if q not in preds:
+            return None
+        inside = {q}  # ... that reach q through those states
+        frontier = [q]
+        while frontier:
+            nxt = []
+            for y in frontier:
+                for x in preds.get(y, ()):
+                    if x not in inside:
+                        inside.add(x)
+                        nxt.append(x)
+            frontier = nxt
+        return frozenset(inside) if len(inside) <= REGION_MAX else None
+
+    def _template(self, answer: State, key_rows: list[bytes], code: dict[int, int]) -> Template | None:
+        """The template of a region key (``key_rows``: its rows in region numbers) from the
+        answer of its state 0 (``code``: DFA state -> region number); None: no template, see
+        the module docstring."""
+        allowed, exc, default, by_chars = answer
+        if by_chars is not None:
+            return None
+        st = self.st
+        tables = st.tables
+        exit_bytes = {b for row in key_rows for b, c in enumerate(row) if c == _EXIT}
+        candidates = 0
+        for b in exit_bytes:
+            candidates |= tables.contains[b]
+        if candidates.bit_count() > EXIT_TOKENS_MAX:
+            return None
+        token_bytes = st.token_bytes
+        by_exit: dict[tuple[int, int, bytes], list[int]] = {}
+        for n, token_id in enumerate(bits_of(candidates)):
+            if n % 4096 == 4095:
+                st.sets.check()
+            data = token_bytes[token_id]
+            i = 0
+            for pos, byte in enumerate(data):
+                c = key_rows[i][byte]
+                if c == _DEAD:
+                    break
+                if c == _EXIT:
+                    by_exit.setdefault((i, byte, data[pos + 1 :]), []).append(token_id)
+                    break
+                i = c
+            if len(by_exit) > EXIT_GROUPS_MAX:
+                return None
+        exit_ids = [token_id for ids in by_exit.values() for token_id in ids]
+        exit_bits = bitset(exit_ids, st.size)
+        inside = allowed & ~exit_bits
+        # the tokens that stay: each goes to a region state (exceptions by region number); one
+        # that does not (a walk leaving by a long way round) leaves the region untemplated
+        leaving = set(exit_ids)
+        stay = {token_id: n for token_id, n in exc.items() if token_id not in leaving}
+        implicit = inside.bit_count() - len(stay)  # tokens going to the answer's default
+        if not set(stay.values()) <= code.keys() or (implicit and default not in code):
+            return None
+        own = {token_id: code[n] for token_id, n in stay.items()}
+        counts = Counter(own.values())
+        if implicit:
+            counts[code[default]] += implicit
+        best = min(counts, key=lambda n: (-counts[n], n)) if counts else -1
+        if implicit and best != code[default]:  # a tie broken by region number: name them all
+            own.update(dict.fromkeys(bits_of(inside & ~bitset(own, st.size)), code[default]))
+        ids = sorted(token_id for token_id, n in own.items() if n != best)
+        groups = [(i, byte, rest, tuple(ids_)) for (i, byte, rest), ids_ in sorted(by_exit.items())]
+        return Template(inside, tuple(ids), tuple(own[token_id] for token_id in ids), best, groups, exit_bits)
+
+    def _answer(self, template: Template, order: list[int]) -> State:
+        """The answer of the state ``order[0]`` (its region in region numbers) from its key's
+        template."""
+        st = self.st
+        rows = self.rows
+        exc = dict(zip(template.exc_ids, map(order.__getitem__, template.exc_to)))
+        default = order[template.default] if template.default >= 0 else -1
+        walked = st.walked
+        walk = st.walk_skipping
+        dead: list[int] = []
+        for i, byte, rest, ids in template.groups:
+            e = rows[order[i]][byte]
+            if rest:
+                key = (e, rest)
+                n = walked.get(key, -2)
+                if n == -2:
+                    n = walked[key] = walk(e, rest)
+            else:
+                n = e
+            if n < 0:
+                dead.extend(ids)
+            elif n != default:
+                exc.update(dict.fromkeys(ids, n))
+        allowed = template.allowed | (template.exit_bits & ~bitset(dead, st.size))
+        return allowed, exc, default, None
