@@ -256,3 +256,55 @@ def test_a_deadline_overrun_fails_the_requests_that_waited_for_it(toy_model: Pat
         b.compile(pattern, started=waited_since)
     assert b.compiles == 0
     assert _compile(b, pattern)[1] is not None and b.compiles == 1
+
+
+def test_requests_queued_behind_a_partial_index_go_out_on_it(toy_model: Path, tmp_path: Path) -> None:
+    """While a partial index's whole one waits to be built, a request on the same constraint
+    goes out on the partial index at once; one that needs another constraint first makes the
+    pending whole index, which the worker then sends (``finished``) to the shards that have
+    the partial one."""
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    other = structured_regex({"json": {**SCHEMA, "required": ["days"]}})
+    worker = _worker(toy_model, tmp_path / "store")
+    worker.first_seconds = 0.0
+    first = _partial_compile(worker, pattern)
+    worker.sent(first.key, 0)
+    again, table = worker.compile(pattern)
+    assert again is first and table is None and worker.compiles == 1
+    worker.compile(other)
+    assert [(done.key, shards) for done, shards in worker.finished] == [(first.key, [0])]
+    assert worker.finished[0][0].table is not None
+
+
+def test_a_burst_on_one_new_schema_to_one_worker(toy_model: Path, tmp_path: Path) -> None:
+    """Twelve requests at once with a new schema and then another, on one worker (the queued
+    ones go out on the first states of its index): every one answered with valid output."""
+    import asyncio
+    import json
+
+    import jsonschema
+
+    other = {**SCHEMA, "required": ["city", "days"]}
+    svc = Service(tmp_path / "svc", toy_model, workers=1,
+                  args=["--max-model-len", "4096", "--stub-mode", "random"])
+    svc.start()
+    try:
+        async def main() -> list[tuple[dict[str, Any], str]]:
+            async with await TextClient.connect(svc.runtime_dir) as client:
+                async def one(i: int) -> tuple[dict[str, Any], str]:
+                    schema = SCHEMA if i % 3 else other
+                    text = ""
+                    async for event in client.chat([{"role": "user", "content": f"go {i}"}],
+                                                   structured={"json": schema}, max_tokens=60):
+                        text += "".join(d.get("content") or "" for d in event.deltas)
+                    return schema, text
+
+                return list(await asyncio.gather(*(one(i) for i in range(12))))
+
+        answers = run(main)
+    finally:
+        svc.stop()
+    for schema, text in answers:
+        jsonschema.validate(json.loads(text), schema)

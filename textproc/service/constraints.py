@@ -97,6 +97,9 @@ class WorkerConstraints:
         self.partial_shards: set[int] = set()  # detokenizer shards handed ``last``'s partial table
         self.compiles = 0
         self._claim_fd: int | None = None  # the store's compile lock of the key compiled now
+        # whole indexes (or why they failed) made by compile() for the shards their partial
+        # ones went to: the worker sends them (take with ``finished.clear()``)
+        self.finished: list[tuple[IndexDone, list[int]]] = []
         self._rest_budget = Budget()  # the budget ``rest`` runs under
 
     def prepare(self) -> None:
@@ -125,6 +128,8 @@ class WorkerConstraints:
         worker is compiling is waited for (within the budget), not compiled again."""
         vocab = self.vocab  # built before the budget's clock starts (once per worker)
         key = constraint_key(vocab, pattern)
+        if self.rest is not None and self.last is not None and self.last.key == key:
+            return self.last, self.table_for(shard)  # its partial index: the whole one follows
         index = self.cache.get(key)
         if index is None and self.store is not None:
             index = self.store.get(key)  # compiled before, by any worker or an earlier run
@@ -132,9 +137,7 @@ class WorkerConstraints:
                 self.cache.put(key, index)
         if index is None:
             if self.rest is not None:  # an earlier partial index whose whole one was not made
-                done, shards = self.finish()
-                for missed in shards:  # its whole table goes with the next request naming it
-                    self.unsent(done.key, missed)
+                self.finished.append(self.finish())  # the worker sends it after this request
             budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes,
                             started=time.monotonic() if started is None else started,
                             what=f"regex {short(pattern)}")

@@ -36,6 +36,7 @@ from textproc.protocol import (
     EncodePart,
     EventFrame,
     Failure,
+    IndexDone,
     ProcessDied,
     Ready,
     Stats,
@@ -86,6 +87,10 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     return 0
 
 
+# requests a worker serves between handing out a partial index and building the whole one
+# (those queued already: a burst on one new constraint goes out on its first states)
+MAX_DRAINED = 32
+
 def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
            front: zmq.Socket[Any], detoks: list[zmq.Socket[Any]],
            decoder: FrameDecoder[WorkerInFrame], pool: PeerPool, events: zmq.Socket[Any]) -> None:
@@ -99,6 +104,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
     event_decoder: FrameDecoder[EventFrame] = FrameDecoder(EventFrame,
                                                            socket_name=f"worker-{index}<-events")
     next_parent_check = time.monotonic() + 1.0
+    drained = 0  # requests served while a whole index waits to be built
     while not runtime.should_stop:
         ready = [] if deferred else poller.poll(200)
         now = time.monotonic()
@@ -155,8 +161,16 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
             except zmq.ZMQError as e:
                 _log.warning("reply to client %s for %r not delivered: %s", client_id.hex(),
                              reply.request_id, e)
+        while builder.constraints.finished:  # whole indexes a compile made on its way
+            _send_done(builder, gate, *builder.constraints.finished.pop(0))
         if builder.constraints.rest is not None:  # a partial index went out: the whole follows
+            # the requests already queued go out first (on the same constraint: its partial
+            # index too), a bounded number of them, then the whole index is built
+            if drained < MAX_DRAINED and not deferred and front.poll(0, zmq.POLLIN):
+                drained += 1
+                continue
             _finish_index(builder, gate)
+        drained = 0
 
 
 def _take_events(events: zmq.Socket[Any], decoder: FrameDecoder[EventFrame],
@@ -200,8 +214,8 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
     n_shards = gate.n_shards
     for i, submit in enumerate(submits):
         shard = shard_of(submit.request_id, n_shards)
-        if submit.index is not None and submit.index.n_known:
-            submit = msgspec.structs.replace(submit, compiler=os.getpid())
+        if (submit.index is not None and submit.index.n_known) or builder.constraints.rest is not None:
+            submit = msgspec.structs.replace(submit, compiler=os.getpid())  # (on a partial index)
         # after one refusal the rest are refused too (they may need the index the first carried)
         if (not replies or isinstance(replies[-1], Accepted)) and gate.send(
                 builder.encode(submit), shard):
@@ -222,8 +236,13 @@ def _finish_index(builder: RequestBuilder, gate: _SubmitGate) -> None:
     """Compile the whole index of the last progressive compile and send it (or why it failed)
     to the detokenizer shards its partial index went to; a shard it cannot reach gets the whole
     table with its next request naming it instead."""
+    _send_done(builder, gate, *builder.constraints.finish())
+
+
+def _send_done(builder: RequestBuilder, gate: _SubmitGate, done: IndexDone, shards: list[int]) -> None:
+    """``done`` to the detokenizer shards a partial index went to; a shard it does not reach
+    gets the whole table with its next request naming it instead."""
     constraints = builder.constraints
-    done, shards = constraints.finish()
     data = builder.encode(done)
     for shard in shards:
         if not gate.send(data, shard):
