@@ -100,7 +100,8 @@ class OutputOptions:
     # a matched stop string stays in the text
     include_stop: bool = field(default=False, metadata=_body("include_stop_str_in_output"))
     skip_special_tokens: bool = field(default=True, metadata=_body("skip_special_tokens"))
-    stream_calls: bool = True  # False: hold each tool call until it is complete and valid
+    # kept for compatibility: every tool call is held until it is complete and valid
+    stream_calls: bool = True
     parallel_tool_calls: bool = True  # False: at most one tool call; later ones are content
     # None: no logprobs; k in 0..MAX_TOP_LOGPROBS: each output token's logprob and its k most
     # likely alternatives

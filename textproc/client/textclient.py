@@ -206,9 +206,10 @@ class TextClient:
 
         ``documents`` reach the chat template as ``documents`` (RAG templates render them);
         ``logit_bias`` maps token ids to -100..100 and reaches the engine as
-        ``EngineRequest.logit_bias``. ``stream_calls=False`` (a caller that only wants the
-        whole answer): each tool call is held until it is complete and valid, so a malformed
-        or cut-off call comes back as content. ``parallel_tool_calls=False``: at most one call.
+        ``EngineRequest.logit_bias``. A tool call goes out once it is complete and valid (a
+        malformed or cut-off call comes back as content, streamed or not; ``stream_calls`` is
+        kept for compatibility and changes nothing). ``parallel_tool_calls=False``: at most one
+        call.
 
         ``timeout_s`` (default ``call_timeout_s``) bounds the wait for the worker to accept the
         request; a stuck worker then fails the stream with a TextprocError (kind ``timeout``,
