@@ -54,6 +54,9 @@ def _strict(fmt: str, tools: dict[str, Any] = TOOLS) -> str:
 CASES = {
     "strings": lambda: json_schema_to_regex({"type": "object", "properties": {
         "a": STR, "b": STR, "c": {"type": "array", "items": STR}, "d": {"type": "object", "properties": {"e": STR}}}}),
+    # open objects, values of any type: regions that many tokens leave are cut down to a string's
+    "open-any": lambda: json_schema_to_regex({"type": "object", "properties": {
+        "a": STR, "b": {"type": "array", "items": {}}, "c": {"type": "object"}}}),
     "strict-hermes": lambda: _strict("hermes"),
     "strict-qwen3-coder": lambda: _strict("qwen3_coder"),
     "forced-hermes": lambda: forced_calls_pattern("hermes", TOOLS, None, parallel=True, to_regex=json_schema_to_regex),

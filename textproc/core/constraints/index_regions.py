@@ -31,6 +31,7 @@ delimiter leaves) or the answer is a counted one (a row by characters).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import compress
 from typing import TYPE_CHECKING
 
 from textproc.core.constraints.automaton import ByteDFA
@@ -39,12 +40,12 @@ from textproc.core.constraints.vocab import bits_of, bitset
 if TYPE_CHECKING:
     from textproc.core.constraints.index_states import State, StateTokens
 
-__all__ = ["Regions", "Template", "REGION_DEPTH"]
+__all__ = ["Regions", "Region", "Template", "REGION_DEPTH"]
 
 REGION_DEPTH = 8  # bytes from a loop state that its region's states lie within
 REGION_MAX = 64  # states in a region (a key spends one byte per row entry)
-BALL_MAX = 256  # states within REGION_DEPTH bytes looked at to find a region
-EXIT_TOKENS_MAX = 16384  # tokens that may take an exit, past which a region gets no template
+BALL_MAX = 128  # states within REGION_DEPTH bytes looked at to find a region
+EXIT_TOKENS_MAX = 4096  # tokens that may take an exit, past which a region gets no template
 EXIT_GROUPS_MAX = 1024  # distinct (exit, rest) walks per state, past which ... (a digit loop)
 _EXIT = 254  # a key's row entry for a byte leading out of the region
 _DEAD = 255  # ... for a dead byte
@@ -67,6 +68,49 @@ class Template:
         self.exit_bits = exit_bits
 
 
+class Region:
+    """A region's states numbered breadth first in byte order from the state it was found
+    around (``order``; ``code``: state -> number) and its key (per state its row's shape and its
+    targets by number, ``_EXIT``, ``_DEAD``): a state's key is (the region's key, its number)."""
+
+    __slots__ = ("order", "code", "key", "_rows")
+
+    def __init__(self, order: list[int], code: dict[int, int], key: tuple[object, ...]) -> None:
+        self.order = order
+        self.code = code
+        self.key = key
+        self._rows: list[bytes] | None = None
+
+    @classmethod
+    def around(cls, q: int, inside: frozenset[int], regions: Regions) -> Region:
+        """The region of the states ``inside``, numbered from ``q``."""
+        order = [q]
+        seen = {q}
+        for x in order:  # breadth first, a state's successors in byte order
+            for y in regions.shape(x)[1]:
+                if y in inside and y not in seen:
+                    seen.add(y)
+                    order.append(y)
+        code = {x: i for i, x in enumerate(order)}
+        parts: list[object] = ["region"]
+        for x in order:
+            shape, targets = regions.shape(x)
+            parts.append(shape)
+            parts.append(tuple(code.get(y, _EXIT if y >= 0 else _DEAD) for y in targets))
+        return cls(order, code, tuple(parts))
+
+    def rows(self, dfa_rows: list[list[int]]) -> list[bytes]:
+        """Per region state, its row in region numbers (``_EXIT``, ``_DEAD``)."""
+        if self._rows is None:
+            out = []
+            for x in self.order:
+                row = dfa_rows[x]
+                to = {y: self.code.get(y, _EXIT if y >= 0 else _DEAD) for y in set(row)}
+                out.append(bytes(map(to.__getitem__, row)))
+            self._rows = out
+        return self._rows
+
+
 class Regions:
     """Region templates for one index build (``st``: its :class:`StateTokens`); the templates
     live in the vocabulary's derived sets, across compiles."""
@@ -77,8 +121,9 @@ class Regions:
         self.rows = st.dfa.rows
         self._succ: dict[int, tuple[int, ...]] = {}
         self._shapes: dict[int, tuple[bytes, tuple[int, ...]]] = {}
-        # state -> the states of the region found around a state of it (one search per region)
-        self._inside: dict[int, frozenset[int]] = {}
+        # state -> the region found around a state of it (one search per region; None: a
+        # region without templates)
+        self._regions: dict[int, Region | None] = {}
 
     def succ(self, x: int) -> tuple[int, ...]:
         """The distinct states ``x`` reads into."""
@@ -94,16 +139,11 @@ class Regions:
             return None
         if any(r.sigma.get(q, q) != q for r in self.st.counted.regions):
             return None
-        order = self.region(q)
-        if order is None:
+        region = self.region(q)
+        if region is None:
             return None
-        code = {x: i for i, x in enumerate(order)}
-        parts: list[object] = ["region"]
-        for x in order:
-            shape, targets = self.shape(x)
-            parts.append(shape)
-            parts.append(tuple(code.get(y, _EXIT if y >= 0 else _DEAD) for y in targets))
-        key = tuple(parts)
+        position = region.code[q]
+        key = (region.key, position)
         derived = self.st.sets.derived
         template: Template | None
         if key in derived:
@@ -112,11 +152,11 @@ class Regions:
                 return None
         else:
             answer, shape_name = self.st.exact_state(q)
-            template = derived[key] = self._template(answer, self.key_rows(order, code), code)
+            template = derived[key] = self._template(answer, region, position)
             if template is None:
                 self.st.counted.keep(q, answer, shape_name)
                 return answer
-        return self._answer(template, order)
+        return self._answer(template, region.order)
 
     def shape(self, x: int) -> tuple[bytes, tuple[int, ...]]:
         """``x``'s row as (per byte the number of its target among the distinct ones, the
@@ -129,37 +169,21 @@ class Regions:
             got = self._shapes[x] = (bytes(map(number.__getitem__, row)), targets)
         return got
 
-    def key_rows(self, order: list[int], code: dict[int, int]) -> list[bytes]:
-        """Per region state, its row in region numbers (``_EXIT``, ``_DEAD``)."""
-        out = []
-        for x in order:
-            row = self.rows[x]
-            to = {y: code.get(y, _EXIT if y >= 0 else _DEAD) for y in set(row)}
-            out.append(bytes(map(to.__getitem__, row)))
-        return out
-
-    def region(self, q: int) -> list[int] | None:
-        """The states within ``REGION_DEPTH`` bytes of ``q`` that reach ``q`` again through
-        such states, breadth first from ``q`` in byte order (the region found around a loop
-        state that ``q`` is in, or around ``q`` when it loops); None when there is none (or
-        too many states are near it)."""
-        inside = self._inside.get(q)
-        if inside is None:
-            if q not in self.succ(q):  # a region is searched from its loop state (the build
-                return None  # meets a string's loop before its escapes)
-            inside = self._search(q)
-            if inside is None:
-                return None
-            self._inside.update(dict.fromkeys(inside, inside))
-        order = [q]
-        seen = {q}
-        shape = self.shape
-        for x in order:  # breadth first, a state's successors in byte order
-            for y in shape(x)[1]:
-                if y in inside and y not in seen:
-                    seen.add(y)
-                    order.append(y)
-        return order
+    def region(self, q: int) -> Region | None:
+        """The region ``q`` is in: found around the first state of it the build meets that
+        loops (a string's loop before its escapes); None when there is none, or when many
+        tokens may leave it (no state of it gets a template)."""
+        if q in self._regions:
+            return self._regions[q]
+        if q not in self.succ(q):
+            return None
+        found = self._search(q)
+        if found is None:
+            return None
+        inside = self._tight(q, found)
+        region = Region.around(q, inside, self) if inside is not None else None
+        self._regions.update(dict.fromkeys(inside or found, region))
+        return region
 
     def _search(self, q: int) -> frozenset[int] | None:
         """The states within ``REGION_DEPTH`` bytes of ``q`` that lead back to it through such
@@ -196,15 +220,81 @@ class Regions:
             frontier = nxt
         return frozenset(inside) if len(inside) <= REGION_MAX else None
 
-    def _template(self, answer: State, key_rows: list[bytes], code: dict[int, int]) -> Template | None:
-        """The template of a region key (``key_rows``: its rows in region numbers) from the
-        answer of its state 0 (``code``: DFA state -> region number); None: no template, see
-        the module docstring."""
+    def _tight(self, q: int, inside: frozenset[int]) -> frozenset[int] | None:
+        """``inside`` less the states many tokens may leave it from (an array's next value, a
+        number's digits: every delimiter), one at a time, the most leaving first, keeping what
+        still leads from ``q`` back to ``q``, until at most ``EXIT_TOKENS_MAX`` tokens hold a
+        byte that leaves it (a string's: the ~1,300 Qwen3 tokens holding a quote); None when
+        only ``q`` would stay and that is still too many."""
+        counts = self._counts()
+        contains = self.st.tables.contains
+        while True:
+            leaving = {x: self._leaving(x, inside) for x in inside}
+            total = 0
+            for b in set().union(*leaving.values()):
+                total |= contains[b]
+            if total.bit_count() <= EXIT_TOKENS_MAX:
+                return inside
+            worst = max((x for x in inside if x != q), key=lambda x: (sum(counts[b] for b in leaving[x]), -x),
+                        default=None)
+            if worst is None:
+                return None
+            inside = self._cycle(q, inside - {worst})
+
+    def _leaving(self, x: int, inside: frozenset[int]) -> list[int]:
+        """The bytes that lead from ``x`` out of ``inside``."""
+        shape, targets = self.shape(x)
+        out = bytes(1 if t >= 0 and t not in inside else 0 for t in targets) + bytes(256 - len(targets))
+        return list(compress(range(256), shape.translate(out)))
+
+    def _counts(self) -> list[int]:
+        """Byte -> how many tokens hold it (kept per vocabulary)."""
+        derived = self.st.sets.derived
+        got: list[int] | None = derived.get(("region-counts",))
+        if got is None:
+            got = derived[("region-counts",)] = [bits.bit_count() for bits in self.st.tables.contains]
+        return got
+
+    def _cycle(self, q: int, states: frozenset[int]) -> frozenset[int]:
+        """The states of ``states`` on cycles through ``q`` within them (and ``q``)."""
+        succ = self.succ
+        ahead = {q}
+        frontier = [q]
+        while frontier:
+            nxt = []
+            for x in frontier:
+                for y in succ(x):
+                    if y in states and y not in ahead:
+                        ahead.add(y)
+                        nxt.append(y)
+            frontier = nxt
+        preds: dict[int, list[int]] = {}
+        for x in ahead:
+            for y in succ(x):
+                if y in ahead:
+                    preds.setdefault(y, []).append(x)
+        back = {q}
+        frontier = [q]
+        while frontier:
+            nxt = []
+            for y in frontier:
+                for x in preds.get(y, ()):
+                    if x not in back:
+                        back.add(x)
+                        nxt.append(x)
+            frontier = nxt
+        return frozenset(back)
+
+    def _template(self, answer: State, region: Region, position: int) -> Template | None:
+        """The template of the region state numbered ``position`` (its key) from that state's
+        answer; None: no template, see the module docstring."""
         allowed, exc, default, by_chars = answer
         if by_chars is not None:
             return None
         st = self.st
         tables = st.tables
+        key_rows = region.rows(self.rows)
+        code = region.code
         exit_bytes = {b for row in key_rows for b, c in enumerate(row) if c == _EXIT}
         candidates = 0
         for b in exit_bytes:
@@ -217,7 +307,7 @@ class Regions:
             if n % 4096 == 4095:
                 st.sets.check()
             data = token_bytes[token_id]
-            i = 0
+            i = position
             for pos, byte in enumerate(data):
                 c = key_rows[i][byte]
                 if c == _DEAD:
