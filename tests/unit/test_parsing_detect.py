@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+import regex
 
 from tests.helpers.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
@@ -175,7 +176,7 @@ def test_real_template_tool_call_turn_parses_back(name: str) -> None:
         turn = _assistant_turn(template, calls, bos_token="<s>", eos_token="</s>")
         got = parse_output(turn, tools=True, tool_format=choice.tool_format, tool_schemas=TOOLS)
     pattern = tool_call_pattern(tools, tool_format=choice.tool_format)
-    match = re.search(pattern, turn)
+    match = regex.search(pattern, turn)  # (a long pattern calls (?(DEFINE)...) groups: regex's syntax)
     assert match is not None, turn
     assert _calls(parse_output(match.group(), tools=True, tool_format=choice.tool_format)) == _calls(got)
 
