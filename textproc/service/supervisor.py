@@ -70,6 +70,8 @@ _MAX_RESTART_DELAY_S = 5.0
 _PROGRESS_EVERY_S = 5.0  # a "still waiting for ..." line while children start
 
 
+INDEX_STORE_DIR = "indexes"  # the workers' shared index store in the runtime dir, by default
+
 class Supervisor:
     """Starts, watches and stops one service. ``start()`` returns once every child is Ready."""
 
@@ -79,6 +81,7 @@ class Supervisor:
         self.endpoints: Endpoints | None = None
         self.children: list[Child] = []
         self._created_dir = False
+        self._index_store: Path | None = None  # the runtime dir's store (no --constraint-cache-dir)
         self._ctx: zmq.Context[Any] | None = None
         self._sockets: list[zmq.Socket[Any]] = []
         self._control: zmq.Socket[Any] | None = None
@@ -136,8 +139,8 @@ class Supervisor:
         self._events.bind(ep.events)
 
         if service.constraint_cache_dir is None:  # the workers share their compiles still
-            service = dataclasses.replace(
-                service, constraint_cache_dir=str(self.runtime_dir / "indexes"))
+            self._index_store = self.runtime_dir / INDEX_STORE_DIR
+            service = dataclasses.replace(service, constraint_cache_dir=str(self._index_store))
         config_json = service.to_json()
         endpoints_json = json.dumps(ep.to_dict())
         me = os.getpid()
@@ -219,6 +222,8 @@ class Supervisor:
                 (self.runtime_dir / name).unlink(missing_ok=True)
             for path in self.runtime_dir.glob("http-*"):  # each frontend's files, if left
                 path.unlink(missing_ok=True)
+            if self._index_store is not None:  # the workers' store for this run only
+                shutil.rmtree(self._index_store, ignore_errors=True)
             if self._created_dir:
                 shutil.rmtree(self.runtime_dir, ignore_errors=True)
         if self._finalizer is not None:
