@@ -249,6 +249,7 @@ class VllmEngine:
             outputs.append((rid, [], "error"))
             return
         self.live.add(rid)
+        self.stalled = False  # a step may run it
         self.requests[rid] = {"generated": 0, "finish_reason": None}
         while len(self.requests) > MAX_TRACKED_REQUESTS:
             self.requests.popitem(last=False)
