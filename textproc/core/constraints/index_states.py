@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from itertools import compress
 
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
@@ -99,20 +100,23 @@ class StateTokens:
         self.regions = Regions(self)  # states on short cycles, from templates kept per vocabulary
         self.chain_steps: dict[tuple[int, bytes], int | None] = {}  # index_chains.chain, kept
         self.char_steps: dict[tuple[int, int], bool] = {}  # index_chains.char_step, kept
+        self._longest = -1  # the longest token's bytes (on demand)
+        self.runs: dict[int, tuple[bytes, list[int]]] = {}  # state -> literal_run
 
     def live(self, q: int) -> list[tuple[int, int]]:
         """``(byte, next state)`` for the bytes that do not kill ``q``."""
         got = self.lives.get(q)
         if got is None:
-            got = self.lives[q] = [(b, t) for b, t in enumerate(self.rows[q]) if t >= 0]
+            live = list(compress(range(256), map((-1).__lt__, self.rows[q])))  # in C
+            row = self.rows[q]  # (a row built on demand is a plain list once read)
+            got = self.lives[q] = [(b, row[b]) for b in live]
         return got
 
     def loop_bytes(self, q: int) -> bytes:
         """The bytes that lead from ``q`` back to ``q``."""
         got = self.loops.get(q)
         if got is None:
-            row = self.rows[q]
-            got = self.loops[q] = bytes(b for b in range(256) if row[b] == q)
+            got = self.loops[q] = bytes(compress(range(256), map(q.__eq__, self.rows[q])))  # in C
         return got
 
     def state(self, q: int) -> State:
@@ -132,6 +136,8 @@ class StateTokens:
         """``state(q)`` by the paths below, and which path: "run", "chain", "wide", "mixed"
         (tokens entering a loop or near-loop state) or "trie" (a mixed state without loops)."""
         live = self.live(q)
+        if len(live) == 1:
+            return (*self.literal_state(q), None), "trie"
         by_next: dict[int, list[int]] = {}
         for b, t in live:
             by_next.setdefault(t, []).append(b)
@@ -144,6 +150,59 @@ class StateTokens:
             chained = chain_state(self, q, live)
             return (chained, "chain") if chained is not None else ((*wide_state(self, q), None), "wide")
         return (*self.mixed_state(q, by_next, loops), None), "mixed" if loops else "trie"
+
+    def literal_state(self, q: int) -> tuple[int, dict[int, int], int]:
+        """A state that reads one byte, as do the states after it for a while (a key, a call's
+        markup): a token is allowed iff it is a prefix of that literal run (it goes as far into
+        the run) or starts with the whole run (the rest walked from the run's end as a trie);
+        no other token lives, so they are never looked at."""
+        texts = self.tables.texts
+        text_ids = self.tables.text_ids
+        run, states = self.literal_run(q)
+        pairs: dict[int, int] = {}
+        whole = True  # whether some token starts with the whole run
+        for n in range(1, len(run) + 1):
+            prefix = run[:n]
+            k = bisect_left(texts, prefix)
+            if k == len(texts) or not texts[k].startswith(prefix):
+                whole = False  # no token goes this far into the run
+                break
+            if n < len(run) and texts[k] == prefix:
+                pairs.update(dict.fromkeys(text_ids[k], states[n]))
+        if whole:  # the run itself, and the tokens going on from its end
+            start = bisect_left(texts, run)
+            end = bisect_left(texts, run + b"\xff" * (self.longest_text() - len(run) + 1), start)
+            for k, n in self.trie_ranges([(start, end, len(run), states[-1])], texts):
+                pairs.update(dict.fromkeys(text_ids[k], n))
+        return combine(self.size, [], pairs)
+
+    def literal_run(self, q: int) -> tuple[bytes, list[int]]:
+        """The bytes read from ``q`` while each state reads one byte (at most the longest
+        token's), and the states along them (``q`` first); kept per state."""
+        got = self.runs.get(q)
+        if got is not None:
+            return got
+        longest = self.longest_text()
+        path: list[int] = []  # states reading one byte, from q, whose run is not known yet
+        x = q
+        while len(path) < longest and x not in self.runs:
+            live = self.live(x)
+            if len(live) != 1:
+                break
+            path.append(x)
+            x = live[0][1]
+        run, states = self.runs.get(x, (b"", [x]))
+        for y in reversed(path):
+            run = (self.live(y)[0][0].to_bytes(1, "little") + run)[:longest]
+            states = [y, *states[:longest]]
+            self.runs[y] = (run, states)
+        return self.runs[q]
+
+    def longest_text(self) -> int:
+        """The longest token's bytes."""
+        if self._longest < 0:
+            self._longest = max(map(len, self.tables.texts), default=0)
+        return self._longest
 
     def run(self, q: int, live: list[tuple[int, int]]) -> tuple[bytes, list[int], bool] | None:
         """A fixed-length run (the 4 hex digits of ``\\uXXXX``, the 8 of a uuid): the ASCII

@@ -20,7 +20,7 @@ import json
 import re
 from bisect import bisect_left
 from itertools import compress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -277,6 +277,11 @@ _DIGIT_BITS = bytes.maketrans(b"01", b"\x00\x01")
 
 def bitset(ids: Iterable[int], size: int) -> int:
     """The int with bits ``ids`` set (ids below ``size``)."""
+    if isinstance(ids, Sized) and len(ids) <= 16:  # a few: shifts (~5 us) beat the buffer (~20 us)
+        out = 0
+        for i in ids:
+            out |= 1 << i
+        return out
     buf = bytearray((size + 7) // 8)
     for i in ids:
         buf[i >> 3] |= 1 << (i & 7)
