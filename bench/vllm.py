@@ -57,6 +57,7 @@ from textproc.engines.vllm_reference import ReferenceServer
 from textproc.placement import pin, process_tree
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
+from textproc.testing.booking import BOOKING
 from textproc.testing.corpus import mixed_text
 from textproc.testing.machine import cpu_seconds, describe, machine
 from textproc.testing.models import MODELS_DIR
@@ -71,14 +72,7 @@ SCHEMA = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"enum": ["admin", "user", "guest"]}, "maxItems": 3}},
     "required": ["name", "age", "email", "tags"], "additionalProperties": False}
 TOOL = {"type": "function", "function": {"name": "create_user", "parameters": SCHEMA}}
-# a hotel booking: counted strings (maxLength) and a bounded array of them (maxItems), all
-# required, no extra keys; the ``booking`` mix sends a variant new to both servers each round
-BOOKING = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 40},
-    "nights": {"type": "integer", "minimum": 1},
-    "breakfast": {"type": "boolean"},
-    "guests": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}},
-    "required": ["city", "nights", "breakfast", "guests"], "additionalProperties": False}
+# the ``booking`` mix sends a variant of BOOKING new to both servers each round
 
 
 def booking(variant: int) -> dict[str, Any]:

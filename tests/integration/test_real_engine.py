@@ -38,6 +38,7 @@ from tests.helpers.real_engine import (
     serve_vllm_textproc,
 )
 from tests.helpers.service import Service
+from textproc.testing.booking import BOOKING
 
 pytestmark = [pytest.mark.timeout(900),
               pytest.mark.skipif(missing() is not None, reason=str(missing()))]
@@ -449,12 +450,6 @@ def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_p
     assert summary[0]["vllm_request_throughput"] > 0 and summary[1]["textproc_request_throughput"] > 0
 
 
-BOOKING = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 40},
-    "nights": {"type": "integer", "minimum": 1},
-    "breakfast": {"type": "boolean"},
-    "guests": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}},
-    "required": ["city", "nights", "breakfast", "guests"], "additionalProperties": False}
 _WORDS = ("the of and to in is you that it was for on are as with his they at be this have from "
           "or one had by word but not what all were we when your can said there use an each which").split()
 
