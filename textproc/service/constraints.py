@@ -17,7 +17,8 @@ compiles a key only while it holds the key's claim; a worker whose request needs
 one is compiling waits for that compile's index (or its failure) within its own budget, and a
 constraint compiled before is read back. Failures that would repeat (unsupported constructs,
 state or size budget) are kept, so a repeat of the same request fails at once; a deadline
-overrun is not (a loaded machine may have caused it).
+overrun fails only the requests that waited for that compile (a later one compiles again: a
+quieter machine may pass).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class WorkerConstraints:
         self.compiles = 0
         self._claim_fd: int | None = None  # the store's compile lock of the key compiled now
         # whole indexes (or why they failed) made by compile() for the shards their partial
-        # ones went to: the worker sends them (take with ``finished.clear()``)
+        # ones went to: the worker takes them out and sends them
         self.finished: list[tuple[IndexDone, list[int]]] = []
         self._rest_budget = Budget()  # the budget ``rest`` runs under
 
