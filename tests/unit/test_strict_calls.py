@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.regex_sampler import sample
 from tests.helpers.tool_calls import render
-from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint, forced_calls
+from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint, forced_calls, strict_calls
 from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.lazy_dfa import lazy_dfa
 from textproc.core.constraints.free_text import without
@@ -64,9 +64,10 @@ def _reasoning(fmt: str) -> str:
 def _pattern(fmt: str, tools: list[dict[str, Any]] = TOOLS, *, parallel: bool = True,
              reasoning: str | None = "default", inside: bool = False, plain: bool = True) -> str:
     """The strict pattern; ``plain``: in Python ``re`` syntax at any length (Python's ``re`` and
-    the sampler read these tests' patterns; past ``PLAIN_MAX_CHARS`` the service's is shared)."""
+    the sampler read these tests' patterns; past ``strict_calls.PLAIN_MAX_CHARS`` the service's
+    writes its calls once)."""
     rname = _reasoning(fmt) if reasoning == "default" else reasoning
-    with mock.patch.object(forced_calls, "PLAIN_MAX_CHARS", 1 << 30 if plain else forced_calls.PLAIN_MAX_CHARS):
+    with mock.patch.object(strict_calls, "PLAIN_MAX_CHARS", 1 << 30 if plain else strict_calls.PLAIN_MAX_CHARS):
         return strict_calls_pattern(TOOL_FORMATS[fmt], _by_name(tools), parallel=parallel,
                                     to_regex=json_schema_to_regex,
                                     reasoning=REASONING_FORMATS[rname] if rname else None,
@@ -240,8 +241,8 @@ def test_a_long_pattern_writes_its_calls_once_in_the_same_language(fmt: str) -> 
     """Past ``PLAIN_MAX_CHARS`` the calls recur as calls of one definition (``(?&name)``): a
     shorter text, the same minimal DFA as the plain pattern."""
     tools = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": WEATHER}} for i in range(4)]
+    shared = _pattern(fmt, tools, plain=False)
     with mock.patch.object(forced_calls, "PLAIN_MAX_CHARS", 1 << 12):
-        shared = _pattern(fmt, tools, plain=False)
         forced = forced_calls.forced_calls_pattern(fmt, _by_name(tools), None, parallel=True,
                                                    to_regex=json_schema_to_regex)
     plain = _pattern(fmt, tools)

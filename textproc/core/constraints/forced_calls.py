@@ -287,11 +287,12 @@ def spelling_pattern(spelling: CallSpelling, by_name: Mapping[str, Mapping[str, 
     return forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
 
 
-def plain_or_shared(pattern: Callable[[Shared, ToRegex], str], to_regex: ToRegex) -> str:
+def plain_or_shared(pattern: Callable[[Shared, ToRegex], str], to_regex: ToRegex, *,
+                    plain_max: int | None = None) -> str:
     """``pattern(Shared(None), to_regex)`` (plain ``re`` syntax) when it is at most
-    ``PLAIN_MAX_CHARS`` long, else the same language with what recurs written once (``Shared``:
-    a ``(?(DEFINE)...)`` block ahead, calls ``(?&name)`` where it recurs). ``to_regex`` is asked
-    once per schema object either way."""
+    ``plain_max`` long (default ``PLAIN_MAX_CHARS``), else the same language with what recurs
+    written once (``Shared``: a ``(?(DEFINE)...)`` block ahead, calls ``(?&name)`` where it
+    recurs). ``to_regex`` is asked once per schema object either way."""
     regexes: dict[int, tuple[Any, str]] = {}  # id(schema) -> (schema, its regex)
 
     def schema_regex(schema: Any) -> str:
@@ -301,7 +302,7 @@ def plain_or_shared(pattern: Callable[[Shared, ToRegex], str], to_regex: ToRegex
         return got[1]
 
     plain = pattern(Shared(None), schema_regex)
-    if len(plain) <= PLAIN_MAX_CHARS:
+    if len(plain) <= (PLAIN_MAX_CHARS if plain_max is None else plain_max):
         return plain
     shared = Shared(_SHARE_FROM_CHARS)
     body = pattern(shared, schema_regex)

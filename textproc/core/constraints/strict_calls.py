@@ -33,7 +33,12 @@ from textproc.core.constraints.regex_parts import Shared, lit
 from textproc.core.parsing.declaration import Lit, ReasoningFormat, ToolFormat
 from textproc.errors import InvalidInput
 
-__all__ = ["strict_calls_pattern", "free_reasoning_pattern", "section_lead"]
+__all__ = ["strict_calls_pattern", "free_reasoning_pattern", "section_lead", "PLAIN_MAX_CHARS"]
+
+# a strict pattern is read by the token compiler alone (no other regex engine is given one), so
+# past this it writes its calls once (forced patterns stay plain ``re`` syntax up to 64 K):
+# parsing and the NFA of 12 coding-agent tools 0.23 -> 0.17 s of CPU, 20 closed tools 0.37 -> 0.24 s
+PLAIN_MAX_CHARS = 1 << 12
 
 
 def section_lead(fmt: ToolFormat) -> str:
@@ -67,7 +72,7 @@ def strict_calls_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any
     """The regex of a ``tool_choice: "auto"`` output with strict calls in ``fmt`` (see the
     module docstring); ``reasoning``: the reasoning format the output is parsed with (None:
     no reasoning), ``starts_in_reasoning``: the prompt left its block open. Past
-    ``PLAIN_MAX_CHARS`` the calls are written once
+    ``PLAIN_MAX_CHARS`` (4 K) the calls are written once
     (:func:`~textproc.core.constraints.forced_calls.plain_or_shared`)."""
     if fmt.whole_parser is not None or not (fmt.open_tags or fmt.start_chars):
         raise InvalidInput(
@@ -77,7 +82,7 @@ def strict_calls_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any
     def pattern(shared: Shared, schema_regex: ToRegex) -> str:
         return _strict_pattern(fmt, by_name, parallel, schema_regex, reasoning, starts_in_reasoning, shared)
 
-    return plain_or_shared(pattern, to_regex)
+    return plain_or_shared(pattern, to_regex, plain_max=PLAIN_MAX_CHARS)
 
 
 def _strict_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any] | bool], parallel: bool,
