@@ -1,13 +1,16 @@
 """States on short cycles answered from a template kept per vocabulary (:class:`Regions`): a
 JSON string's loop, its escapes, the ``\\uXXXX`` digits and UTF-8 continuation bytes, free
-text's marker prefixes, a number's digits.
+text's marker prefixes.
 
-A state's *region* is the set of states within ``REGION_DEPTH`` bytes of it that lead back to
-it through such states (a string's states from any of them; not the whole output, which a
-list of calls or free text makes one cycle). Numbered breadth first from the state in byte
-order, the region's rows (per byte: a region state by number, dead, or an *exit*: a state
-outside the region) are its key, the same wherever such a region recurs: every string property of every tool of every
-schema, in every compile. A token walked from the state reads only the region's rows until it
+A *region* is found around the first state of it the build meets that loops (a string's loop
+before its escapes): the states within ``REGION_DEPTH`` bytes of it that lead back to it
+through such states (not the whole output, which a list of calls or free text makes one
+cycle), less the states many tokens leave it from (an array's next value, a number's digits:
+every delimiter) until at most ``EXIT_TOKENS_MAX`` tokens hold a byte that leaves it.
+Numbered breadth first in byte order, its rows (per byte: a region state by number, dead, or an
+*exit*: a state outside the region) are its key, the same wherever such a region recurs: every
+string property of every tool of every schema, in every compile. A state's key is (its
+region's key, its number). A token walked from a state reads only the region's rows until it
 takes an exit, so:
 
 - a token without a byte that some exit is taken on never takes one: it is allowed iff it is
@@ -23,11 +26,10 @@ plus one walk per distinct rest (a string region: ~600 rests of the ~1,300 Qwen3
 a quote). The answer's exceptions are in the template's order (ids ascending, then the exits'
 groups), whichever state made the template, so an index does not depend on what was compiled
 before it. Not used on a DFA built on demand (a first mask's few states), for states a
-counted repetition moves (:mod:`textproc.core.constraints.index_shift`), or where many tokens
-may take an exit (``EXIT_TOKENS_MAX``, ``EXIT_GROUPS_MAX``: a digit loop, which every
-delimiter leaves) or the answer is a counted one (a row by characters).
+counted repetition moves (:mod:`textproc.core.constraints.index_shift`), for a state reading
+one byte (its literal run answers it), or where a template would walk many rests
+(``EXIT_GROUPS_MAX``) or the answer is a counted one (a row by characters).
 """
-
 from __future__ import annotations
 
 from collections import Counter

@@ -23,6 +23,11 @@ the paths below only avoid walking tokens one by one:
   (an open object's key that shares a prefix with declared keys): as the loop, bitsets and
   the loop's kept walks, walking only the tokens through the few bytes
   (:mod:`textproc.core.constraints.index_near`);
+- states on short cycles (a string's, free text's): from a template of their region's shape
+  kept per vocabulary, only the tokens that leave the region walked
+  (:mod:`textproc.core.constraints.index_regions`);
+- a state that reads one byte (a key, a call's markup): its literal run's prefixes that are
+  tokens, and the tokens starting with the whole run walked from its end;
 - other states: the sorted token list walked as a trie, following only live bytes (a range
   at a state that reads few bytes is split by them before its texts are walked); a state
   where most bytes live walks each distinct byte-class string once
