@@ -29,6 +29,7 @@ from textproc.config import (
     ENGINES,
     GENERATION_CONFIGS,
     STUB_MODES,
+    DataParallel,
     Endpoints,
     ServeConfig,
     ServiceConfig,
@@ -87,6 +88,26 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--engine-python", metavar="PATH",
                    help="the Python of the engine's own environment (--engine vllm; default: "
                         "the .venv-vllm beside this checkout when it exists)")
+    dp = p.add_argument_group(
+        "many vLLM engines (--engine vllm)",
+        "vLLM's own engine processes behind one endpoint, over vLLM's own wire: the ranks of "
+        "this machine are started here, the others join from their machines with `textproc "
+        "engine --headless` (or `vllm serve MODEL --headless`) and the same --data-parallel "
+        "flags; --engine-arg flags then go to `vllm serve`")
+    dp.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+                    help="engines in all (default 1: one engine, in-process with EngineLink)")
+    dp.add_argument("--data-parallel-size-local", type=int, default=None, metavar="K",
+                    help="engines started on this machine, ranks 0..K-1 (default: all N)")
+    dp.add_argument("--data-parallel-address", default="127.0.0.1", metavar="A",
+                    help="the address engines dial (this machine's, reachable from theirs)")
+    dp.add_argument("--data-parallel-rpc-port", type=int, default=0, metavar="P",
+                    help="the handshake port engines dial (default: a free one)")
+    dp.add_argument("--routing", choices=("prefix", "round_robin", "least_loaded"),
+                    default="prefix", help="which engine takes a request: the one holding the "
+                    "longest cached prefix of its prompt unless overloaded (default prefix)")
+    dp.add_argument("--vllm-wire", action="store_true",
+                    help="with one engine too: vLLM's own engine process over vLLM's wire "
+                         "instead of engine_vllm (implied by the flags above)")
     p.add_argument("--text-cpus", default="none", metavar="none|auto|LIST",
                    help="the CPUs of textproc's own processes (workers, detokenizers, HTTP): "
                         "none = they float; auto = the ones the engine's bound threads leave "
@@ -339,6 +360,11 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
         engine=args.engine,
         engine_args=tuple(args.engine_arg),
         engine_python=args.engine_python,
+        data_parallel=DataParallel(
+            size=args.data_parallel_size,
+            size_local=-1 if args.data_parallel_size_local is None else args.data_parallel_size_local,
+            address=args.data_parallel_address, rpc_port=args.data_parallel_rpc_port,
+            routing=args.routing, wire=args.vllm_wire),
         endpoints=args.endpoints,
         runtime_dir=args.runtime_dir,
         tcp_host=args.tcp_host,

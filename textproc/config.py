@@ -35,6 +35,7 @@ __all__ = [
     "ENGINES",
     "ENDPOINT_KINDS",
     "STUB_MODES",
+    "DataParallel",
     "CONTENT_SPECIALS",
     "GENERATION_CONFIGS",
     "Endpoints",
@@ -327,6 +328,31 @@ class ServiceConfig:
         return cls(**obj)
 
 
+@dataclass(frozen=True)
+class DataParallel:
+    """``serve --engine vllm --data-parallel-size N``: vLLM's own engine processes behind one
+    endpoint (textproc.vllm_engines). ``size_local`` -1: every rank on this machine."""
+
+    size: int = 1
+    size_local: int = -1
+    address: str = "127.0.0.1"
+    rpc_port: int = 0  # 0: a free port
+    routing: str = "prefix"
+    wire: bool = False  # vLLM's wire with one engine too
+
+    def __post_init__(self) -> None:
+        _check_int("data_parallel_size", self.size, low=1, high=1024)
+        if not -1 <= self.size_local <= self.size:
+            raise InvalidInput(f"data_parallel_size_local must be 0..{self.size}, got {self.size_local}")
+        _check_int("data_parallel_rpc_port", self.rpc_port, low=0, high=65535)
+        _check_choice("routing", self.routing, ("prefix", "round_robin", "least_loaded"))
+
+    @property
+    def engaged(self) -> bool:
+        """Whether vLLM's own engine processes run behind the front (else engine_vllm)."""
+        return self.wire or self.size > 1 or self.size_local >= 0 or self.rpc_port > 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
     """``textproc serve``: the service settings plus how to lay out endpoints and the engine."""
@@ -335,6 +361,7 @@ class ServeConfig:
     engine: str = "stub"  # one of ENGINES (textproc.engines)
     engine_args: tuple[str, ...] = field(default=())  # extra flags for the engine's process
     engine_python: str | None = None  # the interpreter of the engine's environment (vllm)
+    data_parallel: DataParallel = field(default_factory=DataParallel)
     endpoints: str = "ipc"  # one of ENDPOINT_KINDS
     runtime_dir: str | None = None  # None: a fresh private directory under the temp dir
     tcp_host: str = "127.0.0.1"

@@ -268,6 +268,13 @@ class EngineLink:
             return bool(self._poller.poll(max(0, int(timeout_s * 1000))))
         return bool(self._shard_ins[0].poll(max(0, int(timeout_s * 1000))))
 
+    @property
+    def input_sockets(self) -> list[zmq.Socket[Any]]:
+        """The engine-in sockets (one per shard), for a loop that polls them beside its own
+        (a process that is not an engine, between textproc and engines); read them only
+        through :meth:`poll_requests`."""
+        return list(self._shard_ins)
+
     def writable(self) -> bool:
         """True when a step can be queued now (the send queue to textproc is not full)."""
         if not self._shard_outs:

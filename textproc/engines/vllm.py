@@ -44,6 +44,8 @@ class VllmAdapter:
     takes_curve_keys: bool = True
 
     def command(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str]:
+        if config.data_parallel.engaged:
+            return self._front(config, engine_in, engine_out)
         command = [config.engine_python or default_python(), "-m", "engine_vllm"]
         for address_in, address_out in zip(engine_in, engine_out):
             command += ["--engine-in", address_in, "--engine-out", address_out]
@@ -52,6 +54,28 @@ class VllmAdapter:
         if config.stub_stats_file:
             command += ["--stats-file", config.stub_stats_file]
         return command + curve_flags(config) + list(config.engine_args)
+
+
+    def _front(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str]:
+        """textproc's front of vLLM's own engine processes (``python -m textproc.vllm_engines``,
+        textproc's interpreter: it imports nothing of vLLM); ``--engine-arg`` flags go to ``vllm
+        serve``, after the model length the service checks prompts against."""
+        dp = config.data_parallel
+        command = [sys.executable, "-m", "textproc.vllm_engines"]
+        for address_in, address_out in zip(engine_in, engine_out):
+            command += ["--engine-in", address_in, "--engine-out", address_out]
+        command += ["--model-dir", config.service.model_dir,
+                    "--engine-python", config.engine_python or default_python(),
+                    "--data-parallel-size", str(dp.size),
+                    "--data-parallel-size-local", str(dp.size_local),
+                    "--data-parallel-address", dp.address,
+                    "--data-parallel-rpc-port", str(dp.rpc_port),
+                    "--routing", dp.routing]
+        if config.stub_stats_file:
+            command += ["--stats-file", config.stub_stats_file]
+        vllm_args = ["--max-model-len", str(config.service.max_model_len), *config.engine_args]
+        command += [f"--vllm-arg={arg}" for arg in vllm_args]
+        return command + curve_flags(config)
 
 
 ADAPTER = VllmAdapter()

@@ -1,0 +1,137 @@
+"""textproc's compiled constraints inside vLLM's own engine processes (``vllm serve --headless``),
+as a vLLM general plugin (entry point ``vllm.general_plugins``: ``textproc``).
+
+vLLM loads every general plugin in each of its processes; :func:`register` adds, harmlessly for
+an engine that never talks to textproc:
+
+- two utility methods on ``EngineCore`` that textproc calls over vLLM's own wire (a UTILITY
+  frame on the input socket, so it arrives before the requests sent after it):
+  ``textproc_put_index(key, tables)`` stores a compiled constraint (``TokenIndex.pack()``'s
+  tables: no compile, regex or vocabulary here) and ``textproc_drop_index(key)`` forgets one;
+- a structured-output backend, ``textproc``: a request whose ``StructuredOutputsParams`` has
+  ``_backend="textproc"`` and ``regex="textproc-index:<key>"`` walks that index
+  (:class:`engine_vllm.constraints.TextprocGrammar`, one table lookup per token, its state's
+  mask row copied into vLLM's bitmask each step). A reasoning budget
+  (``extra_args["textproc"]["max_reasoning_tokens"]`` and the other ``reasoning_*`` keys) is
+  applied as ``engine_vllm`` applies it, over textproc's tokenizer of the model.
+
+The cheaper CPU mask kernel is vLLM's ``--worker-cls engine_vllm.worker.TextprocCPUWorker``
+(``textproc engine`` adds it). vLLM's structured-output manager holds one backend per engine, so
+an engine serving textproc takes only textproc's constraints (textproc sends no others).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+__all__ = ["register", "INDEXES", "MAX_INDEXES"]
+
+_log = logging.getLogger("engine_vllm.plugin")
+
+MAX_INDEXES = 1024  # indexes held per engine (textproc re-sends one it dropped)
+INDEXES: OrderedDict[str, Any] = OrderedDict()  # key -> TokenIndex, oldest first
+INDEX_WAIT_S = 60.0  # how long a request's grammar waits for its index (sent just before it)
+_registered = False
+_arrived = threading.Condition()  # an index was stored
+_imports = threading.Lock()
+_modules: dict[str, Any] = {}
+
+
+def _constraints() -> dict[str, Any]:
+    """textproc's table-only index and guide, imported once: the busy loop (utility calls) and
+    vLLM's grammar threads would otherwise import the same modules at once, half-made."""
+    with _imports:
+        if not _modules:
+            from textproc.core.constraints.guide import Guide
+            from textproc.core.constraints.index import TokenIndex
+
+            _modules.update(Guide=Guide, TokenIndex=TokenIndex)
+        return _modules
+
+
+def register() -> None:
+    """vLLM's plugin hook (called once per process; idempotent)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    EngineCore.textproc_put_index = _put_index  # type: ignore[attr-defined]
+    EngineCore.textproc_drop_index = _drop_index  # type: ignore[attr-defined]
+    grammar_init = StructuredOutputManager.grammar_init
+    create_grammar = StructuredOutputManager._create_grammar
+
+    def textproc_grammar_init(self: Any, request: Any) -> None:
+        params = request.sampling_params
+        if (self.backend is None and request.structured_output_request is not None
+                and params.structured_outputs._backend == "textproc"):
+            from engine_vllm.constraints import TextprocBackend
+
+            self.backend = TextprocBackend(self.vllm_config, None,
+                                           self.vllm_config.model_config.get_vocab_size())
+        grammar_init(self, request)
+
+    def textproc_create_grammar(self: Any, request: Any) -> Any:
+        params = request.sampling_params
+        if params.structured_outputs._backend != "textproc":
+            return create_grammar(self, request)
+        return _grammar(self, request)
+
+    StructuredOutputManager.grammar_init = textproc_grammar_init  # type: ignore[method-assign]
+    StructuredOutputManager._create_grammar = textproc_create_grammar  # type: ignore[method-assign]
+
+
+def _put_index(self: Any, key: str, tables: dict[str, Any]) -> int:
+    """Store a compiled constraint under ``key``; its number of states."""
+    index = _constraints()["TokenIndex"].unpack(key=key, **tables)
+    with _arrived:
+        INDEXES.pop(key, None)
+        INDEXES[key] = index
+        while len(INDEXES) > MAX_INDEXES:
+            INDEXES.popitem(last=False)
+        _arrived.notify_all()
+    return int(index.n_states)
+
+
+def _drop_index(self: Any, key: str) -> bool:
+    return INDEXES.pop(key, None) is not None
+
+
+def _grammar(manager: Any, request: Any) -> Any:
+    from engine_vllm.constraints import GUIDE_INDEX_PREFIX, TextprocBackend, TextprocGrammar
+
+    spec = request.sampling_params.structured_outputs.regex or ""
+    if not spec.startswith(GUIDE_INDEX_PREFIX):
+        raise ValueError(f"textproc's backend takes only textproc's indexes, got {spec[:80]!r}")
+    key = spec[len(GUIDE_INDEX_PREFIX):]
+    # vLLM's input thread starts a request's grammar as soon as the request arrives, before
+    # the busy loop runs the utility call sent ahead of it with its index: wait for that
+    with _arrived:
+        if not _arrived.wait_for(lambda: key in INDEXES, timeout=INDEX_WAIT_S):
+            raise ValueError(f"constraint index {key!r} did not reach this engine within "
+                             f"{INDEX_WAIT_S:g} s ({len(INDEXES)} held)")
+        INDEXES.move_to_end(key)
+        index = INDEXES[key]
+    guide = _constraints()["Guide"](index)
+    extra = (request.sampling_params.extra_args or {}).get("textproc") or {}
+    if extra.get("max_reasoning_tokens") is not None:
+        _budgets(manager).apply(guide, extra)
+    backend = manager.backend
+    assert isinstance(backend, TextprocBackend)
+    return TextprocGrammar(guide, backend.masks, backend.fill_times, backend.violations)
+
+
+def _budgets(manager: Any) -> Any:
+    budgets = getattr(manager, "_textproc_budgets", None)
+    if budgets is None:
+        from textproc.core.constraints.reasoning_budget import ReasoningBudgets
+        from textproc.core.tokenizer import Tokenizer
+
+        tok = Tokenizer.from_dir(manager.vllm_config.model_config.tokenizer)
+        budgets = manager._textproc_budgets = ReasoningBudgets(tok.token_bytes, tok.encode)
+    return budgets

@@ -1,0 +1,571 @@
+"""The front of a vLLM deployment: textproc's detokenizer on one side (an ``EngineLink``, as any
+engine), vLLM's own engine processes on the other, over vLLM's own wire
+(:mod:`textproc.vllm_engines.wire`).
+
+Binds, on ``--data-parallel-address``: the handshake socket (``--data-parallel-rpc-port``), and
+per rank an input ROUTER and an output PULL (free ports), the addresses it hands each engine in
+the handshake. Engines dial in: the ranks of this machine, which it starts itself (one vLLM
+headless launcher per rank, :mod:`textproc.vllm_engines.launch`, restarted when it dies), and
+the ranks of other machines, started there with ``textproc engine --headless`` or vLLM's own
+``vllm serve --headless`` command. An engine is used from the moment its ready message
+arrives; the link to the detokenizer starts (its ``EngineHello``: the service is ready) with the
+first one, and a rank that never comes is named in the log every ``missing_log_s`` and in the
+stats file.
+
+Per request (:class:`Front`): a rank by :class:`textproc.vllm_engines.routing.PrefixRouter`
+(the longest cached prefix unless overloaded, else the least loaded), its compiled constraint
+sent to that engine once (a utility call, before the request on the same socket; a request on
+a partial index waits here for the whole one), then vLLM's ``EngineCoreRequest``. Outputs go
+back to the detokenizer as they come, one step frame per engine step; aborts go to the engine
+that holds the request.
+
+Faults: an engine is dead when its launcher exits, it sends ``ENGINE_CORE_DEAD``, or its
+connection drops (a ZeroMQ disconnect; heartbeats find a silent network within
+``HEARTBEAT_TIMEOUT_MS``). Its requests end at once with ``error`` (the log names the engine),
+the others go on, new requests go to the living engines, and a restarted (or reconnected)
+engine takes work again. Imports nothing of vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import zmq
+import zmq.utils.monitor
+
+from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
+from textproc.vllm_engines import wire
+from textproc.vllm_engines.launch import headless_command
+from textproc.vllm_engines.routing import PrefixRouter
+
+__all__ = ["FrontSettings", "Front", "parse_args", "main"]
+
+_log = logging.getLogger("textproc.vllm_engines")
+
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 5000
+RESTART_BACKOFF_S = (1.0, 5.0, 15.0, 30.0)
+
+
+@dataclass(frozen=True)
+class FrontSettings:
+    engine_in: tuple[str, ...]
+    engine_out: tuple[str, ...]
+    model_dir: str
+    engine_python: str
+    data_parallel_size: int = 1
+    data_parallel_size_local: int = -1  # -1: all of them
+    address: str = "127.0.0.1"
+    rpc_port: int = 0  # 0: a free port
+    vllm_args: tuple[str, ...] = ()
+    routing: str = "prefix"
+    restart: bool = True
+    stats_file: str | None = None
+    stats_interval_s: float = 0.5
+    missing_log_s: float = 30.0
+    curve_client_key: str | None = None
+    curve_server_key: str | None = None
+
+    @property
+    def local_ranks(self) -> int:
+        n = self.data_parallel_size_local
+        return self.data_parallel_size if n < 0 else n
+
+
+@dataclass
+class Engine:
+    """One rank as the front sees it."""
+
+    rank: int
+    local: bool
+    inputs: Any  # zmq ROUTER
+    outputs: Any  # zmq PULL
+    monitor: Any
+    input_address: str
+    output_address: str
+    state: str = "waiting"  # waiting (never connected) / connected / ready / dead
+    identity: bytes = b""
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    restart_at: float = 0.0
+    died: str = ""  # why it last died
+    info: dict[str, Any] = field(default_factory=dict)  # its EngineCoreReadyResponse
+    indexes: set[str] = field(default_factory=set)  # constraint indexes it holds
+    requests: set[str] = field(default_factory=set)  # request ids it runs
+    requests_sent: int = 0
+    steps: int = 0
+    cached_tokens: int = 0
+    prompt_tokens: int = 0
+
+
+class Front:
+    """The loop. ``run()`` returns when ``stop()`` is called (SIGTERM/SIGINT in main)."""
+
+    def __init__(self, settings: FrontSettings) -> None:
+        self.settings = settings
+        self.router = PrefixRouter(settings.data_parallel_size, policy=settings.routing)
+        self.engines: list[Engine] = []
+        self.owner: dict[str, int] = {}  # request id -> rank
+        self.held: list[IncomingRequest] = []  # waiting for a whole index
+        self.calls = 0  # utility call ids
+        self.failed_requests = 0
+        self.link: EngineLink | None = None
+        self._stop = threading.Event()
+        self._context: zmq.Context[Any] | None = None
+        self.handshake: Any = None
+        self.rpc_port = settings.rpc_port
+        self.started = time.monotonic()
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        s = self.settings
+        ctx = self._context = zmq.Context()
+        self.handshake = ctx.socket(zmq.ROUTER)
+        self.handshake.setsockopt(zmq.LINGER, 0)
+        host = f"tcp://{s.address}"
+        if self.rpc_port:
+            self.handshake.bind(f"{host}:{self.rpc_port}")
+        else:
+            self.rpc_port = self.handshake.bind_to_random_port(host)
+        for rank in range(s.data_parallel_size):
+            inputs = ctx.socket(zmq.ROUTER)
+            outputs = ctx.socket(zmq.PULL)
+            for sock in (inputs, outputs):
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+                sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            inputs.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            in_port = inputs.bind_to_random_port(host)
+            out_port = outputs.bind_to_random_port(host)
+            monitor = inputs.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self.engines.append(Engine(rank, rank < s.local_ranks, inputs, outputs, monitor,
+                                       f"{host}:{in_port}", f"{host}:{out_port}"))
+        _log.info("waiting for %d vLLM engine(s) at %s:%d (%d started here)", s.data_parallel_size,
+                  s.address, self.rpc_port, s.local_ranks)
+        for engine in self.engines:
+            if engine.local:
+                self._launch(engine)
+
+    def _launch(self, engine: Engine) -> None:
+        s = self.settings
+        command = headless_command(s.engine_python, s.model_dir, size=s.data_parallel_size,
+                                   rank=engine.rank, address=s.address, rpc_port=self.rpc_port,
+                                   args=s.vllm_args)
+        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        _log.info("starting engine rank %d: %s", engine.rank, " ".join(command))
+        engine.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env,
+                                       start_new_session=True)
+        engine.state = "waiting"
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        for engine in self.engines:
+            proc = engine.proc
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 15
+        for engine in self.engines:
+            proc = engine.proc
+            if proc is None:
+                continue
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+        if self.link is not None:
+            self.link.close()
+        if self._context is not None:
+            for engine in self.engines:
+                for sock in (engine.inputs, engine.outputs, engine.monitor):
+                    sock.close(0)
+            self.handshake.close(0)
+            self._context.term()
+
+    # the loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        s = self.settings
+        poller = zmq.Poller()
+        poller.register(self.handshake, zmq.POLLIN)
+        by_socket: dict[Any, tuple[str, Engine]] = {}
+        for engine in self.engines:
+            for kind, sock in (("in", engine.inputs), ("out", engine.outputs), ("mon", engine.monitor)):
+                poller.register(sock, zmq.POLLIN)
+                by_socket[sock] = (kind, engine)
+        next_check = next_stats = time.monotonic()
+        next_missing = time.monotonic() + s.missing_log_s
+        link_registered = False
+        while not self._stop.is_set():
+            if self.link is not None and not link_registered:
+                for sock in self.link.input_sockets:
+                    poller.register(sock, zmq.POLLIN)
+                link_registered = True
+            timeout = 2 if self.held else 100
+            for sock, _ in poller.poll(timeout):
+                if sock is self.handshake:
+                    self._on_handshake()
+                    continue
+                entry = by_socket.get(sock)
+                if entry is None:
+                    continue  # the link's: drained below
+                kind, engine = entry
+                try:
+                    if kind == "out":
+                        self._on_outputs(engine)
+                    elif kind == "in":
+                        self._on_ready(engine)
+                    else:
+                        self._on_monitor(engine)
+                except Exception:  # noqa: BLE001 - one bad frame must not stop every engine
+                    _log.exception("engine rank %d: a frame textproc could not handle", engine.rank)
+            if self.link is not None:
+                self._take_requests()
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.2
+                self._check_procs(now)
+            if s.stats_file and now >= next_stats:
+                next_stats = now + s.stats_interval_s
+                write_stats_file(s.stats_file, self.stats())
+            if now >= next_missing:
+                next_missing = now + s.missing_log_s
+                missing = [e.rank for e in self.engines if e.state == "waiting"]
+                if missing:
+                    _log.warning("engine rank(s) %s have not connected to %s:%d after %.0f s",
+                                 missing, s.address, self.rpc_port, now - self.started)
+
+    # engines -----------------------------------------------------------------------------
+
+    def _on_handshake(self) -> None:
+        identity, data = self.handshake.recv_multipart()
+        rank = int.from_bytes(identity, "little")
+        try:
+            message = wire.decode_handshake(data)
+        except ValueError as exc:
+            _log.error("handshake from rank %d: %s", rank, exc)
+            return
+        if not 0 <= rank < len(self.engines):
+            _log.error("an engine of rank %d dialled in; this deployment has ranks 0..%d "
+                       "(--data-parallel-size %d)", rank, len(self.engines) - 1, len(self.engines))
+            return
+        engine = self.engines[rank]
+        status = message.get("status")
+        if status == "HELLO":
+            if engine.state == "ready":
+                self._engine_died(engine, "started again while it was serving")
+            engine.identity = identity
+            self.handshake.send_multipart(
+                [identity, wire.handshake_reply([engine.input_address], [engine.output_address])])
+            engine.state = "connected"
+            _log.info("engine rank %d connected (%s); loading", rank,
+                      "headless" if message.get("headless") else "local")
+        elif status == "READY":
+            _log.info("engine rank %d loaded its model", rank)
+        else:
+            _log.error("engine rank %d sent handshake status %r", rank, status)
+
+    def _on_ready(self, engine: Engine) -> None:
+        while True:
+            try:
+                identity, data = engine.inputs.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                info = wire.decode_ready(data)
+            except ValueError as exc:
+                _log.error("engine rank %d: %s", engine.rank, exc)
+                continue
+            engine.identity = identity
+            engine.info = info
+            engine.state = "ready"
+            engine.indexes.clear()
+            self.router.ready(engine.rank, block_size=info.get("block_size"),
+                              capacity_blocks=info.get("num_gpu_blocks"))
+            _log.info("engine rank %d ready: vLLM %s, max_model_len %s, %s KV blocks of %s tokens",
+                      engine.rank, info.get("vllm_version"), info.get("max_model_len"),
+                      info.get("num_gpu_blocks"), info.get("block_size"))
+            if str(info.get("vllm_version", "")).split("+")[0] != wire.VLLM_VERSION:
+                _log.warning("engine rank %d runs vLLM %s; textproc speaks the wire of %s",
+                             engine.rank, info.get("vllm_version"), wire.VLLM_VERSION)
+            if self.link is None:
+                self._start_link()
+
+    def _start_link(self) -> None:
+        s = self.settings
+        curve = None
+        if s.curve_client_key is not None:
+            from textproc.curve import load_client_keys
+
+            curve = load_client_keys(client_secret_file=s.curve_client_key,
+                                     server_public_file=s.curve_server_key)
+        self.link = EngineLink(s.engine_in, s.engine_out, curve=curve)
+        self.link.start()
+
+    def _on_monitor(self, engine: Engine) -> None:
+        try:
+            event = zmq.utils.monitor.recv_monitor_message(engine.monitor, zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        if event["event"] == zmq.EVENT_DISCONNECTED and engine.state in ("connected", "ready"):
+            self._engine_died(engine, "its connection dropped")
+
+    def _check_procs(self, now: float) -> None:
+        for engine in self.engines:
+            proc = engine.proc
+            if proc is None:
+                continue
+            code = proc.poll()
+            if code is not None and engine.restart_at == 0.0:
+                engine.proc = None
+                self._engine_died(engine, f"its process exited with {code}")
+                if self.settings.restart and not self._stop.is_set():
+                    delay = RESTART_BACKOFF_S[min(engine.restarts, len(RESTART_BACKOFF_S) - 1)]
+                    engine.restart_at = now + delay
+            if engine.proc is None and engine.restart_at and now >= engine.restart_at:
+                engine.restart_at = 0.0
+                engine.restarts += 1
+                self._launch(engine)
+
+    def _engine_died(self, engine: Engine, why: str) -> None:
+        lost = sorted(engine.requests)
+        engine.state = "dead"
+        engine.died = why
+        engine.requests.clear()
+        engine.indexes.clear()
+        self.router.gone(engine.rank)
+        _log.error("engine rank %d is gone (%s); ending its %d request(s) with an error",
+                   engine.rank, why, len(lost))
+        if lost and self.link is not None:
+            for rid in lost:
+                self.owner.pop(rid, None)
+            self.failed_requests += len(lost)
+            self.link.send_outputs([(rid, [], "error") for rid in lost])
+        if engine.proc is not None and engine.proc.poll() is None and "exited" not in why:
+            _kill_group(engine.proc)  # a local engine that lost its way: start it afresh
+
+    def _on_outputs(self, engine: Engine) -> None:
+        link = self.link
+        for _ in range(64):
+            try:
+                frames = engine.outputs.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            if frames[0] == wire.ENGINE_CORE_DEAD:
+                self._engine_died(engine, "vLLM reported a fatal error (ENGINE_CORE_DEAD)")
+                continue
+            try:
+                step = wire.decode_outputs(frames)
+            except (ValueError, TypeError) as exc:
+                _log.error("engine rank %d sent an output frame textproc cannot read: %s",
+                           engine.rank, str(exc)[:300])
+                continue
+            if engine.state == "dead":  # reconnected after a network loss: serving again
+                engine.state = "ready"
+                self.router.ready(engine.rank)
+                _log.info("engine rank %d is back", engine.rank)
+            stats = step.scheduler_stats
+            if isinstance(stats, dict):
+                self.router.stats(engine.rank, waiting=int(stats.get("num_waiting_reqs") or 0),
+                                  kv_usage=float(stats.get("kv_cache_usage") or 0.0))
+            if step.utility_output is not None and step.utility_output[1]:
+                _log.error("engine rank %d: %s", engine.rank, step.utility_output[1])
+            if not step.outputs or link is None:
+                continue
+            engine.steps += 1
+            entries: list[Any] = []
+            orphans: list[str] = []
+            for out in step.outputs:
+                rid = out.request_id
+                if rid not in engine.requests:
+                    orphans.append(rid)  # ended here already (its engine was declared dead)
+                    continue
+                reason = None if out.finish_reason is None else wire.FINISH_REASONS[out.finish_reason]
+                prefill = out.prefill_stats
+                if isinstance(prefill, dict):
+                    engine.prompt_tokens += int(prefill.get("num_prompt_tokens") or 0)
+                    engine.cached_tokens += int(prefill.get("num_cached_tokens") or 0)
+                if reason is not None:
+                    engine.requests.discard(rid)
+                    self.owner.pop(rid, None)
+                    self.router.finished(engine.rank)
+                    if reason == "abort":
+                        continue  # textproc ended it already
+                if out.new_logprobs is not None and out.new_token_ids:
+                    logprobs, top_ids = wire.logprob_rows(out.new_logprobs)
+                    entries.append((rid, out.new_token_ids, reason, logprobs, top_ids))
+                else:
+                    entries.append((rid, out.new_token_ids, reason))
+            if entries:
+                link.send_outputs(entries)
+            if orphans:
+                self._send(engine, wire.ABORT, wire.abort_requests(orphans))
+
+    # requests ----------------------------------------------------------------------------
+
+    def _take_requests(self) -> None:
+        link = self.link
+        assert link is not None
+        requests = link.poll_requests()
+        if self.held:
+            waiting, self.held = self.held, []
+            requests = [*waiting, *requests]
+        refused: list[Any] = []
+        for request in requests:
+            guide = request.guide
+            if guide is not None and (not guide.ready or guide.index.partial):
+                self.held.append(request)  # its whole index comes later
+                continue
+            problem = self._add(request)
+            if problem:
+                _log.error("request %r: %s", request.request_id, problem)
+                refused.append((request.request_id, [], "error"))
+        aborts = link.poll_aborts()
+        if aborts:
+            gone = set(aborts)
+            self.held = [r for r in self.held if r.request_id not in gone]
+            by_rank: dict[int, list[str]] = {}
+            for rid in aborts:
+                rank = self.owner.pop(rid, None)
+                if rank is not None:
+                    by_rank.setdefault(rank, []).append(rid)
+            for rank, rids in by_rank.items():
+                engine = self.engines[rank]
+                engine.requests.difference_update(rids)
+                for _ in rids:
+                    self.router.finished(rank)
+                if engine.state == "ready":
+                    self._send(engine, wire.ABORT, wire.abort_requests(rids))
+        if refused:
+            self.failed_requests += len(refused)
+            link.send_outputs(refused)
+
+    def _add(self, request: IncomingRequest) -> str:
+        """Send one request to an engine; what went wrong, or ''."""
+        rank, keys = self.router.choose(request.prompt_token_ids)
+        if rank < 0:
+            states = ", ".join(f"rank {e.rank}: {e.state}{' (' + e.died + ')' if e.died else ''}"
+                               for e in self.engines)
+            return f"no vLLM engine is ready ({states})"
+        engine = self.engines[rank]
+        if request.guide is not None and request.index_key not in engine.indexes:
+            self.calls += 1
+            tables = request.guide.index.pack()
+            if not self._send(engine, wire.UTILITY, wire.utility_call(
+                    self.calls, "textproc_put_index", [request.index_key, tables])):
+                return f"engine rank {rank} is unreachable"
+            engine.indexes.add(request.index_key)
+        payload = wire.add_request(request.request_id, request.prompt_token_ids,
+                                   wire.sampling_params(request), time.time())
+        if not self._send(engine, wire.ADD, payload):
+            return f"engine rank {rank} is unreachable"
+        self.router.routed(rank, keys)
+        engine.requests.add(request.request_id)
+        engine.requests_sent += 1
+        self.owner[request.request_id] = rank
+        return ""
+
+    def _send(self, engine: Engine, kind: bytes, payload: bytes) -> bool:
+        try:
+            engine.inputs.send_multipart([engine.identity, kind, payload], zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: gone; EAGAIN: its queue is full
+            _log.error("engine rank %d: cannot send (%s)", engine.rank, exc)
+            if engine.state == "ready":
+                self._engine_died(engine, f"sending to it failed: {exc}")
+            return False
+
+    # stats -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        router = self.router
+        return {
+            "pid": os.getpid(),
+            "engine": "vllm",
+            "front": True,
+            "written_at": time.time(),
+            "handshake": f"{self.settings.address}:{self.rpc_port}",
+            "routing": router.policy,
+            "failed_requests": self.failed_requests,
+            "held": len(self.held),
+            "prefix_blocks_routed": router.routed_blocks,
+            "prefix_blocks_matched": router.matched_blocks,
+            "engines": [{
+                "rank": e.rank, "local": e.local, "state": e.state, "died": e.died,
+                "restarts": e.restarts, "running": len(e.requests), "requests_sent": e.requests_sent,
+                "steps": e.steps, "prompt_tokens": e.prompt_tokens, "cached_tokens": e.cached_tokens,
+                "waiting": router.engines[e.rank].waiting,
+                "kv_usage": router.engines[e.rank].kv_usage,
+                "pid": e.proc.pid if e.proc is not None else None,
+            } for e in self.engines],
+            "link": link_counters(self.link) if self.link is not None else {},
+        }
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def parse_args(argv: Sequence[str] | None = None) -> FrontSettings:
+    p = argparse.ArgumentParser(prog="python -m textproc.vllm_engines",
+                                description="textproc in front of vLLM's own engine processes, over vLLM's wire.")
+    p.add_argument("--engine-in", required=True, action="append",
+                   help="textproc's engine-in address; once per detokenizer shard, in order")
+    p.add_argument("--engine-out", required=True, action="append")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--engine-python", required=True, help="the Python of vLLM's environment")
+    p.add_argument("--data-parallel-size", type=int, default=1)
+    p.add_argument("--data-parallel-size-local", type=int, default=-1)
+    p.add_argument("--data-parallel-address", default="127.0.0.1")
+    p.add_argument("--data-parallel-rpc-port", type=int, default=0)
+    p.add_argument("--routing", default="prefix", choices=("prefix", "round_robin", "least_loaded"))
+    p.add_argument("--no-restart", action="store_true")
+    p.add_argument("--stats-file")
+    p.add_argument("--curve-client-key", metavar="FILE")
+    p.add_argument("--curve-server-key", metavar="FILE")
+    p.add_argument("--vllm-arg", action="append", default=[], help="one more `vllm serve` flag")
+    a = p.parse_args(argv)
+    if a.data_parallel_size < 1 or not -1 <= a.data_parallel_size_local <= a.data_parallel_size:
+        p.error("--data-parallel-size must be >= 1 and --data-parallel-size-local 0..size")
+    return FrontSettings(
+        engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
+        engine_python=a.engine_python, data_parallel_size=a.data_parallel_size,
+        data_parallel_size_local=a.data_parallel_size_local, address=a.data_parallel_address,
+        rpc_port=a.data_parallel_rpc_port, vllm_args=tuple(a.vllm_arg), routing=a.routing,
+        restart=not a.no_restart, stats_file=a.stats_file, curve_client_key=a.curve_client_key,
+        curve_server_key=a.curve_server_key)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s vllm-front[{os.getpid()}] %(levelname)s %(message)s")
+    settings = parse_args(argv)
+    front = Front(settings)
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        front.stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    front.start()
+    try:
+        front.run()
+    finally:
+        front.close()
+    return 0
