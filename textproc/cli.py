@@ -222,6 +222,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("text", help="the text core on the command line (tokenize, render, "
                                 "detokenize); textproc text --help for its commands")
     sub.add_parser("bench", help="run a benchmark from bench/ (textproc bench --help lists them)")
+    engine = sub.add_parser(
+        "engine", help="run vLLM's own engine process(es) of a --data-parallel-size deployment "
+                       "on this machine, dialling the `textproc serve` of rank 0's machine",
+        description="Runs vLLM's headless command (`vllm serve MODEL --headless ...`) from the "
+                    "engine's environment with textproc's extension flags (its CPU worker); more "
+                    "`vllm serve` flags after the ones below pass through.")
+    engine.add_argument("--model-dir", required=True)
+    engine.add_argument("--headless", action="store_true", required=True,
+                        help="(required) no API server here: the engines serve `textproc serve`")
+    engine.add_argument("--data-parallel-size", type=int, required=True, metavar="N")
+    engine.add_argument("--data-parallel-size-local", type=int, default=1, metavar="K",
+                        help="ranks started here, from the start rank (default 1)")
+    engine.add_argument("--data-parallel-start-rank", type=int, required=True, metavar="R")
+    engine.add_argument("--data-parallel-address", required=True, metavar="A",
+                        help="the address `textproc serve --data-parallel-address` binds")
+    engine.add_argument("--data-parallel-rpc-port", type=int, required=True, metavar="P")
+    engine.add_argument("--engine-python", metavar="PATH",
+                        help="the Python of vLLM's environment (default: the .venv-vllm beside "
+                             "this checkout)")
     keys = sub.add_parser("keys", help="make ZeroMQ CURVE key pairs (server + client) for --curve-dir")
     keys.add_argument("--dir", default="textproc-keys",
                       help="directory to write the keys into (default ./textproc-keys, mode 0700)")
@@ -239,10 +258,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(demo.main(args_list[1:]))
     if args_list[:1] == ["bench"]:
         return _bench(args_list[1:])
+    if args_list[:1] == ["engine"]:
+        args, vllm_args = build_parser().parse_known_args(args_list)
+        return _engine(args, vllm_args)
     args = build_parser().parse_args(args_list)
     if args.command == "keys":
         return _keys(args)
     return _serve(args)
+
+
+def _engine(args: argparse.Namespace, vllm_args: list[str]) -> int:
+    """``textproc engine``: replace this process with vLLM's headless engine command."""
+    from textproc.engines.vllm import default_python
+    from textproc.vllm_engines.launch import headless_command
+
+    command = headless_command(args.engine_python or default_python(), args.model_dir,
+                               size=args.data_parallel_size, rank=args.data_parallel_start_rank,
+                               local=args.data_parallel_size_local,
+                               address=args.data_parallel_address,
+                               rpc_port=args.data_parallel_rpc_port, args=vllm_args)
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    print("textproc engine: " + " ".join(command), file=sys.stderr, flush=True)
+    try:
+        os.execve(command[0], command, env)
+    except OSError as e:
+        print(f"textproc engine: cannot run {command[0]}: {e}", file=sys.stderr)
+    return 1
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ _log = logging.getLogger("textproc.vllm_engines")
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 5000
 RESTART_BACKOFF_S = (1.0, 5.0, 15.0, 30.0)
+PROBE_INTERVAL_S = 2.0  # how often a dead engine whose process may live is asked if it is back
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class Engine:
     indexes: set[str] = field(default_factory=set)  # constraint indexes it holds
     requests: set[str] = field(default_factory=set)  # request ids it runs
     requests_sent: int = 0
+    indexes_sent: int = 0
+    aborts_sent: int = 0
+    engine_running: int = 0  # the engine's own count, from its last stats
     steps: int = 0
     cached_tokens: int = 0
     prompt_tokens: int = 0
@@ -206,7 +210,7 @@ class Front:
             for kind, sock in (("in", engine.inputs), ("out", engine.outputs), ("mon", engine.monitor)):
                 poller.register(sock, zmq.POLLIN)
                 by_socket[sock] = (kind, engine)
-        next_check = next_stats = time.monotonic()
+        next_check = next_stats = next_probe = time.monotonic()
         next_missing = time.monotonic() + s.missing_log_s
         link_registered = False
         while not self._stop.is_set():
@@ -238,6 +242,9 @@ class Front:
             if now >= next_check:
                 next_check = now + 0.2
                 self._check_procs(now)
+            if now >= next_probe:
+                next_probe = now + PROBE_INTERVAL_S
+                self._probe_dead()
             if s.stats_file and now >= next_stats:
                 next_stats = now + s.stats_interval_s
                 write_stats_file(s.stats_file, self.stats())
@@ -340,6 +347,21 @@ class Front:
                 engine.restarts += 1
                 self._launch(engine)
 
+    def _probe_dead(self) -> None:
+        """Ask each engine that dropped off the network (its process not ours to see, or
+        alive) whether it is back: a cheap utility call of vLLM's own; its answer revives it."""
+        for engine in self.engines:
+            if engine.state != "dead" or not engine.identity or engine.restart_at:
+                continue
+            if engine.proc is not None and engine.proc.poll() is not None:
+                continue
+            self.calls += 1
+            try:
+                engine.inputs.send_multipart([engine.identity, wire.UTILITY, wire.utility_call(
+                    self.calls, "is_sleeping", [])], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # not connected (yet)
+
     def _engine_died(self, engine: Engine, why: str) -> None:
         lost = sorted(engine.requests)
         engine.state = "dead"
@@ -354,8 +376,8 @@ class Front:
                 self.owner.pop(rid, None)
             self.failed_requests += len(lost)
             self.link.send_outputs([(rid, [], "error") for rid in lost])
-        if engine.proc is not None and engine.proc.poll() is None and "exited" not in why:
-            _kill_group(engine.proc)  # a local engine that lost its way: start it afresh
+        if engine.proc is not None and engine.proc.poll() is None and why.startswith("vLLM reported"):
+            _kill_group(engine.proc)  # a local engine that failed: start it afresh
 
     def _on_outputs(self, engine: Engine) -> None:
         link = self.link
@@ -379,6 +401,7 @@ class Front:
                 _log.info("engine rank %d is back", engine.rank)
             stats = step.scheduler_stats
             if isinstance(stats, dict):
+                engine.engine_running = int(stats.get("num_running_reqs") or 0)
                 self.router.stats(engine.rank, waiting=int(stats.get("num_waiting_reqs") or 0),
                                   kv_usage=float(stats.get("kv_cache_usage") or 0.0))
             if step.utility_output is not None and step.utility_output[1]:
@@ -413,6 +436,7 @@ class Front:
                 link.send_outputs(entries)
             if orphans:
                 self._send(engine, wire.ABORT, wire.abort_requests(orphans))
+                engine.aborts_sent += len(orphans)
 
     # requests ----------------------------------------------------------------------------
 
@@ -449,6 +473,7 @@ class Front:
                     self.router.finished(rank)
                 if engine.state == "ready":
                     self._send(engine, wire.ABORT, wire.abort_requests(rids))
+                    engine.aborts_sent += len(rids)
         if refused:
             self.failed_requests += len(refused)
             link.send_outputs(refused)
@@ -468,6 +493,7 @@ class Front:
                     self.calls, "textproc_put_index", [request.index_key, tables])):
                 return f"engine rank {rank} is unreachable"
             engine.indexes.add(request.index_key)
+            engine.indexes_sent += 1
         payload = wire.add_request(request.request_id, request.prompt_token_ids,
                                    wire.sampling_params(request), time.time())
         if not self._send(engine, wire.ADD, payload):
@@ -506,6 +532,8 @@ class Front:
             "engines": [{
                 "rank": e.rank, "local": e.local, "state": e.state, "died": e.died,
                 "restarts": e.restarts, "running": len(e.requests), "requests_sent": e.requests_sent,
+                "indexes_sent": e.indexes_sent, "aborts_sent": e.aborts_sent,
+                "engine_running": e.engine_running,
                 "steps": e.steps, "prompt_tokens": e.prompt_tokens, "cached_tokens": e.cached_tokens,
                 "waiting": router.engines[e.rank].waiting,
                 "kv_usage": router.engines[e.rank].kv_usage,
