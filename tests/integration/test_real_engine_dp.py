@@ -101,6 +101,7 @@ def dp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("textproc-dp")
     service = Service(root, TINY_MODEL, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
+                            "--startup-timeout", "600",
                             "--data-parallel-size-local", "1", *dp_flags,
                             *[f"--engine-arg={flag}" for flag in VLLM_FLAGS]])
     service.env = {**os.environ, **ENGINE_ENV}

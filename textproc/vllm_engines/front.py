@@ -94,8 +94,8 @@ class Engine:
     monitor: Any
     input_address: str
     output_address: str
+    identity: bytes = b""  # its routing id on the sockets: the rank, 2 bytes little-endian
     state: str = "waiting"  # waiting (never connected) / connected / ready / dead
-    identity: bytes = b""
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     restart_at: float = 0.0
@@ -150,11 +150,17 @@ class Front:
                 sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
                 sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
             inputs.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            in_port = inputs.bind_to_random_port(host)
-            out_port = outputs.bind_to_random_port(host)
+            if s.rpc_port:  # fixed: engines that outlive a restart of this process find it again
+                in_port, out_port = s.rpc_port + 1 + 2 * rank, s.rpc_port + 2 + 2 * rank
+                inputs.bind(f"{host}:{in_port}")
+                outputs.bind(f"{host}:{out_port}")
+            else:
+                in_port = inputs.bind_to_random_port(host)
+                out_port = outputs.bind_to_random_port(host)
             monitor = inputs.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             self.engines.append(Engine(rank, rank < s.local_ranks, inputs, outputs, monitor,
-                                       f"{host}:{in_port}", f"{host}:{out_port}"))
+                                       f"{host}:{in_port}", f"{host}:{out_port}",
+                                       identity=rank.to_bytes(2, "little")))
         _log.info("waiting for %d vLLM engine(s) at %s:%d (%d started here)", s.data_parallel_size,
                   s.address, self.rpc_port, s.local_ranks)
         for engine in self.engines:
@@ -170,7 +176,7 @@ class Front:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         _log.info("starting engine rank %d: %s", engine.rank, " ".join(command))
         engine.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=_die_with_parent)
         engine.state = "waiting"
 
     def stop(self) -> None:
@@ -351,7 +357,7 @@ class Front:
         """Ask each engine that dropped off the network (its process not ours to see, or
         alive) whether it is back: a cheap utility call of vLLM's own; its answer revives it."""
         for engine in self.engines:
-            if engine.state != "dead" or not engine.identity or engine.restart_at:
+            if engine.state not in ("dead", "waiting") or engine.restart_at:
                 continue
             if engine.proc is not None and engine.proc.poll() is not None:
                 continue
@@ -395,10 +401,14 @@ class Front:
                 _log.error("engine rank %d sent an output frame textproc cannot read: %s",
                            engine.rank, str(exc)[:300])
                 continue
-            if engine.state == "dead":  # reconnected after a network loss: serving again
+            if engine.state in ("dead", "waiting"):
+                # reconnected after a network loss, or serving since before this process
+                # started (its ranks dial fixed ports): serving again
                 engine.state = "ready"
                 self.router.ready(engine.rank)
                 _log.info("engine rank %d is back", engine.rank)
+                if self.link is None:
+                    self._start_link()
             stats = step.scheduler_stats
             if isinstance(stats, dict):
                 engine.engine_running = int(stats.get("num_running_reqs") or 0)
@@ -541,6 +551,17 @@ class Front:
             } for e in self.engines],
             "link": link_counters(self.link) if self.link is not None else {},
         }
+
+
+def _die_with_parent() -> None:
+    """In a launched engine, before it runs: SIGTERM when this process dies, however it dies
+    (Linux's parent-death signal; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
