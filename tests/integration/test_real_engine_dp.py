@@ -78,6 +78,11 @@ class Deployment:
     def engines(self) -> list[dict[str, Any]]:
         return list(self.stats()["engines"])
 
+    def settled(self) -> list[dict[str, Any]]:
+        """The engines once the stats file (written every 0.5 s) shows what just happened."""
+        time.sleep(1.2)
+        return self.engines()
+
     def wait(self, what: str, check: Any, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -167,7 +172,7 @@ def _stream(url: str, body: dict[str, Any], started: list[str] | None = None) ->
 
 
 def _sent(d: Deployment) -> list[int]:
-    return [e["requests_sent"] for e in d.engines()]
+    return [e["requests_sent"] for e in d.settled()]
 
 
 PROMPTS = ["Hello 🌍! 👨‍👩‍👧 ❤️‍🔥", "Écris une phrase. 你好，世界！", "def f(x):\n\treturn {'a': [x ** 2]}\n",
@@ -195,12 +200,12 @@ def test_a_growing_conversation_stays_where_its_prefix_is_cached(dp: Deployment)
                                       {"role": "user", "content": "First question?"}]
     first = _chat(dp.url, {"messages": messages, "temperature": 0, "max_tokens": 8})
     assert first["usage"]["prompt_tokens"] > 2 * 128  # whole KV blocks to reuse
-    before = dp.engines()
+    before = dp.settled()
     for turn in range(3):
         messages += [{"role": "assistant", "content": f"Answer {turn}."},
                      {"role": "user", "content": f"Question {turn + 2}?"}]
         _chat(dp.url, {"messages": messages, "temperature": 0, "max_tokens": 8})
-    after = dp.engines()
+    after = dp.settled()
     grew = [a["requests_sent"] - b["requests_sent"] for a, b in zip(after, before)]
     assert sorted(grew) == [0, 3], grew  # every turn on one engine
     rank = grew.index(3)
@@ -210,7 +215,7 @@ def test_a_growing_conversation_stays_where_its_prefix_is_cached(dp: Deployment)
 
 
 def test_structured_outputs_and_forced_calls_hold_on_every_engine(dp: Deployment) -> None:
-    before = dp.engines()
+    before = dp.settled()
     schema_body = {"messages": [{"role": "user", "content": "A person, as JSON"}], "max_tokens": 80,
                    "response_format": {"type": "json_schema",
                                        "json_schema": {"name": "person", "schema": SCHEMA}}}
@@ -226,7 +231,7 @@ def test_structured_outputs_and_forced_calls_hold_on_every_engine(dp: Deployment
         assert call["function"]["name"] == "get_weather"
         jsonschema.validate(json.loads(call["function"]["arguments"]),
                             TOOL["function"]["parameters"])  # type: ignore[index]
-    after = dp.engines()
+    after = dp.settled()
     sent = [a["requests_sent"] - b["requests_sent"] for a, b in zip(after, before)]
     indexes = [a["indexes_sent"] - b["indexes_sent"] for a, b in zip(after, before)]
     assert all(n > 0 for n in sent), sent
@@ -234,7 +239,7 @@ def test_structured_outputs_and_forced_calls_hold_on_every_engine(dp: Deployment
 
 
 def test_an_abort_stops_the_request_on_its_engine(dp: Deployment) -> None:
-    before = dp.engines()
+    before = dp.settled()
     with httpx.stream("POST", dp.url + "/v1/chat/completions", timeout=120, json={
             "model": MODEL, "stream": True, "max_tokens": 3000, "ignore_eos": True,
             "messages": [{"role": "user", "content": "Go on forever."}]}) as resp:
@@ -279,7 +284,7 @@ def test_kill_9_of_an_engine_core_fails_only_its_requests(dp: Deployment) -> Non
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(_stream, dp.url, _long(i), started) for i in range(4)]
         dp.wait("4 streams running", lambda: len(started) == 4, 120)
-        on_rank0 = dp.engines()[0]["running"]
+        on_rank0 = dp.settled()[0]["running"]
         assert on_rank0 >= 1, dp.engines()
         for pid in _descendants(launcher):  # the engine core and its model worker
             os.kill(pid, signal.SIGKILL)
@@ -296,10 +301,10 @@ def test_kill_9_of_an_engine_core_fails_only_its_requests(dp: Deployment) -> Non
     assert "engine rank 0 is gone" in log
     dp.wait("rank 0 restarted and ready",
             lambda: dp.engines()[0]["state"] == "ready" and dp.engines()[0]["restarts"] == 1, 600)
-    before = dp.engines()[0]["requests_sent"]
+    before = dp.settled()[0]["requests_sent"]
     for _ in range(4):
         _chat(dp.url, {"messages": [{"role": "user", "content": "Hi again"}], "max_tokens": 4})
-    assert dp.engines()[0]["requests_sent"] > before
+    assert dp.settled()[0]["requests_sent"] > before
 
 
 @pytest.mark.skipif(netns_missing() is not None, reason=str(netns_missing()))
@@ -310,7 +315,7 @@ def test_a_remote_engine_whose_network_goes_away(dp: Deployment) -> None:
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(_stream, dp.url, _long(10 + i), started) for i in range(4)]
         dp.wait("4 streams running", lambda: len(started) == 4, 120)
-        on_remote = dp.engines()[1]["running"]
+        on_remote = dp.settled()[1]["running"]
         assert on_remote >= 1, dp.engines()
         dp.netns.down()
         try:
@@ -322,7 +327,7 @@ def test_a_remote_engine_whose_network_goes_away(dp: Deployment) -> None:
     assert reasons.count("length") == 4 - on_remote, results
     assert dp.engines()[1]["state"] == "dead"
     dp.wait("the remote engine back once its network is", lambda: dp.engines()[1]["state"] == "ready", 120)
-    before = dp.engines()[1]["requests_sent"]
+    before = dp.settled()[1]["requests_sent"]
     for _ in range(4):
         _chat(dp.url, {"messages": [{"role": "user", "content": "Back?"}], "max_tokens": 4})
-    assert dp.engines()[1]["requests_sent"] > before
+    assert dp.settled()[1]["requests_sent"] > before

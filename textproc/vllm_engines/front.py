@@ -339,9 +339,7 @@ class Front:
     def _check_procs(self, now: float) -> None:
         for engine in self.engines:
             proc = engine.proc
-            if proc is None:
-                continue
-            code = proc.poll()
+            code = proc.poll() if proc is not None else None
             if code is not None and engine.restart_at == 0.0:
                 engine.proc = None
                 self._engine_died(engine, f"its process exited with {code}")

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Two engines behind one endpoint: textproc's front (prefix-aware routing, and round robin)
+against ``vllm serve --data-parallel-size 2`` (its own load balancer), same model, same load.
+
+    .venv/bin/textproc bench vllm-dp [--users 8] [--turns 4] [--concurrency 8] [--rounds 2]
+        [--sides textproc,textproc-rr,vllm] [--model-dir DIR] [--json PATH]
+
+The load is a multi-turn chat mix as users send it: ``--users`` conversations, each opening
+with one of two long shared system prompts (an agent's instructions, ~1,500 tokens) and a
+question of its own, then growing by its answer and a new question for ``--turns`` turns;
+``--concurrency`` conversations at once, each conversation's turns in order. Streamed, 24
+tokens out, temperature 1. Every side serves the same requests (new text each round, so no
+round reads what an earlier one cached).
+
+Sides run one at a time (two engines each on this box's cores), in turn, ``--rounds`` times:
+``textproc`` (``serve --engine vllm --data-parallel-size 2``, ``--routing prefix``),
+``textproc-rr`` (the same with ``--routing round_robin``) and ``vllm`` (``vllm serve
+--data-parallel-size 2``); all with float32, eager, the same max-model-len and KV cache.
+Reported per side (medians over rounds): output tokens/s, TTFT p50/p99, the engines' prefix
+cache hit rate (prompt tokens vLLM found cached / prompt tokens: from vLLM's own
+``vllm:prefix_cache_hits_total`` / ``queries`` on its server, from each engine's per-request
+prefill stats behind textproc) and the CPU milliseconds per request of the text processes
+(textproc's workers, detokenizer, front and HTTP; vLLM's API server) and of the engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from _common import write_json
+from vllm import ENGINE_ENV, Side, cpu_per_request
+
+from textproc.engines.vllm import default_python
+from textproc.engines.vllm_reference import ReferenceServer
+from textproc.service.launcher import ServeProcess
+from textproc.testing.bench_cli import bench_parser
+from textproc.testing.corpus import mixed_text
+from textproc.testing.machine import describe, machine
+from textproc.testing.models import MODELS_DIR
+
+MAX_MODEL_LEN = 4096
+VLLM_FLAGS = ["--dtype", "float32", "--enforce-eager"]
+SIDES = ("textproc", "textproc-rr", "vllm")
+
+
+def system_prompts(seed: int) -> list[str]:
+    text = mixed_text(20_000, seed=seed)
+    return [f"You are agent {k}. Follow these instructions exactly.\n" + text[k * 6000:(k + 1) * 6000]
+            for k in range(2)]
+
+
+def start(name: str, model: Path, tmp: Path, python: str) -> tuple[Any, Side]:
+    env = {**os.environ, **ENGINE_ENV}
+    if name == "vllm":
+        server = ReferenceServer(tmp, model, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
+                                 python=python, args=["--data-parallel-size", "2"])
+        server.start()
+        url = server.wait(900)
+        return server, Side(name, url, model.name, server.pid, "EngineCore")
+    routing = "round_robin" if name == "textproc-rr" else "prefix"
+    serve = ServeProcess(tmp, model, workers=2, engine="vllm",
+                         args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
+                               "--engine-python", python, "--data-parallel-size", "2",
+                               "--routing", routing, "--startup-timeout", "900",
+                               *[f"--engine-arg={flag}" for flag in VLLM_FLAGS]],
+                         env=env)
+    serve.start(timeout_s=900)
+    deadline = time.monotonic() + 60
+    while not (serve.runtime_dir / "http.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    info = json.loads((serve.runtime_dir / "http.json").read_text())
+    assert serve.proc is not None
+    side = Side(name, f"http://{info['host']}:{info['port']}", model.name, serve.proc.pid, "--headless")
+    side.stats_file = serve.stats_file  # type: ignore[attr-defined]
+    wait_engines(side, 900)
+    return serve, side
+
+
+def wait_engines(side: Side, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            stats = json.loads(Path(side.stats_file).read_text())  # type: ignore[attr-defined]
+            if all(e["state"] == "ready" for e in stats["engines"]):
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(1)
+    raise SystemExit(f"{side.name}: engines not ready after {timeout_s} s")
+
+
+def cache_counts(side: Side) -> tuple[float, float]:
+    """(prompt tokens, of them found in the engines' prefix caches) so far."""
+    if side.name == "vllm":
+        text = urllib.request.urlopen(side.url + "/metrics", timeout=10).read().decode()
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            for metric in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+                if line.startswith(metric):
+                    values[metric] = values.get(metric, 0.0) + float(line.rsplit(" ", 1)[1])
+        return values.get("vllm:prefix_cache_queries_total", 0.0), values.get("vllm:prefix_cache_hits_total", 0.0)
+    time.sleep(1.0)  # the front writes its stats every 0.5 s
+    stats = json.loads(Path(side.stats_file).read_text())  # type: ignore[attr-defined]
+    return (float(sum(e["prompt_tokens"] for e in stats["engines"])),
+            float(sum(e["cached_tokens"] for e in stats["engines"])))
+
+
+def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> dict[str, Any]:
+    import httpx
+
+    systems = system_prompts(seed)
+    questions = mixed_text(400 * users * (turns + 1) + 1000, seed=seed + 1)
+    ttfts: list[float] = []
+    tokens = 0
+    failed: list[str] = []
+
+    async def conversation(i: int, client: httpx.AsyncClient, gate: asyncio.Semaphore) -> None:
+        nonlocal tokens
+        messages: list[dict[str, str]] = [{"role": "system", "content": systems[i % 2]}]
+        async with gate:
+            for turn in range(turns):
+                at = 400 * (i * (turns + 1) + turn)
+                messages.append({"role": "user", "content": questions[at:at + 400]})
+                body = {"model": side.model, "messages": messages, "max_tokens": 24, "stream": True,
+                        "temperature": 1.0, "stream_options": {"include_usage": True}}
+                t0 = time.perf_counter()
+                first = None
+                text = ""
+                async with client.stream("POST", side.url + "/v1/chat/completions", json=body) as resp:
+                    if resp.status_code != 200:
+                        failed.append(f"{resp.status_code} {(await resp.aread())[:200]!r}")
+                        return
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = json.loads(line[6:])
+                        for choice in chunk.get("choices") or []:
+                            piece = choice["delta"].get("content") or ""
+                            if piece and first is None:
+                                first = time.perf_counter() - t0
+                            text += piece
+                        if chunk.get("usage"):
+                            tokens += int(chunk["usage"]["completion_tokens"])
+                ttfts.append(first if first is not None else time.perf_counter() - t0)
+                messages.append({"role": "assistant", "content": text})
+
+    async def run_all() -> float:
+        gate = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=900) as client:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(conversation(i, client, gate) for i in range(users)))
+            return time.perf_counter() - t0
+
+    queried0, hits0 = cache_counts(side)
+    before = side.cpu()
+    wall = asyncio.run(run_all())
+    after = side.cpu()
+    queried1, hits1 = cache_counts(side)
+    n = max(1, len(ttfts))
+    ordered = sorted(ttfts) or [0.0]
+    row: dict[str, Any] = {
+        "output_throughput": tokens / wall, "median_ttft_ms": statistics.median(ordered) * 1000,
+        "p99_ttft_ms": ordered[min(n - 1, int(0.99 * (n - 1)))] * 1000,
+        "prefix_hit_rate": (hits1 - hits0) / max(1.0, queried1 - queried0),
+        "completed": len(ttfts), "failed": len(failed)}
+    if failed:
+        print(f"# {side.name}: {len(failed)} failed: {failed[0]}", flush=True)
+    row.update(cpu_per_request(before, after, n))
+    return row
+
+
+def main() -> int:
+    p = bench_parser("vllm_dp.py", __doc__)
+    p.add_argument("--users", type=int, default=8)
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sides", default=",".join(SIDES))
+    p.add_argument("--model-dir", type=Path, default=MODELS_DIR / "qwen3-tiny")
+    p.add_argument("--engine-python", default=None)
+    args = p.parse_args()
+    if args.quick:
+        args.users, args.turns, args.rounds = 4, 2, 1
+    python = args.engine_python or default_python()
+    names = [s for s in args.sides.split(",") if s]
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    print(f"# {describe(machine())}; load {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-dp-") as tmp:
+        for r in range(args.rounds):
+            for k, name in enumerate(names):
+                root = Path(tmp) / f"{name}-{r}"
+                root.mkdir()
+                server, side = start(name, args.model_dir, root, python)
+                try:
+                    warm = run_mix(side, 2, 1, 2, seed=7)  # first forward passes
+                    del warm
+                    row = run_mix(side, args.users, args.turns, args.concurrency, seed=100 * r + 11)
+                finally:
+                    server.stop()
+                row["load"] = os.getloadavg()[0]
+                rows[name].append(row)
+                print(json.dumps({"round": r, "side": name, **row}), flush=True)
+    summary = []
+    print(f"{'side':12} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'prefix hit':>10} "
+          f"{'text ms/req':>11} {'engine ms/req':>13}")
+    for name in names:
+        med = {key: statistics.median(row[key] for row in rows[name])
+               for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "prefix_hit_rate",
+                           "cpu_text_ms", "cpu_engine_ms")}
+        summary.append({"side": name, **med})
+        print(f"{name:12} {med['output_throughput']:9.1f} {med['median_ttft_ms']:9.0f} "
+              f"{med['p99_ttft_ms']:9.0f} {med['prefix_hit_rate']:10.2%} {med['cpu_text_ms']:11.1f} "
+              f"{med['cpu_engine_ms']:13.1f}")
+    if args.json:
+        write_json(args.json, {"machine": machine(), "summary": summary, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
