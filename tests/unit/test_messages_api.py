@@ -1,5 +1,5 @@
-"""Anthropic's Messages API, pure parts: body -> chat request (textproc.http.messages_api), deltas
--> content blocks and events (textproc.http.messages_events), the serving loops over a fake
+"""Anthropic's Messages API, pure parts: body -> chat request (textproc.http.anthropic.bodies), deltas
+-> content blocks and events (textproc.http.anthropic.events), the serving loops over a fake
 run (a failure mid-stream is an ``error`` event)."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from textproc.http.api_types import ApiError
 from textproc.http.backend import Output
-from textproc.http.messages_api import (
+from textproc.http.anthropic.bodies import (
     anthropic_error_body,
     parse_count_tokens_request,
     parse_messages_request,
 )
-from textproc.http.messages_events import MessageBuilder, message_events, thinking_signature
+from textproc.http.anthropic.events import MessageBuilder, message_events, thinking_signature
 from textproc.options import REASONING_BUDGET_OPTIONAL
 
 MODELS = ["m"]

@@ -15,14 +15,14 @@ from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import EventStream
 from textproc.http.backend import Output
 from textproc.http.metrics import Histogram, Metrics
-from textproc.http.openai_api import (
+from textproc.http.openai.bodies import (
     parse_chat_request,
     parse_completion_request,
     parse_detokenize_request,
     parse_tokenize_request,
 )
 from textproc.core.deltas import MessageAccumulator, join_text
-from textproc.http.openai_bodies import SSE_DONE, chat_chunk, new_id, sse_event
+from textproc.http.openai.answers import SSE_DONE, chat_chunk, new_id, sse_event
 from textproc.http.server import HttpLimits, build_app
 
 pytestmark = pytest.mark.timeout(30)
@@ -198,7 +198,7 @@ def test_completion_prompt_forms() -> None:
 
 
 def test_logprob_bodies() -> None:
-    from textproc.http.openai_bodies import CompletionLogprobs, chat_logprobs
+    from textproc.http.openai.answers import CompletionLogprobs, chat_logprobs
 
     # "é" as two tokens of one byte each, then " ok": (id, bytes, logprob, alternatives)
     entries = [(1, b"\xc3", -0.5, [1, 9], [b"\xc3", b"<s>"], [-0.5, -2.0]),
@@ -708,7 +708,7 @@ def test_disconnect_while_queued_or_generating_aborts(stream: bool) -> None:
         elapsed = asyncio.run(go())
         assert elapsed < 1.0, (first_delay_s, delay_s)
         assert len(backend.aborted) == 1 and not backend.finished
-        metrics = app.state.api.metrics
+        metrics = app.state.serving.metrics
         assert metrics.aborted_by_client == 1 and metrics.running == 0
 
 

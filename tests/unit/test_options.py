@@ -11,7 +11,7 @@ import pytest
 
 from textproc.errors import InvalidInput
 from textproc.http.api_types import ApiError
-from textproc.http.openai_api import parse_chat_request, parse_completion_request
+from textproc.http.openai.bodies import parse_chat_request, parse_completion_request
 from textproc.options import (
     BODY_OPTIONS,
     MAX_STOP_STRINGS,

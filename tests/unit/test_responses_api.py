@@ -1,5 +1,5 @@
-"""The Responses API's pure parts: body -> chat request (textproc.http.responses_api), deltas
--> items and events (textproc.http.responses_events), the previous_response_id store."""
+"""The Responses API's pure parts: body -> chat request (textproc.http.responses.bodies), deltas
+-> items and events (textproc.http.responses.events), the previous_response_id store."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textproc.http.api_types import ApiError
-from textproc.http.responses_api import ResponseStore, parse_responses_request
-from textproc.http.responses_events import ResponseBuilder
+from textproc.http.responses.bodies import ResponseStore, parse_responses_request
+from textproc.http.responses.events import ResponseBuilder
 
 MODELS = ["m"]
 

@@ -1,6 +1,6 @@
 """What Codex CLI sends the Responses API, parsed without a server: namespace tools and their
-calls (textproc.http.responses_tools), hosted tools not offered, sealed reasoning items
-(textproc.http.responses_reasoning) handed back, and the fields it adds on every turn."""
+calls (textproc.http.responses.tools), hosted tools not offered, sealed reasoning items
+(textproc.http.responses.reasoning) handed back, and the fields it adds on every turn."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from textproc.http.api_types import ApiError
-from textproc.http.responses_api import ResponseStore, parse_responses_request
-from textproc.http.responses_events import ResponseBuilder
-from textproc.http.responses_reasoning import KEY_FILE, ReasoningSeal
+from textproc.http.responses.bodies import ResponseStore, parse_responses_request
+from textproc.http.responses.events import ResponseBuilder
+from textproc.http.responses.reasoning import KEY_FILE, ReasoningSeal
 
 MODELS = ["m"]
 OBJECT = {"type": "object", "properties": {"id": {"type": "string"}}}

@@ -219,7 +219,7 @@ def test_strict_request_option_reaches_the_regex() -> None:
     from types import SimpleNamespace
 
     from textproc.http.api_types import JsonSchemaFormat, ResponseFormat
-    from textproc.http.structured import structured_spec
+    from textproc.http.openai.structured import structured_spec
     from textproc.service.constraints import structured_regex
 
     schema = {"type": "object", "properties": {"a": INT}}

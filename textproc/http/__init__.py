@@ -7,12 +7,17 @@ answered on accept), ``connections`` (connection limits and deadlines), ``health
 ``--health`` port's process, ``python -m textproc.http.health``), ``frontend_peers``
 (``/metrics`` summed over the frontends sharing a port), ``metrics`` (Prometheus text).
 
-The API: ``server`` (routes and the life of a request), ``backend`` (the Protocol the server
-needs from the service) and ``client_backend`` (the TextClient adapter), ``asgi`` (SSE, body
-limit, API key), ``body_check`` (raw body checks), ``api_types`` (request Structs, validated
-parameters, ApiError), ``openai_api`` and ``openai_bodies`` (chat and completion requests and
-bodies), ``generation`` (their answers, streamed and whole), ``structured`` (structured-output
-fields), ``responses_*`` (``/v1/responses``) and ``messages_*`` (Anthropic's ``/v1/messages``).
+The APIs, one folder each with the same file names (``routes``: the handlers; ``bodies``:
+request body -> validated parameters; ``events``: a run's outputs -> the answer, streamed and
+whole): ``openai/`` (chat and text completions, models, tokenize; ``answers``: the JSON shapes,
+``structured``: structured-output fields), ``responses/`` (``/v1/responses``; ``tools``,
+``reasoning``) and ``anthropic/`` (``/v1/messages``). What every route shares: ``serving``
+(``Serving``: the guard, start, respond and serving checks; ``InFlight``: one request in
+flight), ``backend`` (the Protocol the routes need from the service) and ``client_backend``
+(the TextClient adapter), ``asgi`` (SSE, body limit, API key), ``body_check`` (raw body
+checks), ``api_types`` (the OpenAI body Structs every API maps onto, ``ChatParams``,
+``ApiError``). ``server`` only assembles the app from the folders' routes (and serves
+``/health`` and ``/metrics``).
 Importing this package imports none of them.
 """
 

@@ -3,7 +3,7 @@
 Owns the typed shapes of ``/v1/chat/completions``, ``/v1/completions``, ``/tokenize`` and
 ``/detokenize`` bodies (decoded and type-checked by msgspec in one pass; unknown fields are
 ignored, like vLLM) and of the validated parameters the server hands to the backend. Declarations
-only: the rules live in ``textproc.http.openai_api``. The options both bodies carry as they are
+only: the rules live in ``textproc.http.openai.bodies``. The options both bodies carry as they are
 (sampling values, output switches) are not spelled here: they come from
 ``textproc.options.BODY_OPTIONS`` (``_OptionFields``, the base of both bodies).
 """
@@ -229,7 +229,7 @@ class ChatCompletionBody(_OptionFields, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: int | None = None
     response_format: ResponseFormat | None = None
-    # vLLM's structured outputs (textproc.http.structured): enforced, never ignored
+    # vLLM's structured outputs (textproc.http.openai.structured): enforced, never ignored
     structured_outputs: dict[str, Any] | None = None
     guided_json: Any = None
     guided_regex: Any = None

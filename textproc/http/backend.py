@@ -39,7 +39,7 @@ class Output:
 
 
 class Run(Protocol):
-    """What the answer loops (``generation``, ``responses_events``) need of the server's
+    """What the answer loops (``openai.events``, ``responses.events``, ``anthropic.events``) need of the server's
     request in flight: its next Output (None at the end) and the accounting of each one."""
 
     async def next(self) -> Output | None: ...

@@ -122,7 +122,7 @@ def codex_cli_tools(path: Path = CODEX_TOOLS_FILE, *, timeout_s: float = 90) -> 
     if body is None:
         return None
     # here: only a capture needs the Responses API's parser
-    from textproc.http.responses_api import parse_responses_request
+    from textproc.http.responses.bodies import parse_responses_request
 
     request = json.loads(body)
     request["model"] = "m"

@@ -36,8 +36,8 @@ from textproc.core.deltas import join_text
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
-from textproc.http.messages_api import MessagesRequest, anthropic_error_body
-from textproc.http.responses_events import response_sse
+from textproc.http.anthropic.bodies import MessagesRequest, anthropic_error_body
+from textproc.http.responses.events import response_sse
 
 __all__ = ["MessageBuilder", "anthropic_id", "thinking_signature", "message_whole",
            "message_events", "CONTEXT_STOP"]

@@ -1,7 +1,8 @@
 """The routes of Anthropic's Messages API: ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
 
-Owns what the Messages routes do beyond the chat route's life of a request (``server._Api``:
-limits, accounting, disconnects, closing; reused, not copied): errors in Anthropic's shape, and
+Owns what the Messages routes do beyond the life of a request every route shares
+(:class:`textproc.http.serving.Serving`: limits, accounting, disconnects, closing; reused, not
+copied): errors in Anthropic's shape, and
 ``max_tokens`` larger than what the prompt leaves of the context. Anthropic's current models
 accept such a request and stop with ``stop_reason: "model_context_window_exceeded"`` when the
 output reaches the end of the context; Claude Code relies on it (it sends ``max_tokens: 32000``
@@ -15,7 +16,6 @@ that leaves no room is a 400 (Anthropic's "prompt is too long").
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import msgspec
 from starlette.requests import Request
@@ -24,16 +24,14 @@ from starlette.responses import Response
 from textproc.http.api_types import ApiError, ChatParams
 from textproc.http.asgi import json_response
 from textproc.http.backend import Output
-from textproc.http.messages_api import (
+from textproc.http.anthropic.bodies import (
     MessagesRequest,
     anthropic_error_body,
     parse_count_tokens_request,
     parse_messages_request,
 )
-from textproc.http.messages_events import anthropic_id, message_events, message_whole
-
-if TYPE_CHECKING:
-    from textproc.http.server import _Api, _Run
+from textproc.http.anthropic.events import anthropic_id, message_events, message_whole
+from textproc.http.serving import InFlight, Serving
 
 __all__ = ["MessagesRoutes", "anthropic_error_response"]
 
@@ -48,39 +46,39 @@ def anthropic_error_response(exc: ApiError) -> Response:
 
 
 class MessagesRoutes:
-    """The Messages handlers over the server's ``_Api`` (one backend, limits, metrics)."""
+    """The Messages handlers over one ``Serving`` (backend, limits, metrics)."""
 
-    def __init__(self, api: _Api) -> None:
-        self.api = api
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
 
     async def create(self, request: Request) -> Response:
-        return await self.api._guard("/v1/messages", request, self._create,
-                                     errors=anthropic_error_response)
+        return await self.serving.guard("/v1/messages", request, self._create,
+                                         errors=anthropic_error_response)
 
     async def count_tokens(self, request: Request) -> Response:
-        return await self.api._guard("/v1/messages/count_tokens", request, self._count_tokens,
-                                     errors=anthropic_error_response)
+        return await self.serving.guard("/v1/messages/count_tokens", request, self._count_tokens,
+                                         errors=anthropic_error_response)
 
     async def _create(self, request: Request, body: bytes) -> Response:
-        api = self.api
-        req = parse_messages_request(body, served_models=api.backend.served_models)
+        serving = self.serving
+        req = parse_messages_request(body, served_models=serving.backend.served_models)
         mid = anthropic_id("msg")
         run, first, room = await self._start(request, req, mid)
-        return await api._respond(
+        return await serving.respond(
             request, run, req.chat.stream,
             lambda: message_events(req, mid, run, first, room),
             lambda: message_whole(req, mid, run, first, room),
         )
 
     async def _start(self, request: Request, req: MessagesRequest,
-                     mid: str) -> tuple[_Run, Output, int | None]:
+                     mid: str) -> tuple[InFlight, Output, int | None]:
         """The run, its first output, and the room the context left when that was less than
         ``max_tokens`` (None when the request ran as sent)."""
-        api = self.api
-        limit = api.backend.max_model_len
+        serving = self.serving
+        limit = serving.backend.max_model_len
         if limit is None or req.max_tokens < limit:  # it may fit: try as sent
             try:
-                run, first = await api._start(request, lambda: api.backend.chat(
+                run, first = await serving.start(request, lambda: serving.backend.chat(
                     req.chat, request_id=mid))
                 return run, first, None
             except ApiError as exc:
@@ -96,7 +94,7 @@ class MessagesRoutes:
         chat = msgspec.structs.replace(req.chat, sampling=dataclasses.replace(
             sampling, max_tokens=room, min_tokens=min(sampling.min_tokens, room)))
         retry = anthropic_id("msg")
-        run, first = await api._start(request, lambda: api.backend.chat(chat,
+        run, first = await serving.start(request, lambda: serving.backend.chat(chat,
                                                                          request_id=retry))
         return run, first, room
 
@@ -104,8 +102,8 @@ class MessagesRoutes:
         """The prompt's tokens as the chat route renders and encodes it (a prefill is counted
         as a closed assistant turn, the few tokens of its end included: ``/tokenize`` has no
         continue_final_message; the room left is then, if anything, underestimated)."""
-        self.api._check_serving()
-        ids = await self.api.backend.tokenize(
+        self.serving.check_serving()
+        ids = await self.serving.backend.tokenize(
             text=None, messages=chat.messages,
             tools=chat.tools if chat.tool_choice != "none" else None,
             add_special_tokens=False, add_generation_prompt=chat.add_generation_prompt,
@@ -113,5 +111,5 @@ class MessagesRoutes:
         return len(ids)
 
     async def _count_tokens(self, request: Request, body: bytes) -> Response:
-        chat = parse_count_tokens_request(body, served_models=self.api.backend.served_models)
+        chat = parse_count_tokens_request(body, served_models=self.serving.backend.served_models)
         return json_response({"input_tokens": await self._count(chat)})

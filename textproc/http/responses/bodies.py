@@ -2,9 +2,9 @@
 
 Owns the mapping of Responses ``input`` items (messages with content parts, ``function_call``
 (namespaced too), ``function_call_output``, ``reasoning`` with its text or ``encrypted_content``),
-``instructions``, ``tools`` / ``tool_choice`` (through ``responses_tools``), ``text.format``,
+``instructions``, ``tools`` / ``tool_choice`` (through ``responses.tools``), ``text.format``,
 ``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions body, which then
-passes the same rules (``openai_api.chat_params``) and the same ``TextClient.chat`` call as
+passes the same rules (``openai.bodies.chat_params``) and the same ``TextClient.chat`` call as
 ``/v1/chat/completions``: templates, tool formats, forced calls, structured outputs and
 reasoning come from there, not from a second copy here. Owns the bounded in-memory
 :class:`ResponseStore` behind ``previous_response_id`` too.
@@ -30,9 +30,9 @@ import msgspec
 
 from textproc.errors import short
 from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
-from textproc.http.openai_api import ERROR_PATH, chat_params, decode_body
-from textproc.http.responses_reasoning import ReasoningSeal
-from textproc.http.responses_tools import ResponsesTools, chat_tool_choice, flat_name, parse_tools
+from textproc.http.openai.bodies import ERROR_PATH, chat_params, decode_body
+from textproc.http.responses.reasoning import ReasoningSeal
+from textproc.http.responses.tools import ResponsesTools, chat_tool_choice, flat_name, parse_tools
 
 __all__ = [
     "ResponsesBody",

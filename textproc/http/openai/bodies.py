@@ -4,7 +4,7 @@ Owns every rule a request body must follow beyond its types (``api_types``): the
 (404), message and tool shapes, logit_bias keys, logprobs ranges (chat: ``logprobs`` +
 ``top_logprobs`` 0..20; completions: ``logprobs`` 0..5), unsupported features (suffix, batches
 of prompts, echo with logprobs; structured-output fields are mapped in
-``textproc.http.structured``). The body becomes the request's option values
+``textproc.http.openai.structured``). The body becomes the request's option values
 (``SamplingOptions``, ``OutputOptions``) here, and the fields the worker checks too (n, counts,
 stop lists, tool_choice against tools) go through their one check in :mod:`textproc.options`,
 so both say the same. Before decoding, ``body_check`` bounds what any JSON value may be (depth,
@@ -36,7 +36,7 @@ from textproc.options import (
     check_tool_choice,
 )
 from textproc.protocol import MAX_TOKEN_ID, MAX_TOP_LOGPROBS
-from textproc.http.structured import structured_spec
+from textproc.http.openai.structured import structured_spec
 from textproc.http.api_types import (
     ApiError,
     AssistantMessage,
@@ -315,7 +315,7 @@ def parse_chat_request(body: bytes, *, served_models: Sequence[str]) -> ChatPara
 
 def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> ChatParams:
     """Validate a decoded chat completion body (the rules of :func:`parse_chat_request`); the
-    Responses API (``textproc.http.responses_api``) builds one and comes through here too."""
+    Responses API (``textproc.http.responses.bodies``) builds one and comes through here too."""
     model = _check_model(req.model, served_models)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else (
         req.max_tokens

@@ -8,7 +8,7 @@ Owns the mapping of ``system`` (a string or text blocks), ``messages`` (content 
 budget where the model reasons in tagged markup), ``output_config.effort`` (the template's
 ``reasoning_effort``), ``output_config.format`` and a final assistant turn (a prefill, which
 the answer continues) onto a chat completions body,
-which then passes the same rules (``openai_api.chat_params``) and the same ``TextClient.chat``
+which then passes the same rules (``openai.bodies.chat_params``) and the same ``TextClient.chat``
 call as ``/v1/chat/completions``: templates, tool formats, forced calls, constraints and
 reasoning come from there, not from a second copy here. Owns Anthropic's error shape too
 (:func:`anthropic_error_body`: ``{"type": "error", "error": {"type", "message"}}``, the error
@@ -31,7 +31,7 @@ import msgspec
 
 from textproc.errors import short
 from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
-from textproc.http.openai_api import ERROR_PATH, chat_params, decode_body
+from textproc.http.openai.bodies import ERROR_PATH, chat_params, decode_body
 from textproc.options import REASONING_BUDGET_OPTIONAL
 
 __all__ = [
@@ -101,7 +101,7 @@ class MessagesRequest:
     """A validated Messages request: the chat request it runs and what the answer needs.
 
     ``max_tokens`` is the client's; ``chat.sampling.max_tokens`` may become smaller when the prompt
-    leaves less room in the context (``messages_route``)."""
+    leaves less room in the context (``anthropic.routes``)."""
 
     chat: ChatParams
     max_tokens: int

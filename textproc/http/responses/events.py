@@ -21,8 +21,8 @@ between ``</think>`` and a tool call is not an answer). Item text is folded by
 ``output_text.delta`` of the text it carries and into the part's ``logprobs`` (entries of outputs
 that carry only reasoning or calls are not shown: the API has logprobs for output text only).
 A call of a namespaced function carries ``namespace`` and the function's own ``name`` (the
-model was offered ``<namespace>__<name>``: ``responses_tools``); a finished reasoning item
-carries ``encrypted_content`` (its text sealed by the service, ``responses_reasoning``) when the
+model was offered ``<namespace>__<name>``: ``responses.tools``); a finished reasoning item
+carries ``encrypted_content`` (its text sealed by the service, ``responses.reasoning``) when the
 request included ``reasoning.encrypted_content``, null until then. The request's ``warnings``
 (tools not offered, reasoning not restored) are on the response object when there are any.
 Also the serving loops over a backend stream (whole and streamed). Pure apart from those loops.
@@ -39,8 +39,8 @@ from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
-from textproc.http.openai_bodies import new_id, now, token_logprob
-from textproc.http.responses_api import ResponsesRequest, ResponseStore
+from textproc.http.openai.answers import new_id, now, token_logprob
+from textproc.http.responses.bodies import ResponsesRequest, ResponseStore
 
 __all__ = ["ResponseBuilder", "response_sse", "respond_whole", "respond_events"]
 

@@ -4,8 +4,8 @@ Each loop takes the request's first ``Output`` and the run it came from, feeds e
 ``run.observe`` (the server's accounting) and ends when all ``n`` choices have finished; an
 ``error`` finish becomes the ApiError of ``backend.generation_error`` (the whole answer raises
 it, a stream sends it as an error event, then ``[DONE]``). Response shapes come from
-``responses`` and text folding from ``core.deltas``; it starts, limits and closes nothing (the
-server does: ``server._Api``).
+``answers`` and text folding from ``core.deltas``; it starts, limits and closes nothing
+(``serving.Serving`` does).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from textproc.core.deltas import MessageAccumulator, join_text
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import LastEvents, json_response
 from textproc.http.backend import Output, Run, generation_error, no_finish_error
-from textproc.http.openai_bodies import (
+from textproc.http.openai.answers import (
     SSE_DONE,
     ChoiceEnds,
     CompletionLogprobs,

@@ -1,0 +1,191 @@
+"""What every API route shares: the life of one request, over one backend, limits and metrics.
+
+Owns :class:`Serving` (the backend, the limits, the metrics, the frontends sharing the port) and
+the steps every handler of every API (``openai/``, ``responses/``, ``anthropic/``) takes through
+it: :meth:`Serving.guard` (read the body under its limit, answer an error in the API's shape,
+count the request), :meth:`Serving.start` (503 while the service is down, 429 over the requests
+in flight, submit, wait until the service accepts or refuses), :meth:`Serving.respond` (stream
+or answer whole, closing the run when the request ends or the client leaves, which aborts it in
+the engine) and :class:`InFlight` (one generation request's stream and accounting). It never
+touches the service's sockets: everything goes through a ``Backend`` (the TextClient adapter in
+``client_backend`` in production). An API folder's ``routes`` module holds its handlers over one
+``Serving``; ``server`` builds the app from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import AsyncIterator, Awaitable, Callable
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from textproc.http.api_types import ApiError
+from textproc.http.asgi import EventStream, Pacer, error_response, read_body, until_disconnect
+from textproc.http.backend import Backend, Output, no_finish_error
+from textproc.http.frontend_peers import Peers
+from textproc.http.metrics import Metrics
+from textproc.http.settings import HttpLimits
+
+__all__ = ["Handler", "InFlight", "Serving", "client_gone"]
+
+_log = logging.getLogger("textproc.http")
+
+Handler = Callable[[Request, bytes], Awaitable[Response]]  # a route's work on the body read
+
+
+def client_gone() -> ApiError:
+    """The request ended because the client left."""
+    # nginx's 499 "client closed request": nobody reads it, the metrics count it
+    return ApiError("the client closed the connection", status=499, code="client_closed")
+
+
+class InFlight:
+    """One generation request in flight: its backend stream, first output and accounting."""
+
+    def __init__(self, serving: Serving, stream: AsyncIterator[Output], started: float) -> None:
+        self.serving = serving
+        self.stream = stream
+        self.started = started
+        self.saw_token = False
+        self._closed = False
+
+    async def next(self) -> Output | None:
+        try:
+            return await self.stream.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def observe(self, out: Output) -> None:
+        metrics = self.serving.metrics
+        for stage, seconds in out.timings_s.items():
+            if out.index == 0 or stage == "detokenize":  # n choices: one template, one encode
+                metrics.observe(stage, seconds)
+        if not self.saw_token and out.deltas:
+            self.saw_token = True
+            metrics.observe("first_token", time.perf_counter() - self.started)
+        if out.finish_reason is not None:
+            if out.index == 0:  # n choices share one prompt and one request
+                metrics.prompt_tokens += out.prompt_tokens
+                metrics.observe("request", time.perf_counter() - self.started)
+            metrics.completion_tokens += out.completion_tokens
+            metrics.count_finish(out.finish_reason)
+
+    async def close(self) -> None:
+        """Release the request: aborts it in the service if it has not finished. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.serving.metrics.running -= 1
+        aclose = getattr(self.stream, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                _log.exception("closing a request stream failed")
+
+
+class Serving:
+    """One backend, its limits and metrics, and the steps every route takes through them."""
+
+    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics,
+                 peers: Peers) -> None:
+        self.backend = backend
+        self.limits = limits
+        self.metrics = metrics
+        self.peers = peers  # the frontends sharing this port: /metrics sums them
+        self.started = int(time.time())  # /v1/models' created
+        self.pacer = Pacer(limits.handlers_per_turn)
+
+    def check_serving(self) -> None:
+        """503 while the service cannot serve (no worker, engine down)."""
+        serving, why = self.backend.health()
+        if not serving:
+            raise ApiError(f"service unavailable: {why}", status=503, type="server_error",
+                           code="service_unavailable")
+
+    def check_n(self, n: int) -> None:
+        """400 when ``n`` choices are over this server's ``--max-n``."""
+        if n > self.limits.max_n:
+            raise ApiError(f"n={n} is over this server's limit of {self.limits.max_n} choices "
+                           "per request (--max-n)", param="n")
+
+    async def guard(
+        self,
+        endpoint: str,
+        request: Request,
+        handler: Handler,
+        errors: Callable[[ApiError], Response] = error_response,  # the API's error shape
+    ) -> Response:
+        """Read the body (413 over ``max_body_bytes``) and run ``handler`` on it; an ApiError
+        becomes ``errors(exc)``, anything else a 500 in that shape. Counts the request under
+        ``endpoint`` with the status it got."""
+        status = 500
+        try:
+            body = await read_body(request, self.limits.max_body_bytes,
+                                   timeout_s=self.limits.body_timeout_s, metrics=self.metrics)
+            response = await handler(request, body)
+            status = response.status_code
+            return response
+        except ClientDisconnect:  # gone mid-upload: not an error, nobody reads an answer
+            status = 499
+            self.metrics.upload_disconnects += 1
+            _log.debug("client left %s before sending the whole body", endpoint)
+            return Response(status_code=499)
+        except ApiError as exc:
+            status = exc.status
+            return errors(exc)
+        except Exception:
+            _log.exception("unexpected error serving %s", endpoint)
+            return errors(ApiError("internal server error; see the server log", status=500,
+                                   type="server_error", code="internal_error"))
+        finally:
+            self.metrics.count_request(endpoint, status)
+
+    async def start(self, request: Request,
+                    call: Callable[[], AsyncIterator[Output]]) -> tuple[InFlight, Output]:
+        """Submit a generation request and wait until the service accepts or refuses it."""
+        self.check_serving()
+        if self.metrics.running >= self.limits.max_running:
+            raise ApiError(
+                f"{self.metrics.running} requests in flight, the limit is "
+                f"{self.limits.max_running}; retry later",
+                status=429, type="rate_limit_error", code="too_many_requests",
+            )
+        self.metrics.running += 1
+        run = InFlight(self, call(), time.perf_counter())
+        try:
+            connected, first = await until_disconnect(request, run.next())
+        except BaseException:
+            await run.close()
+            raise
+        if first is None:
+            await run.close()
+            if not connected:
+                self.aborted()
+                raise client_gone()
+            raise no_finish_error()
+        return run, first
+
+    def aborted(self) -> None:
+        """Count a request the client left."""
+        self.metrics.aborted_by_client += 1
+        self.metrics.count_finish("abort")
+
+    async def respond(
+        self, request: Request, run: InFlight, stream: bool,
+        events: Callable[[], AsyncIterator[bytes]], whole: Callable[[], Awaitable[Response]],
+    ) -> Response:
+        """The answer: ``events()`` as SSE when ``stream``, else ``whole()``; the run is
+        closed when it ends either way (or when the client leaves)."""
+        if stream:
+            return EventStream(events(), on_disconnect=self.aborted, cleanup=run.close)
+        try:
+            connected, response = await until_disconnect(request, whole())
+        finally:
+            await run.close()
+        if not connected or response is None:
+            self.aborted()
+            raise client_gone()
+        return response
