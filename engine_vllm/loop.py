@@ -23,21 +23,20 @@ scheduler state: running and waiting requests, free KV blocks, per-request count
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any, Sequence
+from typing import Any
 
-from engine_vllm.startup import build_core
+from engine_vllm.startup import VllmSettings, build_core, parse_args
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
 
-__all__ = ["VllmSettings", "VllmEngine", "parse_args", "main"]
+__all__ = ["VllmEngine", "main"]
 
 _log = logging.getLogger("engine_vllm")
 
@@ -45,21 +44,6 @@ IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking 
 MAX_TRACKED_REQUESTS = 4_096  # per-request stats kept (oldest dropped), written each interval
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort", "error": "error",
            "repetition": "stop"}
-
-
-@dataclass(frozen=True)
-class VllmSettings:
-    engine_in: tuple[str, ...]
-    engine_out: tuple[str, ...]
-    model_dir: str
-    max_model_len: int = 32768
-    max_num_seqs: int = 0  # 0: vLLM's own default for an API server
-    kv_cache_gib: int = 1
-    dtype: str = "float32"
-    stats_file: str | None = None
-    stats_interval_s: float = 0.5
-    curve_client_key: str | None = None
-    curve_server_key: str | None = None
 
 
 class VllmEngine:
@@ -379,34 +363,6 @@ def _percentiles(seconds: Any) -> dict[str, float]:
         return float(values[min(len(values) - 1, int(q * (len(values) - 1)))] * 1e6)
 
     return {"samples": len(values), "p50": pick(0.5), "p99": pick(0.99), "max": values[-1] * 1e6}
-
-
-def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
-    p = argparse.ArgumentParser(prog="python -m engine_vllm",
-                                description="vLLM's v1 engine core on textproc's EngineLink.")
-    p.add_argument("--engine-in", required=True, action="append",
-                   help="textproc's engine-in address; once per detokenizer shard, in order")
-    p.add_argument("--engine-out", required=True, action="append")
-    p.add_argument("--model-dir", required=True, help="a Hugging Face model directory")
-    p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--max-num-seqs", type=int, default=0,
-                   help="requests vLLM runs at once, its scheduler queues the rest (default: "
-                        "vLLM's own for an API server)")
-    p.add_argument("--kv-cache-gib", type=int, default=1,
-                   help="KV cache size (VLLM_CPU_KVCACHE_SPACE) unless that is set")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--stats-file")
-    p.add_argument("--stats-interval-s", type=float, default=0.5)
-    p.add_argument("--curve-client-key", metavar="FILE")
-    p.add_argument("--curve-server-key", metavar="FILE")
-    a = p.parse_args(argv)
-    if len(a.engine_in) != len(a.engine_out):
-        p.error("give one --engine-in and one --engine-out per detokenizer shard")
-    return VllmSettings(
-        engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
-        max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs, kv_cache_gib=a.kv_cache_gib,
-        dtype=a.dtype, stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
-        curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

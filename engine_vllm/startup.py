@@ -1,19 +1,69 @@
-"""Starting vLLM's engine core for the engine process: its settings as ``vllm serve`` gets
-them, textproc's CPU worker (:mod:`engine_vllm.worker`), and a warm-up before serving.
+"""The engine process's settings and the start of vLLM's engine core: its settings as ``vllm
+serve`` gets them, textproc's CPU worker (:mod:`engine_vllm.worker`), and a warm-up before
+serving.
+
+Imports nothing of the loop (:mod:`engine_vllm.loop` runs what this builds); vLLM only inside
+the functions that start it, so the flags parse without it.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-if TYPE_CHECKING:
-    from engine_vllm.loop import VllmSettings
-
-__all__ = ["CPU_WORKER", "build_core", "warm_up"]
+__all__ = ["CPU_WORKER", "VllmSettings", "build_core", "parse_args", "warm_up"]
 
 CPU_WORKER = "engine_vllm.worker.TextprocCPUWorker"  # imported by vLLM's worker process
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The engine process's settings: textproc's sockets and vLLM's engine settings."""
+
+    engine_in: tuple[str, ...]
+    engine_out: tuple[str, ...]
+    model_dir: str
+    max_model_len: int = 32768
+    max_num_seqs: int = 0  # 0: vLLM's own default for an API server
+    kv_cache_gib: int = 1
+    dtype: str = "float32"
+    stats_file: str | None = None
+    stats_interval_s: float = 0.5
+    curve_client_key: str | None = None
+    curve_server_key: str | None = None
+
+
+def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
+    p = argparse.ArgumentParser(prog="python -m engine_vllm",
+                                description="vLLM's v1 engine core on textproc's EngineLink.")
+    p.add_argument("--engine-in", required=True, action="append",
+                   help="textproc's engine-in address; once per detokenizer shard, in order")
+    p.add_argument("--engine-out", required=True, action="append")
+    p.add_argument("--model-dir", required=True, help="a Hugging Face model directory")
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--max-num-seqs", type=int, default=0,
+                   help="requests vLLM runs at once, its scheduler queues the rest (default: "
+                        "vLLM's own for an API server)")
+    p.add_argument("--kv-cache-gib", type=int, default=1,
+                   help="KV cache size (VLLM_CPU_KVCACHE_SPACE) unless that is set")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--stats-file")
+    p.add_argument("--stats-interval-s", type=float, default=0.5)
+    p.add_argument("--curve-client-key", metavar="FILE")
+    p.add_argument("--curve-server-key", metavar="FILE")
+    a = p.parse_args(argv)
+    if len(a.engine_in) != len(a.engine_out):
+        p.error("give one --engine-in and one --engine-out per detokenizer shard")
+    return VllmSettings(
+        engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
+        max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs, kv_cache_gib=a.kv_cache_gib,
+        dtype=a.dtype, stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
+        curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key)
+
 
 
 def build_core(settings: VllmSettings) -> Any:
