@@ -53,7 +53,7 @@ from typing import Any
 from _common import write_json
 
 from textproc.engines.vllm import default_python
-from textproc.engines.vllm_reference import ReferenceServer
+from textproc.engines.vllm_reference import ReferenceServer, engine_arg_flags
 from textproc.placement import pin, process_tree
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
@@ -352,7 +352,8 @@ def start_sides(model: Path, tmp: Path, max_model_len: int, python: str,
     for k, setting in enumerate(text_cpus):
         serve = ServeProcess(tmp / f"tp{k}", model, workers=2, engine="vllm",
                              args=["--http", "127.0.0.1:0", "--max-model-len", str(max_model_len),
-                                   "--engine-python", python, "--engine-arg=--kv-cache-gib=2",
+                                   "--engine-python", python, *engine_arg_flags(),
+                                   "--engine-arg=--kv-cache-gib=2",
                                    "--engine-arg=--stats-interval-s=5", "--text-cpus", setting],
                              env={**os.environ, **ENGINE_ENV})
         serve.start(timeout_s=900)

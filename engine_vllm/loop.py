@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from engine_vllm.startup import VllmSettings, build_core, parse_args
+from engine_vllm.startup import VllmSettings, build_core, engine_args, parse_args
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
 
 __all__ = ["VllmEngine", "main"]
@@ -370,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s engine_vllm[{os.getpid()}] %(levelname)s %(message)s")
     settings = parse_args(argv)
+    args = engine_args(settings)  # vLLM's flags checked before the slow start
     stopping = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -383,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     _log.info("starting vLLM's engine core on %s (model load, KV cache, warm-up)", settings.model_dir)
     try:
-        core = build_core(settings)
+        core = build_core(args)
     except Exception as exc:  # noqa: BLE001 - process entry: report and exit non-zero
         _log.error("vLLM's engine core did not start on %r: %s", settings.model_dir, exc)
         return 1

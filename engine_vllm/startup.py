@@ -1,6 +1,7 @@
 """The engine process's settings and the start of vLLM's engine core: its settings as ``vllm
-serve`` gets them, textproc's CPU worker (:mod:`engine_vllm.worker`), and a warm-up before
-serving.
+serve`` gets them (vLLM's own flag parser and defaults: the model's dtype and context length
+unless a flag says otherwise), textproc's CPU worker (:mod:`engine_vllm.worker`), and a warm-up
+before serving.
 
 Imports nothing of the loop (:mod:`engine_vllm.loop` runs what this builds); vLLM only inside
 the functions that start it, so the flags parse without it.
@@ -15,22 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CPU_WORKER", "VllmSettings", "build_core", "parse_args", "warm_up"]
+__all__ = ["CPU_WORKER", "VllmSettings", "build_core", "engine_args", "parse_args", "warm_up"]
 
 CPU_WORKER = "engine_vllm.worker.TextprocCPUWorker"  # imported by vLLM's worker process
 
 
 @dataclass(frozen=True)
 class VllmSettings:
-    """The engine process's settings: textproc's sockets and vLLM's engine settings."""
+    """The engine process's settings: textproc's sockets and files, and vLLM's own engine
+    flags as given (every one ``vllm serve`` takes; vLLM's defaults for the rest)."""
 
     engine_in: tuple[str, ...]
     engine_out: tuple[str, ...]
     model_dir: str
-    max_model_len: int = 32768
-    max_num_seqs: int = 0  # 0: vLLM's own default for an API server
+    vllm_args: tuple[str, ...] = ()  # e.g. ("--max-model-len", "4096", "--dtype=float32")
     kv_cache_gib: int = 1
-    dtype: str = "float32"
     stats_file: str | None = None
     stats_interval_s: float = 0.5
     curve_client_key: str | None = None
@@ -38,50 +38,61 @@ class VllmSettings:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
-    p = argparse.ArgumentParser(prog="python -m engine_vllm",
-                                description="vLLM's v1 engine core on textproc's EngineLink.")
+    """textproc's flags; every other flag is kept for vLLM's own parser (:func:`engine_args`)."""
+    p = argparse.ArgumentParser(
+        prog="python -m engine_vllm", allow_abbrev=False,
+        description="vLLM's v1 engine core on textproc's EngineLink.",
+        epilog="Any other flag is one of vLLM's engine flags, as `vllm serve` takes it "
+               "(--max-model-len, --dtype, --max-num-seqs, --enforce-eager, ...), with vLLM's "
+               "defaults for those not given.")
     p.add_argument("--engine-in", required=True, action="append",
                    help="textproc's engine-in address; once per detokenizer shard, in order")
     p.add_argument("--engine-out", required=True, action="append")
     p.add_argument("--model-dir", required=True, help="a Hugging Face model directory")
-    p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--max-num-seqs", type=int, default=0,
-                   help="requests vLLM runs at once, its scheduler queues the rest (default: "
-                        "vLLM's own for an API server)")
     p.add_argument("--kv-cache-gib", type=int, default=1,
                    help="KV cache size (VLLM_CPU_KVCACHE_SPACE) unless that is set")
-    p.add_argument("--dtype", default="float32")
     p.add_argument("--stats-file")
     p.add_argument("--stats-interval-s", type=float, default=0.5)
     p.add_argument("--curve-client-key", metavar="FILE")
     p.add_argument("--curve-server-key", metavar="FILE")
-    a = p.parse_args(argv)
+    a, vllm_args = p.parse_known_args(argv)
     if len(a.engine_in) != len(a.engine_out):
         p.error("give one --engine-in and one --engine-out per detokenizer shard")
     return VllmSettings(
         engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
-        max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs, kv_cache_gib=a.kv_cache_gib,
-        dtype=a.dtype, stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
-        curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key)
+        vllm_args=tuple(vllm_args), kv_cache_gib=a.kv_cache_gib, stats_file=a.stats_file,
+        stats_interval_s=a.stats_interval_s, curve_client_key=a.curve_client_key,
+        curve_server_key=a.curve_server_key)
 
 
-
-def build_core(settings: VllmSettings) -> Any:
-    """vLLM's EngineCore on the model (the slow part: model load, KV cache, warm-up)."""
+def engine_args(settings: VllmSettings) -> Any:
+    """vLLM's ``EngineArgs`` from its own command-line parser: the model, the flags given and
+    vLLM's defaults for every other (a flag vLLM does not know exits with its usage, code 2).
+    On the CPU the worker is textproc's (:mod:`engine_vllm.worker`) unless one is given."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))  # whole GiB
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # no usage report leaves this machine
     os.environ.setdefault("DO_NOT_TRACK", "1")
     from vllm.engine.arg_utils import EngineArgs
     from vllm.platforms import current_platform
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(
+        prog="python -m engine_vllm", description="vLLM's engine flags"))
+    args = EngineArgs.from_cli_args(parser.parse_args(["--model", settings.model_dir,
+                                                       *settings.vllm_args]))
+    if args.worker_cls == "auto" and current_platform.is_cpu():
+        # seeded requests survive chunked prefill, cheaper mask apply
+        args.worker_cls = CPU_WORKER
+    return args
+
+
+def build_core(args: Any) -> Any:
+    """vLLM's EngineCore on the model with ``args`` (:func:`engine_args`): the slow part,
+    model load, KV cache and warm-up."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.executor import Executor
 
-    args = EngineArgs(model=settings.model_dir, max_model_len=settings.max_model_len,
-                      max_num_seqs=settings.max_num_seqs or None, dtype=settings.dtype,
-                      enforce_eager=True, gpu_memory_utilization=0.1,
-                      # CPU: seeded requests survive chunked prefill, cheaper mask apply
-                      worker_cls=CPU_WORKER if current_platform.is_cpu() else "auto")
     # the defaults `vllm serve` gets (batch sizes differ by usage context)
     config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     core = EngineCore(config, Executor.get_class(config), log_stats=False)

@@ -39,6 +39,7 @@ from textproc.engines import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.lifecycle import LOG_LEVELS, add_child_arguments, setup_logging
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
+from textproc.service.context_length import model_context_length
 from textproc.service.sampling_defaults import GENERATION_CONFIG_FILE, load_generation_config
 
 __all__ = ["main", "build_parser", "DEFAULT_MODEL_DIR", "FETCH_HINT"]
@@ -116,9 +117,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--endpoints", choices=ENDPOINT_KINDS, default="ipc",
                    help="ipc: socket files in the runtime dir; tcp: loopback ports, for "
                         "processes on other machines (default ipc)")
-    p.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN,
-                   help="prompt tokens + max_tokens must fit in this many tokens "
-                        f"(default {DEFAULT_MAX_MODEL_LEN})")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="prompt tokens + max_tokens must fit in this many tokens; the engine is "
+                        "asked for the same (default: the model's own context length as `vllm "
+                        "serve` derives it from config.json: max_position_embeddings, RoPE "
+                        f"scaling, ...; {DEFAULT_MAX_MODEL_LEN} for a directory without one)")
     p.add_argument("--stub-mode", choices=STUB_MODES, default="echo",
                    help="what engine_stub answers: echo the last user message, replay a file "
                         "(--stub-arg=--replay-file=F), or random ids (default echo)")
@@ -321,6 +324,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = _serve_config(args, model_dir, level)
         _log_sampling_defaults(config.service)
+        if args.max_model_len is None:
+            _log.info("max_model_len %d: %s (set --max-model-len to change it)",
+                      config.service.max_model_len, _context_length(model_dir)[1])
     except InvalidInput as e:
         print(f"textproc serve: {e}", file=sys.stderr)
         return 2
@@ -372,6 +378,14 @@ def _log_sampling_defaults(service: ServiceConfig) -> None:
                   list(generation.eos_token_ids), generation.eos_source)
 
 
+def _context_length(model_dir: Path) -> tuple[int, str]:
+    """The model's context length as ``vllm serve`` derives it, and where it came from."""
+    derived = model_context_length(model_dir)
+    if derived is None:
+        return DEFAULT_MAX_MODEL_LEN, f"textproc's default, no config.json in {model_dir}"
+    return derived.tokens, derived.source
+
+
 def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> ServeConfig:
     """The settings ``serve``'s flags give (InvalidInput when they do not fit together)."""
     return ServeConfig(
@@ -379,7 +393,8 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
             model_dir=str(model_dir.absolute()),
             n_workers=args.workers,
             n_detokenizers=args.detokenizers,
-            max_model_len=args.max_model_len,
+            max_model_len=(args.max_model_len if args.max_model_len is not None
+                           else _context_length(model_dir)[0]),
             max_frame_bytes=args.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES,
             startup_timeout_s=args.startup_timeout,
             log_level=level,

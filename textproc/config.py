@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
+# a model directory with no config.json (a tokenizer alone, for the stub engine); serve derives
+# a model's own from its config.json as vLLM does (textproc.service.context_length)
 DEFAULT_MAX_MODEL_LEN = 32768
 ENGINES = engine_names()  # ServeConfig.engine: the adapters of textproc.engines
 ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints

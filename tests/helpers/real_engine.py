@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.helpers.models import REPO_ROOT
 from tests.helpers.service import Service, wait_http
-from textproc.engines.vllm_reference import ReferenceServer
+from textproc.engines.vllm_reference import ReferenceServer, engine_arg_flags
 
 __all__ = ["ENGINE_ENV", "MAX_MODEL_LEN", "SETUP_HINT", "TINY_MODEL", "VLLM_PYTHON",
            "engine_stats", "missing", "reference_server", "serve_vllm_textproc"]
@@ -24,8 +24,8 @@ TINY_MODEL = REPO_ROOT / ".cache" / "models" / "qwen3-tiny"
 SETUP_HINT = "bash scripts/setup_vllm.sh (run by scripts/setup.sh)"
 MAX_MODEL_LEN = 4096
 START_TIMEOUT_S = 600.0  # 15-80 s seen on 2 busy cores
-# the same engine settings on both sides: float32 (greedy ids then do not depend on rounding),
-# a 1 GiB KV cache
+# the same engine settings on both sides: vllm_reference.COMPARED_ENGINE_FLAGS (float32, ...),
+# the same --max-model-len, a 1 GiB KV cache
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
@@ -52,7 +52,7 @@ def serve_vllm_textproc(root: Path, *args: str, model: Path = TINY_MODEL) -> tup
     included)."""
     service = Service(root, model, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
-                            "--engine-arg=--stats-interval-s=0.1",
+                            *engine_arg_flags(), "--engine-arg=--stats-interval-s=0.1",
                             # (not the default: exercises the placement on the real engine)
                             "--text-cpus", "auto", *args])
     service.env = {**os.environ, **ENGINE_ENV}

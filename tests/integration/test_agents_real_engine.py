@@ -28,6 +28,7 @@ import pytest
 from tests.helpers.codex import run_codex
 from tests.helpers.real_engine import ENGINE_ENV, TINY_MODEL, missing
 from tests.helpers.service import REPO, Service, wait_http
+from textproc.engines.vllm_reference import engine_arg_flags
 from tests.helpers.turn_model import write_turn_ending_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
@@ -56,7 +57,8 @@ def url(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
     model = write_turn_ending_copy(TINY_MODEL, tmp_path_factory.mktemp("models") / MODEL,
                                    max_new_tokens=MAX_NEW)
     service = Service(tmp_path_factory.mktemp("agents-vllm"), model, workers=1, engine="vllm",
-                      args=["--http", "127.0.0.1:0", "--max-model-len", str(CONTEXT)])
+                      args=["--http", "127.0.0.1:0", "--max-model-len", str(CONTEXT),
+                            *engine_arg_flags()])
     service.env = {**os.environ, **ENGINE_ENV}
     service.start(timeout_s=600)
     try:

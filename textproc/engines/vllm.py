@@ -5,8 +5,12 @@ The engine process runs vLLM's ``EngineCore`` and ``EngineLink`` in one loop (no
 them): requests in, aborts in, each step's new ids, finish reasons and logprobs out; textproc's
 compiled constraints are applied through vLLM's structured-output bitmask. Its Python is
 ``--engine-python``, else the ``.venv-vllm`` that ``scripts/setup.sh`` makes beside this
-checkout, else this interpreter. Flags after ``--engine-arg`` go to ``python -m engine_vllm``
-(``--kv-cache-gib``, ``--max-num-seqs``, ``--dtype``, ``--stats-file``, ...).
+checkout, else this interpreter. Flags after ``--engine-arg`` go to ``python -m engine_vllm``:
+its own (``--kv-cache-gib``, ``--stats-file``, ...) or any of vLLM's engine flags as ``vllm
+serve`` takes them (``--dtype``, ``--max-num-seqs``, ``--enforce-eager``, ...); vLLM's defaults
+for the rest, as ``vllm serve`` has them (the model's dtype, ``"auto"``). The engine is always
+given ``--max-model-len``: the service's, the model's own context length unless ``serve
+--max-model-len`` says otherwise, so textproc's prompt checks and vLLM agree.
 """
 
 from __future__ import annotations

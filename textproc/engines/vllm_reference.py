@@ -19,9 +19,19 @@ from pathlib import Path
 from textproc.engines.vllm import default_python
 from textproc.errors import StartupTimeout, WorkerDied
 
-__all__ = ["ReferenceServer"]
+__all__ = ["COMPARED_ENGINE_FLAGS", "ReferenceServer", "engine_arg_flags"]
 
 START_TIMEOUT_S = 600.0
+# the engine settings a comparison gives both sides (``vllm serve``'s flags, and textproc's
+# engine the same through ``--engine-arg``, :func:`engine_arg_flags`) besides the same
+# --max-model-len: float32 (greedy ids then do not depend on rounding; "auto" would run the
+# model's dtype), no compile step, vLLM's memory share of a small box. Neither side's defaults.
+COMPARED_ENGINE_FLAGS = ("--dtype=float32", "--enforce-eager", "--gpu-memory-utilization=0.1")
+
+
+def engine_arg_flags(flags: Sequence[str] = COMPARED_ENGINE_FLAGS) -> list[str]:
+    """``vllm serve`` engine flags as ``textproc serve --engine vllm`` passes them on."""
+    return [f"--engine-arg={flag}" for flag in flags]
 
 
 def _free_port() -> int:
@@ -32,15 +42,18 @@ def _free_port() -> int:
 
 class ReferenceServer:
     """``vllm serve`` (vLLM's own OpenAI server) on ``model_dir``, on a free loopback port, served
-    as the directory's name; ``args`` are more ``vllm serve`` flags, ``env`` more environment."""
+    as the directory's name, with ``engine_flags`` (default :data:`COMPARED_ENGINE_FLAGS`);
+    ``args`` are more ``vllm serve`` flags, ``env`` more environment."""
 
     def __init__(self, root: Path, model_dir: Path, *, max_model_len: int,
                  args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 python: str | None = None) -> None:
+                 python: str | None = None,
+                 engine_flags: Sequence[str] = COMPARED_ENGINE_FLAGS) -> None:
         self.root = root
         self.model_dir = model_dir
         self.max_model_len = max_model_len
         self.args = list(args)
+        self.engine_flags = list(engine_flags)
         self.env = dict(env or {})
         self.python = python or default_python()
         self.port = _free_port()
@@ -53,8 +66,7 @@ class ReferenceServer:
         vllm = Path(self.python).parent / "vllm"
         command = [str(vllm), "serve", str(self.model_dir), "--host", "127.0.0.1",
                    "--port", str(self.port), "--served-model-name", self.model_dir.name,
-                   "--max-model-len", str(self.max_model_len), "--dtype", "float32",
-                   "--gpu-memory-utilization", "0.1", "--enforce-eager", *self.args]
+                   "--max-model-len", str(self.max_model_len), *self.engine_flags, *self.args]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL,
