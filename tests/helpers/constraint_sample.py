@@ -63,3 +63,33 @@ def walk_definition_states(index: Any, dfa: Any, vocab: TokenVocabulary, what: s
                     todo.append(nxt)
                 assert seen[nxt] == walked, (what, vocab.token_bytes(token_id))
     return len(seen)
+
+
+def same_index(a: Any, b: Any) -> int:
+    """Assert that indexes ``a`` and ``b`` are one automaton whatever their state numbers and
+    table layouts: walked together from their initial states, each pair of states allows the
+    same ids (masks equal), sends each to a pair of states walked together, is accepting
+    alike and has the same shortest completion length, and each completion token is on a
+    shortest way. The number of state pairs."""
+    pairs = {a.initial_state: b.initial_state}
+    todo = [a.initial_state]
+    while todo:
+        s = todo.pop()
+        t = pairs[s]
+        assert a.allowed_mask(s) == b.allowed_mask(t), (s, t)
+        assert a.is_accepting(s) == b.is_accepting(t)
+        assert a.completion_length(s) == b.completion_length(t), (s, t)
+        for x, q in ((a, s), (b, t)):
+            if 0 < x.completion_length(q) < 1 << 30:
+                n = x.next_state(q, x.completion_token(q))
+                assert x.completion_length(n) == x.completion_length(q) - 1, q
+        ends = set(a.end_ids)
+        for token_id in a.allowed_ids(s):
+            if token_id in ends:
+                continue
+            n, m = a.next_state(s, token_id), b.next_state(t, token_id)
+            if n not in pairs:
+                pairs[n] = m
+                todo.append(n)
+            assert pairs[n] == m, (s, token_id)
+    return len(pairs)

@@ -54,6 +54,7 @@ from itertools import compress
 from textproc.core.constraints.automaton import ByteDFA
 from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step, wide_state
+from textproc.core.constraints.index_counted import CountedRegions
 from textproc.core.constraints.index_near import near_loop, near_root, walk_near
 from textproc.core.constraints.index_parts import Kept, combine, root_walks, within_loop
 from textproc.core.constraints.index_regions import Regions
@@ -101,6 +102,7 @@ class StateTokens:
         self.nears: dict[int, tuple[int, bytes] | None] = {}  # index_near.near_loop, per state
         # a state's walked first bytes (byte, state after it) -> their walks, once seen twice
         self.root_walks: dict[tuple[int, int], Kept | None] = {}
+        self.counted_regions = CountedRegions(self)  # counted repetitions, whole regions at once
         self.counted = CountedShift(self)  # counted repetitions' answers, moved a position on
         self.regions = Regions(self)  # states on short cycles, from templates kept per vocabulary
         self.chain_steps: dict[tuple[int, bytes], int | None] = {}  # index_chains.chain, kept
@@ -127,6 +129,9 @@ class StateTokens:
     def state(self, q: int) -> State:
         """(allowed ids as a bitset, id -> next for ids not going to default, default next,
         the next state by character count or None: a counted repetition's state, no default)."""
+        region = self.counted_regions.state(q)
+        if region is not None:
+            return region
         moved = self.counted.state(q)
         if moved is not None:
             return moved
