@@ -44,7 +44,9 @@ RELAY_STORE_BYTES = 1 << 30  # index tables the detokenizer keeps to (re)send to
 ENGINE_CACHE_BYTES = 512 << 20  # what the detokenizer lets the engine hold (it names evictions)
 STRUCTURED_KINDS = ("json", "regex", "choice")
 WAIT_POLL_S = 0.005  # how often a worker waiting for another's compile looks for its file
-_WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"}}}
+# a string, a counted string (maxLength: its kinds' token walks, index_counted) and a number
+_WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "c": {"type": "string", "maxLength": 4},
+                                             "n": {"type": "integer"}}}
 
 
 def structured_regex(spec: Any) -> str:
@@ -108,7 +110,8 @@ class WorkerConstraints:
         does it before Ready)."""
         self.vocab.tables()
         # the token sets every JSON string state needs (its loop, the tokens leaving it, the
-        # \uXXXX run) are derived once per vocabulary: derive them now, not in a request's compile
+        # \uXXXX run, a counted string's walks) are derived once per vocabulary: derive them
+        # now, not in a request's compile
         compile_constraint(self.vocab, json_schema=_WARM_UP, cache=None)
         if self.store is not None:
             self.store.start()

@@ -6,8 +6,8 @@ from there never reaches the dead state; the end ids are allowed exactly in acce
 
 Layout: per state a full bitmask (ceil(V/32) little-endian int32 words, shared between
 states with equal masks), a default next state and a small exception map id -> next state.
-A state of a counted repetition (``[^"]{0,40}``: a token of n characters goes n states on)
-has instead of the default a row "next state by character count", indexed by the token's
+A state of a counted repetition (``[^"]{0,40}``: a token of n characters goes n states on, or
+n - 3 after ``\\u``) has instead of the default a row "next state by character count", indexed by the token's
 character count (one byte per id, ``char_count``), so its ~150k tokens need no exception
 entries. A lookup is two indexings and a dict get (plus one indexing in such a state); nothing here compiles or needs the vocabulary, so
 this is what an engine's process holds (``pack`` / ``unpack`` are the wire form).

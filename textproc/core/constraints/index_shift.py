@@ -1,5 +1,7 @@
 """Counted repetitions one position on (``[^"]{0,255}``): a state's tokens from the same kind of
 state one position earlier, every next state moved one position on (:class:`CountedShift`).
+Used for the repetitions :mod:`textproc.core.constraints.index_counted` does not take as a
+whole region (its checks refuse the DFA there, or a DFA built on demand).
 
 Inside a counted repetition each position has the same states (the chain state, a backslash
 read, ``\\u`` and 1-3 hex digits read, 1-3 UTF-8 continuation bytes to go), and a state at

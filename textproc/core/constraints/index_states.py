@@ -14,10 +14,13 @@ the paths below only avoid walking tokens one by one:
   keeps these per vocabulary);
 - fixed-length runs (the 4 hex digits of ``\\uXXXX``, a uuid's 8): tokens of n run bytes go to
   the n-th state, one bitset each, the longer ones walk their rest after the run as a trie;
-- counted repetitions (``[^"]{0,8}``): tokens grouped by character count, one AND per length
-  (:mod:`textproc.core.constraints.index_chains`); each of a repetition's states answered from
-  the same kind of state one position earlier, moved a position on, where no walk can tell
-  the two apart (:mod:`textproc.core.constraints.index_shift`, near the bound
+- counted repetitions (``[^"]{0,8}``): a whole region at once, each kind of state's tokens
+  walked once for every position and filtered by the room left, rows by character count
+  (:mod:`textproc.core.constraints.index_counted`); a repetition its checks refuse: tokens
+  grouped by character count, one AND per length
+  (:mod:`textproc.core.constraints.index_chains`), each state answered from the same kind of
+  state one position earlier, moved a position on, where no walk can tell the two apart
+  (:mod:`textproc.core.constraints.index_shift`, near the bound
   :mod:`textproc.core.constraints.index_replay`);
 - a state's first byte that leads to a state reading like a string loop but for a few bytes
   (an open object's key that shares a prefix with declared keys): as the loop, bitsets and
@@ -36,8 +39,10 @@ the paths below only avoid walking tokens one by one:
   state's few walked first bytes (a quote, a backslash: the same states from every key
   position of an object) are kept once seen twice.
 
-Every path gives the exceptions in the order walking the trie gives them: the shortest
-completions take a state's first exception per next state, so a faster path may not reorder.
+Every path but the counted regions' gives the exceptions in the order walking the trie gives
+them: the shortest completions take a state's first exception per next state, so those paths
+may not reorder (a region's states list theirs in group order: the same masks and next
+states, a completion token that may be another one on a shortest way).
 
 The walks of the tokens that leave a loop are kept per loop state and entry bytes (the same for
 every state entering it), with their bitset and counts, and the most common next state of a
