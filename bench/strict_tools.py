@@ -12,9 +12,10 @@ One compile is ``compile_constraint(vocab, regex=..., cache=None)`` under the se
 what a worker does before Ready (the vocabulary and its tables, the warm-up compile) and then
 compiled the sets listed before this one: "first" is the first compile of that regex there,
 the other reps compile it again (what it derived per vocabulary kept, the index not); p50 and
-p95 are over the reps (nearest rank). The patterns are the service's (``request_builder``):
-strict: ``strict_calls_pattern`` of every tool's ``parameters`` with ``json_schema_to_regex``,
-optional ``think`` reasoning first; forced: ``tool_call_pattern(tools)`` (any tool, parallel).
+p95 are over the reps (nearest rank). Every tool is marked ``strict: true`` and the patterns are
+the service's (``request_builder``, each tree's own): strict: ``RequestBuilder._strict`` (strict
+calls in free text, optional ``think`` reasoning first); forced: ``tool_call_pattern(tools)``
+(any tool, parallel).
 
 Tool sets (``textproc.testing.tool_sets``): a coding agent's 12 tools in Claude Code's shape;
 Codex CLI's (captured once from the installed CLI, ``bash scripts/fetch_agents.sh``; skipped
@@ -47,7 +48,8 @@ FORMATS = ("hermes", "qwen3_coder")
 REASONING = "think"  # Qwen3's reasoning format: strict outputs may open with a think block
 MODES = ("strict", "forced")
 # what a worker compiles before Ready (textproc.service.constraints' warm-up)
-WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"}}}
+WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "c": {"type": "string", "maxLength": 4},
+                                            "n": {"type": "integer"}}}
 
 
 def held_sets(quick: bool, bfcl_every: int) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -79,12 +81,12 @@ def measure(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     what every tree has is used, so an older checkout runs it too."""
     import textproc
     from textproc.core.constraints import Budget, TokenVocabulary, compile_constraint
-    from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
-    from textproc.core.constraints.strict_calls import strict_calls_pattern
+    from textproc.core.constraints.schema import tool_call_pattern
     from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
     from textproc.core.tokenizer import Tokenizer
     from textproc.errors import InvalidInput
     from textproc.service.constraints import MAX_COMPILE_S, MAX_INDEX_BYTES
+    from textproc.service.request_builder import RequestBuilder
 
     tok = Tokenizer.from_dir(spec["model_dir"])
     rfmt = REASONING_FORMATS[REASONING]
@@ -97,14 +99,12 @@ def measure(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {"format": fmt_name, "set": "(worker start)", "prepare_s": round(time.process_time() - t0, 3),
                "textproc": str(Path(textproc.__file__).parent)}
         for name, tools in spec["sets"]:
-            by_name = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object", "properties": {}}
-                       for t in tools}
+            tools = [{**t, "function": {**t["function"], "strict": True}} for t in tools]  # as OpenAI's strict mode
             for mode in MODES:
                 row: dict[str, Any] = {"format": fmt_name, "set": name, "tools": len(tools), "mode": mode}
                 try:
                     if mode == "strict":
-                        regex = strict_calls_pattern(fmt, by_name, parallel=True, to_regex=json_schema_to_regex,
-                                                     reasoning=rfmt)
+                        regex = RequestBuilder._strict(tools, fmt_name, rfmt, False, parallel=True)
                     else:
                         regex = tool_call_pattern(tools, tool_format=fmt_name)
                 except InvalidInput as e:

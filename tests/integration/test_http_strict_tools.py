@@ -151,10 +151,32 @@ def test_request_builder_makes_strict_calls_from_a_flag_or_a_tool(tmp_path: Any)
     assert "<tool_call>" in (constraint(loose, TOOLS) or "")
     strict = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096, strict_tools=True))
     assert "<tool_call>" in (constraint(strict, plain) or "")
+    # an object that lists properties takes no other keys once its tool is strict: every tool
+    # with --strict-tools, a strict: true tool without it (OpenAI's strict mode)
+    opened = [{"type": "function", "function": {"name": "sub", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}}}}]
+    extra = '<tool_call>\n{"name": "sub", "arguments": {"a": 1, "z": 2}}\n</tool_call>'
+    assert not _matches(constraint(strict, opened), extra)
+    assert not _matches(constraint(loose, [{**opened[0], "function": {**opened[0]["function"], "strict": True}}]),
+                        extra)
+    assert _matches(constraint(loose, [*opened, TOOLS[0]]), extra)  # sub itself is not strict
+    assert _matches(constraint(strict, opened), extra.replace(', "z": 2', ""))
     harmony = RequestBuilder(tok, ServiceConfig(model_dir=str(model), max_model_len=4096, strict_tools=True,
                                                 tool_format="gpt_oss"))
     with pytest.raises(InvalidInput, match="not marked in content"):
         constraint(harmony, plain)
+
+
+def _matches(pattern: str | None, text: str) -> bool:
+    """Whether the constraint ``pattern`` matches all of ``text`` (textproc's own byte DFA)."""
+    from textproc.core.constraints import Budget
+    from textproc.core.constraints.lazy_dfa import lazy_dfa
+    from textproc.core.constraints.regex_syntax import parse_regex
+
+    assert pattern is not None
+    dfa = lazy_dfa(parse_regex(pattern), Budget(max_seconds=60))
+    state = dfa.walk(dfa.start, text.encode())
+    return state >= 0 and bool(dfa.accepting[state])
 
 
 def test_request_builder_budget_where_the_model_reasons(tmp_path: Any) -> None:

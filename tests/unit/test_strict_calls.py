@@ -254,3 +254,32 @@ def test_a_long_pattern_writes_its_calls_once_in_the_same_language(fmt: str) -> 
         a = build_dfa(parse_regex(short), Budget(max_seconds=60))
         b = build_dfa(parse_regex(long), Budget(max_seconds=60))
         assert (a.rows, a.accepting) == (b.rows, b.accepting)
+
+
+def test_strict_tools_take_no_other_keys() -> None:
+    """The service's strict pattern (``RequestBuilder._strict``): a ``strict: true`` tool's
+    objects that list properties, nested ones too, take no other keys (OpenAI's strict mode),
+    every tool's with ``--strict-tools`` (``close_all``); a tool that is not strict keeps the
+    keys its schema allows."""
+    from textproc.service.request_builder import RequestBuilder
+
+    where = {"type": "object", "properties": {"where": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    trip = {"type": "function", "function": {"name": "trip", "parameters": where}}
+    weather = TOOLS[0]
+
+    def strict(tool: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": {**tool["function"], "strict": True}}
+
+    good = [render("hermes", "get_weather", {"city": "Paris", "days": 3}),
+            render("hermes", "trip", {"where": {"city": "Oslo"}})]
+    extra = [render("hermes", "get_weather", {"city": "Paris", "days": 3, "wind": 1}),
+             render("hermes", "trip", {"where": {"city": "Oslo", "zip": "0150"}})]
+    for tools, close_all, closed in (([strict(weather), strict(trip)], False, [True, True]),
+                                     ([strict(weather), trip], False, [True, False]),
+                                     ([weather, trip], True, [True, True]),
+                                     ([weather, trip], False, [False, False])):
+        pattern = _Dfa(RequestBuilder._strict(tools, "hermes", None, False, parallel=True, close_all=close_all))
+        for text in good:
+            assert pattern.fullmatch("Sure. " + text), (tools, text)
+        for text, is_closed in zip(extra, closed):
+            assert pattern.fullmatch("Sure. " + text) != is_closed, (close_all, text)

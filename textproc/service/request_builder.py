@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 
 from textproc.config import ServiceConfig
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.schema import closing_regex, tool_call_pattern
 from textproc.core.constraints.free_text import without
 from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
@@ -196,7 +196,8 @@ class RequestBuilder:
         elif tool_choice == "auto" and tools and formats.tool_format is not None and (
                 self.config.strict_tools or any(t["function"].get("strict") is True for t in tools)):
             constraint = self._strict(tools, formats.tool_format, rfmt if reasoning else None,
-                                      starts_in_reasoning, parallel=req.output.parallel_tool_calls)
+                                      starts_in_reasoning, parallel=req.output.parallel_tool_calls,
+                                      close_all=self.config.strict_tools)
         sampling = req.sampling
         if "max_reasoning_tokens" in sampling.params:
             params = dict(sampling.params)
@@ -220,13 +221,16 @@ class RequestBuilder:
 
     @staticmethod
     def _strict(tools: list[dict[str, Any]], tool_format: str, rfmt: ReasoningFormat | None,
-                starts_in_reasoning: bool, *, parallel: bool) -> str:
-        """The regex of free text with strict calls (every tool enforced once one is strict)."""
+                starts_in_reasoning: bool, *, parallel: bool, close_all: bool = False) -> str:
+        """The regex of free text with strict calls (every tool enforced once one is strict).
+        A ``strict: true`` tool's objects that list properties take no other keys, as OpenAI's
+        strict mode requires (``close_all``, ``--strict-tools``: every tool's)."""
         by_name = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object", "properties": {}}
                    for t in tools}
+        closed = [by_name[t["function"]["name"]] for t in tools if close_all or t["function"].get("strict") is True]
         try:
             return strict_calls_pattern(TOOL_FORMATS[tool_format], by_name, parallel=parallel,
-                                        to_regex=json_schema_to_regex, reasoning=rfmt,
+                                        to_regex=closing_regex(closed), reasoning=rfmt,
                                         starts_in_reasoning=starts_in_reasoning)
         except InvalidInput as e:
             raise InvalidInput(f"strict tool calls: {e}", param="tools") from e

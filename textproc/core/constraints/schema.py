@@ -57,7 +57,7 @@ nothing of ``additionalProperties`` is closed (no extra keys), as OpenAI's stric
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textproc.core.constraints.budget import MAX_REGEX_CHARS
@@ -69,8 +69,8 @@ from textproc.core.constraints.schema_nodes import Node
 from textproc.core.parsing.formats import DEFAULT_TOOL_FORMAT, TOOL_FORMATS
 from textproc.errors import InvalidInput, short
 
-__all__ = ["json_schema_to_regex", "tool_call_pattern", "MAX_COUNT", "MAX_EXACT_COUNT", "MAX_BOUND", "MAX_RECURSION",
-           "MAX_REGEX_CHARS"]
+__all__ = ["json_schema_to_regex", "tool_call_pattern", "closing_regex", "MAX_COUNT", "MAX_EXACT_COUNT",
+           "MAX_BOUND", "MAX_RECURSION", "MAX_REGEX_CHARS"]
 
 MAX_BOUND = 10**308  # largest |minimum| / |maximum| (JSON numbers beyond are not portable)
 MAX_RECURSION = 5  # default expansions of one $ref on a path (a 4-deep expression fits)
@@ -181,9 +181,26 @@ def tool_call_pattern(
         raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
     if tool_tags is not None:
         fmt = fmt.with_tags(*tool_tags)
-    strict_ids = {id(by_name[n]) for n in strict}
+    to_regex = closing_regex([by_name[n] for n in strict])
+    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=to_regex)
+
+
+def closing_regex(closed: Sequence[Mapping[str, Any] | bool]) -> Callable[[Mapping[str, Any] | bool], str]:
+    """``json_schema_to_regex`` of a tool's arguments (or of one of their properties: a format
+    that writes arguments as elements asks for each), with ``strict=True`` for the ``closed``
+    parameter schemas and every schema inside them (OpenAI's strict mode: their objects that
+    list properties take no other keys), as given for the others."""
+    ids: set[int] = set()
+    todo: list[Any] = list(closed)
+    while todo:
+        x = todo.pop()
+        if isinstance(x, Mapping) and id(x) not in ids:
+            ids.add(id(x))
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
 
     def to_regex(schema: Mapping[str, Any] | bool) -> str:
-        return json_schema_to_regex(schema, strict=id(schema) in strict_ids)
+        return json_schema_to_regex(schema, strict=id(schema) in ids)
 
-    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=to_regex)
+    return to_regex
