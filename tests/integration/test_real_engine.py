@@ -34,7 +34,6 @@ from tests.helpers.real_engine import (
     VLLM_PYTHON,
     engine_stats,
     missing,
-    reference_server,
     serve_vllm_textproc,
 )
 from tests.helpers.service import Service
@@ -70,17 +69,17 @@ REFERENCE: dict[str, Any] = {}  # the running `vllm serve` (bench smoke test: it
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str, str]]:
-    """textproc + vLLM's engine core, and vLLM's own server: started together."""
-    reference = reference_server(tmp_path_factory.mktemp("vllm-serve")).start()
+def servers(tmp_path_factory: pytest.TempPathFactory,
+            vllm_reference: Any) -> Iterator[tuple[Service, str, str]]:
+    """textproc + vLLM's engine core, and vLLM's own server (the session's): started together."""
+    vllm_reference.start()
     service = None
     try:
         service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"))
-        reference_url = reference.wait()
-        REFERENCE["server"] = reference
+        reference_url = vllm_reference.url()
+        REFERENCE["server"] = vllm_reference
         yield service, url, reference_url
     finally:
-        reference.stop()
         if service is not None:
             service.stop(timeout_s=60)
 

@@ -9,7 +9,8 @@ hold on every engine, each engine getting a constraint's index once; an abort st
 on its engine; kill -9 of an engine core ends its requests with an error while the other
 engine's finish, and the restarted engine takes work again; the remote engine's network going
 down ends its requests, and it serves again when the network returns. One start of the three
-for the module (~2 min on 2 cores).
+for the module (~2 min on 2 cores; ``vllm serve`` is the session's, shared with
+``test_real_engine.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from tests.helpers.real_engine import (
     TINY_MODEL,
     engine_stats,
     missing,
-    reference_server,
 )
 from tests.helpers.service import Service, wait_http
 
@@ -94,8 +94,8 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def dp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    reference = reference_server(tmp_path_factory.mktemp("vllm-serve")).start()
+def dp(tmp_path_factory: pytest.TempPathFactory, vllm_reference: Any) -> Iterator[Deployment]:
+    vllm_reference.start()
     netns = None
     if netns_missing() is None:
         netns = Netns(f"tpdp{os.getpid() % 100000}", 200 + os.getpid() % 50).create()
@@ -121,12 +121,11 @@ def dp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     try:
         service.start(timeout_s=600)
         url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 60)
-        deployment = Deployment(service, url, reference.wait(), remote, netns)
+        deployment = Deployment(service, url, vllm_reference.url(), remote, netns)
         deployment.wait("both engines ready",
                         lambda: all(e["state"] == "ready" for e in deployment.engines()), 600)
         yield deployment
     finally:
-        reference.stop()
         service.stop(timeout_s=60)
         try:
             os.killpg(remote.pid, signal.SIGTERM)
