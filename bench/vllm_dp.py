@@ -14,12 +14,14 @@ round reads what an earlier one cached).
 
 Sides run one at a time (two engines each on this box's cores), in turn, ``--rounds`` times:
 ``textproc`` (``serve --engine vllm --data-parallel-size 2``, ``--routing prefix``),
-``textproc-rr`` (the same with ``--routing round_robin``) and ``vllm`` (``vllm serve
---data-parallel-size 2``); all with float32, eager, the same max-model-len and KV cache.
+``textproc-rr`` (the same with ``--routing round_robin``), ``vllm`` (``vllm serve
+--data-parallel-size 2``) and ``smg`` (SMG's ``cache_aware`` policy over ZeroMQ in front of two
+headless engines; PyPI ``smg``, a bench dependency); all with float32, eager, the same
+max-model-len and KV cache.
 Reported per side (medians over rounds): output tokens/s, TTFT p50/p99, the engines' prefix
 cache hit rate (prompt tokens vLLM found cached / prompt tokens: from vLLM's own
 ``vllm:prefix_cache_hits_total`` / ``queries`` on its server, from each engine's per-request
-prefill stats behind textproc) and the CPU milliseconds per request of the text processes
+prefill stats behind textproc; not known for SMG's engines) and the CPU milliseconds per request of the text processes
 (textproc's workers, detokenizer, front and HTTP; vLLM's API server) and of the engines.
 """
 
@@ -28,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +53,7 @@ from textproc.testing.models import MODELS_DIR
 
 MAX_MODEL_LEN = 4096
 VLLM_FLAGS = ["--dtype", "float32", "--enforce-eager"]
-SIDES = ("textproc", "textproc-rr", "vllm")
+SIDES = ("textproc", "textproc-rr", "vllm", "smg")
 
 
 def system_prompts(seed: int) -> list[str]:
@@ -58,8 +62,74 @@ def system_prompts(seed: int) -> list[str]:
             for k in range(2)]
 
 
+class Group:
+    """Processes started under one shell (SMG and its two headless engines), stopped together."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def start_smg(model: Path, tmp: Path, python: str) -> tuple[Group, Side]:
+    """SMG (``smg launch --backend vllm --policy cache_aware``, ZeroMQ straight to the engines)
+    in front of two of vLLM's headless engines, each dialling the port SMG derives from its
+    ipc address, as SMG's own launcher does."""
+    import shlex
+
+    from smg.serve import _zmq_handshake_port
+
+    urls = [f"ipc://{tmp}/engine-{k}" for k in range(2)]
+    port = _free_port()
+    vllm = shlex.quote(str(Path(python).parent / "vllm"))
+    lines = []
+    for url in urls:
+        lines.append(f"{vllm} serve {shlex.quote(str(model))} --headless --data-parallel-size 1 "
+                     f"--data-parallel-size-local 1 --data-parallel-address 127.0.0.1 "
+                     f"--data-parallel-rpc-port {_zmq_handshake_port(url)} --max-model-len "
+                     f"{MAX_MODEL_LEN} {' '.join(VLLM_FLAGS)} > {tmp}/engine-{url[-1]}.log 2>&1 &")
+    smg = shlex.quote(str(Path(sys.executable).parent / "smg"))
+    lines.append(f"{smg} launch --backend vllm --worker-urls {' '.join(urls)} --model-path "
+                 f"{shlex.quote(str(model))} --host 127.0.0.1 --port {port} --policy cache_aware "
+                 f"> {tmp}/smg.log 2>&1 &")
+    lines.append("wait")
+    proc = subprocess.Popen(["bash", "-c", "\n".join(lines)], env={**os.environ, **ENGINE_ENV},
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    body = json.dumps({"model": str(model), "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 1}).encode()
+    while time.monotonic() < deadline:  # both engines answer: each takes one of two requests
+        try:
+            for _ in range(2):
+                req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                             headers={"content-type": "application/json"})
+                urllib.request.urlopen(req, timeout=30).read()
+            break
+        except OSError:
+            time.sleep(2)
+    else:
+        raise SystemExit(f"smg not serving after 900 s: {(tmp / 'smg.log').read_text()[-2000:]}")
+    return Group(proc), Side("smg", url, str(model), proc.pid, "--headless")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def start(name: str, model: Path, tmp: Path, python: str) -> tuple[Any, Side]:
     env = {**os.environ, **ENGINE_ENV}
+    if name == "smg":
+        return start_smg(model, tmp, python)
     if name == "vllm":
         server = ReferenceServer(tmp, model, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
                                  python=python, args=["--data-parallel-size", "2"])
@@ -99,7 +169,10 @@ def wait_engines(side: Side, timeout_s: float) -> None:
 
 
 def cache_counts(side: Side) -> tuple[float, float]:
-    """(prompt tokens, of them found in the engines' prefix caches) so far."""
+    """(prompt tokens, of them found in the engines' prefix caches) so far; SMG's engines
+    report to SMG only: NaN."""
+    if side.name == "smg":
+        return float("nan"), float("nan")
     if side.name == "vllm":
         text = urllib.request.urlopen(side.url + "/metrics", timeout=10).read().decode()
         values: dict[str, float] = {}
