@@ -150,6 +150,7 @@ class Front:
                 sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
                 sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
             inputs.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            inputs.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting engine takes its rank back
             if s.rpc_port:  # fixed: engines that outlive a restart of this process find it again
                 in_port, out_port = s.rpc_port + 1 + 2 * rank, s.rpc_port + 2 + 2 * rank
                 inputs.bind(f"{host}:{in_port}")
@@ -399,9 +400,10 @@ class Front:
                 _log.error("engine rank %d sent an output frame textproc cannot read: %s",
                            engine.rank, str(exc)[:300])
                 continue
-            if engine.state in ("dead", "waiting"):
-                # reconnected after a network loss, or serving since before this process
-                # started (its ranks dial fixed ports): serving again
+            if engine.state in ("dead", "waiting") and step.utility_output is not None:
+                # the answer to a probe, which went out on its input socket: reconnected after
+                # a network loss, or serving since before this process started (its ranks dial
+                # fixed ports); both ways work again (other frames prove only the way back)
                 engine.state = "ready"
                 self.router.ready(engine.rank)
                 _log.info("engine rank %d is back", engine.rank)
@@ -517,8 +519,8 @@ class Front:
             engine.inputs.send_multipart([engine.identity, kind, payload], zmq.NOBLOCK, copy=False)
             return True
         except zmq.ZMQError as exc:  # EHOSTUNREACH: gone; EAGAIN: its queue is full
-            _log.error("engine rank %d: cannot send (%s)", engine.rank, exc)
             if engine.state == "ready":
+                _log.error("engine rank %d: cannot send (%s)", engine.rank, exc)
                 self._engine_died(engine, f"sending to it failed: {exc}")
             return False
 
