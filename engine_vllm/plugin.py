@@ -58,6 +58,8 @@ def register() -> None:
     if _registered:
         return
     _registered = True
+    # here: vLLM calls this hook in each of its processes; importing vLLM at module level would
+    # make `import engine_vllm.plugin` need vLLM even where nothing registers it
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.structured_output import StructuredOutputManager
 

@@ -272,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _engine(args: argparse.Namespace, vllm_args: list[str]) -> int:
     """``textproc engine``: replace this process with vLLM's headless engine command."""
+    # here, like each command's own modules: a command loads only what it runs
     from textproc.engines.vllm import default_python
     from textproc.vllm_engines.launch import headless_command
 

@@ -29,6 +29,7 @@ engine takes work again. Imports nothing of vLLM.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import signal
@@ -322,6 +323,7 @@ class Front:
         s = self.settings
         curve = None
         if s.curve_client_key is not None:
+            # here: textproc.curve loads zmq.auth, which a service without keys never needs
             from textproc.curve import load_client_keys
 
             curve = load_client_keys(client_secret_file=s.curve_client_key,
@@ -557,8 +559,6 @@ def _die_with_parent() -> None:
     """In a launched engine, before it runs: SIGTERM when this process dies, however it dies
     (Linux's parent-death signal; elsewhere nothing)."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
