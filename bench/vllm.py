@@ -3,7 +3,7 @@
 
     .venv/bin/textproc bench vllm [--quick] [--json PATH] [--concurrency 4,16,64]
         [--mixes short,long,schema,tools] [--rounds 3] [--engine-cores CPUS] [--model-dir DIR]
-        [--text-cpus SETTING ...]
+        [--text-cpus SETTING ...] [--wire]
 
 Starts ``vllm serve DIR`` and ``textproc serve --engine vllm --model-dir DIR --http`` (both from
 the engine's environment, ``.venv-vllm``), warms each up, then drives each with vLLM's own load
@@ -341,20 +341,24 @@ def run_fresh(side: Side, concurrency: int, prompts: int, seed: int) -> dict[str
 
 
 def start_sides(model: Path, tmp: Path, max_model_len: int, python: str,
-                text_cpus: list[str]) -> tuple[Any, list[Any], list[Side], Side]:
-    """vLLM's server and one ``textproc serve`` per ``--text-cpus`` setting, all up."""
+                text_cpus: list[str], wire: bool = False) -> tuple[Any, list[Any], list[Side], Side]:
+    """vLLM's server and one ``textproc serve`` per ``--text-cpus`` setting (and with ``wire``
+    one more over vLLM's wire, ``textproc-wire``), all up."""
     reference = ReferenceServer(tmp / "ref", model, max_model_len=max_model_len, env=ENGINE_ENV,
                                 python=python, args=["--enable-auto-tool-choice",
                                                      "--tool-call-parser", "hermes"])
     (tmp / "ref").mkdir()
     reference.start()
     serves, ours = [], []
-    for k, setting in enumerate(text_cpus):
+    variants = [(setting, False) for setting in text_cpus] + ([("none", True)] if wire else [])
+    for k, (setting, over_wire) in enumerate(variants):
+        # over vLLM's wire, --engine-arg flags go to `vllm serve` (its KV cache: ENGINE_ENV)
+        own = (["--vllm-wire"] if over_wire else
+               ["--engine-arg=--kv-cache-gib=2", "--engine-arg=--stats-interval-s=5"])
         serve = ServeProcess(tmp / f"tp{k}", model, workers=2, engine="vllm",
                              args=["--http", "127.0.0.1:0", "--max-model-len", str(max_model_len),
-                                   "--engine-python", python, *engine_arg_flags(),
-                                   "--engine-arg=--kv-cache-gib=2",
-                                   "--engine-arg=--stats-interval-s=5", "--text-cpus", setting],
+                                   "--engine-python", python, *engine_arg_flags(), *own,
+                                   "--text-cpus", setting],
                              env={**os.environ, **ENGINE_ENV})
         serve.start(timeout_s=900)
         serves.append(serve)
@@ -364,8 +368,10 @@ def start_sides(model: Path, tmp: Path, max_model_len: int, python: str,
         info = json.loads((serve.runtime_dir / "http.json").read_text())
         assert serve.proc is not None
         name = "textproc" if len(text_cpus) == 1 else f"textproc[{setting}]"
+        if over_wire:
+            name = "textproc-wire"
         ours.append(Side(name, f"http://{info['host']}:{info['port']}", model.name,
-                         serve.proc.pid, "engine_vllm"))
+                         serve.proc.pid, "--headless" if over_wire else "engine_vllm"))
     ref_url = reference.wait()
     theirs = Side("vllm", ref_url, model.name, reference.pid, "EngineCore")
     return reference, serves, ours, theirs
@@ -444,6 +450,9 @@ def main() -> int:
     p.add_argument("--engine-cores", help="CPU list for both engines, e.g. 1 (the rest: text work)")
     p.add_argument("--model-dir", type=Path, default=MODELS_DIR / "qwen3-tiny")
     p.add_argument("--engine-python", default=None)
+    p.add_argument("--wire", action="store_true",
+                   help="one more textproc side, textproc-wire: vLLM's own engine process over "
+                        "vLLM's wire (serve --vllm-wire) instead of engine_vllm")
     p.add_argument("--text-cpus", action="append", metavar="SETTING",
                    help="textproc serve --text-cpus of the textproc side; repeated, one textproc "
                         "side per setting (e.g. --text-cpus auto --text-cpus none; default none)")
@@ -465,7 +474,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         t0 = time.monotonic()
         reference, serves, ours, theirs = start_sides(a.model_dir, tmp, max_model_len, python,
-                                                      text_cpus)
+                                                      text_cpus, wire=a.wire)
         print(f"# both servers up in {time.monotonic() - t0:.0f} s", flush=True)
         try:
             if a.engine_cores:

@@ -44,7 +44,7 @@ from _common import write_json
 from vllm import ENGINE_ENV, Side, cpu_per_request
 
 from textproc.engines.vllm import default_python
-from textproc.engines.vllm_reference import ReferenceServer
+from textproc.engines.vllm_reference import COMPARED_ENGINE_FLAGS, ReferenceServer
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.corpus import mixed_text
@@ -52,7 +52,7 @@ from textproc.testing.machine import describe, machine
 from textproc.testing.models import MODELS_DIR
 
 MAX_MODEL_LEN = 4096
-VLLM_FLAGS = ["--dtype", "float32", "--enforce-eager"]
+VLLM_FLAGS = list(COMPARED_ENGINE_FLAGS)
 SIDES = ("textproc", "textproc-rr", "vllm", "smg")
 
 

@@ -40,13 +40,14 @@ from tests.helpers.real_engine import (
     missing,
 )
 from tests.helpers.service import Service, wait_http
+from textproc.engines.vllm_reference import COMPARED_ENGINE_FLAGS
 
 pytestmark = [pytest.mark.timeout(900),
               pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 MODEL = TINY_MODEL.name
-# vllm serve's settings on both sides (as the reference's): float32, eager
-VLLM_FLAGS = ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.1"]
+# vllm serve's settings on both sides (as the reference's)
+VLLM_FLAGS = list(COMPARED_ENGINE_FLAGS)
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 12},
     "age": {"type": "integer", "minimum": 0, "maximum": 120}},
