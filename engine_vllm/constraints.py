@@ -23,13 +23,11 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-__all__ = ["GUIDE_PREFIX", "GUIDE_INDEX_PREFIX", "MaskViolations", "TextprocBackend", "TextprocGrammar", "pause_unready"]
+__all__ = ["GUIDE_PREFIX", "MaskViolations", "TextprocBackend", "TextprocGrammar", "pause_unready"]
 
 _log = logging.getLogger("engine_vllm")
 
 GUIDE_PREFIX = "textproc-guide:"  # StructuredOutputsParams(regex=GUIDE_PREFIX + request_id)
-# over vLLM's own wire (engine_vllm.plugin): regex=GUIDE_INDEX_PREFIX + index key
-GUIDE_INDEX_PREFIX = "textproc-index:"
 
 
 class TextprocGrammar(StructuredOutputGrammar):

@@ -27,6 +27,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from textproc.vllm_engines.wire import GUIDE_PREFIX as GUIDE_INDEX_PREFIX  # the front's
+
 __all__ = ["register", "INDEXES", "MAX_INDEXES"]
 
 _log = logging.getLogger("engine_vllm.plugin")
@@ -79,8 +81,11 @@ def register() -> None:
         grammar_init(self, request)
 
     def textproc_create_grammar(self: Any, request: Any) -> Any:
-        params = request.sampling_params
-        if params.structured_outputs._backend != "textproc":
+        # only the indexes sent over vLLM's wire; engine_vllm (in process) hands its guides to
+        # its own backend, which vLLM's own _create_grammar asks
+        structured = request.sampling_params.structured_outputs
+        if structured._backend != "textproc" or not (structured.regex or "").startswith(
+                GUIDE_INDEX_PREFIX):
             return create_grammar(self, request)
         return _grammar(self, request)
 
@@ -105,7 +110,7 @@ def _drop_index(self: Any, key: str) -> bool:
 
 
 def _grammar(manager: Any, request: Any) -> Any:
-    from engine_vllm.constraints import GUIDE_INDEX_PREFIX, TextprocBackend, TextprocGrammar
+    from engine_vllm.constraints import TextprocBackend, TextprocGrammar
 
     spec = request.sampling_params.structured_outputs.regex or ""
     if not spec.startswith(GUIDE_INDEX_PREFIX):
