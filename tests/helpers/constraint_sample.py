@@ -65,31 +65,36 @@ def walk_definition_states(index: Any, dfa: Any, vocab: TokenVocabulary, what: s
     return len(seen)
 
 
-def same_index(a: Any, b: Any) -> int:
-    """Assert that indexes ``a`` and ``b`` are one automaton whatever their state numbers and
-    table layouts: walked together from their initial states, each pair of states allows the
-    same ids (masks equal), sends each to a pair of states walked together, is accepting
-    alike and has the same shortest completion length, and each completion token is on a
-    shortest way. The number of state pairs."""
-    pairs = {a.initial_state: b.initial_state}
+
+def same_index(a: Any, b: Any, vocab_size: int) -> int:
+    """Assert that ``a`` and ``b`` allow the same ids in every state reached from their initial
+    states, each leading to corresponding states (one state of ``b`` per state of ``a``), with
+    the same accepting states and shortest completion lengths, and that each state's completion
+    token is on a shortest way (the paths may pick different ones); the number of states."""
+    partner = {a.initial_state: b.initial_state}
     todo = [a.initial_state]
     while todo:
         s = todo.pop()
-        t = pairs[s]
+        t = partner[s]
         assert a.allowed_mask(s) == b.allowed_mask(t), (s, t)
         assert a.is_accepting(s) == b.is_accepting(t)
-        assert a.completion_length(s) == b.completion_length(t), (s, t)
+        assert a.completion_length(s) == b.completion_length(t)
         for x, q in ((a, s), (b, t)):
             if 0 < x.completion_length(q) < 1 << 30:
-                n = x.next_state(q, x.completion_token(q))
-                assert x.completion_length(n) == x.completion_length(q) - 1, q
-        ends = set(a.end_ids)
-        for token_id in a.allowed_ids(s):
-            if token_id in ends:
-                continue
-            n, m = a.next_state(s, token_id), b.next_state(t, token_id)
-            if n not in pairs:
-                pairs[n] = m
-                todo.append(n)
-            assert pairs[n] == m, (s, token_id)
-    return len(pairs)
+                assert x.completion_length(x.next_state(q, x.completion_token(q))) == x.completion_length(q) - 1
+        (da, ea), (db, eb) = a.transitions(s), b.transitions(t)
+        # the ids in either exception map, and one id going to each default (all ids where a
+        # row by character count stands in for the default)
+        ids: set[int] | range = range(vocab_size) if da < 0 or db < 0 else ea.keys() | eb.keys()
+        if da >= 0 and db >= 0:
+            plain = set(a.allowed_ids(s)) - ids - set(a.end_ids)
+            ids |= set(list(plain)[:1])
+        for token_id in ids:
+            x, y = a.next_state(s, token_id), b.next_state(t, token_id)
+            assert (x < 0) == (y < 0), (s, t, token_id)
+            if x >= 0:
+                if x not in partner:
+                    partner[x] = y
+                    todo.append(x)
+                assert partner[x] == y, (s, t, token_id)
+    return len(partner)

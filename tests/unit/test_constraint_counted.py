@@ -76,7 +76,7 @@ def test_regions_give_the_plain_paths_index(name: str, monkeypatch: pytest.Monke
     fast = compile_constraint(_VOCAB, regex=pattern, cache=None)
     _plain_paths(monkeypatch)
     slow = compile_constraint(_VOCAB, regex=pattern, cache=None)
-    assert same_index(fast, slow) == fast.n_states == slow.n_states
+    assert same_index(fast, slow, _VOCAB.size) == fast.n_states == slow.n_states
     dfa = build_dfa(parse_regex(pattern), Budget())
     assert walk_definition_states(fast, dfa, _VOCAB, name) == fast.n_states
     if name in ("ambiguous-end", "unbounded"):
@@ -96,7 +96,7 @@ def test_regions_on_real_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     assert walk_definition_states(fast, dfa, vocab, pattern) == fast.n_states
     _plain_paths(monkeypatch)
     slow = compile_constraint(vocab, regex=pattern, cache=None)
-    assert same_index(fast, slow) == fast.n_states
+    assert same_index(fast, slow, vocab.size) == fast.n_states
 
 
 def test_summaries_are_kept_per_vocabulary() -> None:

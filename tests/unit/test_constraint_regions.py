@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.helpers.agent_tools import AGENT_TOOLS
-from tests.helpers.constraint_sample import sample_vocab, walk_definition_states
-from textproc import TokenIndex, TokenVocabulary, compile_constraint
+from tests.helpers.constraint_sample import same_index, sample_vocab, walk_definition_states
+from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, index_regions, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.forced_calls import forced_calls_pattern
@@ -61,36 +61,6 @@ CASES = {
     "strict-qwen3-coder": lambda: _strict("qwen3_coder"),
     "forced-hermes": lambda: forced_calls_pattern("hermes", TOOLS, None, parallel=True, to_regex=json_schema_to_regex),
 }
-
-
-def same_index(a: TokenIndex, b: TokenIndex, vocab_size: int) -> int:
-    """Assert that ``a`` and ``b`` allow the same ids in every state reached from their initial
-    states, each leading to corresponding states (one state of ``b`` per state of ``a``), with
-    the same accepting states and shortest completion lengths; the number of states."""
-    partner = {a.initial_state: b.initial_state}
-    todo = [a.initial_state]
-    while todo:
-        s = todo.pop()
-        t = partner[s]
-        assert a.allowed_mask(s) == b.allowed_mask(t), (s, t)
-        assert a.is_accepting(s) == b.is_accepting(t)
-        assert a.completion_length(s) == b.completion_length(t)
-        (da, ea), (db, eb) = a.transitions(s), b.transitions(t)
-        # the ids in either exception map, and one id going to each default (all ids where a
-        # row by character count stands in for the default)
-        ids: set[int] | range = range(vocab_size) if da < 0 or db < 0 else ea.keys() | eb.keys()
-        if da >= 0 and db >= 0:
-            plain = set(a.allowed_ids(s)) - ids - set(a.end_ids)
-            ids |= set(list(plain)[:1])
-        for token_id in ids:
-            x, y = a.next_state(s, token_id), b.next_state(t, token_id)
-            assert (x < 0) == (y < 0), (s, t, token_id)
-            if x >= 0:
-                if x not in partner:
-                    partner[x] = y
-                    todo.append(x)
-                assert partner[x] == y, (s, t, token_id)
-    return len(partner)
 
 
 def _templated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
