@@ -3,7 +3,9 @@
 Per iteration: take new requests and aborts from the link, add them to (or abort them in)
 vLLM's scheduler, run one ``EngineCore.step()`` (schedule, forward, sample: vLLM's own code,
 unmodified), and send that step's new ids, finish reasons and logprobs back as ONE step frame,
-while the model worker runs the next step (``VllmEngine._overlap_sends``). No extra process
+while the model worker runs the next step (``VllmEngine._overlap_sends``). With a request's
+first output goes the number of its prompt tokens vLLM found in its prefix cache (its
+``PrefillStats.num_cached_tokens``: what ``vllm serve`` reports as ``cached_tokens``). No extra process
 or hop sits between textproc and the engine core (vLLM's own model executor may run its
 worker in a process of its own, as it does behind its own server).
 
@@ -90,6 +92,9 @@ class VllmEngine:
         # the sends made while the model worker ran the next step (inside "step")
         self.loop_s = {"inputs": 0.0, "step": 0.0, "outputs": 0.0, "overlapped_send": 0.0}
         self._unsent: list[Any] = []  # the last step's outputs (and refusals), not sent yet
+        # ... and the prompt tokens vLLM found cached for the requests among them with their
+        # first output (vLLM's prefill stats: the usage's cached_tokens)
+        self._unsent_cached: dict[str, int] = {}
         self._overlap_sends(core.model_executor)
         self._stop = threading.Event()
 
@@ -116,7 +121,11 @@ class VllmEngine:
 
     def _send_unsent(self) -> None:
         outputs, self._unsent = self._unsent, []
-        self.link.send_outputs(outputs)
+        if self._unsent_cached:
+            cached, self._unsent_cached = self._unsent_cached, {}
+            self.link.send_outputs(outputs, cached_tokens=cached)
+        else:
+            self.link.send_outputs(outputs)
 
     def stop(self) -> None:
         self._stop.set()
@@ -283,6 +292,9 @@ class VllmEngine:
             self.live.discard(rid)
             return None
         ids = list(out.new_token_ids)
+        prefill = out.prefill_stats  # on a request's first output only
+        if prefill is not None:
+            self._unsent_cached[rid] = prefill.num_cached_tokens
         self.tokens_generated += len(ids)
         info = self.requests.get(rid)
         if info is not None:

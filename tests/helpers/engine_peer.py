@@ -25,7 +25,8 @@ def as_step(frame: Any) -> Any:
     if not isinstance(frame, EngineStepPacked):
         return frame
     rids, ids, reasons = step_entries(frame)
-    return EngineStep(frame.step, [StepOutput(r, list(i), f) for r, i, f in zip(rids, ids, reasons)])
+    return EngineStep(frame.step, [StepOutput(r, list(i), f) for r, i, f in zip(rids, ids, reasons)],
+                      frame.cached_tokens)
 
 
 def entries_of(frame: Any) -> list[tuple[str, list[int], str | None]]:

@@ -177,6 +177,42 @@ def test_packed_step_bytes_equal_the_protocol_struct_encoding(peer: EnginePeer, 
     assert link.steps_sent == 6
 
 
+def test_cached_tokens_ride_on_the_step_frame(peer: EnginePeer, link: EngineLink) -> None:
+    # send_step: EngineStepPacked's trailing field; an older engine's frame (without it) is 0s
+    link.send_step(["a", "b"], array("I", [1, 2]), cached_tokens={"b": 48})
+    assert peer.recv_raw() == ENC.encode(
+        EngineStepPacked(0, ["a", "b"], pack_ids([1, 2]), cached_tokens={"b": 48}))
+    link.send_step(["a"], array("I", [3]))
+    assert peer.recv_raw() == ENC.encode(EngineStepPacked(1, ["a"], pack_ids([3])))
+    older = ("EngineStepPacked", 1, ["a"], pack_ids([3]), b"", {}, b"", b"")
+    assert OUT.decode(ENC.encode(older)).cached_tokens == {}
+    assert OUT.decode(ENC.encode(("EngineStep", 1, []))).cached_tokens == {}
+    # send_outputs: EngineStep's
+    link.send_outputs([("c", [4], None)], cached_tokens={"c": 0})
+    assert peer.recv() == EngineStep(2, [StepOutput("c", [4])], {"c": 0})
+    link.send_outputs([("c", [5], "stop")])
+    assert peer.recv() == EngineStep(3, [StepOutput("c", [5], "stop")])
+
+
+@pytest.mark.parametrize("step_format", ["legacy", "packed"])
+def test_cached_tokens_in_every_step_format(peer: EnginePeer, step_format: Any) -> None:
+    with EngineLink(peer.engine_in, peer.engine_out, step_format=step_format) as lk:
+        assert peer.recv() == EngineHello(lk.instance_id)
+        lk.send_step(["a"], array("I", [1]), cached_tokens={"a": 7})
+        lk.send_outputs([("b", [2], None)], cached_tokens={"b": 9})
+        assert [peer.recv().cached_tokens, peer.recv().cached_tokens] == [{"a": 7}, {"b": 9}]
+
+
+@pytest.mark.parametrize("cached", [{"a": -1}, {"a": 1.5}, {"a": True}, {3: 1}])
+def test_checked_link_refuses_bad_cached_tokens(peer: EnginePeer, cached: Any) -> None:
+    with EngineLink(peer.engine_in, peer.engine_out, check_outputs=True) as lk:
+        with pytest.raises(InvalidInput, match=r"send_step: cached_tokens entry .* expected a "
+                                               r"request id \(str\) and a count"):
+            lk.send_step(["a"], array("I", [1]), cached_tokens=cached)
+        with pytest.raises(InvalidInput, match=r"send_outputs: cached_tokens entry"):
+            lk.send_outputs([("a", [1], None)], cached_tokens=cached)
+
+
 def test_send_step_takes_arrays_bytes_lists_and_numpy(peer: EnginePeer, link: EngineLink) -> None:
     want = [("a", [7], None), ("b", [8], "length")]
     link.send_step(("a", "b"), pack_ids([7, 8]), finished={1: "length"})
@@ -241,9 +277,10 @@ def test_legacy_step_bytes_equal_the_protocol_struct_encoding(peer: EnginePeer) 
     peer.recv()
     entries = [("r1", [1, 2], None), ("r2", [], "stop"), ("r3", [2**31], "length")]
     link.send_outputs(entries)
-    # the tuples as they are: StepOutput without its trailing logprob fields (protocol 8)
+    # the tuples as they are: StepOutput without its trailing logprob fields (protocol 8),
+    # and the step's cached_tokens (protocol 15), none here
     raw = peer.recv_raw()
-    assert raw == ENC.encode(("EngineStep", 0, entries))
+    assert raw == ENC.encode(("EngineStep", 0, entries, {}))
     assert OUT.decode(raw) == EngineStep(0, [StepOutput(*e) for e in entries])
     link.send_outputs([StepOutput("r1", [3])])
     assert peer.recv_raw() == ENC.encode(EngineStep(1, [StepOutput("r1", [3])]))
@@ -474,3 +511,42 @@ def test_malformed_packed_step_is_refused_whole(toy_model: Path, frame: Any, why
     with pytest.raises(ProtocolError, match=why):
         core.on_step(frame)
     assert core.counters == before and core.outbox == {} and set(core.live) == {"a", "b", "c"}
+
+
+def test_cached_tokens_reach_the_usage_of_the_last_output(toy_model: Path) -> None:
+    """The detokenizer keeps a request's cached count from the step of its first output (or
+    from before its Submit: buffered with its outputs) to its last output's usage."""
+    from textproc.config import ServiceConfig
+    from textproc.core.tokenizer import Tokenizer
+    from textproc.protocol import Submit
+    from textproc.service.request_table import RequestTable
+
+    tok = Tokenizer.from_dir(toy_model)
+    core = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))
+
+    def submit(rid: str) -> None:
+        engine_request = ENC.encode(EngineRequest(rid, pack_ids([1]), 50))
+        core.on_submit(Submit(rid, b"client", 40, 50, engine_request))
+
+    def step(frame: Any) -> dict[str, tuple[int, int, int]]:
+        core.on_step(OUT.decode(ENC.encode(frame)))
+        box, core.outbox = core.outbox.get(b"client", []), {}
+        return {o.request_id: (o.prompt_tokens, o.completion_tokens, o.cached_tokens)
+                for o in box if o.finish_reason}
+
+    for rid in ("a", "b", "c"):
+        submit(rid)
+    assert step(EngineStepPacked(0, ["a", "b"], pack_ids([5, 6]), cached_tokens={"a": 32})) == {}
+    assert step(EngineStep(1, [StepOutput("c", [7], "stop")], {"c": 16})) == {"c": (40, 1, 16)}
+    assert step(EngineStepPacked(2, ["a", "b"], pack_ids([8, 9]), finished={0: "length", 1: "stop"})) \
+        == {"a": (40, 2, 32), "b": (40, 2, 0)}  # b: the engine named none
+    # outputs before their Submit: the count waits with them
+    assert step(EngineStep(3, [StepOutput("d", [5])], {"d": 24})) == {}
+    assert core.early_cached == {"d": 24}
+    submit("d")
+    assert core.early_cached == {}
+    assert step(EngineStep(4, [StepOutput("d", [6], "length")])) == {"d": (40, 2, 24)}
+    # a count whose outputs never get a Submit is dropped with them
+    step(EngineStep(5, [StepOutput("e", [5])], {"e": 8}))
+    core.expire_early(time.monotonic() + 3600)
+    assert core.early_cached == {} and core.early == {}

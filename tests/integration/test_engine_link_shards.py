@@ -196,3 +196,15 @@ def test_a_shard_that_is_away_loses_only_its_own_steps(tmp_path: Path) -> None:
     finally:
         lk.close()
         first.close()
+
+
+def test_cached_tokens_follow_their_requests(peers: list[EnginePeer], sharded: EngineLink) -> None:
+    mine = [_ids_on(0, 2), _ids_on(1, 2)]
+    order = [mine[0][0], mine[1][0], mine[0][1], mine[1][1]]
+    sharded.send_step(order, array("I", range(4)), cached_tokens={mine[1][0]: 32, mine[0][1]: 0})
+    assert peers[0].recv().cached_tokens == {mine[0][1]: 0}
+    assert peers[1].recv().cached_tokens == {mine[1][0]: 32}
+    sharded.send_outputs([(order[0], [1], None), (order[1], [2], None)],
+                         cached_tokens={order[0]: 16})
+    assert peers[0].recv().cached_tokens == {order[0]: 16}
+    assert peers[1].recv().cached_tokens == {}  # (its part of the step had none)

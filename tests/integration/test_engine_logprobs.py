@@ -71,7 +71,8 @@ def test_packed_step_without_logprobs_has_empty_columns(peer: EnginePeer,
     link.send_step(RIDS, IDS[:2])
     raw = peer.recv_raw()
     assert raw == ENC.encode(EngineStepPacked(0, RIDS, pack_ids(IDS[:2])))
-    assert raw.endswith(b"\xc4\x00\xc4\x00")  # two empty bin fields: 4 bytes per step
+    # two empty bin fields and no cached_tokens (an empty map): 5 bytes per step
+    assert raw.endswith(b"\xc4\x00\xc4\x00\x80")
 
 
 def test_send_step_takes_numpy_matrices(peer: EnginePeer, link: EngineLink) -> None:

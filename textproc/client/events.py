@@ -43,6 +43,7 @@ def error_from(kind: str, message: str, status: int | None = None,
 class Usage(NamedTuple):
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # of prompt_tokens, found in the engine's prefix cache
 
     @property
     def total_tokens(self) -> int:
@@ -150,7 +151,8 @@ def take_event(stream: StreamState) -> TextEvent:
                 logprobs.extend(last.logprobs)
     if last.finish_reason == "error":
         raise error_from(last.error_kind or "internal", last.error or "request failed")
-    usage = Usage(last.prompt_tokens, last.completion_tokens) if last.finish_reason else None
+    usage = (Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
+             if last.finish_reason else None)
     timings = stream.timings
     if timings is None:
         timings = {"detokenize": stream.detok_s}

@@ -73,10 +73,12 @@ from textproc.engine.receiving import FrameReceiver
 from textproc.engine.requests import IncomingRequest
 from textproc.engine.sending import StepSender
 from textproc.engine.steps import (
+    NO_CACHED,
     NO_FINISHED,
     STEP_FORMATS,
     StepEntry,
     StepFormat,
+    check_cached,
     check_columns,
     check_logprobs,
     columns,
@@ -331,6 +333,7 @@ class EngineLink:
         finished: Mapping[int, str] | None = None,
         logprobs: Any = None,
         top_ids: Any = None,
+        cached_tokens: Mapping[str, int] | None = None,
     ) -> None:
         """Send one step in columns as ONE ``EngineStepPacked`` frame; never blocks. Cheapest.
 
@@ -350,6 +353,10 @@ class EngineLink:
         ids of each row (uint32, as ``token_ids``). k is the largest any request of the step
         asked; rows of requests that asked for fewer (or none) are read only that far, so
         anything may pad them. Omit both when no request of the step wants logprobs.
+
+        ``cached_tokens`` maps a request id to the number of its prompt tokens the engine found
+        in its prefix cache, given once, in the step of the request's first output (the API's
+        ``usage.prompt_tokens_details.cached_tokens``; a request never named reports 0).
 
         For example ``link.send_step(["r1", "r2"], array("I", [791, 13]), finished={1: "stop"})``.
         """
@@ -372,8 +379,11 @@ class EngineLink:
                 f"send_step: {n_tokens} token_ids for {n} request_ids without counts; expected "
                 f"one id per request, or counts"
             )
+        if cached_tokens is None:
+            cached_tokens = NO_CACHED
         if self.check_outputs:
             check_columns(request_ids, n_tokens, packed_counts, finished)
+            check_cached(cached_tokens, "send_step")
         floats = alt_ids = b""
         if logprobs is not None:
             floats = pack_logprobs(logprobs, "send_step: logprobs")
@@ -385,11 +395,13 @@ class EngineLink:
                 *step_entries(frame))]
             if floats:
                 entries = _with_logprobs(entries, floats, alt_ids)
-            self._sender.entries(entries)
+            self._sender.entries(entries, cached_tokens)
             return
-        self._sender.packed(request_ids, tokens, packed_counts, finished, floats, alt_ids)
+        self._sender.packed(request_ids, tokens, packed_counts, finished, floats, alt_ids,
+                            cached_tokens)
 
-    def send_outputs(self, outputs: Iterable[StepEntry]) -> None:
+    def send_outputs(self, outputs: Iterable[StepEntry], *,
+                     cached_tokens: Mapping[str, int] | None = None) -> None:
         """Send one step's outputs as ONE step frame; never blocks.
 
         Each entry is ``(request_id, new_token_ids, finish_reason)`` (finish_reason None while
@@ -408,24 +420,27 @@ class EngineLink:
         hot path trusts its input (a wrong entry reaches textproc and fails that request
         there; in "packed" a token id outside uint32 raises ``InvalidInput``); with
         ``EngineLink(check_outputs=True)`` every entry is checked and a bad one raises
-        ``InvalidInput`` naming it.
+        ``InvalidInput`` naming it. ``cached_tokens``: as in :meth:`send_step`.
         """
         if type(outputs) is not list and type(outputs) is not tuple:
             outputs = list(outputs)
+        if cached_tokens is None:
+            cached_tokens = NO_CACHED
         if self.check_outputs:
             outputs = normalise(outputs)
+            check_cached(cached_tokens, "send_outputs")
         if self.step_format != "packed":
-            self._sender.entries(outputs)
+            self._sender.entries(outputs, cached_tokens)
             return
         try:
             cols = columns(outputs)
         except (TypeError, ValueError, OverflowError):
             fixed = normalise(outputs)
             if any(len(entry) == 5 for entry in fixed):  # logprobs: per-request rows
-                self._sender.entries(fixed)
+                self._sender.entries(fixed, cached_tokens)
                 return
             cols = columns(fixed)
-        self._sender.packed(*cols)
+        self._sender.packed(*cols, cached_tokens=cached_tokens)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"

@@ -23,7 +23,7 @@ from textproc.engine.requests import unpack_array
 from textproc.protocol import StepOutput
 from textproc.sharding import shard_of
 
-__all__ = ["Owners", "Part", "split_columns", "split_entries", "entry_ids"]
+__all__ = ["Owners", "Part", "split_cached", "split_columns", "split_entries", "entry_ids"]
 
 _BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
 MAX_OWNERS_CACHED = 1 << 18  # request ids whose owner is cached (then the cache starts over)
@@ -137,6 +137,17 @@ def split_columns(owners: Sequence[int], n_shards: int, request_ids: Sequence[st
         part = parts[k]
         assert part is not None
         part[3][bisect_left(positions[k], i)] = reason
+    return parts
+
+
+def split_cached(owners: Owners, cached_tokens: Mapping[str, int]) -> list[dict[str, int]]:
+    """A step's ``cached_tokens`` (request id -> count) split by owner shard (empty dicts when
+    it is empty: the common step)."""
+    parts: list[dict[str, int]] = [{} for _ in range(owners.n_shards)]
+    if cached_tokens:
+        rids = list(cached_tokens)
+        for rid, shard in zip(rids, owners.of(rids)):
+            parts[shard][rid] = cached_tokens[rid]
     return parts
 
 

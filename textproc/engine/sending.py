@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 import zmq
 
-from textproc.engine.routing import Owners, entry_ids, split_columns, split_entries
-from textproc.engine.steps import PACKED_TAG, normalise
+from textproc.engine.routing import Owners, entry_ids, split_cached, split_columns, split_entries
+from textproc.engine.steps import NO_CACHED, PACKED_TAG, normalise
 from textproc.errors import InvalidInput
 from textproc.protocol import EngineHello, pack_ids
 
@@ -66,37 +66,39 @@ class StepSender:
 
     def packed(
         self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str],
-        logprobs: bytes = b"", top_ids: bytes = b"",
+        logprobs: bytes = b"", top_ids: bytes = b"", cached_tokens: Mapping[str, int] = NO_CACHED,
     ) -> None:
         out = self.out
         if out is None:
             raise InvalidInput("EngineLink.send_step before start() or after close()")
         if self.owners is not None:
-            self._packed_shards(request_ids, tokens, counts, finished, logprobs, top_ids)
+            self._packed_shards(request_ids, tokens, counts, finished, logprobs, top_ids,
+                                cached_tokens)
             return
         if self.lost:
             self._report_lost(out)
         step = self.steps_sent
         self.encoder.encode_into(
-            (PACKED_TAG, step, request_ids, tokens, counts, finished, logprobs, top_ids), self.buf
-        )
+            (PACKED_TAG, step, request_ids, tokens, counts, finished, logprobs, top_ids,
+             cached_tokens), self.buf)
         self._send_buf(out, step, lambda: request_ids)
 
     def _packed_shards(
         self, request_ids: Sequence[str], tokens: bytes, counts: bytes, finished: Mapping[int, str],
-        logprobs: bytes, top_ids: bytes,
+        logprobs: bytes, top_ids: bytes, cached_tokens: Mapping[str, int],
     ) -> None:
         """One step to N shards: each gets the entries it owns, as one EngineStepPacked."""
         owners = self.owners
         assert owners is not None
         parts = split_columns(owners.of(request_ids), owners.n_shards, request_ids, tokens, counts,
                               finished, logprobs, top_ids)
+        cached = split_cached(owners, cached_tokens)
         self._report_lost_shards()
         step = self.steps_sent
         for shard, part in enumerate(parts):
             if part is not None:
                 ids = part[0]
-                self.encoder.encode_into((PACKED_TAG, step, *part), self.buf)
+                self.encoder.encode_into((PACKED_TAG, step, *part, cached[shard]), self.buf)
                 self._send_buf(self.outs[shard], step, partial(list, ids), shard)
         self.steps_sent = step + 1
         if finished:
@@ -107,38 +109,40 @@ class StepSender:
             if lost:
                 self._report_lost(self.outs[shard], shard)
 
-    def entries(self, outputs: Sequence[Any]) -> None:
+    def entries(self, outputs: Sequence[Any], cached_tokens: Mapping[str, int] = NO_CACHED) -> None:
         out = self.out
         if out is None:
             raise InvalidInput("EngineLink.send_outputs before start() or after close()")
         if self.owners is not None:
-            self._entries_shards(outputs)
+            self._entries_shards(outputs, cached_tokens)
             return
         if self.lost:
             self._report_lost(out)
         step = self.steps_sent
-        try:
-            # into one reused buffer: ~25% faster than encode() at 1,024 entries (the send copies)
-            self.encoder.encode_into(("EngineStep", step, outputs), self.buf)
-        except TypeError:
-            self.encoder.encode_into(("EngineStep", step, normalise(outputs)), self.buf)
+        self._encode_entries(step, outputs, cached_tokens)
         self._send_buf(out, step, partial(entry_ids, outputs))
 
-    def _entries_shards(self, outputs: Sequence[Any]) -> None:
+    def _encode_entries(self, step: int, outputs: Sequence[Any],
+                        cached_tokens: Mapping[str, int]) -> None:
+        try:
+            # into one reused buffer: ~25% faster than encode() at 1,024 entries (the send copies)
+            self.encoder.encode_into(("EngineStep", step, outputs, cached_tokens), self.buf)
+        except TypeError:
+            self.encoder.encode_into(("EngineStep", step, normalise(outputs), cached_tokens),
+                                     self.buf)
+
+    def _entries_shards(self, outputs: Sequence[Any], cached_tokens: Mapping[str, int]) -> None:
         """One step to N shards: each gets the entries it owns, as one EngineStep."""
         owners = self.owners
         assert owners is not None
         parts = split_entries(owners.of(entry_ids(outputs)), owners.n_shards, outputs)
+        cached = split_cached(owners, cached_tokens)
         self._report_lost_shards()
         step = self.steps_sent
         for shard, part in enumerate(parts):
             if part is None:
                 continue
-            try:
-                self.encoder.encode_into(("EngineStep", step, part), self.buf)
-            except TypeError:
-                part = normalise(part)
-                self.encoder.encode_into(("EngineStep", step, part), self.buf)
+            self._encode_entries(step, part, cached[shard])
             self._send_buf(self.outs[shard], step, partial(entry_ids, part), shard)
         self.steps_sent = step + 1
 
@@ -148,7 +152,8 @@ class StepSender:
         lost = list(lost_ids)
         data = self.encoder.encode((PACKED_TAG, self.steps_sent, lost, b"",
                                      pack_ids([0] * len(lost)), dict.fromkeys(range(len(lost)),
-                                                                           "error")))
+                                                                           "error"),
+                                     b"", b"", NO_CACHED))
         try:
             out.send(data, zmq.NOBLOCK)
         except zmq.Again:

@@ -17,8 +17,9 @@ from textproc.engine.requests import unpack_array
 from textproc.errors import InvalidInput, short
 from textproc.protocol import ENGINE_FINISH_REASONS, EngineStepPacked, StepOutput, logprob_rows
 
-__all__ = ["StepEntry", "StepFormat", "STEP_FORMATS", "PACKED_TAG", "NO_FINISHED", "FINISH_REASONS",
-           "normalise", "columns", "pack", "pack_logprobs", "check_columns", "check_logprobs"]
+__all__ = ["StepEntry", "StepFormat", "STEP_FORMATS", "PACKED_TAG", "NO_FINISHED", "NO_CACHED",
+           "FINISH_REASONS", "normalise", "columns", "pack", "pack_logprobs", "check_columns",
+           "check_logprobs", "check_cached"]
 
 _BIG_ENDIAN = array("I", [1]).tobytes()[0] == 0
 
@@ -42,6 +43,7 @@ StepFormat = Literal["auto", "packed", "legacy"]
 STEP_FORMATS = ("auto", "packed", "legacy")
 PACKED_TAG = EngineStepPacked.__name__
 NO_FINISHED: dict[int, str] = {}
+NO_CACHED: dict[str, int] = {}  # a step's cached_tokens when it gives none (never mutated)
 
 
 FINISH_REASONS = frozenset({None, *ENGINE_FINISH_REASONS})  # None: the request goes on
@@ -168,6 +170,15 @@ def check_logprobs(n_tokens: int, logprobs: bytes, top_ids: bytes, what: str) ->
         logprob_rows(n_tokens, logprobs, top_ids, what)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
+
+
+def check_cached(cached_tokens: Mapping[str, int], what: str) -> None:
+    """InvalidInput unless ``cached_tokens`` maps request ids (str) to counts (int >= 0)."""
+    for rid, count in cached_tokens.items():
+        if not isinstance(rid, str) or isinstance(count, bool) or not isinstance(count, int) \
+                or count < 0:
+            raise InvalidInput(f"{what}: cached_tokens entry {short(rid)}: {short(count)}; "
+                               "expected a request id (str) and a count of prompt tokens (int >= 0)")
 
 
 def check_columns(

@@ -134,6 +134,9 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fals
     # since the last frame, in order (see textproc.core.logprobs); None: none (a None default
     # costs nothing per output, an empty list default one allocation each)
     logprobs: list[LogprobEntry] | None = None
+    # protocol 15, on the last output with the usage: of ``prompt_tokens``, how many the
+    # engine found in its prefix cache (0: none, or an engine that does not say)
+    cached_tokens: int = 0
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

@@ -16,7 +16,10 @@ PROTOCOL_VERSION in ``version.py``).
   engines). A step may carry logprobs for its new tokens (protocol 8): ``logprobs`` (float32,
   one row of ``1 + k`` per new token: the sampled token's, then its k alternatives', most likely
   first) and ``top_ids`` (uint32, the k alternatives of each row), for the requests whose
-  ``EngineRequest.logprobs`` asked; ``packing.logprob_rows`` unpacks and checks them.
+  ``EngineRequest.logprobs`` asked; ``packing.logprob_rows`` unpacks and checks them. A step
+  may say how many prompt tokens the engine found in its prefix cache for the requests whose
+  first output it carries (protocol 15: ``cached_tokens``, request id -> count; sparse, one
+  entry per request in its life, so the per-token path does not see it).
 
 Token ids of prompts travel packed (``pack_ids``: little-endian uint32), not as lists of ints.
 """
@@ -142,6 +145,9 @@ class EngineStep(msgspec.Struct, tag=True, array_like=True):
 
     step: int
     outputs: list[StepOutput]
+    # protocol 15: request id -> prompt tokens the engine found in its prefix cache, for
+    # requests whose first output is in this step (vLLM's num_cached_tokens); absent: 0
+    cached_tokens: dict[str, int] = {}
 
 
 class EngineHello(msgspec.Struct, tag=True, array_like=True):
@@ -172,6 +178,7 @@ class EngineStepPacked(msgspec.Struct, tag=True, array_like=True):
     # Rows of requests that did not ask are padding; a request asking j < k takes the first j.
     logprobs: bytes = b""
     top_ids: bytes = b""  # uint32, k per row: the alternatives' ids
+    cached_tokens: dict[str, int] = {}  # protocol 15, as EngineStep.cached_tokens
 
 
 def step_entries(

@@ -32,4 +32,7 @@ __all__ = ["PROTOCOL_VERSION"]
 # ignore_eos, as vLLM masks them)
 #     and endpoints.json spells a shard's four addresses only in endpoints.detokenizers (the flat
 # detok_in / detok_front / engine_in / engine_out copies of shard 0 are gone; no frame changed)
-PROTOCOL_VERSION = 14
+# 15: EngineStep.cached_tokens / EngineStepPacked.cached_tokens (prompt tokens the engine found
+# in its prefix cache, per request, in the step of its first output) and
+# RequestOutput.cached_tokens (with the usage on a request's last output)
+PROTOCOL_VERSION = 15

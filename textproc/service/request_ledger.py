@@ -32,13 +32,15 @@ _DONE_IDS_TICKS = 120  # ... and for at most this many housekeeping ticks (0.5 s
 class Request:
     """One live request: its client, its output pipeline, its usage, its logprob track."""
 
-    __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens", "track")
+    __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens", "cached_tokens",
+                 "track")
 
     def __init__(self, client_id: bytes, state: OutputPipeline, prompt_tokens: int) -> None:
         self.client_id = client_id
         self.state = state
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
+        self.cached_tokens = 0  # prompt tokens the engine found in its prefix cache
         self.track: LogprobTrack | None = None  # with Submit.logprobs (service/logprob_rows.py)
 
 
@@ -50,6 +52,7 @@ class RequestLedger:
         self.live: dict[str, Request] = {}
         self.per_client: dict[bytes, int] = {}  # live requests per client (max_live_per_client)
         self.early: dict[str, tuple[float, list[StepOutput]]] = {}
+        self.early_cached: dict[str, int] = {}  # cached_tokens of requests in ``early``
         self.done: OrderedDict[str, int] = OrderedDict()  # id -> housekeeping tick it ended
         self.tick = 0
         self.outbox: dict[bytes, list[RequestOutput]] = {}
@@ -95,6 +98,7 @@ class RequestLedger:
                             f"{hello.instance_id}); the request was lost", abort_engine=True,
                        kind="engine_restarted")
         self.early.clear()
+        self.early_cached.clear()
         return True
 
     def on_abort(self, client_id: bytes, request_ids: list[str]) -> None:
@@ -122,6 +126,8 @@ class RequestLedger:
             if outs[-1].finish_reason is None:
                 self.engine_aborts.append(rid)
             _log.warning("dropped outputs for unknown request %r after %.1f s", rid, max_age)
+        if self.early_cached:  # (outputs dropped, or their Submit came: theirs are gone)
+            self.early_cached = {rid: n for rid, n in self.early_cached.items() if rid in self.early}
 
     def client_gone(self, client_id: bytes, request_ids: list[str]) -> None:
         """Outputs to ``client_id`` could not be delivered: abort its requests."""
@@ -150,6 +156,16 @@ class RequestLedger:
             if done[rid] > oldest:
                 break
             del done[rid]
+
+    def on_cached(self, cached_tokens: dict[str, int]) -> None:
+        """A step's prompt-cache counts (a few requests' first outputs): kept for the usage."""
+        live = self.live
+        for rid, count in cached_tokens.items():
+            req = live.get(rid)
+            if req is not None:
+                req.cached_tokens = count
+            elif rid not in self.done and len(self.early_cached) < self.config.max_early_outputs:
+                self.early_cached[rid] = count  # its outputs wait for their Submit in ``early``
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -189,7 +205,7 @@ class RequestLedger:
         self.counters["requests_finished"] += 1
         self._emit(req, RequestOutput(rid, join_text(deltas), state.finish_reason,
                                       state.matched_stop, req.prompt_tokens,
-                                      req.completion_tokens))
+                                      req.completion_tokens, cached_tokens=req.cached_tokens))
 
     def _emit(self, req: Request, output: RequestOutput) -> None:
         box = self.outbox.get(req.client_id)
@@ -208,7 +224,8 @@ class RequestLedger:
         if abort_engine:
             self.engine_aborts.append(rid)
         self._emit(req, RequestOutput(rid, [], "error", None, req.prompt_tokens,
-                                      req.completion_tokens, message, kind))
+                                      req.completion_tokens, message, kind,
+                                      cached_tokens=req.cached_tokens))
 
     def _fail_new(self, submit: Submit, message: str, kind: str) -> None:
         self.counters["requests_failed"] += 1

@@ -104,6 +104,8 @@ class RequestTable(RequestLedger):
             req.track = lp.new_track(self.tokenizer, state, submit.output.logprobs)
             self.tracked.add(rid)
         self.live[rid] = req
+        if self.early_cached:
+            req.cached_tokens = self.early_cached.pop(rid, 0)
         self.fresh.add(rid)
         self.per_client[submit.client_id] = n_client + 1
         buffered = self.early.pop(rid, None)
@@ -126,6 +128,8 @@ class RequestTable(RequestLedger):
         """Feed one engine step; raises ProtocolError (nothing done) for a packed step whose
         columns do not fit together."""
         entries: Iterable[tuple[str, Sequence[int], str | None]]
+        if step.cached_tokens:  # (a few steps: those with requests' first outputs)
+            self.on_cached(step.cached_tokens)
         if self.tracked or (type(step) is EngineStepPacked and step.logprobs):
             self._on_step_tracked(step)
             return

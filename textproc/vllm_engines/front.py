@@ -422,6 +422,7 @@ class Front:
                 continue
             engine.steps += 1
             entries: list[Any] = []
+            cached: dict[str, int] = {}  # the usage's cached_tokens, with first outputs
             orphans: list[str] = []
             for out in step.outputs:
                 rid = out.request_id
@@ -432,7 +433,8 @@ class Front:
                 prefill = out.prefill_stats
                 if isinstance(prefill, dict):
                     engine.prompt_tokens += int(prefill.get("num_prompt_tokens") or 0)
-                    engine.cached_tokens += int(prefill.get("num_cached_tokens") or 0)
+                    cached[rid] = int(prefill.get("num_cached_tokens") or 0)
+                    engine.cached_tokens += cached[rid]
                 if reason is not None:
                     engine.requests.discard(rid)
                     self.owner.pop(rid, None)
@@ -445,7 +447,7 @@ class Front:
                 else:
                     entries.append((rid, out.new_token_ids, reason))
             if entries:
-                link.send_outputs(entries)
+                link.send_outputs(entries, cached_tokens=cached)
             if orphans:
                 self._send(engine, wire.ABORT, wire.abort_requests(orphans))
                 engine.aborts_sent += len(orphans)
