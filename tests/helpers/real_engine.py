@@ -43,7 +43,9 @@ def reference_server(root: Path, model: Path = TINY_MODEL) -> ReferenceServer:
     started)."""
     return ReferenceServer(root, model, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
                            python=str(VLLM_PYTHON),
-                           args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+                           args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                                 # usage.prompt_tokens_details.cached_tokens, as textproc's
+                                 "--enable-prompt-tokens-details"])
 
 
 def serve_vllm_textproc(root: Path, *args: str, model: Path = TINY_MODEL) -> tuple[Service, str]:

@@ -362,6 +362,61 @@ def test_responses_api(servers: tuple[Service, str, str]) -> None:
     assert response.usage is not None and response.usage.output_tokens == 16
 
 
+def _cached_tokens(path: str, answer: dict[str, Any]) -> int:
+    """The prompt tokens an answer says the engine found in its prefix cache, where each API
+    puts them."""
+    usage = answer["usage"]
+    if path == "/v1/responses":
+        return int(usage["input_tokens_details"]["cached_tokens"])
+    if path == "/v1/messages":
+        return int(usage["cache_read_input_tokens"])
+    return int(usage["prompt_tokens_details"]["cached_tokens"])
+
+
+def _streamed_usage(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    with httpx.stream("POST", url + "/v1/chat/completions", timeout=120,
+                      json={**body, "stream": True, "stream_options": {"include_usage": True}}) as resp:
+        assert resp.status_code == 200
+        chunks = [json.loads(line[6:]) for line in resp.iter_lines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    return {"usage": chunks[-1]["usage"]}
+
+
+def test_cached_prompt_tokens_are_vllms(servers: tuple[Service, str, str]) -> None:
+    """A long prompt sent again is found in the engine's prefix cache: every API reports the
+    cached prompt tokens vLLM's engine counted, the same number ``vllm serve
+    --enable-prompt-tokens-details`` reports for the same bodies (0 the first time)."""
+    _, url, reference = servers
+    def system(api: str) -> str:  # a prompt no earlier request began with
+        return f"{time.time_ns()} {api}: " + "You answer questions about the Rhine. " * 80
+
+    question = [{"role": "user", "content": "Which city is at the mouth of the Rhine?"}]
+    bodies = [
+        ("/v1/chat/completions", {"model": MODEL, "max_tokens": 2, "temperature": 0, "messages": [
+            {"role": "system", "content": system("chat")}, *question]}),
+        ("/v1/completions", {"model": MODEL, "max_tokens": 2, "temperature": 0,
+                             "prompt": system("completions") + " Which city is at its mouth?"}),
+        ("/v1/responses", {"model": MODEL, "max_output_tokens": 16, "temperature": 0,
+                           "instructions": system("responses"), "input": question}),
+        ("/v1/messages", {"model": MODEL, "max_tokens": 2, "temperature": 0,
+                          "system": system("messages"), "messages": question}),
+    ]
+    for path, body in bodies:
+        counts: dict[str, list[int]] = {}
+        for side, base in (("textproc", url), ("vllm", reference)):
+            counts[side] = []
+            for _ in range(2):
+                resp = httpx.post(base + path, json=body, timeout=120)
+                assert resp.status_code == 200, (side, path, resp.text)
+                counts[side].append(_cached_tokens(path, resp.json()))
+        assert counts["textproc"] == counts["vllm"], path
+        first, again = counts["vllm"]
+        assert first == 0 and again >= 512, (path, counts)  # whole KV blocks of the long prompt
+    chat = bodies[0][1]
+    streamed = [_cached_tokens("", _streamed_usage(base, chat)) for base in (url, reference)]
+    assert streamed[0] == streamed[1] >= 512
+
+
 def _wait_engine(service: Service, predicate: Any, timeout_s: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -587,7 +642,8 @@ def test_messages_api_matches_vllm_serve(servers: tuple[Service, str, str]) -> N
         long_user = "Paris is the capital of France. " * 560  # ~3,900 of the 4,096 tokens
         full = client.messages.create(model=MODEL, max_tokens=32000, extra_body=greedy,
                                       messages=[{"role": "user", "content": long_user}])
-    room = MAX_MODEL_LEN - full.usage.input_tokens
+    # (the prompt: input_tokens and the tokens read from the prefix cache, as Anthropic counts)
+    room = MAX_MODEL_LEN - full.usage.input_tokens - (full.usage.cache_read_input_tokens or 0)
     assert 0 < room < 512
     assert full.stop_reason in ("model_context_window_exceeded", "end_turn")
     assert full.usage.output_tokens <= room

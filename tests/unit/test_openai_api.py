@@ -383,7 +383,8 @@ TOOL_SCRIPT = [
                                                  "function": {"name": "get_weather",
                                                               "arguments": ""}}]}]),
     Output([{"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Oslo\"}"}}]}],
-           finish_reason="tool_calls", prompt_tokens=5, completion_tokens=9),  # as the detokenizer's pipeline reports it
+           finish_reason="tool_calls", prompt_tokens=5, completion_tokens=9,
+           cached_tokens=4),  # as the detokenizer's pipeline reports it
 ]
 
 
@@ -410,7 +411,8 @@ def test_app_chat_whole_and_streamed_agree() -> None:
     assert choice["message"]["content"] == "ok "
     assert choice["message"]["tool_calls"][0]["function"] == {
         "name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14,
+                             "prompt_tokens_details": {"cached_tokens": 4}}
 
     streamed = request(backend, "POST", "/v1/chat/completions",
                        content=chat_body(tools=[WEATHER], stream=True,
@@ -423,7 +425,7 @@ def test_app_chat_whole_and_streamed_agree() -> None:
                for e in events)
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert [e["choices"][0]["finish_reason"] for e in events[:-1]][-1] == "tool_calls"
-    assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] == 14
+    assert events[-1]["choices"] == [] and events[-1]["usage"] == body["usage"]
     assert all(e["usage"] is None for e in events[:-1])
     acc = MessageAccumulator()
     for e in events[1:-1]:

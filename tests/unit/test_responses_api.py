@@ -102,7 +102,7 @@ def _run(chunks: list[list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], dict
     events = builder.start()
     for chunk in chunks:
         events += builder.feed(chunk)
-    events += builder.finish("tool_calls", prompt_tokens=3, completion_tokens=9)
+    events += builder.finish("tool_calls", prompt_tokens=3, completion_tokens=9, cached_tokens=2)
     return events, builder.response()
 
 
@@ -138,6 +138,7 @@ def test_items_and_event_order() -> None:
     assert [e["type"] for e in events if e["type"].startswith("response.output_item")] == [
         "response.output_item.added", "response.output_item.done"] * 4
     assert response["status"] == "completed" and response["usage"]["total_tokens"] == 12
+    assert response["usage"]["input_tokens_details"] == {"cached_tokens": 2}
     assert events[-1]["type"] == "response.completed"
 
 

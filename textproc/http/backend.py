@@ -30,6 +30,8 @@ class Output:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     stop: str | None = None
+    # of prompt_tokens, how many the engine found in its prefix cache (with the usage)
+    cached_tokens: int = 0
     error: str | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
     index: int = 0  # the choice (0..n-1) of a request with n > 1

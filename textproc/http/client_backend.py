@@ -104,6 +104,7 @@ class ClientBackend:
                     prompt_tokens=usage.prompt_tokens if usage else 0,
                     completion_tokens=usage.completion_tokens if usage else 0,
                     stop=event.stop,
+                    cached_tokens=usage.cached_tokens if usage else 0,
                     timings_s=event.timings,
                     index=event.index,
                     logprobs=event.logprobs,

@@ -193,7 +193,10 @@ class MessageBuilder:
             self._text_block(text, events)
         self._close(events)
         self.stop_reason, self.stop_sequence = _stop_reason(out, self.request, context_room)
-        self.usage["input_tokens"] = out.prompt_tokens
+        # Anthropic's input_tokens leaves out the prompt tokens read from the cache, as vLLM's
+        # /v1/messages does with --enable-prompt-tokens-details (their sum is the prompt)
+        self.usage["input_tokens"] = out.prompt_tokens - out.cached_tokens
+        self.usage["cache_read_input_tokens"] = out.cached_tokens
         self.usage["output_tokens"] = out.completion_tokens
         events.append({"type": "message_delta",
                        "delta": {"stop_reason": self.stop_reason,

@@ -44,11 +44,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """The usage object, with the prompt tokens the engine found cached as ``vllm serve
+    --enable-prompt-tokens-details`` gives them."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -60,6 +63,7 @@ class ChoiceEnds:
         self.reasons: list[str] = [""] * n
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.cached_tokens = 0  # choice 0's: every choice has the one prompt
 
     def finish(self, out: Output) -> bool:
         """Record ``out``'s finish; True once every choice has finished."""
@@ -67,10 +71,12 @@ class ChoiceEnds:
         self.reasons[out.index] = out.finish_reason
         self.prompt_tokens = out.prompt_tokens
         self.completion_tokens += out.completion_tokens
+        if out.index == 0:
+            self.cached_tokens = out.cached_tokens
         return all(self.reasons)
 
-    def usage(self) -> dict[str, int]:
-        return usage_body(self.prompt_tokens, self.completion_tokens)
+    def usage(self) -> dict[str, Any]:
+        return usage_body(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
 
 
 def chat_chunk(

@@ -258,8 +258,8 @@ class ResponseBuilder:
                                   item=body))
         self.output.append(body)
 
-    def finish(self, finish_reason: str, *, prompt_tokens: int,
-               completion_tokens: int) -> list[dict[str, Any]]:
+    def finish(self, finish_reason: str, *, prompt_tokens: int, completion_tokens: int,
+               cached_tokens: int = 0) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._blank and not self.output and self._open is None:
             text, self._blank = self._blank, ""  # only whitespace came: it is the answer
@@ -271,7 +271,7 @@ class ResponseBuilder:
         self._close(events)
         self.usage = {
             "input_tokens": prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached_tokens},
             "output_tokens": completion_tokens,
             # the service counts generated tokens, not which of them were reasoning
             "output_tokens_details": {"reasoning_tokens": 0},
@@ -315,7 +315,8 @@ async def respond_whole(request: ResponsesRequest, response_id: str, run: Run, f
             if out.finish_reason == "error":
                 raise generation_error(out)
             builder.finish(out.finish_reason, prompt_tokens=out.prompt_tokens,
-                           completion_tokens=out.completion_tokens)
+                           completion_tokens=out.completion_tokens,
+                           cached_tokens=out.cached_tokens)
             _remember(store, builder)
             return json_response(builder.response())
         out = await run.next()
@@ -339,7 +340,7 @@ async def respond_events(request: ResponsesRequest, response_id: str, run: Run, 
                     raise generation_error(out)
                 parts += map(response_sse, builder.finish(
                     out.finish_reason, prompt_tokens=out.prompt_tokens,
-                    completion_tokens=out.completion_tokens))
+                    completion_tokens=out.completion_tokens, cached_tokens=out.cached_tokens))
                 _remember(store, builder)
                 yield LastEvents(b"".join(parts))
                 return
