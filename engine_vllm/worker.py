@@ -18,7 +18,8 @@ batch, and the runner applies them with xgrammar's CPU kernel: ~600 us per row o
 152k-token vocabulary when few tokens are allowed, which is most states of a JSON schema. The
 runner here applies the same rows to the same logits with :func:`engine_vllm.bitmask.apply_row`
 (~25 us for such a row, exact) and hands vLLM's sampler a step with no grammar left to apply.
-Steps it does not cover (speculative tokens, logits that are not float32) go to vLLM's own path.
+Logits of a bfloat16 or float16 model are taken to float32 first, as vLLM's sampler takes them.
+Steps it does not cover (speculative tokens, logits off the CPU) go to vLLM's own path.
 
 The engine process selects :class:`TextprocCPUWorker` with vLLM's ``worker_cls`` setting; the
 worker process imports this module (nothing here runs in the engine process).
@@ -58,6 +59,12 @@ class TextprocCPUModelRunner(CPUModelRunner):  # type: ignore[misc]
     def _apply_masks(self, grammar_output: Any) -> bool:
         """Apply the step's mask rows to its logits in place; False leaves them to vLLM."""
         scheduler_output, logits = self.execute_model_state[:2]
+        if logits.dtype in (torch.bfloat16, torch.float16) and logits.is_cpu:
+            # a bfloat16 model (vLLM's dtype "auto"): its sampler takes the logits to float32
+            # first thing (log_softmax in float32 for logprobs), so they go there here and the
+            # mask applies to float32 values; the sampled ids and logprobs are the same
+            logits = logits.float()
+            self.execute_model_state = self.execute_model_state._replace(logits=logits)
         if (scheduler_output.scheduled_spec_decode_tokens or logits.dtype != torch.float32
                 or not logits.is_cpu or not logits.is_contiguous()
                 or grammar_output.grammar_bitmask.shape[1] * 32 < logits.shape[1]):
