@@ -201,16 +201,19 @@ def test_a_growing_conversation_stays_where_its_prefix_is_cached(dp: Deployment)
     first = _chat(dp.url, {"messages": messages, "temperature": 0, "max_tokens": 8})
     assert first["usage"]["prompt_tokens"] > 2 * 128  # whole KV blocks to reuse
     before = dp.settled()
+    reported = 0  # what the answers' usage says the engines found cached
     for turn in range(3):
         messages += [{"role": "assistant", "content": f"Answer {turn}."},
                      {"role": "user", "content": f"Question {turn + 2}?"}]
-        _chat(dp.url, {"messages": messages, "temperature": 0, "max_tokens": 8})
+        answer = _chat(dp.url, {"messages": messages, "temperature": 0, "max_tokens": 8})
+        reported += answer["usage"]["prompt_tokens_details"]["cached_tokens"]
     after = dp.settled()
     grew = [a["requests_sent"] - b["requests_sent"] for a, b in zip(after, before)]
     assert sorted(grew) == [0, 3], grew  # every turn on one engine
     rank = grew.index(3)
     cached = after[rank]["cached_tokens"] - before[rank]["cached_tokens"]
     assert cached >= 3 * 2 * 128, after  # vLLM's own prefix cache served the shared blocks
+    assert reported == cached  # each answer's usage carries its engine's count
     assert dp.stats()["prefix_blocks_matched"] > 0
 
 
