@@ -156,18 +156,18 @@ class CountedRegions:
     # -- finding a region --------------------------------------------------------------------
 
     def _looks_chained(self, q: int) -> bool:
-        row = self.st.rows[q]
-        head = row[:128]
+        """Whether at least ``LOOP_MIN`` ASCII bytes lead from ``q`` to one state that does not
+        loop on them (a key being written leads most bytes into its key loop: no chain)."""
+        head = self.st.rows[q][:128]
         if head.count(-1) > 128 - LOOP_MIN or head.count(q) >= LOOP_MIN:  # few live, or a loop
             return False
-        top = Counter(head).most_common(2)
-        t, count = top[0] if top[0][0] >= 0 or len(top) == 1 else top[1]
-        return t >= 0 and t != q and count >= LOOP_MIN
+        t = max(set(head) - {-1}, key=head.count)  # in C: a state's ASCII bytes go to few states
+        return head.count(t) >= LOOP_MIN and self.st.rows[t][head.index(t)] != t
 
     def _find(self, q: int) -> None:
-        rows = self.st.rows
-        row = rows[q]
-        t = Counter(x for x in row[:128] if x >= 0).most_common(1)[0][0]
+        row = self.st.rows[q]
+        head = row[:128]
+        t = max(set(head) - {-1}, key=head.count)
         plain = bytes(b for b in range(128) if row[b] == t)
         chain = self._chain(q, plain)
         self.tried.update(chain)
