@@ -1,11 +1,13 @@
-"""The life of a TextClient stream: the generation loop of one chat/complete call and its aborts.
+"""What a TextClient stream waits on: its output with the accept deadline, its detokenizer
+shards, and the batched aborts of streams closed early.
 
-``generate`` sends one request to a worker and yields its ``TextEvent`` s, choice by choice in
-arrival order, until every choice has finished; while the worker has not accepted it, the wait
-is bounded by the call's timeout (a timer, never ``asyncio.wait_for``: see ``wait_output``).
-A stream closed or cancelled before its end is aborted through ``Aborts``, which sends one
-``Abort`` frame per detokenizer shard per loop round. It owns no socket: the worker and
-detokenizer sockets belong to the ``TextClient``, which hands them in.
+``wait_output`` waits until one of a request's choices has output or an error; while the worker
+has not accepted it, the wait is bounded by the call's timeout (a timer, never
+``asyncio.wait_for``: see ``wait_output``). ``shards_up`` waits for restarting detokenizer
+shards. A stream closed or cancelled before its end is aborted through ``Aborts``, which sends
+one ``Abort`` frame per detokenizer shard per loop round. The generation loop itself is
+``TextClient._generate``; nothing here owns a socket (the TextClient hands its detokenizer
+sockets to ``Aborts``).
 """
 
 from __future__ import annotations
@@ -13,22 +15,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator, Callable, NamedTuple, Sequence
+from typing import Any, Callable
 
 import zmq
 import zmq.asyncio
 
-from textproc.client.events import StreamState, TextEvent, take_event
-from textproc.client.inflight import InFlight, conversation_key
+from textproc.client.events import StreamState
 from textproc.client.readers import Readers
-from textproc.errors import InvalidInput, TextprocError, WorkerDied
-from textproc.options import check_n
-from textproc.protocol import Abort, ChatRequest, CompletionRequest
+from textproc.errors import TextprocError, WorkerDied
+from textproc.protocol import Abort
 from textproc.sharding import group_by_shard
 
 _log = logging.getLogger("textproc.client")
 
-__all__ = ["Aborts", "StreamHost", "generate", "wait_output"]
+__all__ = ["Aborts", "shards_up", "wait_output"]
 
 _DETOK_WAIT_S = 60.0  # how long a new request waits for a restarting detokenizer
 
@@ -99,96 +99,7 @@ class Aborts:
         asyncio.ensure_future(sent).add_done_callback(_done)
 
 
-class StreamHost(NamedTuple):
-    """What a stream uses of its TextClient, as one value (the client builds it per call)."""
-
-    check_open: Callable[[], None]  # raises when the client is closed or broken
-    inflight: InFlight  # the client's request tables and worker choice
-    readers: Readers | None  # the reader tasks (None before start): detokenizer shards up
-    workers: Sequence[zmq.asyncio.Socket]  # worker i's DEALER at i
-    encode: Callable[[Any], bytes]
-    timeout_error: Callable[[int, str, str, float], TextprocError]  # worker, id, what, limit
-    aborts: Aborts
-
-
-async def generate(frame: ChatRequest | CompletionRequest, host: StreamHost,
-                   limit_s: float) -> AsyncIterator[TextEvent]:
-    """The events of ``frame``'s choices; closing the iterator early aborts the running ones.
-
-    Nothing happens before the first ``__anext__`` (``host.check_open`` runs then). A worker
-    that has not accepted the request within ``limit_s`` fails it with
-    ``host.timeout_error(worker, request_id, what, limit_s)``.
-    """
-    inflight, readers, workers, aborts = host.inflight, host.readers, host.workers, host.aborts
-    host.check_open()
-    rid = frame.request_id
-    n = check_n(frame.sampling.n)
-    ids = [rid] if n == 1 else [f"{rid}-{i}" for i in range(n)]  # the worker's sub-ids
-    for sub in ids:
-        if sub in inflight.streams or sub in inflight.calls:
-            raise InvalidInput(f"request_id {sub!r} is already in flight on this client")
-    if readers is not None and readers.detok_up is not None:  # the request's shards must be up
-        await _shards_up(readers, ids, rid)
-    # follow-up turns go where the conversation's encoded segments are cached
-    affinity = (conversation_key(frame.messages)
-                if isinstance(frame, ChatRequest) and len(workers) > 1 else None)
-    worker = inflight.pick_worker(affinity)
-    streams = [StreamState(sub, worker) for sub in ids]
-    for stream in streams:
-        inflight.streams[stream.request_id] = stream
-        inflight.worker_pending[worker].add(stream.request_id)
-    done = [False] * n  # finished, or failed where no abort is needed
-    accept_by = time.monotonic() + limit_s
-
-    def expired() -> TextprocError:
-        return host.timeout_error(worker, rid, "(Accepted for a generation request)", limit_s)
-
-    try:
-        await workers[worker].send(host.encode(frame))
-        if n == 1:  # the common case, per event without the choice bookkeeping below
-            stream = streams[0]
-            while True:
-                if stream.items:
-                    event = take_event(stream)
-                    if event.finish_reason is not None:
-                        done[0] = True
-                        yield event
-                        return
-                    yield event
-                elif stream.error is not None:
-                    done[0] = stream.accepted or not stream.pending_at_worker
-                    raise stream.error
-                else:
-                    await wait_output(streams, accept_by, expired)
-        while not all(done):
-            ready = [k for k in range(n) if not done[k]
-                     and (streams[k].items or streams[k].error is not None)]
-            if not ready:  # whichever choice gets output first wakes us
-                await wait_output([s for k, s in enumerate(streams) if not done[k]],
-                                  accept_by, expired)
-                continue
-            for k in ready:
-                stream = streams[k]
-                if stream.items:
-                    event = take_event(stream)
-                    event.index = k
-                    if event.finish_reason is not None:
-                        done[k] = True
-                    yield event
-                elif stream.error is not None:
-                    done[k] = stream.accepted or not stream.pending_at_worker
-                    raise stream.error
-    finally:
-        for stream in streams:
-            inflight.streams.pop(stream.request_id, None)
-            inflight.worker_pending[worker].discard(stream.request_id)
-        running = [ids[k] for k in range(n) if not done[k]]
-        if running:
-            # the abort must go out even while this task is being cancelled
-            aborts.soon(running)
-
-
-async def _shards_up(readers: Readers, ids: list[str], rid: str) -> None:
+async def shards_up(readers: Readers, ids: list[str], rid: str) -> None:
     """Wait until the detokenizer shards of ``ids`` are up (WorkerDied after _DETOK_WAIT_S)."""
     ups = readers.detok_up
     assert ups is not None

@@ -27,14 +27,14 @@ import zmq
 import zmq.asyncio
 
 from textproc.client.endpoints import client_curve, read_endpoints
-from textproc.client.events import TextEvent, error_from
+from textproc.client.events import StreamState, TextEvent, error_from, take_event
 from textproc.client.inflight import InFlight, conversation_key
 from textproc.client.readers import Readers
-from textproc.client.streams import Aborts, StreamHost, generate
+from textproc.client.streams import Aborts, shards_up, wait_output
 from textproc.config import Endpoints
 from textproc.curve import CurveClientKeys
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, short
-from textproc.options import OutputOptions, SamplingOptions, split_options
+from textproc.options import OutputOptions, SamplingOptions, check_n, split_options
 from textproc.protocol import (
     DEFAULT_HWM,
     MAX_TOKEN_ID,
@@ -376,11 +376,83 @@ class TextClient:
         if self._broken is not None:
             raise self._broken
 
-    def _generate(self, frame: ChatRequest | CompletionRequest,
-                  timeout_s: float | None) -> AsyncIterator[TextEvent]:
-        host = StreamHost(self._check_open, self._inflight, self._readers, self._workers,
-                          self._encode, self._timeout_error, self._aborts)
-        return generate(frame, host, self.call_timeout_s if timeout_s is None else timeout_s)
+    async def _generate(self, frame: ChatRequest | CompletionRequest,
+                        timeout_s: float | None) -> AsyncIterator[TextEvent]:
+        """The events of ``frame``'s choices; closing the iterator early aborts the running ones.
+
+        Nothing happens before the first ``__anext__`` (the open check runs then). A worker
+        that has not accepted the request within the call's timeout fails it with
+        ``_timeout_error`` (naming the worker).
+        """
+        self._check_open()
+        inflight, readers, workers = self._inflight, self._readers, self._workers
+        limit_s = self.call_timeout_s if timeout_s is None else timeout_s
+        rid = frame.request_id
+        n = check_n(frame.sampling.n)
+        ids = [rid] if n == 1 else [f"{rid}-{i}" for i in range(n)]  # the worker's sub-ids
+        for sub in ids:
+            if sub in inflight.streams or sub in inflight.calls:
+                raise InvalidInput(f"request_id {sub!r} is already in flight on this client")
+        if readers is not None and readers.detok_up is not None:  # its shards must be up
+            await shards_up(readers, ids, rid)
+        # follow-up turns go where the conversation's encoded segments are cached
+        affinity = (conversation_key(frame.messages)
+                    if isinstance(frame, ChatRequest) and len(workers) > 1 else None)
+        worker = inflight.pick_worker(affinity)
+        streams = [StreamState(sub, worker) for sub in ids]
+        for stream in streams:
+            inflight.streams[stream.request_id] = stream
+            inflight.worker_pending[worker].add(stream.request_id)
+        done = [False] * n  # finished, or failed where no abort is needed
+        accept_by = time.monotonic() + limit_s
+
+        def expired() -> TextprocError:
+            return self._timeout_error(worker, rid, "(Accepted for a generation request)",
+                                       limit_s)
+
+        try:
+            await workers[worker].send(self._encode(frame))
+            if n == 1:  # the common case, per event without the choice bookkeeping below
+                stream = streams[0]
+                while True:
+                    if stream.items:
+                        event = take_event(stream)
+                        if event.finish_reason is not None:
+                            done[0] = True
+                            yield event
+                            return
+                        yield event
+                    elif stream.error is not None:
+                        done[0] = stream.accepted or not stream.pending_at_worker
+                        raise stream.error
+                    else:
+                        await wait_output(streams, accept_by, expired)
+            while not all(done):
+                ready = [k for k in range(n) if not done[k]
+                         and (streams[k].items or streams[k].error is not None)]
+                if not ready:  # whichever choice gets output first wakes us
+                    await wait_output([s for k, s in enumerate(streams) if not done[k]],
+                                      accept_by, expired)
+                    continue
+                for k in ready:
+                    stream = streams[k]
+                    if stream.items:
+                        event = take_event(stream)
+                        event.index = k
+                        if event.finish_reason is not None:
+                            done[k] = True
+                        yield event
+                    elif stream.error is not None:
+                        done[k] = stream.accepted or not stream.pending_at_worker
+                        raise stream.error
+        finally:
+            for stream in streams:
+                inflight.streams.pop(stream.request_id, None)
+                inflight.worker_pending[worker].discard(stream.request_id)
+            running = [ids[k] for k in range(n) if not done[k]]
+            if running:
+                # the abort must go out even while this task is being cancelled
+                self._aborts.soon(running)
 
     def _timeout_error(self, worker: int, rid: str, what: str, timeout_s: float) -> TextprocError:
         address = self.info.get("endpoints", {}).get("workers", ["?"] * (worker + 1))[worker]
