@@ -3,10 +3,11 @@
 Owns every tunable of the process layer. Never reads the environment or the command line (only
 ``cli.py`` does) and imports nothing but the standard library, ``textproc.errors``, the default
 limits (``textproc.protocol``, a request's own in ``textproc.options``), ``textproc.sharding``'s
-shard limit, the engine names of ``textproc.engines``, the log levels of
+shard limit, the log levels of
 ``textproc.lifecycle`` and the CPU-list check of ``textproc.placement``, so every process gets its settings as one immutable value. The other
 choice lists (endpoint kinds, stub modes, special tokens in content, generation config) are
-written here once; the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to
+written here once, the engine names too (``textproc.engines`` loads an adapter by its name
+here); the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to
 a child process as JSON (never pickle); ``from_json`` validates like the constructor does.
 """
 
@@ -24,7 +25,6 @@ from textproc.lifecycle import LOG_LEVELS  # ServiceConfig.log_level values
 from textproc.options import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES, MAX_MODEL_LEN
 from textproc.sharding import MAX_DETOKENIZERS
-from textproc.engines import engine_names
 from textproc.placement import check_text_cpus
 
 __all__ = [
@@ -51,7 +51,9 @@ DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 # a model directory with no config.json (a tokenizer alone, for the stub engine); serve derives
 # a model's own from its config.json as vLLM does (textproc.service.context_length)
 DEFAULT_MAX_MODEL_LEN = 32768
-ENGINES = engine_names()  # ServeConfig.engine: the adapters of textproc.engines
+# ServeConfig.engine: the adapter modules of textproc.engines, in the order `serve --help` lists
+# them (a package scan would import vllm_reference.py in every process)
+ENGINES = ("stub", "vllm", "external")
 ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints
 STUB_MODES = ("echo", "replay", "random")  # ServeConfig.stub_mode (engine_stub --mode)
 # ServiceConfig.special_tokens_in_content: special-token text typed in a message is the control

@@ -10,8 +10,9 @@
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
 - ``textproc/service/`` never imports ``textproc.http`` (the frontends are command lines to it).
-- No import cycle among textproc's modules, counting imports inside functions; an import
-  inside a function says why (start-up time) in a comment.
+- No import cycle among textproc's modules, counting imports inside functions and under
+  ``if TYPE_CHECKING:`` (a type two modules need lives below both); an import inside a
+  function says why (start-up time) in a comment.
 """
 
 from __future__ import annotations
@@ -140,8 +141,8 @@ def test_no_test_module_imports_another(path: Path) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _module_graph() -> tuple[dict[str, set[str]], list[tuple[Path, int]]]:
-    """Module -> the textproc modules it imports (at the top or in a function; not under
-    TYPE_CHECKING), and where each function-local import is."""
+    """Module -> the textproc modules it imports (at the top, in a function or under
+    ``if TYPE_CHECKING:``), and where each function-local import is."""
     modules = {_module_name(p): p for p in ALL_FILES}
     graph: dict[str, set[str]] = {}
     local: list[tuple[Path, int]] = []
@@ -158,9 +159,6 @@ def _module_graph() -> tuple[dict[str, set[str]], list[tuple[Path, int]]]:
         stack: list[tuple[ast.AST, bool]] = [(ast.parse(path.read_text(encoding="utf-8")), False)]
         while stack:
             node, in_function = stack.pop()
-            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
-                    and node.test.id == "TYPE_CHECKING":
-                continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 if in_function:
                     local.append((path, node.lineno))
@@ -172,8 +170,18 @@ def _module_graph() -> tuple[dict[str, set[str]], list[tuple[Path, int]]]:
     return graph, local
 
 
+# The one known circle: the constraint index's modules (free functions over one StateTokens,
+# importing each other). An edge between two of them is not counted until they are one object.
+KNOWN_CIRCLE_INDEX = "textproc.core.constraints.index_"
+
+
+def _known_circle(source: str, target: str) -> bool:
+    return source.startswith(KNOWN_CIRCLE_INDEX) and target.startswith(KNOWN_CIRCLE_INDEX)
+
+
 def test_no_import_cycle() -> None:
-    """Cycles are broken by design, not hidden by importing inside a function."""
+    """Cycles are broken by design, not hidden by importing inside a function or under
+    ``if TYPE_CHECKING:``."""
     graph, _ = _module_graph()
     done: set[str] = set()
 
@@ -184,7 +192,8 @@ def test_no_import_cycle() -> None:
         if name in done:
             return
         for target in sorted(graph[name]):
-            visit(target, path + [name])
+            if not _known_circle(name, target):
+                visit(target, path + [name])
         done.add(name)
 
     for name in sorted(graph):

@@ -7,23 +7,21 @@ user's engine). The engine process itself runs the engine's own loop with
 :class:`textproc.engine.EngineLink` (``engine_stub`` for the stub, ``engine_vllm`` for vLLM's
 engine core); textproc never imports an engine.
 
-Adding an engine: a module here with ``ADAPTER`` and its name in ``_MODULES``; nothing else
-names it (``serve --engine`` offers :func:`engine_names`).
+Adding an engine: a module here with ``ADAPTER`` and its name in ``textproc.config.ENGINES``
+(the settings check a name against it); nothing else names it (``serve --engine`` offers
+:func:`engine_names`).
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from textproc.config import ServeConfig
+from textproc.config import ENGINES, ServeConfig
 
 __all__ = ["EngineAdapter", "curve_flags", "engine_adapter", "engine_names"]
 
-# adapter modules, in the order `serve --help` lists them
-_MODULES = ("stub", "vllm", "external")
 
 
 class EngineAdapter(Protocol):
@@ -62,20 +60,21 @@ class EngineAdapter(Protocol):
 
 def engine_names() -> tuple[str, ...]:
     """Every registered engine name."""
-    return _MODULES
+    return ENGINES
 
 
 def engine_adapter(name: str) -> EngineAdapter:
     """The adapter registered as ``name`` (``KeyError`` naming the choices if none)."""
-    if name not in _MODULES:
-        raise KeyError(f"no engine {name!r}; registered: {', '.join(_MODULES)}")
+    if name not in ENGINES:
+        raise KeyError(f"no engine {name!r}; registered: {', '.join(ENGINES)}")
     adapter: EngineAdapter = importlib.import_module(f"textproc.engines.{name}").ADAPTER
     return adapter
 
 
 def curve_flags(config: ServeConfig) -> list[str]:
     """The service's own key pair for an engine that connects with CURVE (``--curve-dir``)."""
-    # here, not at the top: textproc.curve imports zmq, and config.py imports this registry
+    # here, not at the top (start-up time): textproc.curve imports zmq, which the processes
+    # that only read the registry (``serve --help``) need not load
     from textproc.curve import CURVE_FILES
 
     curve_dir = config.service.curve_dir
