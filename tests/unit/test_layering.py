@@ -10,6 +10,8 @@
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
 - ``textproc/service/`` never imports ``textproc.http`` (the frontends are command lines to it).
+- What an engine imports of the constraints (the mask lookup) loads no compiler, ``regex`` or
+  parser; importing the parsers scans no format family (registries load on first use).
 - No import cycle among textproc's modules, counting imports inside functions and under
   ``if TYPE_CHECKING:`` (a type two modules need lives below both); an import inside a
   function says why (start-up time) in a comment.
@@ -126,6 +128,50 @@ def test_importing_the_core_loads_no_process_layer() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"the core pulled in {out.stdout.strip()}"
+
+
+# what an engine imports of the constraints: the mask lookup (the table-only index, unpacked by
+# textproc.engine.indexes), one request's walk and the reasoning budget over it
+ENGINE_SIDE = ["textproc.engine", "textproc.engine.indexes", "textproc.core.constraints.index",
+               "textproc.core.constraints.guide", "textproc.core.constraints.reasoning_budget"]
+COMPILER = ("textproc.core.constraints.compile", "textproc.core.constraints.schema",
+            "textproc.core.constraints.automaton", "textproc.core.constraints.regex_syntax",
+            "textproc.core.constraints.build", "textproc.core.constraints.index_states")
+
+
+def test_the_engine_side_of_constraints_loads_no_compiler_regex_or_parser() -> None:
+    """The engine's mask lookup imports neither the compiler, ``regex``, nor the parsers:
+    registries and re-exports load on first use."""
+    code = (
+        "import importlib, sys\n"
+        f"for m in {ENGINE_SIDE!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    assert "textproc.core.constraints.index" in loaded  # the walk above imported something
+    pulled = sorted(m for m in loaded if m == "regex" or m.startswith(("regex.", *COMPILER))
+                    or m.startswith("textproc.core.parsing"))
+    assert pulled == [], f"the engine side of constraints pulled in {pulled}"
+
+
+def test_importing_the_parsers_scans_no_family() -> None:
+    """The format registry loads the family modules on its first lookup, not at import."""
+    code = (
+        "import sys\n"
+        "import textproc.core.parsing, textproc.core.pipeline\n"
+        "before = [m for m in sys.modules if m.startswith('textproc.core.parsing.families.')]\n"
+        "from textproc.core.parsing.formats import TOOL_FORMATS\n"
+        "assert 'hermes' in TOOL_FORMATS\n"
+        "after = [m for m in sys.modules if m.startswith('textproc.core.parsing.families.')]\n"
+        "print(len(before), len(after))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    before, after = map(int, out.stdout.split())
+    assert before == 0 and after > 10, (before, after)
 
 
 TEST_FILES = sorted((ROOT / "tests").rglob("*.py"))

@@ -35,7 +35,6 @@ from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from textproc.errors import InvalidInput, short
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, OutputParser
-from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT
 from textproc.core.stops import StopChecker
 from textproc.options import OutputOptions, ParseOptions, split_options
 
@@ -113,11 +112,11 @@ class OutputPipeline:
                                   min_tokens=min_tokens)
         keep: set[str] = set()
         if parse is not None and parse.tools:  # the specials a format is spelled in reach
-            tool_format = parse.tool_format or DEFAULT_TOOL_FORMAT  # the parser, which strips
+            tool_format = parse.tool_format or TOOL_FORMATS.default  # the parser, which strips
             keep.update(TOOL_FORMATS[tool_format].specials  # them
                         if tool_format in TOOL_FORMATS else ())
         if parse is not None and parse.reasoning:
-            reasoning_format = parse.reasoning_format or DEFAULT_REASONING_FORMAT
+            reasoning_format = parse.reasoning_format or REASONING_FORMATS.default
             keep.update(REASONING_FORMATS[reasoning_format].specials
                         if reasoning_format in REASONING_FORMATS else ())
         self._detok = IncrementalDetokenizer(

@@ -25,7 +25,7 @@ from textproc.core.constraints.free_text import without
 from textproc.core.constraints.regex_parts import lit
 from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
 from textproc.core.parsing.declaration import ReasoningFormat
-from textproc.core.parsing.formats import DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS
+from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
 from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.service.index_store import IndexStore
 from textproc.service.sampling_defaults import load_generation_config, stop_token_ids
@@ -136,10 +136,11 @@ class RequestBuilder:
         # the special tokens the model's tool-call / reasoning format is spelled in: a forced
         # call writes them (the detokenizer keeps them for the parser the same way)
         markers: set[str] = set()
-        if self.formats.tool_format in TOOL_FORMATS:
-            markers.update(TOOL_FORMATS[self.formats.tool_format].specials)
-        if self.formats.reasoning_format in REASONING_FORMATS:
-            markers.update(REASONING_FORMATS[self.formats.reasoning_format].specials)
+        tool_format, reasoning_format = self.formats.tool_format, self.formats.reasoning_format
+        if tool_format is not None and tool_format in TOOL_FORMATS:
+            markers.update(TOOL_FORMATS[tool_format].specials)
+        if reasoning_format is not None and reasoning_format in REASONING_FORMATS:
+            markers.update(REASONING_FORMATS[reasoning_format].specials)
         store = IndexStore(config.constraint_cache_dir) if config.constraint_cache_dir else None
         self.constraints = WorkerConstraints(tokenizer, self.end_ids,
                                              max_frame_bytes=config.max_frame_bytes,
@@ -174,7 +175,7 @@ class RequestBuilder:
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
         formats = self.formats
         reasoning = formats.reasoning_format is not None
-        rfmt = REASONING_FORMATS[formats.reasoning_format or DEFAULT_REASONING_FORMAT]
+        rfmt = REASONING_FORMATS[formats.reasoning_format or REASONING_FORMATS.default]
         starts_in_reasoning = reasoning and rfmt.prompt_leaves_open(prompt)
         # A prompt that leaves the model inside reasoning reasons freely first, in the reasoning
         # format's own markup, and closes the block (its close_text): a forced output then
@@ -184,7 +185,7 @@ class RequestBuilder:
         constraint = None
         if tool_choice == "required" or forced_name is not None:
             # The call is written in the model's own tool format (the default when none was chosen).
-            constraint = tool_call_pattern(tools, forced_name, tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
+            constraint = tool_call_pattern(tools, forced_name, tool_format=formats.tool_format or TOOL_FORMATS.default,
                                            parallel=req.output.parallel_tool_calls)
             constraint = f"{lead}(?:{constraint})" if lead else constraint
         elif req.structured is not None:
@@ -211,8 +212,8 @@ class RequestBuilder:
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
         parse = ParseOptions(reasoning=reasoning, tools=parse_tools,
                              starts_in_reasoning=starts_in_reasoning,
-                             tool_format=formats.tool_format or DEFAULT_TOOL_FORMAT,
-                             reasoning_format=formats.reasoning_format or DEFAULT_REASONING_FORMAT,
+                             tool_format=formats.tool_format or TOOL_FORMATS.default,
+                             reasoning_format=formats.reasoning_format or REASONING_FORMATS.default,
                              tool_schemas=tools if parse_tools else None)
         return self._submit(req.request_id, client_id, prompt_ids, sampling, req.output,
                             constraint, parse, prompt_param="messages",

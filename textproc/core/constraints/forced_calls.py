@@ -309,7 +309,12 @@ def plain_or_shared(pattern: Callable[[Shared, ToRegex], str], to_regex: ToRegex
     return shared.block() + body
 
 
-FORCED_FORMATS = frozenset(TOOL_FORMATS)
+def __getattr__(name: str) -> frozenset[str]:
+    """``FORCED_FORMATS``: the tool formats a call can be forced in (every registered one), read
+    from the registry when asked for, so importing this module loads no parser family."""
+    if name == "FORCED_FORMATS":
+        return frozenset(TOOL_FORMATS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def forced_calls_pattern(tool_format: str | ToolFormat, by_name: Mapping[str, Mapping[str, Any] | bool],

@@ -66,7 +66,7 @@ from textproc.core.constraints.regex_parts import MAX_COUNT, MAX_EXACT_COUNT
 from textproc.core.constraints.regex_parts import lit as _lit
 from textproc.core.constraints.schema_emit import Compiler
 from textproc.core.constraints.schema_nodes import Node
-from textproc.core.parsing.formats import DEFAULT_TOOL_FORMAT, TOOL_FORMATS
+from textproc.core.parsing.formats import TOOL_FORMATS
 from textproc.errors import InvalidInput, short
 
 __all__ = ["json_schema_to_regex", "tool_call_pattern", "closing_regex", "MAX_COUNT", "MAX_EXACT_COUNT",
@@ -135,7 +135,7 @@ def tool_call_pattern(
     parallel: bool = True,
     tool_tags: tuple[str, str] | None = None,
     prefix: str = "",
-    tool_format: str = DEFAULT_TOOL_FORMAT,
+    tool_format: str = "",
 ) -> str:
     """The regex of a forced tool-call output in the Hermes/Qwen format (or ``tool_format``).
 
@@ -152,9 +152,9 @@ def tool_call_pattern(
     reasoning block (``ReasoningFormat.prompt_leaves_open``), pass the reasoning format's
     ``close_text`` (``"</think>\n\n"``): otherwise the forced calls would be parsed as reasoning.
 
-    ``tool_format``: the format's own spelling of calls, from its declaration
-    (:mod:`textproc.core.constraints.forced_calls`); ``tool_tags``: the format with custom
-    (open, close) tags.
+    ``tool_format``: the format's own spelling of calls (``""``: the default format), from its
+    declaration (:mod:`textproc.core.constraints.forced_calls`); ``tool_tags``: the format with
+    custom (open, close) tags.
     """
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
         raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
@@ -176,7 +176,7 @@ def tool_call_pattern(
             strict.add(function["name"])
     if name is not None and name not in by_name:
         raise InvalidInput(f"tool_choice names unknown tool {short(name)}; known tools: {sorted(by_name)}")
-    fmt = TOOL_FORMATS.get(tool_format)
+    fmt = TOOL_FORMATS.get(tool_format or TOOL_FORMATS.default)
     if fmt is None:
         raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
     if tool_tags is not None:

@@ -11,6 +11,7 @@ family gets no tool format (plain content) and a reason saying so, never an erro
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,9 +23,17 @@ __all__ = ["FormatChoice", "detect_formats", "resolve_formats", "AUTO", "NONE"]
 AUTO = "auto"
 NONE = "none"
 
-# (rank, format, markers that must all appear, why) of every declaration; checked by rank
-_TOOL_RULES = sorted((d.rank, f.name, d.markers, d.why) for f in TOOL_FORMATS.values() for d in f.detect)
-_REASONING_RULES = sorted((d.rank, f.name, d.markers, d.why) for f in REASONING_FORMATS.values() for d in f.detect)
+_Rule = tuple[int, str, tuple[str, ...], str]
+
+
+@functools.cache
+def _rules() -> tuple[list[_Rule], list[_Rule]]:
+    """(rank, format, markers that must all appear, why) of every declaration, tool formats'
+    and reasoning formats', each checked by rank (built on the first detection)."""
+    return (sorted((d.rank, f.name, d.markers, d.why)
+                   for f in TOOL_FORMATS.values() for d in f.detect),
+            sorted((d.rank, f.name, d.markers, d.why)
+                   for f in REASONING_FORMATS.values() for d in f.detect))
 
 
 @dataclass(frozen=True)
@@ -52,12 +61,13 @@ def detect_formats(chat_template: str | dict[str, str] | None, added_tokens: Ite
         chat_template = chat_template.get("default") or "\n".join(chat_template.values())
     text = (chat_template or "") + "\n" + "\n".join(added_tokens)
     tool, tool_why = None, "no known tool-call markup in the chat template or added tokens"
-    for _, name, markers, why in _TOOL_RULES:
+    tool_rules, reasoning_rules = _rules()
+    for _, name, markers, why in tool_rules:
         if all(m in text for m in markers):
             tool, tool_why = name, f"tool calls: {why}"
             break
     reasoning, reasoning_why = None, "no reasoning markup"
-    for _, name, markers, why in _REASONING_RULES:
+    for _, name, markers, why in reasoning_rules:
         if all(m in text for m in markers):
             reasoning, reasoning_why = name, f"reasoning: {why}"
             break

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textproc.core.deltas import merge_deltas
-from textproc.core.parsing.formats import DEFAULT_TOOL_FORMAT
+from textproc.core.parsing.formats import TOOL_FORMATS
 from textproc.core.parsing.output import OutputParser
 from textproc.errors import InvalidInput, short
 from textproc.options import OutputOptions, ParseOptions
@@ -44,7 +44,7 @@ def parse_tool_calls(
     text: str,
     *,
     tool_tags: tuple[str, str] | None = None,
-    tool_format: str = DEFAULT_TOOL_FORMAT,
+    tool_format: str = "",
     tool_schemas: Sequence[Mapping[str, Any]] | None = None,
     request_id: str = "",
 ) -> tuple[str, list[dict[str, Any]]]:
@@ -54,7 +54,8 @@ def parse_tool_calls(
     ('hi', [{'id': 'call_0', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"a": 1}'}}])
     """
     merged = parse_output(
-        text, tools=True, tool_tags=tool_tags, tool_format=tool_format,
+        text, tools=True, tool_tags=tool_tags,
+        tool_format=tool_format or TOOL_FORMATS.default,
         tool_schemas=tool_schemas, request_id=request_id,
     )
     return merged["content"], merged["tool_calls"]

@@ -20,7 +20,7 @@ from textproc.errors import InvalidInput, short
 from textproc.core.deltas import Deltas
 from textproc.core.parsing.declaration import WholeParser
 from textproc.core.parsing.formats import (
-    DEFAULT_REASONING_FORMAT, DEFAULT_TOOL_FORMAT, REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat,
+    REASONING_FORMATS, TOOL_FORMATS, ReasoningFormat,
     ToolFormat,
 )
 from textproc.core.parsing.section import Section
@@ -136,8 +136,8 @@ class OutputParser:
         parse = parse if parse is not None else _PLAIN
         output = output if output is not None else _OUTPUT
         reasoning, tools = parse.reasoning, parse.tools
-        tool_format = parse.tool_format or DEFAULT_TOOL_FORMAT
-        reasoning_format = parse.reasoning_format or DEFAULT_REASONING_FORMAT
+        tool_format = parse.tool_format or TOOL_FORMATS.default
+        reasoning_format = parse.reasoning_format or REASONING_FORMATS.default
         tool_schemas = parse.tool_schemas
         starts_in_reasoning = parse.starts_in_reasoning
         max_calls = None if output.parallel_tool_calls else 1
