@@ -45,7 +45,7 @@ Set-ups, in one run:
 
 ``pinned``: the engine thread is pinned to CPU 0 and every text unit (thread or process), the
 sink and the service's processes to the other CPUs, so only the interpreter lock can slow the
-engine (design.md "What fast means"); with ``--rt`` (default; needs CAP_SYS_NICE) the engine
+engine (docs/architecture.md, "What fast means"); with ``--rt`` (default; needs CAP_SYS_NICE) the engine
 thread also runs SCHED_FIFO while it steps, so on a machine shared with other jobs CPU 0 is
 really its own (the kernel's RT throttling still leaves others 5%). ``unpinned``: no affinity,
 normal scheduling, CPU contention included. The vocabulary is Qwen3 from

@@ -1,4 +1,4 @@
-"""The layering rules of style.md, checked by walking the folders (no hand-kept module list).
+"""The layering rules of docs/style.md, checked by walking the folders (no hand-kept module list).
 
 - ``textproc/core/`` imports only the standard library, ``regex``, ``jinja2``,
   ``textproc.errors``, ``textproc.options`` (the request's option values) and other core

@@ -11,7 +11,7 @@ here (``from textproc.protocol import Submit``); the parts below are split by re
 * ``detokenizer_frames``: detok-in (``Submit``) and detok-front (client streams, aborts);
 * ``control_frames``: the supervisor's control and events sockets.
 
-Must not import the text core (workers translate frames into core calls). Rules (style.md):
+Must not import the text core (workers translate frames into core calls). Rules (docs/style.md):
 tagged unions with ``array_like=True``; the tag is the class name and never changes once
 shipped; new fields go at the end with defaults; never reorder or retype a field; bump
 PROTOCOL_VERSION on any change.

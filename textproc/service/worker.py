@@ -1,7 +1,7 @@
 """Tokenizer worker process: the serve loop around :class:`~textproc.service.request_builder.RequestBuilder`.
 
 Binds ROUTER ``worker-i``; the peer's routing id is the client id carried into ``Submit``. A long
-prompt is encoded together with the other workers (``service/peers.PeerPool``: DEALERs to their
+prompt is encoded together with the other workers (``service/prompt_shares.PeerPool``: DEALERs to their
 ROUTERs, which also answer the peers' ``EncodePart`` shares here). Each
 frame is decoded by one typed decoder and answered once: a built request goes to the
 detokenizer as ONE ``Submit`` (n of them, ``<id>-<i>``, for ``n`` > 1: the prompt is rendered and
