@@ -13,9 +13,9 @@ what a worker does before Ready (the vocabulary and its tables, the warm-up comp
 compiled the sets listed before this one: "first" is the first compile of that regex there,
 the other reps compile it again (what it derived per vocabulary kept, the index not); p50 and
 p95 are over the reps (nearest rank). Every tool is marked ``strict: true`` and the patterns are
-the service's (``request_builder``, each tree's own): strict: ``RequestBuilder._strict`` (strict
-calls in free text, optional ``think`` reasoning first); forced: ``tool_call_pattern(tools)``
-(any tool, parallel).
+the service's (each tree's own): strict: ``constraint_plan.strict_tools_pattern``
+(``RequestBuilder._strict`` in older trees; strict calls in free text, optional ``think``
+reasoning first); forced: ``tool_call_pattern(tools)`` (any tool, parallel).
 
 Tool sets (``textproc.testing.tool_sets``): a coding agent's 12 tools in Claude Code's shape;
 Codex CLI's (captured once from the installed CLI, ``bash scripts/fetch_agents.sh``; skipped
@@ -86,7 +86,11 @@ def measure(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     from textproc.core.tokenizer import Tokenizer
     from textproc.errors import InvalidInput
     from textproc.service.constraints import MAX_COMPILE_S, MAX_INDEX_BYTES
-    from textproc.service.request_builder import RequestBuilder
+    try:
+        from textproc.service.constraint_plan import strict_tools_pattern as strict_pattern
+    except ImportError:  # a tree from before constraint_plan
+        from textproc.service.request_builder import RequestBuilder
+        strict_pattern = RequestBuilder._strict
 
     tok = Tokenizer.from_dir(spec["model_dir"])
     rfmt = REASONING_FORMATS[REASONING]
@@ -104,7 +108,7 @@ def measure(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 row: dict[str, Any] = {"format": fmt_name, "set": name, "tools": len(tools), "mode": mode}
                 try:
                     if mode == "strict":
-                        regex = RequestBuilder._strict(tools, fmt_name, rfmt, False, parallel=True)
+                        regex = strict_pattern(tools, fmt_name, rfmt, False, parallel=True)
                     else:
                         regex = tool_call_pattern(tools, tool_format=fmt_name)
                 except InvalidInput as e:

@@ -257,11 +257,11 @@ def test_a_long_pattern_writes_its_calls_once_in_the_same_language(fmt: str) -> 
 
 
 def test_strict_tools_take_no_other_keys() -> None:
-    """The service's strict pattern (``RequestBuilder._strict``): a ``strict: true`` tool's
+    """The service's strict pattern (``constraint_plan.strict_tools_pattern``): a ``strict: true`` tool's
     objects that list properties, nested ones too, take no other keys (OpenAI's strict mode),
     every tool's with ``--strict-tools`` (``close_all``); a tool that is not strict keeps the
     keys its schema allows."""
-    from textproc.service.request_builder import RequestBuilder
+    from textproc.service.constraint_plan import strict_tools_pattern
 
     where = {"type": "object", "properties": {"where": {"type": "object", "properties": {"city": {"type": "string"}}}}}
     trip = {"type": "function", "function": {"name": "trip", "parameters": where}}
@@ -278,7 +278,7 @@ def test_strict_tools_take_no_other_keys() -> None:
                                      ([strict(weather), trip], False, [True, False]),
                                      ([weather, trip], True, [True, True]),
                                      ([weather, trip], False, [False, False])):
-        pattern = _Dfa(RequestBuilder._strict(tools, "hermes", None, False, parallel=True, close_all=close_all))
+        pattern = _Dfa(strict_tools_pattern(tools, "hermes", None, False, parallel=True, close_all=close_all))
         for text in good:
             assert pattern.fullmatch("Sure. " + text), (tools, text)
         for text, is_closed in zip(extra, closed):

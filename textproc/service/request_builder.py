@@ -6,7 +6,9 @@ Runs every check of what a client sends (the request options' own checks from
 ``InvalidInput`` / ``TemplateError`` naming the bad value and what is allowed. A good one becomes ONE ``Submit`` frame for the detokenizer
 (output setup + the encoded ``EngineRequest``), with the sampling values it left unset taken
 from the model's generation_config.json (:mod:`textproc.service.sampling_defaults`, unless
-``--generation-config none``). No sockets: the serve loop is :mod:`textproc.service.worker`.
+``--generation-config none``) and its constraint decided by
+:func:`textproc.service.constraint_plan.plan_constraint`. No sockets: the serve loop is
+:mod:`textproc.service.worker`.
 """
 
 from __future__ import annotations
@@ -18,15 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-
 from textproc.config import ServiceConfig
-from textproc.core.constraints.schema import closing_regex, tool_call_pattern
-from textproc.core.constraints.free_text import without
-from textproc.core.constraints.regex_parts import lit
-from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
-from textproc.core.parsing.declaration import ReasoningFormat
 from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
-from textproc.service.constraints import WorkerConstraints, structured_regex
+from textproc.service.constraint_plan import plan_constraint, structured_constraint
+from textproc.service.constraints import WorkerConstraints
 from textproc.service.index_store import IndexStore
 from textproc.service.sampling_defaults import load_generation_config, stop_token_ids
 from textproc.sharding import shard_of
@@ -35,7 +32,6 @@ from textproc.core.chat.template import RESERVED_VARIABLES, render_chat
 from textproc.core.parsing.detect import detect_formats, resolve_formats
 from textproc.errors import InvalidInput, short
 from textproc.options import (
-    REASONING_BUDGET_OPTIONAL,
     OutputOptions,
     ParseOptions,
     SamplingOptions,
@@ -70,13 +66,6 @@ MAX_REQUEST_ID_CHARS = 256
 # around a message's content that holds special-token text (--special-tokens-in-content text):
 # Unicode noncharacters, "for internal use", never text a client means
 _MARK_OPEN, _MARK_CLOSE = "\ufdd0", "\ufdd1"
-
-
-def _structured(spec: Any) -> str:
-    try:
-        return structured_regex(spec)
-    except InvalidInput as e:
-        raise InvalidInput(str(e), param="response_format") from e
 
 
 def _check_request_id(request_id: str) -> None:
@@ -174,93 +163,26 @@ class RequestBuilder:
         prompt = self._unmarked(prompt)
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
         formats = self.formats
-        reasoning = formats.reasoning_format is not None
-        rfmt = REASONING_FORMATS[formats.reasoning_format or REASONING_FORMATS.default]
-        starts_in_reasoning = reasoning and rfmt.prompt_leaves_open(prompt)
-        # A prompt that leaves the model inside reasoning reasons freely first, in the reasoning
-        # format's own markup, and closes the block (its close_text): a forced output then
-        # follows (else it would be parsed as reasoning).
-        lead = (free_reasoning_pattern(rfmt, starts_inside=True, close_text=rfmt.close_text)
-                if starts_in_reasoning else "")
-        constraint = None
-        if tool_choice == "required" or forced_name is not None:
-            # The call is written in the model's own tool format (the default when none was chosen).
-            constraint = tool_call_pattern(tools, forced_name, tool_format=formats.tool_format or TOOL_FORMATS.default,
-                                           parallel=req.output.parallel_tool_calls)
-            constraint = f"{lead}(?:{constraint})" if lead else constraint
-        elif req.structured is not None:
-            constraint = _structured(req.structured)
-            constraint = f"{lead}(?:{constraint})" if lead else constraint
-            # the whole output is the structured text (after the reasoning): a <think> inside a
-            # JSON string must stay content
-            reasoning = starts_in_reasoning
-        elif tool_choice == "auto" and tools and formats.tool_format is not None and (
-                self.config.strict_tools or any(t["function"].get("strict") is True for t in tools)):
-            constraint = self._strict(tools, formats.tool_format, rfmt if reasoning else None,
-                                      starts_in_reasoning, parallel=req.output.parallel_tool_calls,
-                                      close_all=self.config.strict_tools)
+        plan = plan_constraint(prompt=prompt, tools=tools, tool_choice=tool_choice,
+                               forced_name=forced_name, structured=req.structured,
+                               tool_format=formats.tool_format,
+                               reasoning_format=formats.reasoning_format,
+                               strict_tools=self.config.strict_tools,
+                               parallel_tool_calls=req.output.parallel_tool_calls,
+                               sampling_params=req.sampling.params)
         sampling = req.sampling
-        if "max_reasoning_tokens" in sampling.params:
-            params = dict(sampling.params)
-            tagged = bool(formats.reasoning_format and rfmt.open_tags and rfmt.close_tags)
-            if params.pop(REASONING_BUDGET_OPTIONAL, False) and not tagged:
-                del params["max_reasoning_tokens"]  # a cap on reasoning this model does not mark
-            else:
-                constraint, params = self._budget(params, constraint,
-                                                  rfmt if formats.reasoning_format else None, starts_in_reasoning)
-            sampling = dataclasses.replace(sampling, params=params)
+        if plan.sampling_params is not None:
+            sampling = dataclasses.replace(sampling, params=plan.sampling_params)
         parse_tools = bool(tools) and tool_choice != "none" and formats.tool_format is not None
-        parse = ParseOptions(reasoning=reasoning, tools=parse_tools,
-                             starts_in_reasoning=starts_in_reasoning,
+        parse = ParseOptions(reasoning=plan.reasoning, tools=parse_tools,
+                             starts_in_reasoning=plan.starts_in_reasoning,
                              tool_format=formats.tool_format or TOOL_FORMATS.default,
                              reasoning_format=formats.reasoning_format or REASONING_FORMATS.default,
                              tool_schemas=tools if parse_tools else None)
         return self._submit(req.request_id, client_id, prompt_ids, sampling, req.output,
-                            constraint, parse, prompt_param="messages",
-                            constraint_param="response_format" if req.structured else "tools",
+                            plan.regex, parse, prompt_param="messages",
+                            constraint_param=plan.param,
                             template_s=template_s, tokenize_s=tokenize_s)
-
-    @staticmethod
-    def _strict(tools: list[dict[str, Any]], tool_format: str, rfmt: ReasoningFormat | None,
-                starts_in_reasoning: bool, *, parallel: bool, close_all: bool = False) -> str:
-        """The regex of free text with strict calls (every tool enforced once one is strict).
-        A ``strict: true`` tool's objects that list properties take no other keys, as OpenAI's
-        strict mode requires (``close_all``, ``--strict-tools``: every tool's)."""
-        by_name = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object", "properties": {}}
-                   for t in tools}
-        closed = [by_name[t["function"]["name"]] for t in tools if close_all or t["function"].get("strict") is True]
-        try:
-            return strict_calls_pattern(TOOL_FORMATS[tool_format], by_name, parallel=parallel,
-                                        to_regex=closing_regex(closed), reasoning=rfmt,
-                                        starts_in_reasoning=starts_in_reasoning)
-        except InvalidInput as e:
-            raise InvalidInput(f"strict tool calls: {e}", param="tools") from e
-
-    @staticmethod
-    def _budget(sampling: dict[str, Any], constraint: str | None, rfmt: ReasoningFormat | None,
-                starts_in_reasoning: bool) -> tuple[str | None, dict[str, Any]]:
-        """A reasoning budget: the constraint the engine's guide counts in (free reasoning, then
-        free text, when the request has none) and the reasoning markup the engine needs to find
-        the reasoning states and force the close (see ``core.constraints.reasoning_budget``)."""
-        if rfmt is None or not rfmt.open_tags or not rfmt.close_tags:
-            raise InvalidInput(
-                "max_reasoning_tokens needs a reasoning format with open and close tags; this "
-                f"model's is {rfmt.name if rfmt else 'none'} (--reasoning-format)",
-                param="max_reasoning_tokens")
-        if constraint is None:
-            # free text after the block holds no open tag: else "inside a block" and "free text"
-            # would be one state of the automaton (a block is text too), and a later block
-            # would not be counted. The output may still end inside the block, as it may without
-            # a budget: the budget caps the reasoning, it does not make the model close it.
-            closed = free_reasoning_pattern(rfmt, starts_inside=starts_in_reasoning) + without(rfmt.open_tags)
-            unclosed = without(rfmt.close_tags[:1])
-            if not starts_in_reasoning:
-                opens = "|".join(lit(t) for t in rfmt.open_tags)
-                unclosed = f"[ \\t\\r\\n]*(?:{opens}){unclosed}"
-            constraint = f"(?:{closed})|(?:{unclosed})"
-        return constraint, {**sampling, "reasoning_close": rfmt.close_text or rfmt.close_tags[0],
-                            "reasoning_close_tag": rfmt.close_tags[0], "reasoning_open": list(rfmt.open_tags),
-                            "reasoning_starts_inside": starts_in_reasoning}
 
     def prepare(self) -> None:
         """Render and encode a one-turn chat now, with and without a tool, so the chat
@@ -373,7 +295,7 @@ class RequestBuilder:
             t0 = time.perf_counter()
             prompt_ids = self.encode_text(req.prompt, add_special_tokens=req.add_special_tokens)
             tokenize_s = time.perf_counter() - t0
-        constraint = None if req.structured is None else _structured(req.structured)
+        constraint = None if req.structured is None else structured_constraint(req.structured)
         return self._submit(req.request_id, client_id, prompt_ids, req.sampling, req.output,
                             constraint, None, prompt_param="prompt", tokenize_s=tokenize_s)
 
