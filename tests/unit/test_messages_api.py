@@ -1,5 +1,5 @@
 """Anthropic's Messages API, pure parts: body -> chat request (textproc.http.anthropic.bodies), deltas
--> content blocks and events (textproc.http.anthropic.events), the serving loops over a fake
+-> content blocks and events (textproc.http.anthropic.answers), the serving loops (.events) over a fake
 run (a failure mid-stream is an ``error`` event)."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from textproc.http.anthropic.bodies import (
     parse_count_tokens_request,
     parse_messages_request,
 )
-from textproc.http.anthropic.events import MessageBuilder, message_events, thinking_signature
+from textproc.http.anthropic.answers import MessageBuilder, thinking_signature
+from textproc.http.anthropic.events import message_events
 from textproc.options import REASONING_BUDGET_OPTIONAL
 
 MODELS = ["m"]

@@ -1,5 +1,5 @@
 """The Responses API's pure parts: body -> chat request (textproc.http.responses.bodies), deltas
--> items and events (textproc.http.responses.events), the previous_response_id store."""
+-> items and events (textproc.http.responses.answers), the previous_response_id store."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from textproc.http.api_types import ApiError
 from textproc.http.responses.bodies import ResponseStore, parse_responses_request
-from textproc.http.responses.events import ResponseBuilder
+from textproc.http.responses.answers import ResponseBuilder
 
 MODELS = ["m"]
 

@@ -13,7 +13,7 @@ import pytest
 
 from textproc.http.api_types import ApiError
 from textproc.http.responses.bodies import ResponseStore, parse_responses_request
-from textproc.http.responses.events import ResponseBuilder
+from textproc.http.responses.answers import ResponseBuilder
 from textproc.http.responses.reasoning import KEY_FILE, ReasoningSeal
 
 MODELS = ["m"]

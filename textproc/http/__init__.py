@@ -8,9 +8,9 @@ answered on accept), ``connections`` (connection limits and deadlines), ``health
 (``/metrics`` summed over the frontends sharing a port), ``metrics`` (Prometheus text).
 
 The APIs, one folder each with the same file names (``routes``: the handlers; ``bodies``:
-request body -> validated parameters; ``events``: a run's outputs -> the answer, streamed and
-whole): ``openai/`` (chat and text completions, models, tokenize; ``answers``: the JSON shapes,
-``structured``: structured-output fields), ``responses/`` (``/v1/responses``; ``tools``,
+request body -> validated parameters; ``answers``: the answer's shapes, pure; ``events``: a
+run's outputs -> the answer, streamed and whole): ``openai/`` (chat and text completions,
+models, tokenize; ``structured``: structured-output fields), ``responses/`` (``/v1/responses``; ``tools``,
 ``reasoning``) and ``anthropic/`` (``/v1/messages``). What every route shares: ``serving``
 (``Serving``: the guard, start, respond and serving checks; ``InFlight``: one request in
 flight), ``backend`` (the Protocol the routes need from the service) and ``client_backend``

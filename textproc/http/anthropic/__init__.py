@@ -3,7 +3,8 @@ request underneath.
 
 ``routes`` (the handlers over a ``serving.Serving``, errors in Anthropic's shape, the context
 window's room), ``bodies`` (request body -> the chat request it is; Anthropic's error body),
-``events`` (a run's outputs -> content blocks and Anthropic's events, streamed and whole).
+``answers`` (deltas -> content blocks and Anthropic's events: ``MessageBuilder``), ``events``
+(a run's outputs -> the answer, streamed and whole).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ from textproc.http.anthropic.bodies import (
     parse_count_tokens_request,
     parse_messages_request,
 )
-from textproc.http.anthropic.events import anthropic_id, message_events, message_whole
+from textproc.http.anthropic.answers import anthropic_id
+from textproc.http.anthropic.events import message_events, message_whole
 from textproc.http.serving import InFlight, Serving
 
 __all__ = ["MessagesRoutes", "anthropic_error_response"]

@@ -3,8 +3,8 @@
 ``routes`` (the handler over a ``serving.Serving``, and the ``previous_response_id`` store),
 ``bodies`` (request body -> the chat request it is, and the store), ``tools`` (function and
 namespace tools offered, tools it cannot run named in ``warnings``), ``reasoning`` (reasoning
-items sealed into ``encrypted_content``), ``events`` (a run's outputs -> output items and
-semantic events, streamed and whole).
+items sealed into ``encrypted_content``), ``answers`` (deltas -> output items and semantic events:
+``ResponseBuilder``), ``events`` (a run's outputs -> the answer, streamed and whole).
 """
 
 from __future__ import annotations
