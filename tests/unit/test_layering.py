@@ -10,6 +10,8 @@
 - Importing every core module (and ``textproc`` itself) loads no zmq, msgspec, asyncio or
   multiprocessing.
 - ``textproc/service/`` never imports ``textproc.http`` (the frontends are command lines to it).
+- ``textproc/http/`` has one folder per API with the same file names; ``server.py`` reaches an
+  API only through its ``routes``.
 - What an engine imports of the constraints (the mask lookup) loads no compiler, ``regex`` or
   parser; importing the parsers scans no format family (registries load on first use).
 - No import cycle among textproc's modules, counting imports inside functions and under
@@ -172,6 +174,24 @@ def test_importing_the_parsers_scans_no_family() -> None:
     assert out.returncode == 0, out.stderr
     before, after = map(int, out.stdout.split())
     assert before == 0 and after > 10, (before, after)
+
+
+API_FOLDERS = ("openai", "responses", "anthropic")
+API_FILES = {"__init__.py", "routes.py", "bodies.py", "answers.py", "events.py"}
+
+
+def test_every_http_api_folder_has_the_same_files() -> None:
+    """One folder per API under textproc/http/, each with the same file names (a folder may add
+    its own: ``openai/structured.py``, ``responses/tools.py``); ``server.py`` reaches an API only
+    through its ``routes``."""
+    http = PACKAGE / "http"
+    folders = sorted(p.parent.name for p in http.glob("*/__init__.py"))
+    assert folders == sorted(API_FOLDERS)
+    for name in API_FOLDERS:
+        assert API_FILES <= {p.name for p in (http / name).glob("*.py")}, name
+    for lineno, module in _imports(http / "server.py"):
+        if module.startswith(tuple(f"textproc.http.{n}" for n in API_FOLDERS)):
+            assert module.endswith(".routes"), f"server.py:{lineno} imports {module}"
 
 
 TEST_FILES = sorted((ROOT / "tests").rglob("*.py"))
