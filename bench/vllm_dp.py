@@ -98,7 +98,9 @@ def start_smg(model: Path, tmp: Path, python: str) -> tuple[Group, Side]:
                  f"{shlex.quote(str(model))} --host 127.0.0.1 --port {port} --policy cache_aware "
                  f"> {tmp}/smg.log 2>&1 &")
     lines.append("wait")
-    proc = subprocess.Popen(["bash", "-c", "\n".join(lines)], env={**os.environ, **ENGINE_ENV},
+    script = tmp / "start.sh"  # a file: the shell's own command line then names no engine
+    script.write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, **ENGINE_ENV},
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 900
@@ -252,7 +254,7 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
 
 
 def main() -> int:
-    p = bench_parser("vllm_dp.py", __doc__)
+    p = bench_parser(__doc__, quick="4 users, 2 turns, one round", model=None)
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=8)
@@ -293,8 +295,7 @@ def main() -> int:
         print(f"{name:12} {med['output_throughput']:9.1f} {med['median_ttft_ms']:9.0f} "
               f"{med['p99_ttft_ms']:9.0f} {med['prefix_hit_rate']:10.2%} {med['cpu_text_ms']:11.1f} "
               f"{med['cpu_engine_ms']:13.1f}")
-    if args.json:
-        write_json(args.json, {"machine": machine(), "summary": summary, "rows": rows})
+    write_json(args.json, [{"side": name, **row} for name in names for row in rows[name]], machine())
     return 0
 
 
