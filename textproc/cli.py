@@ -100,7 +100,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     dp.add_argument("--data-parallel-size-local", type=int, default=None, metavar="K",
                     help="engines started on this machine, ranks 0..K-1 (default: all N)")
     dp.add_argument("--data-parallel-address", default="127.0.0.1", metavar="A",
-                    help="the address engines dial (this machine's, reachable from theirs)")
+                    help="the address engines dial: this machine's, reachable from theirs "
+                         "(default 127.0.0.1: engines on this machine only)")
     dp.add_argument("--data-parallel-rpc-port", type=int, default=0, metavar="P",
                     help="the handshake port engines dial (default: a free one)")
     dp.add_argument("--routing", choices=("prefix", "round_robin", "least_loaded"),
