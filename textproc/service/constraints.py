@@ -45,6 +45,7 @@ ENGINE_CACHE_BYTES = 512 << 20  # what the detokenizer lets the engine hold (it 
 STRUCTURED_KINDS = ("json", "regex", "choice")
 WAIT_POLL_S = 0.005  # how often a worker waiting for another's compile looks for its file
 # a string, a counted string (maxLength: its kinds' token walks, index_counted) and a number
+WARM_UP_S = 600.0  # the warm-up compile's wall-time budget (a request's is max_compile_s)
 _WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "c": {"type": "string", "maxLength": 4},
                                              "n": {"type": "integer"}}}
 
@@ -112,7 +113,9 @@ class WorkerConstraints:
         # the token sets every JSON string state needs (its loop, the tokens leaving it, the
         # \uXXXX run, a counted string's walks) are derived once per vocabulary: derive them
         # now, not in a request's compile
-        compile_constraint(self.vocab, json_schema=_WARM_UP, cache=None)
+        # (a budget of its own: a worker starting on a busy box is slow, never refused)
+        compile_constraint(self.vocab, json_schema=_WARM_UP, cache=None,
+                           budget=Budget(max_seconds=WARM_UP_S))
         if self.store is not None:
             self.store.start()
 
