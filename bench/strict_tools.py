@@ -21,7 +21,8 @@ Tool sets (``textproc.testing.tool_sets``): a coding agent's 12 tools in Claude 
 Codex CLI's (captured once from the installed CLI, ``bash scripts/fetch_agents.sh``; skipped
 without it); BFCL's multi-tool cases (every Nth of the 1,477 that offer several functions, and
 the three largest; skipped without the wheel ``scripts/fetch_schemas.py`` downloads); synthetic
-20-tool sets, three closed as OpenAI's strict mode requires and three with open objects.
+20-tool sets, three closed in their schemas as OpenAI's strict mode requires and three whose schemas
+leave them open (closed by the service once their tools are strict).
 
 ``--before TREE`` measures the same in a child process with ``PYTHONPATH=TREE`` first (a
 checkout of the tree before, e.g. ``git worktree add /tmp/strict-old <commit>``), format by
