@@ -45,6 +45,7 @@ import zmq
 import zmq.utils.monitor
 
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
+from textproc.transport import new_context
 from textproc.vllm_engines import wire
 from textproc.vllm_engines.launch import headless_command
 from textproc.vllm_engines.routing import PrefixRouter
@@ -135,7 +136,7 @@ class Front:
 
     def start(self) -> None:
         s = self.settings
-        ctx = self._context = zmq.Context()
+        ctx = self._context = new_context()
         self.handshake = ctx.socket(zmq.ROUTER)
         self.handshake.setsockopt(zmq.LINGER, 0)
         host = f"tcp://{s.address}"
