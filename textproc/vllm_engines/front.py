@@ -440,8 +440,9 @@ class Front:
                     engine.requests.discard(rid)
                     self.owner.pop(rid, None)
                     self.router.finished(engine.rank)
-                    if reason == "abort":
-                        continue  # textproc ended it already
+                    if reason == "abort":  # not textproc's (those left engine.requests): vLLM's
+                        # own, an engine shutting down refusing it; the client must hear of it
+                        reason = "error"
                 if out.new_logprobs is not None and out.new_token_ids:
                     logprobs, top_ids = wire.logprob_rows(out.new_logprobs)
                     entries.append((rid, out.new_token_ids, reason, logprobs, top_ids))
