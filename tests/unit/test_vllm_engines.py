@@ -179,3 +179,14 @@ def test_unreadable_frames_are_named() -> None:
         wire.decode_ready(enc.encode({"status": "HELLO"}))
     with pytest.raises(ValueError, match="handshake"):
         wire.decode_handshake(enc.encode([1, 2]))
+
+
+def test_an_idle_engines_last_stats_keep_no_work_away() -> None:
+    router = _router()
+    router.routed(0, [])
+    router.stats(0, waiting=9, kv_usage=0.99)  # sent with its last busy step
+    assert router.choose(_ids((0, 8)))[0] == 1
+    router.finished(0)  # nothing left there: no step will update those stats
+    assert router.engines[0].kv_usage == 0.0 and router.engines[0].waiting == 0
+    router.routed(1, [])
+    assert router.choose(_ids((0, 8)))[0] == 0

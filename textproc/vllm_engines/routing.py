@@ -11,9 +11,10 @@ own eviction is LRU too). A request's match on an engine is how many of its lead
 engine holds.
 
 Load is what the router knows for sure: requests it sent to an engine that have not finished
-(``running``), plus what the engine's own stats last said (``waiting``, KV usage). An engine is
-overloaded when it has ``overload_margin`` more unfinished requests than the least loaded one,
-or its KV cache is over ``kv_full`` used: then the match does not decide, the load does.
+(``running``: those the engine runs and those it queues); from the engine's own stats only its
+KV usage counts (as of its last step; an engine with nothing left is taken as empty). An engine
+is overloaded when it has ``overload_margin`` more unfinished requests than the least loaded
+one, or its KV cache is over ``kv_full`` used: then the match does not decide, the load does.
 Ties go to the least loaded engine, then the one given fewest requests so far. The cost per request is one hash per
 block of its prompt and one dict lookup per block per engine.
 """
@@ -51,7 +52,7 @@ class EngineLoad:
 
     ready: bool = False
     running: int = 0  # requests sent there and not finished
-    waiting: int = 0  # the engine's own count, from its last stats
+    waiting: int = 0  # the engine's own queue, from its last stats (shown, not weighed)
     kv_usage: float = 0.0  # 0..1, from its last stats
     capacity_blocks: int = 1 << 16  # blocks its prefix cache holds (its KV cache size)
     sent: int = 0  # requests routed here in all (ties go to the engine given fewest)
@@ -100,8 +101,9 @@ class PrefixRouter:
         return best, keys
 
     def _load(self, i: int) -> int:
-        engine = self.engines[i]
-        return engine.running + engine.waiting
+        # the requests sent there and not finished: those the engine runs and those it queues
+        # (its own waiting count is a part of them, and only as fresh as its last step)
+        return self.engines[i].running
 
     def routed(self, i: int, keys: Sequence[int]) -> None:
         """A request went to engine ``i``: its blocks are cached there from now on."""
@@ -121,6 +123,9 @@ class PrefixRouter:
         engine = self.engines[i]
         if engine.running > 0:
             engine.running -= 1
+        if engine.running == 0:  # idle: its last stats (sent with its last step) are stale
+            engine.waiting = 0
+            engine.kv_usage = 0.0
 
     def ready(self, i: int, *, block_size: int | None = None, capacity_blocks: int | None = None) -> None:
         engine = self.engines[i]
