@@ -65,6 +65,7 @@ def register() -> None:
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.structured_output import StructuredOutputManager
 
+    _heartbeats()
     EngineCore.textproc_put_index = _put_index  # type: ignore[attr-defined]
     EngineCore.textproc_drop_index = _drop_index  # type: ignore[attr-defined]
     grammar_init = StructuredOutputManager.grammar_init
@@ -91,6 +92,26 @@ def register() -> None:
 
     StructuredOutputManager.grammar_init = textproc_grammar_init  # type: ignore[method-assign]
     StructuredOutputManager._create_grammar = textproc_create_grammar  # type: ignore[method-assign]
+
+
+def _heartbeats() -> None:
+    """ZeroMQ heartbeats on the engine's sockets towards its frontend (1 s, 5 s timeout), as
+    textproc's front sets on its side: an engine whose network went away and came back sees
+    its dead connections and dials again (without them its input socket, which it never
+    writes to, would keep a half-open connection and never hear from the front again)."""
+    import zmq
+    from vllm.v1.engine import core
+
+    make = core.make_zmq_socket
+
+    def make_with_heartbeats(*args: Any, **kwargs: Any) -> Any:
+        sock = make(*args, **kwargs)
+        if sock.socket_type in (zmq.DEALER, zmq.PUSH):
+            sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        return sock
+
+    core.make_zmq_socket = make_with_heartbeats
 
 
 def _put_index(self: Any, key: str, tables: dict[str, Any]) -> int:

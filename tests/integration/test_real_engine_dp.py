@@ -307,8 +307,9 @@ def test_kill_9_of_an_engine_core_fails_only_its_requests(dp: Deployment) -> Non
     dp.wait("rank 0 restarted and ready",
             lambda: dp.engines()[0]["state"] == "ready" and dp.engines()[0]["restarts"] == 1, 600)
     before = dp.settled()[0]["requests_sent"]
-    for _ in range(4):
-        _chat(dp.url, {"messages": [{"role": "user", "content": "Hi again"}], "max_tokens": 4})
+    with ThreadPoolExecutor(4) as pool:  # at once: the least loaded engine takes each
+        list(pool.map(lambda i: _chat(dp.url, {"messages": [{"role": "user", "content": f"Hi {i}"}],
+                                              "max_tokens": 64, "ignore_eos": True}), range(4)))
     assert dp.settled()[0]["requests_sent"] > before
 
 
@@ -333,6 +334,7 @@ def test_a_remote_engine_whose_network_goes_away(dp: Deployment) -> None:
     assert dp.engines()[1]["state"] == "dead"
     dp.wait("the remote engine back once its network is", lambda: dp.engines()[1]["state"] == "ready", 120)
     before = dp.settled()[1]["requests_sent"]
-    for _ in range(4):
-        _chat(dp.url, {"messages": [{"role": "user", "content": "Back?"}], "max_tokens": 4})
+    with ThreadPoolExecutor(4) as pool:  # at once: the least loaded engine takes each
+        list(pool.map(lambda i: _chat(dp.url, {"messages": [{"role": "user", "content": f"Back {i}?"}],
+                                              "max_tokens": 64, "ignore_eos": True}), range(4)))
     assert dp.settled()[1]["requests_sent"] > before
