@@ -288,8 +288,8 @@ def test_kill_9_of_an_engine_core_fails_only_its_requests(dp: Deployment) -> Non
     started: list[str] = []
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(_stream, dp.url, _long(i), started) for i in range(4)]
-        dp.wait("4 streams running", lambda: len(started) == 4, 120)
-        dp.wait("streams on rank 0", lambda: dp.engines()[0]["running"] > 0, 30)
+        # the moment rank 0 holds some (the tiny model writes fast: do not wait for the others)
+        dp.wait("streams on rank 0", lambda: dp.engines()[0]["running"] > 0, 120)
         on_rank0 = dp.engines()[0]["running"]
         for pid in _descendants(launcher):  # the engine core and its model worker
             os.kill(pid, signal.SIGKILL)
@@ -320,8 +320,7 @@ def test_a_remote_engine_whose_network_goes_away(dp: Deployment) -> None:
     started: list[str] = []
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(_stream, dp.url, _long(10 + i), started) for i in range(4)]
-        dp.wait("4 streams running", lambda: len(started) == 4, 120)
-        dp.wait("streams on the remote rank", lambda: dp.engines()[1]["running"] > 0, 30)
+        dp.wait("streams on the remote rank", lambda: dp.engines()[1]["running"] > 0, 120)
         on_remote = dp.engines()[1]["running"]
         dp.netns.down()
         try:
