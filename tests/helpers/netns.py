@@ -38,15 +38,21 @@ class Netns:
         self.remote = f"10.{subnet}.0.2"
 
     def create(self) -> Netns:
+        """Make the namespace and the link (``CalledProcessError`` where this box may not;
+        nothing is left behind then)."""
         self.close()
-        _ip("netns", "add", self.name)
-        _ip("link", "add", self.veth, "type", "veth", "peer", "name", self.peer)
-        _ip("link", "set", self.peer, "netns", self.name)
-        _ip("addr", "add", f"{self.host}/24", "dev", self.veth)
-        _ip("link", "set", self.veth, "up")
-        _ip("netns", "exec", self.name, "ip", "addr", "add", f"{self.remote}/24", "dev", self.peer)
-        _ip("netns", "exec", self.name, "ip", "link", "set", self.peer, "up")
-        _ip("netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+        try:
+            _ip("netns", "add", self.name)
+            _ip("link", "add", self.veth, "type", "veth", "peer", "name", self.peer)
+            _ip("link", "set", self.peer, "netns", self.name)
+            _ip("addr", "add", f"{self.host}/24", "dev", self.veth)
+            _ip("link", "set", self.veth, "up")
+            _ip("netns", "exec", self.name, "ip", "addr", "add", f"{self.remote}/24", "dev", self.peer)
+            _ip("netns", "exec", self.name, "ip", "link", "set", self.peer, "up")
+            _ip("netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            self.close()
+            raise
         return self
 
     def command(self, argv: Sequence[str]) -> list[str]:

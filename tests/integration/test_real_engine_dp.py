@@ -99,7 +99,10 @@ def dp(tmp_path_factory: pytest.TempPathFactory, vllm_reference: Any) -> Iterato
     vllm_reference.start()
     netns = None
     if netns_missing() is None:
-        netns = Netns(f"tpdp{os.getpid() % 100000}", 200 + os.getpid() % 50).create()
+        try:  # root without the right to make namespaces (a container): loopback instead
+            netns = Netns(f"tpdp{os.getpid() % 100000}", 200 + os.getpid() % 50).create()
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            netns = None
     address = netns.host if netns is not None else "127.0.0.1"
     port = _free_port()
     dp_flags = ["--data-parallel-size", "2", "--data-parallel-address", address,
@@ -315,7 +318,8 @@ def test_kill_9_of_an_engine_core_fails_only_its_requests(dp: Deployment) -> Non
 
 @pytest.mark.skipif(netns_missing() is not None, reason=str(netns_missing()))
 def test_a_remote_engine_whose_network_goes_away(dp: Deployment) -> None:
-    assert dp.netns is not None
+    if dp.netns is None:
+        pytest.skip("no network namespace could be made here (ip netns add failed)")
     dp.wait("both engines ready", lambda: all(e["state"] == "ready" for e in dp.engines()), 600)
     started: list[str] = []
     with ThreadPoolExecutor(4) as pool:
