@@ -98,18 +98,26 @@ def _heartbeats() -> None:
     """ZeroMQ heartbeats on the engine's sockets towards its frontend (1 s, 5 s timeout), as
     textproc's front sets on its side: an engine whose network went away and came back sees
     its dead connections and dials again (without them its input socket, which it never
-    writes to, would keep a half-open connection and never hear from the front again)."""
+    writes to, would keep a half-open connection and never hear from the front again).
+
+    A dial gives up after 2 s and tries again (the kernel's own connect timeout backs off to
+    a minute and more while a network is away: the engine would come back that much later).
+
+    They are set as the defaults of the socket's context before vLLM makes it: ZeroMQ copies
+    a socket's options into a connection when it dials, so options set after ``connect``
+    would never reach the connection (each of vLLM's socket threads has a context of its own,
+    holding only its connections to the frontend)."""
     import zmq
     from vllm.v1.engine import core
 
     make = core.make_zmq_socket
 
-    def make_with_heartbeats(*args: Any, **kwargs: Any) -> Any:
-        sock = make(*args, **kwargs)
-        if sock.socket_type in (zmq.DEALER, zmq.PUSH):
-            sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
-        return sock
+    def make_with_heartbeats(ctx: Any, path: str, socket_type: Any, *args: Any, **kwargs: Any) -> Any:
+        if socket_type in (zmq.DEALER, zmq.PUSH):
+            ctx.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+            ctx.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+            ctx.setsockopt(zmq.CONNECT_TIMEOUT, 2000)
+        return make(ctx, path, socket_type, *args, **kwargs)
 
     core.make_zmq_socket = make_with_heartbeats
 

@@ -177,3 +177,73 @@ def test_frames_read_and_write_as_vllms_own() -> None:
     assert checks["plugin_entry"] == ["engine_vllm.plugin:register"], (
         "reinstall textproc in the engine's environment (bash scripts/setup_vllm.sh)")
     assert checks["plugin_methods"] == [True, True]
+
+
+SILENT_LINK = r'''
+import json, socket, threading, time
+import zmq
+import engine_vllm.plugin as plugin
+plugin.register()
+from vllm.v1.engine import core
+
+ctx = zmq.Context()
+front = ctx.socket(zmq.ROUTER)  # the front's input socket, no heartbeats of its own
+front_port = front.bind_to_random_port("tcp://127.0.0.1")
+relay = socket.create_server(("127.0.0.1", 0))
+silent = threading.Event()
+
+def pump(src, dst):
+    while True:
+        try:
+            data = src.recv(65536)
+        except OSError:
+            return
+        if not data:
+            return
+        if not silent.is_set():  # a network gone quiet: bytes vanish, nobody closes anything
+            dst.sendall(data)
+
+def serve():
+    engine_side, _ = relay.accept()
+    front_side = socket.create_connection(("127.0.0.1", front_port))
+    threading.Thread(target=pump, args=(engine_side, front_side), daemon=True).start()
+    threading.Thread(target=pump, args=(front_side, engine_side), daemon=True).start()
+
+threading.Thread(target=serve, daemon=True).start()
+engine_ctx = zmq.Context()
+dealer = core.make_zmq_socket(engine_ctx, f"tcp://127.0.0.1:{relay.getsockname()[1]}",
+                              zmq.DEALER, identity=b"\x01\x00", bind=False)
+monitor = dealer.get_monitor_socket()
+from zmq.utils.monitor import recv_monitor_message
+events = []
+def wait_for(event, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if monitor.poll(200):
+            got = recv_monitor_message(monitor)["event"]
+            events.append(int(got))
+            if got == event:
+                return time.monotonic()
+    return None
+
+connected = wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED, 10) is not None
+silent.set()
+t0 = time.monotonic()
+dropped = wait_for(zmq.EVENT_DISCONNECTED, 15)
+print(json.dumps({"connected": connected, "dropped_after_s": None if dropped is None else dropped - t0,
+                  "connect_timeout": dealer.getsockopt(zmq.CONNECT_TIMEOUT)}))
+'''
+
+
+def test_an_engine_socket_notices_a_silent_network() -> None:
+    """The engine's input socket (made by vLLM's own function, with the plugin registered)
+    finds a connection that went silent, half-open, and drops it so it can dial again: a
+    remote engine whose network came back talks to the front again."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "VLLM_NO_USAGE_STATS": "1"}
+    proc = subprocess.run([str(VLLM_PYTHON), "-c", SILENT_LINK], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=str(REPO_ROOT))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["connected"], got
+    assert got["dropped_after_s"] is not None and got["dropped_after_s"] < 10, got
+    assert 0 < got["connect_timeout"] <= 5000, got  # a dial into a dead network gives up soon

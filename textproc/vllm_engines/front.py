@@ -21,9 +21,11 @@ that holds the request.
 
 Faults: an engine is dead when its launcher exits, it sends ``ENGINE_CORE_DEAD``, or its
 connection drops (a ZeroMQ disconnect; heartbeats find a silent network within
-``HEARTBEAT_TIMEOUT_MS``). Its requests end at once with ``error`` (the log names the engine),
-the others go on, new requests go to the living engines, and a restarted (or reconnected)
-engine takes work again. Imports nothing of vLLM.
+``HEARTBEAT_TIMEOUT_MS``) and it does not dial again within ``RECONNECT_GRACE_S`` (until then
+it takes no new requests, and its own go on if it comes back: the engine never lost them).
+A dead engine's requests end with ``error`` (the log names the engine), the others go on, new
+requests go to the living engines, and a restarted (or reconnected) engine takes work again.
+Imports nothing of vLLM.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 5000
 RESTART_BACKOFF_S = (1.0, 5.0, 15.0, 30.0)
 PROBE_INTERVAL_S = 2.0  # how often a dead engine whose process may live is asked if it is back
+RECONNECT_GRACE_S = 5.0  # how long an engine whose connection dropped has to dial again
+SUSPECT_PROBE_S = 0.5  # how often it is asked meanwhile
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,12 @@ class Engine:
     input_address: str
     output_address: str
     identity: bytes = b""  # its routing id on the sockets: the rank, 2 bytes little-endian
-    state: str = "waiting"  # waiting (never connected) / connected / ready / dead
+    # waiting (never connected) / connected (loading) / ready / suspect (its connection
+    # dropped: it may dial again, RECONNECT_GRACE_S) / dead
+    state: str = "waiting"
+    suspect_since: float = 0.0
+    probed_at: float = 0.0
+    pending_aborts: list[str] = field(default_factory=list)  # for when a suspect dials again
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     restart_at: float = 0.0
@@ -105,6 +114,9 @@ class Engine:
     info: dict[str, Any] = field(default_factory=dict)  # its EngineCoreReadyResponse
     indexes: set[str] = field(default_factory=set)  # constraint indexes it holds
     requests: set[str] = field(default_factory=set)  # request ids it runs
+    # ids of requests ended here (it was declared dead) that it still streams: aborted once
+    # each while the way to it works (an abort sent while it is cut off is lost)
+    orphans: set[str] = field(default_factory=set)
     requests_sent: int = 0
     indexes_sent: int = 0
     aborts_sent: int = 0
@@ -251,6 +263,7 @@ class Front:
             if now >= next_check:
                 next_check = now + 0.2
                 self._check_procs(now)
+                self._check_suspects(now)
             if now >= next_probe:
                 next_probe = now + PROBE_INTERVAL_S
                 self._probe_dead()
@@ -337,8 +350,29 @@ class Front:
             event = zmq.utils.monitor.recv_monitor_message(engine.monitor, zmq.NOBLOCK)
         except zmq.Again:
             return
-        if event["event"] == zmq.EVENT_DISCONNECTED and engine.state in ("connected", "ready"):
-            self._engine_died(engine, "its connection dropped")
+        if event["event"] != zmq.EVENT_DISCONNECTED:
+            return
+        if engine.state == "ready":
+            engine.state = "suspect"
+            engine.suspect_since = time.monotonic()
+            engine.probed_at = 0.0
+            self.router.pause(engine.rank)
+            _log.warning("engine rank %d: its connection dropped; waiting %.0f s for it to dial "
+                         "again (its %d request(s) wait too)", engine.rank, RECONNECT_GRACE_S,
+                         len(engine.requests))
+        elif engine.state == "connected":
+            self._engine_died(engine, "its connection dropped while it loaded")
+
+    def _check_suspects(self, now: float) -> None:
+        for engine in self.engines:
+            if engine.state != "suspect":
+                continue
+            if now - engine.suspect_since > RECONNECT_GRACE_S:
+                self._engine_died(engine, f"its connection dropped and it did not dial again "
+                                          f"within {RECONNECT_GRACE_S:.0f} s")
+            elif now - engine.probed_at >= SUSPECT_PROBE_S:
+                engine.probed_at = now
+                self._probe(engine)
 
     def _check_procs(self, now: float) -> None:
         for engine in self.engines:
@@ -346,7 +380,10 @@ class Front:
             code = proc.poll() if proc is not None else None
             if code is not None and engine.restart_at == 0.0:
                 engine.proc = None
-                self._engine_died(engine, f"its process exited with {code}")
+                if engine.state == "dead":  # its core went first; the front ended the launcher
+                    _log.info("engine rank %d: its launcher exited with %s", engine.rank, code)
+                else:
+                    self._engine_died(engine, f"its process exited with {code}")
                 if self.settings.restart and not self._stop.is_set():
                     delay = RESTART_BACKOFF_S[min(engine.restarts, len(RESTART_BACKOFF_S) - 1)]
                     engine.restart_at = now + delay
@@ -363,12 +400,15 @@ class Front:
                 continue
             if engine.proc is not None and engine.proc.poll() is not None:
                 continue
-            self.calls += 1
-            try:
-                engine.inputs.send_multipart([engine.identity, wire.UTILITY, wire.utility_call(
-                    self.calls, "is_sleeping", [])], zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass  # not connected (yet)
+            self._probe(engine)
+
+    def _probe(self, engine: Engine) -> None:
+        self.calls += 1
+        try:
+            engine.inputs.send_multipart([engine.identity, wire.UTILITY, wire.utility_call(
+                self.calls, "is_sleeping", [])], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # not connected (yet)
 
     def _engine_died(self, engine: Engine, why: str) -> None:
         lost = sorted(engine.requests)
@@ -376,6 +416,8 @@ class Front:
         engine.died = why
         engine.requests.clear()
         engine.indexes.clear()
+        engine.orphans.clear()
+        engine.pending_aborts.clear()
         self.router.gone(engine.rank)
         _log.error("engine rank %d is gone (%s); ending its %d request(s) with an error",
                    engine.rank, why, len(lost))
@@ -384,8 +426,10 @@ class Front:
                 self.owner.pop(rid, None)
             self.failed_requests += len(lost)
             self.link.send_outputs([(rid, [], "error") for rid in lost])
-        if engine.proc is not None and engine.proc.poll() is None and why.startswith("vLLM reported"):
-            _kill_group(engine.proc)  # a local engine that failed: start it afresh
+        if engine.proc is not None and engine.proc.poll() is None:
+            # a local rank whose core failed or went silent: its launcher would notice late
+            # (or never); end it now, and it is started afresh
+            _kill_group(engine.proc)
 
     def _on_outputs(self, engine: Engine) -> None:
         link = self.link
@@ -403,13 +447,22 @@ class Front:
                 _log.error("engine rank %d sent an output frame textproc cannot read: %s",
                            engine.rank, str(exc)[:300])
                 continue
-            if engine.state in ("dead", "waiting") and step.utility_output is not None:
+            if engine.state in ("dead", "waiting", "suspect") and step.utility_output is not None:
                 # the answer to a probe, which went out on its input socket: reconnected after
                 # a network loss, or serving since before this process started (its ranks dial
                 # fixed ports); both ways work again (other frames prove only the way back)
+                if engine.state == "suspect":
+                    _log.info("engine rank %d dialled again; its %d request(s) go on",
+                              engine.rank, len(engine.requests))
+                else:
+                    _log.info("engine rank %d is back", engine.rank)
                 engine.state = "ready"
+                engine.orphans.clear()  # aborts sent while it was cut off never reached it
                 self.router.ready(engine.rank)
-                _log.info("engine rank %d is back", engine.rank)
+                if engine.pending_aborts:
+                    aborts, engine.pending_aborts = engine.pending_aborts, []
+                    self._send(engine, wire.ABORT, wire.abort_requests(aborts))
+                    engine.aborts_sent += len(aborts)
                 if self.link is None:
                     self._start_link()
             stats = step.scheduler_stats
@@ -428,7 +481,12 @@ class Front:
             for out in step.outputs:
                 rid = out.request_id
                 if rid not in engine.requests:
-                    orphans.append(rid)  # ended here already (its engine was declared dead)
+                    # ended here already (its engine was declared dead)
+                    if out.finish_reason is not None:
+                        engine.orphans.discard(rid)
+                    elif rid not in engine.orphans:
+                        engine.orphans.add(rid)
+                        orphans.append(rid)
                     continue
                 reason = None if out.finish_reason is None else wire.FINISH_REASONS[out.finish_reason]
                 prefill = out.prefill_stats
@@ -464,10 +522,13 @@ class Front:
             waiting, self.held = self.held, []
             requests = [*waiting, *requests]
         refused: list[Any] = []
+        # only engines that may dial again: a request waits for them (at most their grace)
+        wait = (not any(e.state == "ready" for e in self.engines)
+                and any(e.state == "suspect" for e in self.engines))
         for request in requests:
             guide = request.guide
-            if guide is not None and (not guide.ready or guide.index.partial):
-                self.held.append(request)  # its whole index comes later
+            if wait or (guide is not None and (not guide.ready or guide.index.partial)):
+                self.held.append(request)  # an engine, or its whole index, comes later
                 continue
             problem = self._add(request)
             if problem:
@@ -490,6 +551,8 @@ class Front:
                 if engine.state == "ready":
                     self._send(engine, wire.ABORT, wire.abort_requests(rids))
                     engine.aborts_sent += len(rids)
+                elif engine.state == "suspect":
+                    engine.pending_aborts.extend(rids)
         if refused:
             self.failed_requests += len(refused)
             link.send_outputs(refused)

@@ -135,6 +135,10 @@ class PrefixRouter:
         if capacity_blocks:
             engine.capacity_blocks = capacity_blocks
 
+    def pause(self, i: int) -> None:
+        """Engine ``i`` takes nothing new for now; what it holds and runs stays as it was."""
+        self.engines[i].ready = False
+
     def gone(self, i: int) -> None:
         """Engine ``i`` died: nothing of it is cached or running any more."""
         old = self.engines[i]
