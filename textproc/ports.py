@@ -16,13 +16,14 @@ from pathlib import Path
 
 from textproc.errors import InvalidInput, TextprocError, short
 
-__all__ = ["DEFAULT_HEALTH", "DEFAULT_HTTP", "HTTP_FILE", "LISTEN_BACKLOG", "check_private_dir",
+__all__ = ["DEFAULT_HEALTH", "DEFAULT_HTTP", "ENGINE_STATS_FILE", "HTTP_FILE", "LISTEN_BACKLOG", "check_private_dir",
            "frontend_file", "listen", "parse_address", "state_file"]
 
 DEFAULT_HTTP = "127.0.0.1:8000"
 DEFAULT_HEALTH = "127.0.0.1:8001"
 LISTEN_BACKLOG = 2048
 HTTP_FILE = "http.json"  # the API's address once every frontend serves (written by serve)
+ENGINE_STATS_FILE = "engine-stats.json"  # several engines' front: each rank's state (for /health)
 
 
 def frontend_file(index: int) -> str:

@@ -356,6 +356,10 @@ def test_a_remote_engine_whose_network_goes_away(dp: Deployment) -> None:
         try:
             _outlive(dp, 1, futures, stop, log_before)
             dp.wait("the remote engine marked dead", lambda: dp.engines()[1]["state"] == "dead", 5)
+            # still serving on rank 0, and /health names the rank that is not
+            dp.wait("/health naming the dead rank", lambda: "engine rank 1 is dead" in
+                    httpx.get(dp.url + "/health", timeout=5).json().get("degraded", ""), 5)
+            assert httpx.get(dp.url + "/health", timeout=5).status_code == 200
         finally:
             dp.netns.up()
     dp.wait("the remote engine back once its network is", lambda: dp.engines()[1]["state"] == "ready", 30)  # it dials every 2 s

@@ -104,5 +104,6 @@ class Backend(Protocol):
         ...
 
     def health(self) -> tuple[bool, str]:
-        """(serving, why not): False while the service is down or still starting."""
+        """(serving, why not): False while the service is down or still starting; serving,
+        what part is down (of several engines, the ranks not ready), else ''."""
         ...

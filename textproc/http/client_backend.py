@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 from textproc.client import TextClient, TextEvent
 from textproc.errors import TextprocError
 from textproc.http.backend import Output
+from textproc.http.engine_ranks import EngineRanks
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 
 __all__ = ["ClientBackend", "api_error", "STATS_TIMEOUT_S"]
@@ -39,8 +40,10 @@ class ClientBackend:
 
     def __init__(self, runtime_dir: str | Path, *, served_model_name: str | None = None,
                  connect_timeout_s: float = 60.0, curve_client_key: str | Path | None = None,
-                 curve_server_key: str | Path | None = None) -> None:
+                 curve_server_key: str | Path | None = None,
+                 engine_stats_file: str | None = None) -> None:
         self.runtime_dir = Path(runtime_dir)
+        self.engine_ranks = EngineRanks(engine_stats_file)
         self.curve_client_key = curve_client_key  # CURVE keys (a service with --curve-dir on
         self.curve_server_key = curve_server_key  # another host); default: endpoints.json's
         self.connect_timeout_s = connect_timeout_s
@@ -162,5 +165,5 @@ class ClientBackend:
             return False, "waiting for the detokenizer"
         if self.client.engine_down is not None:
             return False, self.client.engine_down
-        return True, ""
+        return self.engine_ranks.check()
 

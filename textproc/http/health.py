@@ -136,6 +136,8 @@ def answer(paths: Sequence[Path]) -> tuple[int, bytes]:
                 f"(over {state['stale_after_s']:g} s)"))
         else:
             entry["status"] = "ok"
+            if state["reason"]:  # serving, with a part down (an engine rank)
+                entry["degraded"] = state["reason"]
             ok = True
         if state is not None:
             entry.update(loop_lag_s=state["loop_lag_s"], loop_age_s=state["loop_age_s"])

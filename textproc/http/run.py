@@ -63,7 +63,8 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
     backend = ClientBackend(runtime, served_model_name=settings.served_model_name,
                             connect_timeout_s=settings.connect_timeout_s,
                             curve_client_key=settings.curve_client_key,
-                            curve_server_key=settings.curve_server_key)
+                            curve_server_key=settings.curve_server_key,
+                            engine_stats_file=settings.engine_stats_file)
     health = None if settings.health_file is None else StatePublisher(
         Path(settings.health_file), stale_after_s=settings.health_stale_after_s)
     server: uvicorn.Server | None = None

@@ -86,7 +86,10 @@ def health_answer(backend: Backend, metrics: Metrics) -> tuple[int, bytes]:
     serving, why = backend.health()
     status = 200 if serving else 503
     metrics.count_request("/health", status)
-    body = {"status": "ok"} if serving else {"status": "unavailable", "reason": why}
+    if serving:
+        body = {"status": "ok", "degraded": why} if why else {"status": "ok"}
+    else:
+        body = {"status": "unavailable", "reason": why}
     return status, msgspec.json.encode(body)
 
 

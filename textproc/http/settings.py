@@ -102,6 +102,10 @@ class FrontendSettings:
                                       parse=_frontend)
     served_model_name: str | None = _flag(None, "--served-model-name", "the model name clients "
                                           "send (default: the model directory's name)", metavar="NAME")
+    engine_stats_file: str | None = _flag(None, "--engine-stats-file", "the engine's stats "
+                                          "file; where it names its ranks (several engines), "
+                                          "/health names those not ready (default: none)",
+                                          metavar="FILE")
     limits: HttpLimits = HttpLimits()  # its fields are flags too
     connect_timeout_s: float = _flag(60.0, "--connect-timeout", "how long to wait for the "
                                      "service's endpoints.json and detokenizer",

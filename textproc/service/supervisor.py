@@ -34,7 +34,7 @@ from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
 from textproc.lifecycle import ParentWatch
 from textproc.placement import pin, text_cpus_for
-from textproc.ports import HTTP_FILE, check_private_dir, listen, state_file
+from textproc.ports import ENGINE_STATS_FILE, HTTP_FILE, check_private_dir, listen, state_file
 from textproc.protocol import PROTOCOL_VERSION, ProcessDied, Ready
 from textproc.service.children import (
     READY_FILE,
@@ -78,6 +78,7 @@ class Supervisor:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.runtime_dir: Path | None = None
+        self.engine_stats_file: str | None = None  # the engine's stats, read by /health
         self.endpoints: Endpoints | None = None
         self.children: list[Child] = []
         self._created_dir = False
@@ -152,8 +153,13 @@ class Supervisor:
             self.children.append(service_child(
                 "worker", i, config_json=config_json, endpoints_json=endpoints_json,
                 parent_pid=me))
+        self.engine_stats_file = cfg.stub_stats_file
+        if self.engine_stats_file is None and cfg.data_parallel.engaged:
+            # the front of several engines names its ranks there, for the frontends' /health
+            self.engine_stats_file = str(self.runtime_dir / ENGINE_STATS_FILE)
         engine_command = engine_adapter(cfg.engine).command(
-            cfg, [d.engine_in for d in ep.detokenizers], [d.engine_out for d in ep.detokenizers])
+            dataclasses.replace(cfg, stub_stats_file=self.engine_stats_file),
+            [d.engine_in for d in ep.detokenizers], [d.engine_out for d in ep.detokenizers])
         if engine_command is not None:
             self.children.append(engine_child(engine_command))
         for child in self.children:
@@ -300,6 +306,8 @@ class Supervisor:
         self._listeners.append(listener)
         host, port = listener.getsockname()[:2]
         runtime, level, n = self.runtime_dir, cfg.service.log_level, cfg.http_workers
+        engine_stats = [] if self.engine_stats_file is None else [
+            "--engine-stats-file", self.engine_stats_file]
         started: list[Child] = []
         if cfg.health is not None:  # its own process: it shares no lock with a frontend
             health = listen(cfg.health, flag="--health")
@@ -310,7 +318,7 @@ class Supervisor:
             started.append(frontend_child(
                 i, n, runtime_dir=runtime, address=f"{host}:{port}", listen_fd=listener.fileno(),
                 health_file=runtime / state_file(i) if cfg.health else None, parent_pid=me,
-                log_level=level, extra_args=cfg.http_args))
+                log_level=level, extra_args=[*cfg.http_args, *engine_stats]))
         for child in started:
             self.children.append(child)
             self._spawn(child)

@@ -124,6 +124,12 @@ class Engine:
     steps: int = 0
     cached_tokens: int = 0
     prompt_tokens: int = 0
+    state_at: float = field(default_factory=time.monotonic)  # when it entered its state
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "state" and getattr(self, "state", value) != value:
+            object.__setattr__(self, "state_at", time.monotonic())
+        object.__setattr__(self, name, value)
 
 
 class Front:
@@ -142,7 +148,6 @@ class Front:
         self._context: zmq.Context[Any] | None = None
         self.handshake: Any = None
         self.rpc_port = settings.rpc_port
-        self.started = time.monotonic()
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -272,10 +277,11 @@ class Front:
                 write_stats_file(s.stats_file, self.stats())
             if now >= next_missing:
                 next_missing = now + s.missing_log_s
-                missing = [e.rank for e in self.engines if e.state == "waiting"]
+                missing = [e for e in self.engines if e.state == "waiting"]
                 if missing:
-                    _log.warning("engine rank(s) %s have not connected to %s:%d after %.0f s",
-                                 missing, s.address, self.rpc_port, now - self.started)
+                    _log.warning("engine rank(s) %s have not connected to %s:%d for %s s",
+                                 [e.rank for e in missing], s.address, self.rpc_port,
+                                 "/".join(f"{now - e.state_at:.0f}" for e in missing))
 
     # engines -----------------------------------------------------------------------------
 
@@ -597,6 +603,7 @@ class Front:
 
     def stats(self) -> dict[str, Any]:
         router = self.router
+        now = time.monotonic()
         return {
             "pid": os.getpid(),
             "engine": "vllm",
@@ -610,6 +617,7 @@ class Front:
             "prefix_blocks_matched": router.matched_blocks,
             "engines": [{
                 "rank": e.rank, "local": e.local, "state": e.state, "died": e.died,
+                "state_for_s": round(now - e.state_at, 1),
                 "restarts": e.restarts, "running": len(e.requests), "requests_sent": e.requests_sent,
                 "indexes_sent": e.indexes_sent, "aborts_sent": e.aborts_sent,
                 "engine_running": e.engine_running,
