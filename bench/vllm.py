@@ -47,8 +47,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from _common import write_json
 
@@ -61,6 +62,9 @@ from textproc.testing.booking import BOOKING
 from textproc.testing.corpus import mixed_text
 from textproc.testing.machine import cpu_seconds, describe, machine
 from textproc.testing.models import MODELS_DIR
+
+if TYPE_CHECKING:
+    import httpx
 
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 # a user record: a pattern, a bounded integer, a free string, an enum array (string maxLength
@@ -214,6 +218,63 @@ def cpu_per_request(before: dict[str, float], after: dict[str, float], n: int) -
             "cpu_roles": {key[5:]: value for key, value in ms.items() if key.startswith("role:")}}
 
 
+@dataclass
+class ChatAnswer:
+    """One streamed chat completion as a client saw it."""
+
+    status: int
+    error: bytes  # the body of an answer that is not 200; empty otherwise
+    text: str  # the content deltas joined
+    ttft_s: float  # to the first content delta; the whole answer's time when none came
+    elapsed_s: float  # to the end of the stream
+    completion_tokens: int  # from the usage chunk (0 without one)
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> ChatAnswer:
+    """POST ``body`` (``"stream": True``) to ``url``'s ``/v1/chat/completions`` and read its
+    server-sent events to the end; times count from just before the request is sent."""
+    t0 = time.perf_counter()
+    first = None
+    text = ""
+    tokens = 0
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            error = await resp.aread()
+            elapsed = time.perf_counter() - t0
+            return ChatAnswer(resp.status_code, error, "", elapsed, elapsed, 0)
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices") or []:
+                piece = choice["delta"].get("content") or ""
+                if piece and first is None:
+                    first = time.perf_counter() - t0
+                text += piece
+            if chunk.get("usage"):
+                tokens += int(chunk["usage"]["completion_tokens"])
+    elapsed = time.perf_counter() - t0
+    return ChatAnswer(200, b"", text, first if first is not None else elapsed, elapsed, tokens)
+
+
+@dataclass
+class Tally:
+    """What a client of this script's counts over its streamed answers."""
+
+    ttfts: list[float] = field(default_factory=list)  # seconds, one per answer counted
+    failed: list[str] = field(default_factory=list)  # status and body start, one per failure
+    tokens: int = 0  # completion tokens of the answers counted
+
+    def add(self, answer: ChatAnswer) -> bool:
+        """Count ``answer``; False when it failed (not 200)."""
+        if answer.status != 200:
+            self.failed.append(f"{answer.status} {answer.error[:200]!r}")
+            return False
+        self.tokens += answer.completion_tokens
+        self.ttfts.append(answer.ttft_s)
+        return True
+
+
 def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
              turns: int = GROW_TURNS) -> dict[str, Any]:
     """``concurrency`` growing conversations at once, each starting with ``chars`` characters
@@ -238,27 +299,14 @@ def run_grow(side: Side, concurrency: int, seed: int, *, chars: int = 16_000,
             # serve`'s engine down (textproc's engine runs engine_vllm.worker, which does not)
             body = {"model": side.model, "messages": messages, "max_tokens": 16, "stream": True,
                     "temperature": 1.0, "stream_options": {"include_usage": True}}
-            t0 = time.perf_counter()
-            first = None
-            text = ""
-            async with client.stream("POST", side.url + "/v1/chat/completions", json=body) as resp:
-                if resp.status_code != 200:
-                    raise SystemExit(f"{side.name} answered {resp.status_code} on turn {turn}: "
-                                     f"{(await resp.aread())[:400]!r}")
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    for choice in chunk.get("choices") or []:
-                        piece = choice["delta"].get("content") or ""
-                        if piece and first is None:
-                            first = time.perf_counter() - t0
-                        text += piece
-                    if chunk.get("usage"):
-                        tokens += int(chunk["usage"]["completion_tokens"])
-            latencies.append(time.perf_counter() - t0)
-            ttfts.append(first if first is not None else latencies[-1])
-            messages += [{"role": "assistant", "content": text},
+            answer = await stream_chat(client, side.url, body)
+            if answer.status != 200:
+                raise SystemExit(f"{side.name} answered {answer.status} on turn {turn}: "
+                                 f"{answer.error[:400]!r}")
+            tokens += answer.completion_tokens
+            latencies.append(answer.elapsed_s)
+            ttfts.append(answer.ttft_s)
+            messages += [{"role": "assistant", "content": answer.text},
                          {"role": "user", "content": f"Go on ({turn}): {corpus[turn * 97:turn * 97 + 200]}"}]
 
     async def run_all() -> float:
@@ -289,33 +337,15 @@ def run_fresh(side: Side, concurrency: int, prompts: int, seed: int) -> dict[str
     import httpx
 
     corpus = mixed_text(600 * prompts + 1000, seed=seed)
-    ttfts: list[float] = []
-    failed: list[str] = []
-    tokens = 0
+    tally = Tally()
 
     async def one(i: int, client: httpx.AsyncClient, gate: asyncio.Semaphore) -> None:
-        nonlocal tokens
         body = {"model": side.model, "stream": True, "max_tokens": 32, "temperature": 1.0,
                 "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": corpus[i * 600:(i + 1) * 600]}],
                 **booking_format(seed * 1000 + i)}
         async with gate:
-            t0 = time.perf_counter()
-            first = None
-            async with client.stream("POST", side.url + "/v1/chat/completions", json=body) as resp:
-                if resp.status_code != 200:
-                    failed.append(f"{resp.status_code} {(await resp.aread())[:200]!r}")
-                    return
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    for choice in chunk.get("choices") or []:
-                        if first is None and choice["delta"].get("content"):
-                            first = time.perf_counter() - t0
-                    if chunk.get("usage"):
-                        tokens += int(chunk["usage"]["completion_tokens"])
-            ttfts.append(first if first is not None else time.perf_counter() - t0)
+            tally.add(await stream_chat(client, side.url, body))
 
     async def run_all() -> float:
         gate = asyncio.Semaphore(concurrency)
@@ -327,6 +357,7 @@ def run_fresh(side: Side, concurrency: int, prompts: int, seed: int) -> dict[str
     before = side.cpu()
     wall = asyncio.run(run_all())
     after = side.cpu()
+    ttfts, tokens, failed = tally.ttfts, tally.tokens, tally.failed
     if failed:
         print(f"# {side.name} fresh c={concurrency}: {len(failed)} of {prompts} failed: "
               f"{failed[0]}", flush=True)

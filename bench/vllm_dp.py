@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import write_json
-from vllm import ENGINE_ENV, Side, cpu_per_request
+from vllm import ENGINE_ENV, Side, Tally, cpu_per_request, stream_chat
 
 from textproc.engines.vllm import default_python
 from textproc.engines.vllm_reference import COMPARED_ENGINE_FLAGS, ReferenceServer
@@ -194,12 +194,9 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
 
     systems = system_prompts(seed)
     questions = mixed_text(400 * users * (turns + 1) + 1000, seed=seed + 1)
-    ttfts: list[float] = []
-    tokens = 0
-    failed: list[str] = []
+    tally = Tally()
 
     async def conversation(i: int, client: httpx.AsyncClient, gate: asyncio.Semaphore) -> None:
-        nonlocal tokens
         messages: list[dict[str, str]] = [{"role": "system", "content": systems[i % 2]}]
         async with gate:
             for turn in range(turns):
@@ -207,26 +204,10 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
                 messages.append({"role": "user", "content": questions[at:at + 400]})
                 body = {"model": side.model, "messages": messages, "max_tokens": 24, "stream": True,
                         "temperature": 1.0, "stream_options": {"include_usage": True}}
-                t0 = time.perf_counter()
-                first = None
-                text = ""
-                async with client.stream("POST", side.url + "/v1/chat/completions", json=body) as resp:
-                    if resp.status_code != 200:
-                        failed.append(f"{resp.status_code} {(await resp.aread())[:200]!r}")
-                        return
-                    async for line in resp.aiter_lines():
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        chunk = json.loads(line[6:])
-                        for choice in chunk.get("choices") or []:
-                            piece = choice["delta"].get("content") or ""
-                            if piece and first is None:
-                                first = time.perf_counter() - t0
-                            text += piece
-                        if chunk.get("usage"):
-                            tokens += int(chunk["usage"]["completion_tokens"])
-                ttfts.append(first if first is not None else time.perf_counter() - t0)
-                messages.append({"role": "assistant", "content": text})
+                answer = await stream_chat(client, side.url, body)
+                if not tally.add(answer):
+                    return
+                messages.append({"role": "assistant", "content": answer.text})
 
     async def run_all() -> float:
         gate = asyncio.Semaphore(concurrency)
@@ -240,6 +221,7 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
     wall = asyncio.run(run_all())
     after = side.cpu()
     queried1, hits1 = cache_counts(side)
+    ttfts, tokens, failed = tally.ttfts, tally.tokens, tally.failed
     n = max(1, len(ttfts))
     ordered = sorted(ttfts) or [0.0]
     row: dict[str, Any] = {
