@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import random
-import shutil
-import subprocess
 import tempfile
 import threading
 import zipfile
 from pathlib import Path
 from typing import Any
 
+from textproc.testing.codex import codex_installed, run_codex_exec
 from textproc.testing.models import REPO_ROOT
 
 __all__ = ["CODING_AGENT_TOOLS", "codex_cli_tools", "bfcl_cases", "synthetic_tools", "CODEX_TOOLS_FILE",
@@ -79,32 +77,7 @@ CODING_AGENT_TOOLS: Tools = [
                            "digest": {"type": "string", "pattern": "^[0-9a-f]{0,200000}$"}}, ["document"]),
 ]
 
-CODEX = REPO_ROOT / ".cache" / "npm" / "node_modules" / ".bin" / "codex"
 CODEX_TOOLS_FILE = REPO_ROOT / ".cache" / "agents" / "codex-cli-tools.json"
-_CODEX_CONFIG = """\
-model = "qwen3"
-model_provider = "capture"
-check_for_update_on_startup = false
-
-[model_providers.capture]
-name = "capture"
-base_url = "{url}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-remote_plugin = false
-plugin_sharing = false
-apps = false
-tool_suggest = false
-shell_snapshot = false
-"""
-_DEAD_PROXY = "http://127.0.0.1:9"
 
 
 def codex_cli_tools(path: Path = CODEX_TOOLS_FILE, *, timeout_s: float = 90) -> Tools | None:
@@ -116,7 +89,7 @@ def codex_cli_tools(path: Path = CODEX_TOOLS_FILE, *, timeout_s: float = 90) -> 
     if path.is_file():
         tools: Tools = json.loads(path.read_text())
         return tools
-    if not CODEX.exists() or shutil.which("node") is None:
+    if not codex_installed():
         return None
     body = _capture_codex_request(timeout_s)
     if body is None:
@@ -155,15 +128,8 @@ def _capture_codex_request(timeout_s: float) -> bytes | None:
     thread.start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            home, work = Path(tmp) / "home", Path(tmp) / "work"
-            home.mkdir()
-            work.mkdir()
-            (home / "config.toml").write_text(_CODEX_CONFIG.format(url=f"http://127.0.0.1:{server.server_port}"))
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-            env.update(CODEX_HOME=str(home), HTTPS_PROXY=_DEAD_PROXY, HTTP_PROXY=_DEAD_PROXY,
-                       ALL_PROXY=_DEAD_PROXY, NO_PROXY="127.0.0.1,localhost")
-            subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", "say hi"], cwd=work, env=env,
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)
+            run_codex_exec(f"http://127.0.0.1:{server.server_port}", "qwen3", Path(tmp), "say hi",
+                           timeout_s=timeout_s)
     finally:
         server.shutdown()
         server.server_close()
