@@ -33,6 +33,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from textproc.testing.tool_sets import bfcl_schema
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO_ROOT / ".cache" / "schemas"
 DOWNLOADS_DIR = REPO_ROOT / ".cache" / "downloads"
@@ -43,15 +45,6 @@ JSONSCHEMA = ("jsonschema", "4.26.0", "sdist")
 CHECK_JSONSCHEMA = ("check-jsonschema", "0.39.0", "sdist")
 BFCL = ("bfcl-eval", "2026.3.23", "wheel")
 
-# bfcl_eval.model_handler's GORILLA_TO_OPENAPI (Python, Java and JavaScript type names)
-BFCL_TYPES = {
-    "integer": "integer", "number": "number", "float": "number", "string": "string",
-    "boolean": "boolean", "bool": "boolean", "array": "array", "list": "array", "dict": "object",
-    "object": "object", "tuple": "array", "any": "string", "byte": "integer", "short": "integer",
-    "long": "integer", "double": "number", "char": "string", "ArrayList": "array",
-    "Array": "array", "HashMap": "object", "Hashtable": "object", "Queue": "array",
-    "Stack": "array", "Any": "string", "String": "string", "Bigint": "integer",
-}  # fmt: skip
 BFCL_FILES = ["simple_python", "multiple", "parallel", "parallel_multiple", "live_simple",
               "live_multiple", "live_parallel", "live_parallel_multiple"]
 SUITE_DIRS = ["draft2020-12", "draft2020-12/optional/format", "draft7"]
@@ -147,20 +140,6 @@ def schemastore_cases() -> list[dict[str, Any]]:
     return cases
 
 
-def _bfcl_schema(node: Any) -> Any:
-    """BFCL's parameter dialect -> JSON Schema, as its OpenAI handler converts it."""
-    if isinstance(node, list):
-        return [_bfcl_schema(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _bfcl_schema(v) for k, v in node.items()}
-    if isinstance(node.get("type"), str):
-        out["type"] = BFCL_TYPES.get(node["type"], node["type"])
-    if isinstance(node.get("properties"), dict):
-        out["properties"] = {k: _bfcl_schema(v) for k, v in node["properties"].items()}
-    return out
-
-
 def bfcl_cases() -> list[dict[str, Any]]:
     files = _members(_download(*BFCL))
     seen: dict[str, dict[str, Any]] = {}
@@ -174,7 +153,7 @@ def bfcl_cases() -> list[dict[str, Any]]:
         for line in questions:
             entry = json.loads(line)
             for function in entry["function"]:
-                schema = _bfcl_schema(function.get("parameters", {"type": "object", "properties": {}}))
+                schema = bfcl_schema(function.get("parameters", {"type": "object", "properties": {}}))
                 key = json.dumps(schema, sort_keys=True)
                 case = seen.setdefault(key, {"source": "bfcl", "name": function["name"], "schema": schema,
                                              "valid": [], "invalid": []})

@@ -19,8 +19,8 @@ from typing import Any
 from textproc.testing.codex import codex_installed, run_codex_exec
 from textproc.testing.models import REPO_ROOT
 
-__all__ = ["CODING_AGENT_TOOLS", "codex_cli_tools", "bfcl_cases", "synthetic_tools", "CODEX_TOOLS_FILE",
-           "BFCL_WHEEL"]
+__all__ = ["CODING_AGENT_TOOLS", "codex_cli_tools", "bfcl_cases", "bfcl_schema", "synthetic_tools",
+           "CODEX_TOOLS_FILE", "BFCL_WHEEL"]
 
 Tools = list[dict[str, Any]]
 
@@ -138,8 +138,8 @@ def _capture_codex_request(timeout_s: float) -> bytes | None:
 
 BFCL_WHEEL = REPO_ROOT / ".cache" / "downloads" / "bfcl_eval-2026.3.23-py3-none-any.whl"
 BFCL_MULTI = ["multiple", "parallel_multiple", "live_multiple", "live_parallel_multiple"]
-# bfcl_eval's type names -> JSON Schema (its OpenAI handler's GORILLA_TO_OPENAPI, as
-# scripts/fetch_schemas.py converts the corpus's BFCL tools)
+# bfcl_eval.model_handler's GORILLA_TO_OPENAPI: its type names (Python, Java and JavaScript)
+# -> JSON Schema's
 _BFCL_TYPES = {
     "integer": "integer", "number": "number", "float": "number", "string": "string",
     "boolean": "boolean", "bool": "boolean", "array": "array", "list": "array", "dict": "object",
@@ -150,12 +150,15 @@ _BFCL_TYPES = {
 }  # fmt: skip
 
 
-def _bfcl_schema(node: Any) -> Any:
+def bfcl_schema(node: Any) -> Any:
+    """BFCL's parameter dialect -> JSON Schema, as its OpenAI handler converts it (``dict`` ->
+    ``object``, ``float`` -> ``number``, ``tuple`` -> ``array``, ...); the corpus that
+    ``scripts/fetch_schemas.py`` builds converts its BFCL tools with it too."""
     if isinstance(node, list):
-        return [_bfcl_schema(x) for x in node]
+        return [bfcl_schema(x) for x in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _bfcl_schema(v) for k, v in node.items()}
+    out = {k: bfcl_schema(v) for k, v in node.items()}
     if isinstance(node.get("type"), str):
         out["type"] = _BFCL_TYPES.get(node["type"], node["type"])
     return out
@@ -177,7 +180,7 @@ def bfcl_cases(wheel: Path = BFCL_WHEEL) -> list[tuple[str, Tools]]:
                     continue
                 cases.append((entry["id"], [{"type": "function", "function": {
                     "name": f["name"].replace(".", "_"), "description": f.get("description", ""),
-                    "parameters": _bfcl_schema(f.get("parameters") or {"type": "object", "properties": {}})}}
+                    "parameters": bfcl_schema(f.get("parameters") or {"type": "object", "properties": {}})}}
                     for f in functions]))
     return cases
 
