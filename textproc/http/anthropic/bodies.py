@@ -30,8 +30,8 @@ from typing import Annotated, Any, Sequence
 import msgspec
 
 from textproc.errors import short
-from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
-from textproc.http.openai.bodies import ERROR_PATH, chat_params, decode_body
+from textproc.http.api_types import ApiError, ChatParams, Int1
+from textproc.http.openai.bodies import decode_body, translated_chat_params
 from textproc.options import REASONING_BUDGET_OPTIONAL
 
 __all__ = [
@@ -328,30 +328,14 @@ def _check_unsupported(body: MessagesBody) -> None:
         raise _refuse("container (code execution)", "container")
 
 
-_MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
 _TOOL_PATH = re.compile(r"(tools\[\d+\])\.function\.(name|parameters)")
 
 
-def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) -> ChatParams:
-    """Run the chat rules; an error naming a chat path (``messages[k]``,
-    ``tools[i].function.parameters``) is rewritten to the Anthropic path it came from."""
-    def place(text: str) -> str:
-        text = _TOOL_PATH.sub(lambda m: m.group(1) + (".name" if m.group(2) == "name"
-                                                      else ".input_schema"), text)
-        return _MESSAGE_PATH.sub(lambda m: where[int(m.group(1))]
-                                 if int(m.group(1)) < len(where) else m.group(0), text)
-
-    try:
-        return chat_params(msgspec.convert(chat, ChatCompletionBody), served_models=served_models)
-    except msgspec.ValidationError as exc:
-        match = ERROR_PATH.search(str(exc))
-        param = place(match.group(1)) if match and match.group(1) else None
-        raise ApiError(f"invalid messages body: {place(str(exc))}", param=param) from exc
-    except ApiError as exc:
-        exc.message = place(exc.message)
-        exc.args = (exc.message,)
-        exc.param = place(exc.param) if exc.param else exc.param
-        raise
+def _place_tool(text: str) -> str:
+    """A chat tool's path (``tools[i].function.name``, ``.parameters``) as the Anthropic path it
+    came from (``tools[i].name``, ``.input_schema``)."""
+    return _TOOL_PATH.sub(lambda m: m.group(1) + (".name" if m.group(2) == "name"
+                                                  else ".input_schema"), text)
 
 
 def _prefill(messages: list[dict[str, Any]], where: list[str]) -> dict[str, Any]:
@@ -396,7 +380,8 @@ def _to_chat(body: MessagesBody, served_models: Sequence[str]) -> ChatParams:
         "parallel_tool_calls": parallel, "response_format": _response_format(body),
         "chat_template_kwargs": kwargs or None, "max_reasoning_tokens": budget,
     }
-    params = _chat({k: v for k, v in chat.items() if v is not None}, where, served_models)
+    params = translated_chat_params(chat, served_models=served_models, what="messages",
+                                    where=where, place=_place_tool)
     if budget is not None:
         # Anthropic's budget is a cap: a model without tagged reasoning runs without one (a
         # chat request's max_reasoning_tokens is a 400 there)

@@ -62,6 +62,7 @@ __all__ = [
     "ERROR_PATH",
     "parse_chat_request",
     "chat_params",
+    "translated_chat_params",
     "parse_completion_request",
     "parse_tokenize_request",
     "parse_detokenize_request",
@@ -77,6 +78,7 @@ _body_values = attrgetter(*(o.name for o in BODY_OPTIONS), "model")  # a tuple, 
 _BODY_PLACES = [(o.owner, o.field) for o in BODY_OPTIONS]
 MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's limit (chat's top_logprobs: 20)
 ERROR_PATH = re.compile(r" - at `\$\.?(.*)`$")
+_MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
 
 
 def decode_body(body: bytes, kind: type[Any], what: str) -> Any:
@@ -353,6 +355,34 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
         sampling=sampling,
         output=output,
     )
+
+
+def translated_chat_params(chat: dict[str, Any], *, served_models: Sequence[str], what: str,
+                           where: Sequence[str],
+                           place: Callable[[str], str] | None = None) -> ChatParams:
+    """The rules of :func:`chat_params` on ``chat``, the chat completion body (its fields that
+    are None left out) that another API's body was translated to (the Responses and Messages
+    APIs' bodies come through here). An error names the place in the body the client sent:
+    ``place`` rewrites the chat paths it knows in the message and ``param``, then
+    ``messages[k]`` becomes ``where[k]``; a type error reads ``invalid {what} body: ...``."""
+    def placed(text: str) -> str:
+        text = place(text) if place is not None else text
+        return _MESSAGE_PATH.sub(lambda m: where[int(m.group(1))]
+                                 if int(m.group(1)) < len(where) else m.group(0), text)
+
+    try:
+        body = msgspec.convert({k: v for k, v in chat.items() if v is not None},
+                               ChatCompletionBody)
+        return chat_params(body, served_models=served_models)
+    except msgspec.ValidationError as exc:
+        match = ERROR_PATH.search(str(exc))
+        param = placed(match.group(1)) if match and match.group(1) else None
+        raise ApiError(f"invalid {what} body: {placed(str(exc))}", param=param) from exc
+    except ApiError as exc:
+        exc.message = placed(exc.message)
+        exc.args = (exc.message,)
+        exc.param = placed(exc.param) if exc.param else exc.param
+        raise
 
 
 def _chat_logprobs(logprobs: bool | None, top_logprobs: int | None) -> int | None:

@@ -20,7 +20,6 @@ offered to the model) and reasoning items whose ``encrypted_content`` this servi
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ from typing import Any, Sequence
 import msgspec
 
 from textproc.errors import short
-from textproc.http.api_types import ApiError, ChatCompletionBody, ChatParams, Int1
-from textproc.http.openai.bodies import ERROR_PATH, chat_params, decode_body
+from textproc.http.api_types import ApiError, ChatParams, Int1
+from textproc.http.openai.bodies import decode_body, translated_chat_params
 from textproc.http.responses.reasoning import ReasoningSeal
 from textproc.http.responses.tools import ResponsesTools, chat_tool_choice, flat_name, parse_tools
 
@@ -314,28 +313,6 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the include that turns logprobs on
-_MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
-
-
-def _chat(chat: dict[str, Any], where: list[str], served_models: Sequence[str]) -> ChatParams:
-    """Run the chat rules; an error naming ``messages[k]`` is rewritten to the item it came
-    from."""
-    def place(text: str) -> str:
-        return _MESSAGE_PATH.sub(lambda m: where[int(m.group(1))]
-                                 if int(m.group(1)) < len(where) else m.group(0), text)
-
-    try:
-        body = msgspec.convert(chat, ChatCompletionBody)
-        return chat_params(body, served_models=served_models)
-    except msgspec.ValidationError as exc:
-        match = ERROR_PATH.search(str(exc))
-        param = place(match.group(1)) if match and match.group(1) else None
-        raise ApiError(f"invalid responses body: {place(str(exc))}", param=param) from exc
-    except ApiError as exc:
-        exc.message = place(exc.message)
-        exc.args = (exc.message,)
-        exc.param = place(exc.param) if exc.param else exc.param
-        raise
 
 
 def _echo_choice(name: str, tools: ResponsesTools) -> dict[str, Any]:
@@ -404,7 +381,8 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
         chat["top_logprobs"] = req.top_logprobs
     if req.model is None:
         chat["model"] = served_models[0] if served_models else ""
-    params = _chat({k: v for k, v in chat.items() if v is not None}, where, served_models)
+    params = translated_chat_params(chat, served_models=served_models, what="responses",
+                                    where=where)
     choice = params.tool_choice
     echo = {
         "instructions": req.instructions,
