@@ -203,23 +203,9 @@ class Regions:
                 if len(ahead) > BALL_MAX:
                     return None
             frontier = nxt
-        preds: dict[int, list[int]] = {}
-        for x in ahead:
-            for y in succ(x):
-                if y in ahead:
-                    preds.setdefault(y, []).append(x)
-        if q not in preds:
+        inside = self._leading_to(q, ahead)  # ... that reach q through those states
+        if inside is None:
             return None
-        inside = {q}  # ... that reach q through those states
-        frontier = [q]
-        while frontier:
-            nxt = []
-            for y in frontier:
-                for x in preds.get(y, ()):
-                    if x not in inside:
-                        inside.add(x)
-                        nxt.append(x)
-            frontier = nxt
         return frozenset(inside) if len(inside) <= REGION_MAX else None
 
     def _tight(self, q: int, inside: frozenset[int]) -> frozenset[int] | None:
@@ -270,11 +256,19 @@ class Regions:
                         ahead.add(y)
                         nxt.append(y)
             frontier = nxt
+        return frozenset(self._leading_to(q, ahead) or (q,))
+
+    def _leading_to(self, q: int, ahead: set[int]) -> set[int] | None:
+        """``q`` and the states of ``ahead`` that lead to it through states of ``ahead``; None
+        when no state of ``ahead`` goes to ``q``."""
+        succ = self.succ
         preds: dict[int, list[int]] = {}
         for x in ahead:
             for y in succ(x):
                 if y in ahead:
                     preds.setdefault(y, []).append(x)
+        if q not in preds:
+            return None
         back = {q}
         frontier = [q]
         while frontier:
@@ -285,7 +279,7 @@ class Regions:
                         back.add(x)
                         nxt.append(x)
             frontier = nxt
-        return frozenset(back)
+        return back
 
     def _template(self, answer: State, region: Region, position: int) -> Template | None:
         """The template of the region state numbered ``position`` (its key) from that state's
