@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -155,12 +156,19 @@ print(json.dumps(checks, default=str))
 '''
 
 
-def test_frames_read_and_write_as_vllms_own() -> None:
+@pytest.fixture(scope="module")
+def engine_side() -> list[dict[str, Any]]:
+    """Both scripts' results, from one run of the engine's Python (vLLM's import is most of
+    its time): the wire checks, then the silent network's."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "VLLM_NO_USAGE_STATS": "1"}
-    proc = subprocess.run([str(VLLM_PYTHON), "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=240, env=env, cwd=str(REPO_ROOT))
+    proc = subprocess.run([str(VLLM_PYTHON), "-c", SCRIPT + SILENT_LINK], capture_output=True,
+                          text=True, timeout=240, env=env, cwd=str(REPO_ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    checks = json.loads(proc.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()[-2:]]
+
+
+def test_frames_read_and_write_as_vllms_own(engine_side: list[dict[str, Any]]) -> None:
+    checks = engine_side[0]
     assert checks["vllm_version"].split("+")[0] == "0.32.0"  # the wire textproc pins
     assert checks["sampling_mismatches"] == []
     assert checks["abort"] == ["a", "b"]
@@ -235,15 +243,11 @@ print(json.dumps({"connected": connected, "dropped_after_s": None if dropped is 
 '''
 
 
-def test_an_engine_socket_notices_a_silent_network() -> None:
+def test_an_engine_socket_notices_a_silent_network(engine_side: list[dict[str, Any]]) -> None:
     """The engine's input socket (made by vLLM's own function, with the plugin registered)
     finds a connection that went silent, half-open, and drops it so it can dial again: a
     remote engine whose network came back talks to the front again."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "VLLM_NO_USAGE_STATS": "1"}
-    proc = subprocess.run([str(VLLM_PYTHON), "-c", SILENT_LINK], capture_output=True, text=True,
-                          timeout=240, env=env, cwd=str(REPO_ROOT))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = engine_side[1]
     assert got["connected"], got
     assert got["dropped_after_s"] is not None and got["dropped_after_s"] < 10, got
     assert 0 < got["connect_timeout"] <= 5000, got  # a dial into a dead network gives up soon
