@@ -300,8 +300,8 @@ class Front:
         engine = self.engines[rank]
         status = message.get("status")
         if status == "HELLO":
-            if engine.state == "ready":
-                self._engine_died(engine, "started again while it was serving")
+            if engine.state in ("ready", "suspect"):  # a new process: the old one's requests are lost
+                self._engine_died(engine, "started again while it was serving", end_launcher=False)
             engine.identity = identity
             self.handshake.send_multipart(
                 [identity, wire.handshake_reply([engine.input_address], [engine.output_address])])
@@ -416,7 +416,7 @@ class Front:
         except zmq.ZMQError:
             pass  # not connected (yet)
 
-    def _engine_died(self, engine: Engine, why: str) -> None:
+    def _engine_died(self, engine: Engine, why: str, *, end_launcher: bool = True) -> None:
         lost = sorted(engine.requests)
         engine.state = "dead"
         engine.died = why
@@ -432,7 +432,7 @@ class Front:
                 self.owner.pop(rid, None)
             self.failed_requests += len(lost)
             self.link.send_outputs([(rid, [], "error") for rid in lost])
-        if engine.proc is not None and engine.proc.poll() is None:
+        if end_launcher and engine.proc is not None and engine.proc.poll() is None:
             # a local rank whose core failed or went silent: its launcher would notice late
             # (or never); end it now, and it is started afresh
             _kill_group(engine.proc)
