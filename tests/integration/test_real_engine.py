@@ -473,9 +473,11 @@ def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_p
         spec = importlib.util.spec_from_file_location("bench_vllm", REPO_ROOT / "bench" / "vllm.py")
         assert spec is not None and spec.loader is not None
         bench = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = bench  # its dataclasses look their module up there
         spec.loader.exec_module(bench)
     finally:
         sys.path.remove(str(REPO_ROOT / "bench"))
+        sys.modules.pop("bench_vllm", None)
     service, url, reference_url = servers
     assert service.proc is not None
     sides = [bench.Side("textproc", url, MODEL, service.proc.pid, "engine_vllm"),
