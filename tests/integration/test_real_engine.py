@@ -7,6 +7,9 @@ outputs and forced tool calls from a random-weight model always validate; stop s
 1, streaming and the Responses API work; the Messages API answers as vLLM's own
 ``/v1/messages`` does; an aborted stream frees its KV blocks inside vLLM's scheduler; a kill -9
 of the engine ends every in-flight request with an error and the restarted engine serves again.
+The engine runs with ``--fast-forward 4`` (a constraint's forced tokens verified as vLLM
+draft tokens): a structured answer takes fewer engine steps than tokens, with the same greedy
+answer as vLLM's server, and every plain request above answers as without it.
 Both servers start once for the module (~1 min).
 Skips, naming the setup command, where the engine environment is not installed.
 """
@@ -75,7 +78,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory,
     vllm_reference.start()
     service = None
     try:
-        service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"))
+        # fast-forward on: every plain request below must still answer as vLLM's server does
+        service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"),
+                                           "--engine-arg=--fast-forward=4")
         reference_url = vllm_reference.url()
         REFERENCE["server"] = vllm_reference
         yield service, url, reference_url
@@ -203,6 +208,47 @@ def test_seeded_logprobs_are_the_models(servers: tuple[Service, str, str]) -> No
                 assert top[bytes(alt["bytes"])] == pytest.approx(alt["logprob"], abs=1e-3)
                 compared += 1
     assert compared >= 30  # most alternatives are whole characters
+
+
+def test_min_p_and_logit_bias_sample_as_vllm_serve(servers: tuple[Service, str, str]) -> None:
+    """vLLM drops its min_p and logit_bias processors under speculative decoding; the engine's
+    worker puts them back (fast-forward is on here), so a seeded request with both samples
+    the tokens vLLM's server samples."""
+    _, url, reference = servers
+    request = {"messages": [{"role": "user", "content": "Pick words."}], "temperature": 1.0,
+               "seed": 5, "max_tokens": 16, "min_p": 0.2, "logit_bias": {"1112": 3, "9707": 4}}
+    ours, theirs = _chat(url, request), _chat(reference, request)
+    assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+    assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"] == 16
+
+
+# fixed text between short free parts: runs of forced tokens
+FORCED_REGEX = (r'\{"name": "[a-z]{1,10}", "age": [1-9][0-9]?, "city": "(Paris|Rome|Oslo)", '
+                r'"member_since": [0-9]{4}, "verified": (true|false)\}')
+
+
+def test_forced_tokens_skip_steps(servers: tuple[Service, str, str]) -> None:
+    """Fast-forward: a constraint's forced runs are verified in one step each, so a structured
+    answer takes fewer engine steps than tokens; the greedy answer and its token count are
+    vLLM's server's (xgrammar's mask of the same regex, no fast-forward)."""
+    service, url, reference = servers
+    first = engine_stats(service)["fast_forward"]["forced_drafts"]
+    for content in ("A person.", "Someone from Rome"):
+        body = {"messages": [{"role": "user", "content": content}], "temperature": 0,
+                "max_tokens": 120, "structured_outputs": {"regex": FORCED_REGEX}}
+        ours, theirs = _chat(url, body), _chat(reference, body)
+        assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+        assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"]
+        assert ours["choices"][0]["finish_reason"] == "stop"
+        deadline = time.monotonic() + 10
+        while (entry := engine_stats(service)["requests"].get(ours["id"], {})).get(
+                "finish_reason") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tokens = ours["usage"]["completion_tokens"]
+        assert entry["generated"] == tokens and entry["steps"] < tokens - 5, entry
+    stats = engine_stats(service)
+    assert stats["fast_forward"]["forced_drafts"] > first
+    assert stats["mask_violations"] == 0
 
 
 def test_stop_string_cuts_where_vllm_does(servers: tuple[Service, str, str]) -> None:
