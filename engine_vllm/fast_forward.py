@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["NO_DRAFTS", "NoDrafts", "speculative_config", "supply_forced_drafts"]
+__all__ = ["COUNTS", "NO_DRAFTS", "NoDrafts", "forced_drafts", "speculative_config",
+           "supply_forced_drafts", "supply_forced_drafts_everywhere"]
 
 NO_DRAFTS = f"{__name__}.NoDrafts"  # imported by vLLM's model runner (the worker process)
 
@@ -59,37 +60,57 @@ def _guide(request: Any) -> Any:
     return grammar.guide if isinstance(grammar, TextprocGrammar) else None
 
 
-def supply_forced_drafts(scheduler: Any, counts: dict[str, int]) -> None:
-    """Make ``scheduler.update_draft_token_ids`` take each constrained request's forced run as
-    its drafts (up to vLLM's ``num_speculative_tokens``); other requests keep the drafter's.
-
-    ``counts["forced_drafts"]`` counts the forced ids handed to vLLM as drafts,
-    ``counts["forced_runs"]`` the requests-steps that had one."""
-    update = scheduler.update_draft_token_ids
+def forced_drafts(scheduler: Any, draft_token_ids: Any, counts: dict[str, int]) -> Any:
+    """``draft_token_ids`` (vLLM's ``DraftTokenIds``) with each constrained request's forced
+    run as its drafts (up to vLLM's ``num_speculative_tokens``); other requests keep the
+    drafter's. ``counts["forced_drafts"]`` counts the forced ids handed to vLLM as drafts,
+    ``counts["forced_runs"]`` the request-steps that had one."""
     limit = scheduler.num_spec_tokens
-    counts.setdefault("forced_drafts", 0)
-    counts.setdefault("forced_runs", 0)
+    drafts = None
+    for i, request_id in enumerate(draft_token_ids.req_ids):
+        request = scheduler.requests.get(request_id)
+        if request is None or request.is_finished() or request.is_prefill_chunk:
+            continue
+        guide = _guide(request)
+        if guide is None or guide.ended:
+            continue
+        # the step verifying d drafts also samples the token after them: d + 1 ids
+        room = min(limit, request.max_tokens - request.num_output_tokens - 1)
+        run = guide.forced_ids(room) if room > 0 else []
+        if run:
+            if drafts is None:
+                drafts = [list(d) for d in draft_token_ids.draft_token_ids]
+            drafts[i] = run
+            counts["forced_drafts"] = counts.get("forced_drafts", 0) + len(run)
+            counts["forced_runs"] = counts.get("forced_runs", 0) + 1
+    if drafts is None:
+        return draft_token_ids
+    return type(draft_token_ids)(draft_token_ids.req_ids, drafts)
+
+
+def supply_forced_drafts(scheduler: Any, counts: dict[str, int]) -> None:
+    """Make ``scheduler.update_draft_token_ids`` take the forced runs (:func:`forced_drafts`)
+    first: on this scheduler instance only (engine_vllm's own loop)."""
+    update = scheduler.update_draft_token_ids
 
     def update_with_forced(draft_token_ids: Any) -> None:
-        drafts = None
-        for i, request_id in enumerate(draft_token_ids.req_ids):
-            request = scheduler.requests.get(request_id)
-            if request is None or request.is_finished() or request.is_prefill_chunk:
-                continue
-            guide = _guide(request)
-            if guide is None or guide.ended:
-                continue
-            # the step verifying d drafts also samples the token after them: d + 1 ids
-            room = min(limit, request.max_tokens - request.num_output_tokens - 1)
-            run = guide.forced_ids(room) if room > 0 else []
-            if run:
-                if drafts is None:
-                    drafts = [list(d) for d in draft_token_ids.draft_token_ids]
-                drafts[i] = run
-                counts["forced_drafts"] += len(run)
-                counts["forced_runs"] += 1
-        if drafts is not None:
-            draft_token_ids = type(draft_token_ids)(draft_token_ids.req_ids, drafts)
-        update(draft_token_ids)
+        update(forced_drafts(scheduler, draft_token_ids, counts))
 
-    scheduler.update_draft_token_ids = update_with_forced  # this instance only
+    scheduler.update_draft_token_ids = update_with_forced
+
+
+COUNTS: dict[str, int] = {}  # the process's counts under supply_forced_drafts_everywhere
+
+
+def supply_forced_drafts_everywhere() -> None:
+    """The same for every vLLM scheduler of this process (``vllm serve --headless`` with
+    textproc's plugin: vLLM makes the scheduler); counts in :data:`COUNTS`. Without
+    speculative decoding vLLM never calls the method: nothing changes."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    update = Scheduler.update_draft_token_ids
+
+    def update_with_forced(self: Any, draft_token_ids: Any) -> None:
+        update(self, forced_drafts(self, draft_token_ids, COUNTS))
+
+    Scheduler.update_draft_token_ids = update_with_forced  # type: ignore[method-assign]
