@@ -72,7 +72,9 @@ def forced_drafts(scheduler: Any, draft_token_ids: Any, counts: dict[str, int]) 
         if request is None or request.is_finished() or request.is_prefill_chunk:
             continue
         guide = _guide(request)
-        if guide is None or guide.ended:
+        # (a guide on a partial index may walk its run into a state not built yet, whose mask
+        # vLLM would then ask for: it takes no drafts until the whole index is there)
+        if guide is None or guide.ended or not guide.ready or guide.index.partial:
             continue
         # the step verifying d drafts also samples the token after them: d + 1 ids
         room = min(limit, request.max_tokens - request.num_output_tokens - 1)

@@ -227,6 +227,54 @@ FORCED_REGEX = (r'\{"name": "[a-z]{1,10}", "age": [1-9][0-9]?, "city": "(Paris|R
                 r'"member_since": [0-9]{4}, "verified": (true|false)\}')
 
 
+FORCED_DRAFTS_CHECK = """
+from collections import deque
+from types import SimpleNamespace as NS
+from vllm.v1.outputs import DraftTokenIds
+from engine_vllm.constraints import MaskViolations, TextprocGrammar
+from engine_vllm.fast_forward import forced_drafts
+from textproc.core.constraints import Guide, TokenVocabulary, compile_constraint
+
+vocab = TokenVocabulary([b"a", b"b", b"c", b"ab", b""], end_ids=[4])
+index = compile_constraint(vocab, regex="abcb(a|c)")  # "ab" is "a" "b" or "ab": not forced
+
+def request(guide, max_tokens=64, done=0, finished=False, prefill=False):
+    grammar = None if guide is None else TextprocGrammar(guide, {}, deque(), MaskViolations())
+    return NS(structured_output_request=None if guide is None else NS(grammar=grammar),
+              max_tokens=max_tokens, num_output_tokens=done, is_prefill_chunk=prefill,
+              is_finished=lambda: finished)
+
+walked = Guide(index)
+walked.advance(3)  # "ab": then "c" "b" are forced, then a choice
+partial = Guide(index)
+partial.advance(3)
+partial.index = NS(partial=True)  # a progressive compile's first states: no drafts
+requests = {"forced": request(walked), "capped": request(Guide(index)), "plain": request(None),
+            "short": request(walked, max_tokens=10, done=8), "partial": request(partial),
+            "ended": request(walked, finished=True)}
+capped = requests["capped"].structured_output_request.grammar.guide
+scheduler = NS(num_spec_tokens=4, requests=requests)
+counts = {}
+ids = list(requests)
+out = forced_drafts(scheduler, DraftTokenIds(ids, [[9]] * len(ids)), counts)
+print(dict(zip(out.req_ids, out.draft_token_ids)), counts)
+"""
+
+
+def test_forced_drafts_replace_a_constrained_requests_drafts() -> None:
+    """``forced_drafts`` (vLLM's environment, no engine): a constrained request's forced run
+    replaces its drafts, no longer than ``num_speculative_tokens`` nor than its ``max_tokens``
+    leaves room for (the run plus the token after it); a request with no forced run, no
+    constraint, a finished one or one on a partial index keeps the drafter's."""
+    done = subprocess.run([str(VLLM_PYTHON), "-c", FORCED_DRAFTS_CHECK], capture_output=True,
+                          text=True, timeout=120, cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        "{'forced': [2, 1], 'capped': [9], 'plain': [9], 'short': [2], 'partial': [9], "
+        "'ended': [9]} {'forced_drafts': 3, 'forced_runs': 2}"), done.stdout
+
+
 def test_forced_tokens_skip_steps(servers: tuple[Service, str, str]) -> None:
     """Fast-forward: a constraint's forced runs are verified in one step each, so a structured
     answer takes fewer engine steps than tokens; the greedy answer and its token count are
