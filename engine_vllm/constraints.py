@@ -6,7 +6,8 @@ layout of textproc's masks). This backend compiles nothing: the engine loop regi
 request's :class:`textproc.core.constraints.Guide` (tables textproc compiled in its workers and
 sent once) under a key before adding the request, and the "grammar" vLLM asks for is a view of
 that guide. Per step: one dict lookup and a copy of the state's mask row (its tensor cached per
-distinct mask), and one table lookup per accepted token.
+distinct mask), and one table lookup per accepted token; a rollback of the last few ids (vLLM's
+walk through a request's draft tokens and back) restores a checkpoint of the guide.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = ["GUIDE_PREFIX", "MaskViolations", "TextprocBackend", "TextprocGrammar
 
 _log = logging.getLogger("engine_vllm")
 
+_CHECKPOINTS = 64  # ids a rollback undoes without a replay (vLLM's: at most its draft length)
 GUIDE_PREFIX = "textproc-guide:"  # StructuredOutputsParams(regex=GUIDE_PREFIX + request_id)
 
 
@@ -40,6 +42,10 @@ class TextprocGrammar(StructuredOutputGrammar):
         self.fill_times = fill_times  # seconds per fill_bitmask, most recent (engine stats)
         self.violations = violations
         self.history: list[int] = []  # accepted ids, for rollback
+        # the guide's checkpoint before each of the last accepted ids: a rollback of those
+        # (vLLM walks the guide through a request's draft tokens and back each step) restores
+        # one instead of replaying the whole history
+        self.checkpoints: deque[Any] = deque(maxlen=_CHECKPOINTS)
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         """Advance the guide; False (vLLM then ends the request with an error) for an id its
@@ -51,12 +57,14 @@ class TextprocGrammar(StructuredOutputGrammar):
         for token_id in tokens:
             if guide.ended:
                 return True
+            checkpoint = guide.checkpoint()
             try:
                 guide.advance(token_id)
             except ValueError:  # textproc's InvalidInput: not allowed here
                 self.violations.record(request_id, token_id, guide.state)
                 return False
             self.history.append(token_id)
+            self.checkpoints.append(checkpoint)
         return True
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
@@ -72,7 +80,14 @@ class TextprocGrammar(StructuredOutputGrammar):
     def rollback(self, num_tokens: int) -> None:
         if num_tokens <= 0:
             return
-        kept = self.history[:-num_tokens]
+        num_tokens = min(num_tokens, len(self.history))
+        checkpoints = self.checkpoints
+        if num_tokens <= len(checkpoints) and self.guide.restore(checkpoints[-num_tokens]):
+            del self.history[len(self.history) - num_tokens:]
+            for _ in range(num_tokens):
+                checkpoints.pop()
+            return
+        kept = self.history[:len(self.history) - num_tokens]
         self.reset()
         self.accept_tokens("", kept)
 
@@ -96,6 +111,7 @@ class TextprocGrammar(StructuredOutputGrammar):
     def reset(self) -> None:
         self.guide.reset()  # the state, and a reasoning budget unspent
         self.history = []
+        self.checkpoints.clear()
 
 
 class MaskViolations:

@@ -16,7 +16,8 @@ a partial index (the first states of a progressive compile) starts at once: its 
 prefilled and it decodes on the states built so far; a request whose walk reaches a state
 not built yet is left out of vLLM's schedule (:func:`engine_vllm.constraints.pause_unready`),
 keeping its place, until the whole index arrives, so a vLLM output never reaches a state
-without a mask.
+without a mask. With ``--fast-forward K`` a guide's forced run goes to vLLM as the request's
+draft tokens (:func:`engine_vllm.fast_forward.supply_forced_drafts`), verified in one step.
 
 Aborts: textproc already ended an aborted request, so it is removed from vLLM's scheduler (its
 KV blocks freed) and sends nothing more. The stats file (``--stats-file``) shows vLLM's own
@@ -71,6 +72,13 @@ class VllmEngine:
         # requests started on a partial index
         self.partial_counts = {"paused": 0, "started_on_partial": 0}
         pause_unready(core.scheduler, self.partial_counts)
+        # forced ids handed to vLLM as draft tokens, and the request-steps that had a run
+        # (engine_vllm.fast_forward)
+        self.draft_counts = {"forced_drafts": 0, "forced_runs": 0}
+        if core.vllm_config.speculative_config is not None:
+            from engine_vllm.fast_forward import supply_forced_drafts
+
+            supply_forced_drafts(core.scheduler, self.draft_counts)
         curve = None
         if settings.curve_client_key is not None:
             from textproc.curve import load_client_keys
@@ -243,7 +251,7 @@ class VllmEngine:
             return
         self.live.add(rid)
         self.stalled = False  # a step may run it
-        self.requests[rid] = {"generated": 0, "finish_reason": None}
+        self.requests[rid] = {"generated": 0, "steps": 0, "finish_reason": None}
         while len(self.requests) > MAX_TRACKED_REQUESTS:
             self.requests.popitem(last=False)
 
@@ -299,6 +307,7 @@ class VllmEngine:
         info = self.requests.get(rid)
         if info is not None:
             info["generated"] += len(ids)
+            info["steps"] += 1  # engine steps that gave it ids (fewer with fast-forward)
         if reason is not None:
             self.live.discard(rid)
             self._record(rid, reason)
@@ -354,6 +363,8 @@ class VllmEngine:
             "mask_violations_last": list(self.backend.violations.last),
             "started_on_partial": self.partial_counts["started_on_partial"],
             "paused_request_steps": self.partial_counts["paused"],
+            # --fast-forward: forced ids given to vLLM as drafts, request-steps that had a run
+            "fast_forward": self.draft_counts,
             "link": link_counters(link),
             "requests": self.requests,
         }

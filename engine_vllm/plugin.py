@@ -15,6 +15,12 @@ an engine that never talks to textproc:
   (``extra_args["textproc"]["max_reasoning_tokens"]`` and the other ``reasoning_*`` keys) is
   applied as ``engine_vllm`` applies it, over textproc's tokenizer of the model.
 
+- fast-forward: a constrained request's forced run becomes its speculative draft tokens
+  (:func:`engine_vllm.fast_forward.supply_forced_drafts_everywhere`), verified in one step, when
+  the engine runs with ``--speculative-config '{"method": "custom_class", "model":
+  "engine_vllm.fast_forward.NoDrafts", "num_speculative_tokens": K}'`` (and textproc's worker);
+  without speculative decoding vLLM never asks for drafts and nothing changes.
+
 The cheaper CPU mask kernel is vLLM's ``--worker-cls engine_vllm.worker.TextprocCPUWorker``
 (``textproc engine`` adds it). vLLM's structured-output manager holds one backend per engine, so
 an engine serving textproc takes only textproc's constraints (textproc sends no others).
@@ -66,6 +72,9 @@ def register() -> None:
     from vllm.v1.structured_output import StructuredOutputManager
 
     _heartbeats()
+    from engine_vllm.fast_forward import supply_forced_drafts_everywhere
+
+    supply_forced_drafts_everywhere()
     EngineCore.textproc_put_index = _put_index  # type: ignore[attr-defined]
     EngineCore.textproc_drop_index = _drop_index  # type: ignore[attr-defined]
     grammar_init = StructuredOutputManager.grammar_init

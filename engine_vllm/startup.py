@@ -35,6 +35,7 @@ class VllmSettings:
     stats_interval_s: float = 0.5
     curve_client_key: str | None = None
     curve_server_key: str | None = None
+    fast_forward_tokens: int = 0  # forced ids per step as vLLM draft tokens (0: off)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
@@ -55,6 +56,10 @@ def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
     p.add_argument("--stats-interval-s", type=float, default=0.5)
     p.add_argument("--curve-client-key", metavar="FILE")
     p.add_argument("--curve-server-key", metavar="FILE")
+    p.add_argument("--fast-forward", type=int, default=0, metavar="K", dest="fast_forward_tokens",
+                   help="verify up to K forced tokens of a constrained request (its guide's only "
+                        "continuation) in one step, as vLLM speculative draft tokens "
+                        "(engine_vllm.fast_forward); 0 (default): off")
     a, vllm_args = p.parse_known_args(argv)
     if len(a.engine_in) != len(a.engine_out):
         p.error("give one --engine-in and one --engine-out per detokenizer shard")
@@ -62,7 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
         engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
         vllm_args=tuple(vllm_args), kv_cache_gib=a.kv_cache_gib, stats_file=a.stats_file,
         stats_interval_s=a.stats_interval_s, curve_client_key=a.curve_client_key,
-        curve_server_key=a.curve_server_key)
+        curve_server_key=a.curve_server_key, fast_forward_tokens=a.fast_forward_tokens)
 
 
 def engine_args(settings: VllmSettings) -> Any:
@@ -83,6 +88,13 @@ def engine_args(settings: VllmSettings) -> Any:
     if args.worker_cls == "auto" and current_platform.is_cpu():
         # seeded requests survive chunked prefill, cheaper mask apply
         args.worker_cls = CPU_WORKER
+    if settings.fast_forward_tokens > 0:
+        if args.speculative_config is not None:
+            raise SystemExit("--fast-forward takes vLLM's speculative decoding for itself: "
+                             "drop --speculative-config")
+        from engine_vllm.fast_forward import speculative_config
+
+        args.speculative_config = speculative_config(settings.fast_forward_tokens)
     return args
 
 

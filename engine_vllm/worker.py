@@ -19,7 +19,9 @@ batch, and the runner applies them with xgrammar's CPU kernel: ~600 us per row o
 runner here applies the same rows to the same logits with :func:`engine_vllm.bitmask.apply_row`
 (~25 us for such a row, exact) and hands vLLM's sampler a step with no grammar left to apply.
 Logits of a bfloat16 or float16 model are taken to float32 first, as vLLM's sampler takes them.
-Steps it does not cover (speculative tokens, logits off the CPU) go to vLLM's own path.
+A step with speculative draft tokens has one logits row and one mask row per draft position
+of a request before its next token's, and gets the same rows applied. Logits off the CPU go to
+vLLM's own path.
 
 The engine process selects :class:`TextprocCPUWorker` with vLLM's ``worker_cls`` setting; the
 worker process imports this module (nothing here runs in the engine process).
@@ -35,6 +37,7 @@ from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from engine_vllm.bitmask import apply_row
+from engine_vllm.fast_forward import NoDrafts
 
 __all__ = ["WORKER_CLS", "TextprocCPUModelRunner", "TextprocCPUWorker"]
 
@@ -65,22 +68,31 @@ class TextprocCPUModelRunner(CPUModelRunner):  # type: ignore[misc]
             # mask applies to float32 values; the sampled ids and logprobs are the same
             logits = logits.float()
             self.execute_model_state = self.execute_model_state._replace(logits=logits)
-        if (scheduler_output.scheduled_spec_decode_tokens or logits.dtype != torch.float32
-                or not logits.is_cpu or not logits.is_contiguous()
+        if (logits.dtype != torch.float32 or not logits.is_cpu or not logits.is_contiguous()
                 or grammar_output.grammar_bitmask.shape[1] * 32 < logits.shape[1]):
             if not self._fallback_logged:
                 type(self)._fallback_logged = True
-                _log.warning("structured-output masks go through vLLM's own kernel (logits %s %s, "
-                             "speculative tokens: %s)", logits.dtype, tuple(logits.shape),
-                             bool(scheduler_output.scheduled_spec_decode_tokens))
+                _log.warning("structured-output masks go through vLLM's own kernel (logits %s %s)",
+                             logits.dtype, tuple(logits.shape))
             return False
-        rows = {request_id: i for i, request_id in enumerate(self.input_batch.req_ids)}
+        # a request's logits rows: one per draft token it has this step, then the next token's
+        # (vLLM's apply_grammar_bitmask lays them out the same way); its mask rows likewise
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        rows: dict[str, int] = {}
+        offset = 0
+        for i, request_id in enumerate(self.input_batch.req_ids):
+            rows[request_id] = i + offset
+            offset += len(spec.get(request_id, ()))
         values = logits.numpy()
         masks = grammar_output.grammar_bitmask
-        for k, request_id in enumerate(grammar_output.structured_output_request_ids):
+        k = 0
+        for request_id in grammar_output.structured_output_request_ids:
+            n = 1 + len(spec.get(request_id, ()))
             i = rows.get(request_id)
             if i is not None:
-                apply_row(values[i], masks[k])
+                for j in range(n):
+                    apply_row(values[i + j], masks[k + j])
+            k += n
         return True
 
     def _sample(self, logits: Any, spec_decode_metadata: Any) -> Any:
@@ -115,3 +127,22 @@ class TextprocCPUWorker(CPUWorker):  # type: ignore[misc]
         runner = getattr(self, "model_runner", None)
         if type(runner) is CPUModelRunner:  # the v2 runner (opt-in) is left as it is
             runner.__class__ = TextprocCPUModelRunner
+            if isinstance(getattr(runner, "drafter", None), NoDrafts):
+                _keep_logits_processors(runner)
+
+
+def _keep_logits_processors(runner: Any) -> None:
+    """Give the runner vLLM's built-in logits processors back (min_tokens, logit_bias, min_p).
+
+    With any speculative decoding vLLM keeps only min_tokens (its warning: "min_p and
+    logit_bias parameters won't work with speculative decoding"), for every request. Under
+    fast-forward a request samples as without it: a step with no draft for it goes through
+    vLLM's sampler, which applies the processors; one with drafts samples its token after the
+    drafts the same way (vLLM's bonus token), and each draft position has one allowed id, which
+    no bias or min_p changes."""
+    from vllm.utils.platform_utils import is_pin_memory_available
+    from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsProcessors
+
+    pin = is_pin_memory_available()
+    runner.input_batch.logitsprocs = LogitsProcessors(
+        ctor(runner.vllm_config, runner.device, pin) for ctor in BUILTIN_LOGITS_PROCESSORS)

@@ -7,6 +7,9 @@ outputs and forced tool calls from a random-weight model always validate; stop s
 1, streaming and the Responses API work; the Messages API answers as vLLM's own
 ``/v1/messages`` does; an aborted stream frees its KV blocks inside vLLM's scheduler; a kill -9
 of the engine ends every in-flight request with an error and the restarted engine serves again.
+The engine runs with ``--fast-forward 4`` (a constraint's forced tokens verified as vLLM
+draft tokens): a structured answer takes fewer engine steps than tokens, with the same greedy
+answer as vLLM's server, and every plain request above answers as without it.
 Both servers start once for the module (~1 min).
 Skips, naming the setup command, where the engine environment is not installed.
 """
@@ -75,7 +78,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory,
     vllm_reference.start()
     service = None
     try:
-        service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"))
+        # fast-forward on: every plain request below must still answer as vLLM's server does
+        service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"),
+                                           "--engine-arg=--fast-forward=4")
         reference_url = vllm_reference.url()
         REFERENCE["server"] = vllm_reference
         yield service, url, reference_url
@@ -203,6 +208,95 @@ def test_seeded_logprobs_are_the_models(servers: tuple[Service, str, str]) -> No
                 assert top[bytes(alt["bytes"])] == pytest.approx(alt["logprob"], abs=1e-3)
                 compared += 1
     assert compared >= 30  # most alternatives are whole characters
+
+
+def test_min_p_and_logit_bias_sample_as_vllm_serve(servers: tuple[Service, str, str]) -> None:
+    """vLLM drops its min_p and logit_bias processors under speculative decoding; the engine's
+    worker puts them back (fast-forward is on here), so a seeded request with both samples
+    the tokens vLLM's server samples."""
+    _, url, reference = servers
+    request = {"messages": [{"role": "user", "content": "Pick words."}], "temperature": 1.0,
+               "seed": 5, "max_tokens": 16, "min_p": 0.2, "logit_bias": {"1112": 3, "9707": 4}}
+    ours, theirs = _chat(url, request), _chat(reference, request)
+    assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+    assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"] == 16
+
+
+# fixed text between short free parts: runs of forced tokens
+FORCED_REGEX = (r'\{"name": "[a-z]{1,10}", "age": [1-9][0-9]?, "city": "(Paris|Rome|Oslo)", '
+                r'"member_since": [0-9]{4}, "verified": (true|false)\}')
+
+
+FORCED_DRAFTS_CHECK = """
+from collections import deque
+from types import SimpleNamespace as NS
+from vllm.v1.outputs import DraftTokenIds
+from engine_vllm.constraints import MaskViolations, TextprocGrammar
+from engine_vllm.fast_forward import forced_drafts
+from textproc.core.constraints import Guide, TokenVocabulary, compile_constraint
+
+vocab = TokenVocabulary([b"a", b"b", b"c", b"ab", b""], end_ids=[4])
+index = compile_constraint(vocab, regex="abcb(a|c)")  # "ab" is "a" "b" or "ab": not forced
+
+def request(guide, max_tokens=64, done=0, finished=False, prefill=False):
+    grammar = None if guide is None else TextprocGrammar(guide, {}, deque(), MaskViolations())
+    return NS(structured_output_request=None if guide is None else NS(grammar=grammar),
+              max_tokens=max_tokens, num_output_tokens=done, is_prefill_chunk=prefill,
+              is_finished=lambda: finished)
+
+walked = Guide(index)
+walked.advance(3)  # "ab": then "c" "b" are forced, then a choice
+partial = Guide(index)
+partial.advance(3)
+partial.index = NS(partial=True)  # a progressive compile's first states: no drafts
+requests = {"forced": request(walked), "capped": request(Guide(index)), "plain": request(None),
+            "short": request(walked, max_tokens=10, done=8), "partial": request(partial),
+            "ended": request(walked, finished=True)}
+capped = requests["capped"].structured_output_request.grammar.guide
+scheduler = NS(num_spec_tokens=4, requests=requests)
+counts = {}
+ids = list(requests)
+out = forced_drafts(scheduler, DraftTokenIds(ids, [[9]] * len(ids)), counts)
+print(dict(zip(out.req_ids, out.draft_token_ids)), counts)
+"""
+
+
+def test_forced_drafts_replace_a_constrained_requests_drafts() -> None:
+    """``forced_drafts`` (vLLM's environment, no engine): a constrained request's forced run
+    replaces its drafts, no longer than ``num_speculative_tokens`` nor than its ``max_tokens``
+    leaves room for (the run plus the token after it); a request with no forced run, no
+    constraint, a finished one or one on a partial index keeps the drafter's."""
+    done = subprocess.run([str(VLLM_PYTHON), "-c", FORCED_DRAFTS_CHECK], capture_output=True,
+                          text=True, timeout=120, cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        "{'forced': [2, 1], 'capped': [9], 'plain': [9], 'short': [2], 'partial': [9], "
+        "'ended': [9]} {'forced_drafts': 3, 'forced_runs': 2}"), done.stdout
+
+
+def test_forced_tokens_skip_steps(servers: tuple[Service, str, str]) -> None:
+    """Fast-forward: a constraint's forced runs are verified in one step each, so a structured
+    answer takes fewer engine steps than tokens; the greedy answer and its token count are
+    vLLM's server's (xgrammar's mask of the same regex, no fast-forward)."""
+    service, url, reference = servers
+    first = engine_stats(service)["fast_forward"]["forced_drafts"]
+    for content in ("A person.", "Someone from Rome"):
+        body = {"messages": [{"role": "user", "content": content}], "temperature": 0,
+                "max_tokens": 120, "structured_outputs": {"regex": FORCED_REGEX}}
+        ours, theirs = _chat(url, body), _chat(reference, body)
+        assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+        assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"]
+        assert ours["choices"][0]["finish_reason"] == "stop"
+        deadline = time.monotonic() + 10
+        while (entry := engine_stats(service)["requests"].get(ours["id"], {})).get(
+                "finish_reason") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tokens = ours["usage"]["completion_tokens"]
+        assert entry["generated"] == tokens and entry["steps"] < tokens - 5, entry
+    stats = engine_stats(service)
+    assert stats["fast_forward"]["forced_drafts"] > first
+    assert stats["mask_violations"] == 0
 
 
 def test_stop_string_cuts_where_vllm_does(servers: tuple[Service, str, str]) -> None:

@@ -142,3 +142,31 @@ def test_reasoning_states_stop_at_the_close(starts_inside: bool) -> None:
         assert guide.state in states  # "h</think" is still reasoning
     guide.advance(ord(">") - 1)
     assert guide.state not in states
+
+
+def test_checkpoint_restores_the_walk_and_its_budget() -> None:
+    """A rollback by checkpoint (an engine walking draft tokens and back) leaves the guide as
+    the replay from the start does: the same state, budget, close position and forced run."""
+    index = compile_constraint(VOCAB, regex=free_reasoning_pattern(THINK, starts_inside=True,
+                                                                    close_text="</think>\n\n") + "ok")
+    states = reasoning_states(index, VOCAB.token_bytes, close="</think>", starts_inside=True)
+    ids = [ord("a") - 1, ord("b") - 1, CLOSE_IDS[0]]
+    for keep in range(len(ids)):
+        guide = Guide(index)
+        guide.limit_reasoning(2, states=states, close_ids=CLOSE_IDS)
+        for token_id in ids[:keep]:
+            guide.advance(token_id)
+        mark = guide.checkpoint()
+        for token_id in ids[keep:]:
+            guide.advance(token_id)
+        assert guide.restore(mark)
+        replayed = Guide(index)
+        replayed.limit_reasoning(2, states=states, close_ids=CLOSE_IDS)
+        for token_id in ids[:keep]:
+            replayed.advance(token_id)
+        assert guide.checkpoint()[1:] == replayed.checkpoint()[1:]
+        assert guide.forced_ids() == replayed.forced_ids()
+        assert guide.allowed_mask() == replayed.allowed_mask()
+    other = Guide(compile_constraint(VOCAB, regex="ab"))
+    assert not other.restore(mark)  # another index's checkpoint: nothing changes
+    assert other.state == other.index.initial_state

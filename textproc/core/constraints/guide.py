@@ -108,6 +108,25 @@ class Guide:
         self.reasoning_tokens = 0
         self._closing = -1
 
+    def checkpoint(self) -> tuple[TokenIndex, int, bool, int, int, int, int]:
+        """The walk's position now, for :meth:`restore` (an engine's rollback of the ids
+        taken after it, without replaying the ids before)."""
+        taken = -1 if self.taken is None else len(self.taken)
+        return (self.index, self.state, self.ended, self.reasoning_left, self.reasoning_tokens,
+                self._closing, taken)
+
+    def restore(self, checkpoint: tuple[TokenIndex, int, bool, int, int, int, int]) -> bool:
+        """Back to ``checkpoint`` (from :meth:`checkpoint` on this guide); False, changing
+        nothing, when the walk has moved onto another index since (replay instead)."""
+        index, state, ended, left, tokens, closing, taken = checkpoint
+        if index is not self.index or (taken == -1) != (self.taken is None):
+            return False
+        self.state, self.ended = state, ended
+        self.reasoning_left, self.reasoning_tokens, self._closing = left, tokens, closing
+        if self.taken is not None:
+            del self.taken[taken:]
+        return True
+
     def _forced_close(self) -> int:
         """The close text's next id when the budget forces it now, else -1."""
         if self.reasoning_left != 0 or self.state not in self.reasoning_states or not self.close_ids:
