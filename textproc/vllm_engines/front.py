@@ -106,6 +106,8 @@ class Engine:
     state: str = "waiting"
     suspect_since: float = 0.0
     probed_at: float = 0.0
+    calls_before: int = 0  # the last utility call sent before it left ready: answers to later
+    # ones (probes) prove the way to it works again
     pending_aborts: list[str] = field(default_factory=list)  # for when a suspect dials again
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
@@ -360,6 +362,7 @@ class Front:
             return
         if engine.state == "ready":
             engine.state = "suspect"
+            engine.calls_before = self.calls
             engine.suspect_since = time.monotonic()
             engine.probed_at = 0.0
             self.router.pause(engine.rank)
@@ -418,6 +421,8 @@ class Front:
 
     def _engine_died(self, engine: Engine, why: str, *, end_launcher: bool = True) -> None:
         lost = sorted(engine.requests)
+        if engine.state != "suspect":
+            engine.calls_before = self.calls
         engine.state = "dead"
         engine.died = why
         engine.requests.clear()
@@ -453,7 +458,9 @@ class Front:
                 _log.error("engine rank %d sent an output frame textproc cannot read: %s",
                            engine.rank, str(exc)[:300])
                 continue
-            if engine.state in ("dead", "waiting", "suspect") and step.utility_output is not None:
+            answer = step.utility_output
+            if (engine.state in ("dead", "waiting", "suspect") and answer is not None
+                    and isinstance(answer[0], int) and answer[0] > engine.calls_before):
                 # the answer to a probe, which went out on its input socket: reconnected after
                 # a network loss, or serving since before this process started (its ranks dial
                 # fixed ports); both ways work again (other frames prove only the way back)
