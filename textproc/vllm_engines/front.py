@@ -60,7 +60,8 @@ HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 5000
 RESTART_BACKOFF_S = (1.0, 5.0, 15.0, 30.0)
 PROBE_INTERVAL_S = 2.0  # how often a dead engine whose process may live is asked if it is back
-RECONNECT_GRACE_S = 5.0  # how long an engine whose connection dropped has to dial again
+RECONNECT_GRACE_S = 10.0  # how long an engine whose connection dropped has to dial again (a busy
+# box may take seconds: a transient drop of every connection at once was seen under load)
 SUSPECT_PROBE_S = 0.5  # how often it is asked meanwhile
 
 
