@@ -100,6 +100,7 @@ class WorkerConstraints:
         self.rest: Callable[[], TokenIndex] | None = None  # makes the whole index of ``last``
         self.partial_shards: set[int] = set()  # detokenizer shards handed ``last``'s partial table
         self.compiles = 0
+        self.first_states_taken = 0  # requests started on another worker's published first states
         self._claim_fd: int | None = None  # the store's compile lock of the key compiled now
         # whole indexes (or why they failed) made by compile() for the shards their partial
         # ones went to: the worker takes them out and sends them
@@ -148,7 +149,7 @@ class WorkerConstraints:
             budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes,
                             started=time.monotonic() if started is None else started,
                             what=f"regex {short(pattern)}")
-            index = self._claim(key, budget)
+            index = self._claim(key, pattern, budget)
         if index is None:
             try:
                 index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
@@ -162,14 +163,18 @@ class WorkerConstraints:
             self.compiles += 1
             if rest is not None:  # the claim is kept until the whole index is stored
                 self.rest, self._rest_budget = rest, budget
+                if self.store is not None:  # the workers waiting for it start on it too
+                    self.store.put_partial(table_of(index))
             else:
                 self._stored(index)
         self.last = index
         return index, self.table_for(shard)
 
-    def _claim(self, key: str, budget: Budget) -> TokenIndex | None:
+    def _claim(self, key: str, pattern: str, budget: Budget) -> TokenIndex | None:
         """Take ``key``'s compile claim (None: compile it here), or the index another worker
-        compiled meanwhile (waited for while it compiles; its failure is raised)."""
+        compiled meanwhile (waited for while it compiles; its failure is raised), or the
+        first states it published: then ``rest`` waits for its whole index, as after a
+        progressive compile of our own."""
         store = self.store
         if store is None:
             return None
@@ -190,6 +195,12 @@ class WorkerConstraints:
                 return None
             while not store.has(key):  # another worker compiles it: wait for its file
                 budget.check_time("waiting for another worker's compile of it")
+                first = store.get_partial(key)
+                if first is not None:
+                    self.first_states_taken += 1
+                    self.rest = lambda: self._await_whole(key, pattern, budget, arrived)
+                    self._rest_budget = budget
+                    return first
                 time.sleep(WAIT_POLL_S)
                 fd = store.claim(key)
                 if fd is not None:  # it stopped: finished, failed, ran out of time or died
@@ -199,6 +210,31 @@ class WorkerConstraints:
             if index is not None:
                 self.cache.put(key, index)
                 return index
+
+    def _await_whole(self, key: str, pattern: str, budget: Budget, arrived: float) -> TokenIndex:
+        """The whole index of ``key``, whose first states another worker published: read
+        once that worker stores it (its failure is raised), or compiled here when that
+        worker stopped without it (it died)."""
+        store = self.store
+        assert store is not None
+        while True:
+            index = store.get(key) if store.has(key) else None
+            if index is not None:
+                self.cache.put(key, index)
+                return index
+            failure = store.failure(key, _limits(budget), arrived)
+            if failure is not None:
+                raise InvalidInput(failure)
+            fd = store.claim(key)
+            if fd is not None:  # its compiler stopped: finished just now, or died
+                if store.has(key):
+                    store.release(fd, key)
+                    continue
+                self._claim_fd = fd
+                self.compiles += 1
+                return compile_constraint(self.vocab, regex=pattern, budget=budget, cache=self.cache)
+            budget.check_time("waiting for another worker's compile of it")
+            time.sleep(WAIT_POLL_S)
 
     def _stored(self, index: TokenIndex) -> None:
         """The whole ``index`` is made: store it for the other workers, give back the claim."""
@@ -242,7 +278,8 @@ class WorkerConstraints:
             whole = rest()
         except InvalidInput as e:
             self.last = None
-            self._failed(key, self._rest_budget, e)
+            if self._claim_fd is not None:  # our compile (a waiter's failure is the compiler's)
+                self._failed(key, self._rest_budget, e)
             for shard in shards:
                 self.unsent(key, shard)
             return IndexDone(key, None, str(e)), shards

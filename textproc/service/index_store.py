@@ -16,6 +16,9 @@ of an agent loop, a server restart) costs a file read and a table copy instead o
   process dies); another worker that needs the key meanwhile waits for its file (or its
   failure, ``<key>.fail``, for a failure that repeats under the same budget) instead of
   compiling it again.
+- While it compiles, the claim holder publishes the key's first states (``<key>.part``, a
+  partial index): a waiting worker starts its requests on them at once and waits for the whole
+  file only after that, so a constraint's first requests on every worker start together.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ STORE_BYTES = 2 << 30  # index files one store keeps (oldest dropped past it)
 _SUFFIX = ".index"
 _LOCK = ".lock"
 _FAIL = ".fail"
+_PART = ".part"
 _KEY_CHARS = frozenset("0123456789abcdef")
 
 
@@ -87,9 +91,10 @@ class IndexStore:
         if fd < 0:
             return
         if key is not None and self.has(key):
-            lock = self._path(key, _LOCK)
-            if lock is not None:
-                lock.unlink(missing_ok=True)
+            for suffix in (_LOCK, _PART):
+                path = self._path(key, suffix)
+                if path is not None:
+                    path.unlink(missing_ok=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -102,6 +107,9 @@ class IndexStore:
         path = self._path(key, _FAIL)
         if path is None:
             return
+        part = self._path(key, _PART)
+        if part is not None:
+            part.unlink(missing_ok=True)
         try:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_FAIL)
             with os.fdopen(fd, "w") as f:
@@ -137,13 +145,26 @@ class IndexStore:
 
     def get(self, key: str) -> TokenIndex | None:
         """The index stored under ``key``, or None (missing, or unreadable and now deleted)."""
-        path = self._path(key)
+        return self._read(key, _SUFFIX)
+
+    def get_partial(self, key: str) -> TokenIndex | None:
+        """The first states :meth:`put_partial` published for ``key`` (a partial index), or
+        None."""
+        path = self._path(key, _PART)
+        if path is None or not path.exists():
+            return None
+        index = self._read(key, _PART)
+        return index if index is not None and index.partial else None
+
+    def _read(self, key: str, suffix: str) -> TokenIndex | None:
+        path = self._path(key, suffix)
         if path is None:
             return None
         try:
             data = path.read_bytes()
         except OSError:
-            self.misses += 1
+            if suffix == _SUFFIX:
+                self.misses += 1
             return None
         try:
             table = self._decode(data)
@@ -153,8 +174,11 @@ class IndexStore:
         except (msgspec.DecodeError, TypeError, ValueError, IndexError) as e:
             _log.warning("dropping unreadable constraint index %s: %s", path, e)
             path.unlink(missing_ok=True)
-            self.misses += 1
+            if suffix == _SUFFIX:
+                self.misses += 1
             return None
+        if suffix != _SUFFIX:
+            return index
         try:
             os.utime(path)  # recently used: trimmed last
         except OSError:
@@ -168,8 +192,20 @@ class IndexStore:
         path = self._path(table.key)
         if path is None or path.exists():
             return
+        self._write(path, table)
+        self._trim()
+
+    def put_partial(self, table: IndexTable) -> None:
+        """Publish the first states of ``table.key``'s compile (a partial index; the claim
+        holder calls this), for the workers waiting for its whole file; gone once the whole
+        file or a failure is stored."""
+        path = self._path(table.key, _PART)
+        if path is not None and table.n_known:
+            self._write(path, table)
+
+    def _write(self, path: Path, table: IndexTable) -> None:
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=_SUFFIX)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=path.suffix)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(self._encode(table))
@@ -177,7 +213,6 @@ class IndexStore:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-            self._trim()
         except OSError as e:
             _log.warning("cannot store constraint index in %s: %s", self.directory, e)
 

@@ -144,6 +144,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                                      {**counters, **decoder.counters(), **pool.all_counters(),
                                       **builder.tokenizer.segment_cache.counters(),
                                       "constraint_compiles": builder.constraints.compiles,
+                                      "constraint_first_states_taken":
+                                          builder.constraints.first_states_taken,
                                       "pid": os.getpid()})]
         except TemplateError as e:
             replies = _failures(frame, "template", str(e), 400, "messages")
