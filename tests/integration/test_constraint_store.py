@@ -123,11 +123,9 @@ def _partial_compile(worker: WorkerConstraints, pattern: str) -> TokenIndex:
 
 def test_a_constraint_is_compiled_once_whoever_asks(toy_model: Path, tmp_path: Path) -> None:
     """Worker b needs the key worker a is compiling: its request starts at once on the first
-    states a published, then b waits for a's whole index instead of compiling it too, and
-    gets the very tables a stored."""
-    import threading
-    import time
-
+    states a published, then b waits for a's whole index (serving other requests meanwhile:
+    ``whole_ready`` says when ``finish`` would not wait) instead of compiling it too, and gets
+    the very tables a stored."""
     from textproc.service.constraints import structured_regex
 
     pattern = structured_regex({"json": SCHEMA})
@@ -136,18 +134,15 @@ def test_a_constraint_is_compiled_once_whoever_asks(toy_model: Path, tmp_path: P
     a.first_seconds = 0.0
     first = _partial_compile(a, pattern)
     index, table = b.compile(pattern)
-    assert index.partial and b.rest is not None and b.compiles == 0
+    assert index.partial and b.rest is not None and b.compiles == 0 and b.first_states_taken == 1
     assert table == table_of(first)  # a's first states, as a sent them
-    got: list[Any] = []
-    waiter = threading.Thread(target=lambda: got.append(b.finish()))
-    waiter.start()
-    time.sleep(0.3)
-    assert waiter.is_alive() and not got  # waiting for a, not compiling
+    assert b.awaits_another and not b.whole_ready() and not a.awaits_another
+    assert b.compile(pattern)[0] is index  # the next request on it too
     done, _ = a.finish()
-    waiter.join(10)
-    assert got and done.table is not None
-    b_done, _ = got[0]
+    assert done.table is not None and b.whole_ready()
+    b_done, _ = b.finish()
     assert b.compiles == 0 and b_done.table == done.table and b.last is not None and not b.last.partial
+    assert not b.awaits_another
     assert not list((tmp_path / "store").glob("*.part"))  # gone with the whole file
 
 
@@ -185,7 +180,6 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     the first states, compiles the key itself; a waiter whose own budget runs out first fails
     its requests with a message naming the wait, and stores no failure (the compile is not
     its own)."""
-    import threading
     import time
 
     from textproc.service.constraints import structured_regex
@@ -196,23 +190,18 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     a.first_seconds = 0.0
     _partial_compile(a, pattern)
     b.max_compile_s = 0.2
-    assert b.compile(pattern)[0].partial
+    assert b.compile(pattern)[0].partial and not b.whole_ready()
+    time.sleep(0.25)
+    assert b.whole_ready()  # its budget is spent
     done, _ = b.finish()
     assert done.table is None and "waiting for another worker's compile" in done.error
     assert not list((tmp_path / "store").glob("*.fail"))
     b.max_compile_s = 30.0
-    got: list[Any] = []
-
-    def wait() -> None:
-        b.compile(pattern)
-        got.append(b.finish())
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(0.2)
+    assert b.compile(pattern)[0].partial and not b.whole_ready()
     a._release()  # what a's death does to its lock
-    waiter.join(30)
-    assert got and got[0][0].table is not None and b.compiles == 1
+    assert b.whole_ready()
+    done, _ = b.finish()
+    assert done.table is not None and b.compiles == 1
     assert list((tmp_path / "store").glob("*.index"))
 
 

@@ -106,6 +106,8 @@ class WorkerConstraints:
         # ones went to: the worker takes them out and sends them
         self.finished: list[tuple[IndexDone, list[int]]] = []
         self._rest_budget = Budget()  # the budget ``rest`` runs under
+        # (key, arrival as the store's clock) while ``rest`` waits for another worker's compile
+        self._awaited: tuple[str, float] | None = None
 
     def prepare(self) -> None:
         """Build the vocabulary and its tables now, and create the store's directory (the worker
@@ -199,7 +201,7 @@ class WorkerConstraints:
                 if first is not None:
                     self.first_states_taken += 1
                     self.rest = lambda: self._await_whole(key, pattern, budget, arrived)
-                    self._rest_budget = budget
+                    self._rest_budget, self._awaited = budget, (key, arrived)
                     return first
                 time.sleep(WAIT_POLL_S)
                 fd = store.claim(key)
@@ -210,6 +212,24 @@ class WorkerConstraints:
             if index is not None:
                 self.cache.put(key, index)
                 return index
+
+    @property
+    def awaits_another(self) -> bool:
+        """Whether ``rest`` waits for another worker's compile (the worker serves other
+        requests meanwhile and calls :meth:`finish` once :meth:`whole_ready`)."""
+        return self.rest is not None and self._awaited is not None
+
+    def whole_ready(self) -> bool:
+        """Whether :meth:`finish` would not wait for another worker now: its whole index or
+        failure is stored, its claim is free (it stopped: our compile then), or our budget
+        is spent."""
+        if self._awaited is None or self.store is None:
+            return True
+        key, arrived = self._awaited
+        budget = self._rest_budget
+        return (self.store.has(key) or not self.store.claimed(key)
+                or time.monotonic() - budget.started > budget.max_seconds
+                or self.store.failure(key, _limits(budget), arrived) is not None)
 
     def _await_whole(self, key: str, pattern: str, budget: Budget, arrived: float) -> TokenIndex:
         """The whole index of ``key``, whose first states another worker published: read
@@ -270,7 +290,7 @@ class WorkerConstraints:
         """The whole index of the last progressive compile (``rest``), as the frame for the
         detokenizer shards its partial index went to (or why the whole compile failed), and
         those shards."""
-        rest, self.rest = self.rest, None
+        rest, self.rest, self._awaited = self.rest, None, None
         assert rest is not None and self.last is not None
         key = self.last.key
         shards, self.partial_shards = sorted(self.partial_shards), set()

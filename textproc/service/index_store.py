@@ -85,6 +85,23 @@ class IndexStore:
             return None
         return fd
 
+    def claimed(self, key: str) -> bool:
+        """Whether a process holds ``key``'s compile claim now (it compiles the key)."""
+        path = self._path(key, _LOCK)
+        if path is None:
+            return False
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return False  # no lock file: nobody compiles it (or it was stored meanwhile)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)  # (closing drops the shared lock taken)
+        return False
+
     def release(self, fd: int, key: str | None = None) -> None:
         """Give back a lock :meth:`claim` took; with ``key``, whose file is stored now, the
         lock file goes too (whoever takes a lock looks for the key's file first)."""

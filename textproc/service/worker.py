@@ -90,6 +90,7 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
 # requests a worker serves between handing out a partial index and building the whole one
 # (those queued already: a burst on one new constraint goes out on its first states)
 MAX_DRAINED = 32
+WAIT_POLL_MS = 5  # how often a worker looks for another worker's whole index it waits for
 
 def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
            front: zmq.Socket[Any], detoks: list[zmq.Socket[Any]],
@@ -105,8 +106,13 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                                                            socket_name=f"worker-{index}<-events")
     next_parent_check = time.monotonic() + 1.0
     drained = 0  # requests served while a whole index waits to be built
+    constraints = builder.constraints
     while not runtime.should_stop:
-        ready = [] if deferred else poller.poll(200)
+        waits = constraints.awaits_another  # another worker's compile: serve others meanwhile
+        if waits and constraints.whole_ready():
+            _finish_index(builder, gate)
+            waits = False
+        ready = [] if deferred else poller.poll(WAIT_POLL_MS if waits else 200)
         now = time.monotonic()
         if now >= next_parent_check:  # by time, so a busy worker notices too
             next_parent_check = now + 1.0
@@ -165,9 +171,10 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                              reply.request_id, e)
         while builder.constraints.finished:  # whole indexes a compile made on its way
             _send_done(builder, gate, *builder.constraints.finished.pop(0))
-        if builder.constraints.rest is not None:  # a partial index went out: the whole follows
-            # the requests already queued go out first (on the same constraint: its partial
-            # index too), a bounded number of them, then the whole index is built
+        if constraints.rest is not None and not constraints.awaits_another:
+            # a partial index of our compile went out: the requests already queued go out
+            # first (on the same constraint: its partial index too), a bounded number of
+            # them, then the whole index is built
             if drained < MAX_DRAINED and not deferred and front.poll(0, zmq.POLLIN):
                 drained += 1
                 continue
