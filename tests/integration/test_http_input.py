@@ -354,3 +354,27 @@ def _pids(service: Service) -> dict[str, Any]:
     pids["http"] = json.loads((service.runtime_dir / "http.json").read_text())["pid"]
     return pids
 
+
+
+def test_images_to_a_text_model_are_refused_naming_the_part(stack: tuple[Service, str]) -> None:
+    # the toy model has no vision_config: every API's image is a 400 naming the image's place
+    _, url = stack
+    png = "data:image/png;base64,iVBORw0KGgo="
+    error = refused(post(url, "/v1/chat/completions", chat_body(messages=[
+        {"role": "user", "content": [{"type": "text", "text": "see"},
+                                     {"type": "image_url", "image_url": {"url": png}}]}])))
+    assert error["param"] == "messages[0].content[1]"
+    assert "does not read images" in error["message"]
+    error = refused(post(url, "/v1/responses", {"model": MODEL, "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": png}]}]}))
+    assert error["param"] == "input[0].content[0]"
+    resp = post(url, "/v1/messages", {"model": MODEL, "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": png.split(",")[1]}}]}]})
+    assert resp.status_code == 400
+    assert "messages[0].content[1] is an image" in resp.json()["error"]["message"]
+    # a URL to a private address never reaches the worker
+    error = refused(post(url, "/v1/chat/completions", chat_body(messages=[
+        {"role": "user", "content": [{"type": "image_url",
+                                      "image_url": {"url": "http://127.0.0.1:9/x.png"}}]}])))
+    assert error["param"] == "messages[0].content[0]" and "private" in error["message"]

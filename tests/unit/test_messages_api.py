@@ -104,7 +104,9 @@ def test_fields_map_onto_chat() -> None:
 @pytest.mark.parametrize("body, param, message", [
     ({"max_tokens": None}, "max_tokens", "Field required"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-     "messages[0].content[0].type", "'image'"),
+     "messages[0].content[0].source.type", "supported: base64"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+     "messages[0].content[0].type", "'document'"),
     ({"messages": [{"role": "assistant", "content": [{"type": "server_tool_use"}]}]},
      "messages[0].content[0].type", "supported: text, tool_use"),
     ({"messages": [{"role": "user", "content": [

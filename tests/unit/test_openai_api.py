@@ -100,8 +100,10 @@ def test_tool_choice_forms() -> None:
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "got `int`"),
         ({"messages": [{"role": "user"}]}, "messages[0]", "missing required field `content`"),
         ({"messages": []}, "messages", "empty"),
+        ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
+         "messages[0].content[0].type", "supported content part types: text, image_url"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-         "messages[0].content[0].type", "supported content part types: text"),
+         "messages[0].content[0].image_url", "missing required field `url`"),
         ({"messages": [{"role": "assistant", "content": None}]}, "messages[0].content",
          "neither content nor tool_calls"),
         ({"messages": [{"role": "assistant", "tool_calls": [

@@ -182,8 +182,12 @@ class TextClient:
              chat_template_kwargs: dict[str, Any] | None = None,
              add_generation_prompt: bool = True, continue_final_message: bool = False,
              documents: list[dict[str, Any]] | None = None, request_id: str | None = None,
-             timeout_s: float | None = None, **options: Any) -> AsyncIterator[TextEvent]:
+             timeout_s: float | None = None, images: Sequence[bytes] = (),
+             image_params: Sequence[str] = (), **options: Any) -> AsyncIterator[TextEvent]:
         """Stream a chat completion: async iterator of TextEvent; close it early to abort.
+
+        ``images``: the encoded image files (PNG, JPEG, ...) of the ``{"type": "image"}``
+        content parts, in order; ``image_params`` names where each came from (for errors).
 
         The request's options are two values (:mod:`textproc.options`): ``sampling``
         (max_tokens, min_tokens, stop_token_ids, ignore_eos, n, params such as temperature and
@@ -220,7 +224,8 @@ class TextClient:
         frame = ChatRequest(request_id if request_id is not None else self._next_id(), messages,
                             tools, tool_choice, dict(chat_template_kwargs or {}),
                             add_generation_prompt, continue_final_message, documents, structured,
-                            sampling or _SAMPLING, output or _OUTPUT)
+                            sampling or _SAMPLING, output or _OUTPUT, list(images),
+                            list(image_params))
         return self._generate(frame, timeout_s)
 
     def complete(self, prompt: str | Sequence[int], *, sampling: SamplingOptions | None = None,

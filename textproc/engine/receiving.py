@@ -197,6 +197,7 @@ class FrameReceiver:
                         guide,
                         frame.logprobs,
                         frame.eos_token_ids,
+                        frame.images,
                     )
                 )
             case EngineIndex(table=table, evict=evict):

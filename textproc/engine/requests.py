@@ -49,6 +49,9 @@ class IncomingRequest(msgspec.Struct):
     guide: Any = None  # textproc.core.constraints.Guide when index_key names an index
     logprobs: int | None = None  # alternatives wanted per new token (None: no logprobs)
     eos_token_ids: list[int] = []  # the model's EOS ids (see above)
+    # the prompt's images (protocol.EngineImage: pixel patches, grid, placeholder span), for a
+    # vision-language model; the prompt ids hold each image's placeholder tokens already
+    images: list[Any] = []
 
 
 def unpack_array(data: bytes) -> array[int]:

@@ -21,7 +21,11 @@ from textproc.protocol import LOGIT_BIAS_RANGE, MAX_LOGIT_BIAS, MAX_MODEL_LEN, M
 __all__ = [
     "ApiError",
     "TextPart",
+    "ImageUrl",
+    "ImageUrlPart",
+    "ImageInput",
     "Content",
+    "CONTENT_PART_TYPES",
     "FunctionCall",
     "ToolCall",
     "SystemMessage",
@@ -116,12 +120,24 @@ else:
 
 
 class TextPart(msgspec.Struct, tag="text", tag_field="type"):
-    """A content part; only text parts are accepted (no images or audio)."""
+    """A text content part."""
 
     text: str
 
 
-Content = str | list[TextPart]
+class ImageUrl(msgspec.Struct):
+    url: str  # data:image/...;base64,... or http(s)://...
+    detail: str | None = None  # OpenAI's hint; the model's processor decides the size
+
+
+class ImageUrlPart(msgspec.Struct, tag="image_url", tag_field="type"):
+    """An image content part (user messages only); audio, video and file parts are a 400."""
+
+    image_url: ImageUrl
+
+
+Content = str | list[TextPart | ImageUrlPart]
+CONTENT_PART_TYPES = "text, image_url (user messages)"
 
 
 class FunctionCall(msgspec.Struct, omit_defaults=True):
@@ -292,9 +308,20 @@ class DetokenizeBody(msgspec.Struct, kw_only=True):
 # ---------------------------------------------------------------- validated parameters
 
 
+class ImageInput(msgspec.Struct):
+    """An image of a chat request: where it is in the body the client sent (``param``, e.g.
+    ``messages[0].content[1]``), its URL, and its bytes once loaded (``textproc.http.media``)."""
+
+    param: str
+    url: str
+    data: bytes = b""
+
+
 class ChatParams(msgspec.Struct, kw_only=True):
     """A validated chat request: the chat template's inputs, and the request's options as the
-    two values ``TextClient.chat`` takes (:mod:`textproc.options`)."""
+    two values ``TextClient.chat`` takes (:mod:`textproc.options`). An image part of a message
+    is ``{"type": "image"}`` in ``messages`` (what chat templates read) and its source is in
+    ``images``, in prompt order."""
 
     model: str
     messages: list[dict[str, Any]]
@@ -309,6 +336,7 @@ class ChatParams(msgspec.Struct, kw_only=True):
     structured: dict[str, Any] | None = None  # {"json": schema} | {"regex": str} | {"choice": [str]}
     sampling: SamplingOptions  # n: choices (the server's limit is HttpLimits.max_n)
     output: OutputOptions  # logprobs None: off; k: each token's logprob and k alternatives
+    images: list[ImageInput] = msgspec.field(default_factory=list)
 
 
 class CompletionParams(msgspec.Struct, kw_only=True):

@@ -89,7 +89,8 @@ class ClientBackend:
             chat_template_kwargs=params.chat_template_kwargs,
             add_generation_prompt=params.add_generation_prompt,
             continue_final_message=params.continue_final_message, documents=params.documents,
-            request_id=request_id))
+            request_id=request_id, images=[image.data for image in params.images],
+            image_params=[image.param for image in params.images]))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
         return self._outputs(lambda client: client.complete(

@@ -21,10 +21,11 @@ from typing import AsyncIterator, Awaitable, Callable
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from textproc.http.api_types import ApiError
+from textproc.http.api_types import ApiError, ChatParams
 from textproc.http.asgi import EventStream, Pacer, error_response, read_body, until_disconnect
 from textproc.http.backend import Backend, Output, no_finish_error
 from textproc.http.frontend_peers import Peers
+from textproc.http.media import load_images
 from textproc.http.metrics import Metrics
 from textproc.http.settings import HttpLimits
 
@@ -104,6 +105,12 @@ class Serving:
         if not serving:
             raise ApiError(f"service unavailable: {why}", status=503, type="server_error",
                            code="service_unavailable")
+
+    async def load_images(self, params: ChatParams) -> None:
+        """Fill the request's images' bytes (``textproc.http.media``; a 400 names the image);
+        the worker decodes them."""
+        if params.images:
+            await load_images(params.images, self.limits.media)
 
     def check_n(self, n: int) -> None:
         """400 when ``n`` choices are over this server's ``--max-n``."""

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from textproc.errors import InvalidInput
 from textproc.http.health import STALE_AFTER_S
+from textproc.http.media import MediaLimits
 from textproc.lifecycle import add_child_arguments
 from textproc.ports import DEFAULT_HTTP, HTTP_FILE, parse_address
 
@@ -32,6 +34,22 @@ def _flag(default: Any, flag: str, help: str, *, metavar: str | None = None,
     names its default. ``parse``: turns the flag's text into the field's value."""
     return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar,
                                             "parse": parse})
+
+
+def _images_limit(text: str) -> int:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not N or {{\"image\": N}}") from e
+    if isinstance(value, dict):
+        value = value.get("image", MediaLimits.max_images)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the image limit must be an integer >= 0")
+    return value
+
+
+def _domains(text: str) -> tuple[str, ...]:
+    return tuple(d.strip().lower() for d in text.replace(" ", ",").split(",") if d.strip())
 
 
 @dataclass(frozen=True)
@@ -52,7 +70,29 @@ class HttpLimits:
     body_timeout_s: float = _flag(30.0, "--body-timeout", "answer 408 when the request body is "
                                   "not complete by then", metavar="SECONDS",
                                   parse=float)
+    max_images: int = _flag(MediaLimits.max_images, "--limit-mm-per-prompt", "images per "
+                            "request before 400: N, or vLLM's JSON form '{\"image\": N}'",
+                            metavar="N", parse=_images_limit)
+    max_image_bytes: int = _flag(MediaLimits.max_image_bytes, "--max-image-bytes", "an image "
+                                 "(decoded data: URL or fetched body) larger than this is a 400",
+                                 parse=int)
+    media_fetch_timeout_s: float = _flag(MediaLimits.fetch_timeout_s, "--media-fetch-timeout",
+                                         "an image URL not fetched by then is a 400",
+                                         metavar="SECONDS", parse=float)
+    allowed_media_domains: tuple[str, ...] = _flag(
+        (), "--allowed-media-domains", "image URLs only from these hosts, comma-separated "
+        "(default: any host with a public address)", metavar="HOST,...", parse=_domains)
+    allow_private_media: bool = _flag(False, "--allow-private-media", "let image URLs reach "
+                                      "private, loopback and link-local addresses")
     handlers_per_turn: int = 16  # request handlers started per event-loop iteration (Pacer)
+
+    @property
+    def media(self) -> MediaLimits:
+        """What loading a request's images may cost (``textproc.http.media``)."""
+        return MediaLimits(max_images=self.max_images, max_image_bytes=self.max_image_bytes,
+                           fetch_timeout_s=self.media_fetch_timeout_s,
+                           allowed_domains=self.allowed_media_domains,
+                           allow_private=self.allow_private_media)
 
 
 def _frontend(text: str) -> tuple[int, int]:

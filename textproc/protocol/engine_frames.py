@@ -35,6 +35,7 @@ from textproc.protocol.packing import unpack_ids
 from textproc.protocol.version import PROTOCOL_VERSION
 
 __all__ = [
+    "EngineImage",
     "EngineRequest",
     "EngineAbort",
     "StepOutput",
@@ -47,6 +48,22 @@ __all__ = [
     "EngineInFrame",
     "EngineOutFrame",
 ]
+
+
+class EngineImage(msgspec.Struct, array_like=True, gc=False):
+    """One image of a request, preprocessed by the worker (protocol 16): ``pixel_values``
+    float32 little-endian, ``n_patches`` rows of ``patch_dim`` values (the model processor's
+    ``pixel_values`` rows for this image), ``grid_thw`` its grid in patches, ``offset`` and
+    ``length`` where its placeholder tokens are in the prompt ids, ``digest`` the sha256 of the
+    image file (hex: the same bytes, the same image)."""
+
+    digest: str
+    pixel_values: bytes
+    n_patches: int
+    patch_dim: int
+    grid_thw: tuple[int, int, int]
+    offset: int
+    length: int
 
 
 class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
@@ -72,6 +89,8 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     # eos_token_id). In stop_token_ids unless ignore_eos; masked until min_tokens even with
     # ignore_eos (vLLM's SamplingParams.all_stop_token_ids)
     eos_token_ids: list[int] = []
+    # protocol 16: the prompt's images, in prompt order (a vision-language model's request)
+    images: list[EngineImage] = []
 
 
 class IndexTable(msgspec.Struct, array_like=True, gc=False):

@@ -35,4 +35,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # 15: EngineStep.cached_tokens / EngineStepPacked.cached_tokens (prompt tokens the engine found
 # in its prefix cache, per request, in the step of its first output) and
 # RequestOutput.cached_tokens (with the usage on a request's last output)
-PROTOCOL_VERSION = 15
+# 16: ChatRequest.images / ChatRequest.image_params (image bytes for the worker to decode),
+# EngineRequest.images (EngineImage: the pixel patches, grid and placeholder span of each)
+PROTOCOL_VERSION = 16

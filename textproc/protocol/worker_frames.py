@@ -54,6 +54,11 @@ class ChatRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
     structured: dict[str, Any] | None = None
     sampling: SamplingOptions = SamplingOptions()
     output: OutputOptions = OutputOptions()
+    # protocol 16: the images' bytes (encoded files, not decoded yet), in the order of the
+    # {"type": "image"} parts in messages, and where each was in the client's body
+    # ("messages[0].content[1]"), for errors
+    images: list[bytes] = []
+    image_params: list[str] = []
 
 
 class CompletionRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):

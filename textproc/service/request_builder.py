@@ -51,6 +51,7 @@ from textproc.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     DetokenizeResult,
+    EngineImage,
     EngineRequest,
     Submit,
     TokenizeRequest,
@@ -58,6 +59,8 @@ from textproc.protocol import (
     pack_ids,
 )
 from textproc.transport import encoder
+from textproc.vision.families import load_vision
+from textproc.vision.preprocess import ImageCache, PreparedImage
 
 __all__ = ["Built", "RequestBuilder", "MAX_REQUEST_ID_CHARS"]
 
@@ -137,6 +140,17 @@ class RequestBuilder:
                                              max_compile_s=config.max_compile_s,
                                              first_seconds=config.first_index_s)
         self._marks = config.special_tokens_in_content == "text"  # see _mark_typed_specials
+        # a vision-language model's image processing (None: the model reads no images)
+        self.vision = load_vision(config.model_dir)
+        self.image_cache = ImageCache()
+        self.image_token_id = -1
+        if self.vision is not None:
+            token = self.vision.family.image_token
+            if token not in added:
+                raise InvalidInput(
+                    f"the model in {config.model_dir} is a {self.vision.family.name} vision "
+                    f"model, and its tokenizer has no {token} token; fix the tokenizer files")
+            self.image_token_id = added[token]
         # when the request being built reached the worker (time.monotonic(); the worker sets
         # it): a constraint's compile budget counts from there, its schema's regex included
         self.arrived: float | None = None
@@ -152,6 +166,7 @@ class RequestBuilder:
         _check_request_id(req.request_id)
         tools = check_tools(req.tools)
         tool_choice, forced_name = check_tool_choice(req.tool_choice, tools, req.structured)
+        prepared = self._prepare_images(req.images, req.image_params)
         t0 = time.perf_counter()
         prompt = self.render(req.messages, tools if tool_choice != "none" else None,
                              add_generation_prompt=req.add_generation_prompt,
@@ -160,6 +175,10 @@ class RequestBuilder:
                              documents=req.documents)
         t1 = time.perf_counter()
         prompt_ids = self.encode_prompt(prompt)
+        engine_images: list[EngineImage] = []
+        if prepared:
+            prompt_ids, engine_images = self._place_images(prompt_ids, prepared,
+                                                           req.image_params)
         prompt = self._unmarked(prompt)
         template_s, tokenize_s = t1 - t0, time.perf_counter() - t1
         formats = self.formats
@@ -182,7 +201,51 @@ class RequestBuilder:
         return self._submit(req.request_id, client_id, prompt_ids, sampling, req.output,
                             plan.regex, parse, prompt_param="messages",
                             constraint_param=plan.param,
-                            template_s=template_s, tokenize_s=tokenize_s)
+                            template_s=template_s, tokenize_s=tokenize_s,
+                            images=engine_images)
+
+    def _prepare_images(self, images: list[bytes], params: list[str]) -> list[PreparedImage]:
+        """Each image decoded and preprocessed (from the worker's cache when the same bytes
+        came before); a 400 naming the image when the model reads no images or the file is
+        bad."""
+        if not images:
+            return []
+        if len(params) != len(images):
+            params = [f"image {i}" for i in range(len(images))]
+        if self.vision is None:
+            raise InvalidInput(
+                f"{params[0]} is an image, and the model in {self.config.model_dir} does not "
+                "read images (its config.json has no vision_config); send text only",
+                param=params[0])
+        processing = self.vision.processing
+        return [self.image_cache.prepare(data, param, processing)
+                for data, param in zip(images, params)]
+
+    def _place_images(self, prompt_ids: list[int], prepared: list[PreparedImage],
+                      params: list[str]) -> tuple[list[int], list[EngineImage]]:
+        """The prompt with each image's one placeholder token repeated to its token count (what
+        vLLM's processor does), and the images as the engine gets them."""
+        token_id = self.image_token_id
+        at = [i for i, t in enumerate(prompt_ids) if t == token_id]
+        if len(at) != len(prepared):
+            token = self.vision.family.image_token if self.vision else "?"
+            raise InvalidInput(
+                f"the rendered prompt has {len(at)} image placeholders ({token}) for "
+                f"{len(prepared)} images; image parts go in user messages, and message text "
+                f"must not hold {token}", param=params[0] if params else "messages")
+        out: list[int] = []
+        engine_images: list[EngineImage] = []
+        start = 0
+        for position, image in zip(at, prepared):
+            out += prompt_ids[start:position]
+            engine_images.append(EngineImage(
+                image.digest, image.pixel_values.astype("<f4", copy=False).tobytes(),
+                image.pixel_values.shape[0], image.pixel_values.shape[1], image.grid_thw,
+                len(out), image.n_tokens))
+            out += [token_id] * image.n_tokens
+            start = position + 1
+        out += prompt_ids[start:]
+        return out, engine_images
 
     def prepare(self) -> None:
         """Render and encode a one-turn chat now, with and without a tool, so the chat
@@ -331,7 +394,8 @@ class RequestBuilder:
     def _submit(self, request_id: str, client_id: bytes, prompt_ids: list[int],
                 sampling: SamplingOptions, output: OutputOptions, constraint: str | None,
                 parse: ParseOptions | None, *, prompt_param: str, template_s: float = 0.0,
-                tokenize_s: float = 0.0, constraint_param: str = "response_format") -> Built:
+                tokenize_s: float = 0.0, constraint_param: str = "response_format",
+                images: list[EngineImage] | None = None) -> Built:
         # messages name no request id: the client knows which request it sent (OpenAI's wording)
         check_sampling_options(sampling)
         sampling = self.defaults.apply(sampling)  # after the check: the file's were checked at load
@@ -374,7 +438,7 @@ class RequestBuilder:
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
                                        sampling.params, constraint, min_tokens,
                                        sampling.ignore_eos, logit_bias, index_key,
-                                       output.logprobs, self.end_ids)
+                                       output.logprobs, self.end_ids, images or [])
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         min_tokens, output, parse, table)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)

@@ -33,7 +33,11 @@ def check_messages(messages: Any, max_prompt_chars: int) -> None:
             raise InvalidInput(f"messages[{i}].role must be a non-empty string, got "
                                f"{short(role)}", param=f"messages[{i}].role")
         content = message.get("content")
-        chars += len(content) if isinstance(content, str) else 0
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):  # text and image parts (a vision model's messages)
+            chars += sum(len(p["text"]) for p in content
+                         if isinstance(p, dict) and isinstance(p.get("text"), str))
     if chars > max_prompt_chars:
         raise InvalidInput(
             f"the messages have {chars} characters of content, over the limit of "

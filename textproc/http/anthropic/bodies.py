@@ -1,6 +1,7 @@
 """Anthropic's Messages API, request side: a ``POST /v1/messages`` body -> the chat request it is.
 
 Owns the mapping of ``system`` (a string or text blocks), ``messages`` (content blocks ``text``,
+``image`` in user turns (``base64`` or ``url`` source, an ``image_url`` part of the chat body),
 ``tool_use``, ``tool_result``, ``thinking`` / ``redacted_thinking``), custom ``tools`` with
 ``input_schema``, ``tool_choice`` (``auto`` / ``any`` / ``tool`` / ``none``,
 ``disable_parallel_tool_use``), ``stop_sequences``, ``max_tokens``, ``temperature`` /
@@ -14,7 +15,7 @@ reasoning come from there, not from a second copy here. Owns Anthropic's error s
 (:func:`anthropic_error_body`: ``{"type": "error", "error": {"type", "message"}}``, the error
 type from the status).
 
-Nothing that changes the output is silently ignored: image and document blocks, server tools
+Nothing that changes the output is silently ignored: document blocks, server tools
 (a tool with a ``type`` other than ``custom``), ``mcp_servers`` and ``container`` are a 400
 naming the field with its JSON path (``messages[2].content[0].type``). Fields that do not change
 what this server generates (``cache_control``, ``metadata``, ``context_management``,
@@ -143,6 +144,27 @@ def _tool_result(block: dict[str, Any], at: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
+_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # Anthropic's list
+
+
+def _image_url(block: dict[str, Any], at: str) -> str:
+    """An image block's source as a URL: ``base64`` as a data: URL, ``url`` as it is."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64" and isinstance(source, dict):
+        media_type, data = source.get("media_type"), source.get("data")
+        if media_type not in _IMAGE_TYPES:
+            raise ApiError(f"{at}.source.media_type {short(media_type)} is not one of "
+                           f"{', '.join(_IMAGE_TYPES)}", param=f"{at}.source.media_type")
+        if not isinstance(data, str):
+            raise ApiError(f"{at}.source.data must be a base64 string", param=f"{at}.source.data")
+        return f"data:{media_type};base64,{data}"
+    if kind == "url" and isinstance(source, dict) and isinstance(source.get("url"), str):
+        return str(source["url"])
+    raise ApiError(f"{at}.source.type {short(kind)} is not supported; supported: base64 (with "
+                   "media_type and data), url (with url)", param=f"{at}.source.type")
+
+
 def _user(content: Any, at: str, out: list[dict[str, Any]], where: list[str]) -> None:
     """A user turn: its tool results become tool messages, its text one user message."""
     if isinstance(content, str):
@@ -152,15 +174,17 @@ def _user(content: Any, at: str, out: list[dict[str, Any]], where: list[str]) ->
     if not isinstance(content, list):
         raise ApiError(f"{at}.content must be a string or a list of content blocks, got "
                        f"{short(content)}", param=f"{at}.content")
-    texts: list[dict[str, str]] = []
+    texts: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         bat = f"{at}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "tool_result":
             out.append(_tool_result(block, bat))
             where.append(bat)
+        elif kind == "image":
+            texts.append({"type": "image_url", "image_url": {"url": _image_url(block, bat)}})
         else:
-            texts += _text_of([block], f"{at}.content", allowed="text, tool_result")
+            texts += _text_of([block], f"{at}.content", allowed="text, image, tool_result")
     if texts:
         out.append({"role": "user", "content": texts})
         where.append(at)

@@ -77,6 +77,7 @@ class MessagesRoutes:
         ``max_tokens`` (None when the request ran as sent)."""
         serving = self.serving
         limit = serving.backend.max_model_len
+        await serving.load_images(req.chat)
         if limit is None or req.max_tokens < limit:  # it may fit: try as sent
             try:
                 run, first = await serving.start(request, lambda: serving.backend.chat(
@@ -104,6 +105,9 @@ class MessagesRoutes:
         as a closed assistant turn, the few tokens of its end included: ``/tokenize`` has no
         continue_final_message; the room left is then, if anything, underestimated)."""
         self.serving.check_serving()
+        if chat.images:
+            raise ApiError(f"{chat.images[0].param} is an image; token counts cover text "
+                           "messages only", param=chat.images[0].param)
         ids = await self.serving.backend.tokenize(
             text=None, messages=chat.messages,
             tools=chat.tools if chat.tool_choice != "none" else None,

@@ -41,12 +41,15 @@ from textproc.http.api_types import (
     ApiError,
     AssistantMessage,
     ChatCompletionBody,
+    CONTENT_PART_TYPES,
     ChatParams,
     CompletionParams,
     CompletionBody,
     Content,
     DetokenizeBody,
     DeveloperMessage,
+    ImageInput,
+    ImageUrlPart,
     Message,
     NamedToolChoice,
     StreamOptions,
@@ -94,7 +97,7 @@ def decode_body(body: bytes, kind: type[Any], what: str) -> Any:
         if param and param.endswith("role"):
             text += "; allowed roles: system, developer, user, assistant, tool"
         elif param and param.endswith("].type") and ".content[" in param:
-            text += "; supported content part types: text"
+            text += f"; supported content part types: {CONTENT_PART_TYPES}"
         raise ApiError(f"invalid {what} body: {text}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise ApiError(
@@ -120,8 +123,29 @@ def _check_model(model: str | None, served_models: Sequence[str]) -> str:
 def _text(content: Content | None, where: str) -> str | None:
     if content is None or isinstance(content, str):
         return content
+    for j, part in enumerate(content):
+        if isinstance(part, ImageUrlPart):
+            raise ApiError(f"{where}.content[{j}] is an image; images go in user messages only",
+                           param=f"{where}.content[{j}]")
     # several text parts join with "\n" (what vLLM does for string-format templates)
-    return "\n".join(part.text for part in content)
+    return "\n".join(part.text for part in content if not isinstance(part, ImageUrlPart))
+
+
+def _user_content(content: Content, where: str,
+                  images: list[ImageInput]) -> str | list[dict[str, str]]:
+    """A user message's content: text as ``_text`` joins it, or, when it holds an image, the
+    parts as chat templates read them (``{"type": "image"}`` where each image goes, its source
+    appended to ``images``)."""
+    if isinstance(content, str) or not any(isinstance(p, ImageUrlPart) for p in content):
+        return _text(content, where) or ""
+    parts: list[dict[str, str]] = []
+    for j, part in enumerate(content):
+        if isinstance(part, ImageUrlPart):
+            images.append(ImageInput(param=f"{where}.content[{j}]", url=part.image_url.url))
+            parts.append({"type": "image"})
+        else:
+            parts.append({"type": "text", "text": part.text})
+    return parts
 
 
 def _arguments(arguments: str | dict[str, Any], where: str) -> dict[str, Any]:
@@ -143,7 +167,8 @@ def _arguments(arguments: str | dict[str, Any], where: str) -> dict[str, Any]:
     return value
 
 
-def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+def _messages(messages: list[Message], images: list[ImageInput]) -> list[dict[str, Any]]:
+    """The messages as chat templates read them; image sources go to ``images``."""
     if not messages:
         raise ApiError("messages is empty; send at least one message", param="messages")
     out: list[dict[str, Any]] = []
@@ -181,10 +206,11 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
                 item = {"role": "tool", "content": _text(msg.content, where)}
                 if msg.tool_call_id is not None:
                     item["tool_call_id"] = msg.tool_call_id
-            case SystemMessage() | DeveloperMessage() | UserMessage():
-                role = "user" if isinstance(msg, UserMessage) else "system"
+            case UserMessage():
+                item = {"role": "user", "content": _user_content(msg.content, where, images)}
+            case SystemMessage() | DeveloperMessage():
                 # "developer" is OpenAI's new name for "system"; templates only know "system"
-                item = {"role": role, "content": _text(msg.content, where)}
+                item = {"role": "system", "content": _text(msg.content, where)}
         if msg.name is not None:
             item["name"] = msg.name
         out.append(item)
@@ -334,7 +360,8 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
     structured = structured_spec(req)
     tools = _tools(req.tools)
     tool_choice = _tool_choice(req.tool_choice, tools, structured)
-    messages = _messages(req.messages)
+    images: list[ImageInput] = []
+    messages = _messages(req.messages, images)
     if req.continue_final_message and not isinstance(req.messages[-1], AssistantMessage):
         raise ApiError(
             "continue_final_message needs the last message to be from the assistant",
@@ -354,6 +381,7 @@ def chat_params(req: ChatCompletionBody, *, served_models: Sequence[str]) -> Cha
         structured=structured,
         sampling=sampling,
         output=output,
+        images=images,
     )
 
 
@@ -373,7 +401,10 @@ def translated_chat_params(chat: dict[str, Any], *, served_models: Sequence[str]
     try:
         body = msgspec.convert({k: v for k, v in chat.items() if v is not None},
                                ChatCompletionBody)
-        return chat_params(body, served_models=served_models)
+        params = chat_params(body, served_models=served_models)
+        for image in params.images:
+            image.param = placed(image.param)
+        return params
     except msgspec.ValidationError as exc:
         match = ERROR_PATH.search(str(exc))
         param = placed(match.group(1)) if match and match.group(1) else None
@@ -453,14 +484,21 @@ def parse_tokenize_request(body: bytes, *, served_models: Sequence[str]) -> Toke
     if (req.prompt is None) == (req.messages is None):
         raise ApiError("send exactly one of 'prompt' and 'messages'", param="prompt")
     if req.messages is not None:
-        _messages(req.messages)
+        tokenize_messages(req)
     _tools(req.tools)
     return req
 
 
 def tokenize_messages(req: TokenizeBody) -> list[dict[str, Any]]:
     """The plain message dicts of a validated tokenize request (empty when it has a prompt)."""
-    return _messages(req.messages) if req.messages is not None else []
+    if req.messages is None:
+        return []
+    images: list[ImageInput] = []
+    messages = _messages(req.messages, images)
+    if images:
+        raise ApiError(f"{images[0].param} is an image; /tokenize takes text messages only",
+                       param=images[0].param)
+    return messages
 
 
 def tokenize_tools(req: TokenizeBody) -> list[dict[str, Any]] | None:

@@ -48,6 +48,7 @@ class OpenAIRoutes:
         serving = self.serving
         params = parse_chat_request(body, served_models=serving.backend.served_models)
         serving.check_n(params.sampling.n)
+        await serving.load_images(params)
         rid = new_id("chatcmpl")
         run, first = await serving.start(
             request, lambda: serving.backend.chat(params, request_id=rid))

@@ -1,6 +1,7 @@
 """The Responses API's request side: a ``POST /v1/responses`` body -> the chat request it is.
 
-Owns the mapping of Responses ``input`` items (messages with content parts, ``function_call``
+Owns the mapping of Responses ``input`` items (messages with content parts, ``input_image`` as
+a chat ``image_url`` part, ``function_call``
 (namespaced too), ``function_call_output``, ``reasoning`` with its text or ``encrypted_content``),
 ``instructions``, ``tools`` / ``tool_choice`` (through ``responses.tools``), ``text.format``,
 ``max_output_tokens`` and ``temperature`` / ``top_p`` onto a chat completions body, which then
@@ -9,7 +10,7 @@ passes the same rules (``openai.bodies.chat_params``) and the same ``TextClient.
 reasoning come from there, not from a second copy here. Owns the bounded in-memory
 :class:`ResponseStore` behind ``previous_response_id`` too.
 
-Nothing is silently ignored: a feature this server does not run (images, files, ``background``,
+Nothing is silently ignored: a feature this server does not run (files, ``background``,
 ``conversation``, stored prompts) is a 400 naming the field, with a JSON path into the Responses
 body (``input[2].content[0].type``). Two things are named in the response's ``warnings``
 instead, so that agents which always send them keep working: tools this server cannot run (not
@@ -188,8 +189,9 @@ def _check_unsupported(req: ResponsesBody) -> None:
                        param="truncation")
 
 
-def _text_parts(content: Any, where: str) -> str | list[dict[str, str]]:
-    """A message's content as chat content: a string, or text parts (joined by the chat path)."""
+def _text_parts(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A message's content as chat content: a string, or text and image parts (the chat path
+    joins the text, and refuses an image outside a user message)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -203,9 +205,16 @@ def _text_parts(content: Any, where: str) -> str | list[dict[str, str]]:
             parts.append({"type": "text", "text": part["text"]})
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             parts.append({"type": "text", "text": part["refusal"]})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise ApiError(f"{at}.image_url must be a data: or http(s) URL, got "
+                               f"{short(url)} (file_id images are not supported)",
+                               param=f"{at}.image_url")
+            parts.append({"type": "image_url", "image_url": {"url": url}})
         else:
             raise ApiError(f"content part type {short(kind)} at {at}.type is not supported; "
-                           "supported: input_text, output_text, refusal (text only)",
+                           "supported: input_text, output_text, refusal, input_image",
                            param=f"{at}.type")
     return parts
 

@@ -36,6 +36,7 @@ class ResponsesRoutes:
         serving = self.serving
         req = parse_responses_request(body, served_models=serving.backend.served_models,
                                       store=self.store)
+        await serving.load_images(req.chat)
         rid = new_id("resp")
         run, first = await serving.start(
             request, lambda: serving.backend.chat(req.chat, request_id=rid))
