@@ -122,10 +122,10 @@ def _partial_compile(worker: WorkerConstraints, pattern: str) -> TokenIndex:
 
 
 def test_a_constraint_is_compiled_once_whoever_asks(toy_model: Path, tmp_path: Path) -> None:
-    """Worker b needs the key worker a is compiling: its request starts at once on the first
-    states a published, then b waits for a's whole index (serving other requests meanwhile:
-    ``whole_ready`` says when ``finish`` would not wait) instead of compiling it too, and gets
-    the very tables a stored."""
+    """Worker b needs the key worker a is compiling: its requests start at once on the first
+    states a published; b then serves other requests, looking for a's whole index between
+    them (``take_wholes`` never waits), instead of compiling it too, and passes on the very
+    table a stored."""
     from textproc.service.constraints import structured_regex
 
     pattern = structured_regex({"json": SCHEMA})
@@ -133,16 +133,19 @@ def test_a_constraint_is_compiled_once_whoever_asks(toy_model: Path, tmp_path: P
     b = _worker(toy_model, tmp_path / "store")
     a.first_seconds = 0.0
     first = _partial_compile(a, pattern)
-    index, table = b.compile(pattern)
-    assert index.partial and b.rest is not None and b.compiles == 0 and b.first_states_taken == 1
+    index, table = b.compile(pattern, shard=1)
+    assert index.partial and b.rest is None and b.compiles == 0 and b.first_states_taken == 1
     assert table == table_of(first)  # a's first states, as a sent them
-    assert b.awaits_another and not b.whole_ready() and not a.awaits_another
-    assert b.compile(pattern)[0] is index  # the next request on it too
+    assert list(b.awaiting) == [index.key]
+    b.sent(index.key, 1)
+    assert b.compile(pattern, shard=1) == (index, None)  # the next request goes on them too
+    assert b.take_wholes() == []  # a still compiles
+    other = _compile(b, "[a-z]{3}x")[0]  # a request on another constraint is served meanwhile
+    assert not other.partial and b.compiles == 1
     done, _ = a.finish()
-    assert done.table is not None and b.whole_ready()
-    b_done, _ = b.finish()
-    assert b.compiles == 0 and b_done.table == done.table and b.last is not None and not b.last.partial
-    assert not b.awaits_another
+    assert done.table is not None
+    assert b.take_wholes() == [(done, [1])]  # a's table, to the shard b sent the first states
+    assert not b.awaiting and b.compiles == 1
     assert not list((tmp_path / "store").glob("*.part"))  # gone with the whole file
 
 
@@ -190,17 +193,16 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     a.first_seconds = 0.0
     _partial_compile(a, pattern)
     b.max_compile_s = 0.2
-    assert b.compile(pattern)[0].partial and not b.whole_ready()
+    assert b.compile(pattern)[0].partial and b.take_wholes() == []
     time.sleep(0.25)
-    assert b.whole_ready()  # its budget is spent
-    done, _ = b.finish()
-    assert done.table is None and "waiting for another worker's compile" in done.error
-    assert not list((tmp_path / "store").glob("*.fail"))
+    [(done, shards)] = b.take_wholes()  # its budget is spent
+    assert shards == [0] and done.table is None
+    assert "waiting for another worker's compile" in done.error
+    assert not list((tmp_path / "store").glob("*.fail")) and not b.awaiting
     b.max_compile_s = 30.0
-    assert b.compile(pattern)[0].partial and not b.whole_ready()
+    assert b.compile(pattern)[0].partial and b.take_wholes() == []
     a._release()  # what a's death does to its lock
-    assert b.whole_ready()
-    done, _ = b.finish()
+    [(done, _)] = b.take_wholes()
     assert done.table is not None and b.compiles == 1
     assert list((tmp_path / "store").glob("*.index"))
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from textproc.core.constraints import Budget, IndexCache, TokenIndex, TokenVocabulary, compile_constraint
@@ -73,6 +74,17 @@ def _limits(budget: Budget) -> str:
     return f"{budget.max_states}:{budget.max_bytes}:{budget.max_seconds}:{budget.max_regex_chars}"
 
 
+@dataclass
+class _Awaited:
+    """A key another worker compiles, whose first states (``index``) requests went out on."""
+
+    index: TokenIndex
+    pattern: str
+    budget: Budget  # the first request's: the wait for the whole index ends with it
+    arrived: float  # that request's arrival, as the store's clock (time.time())
+    shards: set[int] = field(default_factory=set)  # detokenizer shards handed the first states
+
+
 def table_of(index: TokenIndex) -> IndexTable:
     """The wire form of a compiled index."""
     fields = index.pack()
@@ -106,8 +118,9 @@ class WorkerConstraints:
         # ones went to: the worker takes them out and sends them
         self.finished: list[tuple[IndexDone, list[int]]] = []
         self._rest_budget = Budget()  # the budget ``rest`` runs under
-        # (key, arrival as the store's clock) while ``rest`` waits for another worker's compile
-        self._awaited: tuple[str, float] | None = None
+        # keys other workers compile whose first states our requests went out on: their whole
+        # indexes are looked for between requests (take_wholes)
+        self.awaiting: dict[str, _Awaited] = {}
 
     def prepare(self) -> None:
         """Build the vocabulary and its tables now, and create the store's directory (the worker
@@ -140,6 +153,9 @@ class WorkerConstraints:
         key = constraint_key(vocab, pattern)
         if self.rest is not None and self.last is not None and self.last.key == key:
             return self.last, self.table_for(shard)  # its partial index: the whole one follows
+        awaited = self.awaiting.get(key)
+        if awaited is not None:  # another worker's first states: its whole index follows
+            return awaited.index, self._awaited_table(key, awaited, shard)
         index = self.cache.get(key)
         if index is None and self.store is not None:
             index = self.store.get(key)  # compiled before, by any worker or an earlier run
@@ -152,6 +168,9 @@ class WorkerConstraints:
                             started=time.monotonic() if started is None else started,
                             what=f"regex {short(pattern)}")
             index = self._claim(key, pattern, budget)
+            awaited = self.awaiting.get(key)
+            if awaited is not None:
+                return awaited.index, self._awaited_table(key, awaited, shard)
         if index is None:
             try:
                 index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
@@ -168,15 +187,15 @@ class WorkerConstraints:
                 if self.store is not None:  # the workers waiting for it start on it too
                     self.store.put_partial(table_of(index))
             else:
-                self._stored(index)
+                self._stored(table_of(index))
         self.last = index
         return index, self.table_for(shard)
 
     def _claim(self, key: str, pattern: str, budget: Budget) -> TokenIndex | None:
         """Take ``key``'s compile claim (None: compile it here), or the index another worker
         compiled meanwhile (waited for while it compiles; its failure is raised), or the
-        first states it published: then ``rest`` waits for its whole index, as after a
-        progressive compile of our own."""
+        first states it published (kept in ``awaiting``: :meth:`take_wholes` sends its whole
+        index once that worker stored it)."""
         store = self.store
         if store is None:
             return None
@@ -200,8 +219,7 @@ class WorkerConstraints:
                 first = store.get_partial(key)
                 if first is not None:
                     self.first_states_taken += 1
-                    self.rest = lambda: self._await_whole(key, pattern, budget, arrived)
-                    self._rest_budget, self._awaited = budget, (key, arrived)
+                    self.awaiting[key] = _Awaited(first, pattern, budget, arrived)
                     return first
                 time.sleep(WAIT_POLL_S)
                 fd = store.claim(key)
@@ -213,54 +231,77 @@ class WorkerConstraints:
                 self.cache.put(key, index)
                 return index
 
-    @property
-    def awaits_another(self) -> bool:
-        """Whether ``rest`` waits for another worker's compile (the worker serves other
-        requests meanwhile and calls :meth:`finish` once :meth:`whole_ready`)."""
-        return self.rest is not None and self._awaited is not None
+    def _awaited_table(self, key: str, awaited: _Awaited, shard: int) -> IndexTable | None:
+        """The first states' table for shard ``shard``, unless it has them from this worker."""
+        if (shard, key) in self._sent:
+            return None
+        awaited.shards.add(shard)
+        return table_of(awaited.index)
 
-    def whole_ready(self) -> bool:
-        """Whether :meth:`finish` would not wait for another worker now: its whole index or
-        failure is stored, its claim is free (it stopped: our compile then), or our budget
-        is spent."""
-        if self._awaited is None or self.store is None:
-            return True
-        key, arrived = self._awaited
-        budget = self._rest_budget
-        return (self.store.has(key) or not self.store.claimed(key)
-                or time.monotonic() - budget.started > budget.max_seconds
-                or self.store.failure(key, _limits(budget), arrived) is not None)
+    def take_wholes(self) -> list[tuple[IndexDone, list[int]]]:
+        """The awaited keys whose whole index (or failure) is settled now, each as the frame
+        for the detokenizer shards its first states went to, and those shards; the others are
+        looked at again later. Never waits: a key's whole file is passed on as stored (not
+        unpacked and packed again); one whose compiler stopped without storing it (it died)
+        is compiled here; one whose first request's budget is spent fails."""
+        settled = []
+        for key, awaited in list(self.awaiting.items()):
+            try:
+                table = self._whole_table(key, awaited)
+            except InvalidInput as e:
+                done = IndexDone(key, None, str(e))
+            else:
+                if table is None:
+                    continue
+                done = IndexDone(key, table)
+            del self.awaiting[key]
+            shards = sorted(awaited.shards)
+            if done.table is None:
+                for shard in shards:
+                    self.unsent(key, shard)
+            settled.append((done, shards))
+        return settled
 
-    def _await_whole(self, key: str, pattern: str, budget: Budget, arrived: float) -> TokenIndex:
-        """The whole index of ``key``, whose first states another worker published: read
-        once that worker stores it (its failure is raised), or compiled here when that
-        worker stopped without it (it died)."""
+    def _whole_table(self, key: str, awaited: _Awaited) -> IndexTable | None:
+        """``key``'s whole table if stored (or compiled here: its compiler stopped), None
+        while another worker still compiles it; its failure (or our spent budget) raised."""
         store = self.store
         assert store is not None
-        while True:
-            index = store.get(key) if store.has(key) else None
-            if index is not None:
-                self.cache.put(key, index)
-                return index
-            failure = store.failure(key, _limits(budget), arrived)
-            if failure is not None:
-                raise InvalidInput(failure)
-            fd = store.claim(key)
-            if fd is not None:  # its compiler stopped: finished just now, or died
-                if store.has(key):
-                    store.release(fd, key)
-                    continue
-                self._claim_fd = fd
-                self.compiles += 1
-                return compile_constraint(self.vocab, regex=pattern, budget=budget, cache=self.cache)
-            budget.check_time("waiting for another worker's compile of it")
-            time.sleep(WAIT_POLL_S)
+        budget = awaited.budget
+        table = store.get_table(key)
+        if table is not None:
+            return table
+        failure = store.failure(key, _limits(budget), awaited.arrived)
+        if failure is not None:
+            raise InvalidInput(failure)
+        budget.check_time("waiting for another worker's compile of it")
+        fd = store.claim(key)
+        if fd is None:
+            return None  # still compiled there
+        try:
+            table = store.get_table(key)  # stored between the look-up and the claim
+            if table is not None:
+                return table
+            self.compiles += 1
+            try:
+                whole = compile_constraint(self.vocab, regex=awaited.pattern, budget=budget,
+                                           cache=self.cache)
+            except InvalidInput as e:
+                overrun = time.monotonic() - budget.started > budget.max_seconds
+                store.fail(key, _limits(budget), str(e), deadline=overrun)
+                raise
+            table = table_of(whole)
+            store.put(table)
+            return table
+        finally:
+            store.release(fd, key)
 
-    def _stored(self, index: TokenIndex) -> None:
-        """The whole ``index`` is made: store it for the other workers, give back the claim."""
+    def _stored(self, table: IndexTable) -> None:
+        """The whole index is made: store its ``table`` for the other workers, give back the
+        claim."""
         if self.store is not None:
-            self.store.put(table_of(index))
-        self._release(index.key)
+            self.store.put(table)
+        self._release(table.key)
 
     def _failed(self, key: str, budget: Budget, error: InvalidInput) -> None:
         """Compiling ``key`` failed: the failure is stored for the other workers, then the
@@ -290,7 +331,7 @@ class WorkerConstraints:
         """The whole index of the last progressive compile (``rest``), as the frame for the
         detokenizer shards its partial index went to (or why the whole compile failed), and
         those shards."""
-        rest, self.rest, self._awaited = self.rest, None, None
+        rest, self.rest = self.rest, None
         assert rest is not None and self.last is not None
         key = self.last.key
         shards, self.partial_shards = sorted(self.partial_shards), set()
@@ -298,17 +339,17 @@ class WorkerConstraints:
             whole = rest()
         except InvalidInput as e:
             self.last = None
-            if self._claim_fd is not None:  # our compile (a waiter's failure is the compiler's)
-                self._failed(key, self._rest_budget, e)
+            self._failed(key, self._rest_budget, e)
             for shard in shards:
                 self.unsent(key, shard)
             return IndexDone(key, None, str(e)), shards
         except BaseException:
             self._release()
             raise
-        self._stored(whole)
+        table = table_of(whole)  # (packing a large index takes a while: once)
+        self._stored(table)
         self.last = whole
-        return IndexDone(key, table_of(whole)), shards
+        return IndexDone(key, table), shards
 
     def unsent(self, key: str, shard: int) -> None:
         """Shard ``shard`` did not get ``key``'s whole table: the next request sends it."""

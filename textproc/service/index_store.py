@@ -85,23 +85,6 @@ class IndexStore:
             return None
         return fd
 
-    def claimed(self, key: str) -> bool:
-        """Whether a process holds ``key``'s compile claim now (it compiles the key)."""
-        path = self._path(key, _LOCK)
-        if path is None:
-            return False
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError:
-            return False  # no lock file: nobody compiles it (or it was stored meanwhile)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)  # (closing drops the shared lock taken)
-        return False
-
     def release(self, fd: int, key: str | None = None) -> None:
         """Give back a lock :meth:`claim` took; with ``key``, whose file is stored now, the
         lock file goes too (whoever takes a lock looks for the key's file first)."""
@@ -163,6 +146,18 @@ class IndexStore:
     def get(self, key: str) -> TokenIndex | None:
         """The index stored under ``key``, or None (missing, or unreadable and now deleted)."""
         return self._read(key, _SUFFIX)
+
+    def get_table(self, key: str) -> IndexTable | None:
+        """The table stored under ``key`` as written (decoded, not unpacked: for passing on to
+        the detokenizer, whose engine unpacks it), or None."""
+        path = self._path(key)
+        if path is None:
+            return None
+        try:
+            table = self._decode(path.read_bytes())
+        except (OSError, msgspec.DecodeError):
+            return None
+        return table if table.key == key else None
 
     def get_partial(self, key: str) -> TokenIndex | None:
         """The first states :meth:`put_partial` published for ``key`` (a partial index), or

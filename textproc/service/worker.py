@@ -108,11 +108,10 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
     drained = 0  # requests served while a whole index waits to be built
     constraints = builder.constraints
     while not runtime.should_stop:
-        waits = constraints.awaits_another  # another worker's compile: serve others meanwhile
-        if waits and constraints.whole_ready():
-            _finish_index(builder, gate)
-            waits = False
-        ready = [] if deferred else poller.poll(WAIT_POLL_MS if waits else 200)
+        if constraints.awaiting:  # other workers' compiles our requests started on
+            for done, shards in constraints.take_wholes():
+                _send_done(builder, gate, done, shards)
+        ready = [] if deferred else poller.poll(WAIT_POLL_MS if constraints.awaiting else 200)
         now = time.monotonic()
         if now >= next_parent_check:  # by time, so a busy worker notices too
             next_parent_check = now + 1.0
@@ -171,7 +170,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                              reply.request_id, e)
         while builder.constraints.finished:  # whole indexes a compile made on its way
             _send_done(builder, gate, *builder.constraints.finished.pop(0))
-        if constraints.rest is not None and not constraints.awaits_another:
+        if constraints.rest is not None:
             # a partial index of our compile went out: the requests already queued go out
             # first (on the same constraint: its partial index too), a bounded number of
             # them, then the whole index is built
@@ -223,7 +222,8 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
     n_shards = gate.n_shards
     for i, submit in enumerate(submits):
         shard = shard_of(submit.request_id, n_shards)
-        if (submit.index is not None and submit.index.n_known) or builder.constraints.rest is not None:
+        if ((submit.index is not None and submit.index.n_known) or builder.constraints.rest is not None
+                or builder.constraints.awaiting):
             submit = msgspec.structs.replace(submit, compiler=os.getpid())  # (on a partial index)
         # after one refusal the rest are refused too (they may need the index the first carried)
         if (not replies or isinstance(replies[-1], Accepted)) and gate.send(
