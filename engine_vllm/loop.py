@@ -328,7 +328,8 @@ class VllmEngine:
             info["ended_at"] = time.monotonic()
 
     def scheduler_state(self) -> dict[str, Any]:
-        """vLLM's own view: requests it holds, running and waiting, free KV cache blocks."""
+        """vLLM's own view: requests it holds, running and waiting, free KV cache blocks and
+        the KV-cache usage (0..1, as vLLM's ``vllm:kv_cache_usage_perc``)."""
         scheduler = self.core.scheduler
         state: dict[str, Any] = {
             "requests": len(scheduler.requests),
@@ -339,6 +340,7 @@ class VllmEngine:
             pool = scheduler.kv_cache_manager.block_pool
             state["free_kv_blocks"] = pool.get_num_free_blocks()
             state["kv_blocks"] = pool.num_gpu_blocks
+            state["kv_cache_usage"] = scheduler.kv_cache_manager.usage
         except AttributeError:
             pass
         return state

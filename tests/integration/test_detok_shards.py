@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.prom import families
 from tests.helpers.service import Service, run
 from textproc.client import TextClient
 from textproc.errors import InvalidInput, WorkerDied
@@ -222,10 +223,10 @@ def test_two_shards_over_tcp_behind_the_http_frontend(tmp_path: Path, toy_model:
                 assert "choices" in answer, answer
                 assert [c["message"]["content"] for c in answer["choices"]] == [f"hi {i}"] * 2
             metrics = http.get("/metrics").text
-        finished = [line for line in metrics.splitlines() if line.startswith(
-            'textproc_process_events_total{role="detokenizer"') and "requests_finished" in line]
-        counts = {line.split('index="')[1].split('"')[0]: int(line.rsplit(" ", 1)[1])
-                  for line in finished}
+        finished = [s for s in families(metrics)["textproc_process_events"].samples
+                    if s.labels["role"] == "detokenizer"
+                    and s.labels["counter"] == "requests_finished"]
+        counts = {s.labels["index"]: int(s.value) for s in finished}
         assert set(counts) == {"0", "1"} and sum(counts.values()) == 12, finished
     finally:
         service.stop()

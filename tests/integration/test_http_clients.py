@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.helpers.prom import value
 from tests.helpers.service import Service, build_toy_model, wait_http
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,10 +52,9 @@ def _read_all(sock: socket.socket, timeout_s: float = 5.0) -> bytes:
 
 
 def _counter(url: str, name: str) -> float:
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no {name} in /metrics")
+    text = httpx.get(url + "/metrics", timeout=10).text
+    assert f"\n{name} " in text, f"no {name} in /metrics"
+    return value(text, name)
 
 
 def test_transfer_encoding_with_content_length_is_400_and_closed(

@@ -11,10 +11,11 @@ import httpx
 import pytest
 
 from tests.helpers.chat_cases import WEATHER_TOOL
+from tests.helpers.prom import value
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import EventStream
 from textproc.http.backend import Output
-from textproc.http.metrics import Histogram, Metrics
+from textproc.http.metrics import ScrapeInputs
 from textproc.http.openai.bodies import (
     parse_chat_request,
     parse_completion_request,
@@ -273,41 +274,6 @@ def test_chunk_and_sse_framing() -> None:
     assert SSE_DONE == b"data: [DONE]\n\n"
 
 
-def test_metrics_exposition() -> None:
-    hist = Histogram([0.1, 1.0])
-    for value in (0.05, 0.1, 0.5, 3.0):
-        hist.observe(value)
-    assert hist.lines("x", 'stage="a"') == [
-        'x_bucket{stage="a",le="0.1"} 2',
-        'x_bucket{stage="a",le="1"} 3',
-        'x_bucket{stage="a",le="+Inf"} 4',
-        'x_sum{stage="a"} 3.65',
-        'x_count{stage="a"} 4',
-    ]
-    m = Metrics()
-    m.count_request("/v1/chat/completions", 200)
-    m.count_request("/v1/chat/completions", 200)
-    m.observe("tokenize", 0.002)
-    text = m.render({"worker-0": 3})
-    assert 'textproc_http_requests_total{endpoint="/v1/chat/completions",status="200"} 2' in text
-    assert 'textproc_queue_depth{worker="worker-0"} 3' in text
-    assert 'textproc_stage_seconds_count{stage="tokenize"} 1' in text
-    for line in text.splitlines():  # every sample line: name{labels} value
-        if not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            float(value)
-            assert name.startswith("textproc_")
-
-
-def test_metrics_render_changes_nothing_and_the_lag_window_restarts_on_its_own_call() -> None:
-    m = Metrics()
-    m.loop_lag_max_s = 0.25
-    line = "textproc_http_loop_lag_max_seconds 0.250000"
-    assert line in m.render() and line in m.render()  # a render (or a second scrape's copy) reads
-    m.start_lag_window()
-    assert "textproc_http_loop_lag_max_seconds 0.000000" in m.render()
-
-
 # ---------------------------------------------------------------- the app over a fake backend
 
 
@@ -374,6 +340,9 @@ class FakeBackend:
 
     async def process_counters(self) -> Sequence[tuple[str, int, Mapping[str, int]]]:
         return [("worker", 0, {"requests": 4, "pid": 99}), ("detokenizer", 0, {"tokens_in": 7})]
+
+    def engine_stats(self) -> Mapping[str, Any]:
+        return {"scheduler": {"running": 2, "waiting": 1, "kv_cache_usage": 0.25}}
 
     def health(self) -> tuple[bool, str]:
         return self.serving, "" if self.serving else "the detokenizer is restarting"
@@ -531,6 +500,48 @@ def test_app_errors_have_status_and_error_object() -> None:
     assert health.status_code == 503 and health.json()["status"] == "unavailable"
 
 
+def test_metrics_count_and_time_requests_as_vllm_does() -> None:
+    """Per request (streamed or not): one time to first token, one inter-token latency per
+    later output with text, one end-to-end latency and one queue time (the service's template,
+    tokenize and queue timings); the usage's tokens in the token counters and histograms; a
+    tool call finishes as vLLM's "stop"."""
+    backend = FakeBackend([
+        Output([{"content": "a"}], timings_s={"template": 0.25, "tokenize": 0.25, "queue": 0.25}),
+        Output([{"content": "b"}]),
+        Output([], ),  # no text in this step: no latency to observe
+        Output([{"content": "c"}], finish_reason="tool_calls", prompt_tokens=7,
+               completion_tokens=3, cached_tokens=2)], delay_s=0.01)
+    app = build_app(backend)
+
+    async def go() -> str:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            for stream in (False, True):
+                resp = await client.post("/v1/chat/completions",
+                                         content=chat_body(stream=stream))
+                assert resp.status_code == 200, resp.text
+            return (await client.get("/metrics")).text
+
+    text = asyncio.run(go())
+    labels = {"model_name": MODELS[0], "engine": "0"}
+    assert value(text, "vllm:time_to_first_token_seconds_count", **labels) == 2
+    assert value(text, "vllm:inter_token_latency_seconds_count", **labels) == 4
+    assert value(text, "vllm:e2e_request_latency_seconds_count", **labels) == 2
+    assert value(text, "vllm:e2e_request_latency_seconds_sum", **labels) >= 2 * 0.04
+    assert value(text, "vllm:request_queue_time_seconds_sum", **labels) == 2 * 0.75
+    assert value(text, "vllm:request_queue_time_seconds_bucket", le="0.8", **labels) == 2
+    assert value(text, "vllm:request_queue_time_seconds_bucket", le="0.5", **labels) == 0
+    assert value(text, "vllm:prompt_tokens_total", **labels) == 14
+    assert value(text, "vllm:generation_tokens_total", **labels) == 6
+    assert value(text, "vllm:prefix_cache_queries_total", **labels) == 14
+    assert value(text, "vllm:prefix_cache_hits_total", **labels) == 4
+    assert value(text, "vllm:request_generation_tokens_bucket", le="2.0", **labels) == 0
+    assert value(text, "vllm:request_generation_tokens_bucket", le="5.0", **labels) == 2
+    assert value(text, "vllm:request_success_total", finished_reason="stop", **labels) == 2
+    assert value(text, "textproc_stage_seconds_count", stage="first_token") == 2
+    assert value(text, "textproc_stage_seconds_count", stage="tokenize") == 2
+
+
 def test_app_completions_models_tokenize_metrics() -> None:
     backend = FakeBackend([Output([{"content": " world"}], finish_reason="length",
                                   prompt_tokens=1, completion_tokens=1)])
@@ -554,12 +565,15 @@ def test_app_completions_models_tokenize_metrics() -> None:
     assert request(backend, "POST", "/detokenize", json={"tokens": [97, 98]}).json() == {
         "prompt": "ab"}
     text = request(backend, "GET", "/metrics").text
-    assert "textproc_requests_running 0" in text
-    assert ('textproc_process_events_total{role="worker",index="0",counter="requests"} 4'
+    assert "textproc_requests_running 0.0" in text
+    assert ('textproc_process_events_total{counter="requests",index="0",role="worker"} 4.0'
             in text)
     assert 'counter="pid"' not in text
-    assert 'textproc_worker_requests_total{worker="0"} 3' in text
-    assert 'textproc_worker_requests_total{worker="1"} 4' in text
+    assert 'textproc_worker_requests_total{worker="0"} 3.0' in text
+    assert 'textproc_worker_requests_total{worker="1"} 4.0' in text
+    assert 'vllm:num_requests_running{engine="0",model_name="qwen3"} 2.0' in text
+    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="qwen3"}' \
+        in text
 
 
 def test_event_stream_disconnect_cancels_and_aborts() -> None:
@@ -713,7 +727,9 @@ def test_disconnect_while_queued_or_generating_aborts(stream: bool) -> None:
         assert elapsed < 1.0, (first_delay_s, delay_s)
         assert len(backend.aborted) == 1 and not backend.finished
         metrics = app.state.serving.metrics
-        assert metrics.aborted_by_client == 1 and metrics.running == 0
+        text = metrics.scrape(ScrapeInputs()).decode()
+        assert value(text, "textproc_client_disconnects_total") == 1 and metrics.running == 0
+        assert value(text, "vllm:request_success_total", finished_reason="abort") == 1
 
 
 def test_api_key_required_when_set() -> None:

@@ -4,8 +4,8 @@ The process (plumbing, apart from the API): ``run`` (``run_http``, the entry; ``
 textproc.http``), ``settings`` (``FrontendSettings`` and ``HttpLimits``, each setting one field
 with its flag), ``accept`` (accepting bursts of connections), ``probe`` (a ``/health`` probe
 answered on accept), ``connections`` (connection limits and deadlines), ``health`` (the
-``--health`` port's process, ``python -m textproc.http.health``), ``frontend_peers``
-(``/metrics`` summed over the frontends sharing a port), ``metrics`` (Prometheus text).
+``--health`` port's process, ``python -m textproc.http.health``), ``metrics`` (the
+Prometheus families through prometheus_client, summed over the frontends sharing a port).
 
 The APIs, one folder each with the same file names (``routes``: the handlers; ``bodies``:
 request body -> validated parameters; ``answers``: the answer's shapes, pure; ``events``: a

@@ -153,7 +153,7 @@ async def read_body(request: Request, limit: int, *, timeout_s: float | None = N
                 chunks.append(chunk)
     except TimeoutError as exc:
         if metrics is not None:
-            metrics.body_timeouts += 1
+            metrics.count("http_body_timeouts")
         raise ApiError(f"the request body did not arrive within {timeout_s:g} s ({size} bytes "
                        "came); send it at once", status=408, code="request_timeout",
                        close=True) from exc

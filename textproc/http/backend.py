@@ -103,6 +103,10 @@ class Backend(Protocol):
         """(role, index, counters) of every service process; empty when they do not answer."""
         ...
 
+    def engine_stats(self) -> Mapping[str, Any]:
+        """The engine's last stats (its stats file: scheduler state, ranks), {} without one."""
+        ...
+
     def health(self) -> tuple[bool, str]:
         """(serving, why not): False while the service is down or still starting; serving,
         what part is down (of several engines, the ranks not ready), else ''."""

@@ -157,6 +157,10 @@ class ClientBackend:
             return []
         return [(s.role, s.index, s.counters) for s in stats]
 
+    def engine_stats(self) -> Mapping[str, Any]:
+        self.engine_ranks.check()  # reads the file again if it changed
+        return self.engine_ranks.stats
+
     def health(self) -> tuple[bool, str]:
         if self._closed:
             return False, "the frontend is shutting down"

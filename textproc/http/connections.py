@@ -51,9 +51,9 @@ def guarded_http(*, max_connections: int, header_timeout_s: float,
             super().connection_made(transport)
             # both Transfer-Encoding and Content-Length: let FramingGuard refuse it (see above)
             self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
-            metrics.open_connections = len(self.connections)
+            metrics.set_open_connections(len(self.connections))
             if len(self.connections) > max_connections:
-                metrics.connections_refused += 1
+                metrics.count("http_connections_refused")
                 transport.write(busy)
                 transport.close()
                 return
@@ -62,7 +62,7 @@ def guarded_http(*, max_connections: int, header_timeout_s: float,
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_deadline()
             super().connection_lost(exc)
-            metrics.open_connections = len(self.connections)
+            metrics.set_open_connections(len(self.connections))
 
         def data_received(self, data: bytes) -> None:
             cycle = self.cycle
@@ -95,7 +95,7 @@ def guarded_http(*, max_connections: int, header_timeout_s: float,
                 return
             if self.cycle is not None and not self.cycle.response_complete:
                 return
-            metrics.header_timeouts += 1
+            metrics.count("http_header_timeouts")
             self.transport.close()
 
     return GuardedHttpProtocol
@@ -113,7 +113,7 @@ class FramingGuard:
         if scope["type"] == "http":
             names = {name for name, _ in scope["headers"]}
             if b"transfer-encoding" in names and b"content-length" in names:
-                self.metrics.framing_refused += 1
+                self.metrics.count("http_framing_refused")
                 response = error_response(ApiError(
                     "the request has both Transfer-Encoding and Content-Length; send one",
                     code="ambiguous_framing"))

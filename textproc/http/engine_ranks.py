@@ -18,6 +18,7 @@ class EngineRanks:
         self.path = path
         self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the file last read
         self._answer: tuple[bool, str] = (True, "")
+        self.stats: dict[str, Any] = {}  # the file as last read
 
     def check(self) -> tuple[bool, str]:
         """``(True, "")`` without a file or ranks in it (one engine: its link says it all)."""
@@ -35,6 +36,7 @@ class EngineRanks:
             except (OSError, ValueError):
                 return self._answer  # written at this moment (atomically): the last answer holds
             self._seen = seen
+            self.stats = stats if isinstance(stats, dict) else {}
             self._answer = _judge(stats.get("engines") if isinstance(stats, dict) else None)
         return self._answer
 

@@ -1,22 +1,40 @@
-"""Prometheus metrics of the HTTP frontend: counters, gauges and histograms, text exposition.
+"""Prometheus metrics of the HTTP frontends, through ``prometheus_client``: vLLM's families and
+textproc's own.
 
-Owns the metric names and the text format (version 0.0.4), hand-written: a few dicts and lists,
-no registry package. Must not block or do I/O; the server renders it on ``GET /metrics``.
-Histograms are cumulative in the output as Prometheus requires (``le`` buckets, ``+Inf``,
-``_sum``, ``_count``).
+Owns every metric name, type, label set and bucket list, and the scrape. vLLM's families keep
+vLLM's names, types, labels (``model_name``, ``engine``) and buckets (vLLM 0.32's
+``vllm/v1/metrics``), so its dashboards and autoscalers read textproc as they read ``vllm serve``:
+the per-request ones are measured here, where every request passes; the engine's scheduler
+gauges (running, waiting, KV-cache usage) are relayed from the engine's stats file, one
+``engine`` label per rank. textproc's own families go beside them under ``textproc_``.
+
+Several frontends share one port (``serve --http-workers N``), so a scrape that lands on any one
+of them must show the sum of all: prometheus_client's multi-process mode (its values in mmap
+files under ``PROMETHEUS_MULTIPROC_DIR``, which the supervisor gives the frontends; it is
+prometheus_client that reads it, once, when first imported). Without that directory (one
+frontend alone, tests) the same families live in this process's registry. Values that belong
+to the moment of the scrape (the service processes' counters, the engine's gauges) are added at
+scrape time by the frontend that answers. Must not block or do I/O on the request path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["Histogram", "Metrics", "CONTENT_TYPE", "LATENCY_BUCKETS_S", "STAGES",
-           "watch_loop_lag", "LAG_PROBE_S"]
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import values as _prom_values
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+__all__ = ["CONTENT_TYPE", "LAG_PROBE_S", "LATENCY_BUCKETS_S", "STAGES", "Metrics",
+           "ScrapeInputs", "VLLM_FINISH_REASONS", "engine_gauges", "request_token_buckets",
+           "watch_loop_lag"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 # 100 us .. 60 s: stage timings are sub-millisecond (tokenize) to seconds (queue, whole request)
 LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -28,230 +46,346 @@ LATENCY_BUCKETS_S = (
 # "first_token" (submit to the first text) and "request" (submit to finish) are measured here
 STAGES = ("template", "tokenize", "queue", "detokenize", "first_token", "request")
 
-
-class Histogram:
-    """Fixed-bucket histogram; ``observe`` is O(log buckets)."""
-
-    def __init__(self, buckets: Iterable[float] = LATENCY_BUCKETS_S) -> None:
-        self.bounds = tuple(sorted(buckets))
-        self.counts = [0] * (len(self.bounds) + 1)  # last slot: above every bound (+Inf only)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-        self.count += 1
-
-    def add(self, counts: Sequence[int], total: float) -> None:
-        """Add another process's histogram of the same buckets (``counts``, ``total``)."""
-        if len(counts) == len(self.counts):
-            self.counts = [a + b for a, b in zip(self.counts, counts)]
-            self.total += total
-            self.count += sum(counts)
-
-    def lines(self, name: str, labels: str) -> list[str]:
-        sep = "," if labels else ""
-        out = []
-        running = 0
-        for bound, n in zip(self.bounds, self.counts):
-            running += n
-            out.append(f'{name}_bucket{{{labels}{sep}le="{bound:g}"}} {running}')
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}')
-        braces = f"{{{labels}}}" if labels else ""
-        out.append(f"{name}_sum{braces} {self.total:.9g}")
-        out.append(f"{name}_count{braces} {self.count}")
-        return out
+# vLLM's bucket lists (vllm/v1/metrics/buckets.py), by the family that uses them
+_REQUEST_LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                              40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                   5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# vLLM's finished_reason label values (vllm.v1.engine.FinishReason); textproc's "tool_calls"
+# is the engine's "stop"
+VLLM_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+_VLLM_LABELS = ["model_name", "engine"]
+# the engine label of the families measured here: one per server, as vLLM's single engine
+_FRONT_ENGINE = "0"
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def request_token_buckets(max_model_len: int) -> list[float]:
+    """vLLM's token-count buckets: 1, 2, 5 times each power of ten, up to ``max_model_len``.
+
+    >>> request_token_buckets(100)
+    [1, 2, 5, 10, 20, 50, 100]
+    """
+    out: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_model_len:
+                return out
+            out.append(mantissa * scale)
+        scale *= 10
+
+
+def _multiprocess() -> bool:
+    """Whether prometheus_client keeps its values in files (PROMETHEUS_MULTIPROC_DIR was set
+    when it was imported)."""
+    return bool(getattr(_prom_values.ValueClass, "_multiprocess", False))
+
+
+class _VllmFamilies:
+    """vLLM's per-request families of one served model, measured by this frontend."""
+
+    def __init__(self, model_name: str, max_model_len: int,
+                 registry: CollectorRegistry | None) -> None:
+        self.model_name = model_name
+        labels = (model_name, _FRONT_ENGINE)
+
+        def counter(name: str, text: str) -> Any:
+            return Counter(name, text, _VLLM_LABELS, registry=registry).labels(*labels)
+
+        def histogram(name: str, text: str, buckets: Sequence[float]) -> Any:
+            return Histogram(name, text, _VLLM_LABELS, registry=registry,
+                             buckets=buckets).labels(*labels)
+
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens",
+                                         "Number of generation tokens processed.")
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits",
+                                   "Prefix cache hits, in terms of number of cached tokens.")
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          [*_VLLM_LABELS, "finished_reason"], registry=registry)
+        self.success = {reason: success.labels(*labels, reason) for reason in VLLM_FINISH_REASONS}
+        token_buckets = request_token_buckets(max_model_len)
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets)
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.",
+            token_buckets)
+        self.ttft = histogram("vllm:time_to_first_token_seconds",
+                              "Histogram of time to first token in seconds.", _TTFT_BUCKETS_S)
+        self.itl = histogram("vllm:inter_token_latency_seconds",
+                             "Histogram of inter-token latency in seconds.", _ITL_BUCKETS_S)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds",
+                             "Histogram of e2e request latency in seconds.",
+                             _REQUEST_LATENCY_BUCKETS_S)
+        # textproc cannot see the engine's waiting queue: this is the time from the request's
+        # arrival until it was handed to the engine (template, tokenize, the way to a worker)
+        self.queue = histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.",
+                               _REQUEST_LATENCY_BUCKETS_S)
+
+
+@dataclass(slots=True)
+class ScrapeInputs:
+    """What a scrape adds to the families this process keeps: the moment's values."""
+
+    model_name: str = "model"
+    # (role, index, counters) of each service process (TextClient.stats())
+    processes: Sequence[tuple[str, int, Mapping[str, int]]] = ()
+    # the engine's stats file (engine_vllm, or the vLLM front of several engines), {} if none
+    engine_stats: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Metrics:
-    """Everything ``/metrics`` shows; the server updates it inline (single event loop thread)."""
+    """Every family ``/metrics`` shows; the server updates it inline (one event-loop thread).
+
+    ``running`` (generation requests in flight here) and ``finished`` (finished here) are this
+    process's own plain counts as well, for the in-flight limit and the idle heap trim.
+    """
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[str, int], int] = {}  # (endpoint, status) -> count
-        self.finish_reasons: dict[str, int] = {}
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.running = 0  # requests being served now
-        self.aborted_by_client = 0
-        self.upload_disconnects = 0  # clients gone before their request body was read
-        # connection guards (textproc.http.connections, asgi.read_body)
-        self.open_connections = 0
-        self.connections_refused = 0  # over --max-connections: 503 and closed
-        self.header_timeouts = 0  # request headers not complete within --header-timeout
-        self.body_timeouts = 0  # request body not complete within --body-timeout: 408
-        self.framing_refused = 0  # Transfer-Encoding and Content-Length both: 400
-        self.health_on_accept = 0  # /health probes answered on accept (textproc.http.probe)
-        self.stages = {stage: Histogram() for stage in STAGES}
-        # how late the event loop runs a timer (watch_loop_lag): every request waits this much
-        self.loop_lag = Histogram()
-        self.loop_lag_max_s = 0.0  # worst since the last /metrics scrape
+        self.multiprocess = _multiprocess()
+        # single-process mode: this registry is the scrape; multi-process: the files are
+        self.registry = CollectorRegistry(auto_describe=False)
+        reg = None if self.multiprocess else self.registry
+        self._registry_arg = reg
+        self.running = 0
+        self.finished = 0
+        self.loop_lag_max_s = 0.0  # the worst since this process last answered a scrape
+        self._vllm: _VllmFamilies | None = None
+        self._requests = Counter("textproc_http_requests", "HTTP requests served, by endpoint "
+                                 "and status code.", ["endpoint", "status"], registry=reg)
+        self._frontend_requests: Any = None  # labelled with this frontend at set_frontend
+        self._frontend_family = Counter(
+            "textproc_http_frontend_requests", "HTTP requests each frontend process served "
+            "(serve --http-workers N; the other families sum every frontend).",
+            ["frontend", "pid"], registry=reg)
+        self._running = Gauge("textproc_requests_running", "Generation requests in flight now "
+                              "at the HTTP frontends.", registry=reg, multiprocess_mode="livesum")
+        self._open = Gauge("textproc_http_connections_open", "HTTP connections open now.",
+                           registry=reg, multiprocess_mode="livesum")
+        self._events = {name: Counter(f"textproc_{name}", text, registry=reg)
+                        for name, text in _EVENT_COUNTERS.items()}
+        self._stages = Histogram("textproc_stage_seconds", "Per-stage latency: template, "
+                                 "tokenize, queue, detokenize (as reported by the service); "
+                                 "first_token and request (measured by the HTTP frontend).",
+                                 ["stage"], buckets=LATENCY_BUCKETS_S, registry=reg)
+        self._stage = {stage: self._stages.labels(stage) for stage in STAGES}
+        self._lag = Histogram("textproc_http_loop_lag_seconds", "How late the HTTP frontend's "
+                              f"event loop ran a {LAG_PROBE_S:g} s timer: what every request "
+                              "and stream waits on top of its own work.",
+                              buckets=LATENCY_BUCKETS_S, registry=reg)
+        self._lag_max = Gauge("textproc_http_loop_lag_max_seconds", "The worst loop lag since "
+                              "the previous scrape of /metrics (with several frontends: the "
+                              "worst any of them saw since it last answered a scrape).",
+                              registry=reg, multiprocess_mode="livemax")
+        self._queue = Gauge("textproc_queue_depth", "Requests pending at each tokenizer worker, "
+                            "as the frontends see them.", ["worker"], registry=reg,
+                            multiprocess_mode="livesum")
+        self._worker_requests = Counter("textproc_worker_requests", "Requests the frontends "
+                                        "sent to each tokenizer worker (how the load spreads).",
+                                        ["worker"], registry=reg)
+        self._worker_seen: dict[int, int] = {}
+        self._cpu = Counter("textproc_process_cpu_seconds", _CPU_HELP, ["role", "index"],
+                            registry=reg)
+        self._cpu_seen = 0.0
+        self._own_cpu: Any = None
 
-    # the plain numbers a snapshot carries and add() sums (frontends sharing a port)
-    _SUMMED = ("prompt_tokens", "completion_tokens", "running", "aborted_by_client",
-               "upload_disconnects", "open_connections", "connections_refused",
-               "header_timeouts", "body_timeouts", "framing_refused", "health_on_accept")
+    # -- this frontend ------------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """Everything this process's ``render`` shows, as JSON-able data, for ``add``."""
-        return {
-            "requests": [[e, s, n] for (e, s), n in self.requests.items()],
-            "finish_reasons": dict(self.finish_reasons),
-            **{name: getattr(self, name) for name in self._SUMMED},
-            "stages": {k: [h.counts, h.total] for k, h in self.stages.items()},
-            "loop_lag": [self.loop_lag.counts, self.loop_lag.total],
-            "loop_lag_max_s": self.loop_lag_max_s,
-        }
+    def set_frontend(self, index: int, pid: int) -> None:
+        """Label this process's own series as frontend ``index`` (process ``pid``)."""
+        self._frontend_requests = self._frontend_family.labels(str(index), str(pid))
+        self._own_cpu = self._cpu.labels("http", str(index))
 
-    def add(self, snap: Mapping[str, Any]) -> None:
-        """Add another frontend's ``snapshot()`` into this one (counters, gauges and histograms
-        summed; the worst loop lag is the max). A malformed snapshot raises KeyError,
-        TypeError or ValueError."""
-        for endpoint, status, n in snap["requests"]:
-            key = (str(endpoint), int(status))
-            self.requests[key] = self.requests.get(key, 0) + int(n)
-        for reason, n in snap["finish_reasons"].items():
-            self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + int(n)
-        for name in self._SUMMED:
-            setattr(self, name, getattr(self, name) + int(snap[name]))
-        for stage, (counts, total) in snap["stages"].items():
-            if stage in self.stages:
-                self.stages[stage].add(counts, float(total))
-        self.loop_lag.add(snap["loop_lag"][0], float(snap["loop_lag"][1]))
-        self.loop_lag_max_s = max(self.loop_lag_max_s, float(snap["loop_lag_max_s"]))
+    def vllm(self, model_name: str, max_model_len: int | None) -> _VllmFamilies:
+        """vLLM's per-request families for the served model (made on the first call: the model
+        name and length are known once the backend has connected)."""
+        if self._vllm is None:
+            self._vllm = _VllmFamilies(model_name, max_model_len or _DEFAULT_MAX_MODEL_LEN,
+                                       self._registry_arg)
+        return self._vllm
 
-    def start_lag_window(self) -> None:
-        """Start a new "worst loop lag since the previous scrape" window (the /metrics route
-        calls it once it has the scrape's copy; ``render`` itself changes nothing)."""
-        self.loop_lag_max_s = 0.0
+    # -- the request path ---------------------------------------------------------------------
 
     def count_request(self, endpoint: str, status: int) -> None:
-        key = (endpoint, status)
-        self.requests[key] = self.requests.get(key, 0) + 1
+        self._requests.labels(endpoint, str(status)).inc()
+        if self._frontend_requests is not None:
+            self._frontend_requests.inc()
 
-    def count_finish(self, reason: str) -> None:
-        self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1
+    def count(self, event: str) -> None:
+        """One more ``event`` (a key of ``_EVENT_COUNTERS``: a refused connection, a timeout,
+        a client gone...)."""
+        self._events[event].inc()
+
+    def set_running(self, running: int) -> None:
+        self.running = running
+        self._running.set(running)
+
+    def set_open_connections(self, n: int) -> None:
+        self._open.set(n)
 
     def observe(self, stage: str, seconds: float) -> None:
-        hist = self.stages.get(stage)
+        hist = self._stage.get(stage)
         if hist is not None and seconds >= 0:
             hist.observe(seconds)
 
-    def render(
-        self,
-        queue_depths: Mapping[str, int] | None = None,
-        processes: Sequence[tuple[str, int, Mapping[str, int]]] = (),
-        worker_requests: Sequence[int] = (),
-        frontends: Sequence[tuple[int, int, int]] = (),
-    ) -> str:
-        """The text exposition format, one metric family after another; changes nothing.
+    def finish(self, vllm: _VllmFamilies | None, reason: str, *, prompt_tokens: int = 0,
+               generation_tokens: int = 0, cached_tokens: int = 0,
+               e2e_s: float | None = None, queue_s: float | None = None) -> None:
+        """One finished request (one choice of n, as vLLM counts its child requests):
+        ``reason`` is textproc's finish reason."""
+        self.finished += 1
+        if vllm is None:
+            return
+        key = "stop" if reason == "tool_calls" else reason
+        vllm.success.get(key, vllm.success["error"]).inc()
+        if e2e_s is None:  # aborted before an answer: no lengths, no latencies
+            return
+        vllm.prompt_tokens.inc(prompt_tokens)
+        vllm.generation_tokens.inc(generation_tokens)
+        vllm.prefix_queries.inc(prompt_tokens)
+        vllm.prefix_hits.inc(cached_tokens)
+        vllm.request_prompt_tokens.observe(prompt_tokens)
+        vllm.request_generation_tokens.observe(generation_tokens)
+        vllm.e2e.observe(e2e_s)
+        if queue_s is not None:
+            vllm.queue.observe(queue_s)
 
-        ``processes``: (role, index, counters) of each service process (TextClient.stats()),
-        exported as ``textproc_process_events_total{role, index, counter}``. ``frontends``:
-        (index, pid, requests served) of each frontend process sharing the port, exported as
-        ``textproc_http_frontend_requests_total{frontend, pid}``.
-        """
-        out: list[str] = []
-        self._request_families(out, frontends)
-        self._connection_families(out)
-        _service_families(out, queue_depths or {}, processes, worker_requests)
-        self._latency_families(out)
-        return "\n".join(out) + "\n"
+    def observe_lag(self, lag_s: float) -> None:
+        self._lag.observe(lag_s)
+        if lag_s > self.loop_lag_max_s:
+            self.loop_lag_max_s = lag_s
+            self._lag_max.set(lag_s)
 
-    def _request_families(self, out: list[str], frontends: Sequence[tuple[int, int, int]]) -> None:
-        _family(out, "textproc_http_requests_total", "counter",
-                "HTTP requests served, by endpoint and status code.")
-        for (endpoint, status), n in sorted(self.requests.items()):
-            out.append(
-                f'textproc_http_requests_total{{endpoint="{_label(endpoint)}",'
-                f'status="{status}"}} {n}'
-            )
-        _family(out, "textproc_http_frontend_requests_total", "counter",
-                "HTTP requests each frontend process served (serve --http-workers N; the "
-                "other families sum every frontend).")
-        for index, pid, n in frontends:
-            out.append(f'textproc_http_frontend_requests_total{{frontend="{index}",'
-                       f'pid="{pid}"}} {n}')
-        _family(out, "textproc_finished_requests_total", "counter",
-                "Generation requests finished, by finish_reason (abort: client went away).")
-        for reason, n in sorted(self.finish_reasons.items()):
-            out.append(f'textproc_finished_requests_total{{reason="{_label(reason)}"}} {n}')
-        _family(out, "textproc_prompt_tokens_total", "counter", "Prompt tokens of finished requests.")
-        out.append(f"textproc_prompt_tokens_total {self.prompt_tokens}")
-        _family(out, "textproc_completion_tokens_total", "counter", "Generated tokens sent to clients.")
-        out.append(f"textproc_completion_tokens_total {self.completion_tokens}")
-        _family(out, "textproc_requests_running", "gauge", "Generation requests in flight now.")
-        out.append(f"textproc_requests_running {self.running}")
-        _family(out, "textproc_client_disconnects_total", "counter",
-                "Requests aborted because the HTTP client disconnected.")
-        out.append(f"textproc_client_disconnects_total {self.aborted_by_client}")
-        _family(out, "textproc_http_upload_disconnects_total", "counter",
-                "Requests whose client disconnected before sending the whole body.")
-        out.append(f"textproc_http_upload_disconnects_total {self.upload_disconnects}")
+    def start_lag_window(self) -> None:
+        """Start a new "worst loop lag since the previous scrape" window (the /metrics route
+        calls it once the scrape is rendered)."""
+        self.loop_lag_max_s = 0.0
+        self._lag_max.set(0.0)
 
-    def _connection_families(self, out: list[str]) -> None:
-        _family(out, "textproc_http_connections_open", "gauge", "HTTP connections open now.")
-        out.append(f"textproc_http_connections_open {self.open_connections}")
-        for name, value, text in (
-            ("connections_refused", self.connections_refused,
-             "Connections refused with 503 because --max-connections were open."),
-            ("header_timeouts", self.header_timeouts,
-             "Connections closed because request headers took longer than --header-timeout."),
-            ("body_timeouts", self.body_timeouts,
-             "Requests answered 408 because the body took longer than --body-timeout."),
-            ("framing_refused", self.framing_refused,
-             "Requests refused (400) for carrying both Transfer-Encoding and Content-Length."),
-            ("health_on_accept", self.health_on_accept,
-             "GET /health probes answered where their connection was accepted (also in "
-             "textproc_http_requests_total)."),
-        ):
-            _family(out, f"textproc_http_{name}_total", "counter", text)
-            out.append(f"textproc_http_{name}_total {value}")
+    def refresh(self, queue_depths: Mapping[str, int], worker_requests: Sequence[int]) -> None:
+        """Bring the values this process samples up to date: its tokenizer queues, its requests
+        per worker, its CPU time (every second, and before a scrape it answers)."""
+        for worker, depth in queue_depths.items():
+            self._queue.labels(worker).set(depth)
+        for index, n in enumerate(worker_requests):
+            seen = self._worker_seen.get(index)
+            if seen is None or n > seen:  # (the first time at 0 too: every worker listed)
+                self._worker_requests.labels(str(index)).inc(n - (seen or 0))
+                self._worker_seen[index] = n
+        cpu = time.process_time()
+        if self._own_cpu is not None and cpu > self._cpu_seen:
+            self._own_cpu.inc(cpu - self._cpu_seen)
+            self._cpu_seen = cpu
 
-    def _latency_families(self, out: list[str]) -> None:
-        _family(out, "textproc_http_loop_lag_seconds", "histogram",
-                f"How late the HTTP frontend's event loop ran a {LAG_PROBE_S:g} s timer: what "
-                "every request and stream waits on top of its own work.")
-        out.extend(self.loop_lag.lines("textproc_http_loop_lag_seconds", ""))
-        _family(out, "textproc_http_loop_lag_max_seconds", "gauge",
-                "The worst loop lag since the previous scrape of /metrics (with several "
-                "frontends: the worst any of them saw since it last answered a scrape).")
-        out.append(f"textproc_http_loop_lag_max_seconds {self.loop_lag_max_s:.6f}")
-        _family(out, "textproc_stage_seconds", "histogram",
-                "Per-stage latency: template, tokenize, queue, detokenize (as reported by the "
-                "service); first_token and request (measured by the HTTP frontend).")
-        for stage, hist in self.stages.items():
-            out.extend(hist.lines("textproc_stage_seconds", f'stage="{stage}"'))
+    # -- the scrape ---------------------------------------------------------------------------
+
+    def scrape(self, inputs: ScrapeInputs) -> bytes:
+        """The text exposition of every frontend's families plus ``inputs``; changes nothing."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Merged(self._collect_kept, lambda: _moment_families(inputs)))
+        return bytes(generate_latest(registry))
+
+    def _collect_kept(self) -> Iterable[Metric]:
+        if self.multiprocess:
+            files: Any = MultiProcessCollector(None)  # type: ignore[no-untyped-call]
+            families: Iterable[Metric] = files.collect()
+            return families
+        return self.registry.collect()
 
 
-def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
-    out.append(f"# HELP {name} {help_text}")
-    out.append(f"# TYPE {name} {kind}")
+_CPU_HELP = ("CPU time (user + system) of each textproc process: the HTTP frontends, the "
+             "tokenizer workers and the detokenizer, by role and index.")
+_DEFAULT_MAX_MODEL_LEN = 8192  # the token buckets' top when the service does not say
+_EVENT_COUNTERS = {
+    "client_disconnects": "Requests aborted because the HTTP client disconnected.",
+    "http_upload_disconnects": "Requests whose client disconnected before sending the whole "
+                               "body.",
+    "http_connections_refused": "Connections refused with 503 because --max-connections were "
+                                "open.",
+    "http_header_timeouts": "Connections closed because request headers took longer than "
+                            "--header-timeout.",
+    "http_body_timeouts": "Requests answered 408 because the body took longer than "
+                          "--body-timeout.",
+    "http_framing_refused": "Requests refused (400) for carrying both Transfer-Encoding and "
+                            "Content-Length.",
+    "http_health_on_accept": "GET /health probes answered where their connection was accepted "
+                             "(also in textproc_http_requests_total).",
+}
 
 
-def _service_families(out: list[str], queue_depths: Mapping[str, int],
-                      processes: Sequence[tuple[str, int, Mapping[str, int]]],
-                      worker_requests: Sequence[int]) -> None:
-    _family(out, "textproc_queue_depth", "gauge",
-            "Requests pending at each tokenizer worker, as this frontend sees them.")
-    for worker, depth in sorted(queue_depths.items()):
-        out.append(f'textproc_queue_depth{{worker="{_label(worker)}"}} {depth}')
-    _family(out, "textproc_worker_requests_total", "counter",
-            "Requests this frontend sent to each tokenizer worker (how the load spreads).")
-    for index, n in enumerate(worker_requests):
-        out.append(f'textproc_worker_requests_total{{worker="{index}"}} {n}')
-    _family(out, "textproc_process_events_total", "counter",
-            "Counters of each service process (worker, detokenizer), for all its clients; "
-            "they restart from 0 when the process is restarted.")
-    for role, index, counters in processes:
+class _Merged(Collector):
+    """The kept families and the moment's, one family per name (samples of a name both have,
+    such as textproc_process_cpu_seconds, joined)."""
+
+    def __init__(self, *sources: Callable[[], Iterable[Metric]]) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for source in self.sources:
+            for family in source():
+                have = merged.get(family.name)
+                if have is None:
+                    merged[family.name] = family
+                else:
+                    have.samples.extend(family.samples)
+        return iter(merged.values())
+
+
+def engine_gauges(stats: Mapping[str, Any]) -> list[tuple[str, float, float, float]]:
+    """(engine, running, waiting, KV-cache usage 0..1) of each engine in an engine stats file:
+    the ranks of the vLLM front of several engines, or engine_vllm's one scheduler as "0";
+    [] for a stats file without them (the stub engine's)."""
+    engines = stats.get("engines")
+    if isinstance(engines, list):
+        out = []
+        for e in engines:
+            if isinstance(e, dict) and isinstance(e.get("rank"), int):
+                out.append((str(e["rank"]), float(e.get("engine_running") or 0),
+                            float(e.get("waiting") or 0), float(e.get("kv_usage") or 0.0)))
+        return out
+    scheduler = stats.get("scheduler")
+    if isinstance(scheduler, dict):
+        return [("0", float(scheduler.get("running") or 0), float(scheduler.get("waiting") or 0),
+                 float(scheduler.get("kv_cache_usage") or 0.0))]
+    return []
+
+
+def _moment_families(inputs: ScrapeInputs) -> list[Metric]:
+    labels = _VLLM_LABELS
+    running = GaugeMetricFamily("vllm:num_requests_running",
+                                "Number of requests in model execution batches.", labels=labels)
+    waiting = GaugeMetricFamily("vllm:num_requests_waiting",
+                                "Number of requests waiting to be processed.", labels=labels)
+    kv = GaugeMetricFamily("vllm:kv_cache_usage_perc",
+                           "KV-cache usage. 1 means 100 percent usage.", labels=labels)
+    for engine, n_running, n_waiting, usage in engine_gauges(inputs.engine_stats):
+        running.add_metric([inputs.model_name, engine], n_running)
+        waiting.add_metric([inputs.model_name, engine], n_waiting)
+        kv.add_metric([inputs.model_name, engine], usage)
+    events = CounterMetricFamily(
+        "textproc_process_events", "Counters of each service process (worker, detokenizer), "
+        "for all its clients; they restart from 0 when the process is restarted.",
+        labels=["role", "index", "counter"])
+    compiles = CounterMetricFamily(
+        "textproc_constraint_compiles", "Constraint indexes each tokenizer worker compiled.",
+        labels=["worker"])
+    cpu = CounterMetricFamily("textproc_process_cpu_seconds", _CPU_HELP, labels=["role", "index"])
+    for role, index, counters in inputs.processes:
         for name, value in sorted(counters.items()):
-            if name != "pid":
-                out.append(f'textproc_process_events_total{{role="{_label(role)}",'
-                           f'index="{index}",counter="{_label(name)}"}} {value}')
+            if name == "cpu_ms":
+                cpu.add_metric([role, str(index)], value / 1000)
+            elif name != "pid":
+                events.add_metric([role, str(index), name], value)
+        if role == "worker" and "constraint_compiles" in counters:
+            compiles.add_metric([str(index)], counters["constraint_compiles"])
+    return [running, waiting, kv, events, compiles, cpu]
 
 
 LAG_PROBE_S = 0.05  # watch_loop_lag's timer
@@ -265,8 +399,6 @@ async def watch_loop_lag(metrics: Metrics,
         start = time.perf_counter()
         await asyncio.sleep(LAG_PROBE_S)
         lag = max(0.0, time.perf_counter() - start - LAG_PROBE_S)
-        metrics.loop_lag.observe(lag)
-        if lag > metrics.loop_lag_max_s:
-            metrics.loop_lag_max_s = lag
+        metrics.observe_lag(lag)
         if on_probe is not None:
             on_probe(lag)

@@ -31,7 +31,6 @@ from textproc.heap import freeze_heap
 from textproc.http.accept import BatchAcceptingServer
 from textproc.http.client_backend import ClientBackend
 from textproc.http.connections import guarded_http
-from textproc.http.frontend_peers import Peers
 from textproc.http.health import StatePublisher
 from textproc.http.metrics import Metrics, watch_loop_lag
 from textproc.http.probe import reply
@@ -56,10 +55,10 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
     ``api_key``, serving a non-loopback host logs a warning.
     """
     setup_logging("http", settings.log_level)  # a no-op when main() did it already
-    index, n = settings.frontend
+    index = settings.frontend[0]
     runtime = Path(settings.runtime_dir)
     metrics = Metrics()
-    peers = Peers(runtime if n > 1 else None, index, n, metrics)
+    metrics.set_frontend(index, os.getpid())
     backend = ClientBackend(runtime, served_model_name=settings.served_model_name,
                             connect_timeout_s=settings.connect_timeout_s,
                             curve_client_key=settings.curve_client_key,
@@ -80,9 +79,8 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
         freeze_heap(GC_THRESHOLDS)  # see GC_THRESHOLDS
         tasks = [asyncio.ensure_future(_after_bind(settings, lambda: server)),
                  asyncio.ensure_future(watch_loop_lag(metrics, beat)),
-                 asyncio.ensure_future(_return_memory_when_idle(metrics))]
-        if n > 1:
-            tasks.append(asyncio.ensure_future(peers.publish(backend)))
+                 asyncio.ensure_future(_return_memory_when_idle(metrics)),
+                 asyncio.ensure_future(_refresh_metrics(metrics, backend))]
         try:
             yield
         finally:
@@ -91,7 +89,6 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
             await backend.close()
             beat(0.0)  # "shutting down"
             settings.address_file.unlink(missing_ok=True)
-            peers.remove()
 
     host = str(listener.getsockname()[0])
     if settings.api_key is None and host not in ("127.0.0.1", "::1", "localhost"):
@@ -100,13 +97,13 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
     if settings.test_hooks:
         _log.warning("--test-hooks: POST /_test/block-loop can block this frontend; tests only")
     app = build_app(backend, limits=settings.limits, metrics=metrics, lifespan=lifespan,
-                    api_key=settings.api_key, peers=peers, test_hooks=settings.test_hooks)
+                    api_key=settings.api_key, test_hooks=settings.test_hooks)
     config = _uvicorn_config(app, settings, metrics)
 
     def answer_probe(data: bytes) -> bytes | None:  # a /health probe, answered on accept
         got = reply(data, lambda: health_answer(backend, metrics), config.headers)
         if got is not None:
-            metrics.health_on_accept += 1
+            metrics.count("http_health_on_accept")
         return got
 
     try:
@@ -127,6 +124,17 @@ _IDLE_CHECK_S = 2.0
 GC_THRESHOLDS = (1000, 10, 1000)
 
 
+_REFRESH_METRICS_S = 1.0
+
+
+async def _refresh_metrics(metrics: Metrics, backend: ClientBackend) -> None:
+    """Until cancelled: every _REFRESH_METRICS_S, the sampled values of this frontend (its
+    queues, its CPU) into the families every frontend's scrape reads."""
+    while True:
+        await asyncio.sleep(_REFRESH_METRICS_S)
+        metrics.refresh(backend.queue_depths(), backend.worker_requests())
+
+
 async def _return_memory_when_idle(metrics: Any) -> None:
     """Once requests have come and gone (none running, none new for _IDLE_CHECK_S): collect
     and hand freed heap pages back to the OS (glibc ``malloc_trim``). After a crowd of 1,500
@@ -139,7 +147,7 @@ async def _return_memory_when_idle(metrics: Any) -> None:
     seen = 0
     while True:
         await asyncio.sleep(_IDLE_CHECK_S)
-        served = sum(metrics.finish_reasons.values())  # generation requests (not /health)
+        served = metrics.finished  # generation requests (not /health)
         if metrics.running == 0 and served != seen:
             seen = served
             gc.collect()

@@ -28,8 +28,7 @@ from textproc.http.api_types import ApiError
 from textproc.http.asgi import BearerAuth, PaceRequests, error_response, json_response
 from textproc.http.backend import Backend
 from textproc.http.connections import FramingGuard
-from textproc.http.frontend_peers import Peers
-from textproc.http.metrics import CONTENT_TYPE, Metrics
+from textproc.http.metrics import CONTENT_TYPE, Metrics, ScrapeInputs
 from textproc.http.openai.routes import OpenAIRoutes
 from textproc.http.responses.routes import ResponsesRoutes
 from textproc.http.serving import Serving
@@ -50,13 +49,14 @@ class _Status:
 
     async def metrics(self, request: Request) -> Response:
         serving = self.serving
-        backend = serving.backend
+        backend, metrics = serving.backend, serving.metrics
         processes = await backend.process_counters()
-        total, depths, shares, frontends = serving.peers.merged(backend.queue_depths(),
-                                                                backend.worker_requests())
-        serving.metrics.start_lag_window()  # "since the previous scrape" (total has a copy)
-        return Response(total.render(depths, processes, shares, frontends),
-                        media_type=CONTENT_TYPE)
+        metrics.refresh(backend.queue_depths(), backend.worker_requests())
+        metrics.vllm(serving.model_name(), backend.max_model_len)  # the families, at 0
+        body = metrics.scrape(ScrapeInputs(serving.model_name(), processes,
+                                           backend.engine_stats()))
+        metrics.start_lag_window()  # "since the previous scrape"
+        return Response(body, media_type=CONTENT_TYPE)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -100,19 +100,16 @@ def build_app(
     metrics: Metrics | None = None,
     lifespan: Any = None,
     api_key: str | None = None,
-    peers: Peers | None = None,
     test_hooks: bool = False,
 ) -> Starlette:
     """The Starlette app serving every API over ``backend``.
 
     With ``api_key``, every route except /health and /metrics answers 401 unless the request
-    carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``peers``: the
-    other frontends on this port, whose metrics /metrics adds (default: none). ``test_hooks``
+    carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``test_hooks``
     adds ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
     """
     metrics = metrics or Metrics()
-    serving = Serving(backend, limits or HttpLimits(), metrics,
-                      peers or Peers(None, 0, 1, metrics))
+    serving = Serving(backend, limits or HttpLimits(), metrics)
     openai, responses = OpenAIRoutes(serving), ResponsesRoutes(serving)
     messages, status = MessagesRoutes(serving), _Status(serving)
     routes = [
@@ -138,7 +135,6 @@ def build_app(
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
                     middleware=middleware, lifespan=lifespan)
     app.state.serving = serving
-    return app
     return app
 
 

@@ -1,6 +1,6 @@
 """What every API route shares: the life of one request, over one backend, limits and metrics.
 
-Owns :class:`Serving` (the backend, the limits, the metrics, the frontends sharing the port) and
+Owns :class:`Serving` (the backend, the limits, the metrics) and
 the steps every handler of every API (``openai/``, ``responses/``, ``anthropic/``) takes through
 it: :meth:`Serving.guard` (read the body under its limit, answer an error in the API's shape,
 count the request), :meth:`Serving.start` (503 while the service is down, 429 over the requests
@@ -24,7 +24,6 @@ from starlette.responses import Response
 from textproc.http.api_types import ApiError, ChatParams
 from textproc.http.asgi import EventStream, Pacer, error_response, read_body, until_disconnect
 from textproc.http.backend import Backend, Output, no_finish_error
-from textproc.http.frontend_peers import Peers
 from textproc.http.media import load_images
 from textproc.http.metrics import Metrics
 from textproc.http.settings import HttpLimits
@@ -50,6 +49,9 @@ class InFlight:
         self.stream = stream
         self.started = started
         self.saw_token = False
+        self.queue_s: float | None = None  # arrival until handed to the engine (the timings)
+        self.last_token: dict[int, float] = {}  # choice -> when its last text came
+        self.vllm = serving.metrics.vllm(serving.model_name(), serving.backend.max_model_len)
         self._closed = False
 
     async def next(self) -> Output | None:
@@ -59,26 +61,41 @@ class InFlight:
             return None
 
     def observe(self, out: Output) -> None:
-        metrics = self.serving.metrics
-        for stage, seconds in out.timings_s.items():
-            if out.index == 0 or stage == "detokenize":  # n choices: one template, one encode
-                metrics.observe(stage, seconds)
-        if not self.saw_token and out.deltas:
-            self.saw_token = True
-            metrics.observe("first_token", time.perf_counter() - self.started)
+        metrics, vllm = self.serving.metrics, self.vllm
+        now = time.perf_counter()
+        timings = out.timings_s
+        if timings:
+            for stage, seconds in timings.items():
+                if out.index == 0 or stage == "detokenize":  # n choices: one template, one encode
+                    metrics.observe(stage, seconds)
+            if "queue" in timings:
+                self.queue_s = sum(timings.get(stage, 0.0)
+                                   for stage in ("template", "tokenize", "queue"))
+        if out.deltas:
+            last = self.last_token.get(out.index)
+            if last is None:
+                vllm.ttft.observe(now - self.started)
+                if not self.saw_token:
+                    self.saw_token = True
+                    metrics.observe("first_token", now - self.started)
+            else:
+                vllm.itl.observe(now - last)
+            self.last_token[out.index] = now
         if out.finish_reason is not None:
             if out.index == 0:  # n choices share one prompt and one request
-                metrics.prompt_tokens += out.prompt_tokens
-                metrics.observe("request", time.perf_counter() - self.started)
-            metrics.completion_tokens += out.completion_tokens
-            metrics.count_finish(out.finish_reason)
+                metrics.observe("request", now - self.started)
+            metrics.finish(vllm, out.finish_reason, prompt_tokens=out.prompt_tokens,
+                           generation_tokens=out.completion_tokens,
+                           cached_tokens=out.cached_tokens, e2e_s=now - self.started,
+                           queue_s=self.queue_s)
 
     async def close(self) -> None:
         """Release the request: aborts it in the service if it has not finished. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self.serving.metrics.running -= 1
+        metrics = self.serving.metrics
+        metrics.set_running(metrics.running - 1)
         aclose = getattr(self.stream, "aclose", None)
         if aclose is not None:
             try:
@@ -90,14 +107,17 @@ class InFlight:
 class Serving:
     """One backend, its limits and metrics, and the steps every route takes through them."""
 
-    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics,
-                 peers: Peers) -> None:
+    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics) -> None:
         self.backend = backend
         self.limits = limits
         self.metrics = metrics
-        self.peers = peers  # the frontends sharing this port: /metrics sums them
         self.started = int(time.time())  # /v1/models' created
         self.pacer = Pacer(limits.handlers_per_turn)
+
+    def model_name(self) -> str:
+        """The served model's name, as vLLM's metrics label it (the first served name)."""
+        models = self.backend.served_models
+        return models[0] if models else "model"
 
     def check_serving(self) -> None:
         """503 while the service cannot serve (no worker, engine down)."""
@@ -137,7 +157,7 @@ class Serving:
             return response
         except ClientDisconnect:  # gone mid-upload: not an error, nobody reads an answer
             status = 499
-            self.metrics.upload_disconnects += 1
+            self.metrics.count("http_upload_disconnects")
             _log.debug("client left %s before sending the whole body", endpoint)
             return Response(status_code=499)
         except ApiError as exc:
@@ -160,7 +180,7 @@ class Serving:
                 f"{self.limits.max_running}; retry later",
                 status=429, type="rate_limit_error", code="too_many_requests",
             )
-        self.metrics.running += 1
+        self.metrics.set_running(self.metrics.running + 1)
         run = InFlight(self, call(), time.perf_counter())
         try:
             connected, first = await until_disconnect(request, run.next())
@@ -177,8 +197,9 @@ class Serving:
 
     def aborted(self) -> None:
         """Count a request the client left."""
-        self.metrics.aborted_by_client += 1
-        self.metrics.count_finish("abort")
+        metrics = self.metrics
+        metrics.count("client_disconnects")
+        metrics.finish(metrics.vllm(self.model_name(), self.backend.max_model_len), "abort")
 
     async def respond(
         self, request: Request, run: InFlight, stream: bool,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from typing import Any, Sequence
 from textproc.lifecycle import child_flags
 from textproc.ports import frontend_file
 
-__all__ = ["Child", "READY_FILE", "READY_FRAME", "READY_SPAWNED", "address_ready",
+__all__ = ["Child", "METRICS_DIR_ENV", "READY_FILE", "READY_FRAME", "READY_SPAWNED", "address_ready",
            "engine_child", "frontend_child", "health_child", "service_child", "spawn",
            "stop_children"]
 
@@ -39,6 +40,8 @@ _PR_SET_PDEATHSIG = 1
 READY_FRAME = "frame"  # a Ready frame on the supervisor's control socket (workers, detokenizer
                        # shards; the engine's EngineHello, relayed by each shard as Ready)
 READY_FILE = "file"  # its address file in the runtime dir names its pid (HTTP frontends)
+# prometheus_client's multi-process mode: the directory of every frontend's value files
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_SPAWNED = "spawned"  # ready once started: the health port reads files, serves nothing else
 
 
@@ -64,6 +67,7 @@ class Child:
     ready_by: str = READY_FRAME
     ready_file: Path | None = None  # READY_FILE: the address file that names its pid
     pass_fds: tuple[int, ...] = ()  # inherited by the child (a listening socket it serves)
+    env: dict[str, str] = field(default_factory=dict)  # added to the inherited environment
     sharded: bool = False  # one of several detokenizer shards: named with its index
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -97,10 +101,11 @@ def engine_child(command: list[str]) -> Child:
 
 def frontend_child(index: int, n: int, *, runtime_dir: Path, address: str, listen_fd: int,
                    health_file: Path | None, parent_pid: int, log_level: str,
-                   extra_args: Sequence[str] = ()) -> Child:
+                   metrics_dir: Path, extra_args: Sequence[str] = ()) -> Child:
     """HTTP frontend ``index`` of ``n`` (``python -m textproc.http``) serving the inherited
     listening socket ``listen_fd``; ready once it has written its address file.
-    ``extra_args``: the user's ``--http-arg`` flags."""
+    ``metrics_dir``: the frontends' shared prometheus_client files (its multi-process mode,
+    which it reads from the environment). ``extra_args``: the user's ``--http-arg`` flags."""
     ready_file = runtime_dir / frontend_file(index)
     command = [sys.executable, "-m", "textproc.http", "--runtime-dir", str(runtime_dir),
                "--http", address, "--listen-fd", str(listen_fd), "--frontend", f"{index}/{n}",
@@ -109,7 +114,7 @@ def frontend_child(index: int, n: int, *, runtime_dir: Path, address: str, liste
         command += ["--health-file", str(health_file)]
     command += [*child_flags(parent_pid=parent_pid, log_level=log_level), *extra_args]
     return Child("http", index, command, ready_by=READY_FILE, ready_file=ready_file,
-                 pass_fds=(listen_fd,))
+                 pass_fds=(listen_fd,), env={METRICS_DIR_ENV: str(metrics_dir)})
 
 
 def health_child(listen_fd: int, state_files: Sequence[Path], *, parent_pid: int,
@@ -125,8 +130,9 @@ def health_child(listen_fd: int, state_files: Sequence[Path], *, parent_pid: int
 def spawn(child: Child) -> None:
     """Start ``child``'s command (on Linux it gets SIGTERM when this process dies)."""
     child.ready = child.ready_by == READY_SPAWNED
+    env = {**os.environ, **child.env} if child.env else None  # None: inherit as it is
     child.process = subprocess.Popen(child.command, stdin=subprocess.DEVNULL,
-                                     pass_fds=child.pass_fds,
+                                     pass_fds=child.pass_fds, env=env,
                                      preexec_fn=_die_with_parent if _LINUX else None)
     child.started_at = time.monotonic()
     child.restart_at = None

@@ -335,6 +335,7 @@ class _Loop:
                     counters["engine_backlog"] = len(self.engine_backlog)
                     counters["indexes_sent_to_engine"] = self.relay.sent_to_engine
                     counters["indexes_completed_on_engine"] = self.relay.completed_on_engine
+                    counters["cpu_ms"] = int(time.process_time() * 1000)
                     counters["pid"] = os.getpid()
                     stats = Stats(frame.request_id, "detokenizer", self.runtime.index, counters)
                     self._send_front(client_id, self.encode(stats))

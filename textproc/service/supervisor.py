@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 import zmq
+from prometheus_client.multiprocess import mark_process_dead
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
 from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
@@ -70,6 +71,7 @@ _MAX_RESTART_DELAY_S = 5.0
 _PROGRESS_EVERY_S = 5.0  # a "still waiting for ..." line while children start
 
 
+METRICS_DIR = "prometheus"  # the HTTP frontends' prometheus_client files, in the runtime dir
 INDEX_STORE_DIR = "indexes"  # the workers' shared index store in the runtime dir, by default
 
 class Supervisor:
@@ -228,6 +230,7 @@ class Supervisor:
                 (self.runtime_dir / name).unlink(missing_ok=True)
             for path in self.runtime_dir.glob("http-*"):  # each frontend's files, if left
                 path.unlink(missing_ok=True)
+            shutil.rmtree(self.runtime_dir / METRICS_DIR, ignore_errors=True)
             if self._index_store is not None:  # the workers' store for this run only
                 shutil.rmtree(self._index_store, ignore_errors=True)
             if self._created_dir:
@@ -308,6 +311,9 @@ class Supervisor:
         runtime, level, n = self.runtime_dir, cfg.service.log_level, cfg.http_workers
         engine_stats = [] if self.engine_stats_file is None else [
             "--engine-stats-file", self.engine_stats_file]
+        metrics_dir = runtime / METRICS_DIR  # cleaned: counters start at 0 with the service
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(mode=0o700)
         started: list[Child] = []
         if cfg.health is not None:  # its own process: it shares no lock with a frontend
             health = listen(cfg.health, flag="--health")
@@ -318,7 +324,8 @@ class Supervisor:
             started.append(frontend_child(
                 i, n, runtime_dir=runtime, address=f"{host}:{port}", listen_fd=listener.fileno(),
                 health_file=runtime / state_file(i) if cfg.health else None, parent_pid=me,
-                log_level=level, extra_args=[*cfg.http_args, *engine_stats]))
+                log_level=level, metrics_dir=metrics_dir,
+                extra_args=[*cfg.http_args, *engine_stats]))
         for child in started:
             self.children.append(child)
             self._spawn(child)
@@ -402,6 +409,10 @@ class Supervisor:
             _log.error("%s (pid %d) exited with code %d after %.1f s; restarting in %.2f s",
                        child.name, proc.pid, code, lived, delay)
             self._publish(ProcessDied(child.role, child.index, code, proc.pid))
+            if child.role == "http" and self.runtime_dir is not None:
+                # its live gauges (requests running, queues) leave the sums; counters stay
+                mark_process_dead(proc.pid,  # type: ignore[no-untyped-call]
+                                  str(self.runtime_dir / METRICS_DIR))
             child.restart_at = now + delay
 
     def _write_files(self) -> None:

@@ -151,6 +151,7 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                                       "constraint_compiles": builder.constraints.compiles,
                                       "constraint_first_states_taken":
                                           builder.constraints.first_states_taken,
+                                      "cpu_ms": int(time.process_time() * 1000),
                                       "pid": os.getpid()})]
         except TemplateError as e:
             replies = _failures(frame, "template", str(e), 400, "messages")
