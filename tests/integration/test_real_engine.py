@@ -5,7 +5,9 @@ Greedy chats give the same content and token counts as vLLM's server, and end at
 generation-config end id (min_tokens, ignore_eos); seeded logprobs are the model's; structured
 outputs and forced tool calls from a random-weight model always validate; stop strings, ``n`` >
 1, streaming and the Responses API work; the Messages API answers as vLLM's own
-``/v1/messages`` does; an aborted stream frees its KV blocks inside vLLM's scheduler; a kill -9
+``/v1/messages`` does; ``/metrics`` has vLLM's families with its types, labels and buckets, and
+their counters move as ``vllm serve``'s after the same requests; an aborted stream frees its KV
+blocks inside vLLM's scheduler; a kill -9
 of the engine ends every in-flight request with an error and the restarted engine serves again.
 The engine runs with ``--fast-forward 4`` (a constraint's forced tokens verified as vLLM
 draft tokens): a structured answer takes fewer engine steps than tokens, with the same greedy
@@ -31,6 +33,7 @@ import jsonschema
 import pytest
 
 from tests.helpers.models import REPO_ROOT
+from tests.helpers.prom import families, value
 from tests.helpers.real_engine import (
     MAX_MODEL_LEN,
     TINY_MODEL,
@@ -509,6 +512,83 @@ def test_cached_prompt_tokens_are_vllms(servers: tuple[Service, str, str]) -> No
     chat = bodies[0][1]
     streamed = [_cached_tokens("", _streamed_usage(base, chat)) for base in (url, reference)]
     assert streamed[0] == streamed[1] >= 512
+
+
+# vLLM's families textproc serves (the rest of vLLM's are the engine's insides: spec decode,
+# preemptions, KV connectors, per-phase timings textproc cannot see)
+VLLM_FAMILIES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens",
+    "vllm:generation_tokens", "vllm:request_success", "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds", "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+)
+
+
+def _scrape(base: str) -> str:
+    resp = httpx.get(base + "/metrics", timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.text
+
+
+def test_metrics_are_vllm_serves_families_with_its_counts(
+        servers: tuple[Service, str, str]) -> None:
+    """The same few requests on both servers: every vLLM family textproc serves is in its
+    scrape with vLLM's type, label names and buckets, and the counters moved alike (the same
+    requests, prompt and generated tokens, finish reasons, histogram counts; prefix-cache
+    queries and hits, inter-token latencies within reason)."""
+    _, url, reference = servers
+    bodies = [
+        {"messages": [{"role": "user", "content": f"{time.time_ns()} Count to five."}],
+         "max_tokens": 12},
+        {"messages": [{"role": "user", "content": "Name a river."}], "max_tokens": 6,
+         "stream": True},
+        {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 200},  # may stop
+    ]
+    before = {side: _scrape(base) for side, base in (("textproc", url), ("vllm", reference))}
+    for side, base in (("textproc", url), ("vllm", reference)):
+        for body in bodies:
+            if body.get("stream"):
+                _stream_text(base, {k: v for k, v in body.items() if k != "stream"})
+            else:
+                _chat(base, {**body, "temperature": 0})
+    after = {side: _scrape(base) for side, base in (("textproc", url), ("vllm", reference))}
+    ours, theirs = families(after["textproc"]), families(after["vllm"])
+
+    def shape(family: Any) -> tuple[str, set[str], list[str]]:
+        labels = {k for s in family.samples for k in s.labels if k != "le"}
+        bounds = sorted({s.labels["le"] for s in family.samples if "le" in s.labels},
+                        key=lambda b: float(b))
+        return family.type, labels, bounds
+
+    for name in VLLM_FAMILIES:
+        assert name in theirs, f"vllm serve has no {name}: the list is out of date"
+        assert name in ours, f"no {name} in textproc's /metrics"
+        assert shape(ours[name]) == shape(theirs[name]), name
+
+    def moved(side: str, sample: str, **labels: str) -> float:
+        return value(after[side], sample, **labels) - value(before[side], sample, **labels)
+
+    for sample in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                   "vllm:e2e_request_latency_seconds_count",
+                   "vllm:time_to_first_token_seconds_count",
+                   "vllm:request_queue_time_seconds_count",
+                   "vllm:request_prompt_tokens_count", "vllm:request_generation_tokens_count",
+                   "vllm:request_prompt_tokens_sum", "vllm:request_generation_tokens_sum"):
+        assert moved("textproc", sample) == moved("vllm", sample), sample
+    assert moved("vllm", "vllm:e2e_request_latency_seconds_count") == len(bodies)
+    for reason in ("stop", "length"):
+        assert moved("textproc", "vllm:request_success_total", finished_reason=reason) \
+            == moved("vllm", "vllm:request_success_total", finished_reason=reason), reason
+    queries = moved("vllm", "vllm:prefix_cache_queries_total")
+    assert moved("textproc", "vllm:prefix_cache_queries_total") == queries > 0
+    hits = [moved(side, "vllm:prefix_cache_hits_total") for side in ("textproc", "vllm")]
+    assert abs(hits[0] - hits[1]) <= 16 * len(bodies), hits  # a KV block per request at most
+    itl = [moved(side, "vllm:inter_token_latency_seconds_count") for side in ("textproc", "vllm")]
+    assert 0.5 * itl[1] <= itl[0] <= itl[1], itl  # textproc sees the steps that carried text
+    running = [s for s in ours["vllm:num_requests_running"].samples]
+    assert [s.labels["engine"] for s in running] == ["0"] and running[0].value == 0
 
 
 def _wait_engine(service: Service, predicate: Any, timeout_s: float = 30) -> dict[str, Any]:
