@@ -250,6 +250,9 @@ class ServiceConfig:
     max_stops: int = MAX_STOP_STRINGS  # stop strings per request
     max_stop_chars: int = MAX_STOP_CHARS  # characters per stop string (the text core's limit)
     max_prompt_chars: int = 4_000_000  # characters of rendered prompt / completion text
+    # an image with more pixels (from its header, before decoding) is a 400: vLLM's
+    # VLLM_MAX_IMAGE_PIXELS default (~179 M pixels, ~0.5 GB decoded)
+    max_image_pixels: int = 178_956_970
     max_live_requests: int = 65_536  # requests the detokenizer holds state for at once
     max_early_outputs: int = 10_000  # outputs buffered for requests whose Submit has not arrived
     early_output_age_s: float = 5.0  # after this, such outputs are dropped and aborted
@@ -298,6 +301,7 @@ class ServiceConfig:
         _check_int("max_stops", self.max_stops, low=0)
         _check_int("max_stop_chars", self.max_stop_chars, low=1)
         _check_int("max_prompt_chars", self.max_prompt_chars, low=1)
+        _check_int("max_image_pixels", self.max_image_pixels, low=1)
         _check_int("split_min_chars", self.split_min_chars, low=0)
         _check_int("max_live_requests", self.max_live_requests, low=1)
         _check_int("max_early_outputs", self.max_early_outputs, low=0)

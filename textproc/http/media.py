@@ -1,7 +1,7 @@
 """Image sources of a chat request -> their bytes: ``data:`` URLs decoded, ``http(s)`` URLs fetched.
 
 Owns what a client may make the frontend fetch: at most ``MediaLimits.max_images`` images a
-request, each at most ``max_image_bytes``; a URL only over http or https, to a host in
+request, each at most ``max_image_bytes``, all at most ``max_total_bytes``; a URL only over http or https, to a host in
 ``allowed_domains`` when that list is set, and never to a private, loopback, link-local or
 otherwise non-global address unless ``allow_private`` (the address is checked after the name
 resolves, and the connection goes to that checked address, so a name that resolves twice
@@ -41,6 +41,8 @@ class MediaLimits:
 
     max_images: int = 16
     max_image_bytes: int = 16 * 1024 * 1024
+    # all of a request's images: they travel to the worker in one frame (64 MiB by default)
+    max_total_bytes: int = 48 * 1024 * 1024
     fetch_timeout_s: float = 5.0
     allowed_domains: tuple[str, ...] = ()  # empty: any host with a global address
     allow_private: bool = False
@@ -55,20 +57,25 @@ async def load_images(images: Sequence[ImageInput], limits: MediaLimits) -> None
                        f"{limits.max_images} per prompt (--limit-mm-per-prompt); the first one "
                        f"over is {images[limits.max_images].param}",
                        param=images[limits.max_images].param)
-    fetches = []
+    fetches: list[ImageInput] = []
     for image in images:
         if image.url.startswith("data:"):
             image.data = _data_url(image.url, image.param, limits.max_image_bytes)
         else:
             fetches.append(image)
-    if not fetches:
-        return
     results = await asyncio.gather(*(_fetch(image, limits) for image in fetches),
-                                   return_exceptions=True)
+                                   return_exceptions=True) if fetches else []
     for image, result in zip(fetches, results):
         if isinstance(result, BaseException):
             raise result
         image.data = result
+    total = 0
+    for image in images:
+        total += len(image.data)
+        if total > limits.max_total_bytes:
+            raise ApiError(f"the request's images come to {total} bytes with {image.param}, "
+                           f"over the limit of {limits.max_total_bytes} bytes per request",
+                           param=image.param)
 
 
 def _data_url(url: str, param: str, max_bytes: int) -> bytes:

@@ -66,6 +66,7 @@ __all__ = ["Built", "RequestBuilder", "MAX_REQUEST_ID_CHARS"]
 
 _log = logging.getLogger("textproc.worker")
 MAX_REQUEST_ID_CHARS = 256
+_FRAME_SLACK_BYTES = 1 << 20  # a Submit's fields besides the prompt ids and pixel values
 # around a message's content that holds special-token text (--special-tokens-in-content text):
 # Unicode noncharacters, "for internal use", never text a client means
 _MARK_OPEN, _MARK_CLOSE = "\ufdd0", "\ufdd1"
@@ -218,7 +219,8 @@ class RequestBuilder:
                 "read images (its config.json has no vision_config); send text only",
                 param=params[0])
         processing = self.vision.processing
-        return [self.image_cache.prepare(data, param, processing)
+        return [self.image_cache.prepare(data, param, processing,
+                                         max_pixels=self.config.max_image_pixels)
                 for data, param in zip(images, params)]
 
     def _place_images(self, prompt_ids: list[int], prepared: list[PreparedImage],
@@ -233,6 +235,16 @@ class RequestBuilder:
                 f"the rendered prompt has {len(at)} image placeholders ({token}) for "
                 f"{len(prepared)} images; image parts go in user messages, and message text "
                 f"must not hold {token}", param=params[0] if params else "messages")
+        # the pixel values travel in the Submit frame: past the frame limit a receiving socket
+        # would drop the connection, so the request is refused here, naming the image
+        total = 4 * len(prompt_ids)
+        for image, param in zip(prepared, params):
+            total += image.pixel_values.nbytes
+            if total > self.config.max_frame_bytes - _FRAME_SLACK_BYTES:
+                raise InvalidInput(
+                    f"{param}: the images' pixel values come to {total} bytes with this one, "
+                    f"over what one frame carries ({self.config.max_frame_bytes} bytes, "
+                    "--max-frame-bytes); send smaller or fewer images", param=param)
         out: list[int] = []
         engine_images: list[EngineImage] = []
         start = 0

@@ -1,0 +1,74 @@
+"""A tokenizer worker's RequestBuilder on a vision-language model directory (Qwen2.5-VL's
+config, processor and chat template around the real Qwen3 tokenizer): images prepared once per
+content (the cache), each refusal an InvalidInput naming the image, the frame limit kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.helpers.images import encoded, sample_images, vision_model_dir
+from tests.helpers.real_engine import SETUP_HINT, TINY_MODEL
+from textproc.config import ServiceConfig
+from textproc.core.tokenizer import Tokenizer
+from textproc.errors import InvalidInput
+from textproc.protocol import ChatRequest, unpack_ids
+from textproc.service.request_builder import RequestBuilder
+
+pytestmark = pytest.mark.timeout(120)
+IMAGES = sample_images()
+CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and"},
+                                     {"type": "image"}]}]
+PARAMS = ["messages[0].content[0]", "messages[0].content[2]"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (TINY_MODEL / "tokenizer.json").is_file():
+        pytest.skip(f"no tokenizer at {TINY_MODEL}: {SETUP_HINT}")
+    return vision_model_dir(tmp_path_factory.mktemp("vl"), TINY_MODEL)
+
+
+def _builder(model: Path, **config: object) -> RequestBuilder:
+    cfg = ServiceConfig(model_dir=str(model), max_model_len=32768, **config)  # type: ignore[arg-type]
+    return RequestBuilder(Tokenizer.from_dir(model), cfg)
+
+
+def test_same_image_prepared_once(model: Path) -> None:
+    builder = _builder(model)
+    png = IMAGES["rgb_150x100.png"]
+    built = builder.chat(ChatRequest("a", CHAT, images=[png, png], image_params=PARAMS), b"c")
+    again = builder.chat(ChatRequest("b", CHAT, images=[png, png], image_params=PARAMS), b"c")
+    assert (builder.image_cache.misses, builder.image_cache.hits) == (1, 3)
+    first, second = built.engine_request, again.engine_request
+    assert first is not None and second is not None
+    assert first.images == second.images
+    assert unpack_ids(first.prompt_token_ids) == unpack_ids(second.prompt_token_ids)
+    a, b = first.images
+    assert a.digest == b.digest and a.length == b.length == 20  # 150x100 -> grid 8x10 -> 20
+    assert b.offset > a.offset + a.length
+
+
+def test_bad_images_name_their_part(model: Path) -> None:
+    builder = _builder(model, max_image_pixels=100_000)
+    good = IMAGES["rgb_150x100.png"]
+    cases = [(IMAGES["rgb_640x480.png"], "over the limit of 100000 pixels"),
+             (good[:40], "not an image this server reads"),
+             (encoded(Image.new("RGB", (900, 4)), "PNG"), "aspect ratio over 200")]
+    for data, match in cases:
+        with pytest.raises(InvalidInput, match=match) as info:
+            builder.chat(ChatRequest("r", CHAT, images=[good, data], image_params=PARAMS), b"c")
+        assert info.value.param == PARAMS[1]
+    with pytest.raises(InvalidInput, match="2 image placeholders .* for 1 images"):
+        builder.chat(ChatRequest("r", CHAT, images=[good], image_params=PARAMS[:1]), b"c")
+
+
+def test_pixel_values_over_the_frame_limit_are_refused(model: Path) -> None:
+    # 640x480 -> 476x644 -> 1564 patches of 1176 float32: 7.4 MB, over a 2 MiB frame limit
+    builder = _builder(model, max_frame_bytes=2 << 20)
+    image = IMAGES["rgb_640x480.png"]
+    with pytest.raises(InvalidInput, match="over what one frame carries") as info:
+        builder.chat(ChatRequest("r", CHAT, images=[image, image], image_params=PARAMS), b"c")
+    assert info.value.param == PARAMS[0]
