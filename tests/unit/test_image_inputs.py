@@ -140,6 +140,8 @@ def test_size_and_count_limits() -> None:
     big = "data:image/png;base64," + base64.b64encode(b"x" * 3000).decode()
     err = _refused(lambda: _load([big], max_image_bytes=1000))
     assert "over the limit of 1000 bytes" in err.message
+    err = _refused(lambda: _load([big] * 3, max_total_bytes=7000))
+    assert err.param == "messages[0].content[2]" and "9000 bytes" in err.message
     err = _refused(lambda: _load([DATA_URL] * 3, max_images=2))
     assert err.param == "messages[0].content[2]" and "--limit-mm-per-prompt" in err.message
 
