@@ -110,6 +110,9 @@ class OutputOptions:
     # that is not text by itself is still identified (vLLM's option; bytes stay the token's)
     return_tokens_as_token_ids: bool = field(default=False,
                                              metadata=_body("return_tokens_as_token_ids"))
+    # each output carries the engine's ids since the previous one (``RequestOutput.token_ids``),
+    # every generated id included (EOS, ids a stop string cut): the token-in / token-out routes
+    return_token_ids: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,7 +191,7 @@ def split_options(given: Mapping[str, Any]) -> tuple[SamplingOptions, OutputOpti
     TypeError naming it.
 
     >>> split_options({"max_tokens": 5, "stop": ["x"]})[:2]
-    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False))
+    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False, return_token_ids=False))
     """
     unknown = set(given) - _SAMPLING_FIELDS - _OUTPUT_FIELDS - _PARSE_FIELDS
     if unknown:

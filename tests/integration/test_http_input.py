@@ -262,6 +262,22 @@ _BASES: dict[str, dict[str, Any]] = {
                      "messages": [{"role": "user", "content": "hi"}]},
     "/v1/messages/count_tokens": {"model": MODEL,
                                   "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/chat/completions/render": chat_body(),
+    "/v1/completions/render": {"model": MODEL, "prompt": ["hi", [1, 2]], "max_tokens": 4},
+    "/v1/messages/render": {"model": MODEL, "max_tokens": 4,
+                            "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/responses/render": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
+    "/v1/chat/completions/derender": {
+        "generate_response": {"request_id": "x", "choices": [{"index": 0, "token_ids": [1, 2],
+                                                              "finish_reason": "stop"}]},
+        "prompt_tokens": 3, "chat_request": chat_body(stop=["x"])},
+    "/v1/completions/derender": {
+        "stream": True, "generate_chunk": {"request_id": "x", "choices": [
+            {"index": 0, "token_ids": [1, 2]}]},
+        "stream_state": {"output_token_ids": [3], "output_chunk_lens": [1]}},
+    "/inference/v1/generate": {"token_ids": [1, 2], "sampling_params": {"max_tokens": 4,
+                                                                         "temperature": 0}},
+    "/inference/v1/abort_requests": {"request_ids": ["generate-tokens-x"]},
 }
 _GET_PATHS = ["/v1/models", "/health", "/metrics", "/v1/models/x", "/v1/chat/completions",
               "/nope"]
@@ -286,6 +302,18 @@ _FIELDS = {
     "/v1/messages/count_tokens": ["model", "messages", "system", "tools", "tool_choice",
                                   "thinking", "messages[0]", "messages[0].content", "unknown"],
 }
+_FIELDS["/v1/chat/completions/render"] = [*_FIELDS["/v1/chat/completions"], "request_id"]
+_FIELDS["/v1/completions/render"] = [*_FIELDS["/v1/completions"], "request_id"]
+_FIELDS["/v1/messages/render"] = _FIELDS["/v1/messages"]
+_FIELDS["/v1/responses/render"] = [*_FIELDS["/v1/responses"], "request_id"]
+_DERENDER = ["model", "stream", "generate_chunk", "stream_state", "prompt_tokens",
+             "prompt_token_ids", "unknown"]
+_FIELDS["/v1/chat/completions/derender"] = [*_DERENDER, "generate_response", "chat_request"]
+_FIELDS["/v1/completions/derender"] = [*_DERENDER, "generate_responses", "completion_request"]
+_FIELDS["/inference/v1/generate"] = ["token_ids", "sampling_params", "request_id", "model",
+                                     "output_mode", "stream", "stream_options", "priority",
+                                     "return_token_ids", "features", "cache_salt", "unknown"]
+_FIELDS["/inference/v1/abort_requests"] = ["request_ids", "unknown"]
 
 
 def test_the_fuzz_covers_every_route() -> None:

@@ -176,7 +176,7 @@ def test_importing_the_parsers_scans_no_family() -> None:
     assert before == 0 and after > 10, (before, after)
 
 
-API_FOLDERS = ("openai", "responses", "anthropic")
+API_FOLDERS = ("openai", "responses", "anthropic", "scale_out")
 API_FILES = {"__init__.py", "routes.py", "bodies.py", "answers.py", "events.py"}
 
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from textproc.core.deltas import one_delta
 from textproc.errors import InvalidInput, TemplateError, TextprocError, WorkerDied
-from textproc.protocol import LogprobEntry, RequestOutput
+from textproc.protocol import LogprobEntry, RequestOutput, unpack_ids
 
 __all__ = ["Usage", "TextEvent", "StreamState", "take_event", "error_from"]
 
@@ -63,11 +63,13 @@ class TextEvent:
     ``request_id`` is then the choice's sub-request id ``<id>-<index>``. ``logprobs`` (a request
     made with ``logprobs``): the entries of the tokens this event's text came from
     (:data:`textproc.core.logprobs.Entry`; their bytes join to the text, see
-    docs/architecture.md "Logprobs"), else empty.
+    docs/architecture.md "Logprobs"), else empty. ``token_ids`` (a request made with
+    ``return_token_ids``): the engine's ids since the previous event, every generated id
+    (EOS, and those whose text a stop string cut, too), else empty.
     """
 
     __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings", "index",
-                 "logprobs")
+                 "logprobs", "token_ids")
 
     def __init__(self, request_id: str, deltas: list[dict[str, Any]], finish_reason: str | None,
                  stop: str | None, usage: Usage | None,
@@ -81,6 +83,7 @@ class TextEvent:
         self.timings: dict[str, float] = timings if timings is not None else {}
         self.index = 0
         self.logprobs: list[LogprobEntry] = logprobs if logprobs is not None else []
+        self.token_ids: list[int] = []
 
     @property
     def delta(self) -> dict[str, Any]:
@@ -138,6 +141,7 @@ def take_event(stream: StreamState) -> TextEvent:
     items = stream.items
     first = items.popleft()
     logprobs = first.logprobs or []
+    packed = first.token_ids
     if not items:
         last, deltas = first, first.deltas
     else:
@@ -149,6 +153,8 @@ def take_event(stream: StreamState) -> TextEvent:
             deltas.extend(last.deltas)
             if last.logprobs:
                 logprobs.extend(last.logprobs)
+            if last.token_ids:
+                packed += last.token_ids
     if last.finish_reason == "error":
         raise error_from(last.error_kind or "internal", last.error or "request failed")
     usage = (Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
@@ -159,5 +165,8 @@ def take_event(stream: StreamState) -> TextEvent:
     else:
         stream.timings = None
         timings["detokenize"] = stream.detok_s
-    return TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage, timings,
-                     logprobs)
+    event = TextEvent(stream.request_id, deltas, last.finish_reason, last.stop, usage, timings,
+                      logprobs)
+    if packed:
+        event.token_ids = unpack_ids(packed)
+    return event

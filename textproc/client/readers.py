@@ -38,6 +38,7 @@ from textproc.protocol import (
     ProcessDied,
     Query,
     Ready,
+    Rendered,
     Stats,
     TokenizeResult,
     Unknown,
@@ -164,7 +165,7 @@ class Readers:
                     call = self.inflight.calls.get(frame.request_id)
                     if call is not None and not call[1].done():
                         call[1].set_exception(err)
-                case TokenizeResult() | DetokenizeResult():
+                case TokenizeResult() | DetokenizeResult() | Rendered():
                     self.inflight.worker_pending[index].discard(frame.request_id)
                     call = self.inflight.calls.get(frame.request_id)
                     if call is not None and not call[1].done():

@@ -44,6 +44,8 @@ from textproc.protocol import (
     DetokenizeRequest,
     DetokenizeResult,
     Stats,
+    Rendered,
+    RenderRequest,
     StatsRequest,
     TokenizeRequest,
     TokenizeResult,
@@ -219,14 +221,32 @@ class TextClient:
         request; a stuck worker then fails the stream with a TextprocError (kind ``timeout``,
         status 504) naming the worker. Generation itself has no deadline.
         """
+        frame = self.chat_request(
+            messages, tools=tools, tool_choice=tool_choice, sampling=sampling, output=output,
+            structured=structured, chat_template_kwargs=chat_template_kwargs,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, documents=documents,
+            request_id=request_id, images=images, image_params=image_params, **options)
+        return self._generate(frame, timeout_s)
+
+    def chat_request(self, messages: list[dict[str, Any]], *,
+                     tools: list[dict[str, Any]] | None = None,
+                     tool_choice: str | dict[str, Any] = "auto",
+                     sampling: SamplingOptions | None = None, output: OutputOptions | None = None,
+                     structured: dict[str, Any] | None = None,
+                     chat_template_kwargs: dict[str, Any] | None = None,
+                     add_generation_prompt: bool = True, continue_final_message: bool = False,
+                     documents: list[dict[str, Any]] | None = None,
+                     request_id: str | None = None, images: Sequence[bytes] = (),
+                     image_params: Sequence[str] = (), **options: Any) -> ChatRequest:
+        """The frame ``chat`` sends for these arguments (for ``render_only``)."""
         if options:  # keyword convenience: the two values' fields by name
             sampling, output, _ = split_options(_stop_list(options))
-        frame = ChatRequest(request_id if request_id is not None else self._next_id(), messages,
-                            tools, tool_choice, dict(chat_template_kwargs or {}),
-                            add_generation_prompt, continue_final_message, documents, structured,
-                            sampling or _SAMPLING, output or _OUTPUT, list(images),
-                            list(image_params))
-        return self._generate(frame, timeout_s)
+        return ChatRequest(request_id if request_id is not None else self._next_id(), messages,
+                           tools, tool_choice, dict(chat_template_kwargs or {}),
+                           add_generation_prompt, continue_final_message, documents, structured,
+                           sampling or _SAMPLING, output or _OUTPUT, list(images),
+                           list(image_params))
 
     def complete(self, prompt: str | Sequence[int], *, sampling: SamplingOptions | None = None,
                  output: OutputOptions | None = None, structured: dict[str, Any] | None = None,
@@ -234,6 +254,19 @@ class TextClient:
                  timeout_s: float | None = None, **options: Any) -> AsyncIterator[TextEvent]:
         """Stream a completion of ``prompt`` (text, or token ids); the options, ``timeout_s``
         and ``structured`` as in ``chat``."""
+        frame = self.completion_request(prompt, sampling=sampling, output=output,
+                                        structured=structured,
+                                        add_special_tokens=add_special_tokens,
+                                        request_id=request_id, **options)
+        return self._generate(frame, timeout_s)
+
+    def completion_request(self, prompt: str | Sequence[int], *,
+                           sampling: SamplingOptions | None = None,
+                           output: OutputOptions | None = None,
+                           structured: dict[str, Any] | None = None,
+                           add_special_tokens: bool = True, request_id: str | None = None,
+                           **options: Any) -> CompletionRequest:
+        """The frame ``complete`` sends for these arguments (for ``render_only``)."""
         if options:  # keyword convenience: the two values' fields by name
             sampling, output, _ = split_options(_stop_list(options))
         rid = request_id if request_id is not None else self._next_id()
@@ -241,9 +274,18 @@ class TextClient:
             text, ids = prompt, None
         else:
             text, ids = "", _packed(prompt, "prompt")
-        frame = CompletionRequest(rid, text, ids, add_special_tokens, structured,
-                                  sampling or _SAMPLING, output or _OUTPUT)
-        return self._generate(frame, timeout_s)
+        return CompletionRequest(rid, text, ids, add_special_tokens, structured,
+                                 sampling or _SAMPLING, output or _OUTPUT)
+
+    async def render_only(self, request: ChatRequest | CompletionRequest, *,
+                          timeout_s: float | None = None) -> tuple[list[int], SamplingOptions]:
+        """What ``request`` (from ``chat_request`` / ``completion_request``) would send the
+        engine, built by a worker exactly as for generation but not submitted: the prompt's
+        ids, and the sampling with the model's defaults and ``max_tokens`` resolved. Bad input
+        raises as ``chat`` would; ``timeout_s`` as in ``tokenize``."""
+        result = await self._call(RenderRequest(self._next_id(), request), timeout_s)
+        assert isinstance(result, Rendered)
+        return unpack_ids(result.token_ids), result.sampling
 
     async def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
                        tools: list[dict[str, Any]] | None = None, add_special_tokens: bool = False,
@@ -465,10 +507,14 @@ class TextClient:
                                  f"{rid!r} within {timeout_s:g} s; it is alive but stuck or "
                                  "overloaded (retry, or raise timeout_s)")
 
-    async def _call(self, frame: TokenizeRequest | DetokenizeRequest, timeout_s: float | None) -> Any:
+    async def _call(self, frame: TokenizeRequest | DetokenizeRequest | RenderRequest,
+                    timeout_s: float | None) -> Any:
         self._check_open()
-        affinity = (conversation_key(frame.messages)
-                    if isinstance(frame, TokenizeRequest) and len(self._workers) > 1 else None)
+        messages = (frame.messages if isinstance(frame, TokenizeRequest) else
+                    frame.request.messages if isinstance(frame, RenderRequest)
+                    and isinstance(frame.request, ChatRequest) else None)
+        affinity = (conversation_key(messages)
+                    if messages is not None and len(self._workers) > 1 else None)
         worker = self._inflight.pick_worker(affinity)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid = frame.request_id

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
 
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
+from textproc.options import SamplingOptions
 
 __all__ = ["Backend", "Output", "Run", "generation_error", "no_finish_error"]
 
@@ -38,6 +39,8 @@ class Output:
     # with logprobs: the entries of the tokens this output's text came from
     # (textproc.core.logprobs.Entry: token id, bytes, logprob, alternatives)
     logprobs: list[Any] = field(default_factory=list)
+    # with output.return_token_ids: the engine's ids since the previous Output of this choice
+    token_ids: list[int] = field(default_factory=list)
 
 
 class Run(Protocol):
@@ -78,6 +81,13 @@ class Backend(Protocol):
         ...
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
+        ...
+
+    async def render(self, params: ChatParams | CompletionParams) -> tuple[list[int],
+                                                                          SamplingOptions]:
+        """What ``chat`` / ``complete`` would send the engine for ``params``, not submitted:
+        the prompt's ids, and the sampling with the model's defaults and max_tokens resolved.
+        Bad input raises the ApiError the generation request would get."""
         ...
 
     async def tokenize(

@@ -17,6 +17,7 @@ from textproc.errors import TextprocError
 from textproc.http.backend import Output
 from textproc.http.engine_ranks import EngineRanks
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
+from textproc.options import SamplingOptions
 
 __all__ = ["ClientBackend", "api_error", "STATS_TIMEOUT_S"]
 
@@ -84,18 +85,24 @@ class ClientBackend:
 
     def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
         return self._outputs(lambda client: client.chat(
-            params.messages, tools=params.tools, tool_choice=params.tool_choice,
-            sampling=params.sampling, output=params.output, structured=params.structured,
-            chat_template_kwargs=params.chat_template_kwargs,
-            add_generation_prompt=params.add_generation_prompt,
-            continue_final_message=params.continue_final_message, documents=params.documents,
-            request_id=request_id, images=[image.data for image in params.images],
-            image_params=[image.param for image in params.images]))
+            params.messages, **_chat_args(params), request_id=request_id))
 
     def complete(self, params: CompletionParams, *, request_id: str) -> AsyncIterator[Output]:
         return self._outputs(lambda client: client.complete(
             params.prompt, sampling=params.sampling, output=params.output,
             structured=params.structured, request_id=request_id))
+
+    async def render(self, params: ChatParams | CompletionParams) -> tuple[list[int],
+                                                                          SamplingOptions]:
+        client = self._client()
+        frame = (client.chat_request(params.messages, **_chat_args(params))
+                 if isinstance(params, ChatParams) else
+                 client.completion_request(params.prompt, sampling=params.sampling,
+                                           output=params.output, structured=params.structured))
+        try:
+            return await client.render_only(frame)
+        except TextprocError as exc:
+            raise api_error(exc) from exc
 
     async def _outputs(self, start: Any) -> AsyncIterator[Output]:
         events: AsyncIterator[TextEvent] = start(self._client())
@@ -112,6 +119,7 @@ class ClientBackend:
                     timings_s=event.timings,
                     index=event.index,
                     logprobs=event.logprobs,
+                    token_ids=event.token_ids,
                 )
         except TextprocError as exc:
             raise api_error(exc) from exc
@@ -172,3 +180,13 @@ class ClientBackend:
             return False, self.client.engine_down
         return self.engine_ranks.check()
 
+
+def _chat_args(params: ChatParams) -> dict[str, Any]:
+    """A chat request's TextClient arguments besides its messages (``chat`` and ``render``)."""
+    return dict(tools=params.tools, tool_choice=params.tool_choice, sampling=params.sampling,
+                output=params.output, structured=params.structured,
+                chat_template_kwargs=params.chat_template_kwargs,
+                add_generation_prompt=params.add_generation_prompt,
+                continue_final_message=params.continue_final_message,
+                documents=params.documents, images=[image.data for image in params.images],
+                image_params=[image.param for image in params.images])

@@ -1,10 +1,10 @@
 """The HTTP frontend's app: every API folder's routes over one ``Serving``, and the process's
 own ``/health`` and ``/metrics``.
 
-Owns the assembly (:func:`build_app`): the routes of ``openai/``, ``responses/`` and
-``anthropic/`` (each folder's ``routes`` module), the middleware (pacing, framing limits, the
-API key), the error answer of a route that does not exist (in the shape of the API its path
-belongs to), and ``GET /health`` (:func:`health_answer`, which ``probe`` answers on accept too)
+Owns the assembly (:func:`build_app`): the routes of ``openai/``, ``responses/``,
+``anthropic/`` and ``scale_out/`` (each folder's ``routes`` module), the middleware (pacing,
+framing limits, the API key), the error answer of a route that does not exist (in the shape of
+the API its path belongs to), and ``GET /health`` (:func:`health_answer`, which ``probe`` answers on accept too)
 and ``GET /metrics``. What a route does lives in its folder; what every route shares (limits,
 accounting, disconnects, closing) in ``serving``; SSE and disconnect watching in ``asgi``. The
 process plumbing around the app (uvicorn, the listening socket, the heap) is ``run``'s.
@@ -31,6 +31,7 @@ from textproc.http.connections import FramingGuard
 from textproc.http.metrics import CONTENT_TYPE, Metrics, ScrapeInputs
 from textproc.http.openai.routes import OpenAIRoutes
 from textproc.http.responses.routes import ResponsesRoutes
+from textproc.http.scale_out.routes import ScaleOutRoutes
 from textproc.http.serving import Serving
 from textproc.http.settings import HttpLimits
 
@@ -112,6 +113,7 @@ def build_app(
     serving = Serving(backend, limits or HttpLimits(), metrics)
     openai, responses = OpenAIRoutes(serving), ResponsesRoutes(serving)
     messages, status = MessagesRoutes(serving), _Status(serving)
+    scale_out = ScaleOutRoutes(serving)
     routes = [
         Route("/v1/chat/completions", openai.chat, methods=["POST"]),
         Route("/v1/completions", openai.completions, methods=["POST"]),
@@ -122,6 +124,15 @@ def build_app(
         Route("/v1/models/{model:path}", openai.model, methods=["GET"]),
         Route("/tokenize", openai.tokenize, methods=["POST"]),
         Route("/detokenize", openai.detokenize, methods=["POST"]),
+        # vLLM's scale-out routes (vllm serve --enable-scale-out), always on here
+        Route("/v1/chat/completions/render", scale_out.render_chat, methods=["POST"]),
+        Route("/v1/completions/render", scale_out.render_completion, methods=["POST"]),
+        Route("/v1/messages/render", scale_out.render_messages, methods=["POST"]),
+        Route("/v1/responses/render", scale_out.render_responses, methods=["POST"]),
+        Route("/v1/chat/completions/derender", scale_out.derender_chat, methods=["POST"]),
+        Route("/v1/completions/derender", scale_out.derender_completion, methods=["POST"]),
+        Route("/inference/v1/generate", scale_out.generate, methods=["POST"]),
+        Route("/inference/v1/abort_requests", scale_out.abort_requests, methods=["POST"]),
         Route("/health", status.health, methods=["GET"]),
         Route("/metrics", status.metrics, methods=["GET"]),
     ]

@@ -137,6 +137,9 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fals
     # protocol 15, on the last output with the usage: of ``prompt_tokens``, how many the
     # engine found in its prefix cache (0: none, or an engine that does not say)
     cached_tokens: int = 0
+    # protocol 17, with ``output.return_token_ids``: pack_ids of the engine's ids since the
+    # previous output of this request (every one: EOS and the ids past a stop string's cut too)
+    token_ids: bytes = b""
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

@@ -37,4 +37,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # RequestOutput.cached_tokens (with the usage on a request's last output)
 # 16: ChatRequest.images / ChatRequest.image_params (image bytes for the worker to decode),
 # EngineRequest.images (EngineImage: the pixel patches, grid and placeholder span of each)
-PROTOCOL_VERSION = 16
+# 17: RequestOutput.token_ids (the engine's ids, with OutputOptions.return_token_ids);
+# RenderRequest / Rendered (a chat or completion request built as for generation, not submitted)
+PROTOCOL_VERSION = 17

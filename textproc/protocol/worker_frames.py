@@ -21,10 +21,12 @@ __all__ = [
     "TokenizeRequest",
     "DetokenizeRequest",
     "StatsRequest",
+    "RenderRequest",
     "Accepted",
     "Failure",
     "TokenizeResult",
     "DetokenizeResult",
+    "Rendered",
     "Stats",
     "EncodePart",
     "EncodedPart",
@@ -99,6 +101,15 @@ class StatsRequest(msgspec.Struct, tag=True, array_like=True):
     request_id: str
 
 
+class RenderRequest(msgspec.Struct, tag=True, array_like=True):
+    """client -> worker (protocol 17): build ``request`` exactly as for generation (template,
+    ids, checks, the model's sampling defaults, max_tokens) and answer with ``Rendered``; the
+    request goes to no detokenizer and no engine, and compiles no constraint."""
+
+    request_id: str
+    request: ChatRequest | CompletionRequest
+
+
 class Accepted(msgspec.Struct, tag=True, array_like=True):
     """worker -> client: the request went to the detokenizer and engine; outputs will follow."""
 
@@ -131,6 +142,16 @@ class DetokenizeResult(msgspec.Struct, tag=True, array_like=True):
 
     request_id: str
     text: str
+
+
+class Rendered(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """worker -> client (protocol 17): what a ``RenderRequest``'s request would send the engine:
+    the prompt's packed ids, and its ``sampling`` with the model's defaults applied and
+    ``max_tokens`` resolved against the context length."""
+
+    request_id: str
+    token_ids: bytes
+    sampling: SamplingOptions = SamplingOptions()
 
 
 class Stats(msgspec.Struct, tag=True, array_like=True):
@@ -166,6 +187,6 @@ class EncodedPart(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
 
 
 WorkerInFrame = (ChatRequest | CompletionRequest | TokenizeRequest | DetokenizeRequest
-                 | StatsRequest | EncodePart)
-WorkerOutFrame = Accepted | Failure | TokenizeResult | DetokenizeResult | Stats
+                 | StatsRequest | EncodePart | RenderRequest)
+WorkerOutFrame = Accepted | Failure | TokenizeResult | DetokenizeResult | Stats | Rendered
 PeerOutFrame = EncodedPart  # what a worker's DEALER to a peer receives

@@ -53,6 +53,8 @@ from textproc.protocol import (
     DetokenizeResult,
     EngineImage,
     EngineRequest,
+    Rendered,
+    RenderRequest,
     Submit,
     TokenizeRequest,
     TokenizeResult,
@@ -164,6 +166,20 @@ class RequestBuilder:
     # -- chat ----------------------------------------------------------------------------------
 
     def chat(self, req: ChatRequest, client_id: bytes) -> Built:
+        prompt_ids, engine_images, sampling, plan, parse, template_s, tokenize_s = (
+            self._chat_parts(req))
+        return self._submit(req.request_id, client_id, prompt_ids, sampling, req.output,
+                            plan.regex, parse, prompt_param="messages",
+                            constraint_param=plan.param,
+                            template_s=template_s, tokenize_s=tokenize_s,
+                            images=engine_images)
+
+    def _chat_parts(self, req: ChatRequest) -> tuple[list[int], list[EngineImage],
+                                                      SamplingOptions, Any, ParseOptions,
+                                                      float, float]:
+        """A chat request's prompt ids, images, sampling (the constraint plan's), constraint
+        plan, parse setup and stage timings: what ``chat`` submits and ``render_only``
+        reports."""
         _check_request_id(req.request_id)
         tools = check_tools(req.tools)
         tool_choice, forced_name = check_tool_choice(req.tool_choice, tools, req.structured)
@@ -199,11 +215,29 @@ class RequestBuilder:
                              tool_format=formats.tool_format or TOOL_FORMATS.default,
                              reasoning_format=formats.reasoning_format or REASONING_FORMATS.default,
                              tool_schemas=tools if parse_tools else None)
-        return self._submit(req.request_id, client_id, prompt_ids, sampling, req.output,
-                            plan.regex, parse, prompt_param="messages",
-                            constraint_param=plan.param,
-                            template_s=template_s, tokenize_s=tokenize_s,
-                            images=engine_images)
+        return prompt_ids, engine_images, sampling, plan, parse, template_s, tokenize_s
+
+    def render_only(self, req: RenderRequest) -> Rendered:
+        """What ``req.request`` would send the engine (``chat`` / ``completion`` up to the
+        Submit, every check included): its prompt ids, and its sampling with the model's
+        defaults applied and ``max_tokens`` resolved. No constraint is compiled. Images are
+        refused: their pixels travel with the engine request, not with ids."""
+        _check_request_id(req.request_id)
+        inner = req.request
+        if isinstance(inner, ChatRequest):
+            if inner.images:
+                param = inner.image_params[0] if inner.image_params else "messages"
+                raise InvalidInput(f"{param} is an image; rendering to token ids takes text "
+                                   "only on this server", param=param)
+            prompt_ids, _, sampling, _, _, _, _ = self._chat_parts(inner)
+            param = "messages"
+        else:
+            prompt_ids, _ = self._completion_ids(inner)
+            sampling, param = inner.sampling, "prompt"
+        sampling, max_tokens, _, _ = self._resolved(prompt_ids, sampling, inner.output,
+                                                    prompt_param=param)
+        return Rendered(req.request_id, pack_ids(prompt_ids),
+                        dataclasses.replace(sampling, max_tokens=max_tokens))
 
     def _prepare_images(self, images: list[bytes], params: list[str]) -> list[PreparedImage]:
         """Each image decoded and preprocessed (from the worker's cache when the same bytes
@@ -355,6 +389,13 @@ class RequestBuilder:
     # -- completion ----------------------------------------------------------------------------
 
     def completion(self, req: CompletionRequest, client_id: bytes) -> Built:
+        prompt_ids, tokenize_s = self._completion_ids(req)
+        constraint = None if req.structured is None else structured_constraint(req.structured)
+        return self._submit(req.request_id, client_id, prompt_ids, req.sampling, req.output,
+                            constraint, None, prompt_param="prompt", tokenize_s=tokenize_s)
+
+    def _completion_ids(self, req: CompletionRequest) -> tuple[list[int], float]:
+        """A completion request's prompt ids and the seconds encoding them took."""
         tokenize_s = 0.0
         _check_request_id(req.request_id)
         if req.prompt_token_ids is not None:
@@ -370,9 +411,7 @@ class RequestBuilder:
             t0 = time.perf_counter()
             prompt_ids = self.encode_text(req.prompt, add_special_tokens=req.add_special_tokens)
             tokenize_s = time.perf_counter() - t0
-        constraint = None if req.structured is None else structured_constraint(req.structured)
-        return self._submit(req.request_id, client_id, prompt_ids, req.sampling, req.output,
-                            constraint, None, prompt_param="prompt", tokenize_s=tokenize_s)
+        return prompt_ids, tokenize_s
 
     # -- tokenize / detokenize -----------------------------------------------------------------
 
@@ -408,6 +447,31 @@ class RequestBuilder:
                 parse: ParseOptions | None, *, prompt_param: str, template_s: float = 0.0,
                 tokenize_s: float = 0.0, constraint_param: str = "response_format",
                 images: list[EngineImage] | None = None) -> Built:
+        sampling, max_tokens, stop_ids, logit_bias = self._resolved(
+            prompt_ids, sampling, output, prompt_param=prompt_param)
+        min_tokens = sampling.min_tokens
+        n_prompt = len(prompt_ids)
+        index_key, table = "", None
+        if constraint is not None:
+            try:
+                index, table = self.constraints.compile(
+                    constraint, shard_of(request_id, self.config.n_detokenizers),
+                    started=self.arrived)
+            except InvalidInput as e:  # the field the constraint came from
+                raise InvalidInput(str(e), param=constraint_param) from e
+            index_key = index.key
+        engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
+                                       sampling.params, constraint, min_tokens,
+                                       sampling.ignore_eos, logit_bias, index_key,
+                                       output.logprobs, self.end_ids, images or [])
+        submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
+                        min_tokens, output, parse, table)
+        return Built(submit, n_prompt, template_s, tokenize_s, engine_request)
+
+    def _resolved(self, prompt_ids: list[int], sampling: SamplingOptions, output: OutputOptions,
+                  *, prompt_param: str) -> tuple[SamplingOptions, int, list[int], dict[int, float]]:
+        """Every check of a request's options against the model, and what they resolve to:
+        the sampling with the model's defaults, max_tokens, the stop ids, the logit bias."""
         # messages name no request id: the client knows which request it sent (OpenAI's wording)
         check_sampling_options(sampling)
         sampling = self.defaults.apply(sampling)  # after the check: the file's were checked at load
@@ -438,19 +502,4 @@ class RequestBuilder:
         extra_ids = check_stop_token_ids(sampling.stop_token_ids, vocab)
         logit_bias = check_logit_bias(sampling.logit_bias, vocab)
         stop_ids = stop_token_ids(self.end_ids, extra_ids, ignore_eos=sampling.ignore_eos)
-        index_key, table = "", None
-        if constraint is not None:
-            try:
-                index, table = self.constraints.compile(
-                    constraint, shard_of(request_id, self.config.n_detokenizers),
-                    started=self.arrived)
-            except InvalidInput as e:  # the field the constraint came from
-                raise InvalidInput(str(e), param=constraint_param) from e
-            index_key = index.key
-        engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
-                                       sampling.params, constraint, min_tokens,
-                                       sampling.ignore_eos, logit_bias, index_key,
-                                       output.logprobs, self.end_ids, images or [])
-        submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
-                        min_tokens, output, parse, table)
-        return Built(submit, n_prompt, template_s, tokenize_s, engine_request)
+        return sampling, max_tokens, stop_ids, logit_bias

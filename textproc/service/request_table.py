@@ -39,6 +39,7 @@ from textproc.protocol import (
     RequestOutput,
     StepOutput,
     Submit,
+    pack_ids,
     step_entries,
 )
 from textproc.service import logprob_rows as lp
@@ -59,10 +60,11 @@ _DONE_IDS_TICKS = 120  # ... and for at most this many housekeeping ticks (0.5 s
 
 
 class Request:
-    """One live request: its client, its output pipeline, its usage, its logprob track."""
+    """One live request: its client, its output pipeline, its usage, its logprob track, and
+    the engine's ids not yet sent (``output.return_token_ids`` only)."""
 
     __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens", "cached_tokens",
-                 "track")
+                 "track", "ids")
 
     def __init__(self, client_id: bytes, state: OutputPipeline, prompt_tokens: int) -> None:
         self.client_id = client_id
@@ -71,6 +73,7 @@ class Request:
         self.completion_tokens = 0
         self.cached_tokens = 0  # prompt tokens the engine found in its prefix cache
         self.track: LogprobTrack | None = None  # with Submit.logprobs (service/logprob_rows.py)
+        self.ids: list[int] | None = None  # with output.return_token_ids: ids since the last output
 
 
 class RequestTable:
@@ -157,6 +160,8 @@ class RequestTable:
         if submit.output.logprobs is not None:
             req.track = lp.new_track(self.tokenizer, state, submit.output.logprobs)
             self.tracked.add(rid)
+        if submit.output.return_token_ids:
+            req.ids = []
         self.live[rid] = req
         if self.early_cached:
             req.cached_tokens = self.early_cached.pop(rid, 0)
@@ -334,7 +339,7 @@ class RequestTable:
             n = len(token_ids)
             n_tokens += n
             state = req.state
-            if reason is not None or not n or state.is_finished:
+            if reason is not None or not n or state.is_finished or req.ids is not None:
                 feed(rid, req, token_ids, reason)
                 continue
             req.completion_tokens += n
@@ -426,11 +431,17 @@ class RequestTable:
         state = req.state
         first = not req.completion_tokens
         req.completion_tokens += len(token_ids)
+        ids = req.ids
+        if ids is not None:
+            ids.extend(token_ids)
         try:
             deltas = state.feed(token_ids) if token_ids else []
             if engine_reason is None and not state.is_finished:
-                if deltas or (first and token_ids):
+                if deltas or (first and token_ids) or ids:
                     item = RequestOutput(rid, join_text(deltas))
+                    if ids:  # (return_token_ids: every step's ids go out with that step)
+                        item.token_ids = pack_ids(ids)
+                        ids.clear()
                     box = self.outbox.get(req.client_id)
                     if box is None:
                         self.outbox[req.client_id] = [item]
@@ -493,7 +504,8 @@ class RequestTable:
         self.counters["requests_finished"] += 1
         self._emit(req, RequestOutput(rid, join_text(deltas), state.finish_reason,
                                       state.matched_stop, req.prompt_tokens,
-                                      req.completion_tokens, cached_tokens=req.cached_tokens))
+                                      req.completion_tokens, cached_tokens=req.cached_tokens,
+                                      token_ids=pack_ids(req.ids) if req.ids else b""))
 
     def _emit(self, req: Request, output: RequestOutput) -> None:
         box = self.outbox.get(req.client_id)

@@ -39,6 +39,7 @@ from textproc.protocol import (
     IndexDone,
     ProcessDied,
     Ready,
+    RenderRequest,
     Stats,
     StatsRequest,
     Submit,
@@ -142,6 +143,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     replies = _generate(builder, gate, frame, client_id, counters)
                 case TokenizeRequest():
                     replies = [builder.tokenize(frame)]
+                case RenderRequest():
+                    replies = [builder.render_only(frame)]
                 case DetokenizeRequest():
                     replies = [builder.detokenize(frame)]
                 case StatsRequest():

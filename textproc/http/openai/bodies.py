@@ -82,6 +82,7 @@ _BODY_PLACES = [(o.owner, o.field) for o in BODY_OPTIONS]
 MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's limit (chat's top_logprobs: 20)
 ERROR_PATH = re.compile(r" - at `\$\.?(.*)`$")
 _MESSAGE_PATH = re.compile(r"messages\[(\d+)\]")
+_MISSING = re.compile(r"Object missing required field `(\w+)`")
 
 
 def decode_body(body: bytes, kind: type[Any], what: str) -> Any:
@@ -94,6 +95,9 @@ def decode_body(body: bytes, kind: type[Any], what: str) -> Any:
         text = str(exc)
         match = ERROR_PATH.search(text)
         param = match.group(1) if match and match.group(1) else None
+        missing = _MISSING.match(text)
+        if missing and param is None:  # a top-level field missing: name it
+            param = missing.group(1)
         if param and param.endswith("role"):
             text += "; allowed roles: system, developer, user, assistant, tool"
         elif param and param.endswith("].type") and ".content[" in param:
