@@ -16,7 +16,7 @@ this is what an engine's process holds (``pack`` / ``unpack`` are the wire form)
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from textproc.core.constraints.vocab import MAX_CHARS, bits_of
 
@@ -42,7 +42,7 @@ class TokenIndex:
         masks: list[bytes],
         mask_of: list[int],
         default_next: list[int],
-        exceptions: list[dict[int, int]],
+        exceptions: Sequence[dict[int, int] | None],
         accepting: list[bool],
         steer: list[int] | None = None,
         distance: list[int] | None = None,
@@ -50,6 +50,7 @@ class TokenIndex:
         by_chars: list[list[int] | None] | None = None,
         char_count: bytes = b"",
         n_known: int = 0,
+        exc_arrays: tuple[array[int], array[int], array[int]] | None = None,
     ) -> None:
         self.vocab_size = vocab_size
         self.end_ids = tuple(end_ids)
@@ -57,7 +58,11 @@ class TokenIndex:
         self._masks = masks
         self._mask_of = mask_of
         self._default = default_next
-        self._exc = exceptions
+        # state -> {id: next state}; an unpacked index builds a state's dict on first use
+        # from ``exc_arrays`` (ids, next states, per-state offsets), so an engine taking a large
+        # index does not build hundreds of thousands of dict entries for states never walked
+        self._exc: list[dict[int, int] | None] = list(exceptions)
+        self._exc_arrays = exc_arrays
         self._accepting = accepting
         self._steer = steer if steer is not None else [-1] * len(mask_of)
         self._distance = distance if distance is not None else [0] * len(mask_of)
@@ -89,7 +94,9 @@ class TokenIndex:
     def nbytes(self) -> int:
         """Bytes of the packed index (what travels to the engine once)."""
         rows = sum(BY_CHARS_WIDTH for row in self._by_chars if row is not None)
-        return (sum(map(len, self._masks)) + 16 * self.n_states + 8 * sum(map(len, self._exc))
+        n_exc = len(self._exc_arrays[0]) if self._exc_arrays is not None else sum(
+            len(exc) for exc in self._exc if exc is not None)
+        return (sum(map(len, self._masks)) + 16 * self.n_states + 8 * n_exc
                 + 4 * rows + len(self._char_count))
 
     def is_accepting(self, state: int) -> bool:
@@ -124,7 +131,10 @@ class TokenIndex:
             return -1
         if token_id in self._ends:
             return state
-        got = self._exc[state].get(token_id)
+        exc = self._exc[state]
+        if exc is None:
+            exc = self._exceptions(state)
+        got = exc.get(token_id)
         if got is not None:
             return got
         row = self._by_chars[state]
@@ -133,20 +143,31 @@ class TokenIndex:
     def transitions(self, state: int) -> tuple[int, dict[int, int]]:
         """``(default next state, {id: next state} exceptions)``: an allowed id goes to its
         exception's state, else to the default (-1 when every allowed id is an exception)."""
-        return self._default[state], self._exc[state]
+        exc = self._exc[state]
+        return self._default[state], exc if exc is not None else self._exceptions(state)
+
+    def _exceptions(self, state: int) -> dict[int, int]:
+        """``state``'s exceptions, built from the packed arrays on first use."""
+        assert self._exc_arrays is not None
+        ids, nexts, offsets = self._exc_arrays
+        start, end = offsets[state], offsets[state + 1]
+        exc = self._exc[state] = dict(zip(ids[start:end], nexts[start:end]))
+        return exc
 
     # -- packing (the engine-side copy is rebuilt from these, no vocabulary needed) -----------
 
     def pack(self) -> dict[str, bytes | int | list[int]]:
         """Plain fields for a wire frame: masks, per-state arrays and exceptions, int32 LE."""
-        exc_ids = array("i")
-        exc_next = array("i")
-        offsets = array("i", [0])
-        for exc in self._exc:
-            for token_id in sorted(exc):
-                exc_ids.append(token_id)
-                exc_next.append(exc[token_id])
-            offsets.append(len(exc_ids))
+        if self._exc_arrays is not None:  # unpacked: the arrays it came with
+            exc_ids, exc_next, offsets = self._exc_arrays
+        else:
+            exc_ids, exc_next, offsets = array("i"), array("i"), array("i", [0])
+            for exc in self._exc:
+                assert exc is not None
+                for token_id in sorted(exc):
+                    exc_ids.append(token_id)
+                    exc_next.append(exc[token_id])
+                offsets.append(len(exc_ids))
         return {
             "vocab_size": self.vocab_size,
             "end_ids": list(self.end_ids),
@@ -204,15 +225,19 @@ class TokenIndex:
         steer_ids.frombytes(steer)
         distances.frombytes(distance)
         n_masks = len(masks) // width
+        # (min / max: these arrays run to hundreds of thousands of entries)
         if (offsets[0] != 0 or offsets[-1] != len(ids) or any(a > b for a, b in zip(offsets, offsets[1:]))
-                or any(not 0 <= m < n_masks for m in mask_index) or any(not -1 <= d < known for d in defaults)
-                or any(not 0 <= t < known for t in nexts) or any(not 0 <= e < vocab_size for e in end_ids)):
-            raise ValueError(f"index {key!r}: offsets, mask numbers or states out of range")
-        exc = [dict(zip(ids[offsets[s] : offsets[s + 1]], nexts[offsets[s] : offsets[s + 1]]))
-               for s in range(len(offsets) - 1)]
+                or not 0 <= min(mask_index) <= max(mask_index) < n_masks
+                or not -1 <= min(defaults) <= max(defaults) < known
+                or (nexts and not 0 <= min(nexts) <= max(nexts) < known)
+                or (ids and not 0 <= min(ids) <= max(ids) < vocab_size)
+                or any(not 0 <= e < vocab_size for e in end_ids)):
+            raise ValueError(f"index {key!r}: offsets, mask numbers, ids or states out of range")
         by_chars = _unpack_by_chars(key, n, known, vocab_size, char_count, by_chars_of, by_chars_next)
+        exc: list[None] = [None] * n
         return cls(vocab_size=vocab_size, end_ids=end_ids, masks=mask_list, mask_of=list(mask_index),
-                   default_next=list(defaults), exceptions=exc, accepting=[bool(a) for a in accepting],
+                   default_next=list(defaults), exceptions=exc, exc_arrays=(ids, nexts, offsets),
+                   accepting=[bool(a) for a in accepting],
                    steer=list(steer_ids), distance=list(distances), key=key, by_chars=by_chars,
                    char_count=char_count, n_known=n_known)
 
