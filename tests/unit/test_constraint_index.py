@@ -123,6 +123,10 @@ def test_index_api_and_mask_layout() -> None:
     for s in range(index.n_states):
         assert copy.allowed_mask(s) == index.allowed_mask(s)
         assert [copy.next_state(s, t) for t in range(VOCAB.size)] == [index.next_state(s, t) for t in range(VOCAB.size)]
+        assert copy.transitions(s) == index.transitions(s)
+    assert copy.pack() == index.pack() and copy.nbytes == index.nbytes  # packed again as it came
+    fresh = TokenIndex.unpack(key=index.key, **index.pack())  # type: ignore[arg-type]
+    assert fresh.pack() == index.pack() and fresh.nbytes == index.nbytes  # with no state walked
 
 
 def test_choice_json_schema_and_tools() -> None:
