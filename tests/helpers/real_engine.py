@@ -45,7 +45,9 @@ def reference_server(root: Path, model: Path = TINY_MODEL) -> ReferenceServer:
                            python=str(VLLM_PYTHON),
                            args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes",
                                  # usage.prompt_tokens_details.cached_tokens, as textproc's
-                                 "--enable-prompt-tokens-details"])
+                                 "--enable-prompt-tokens-details",
+                                 # the render / generate routes textproc serves by default
+                                 "--enable-scale-out"])
 
 
 def serve_vllm_textproc(root: Path, *args: str, model: Path = TINY_MODEL) -> tuple[Service, str]:

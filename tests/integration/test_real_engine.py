@@ -5,7 +5,8 @@ Greedy chats give the same content and token counts as vLLM's server, and end at
 generation-config end id (min_tokens, ignore_eos); seeded logprobs are the model's; structured
 outputs and forced tool calls from a random-weight model always validate; stop strings, ``n`` >
 1, streaming and the Responses API work; the Messages API answers as vLLM's own
-``/v1/messages`` does; ``/metrics`` has vLLM's families with its types, labels and buckets, and
+``/v1/messages`` does; the scale-out routes render the ids ``vllm serve --enable-scale-out``
+renders, and a body rendered by either server generates the same greedy ids on the other; ``/metrics`` has vLLM's families with its types, labels and buckets, and
 their counters move as ``vllm serve``'s after the same requests; an aborted stream frees its KV
 blocks inside vLLM's scheduler; a kill -9
 of the engine ends every in-flight request with an error and the restarted engine serves again.
@@ -825,3 +826,60 @@ def test_messages_api_matches_vllm_serve(servers: tuple[Service, str, str]) -> N
     assert full.usage.output_tokens <= room
     assert (full.stop_reason == "model_context_window_exceeded") == (
         full.usage.output_tokens == room)
+
+
+def _post_json(url: str, path: str, body: Any) -> Any:
+    resp = httpx.post(url + path, json=body, timeout=120)
+    assert resp.status_code == 200, (url + path, resp.text)
+    return resp.json()
+
+
+def _generated_stream(url: str, body: dict[str, Any]) -> tuple[list[int], str]:
+    ids, text = [], ""
+    with httpx.stream("POST", url + "/inference/v1/generate", timeout=120,
+                      json={**body, "stream": True, "output_mode": "text"}) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for choice in json.loads(line[6:])["choices"]:
+                    ids += choice["token_ids"]
+                    text += choice["text"]
+    return ids, text
+
+
+def test_scale_out_routes_match_vllm_serve(servers: tuple[Service, str, str]) -> None:
+    """vLLM's scale-out routes (``vllm serve --enable-scale-out``) on the same bodies: render
+    gives the same ids and sampling params, and a body rendered by either server generates
+    the same greedy ids (and text) on the other, whole and streamed."""
+    _, url, reference = servers
+    keys = ("max_tokens", "temperature", "stop", "stop_token_ids", "seed", "min_tokens")
+    for name, conversation in CONVERSATIONS:
+        body = {"model": MODEL, **conversation, "max_tokens": 12, "temperature": 0, "seed": 3,
+                "stop": ["\n\n\n"]}
+        ours = _post_json(url, "/v1/chat/completions/render", body)
+        theirs = _post_json(reference, "/v1/chat/completions/render", body)
+        assert ours["token_ids"] == theirs["token_ids"], name
+        assert ({k: ours["sampling_params"].get(k) for k in keys}
+                == {k: theirs["sampling_params"].get(k) for k in keys}), name
+        here = _post_json(url, "/inference/v1/generate", theirs)["choices"][0]
+        there = _post_json(reference, "/inference/v1/generate", ours)["choices"][0]
+        assert here["token_ids"] == there["token_ids"] and len(here["token_ids"]) > 0, name
+        assert here["finish_reason"] == there["finish_reason"], name
+        assert _generated_stream(url, theirs) == _generated_stream(reference, ours), name
+    # a completion batch, the Messages and Responses bodies render as vLLM's
+    completion = {"model": MODEL, "prompt": ["Paris is", "Écris 你好"], "max_tokens": 8,
+                  "temperature": 0}
+    ours_list = _post_json(url, "/v1/completions/render", completion)
+    theirs_list = _post_json(reference, "/v1/completions/render", completion)
+    assert [r["token_ids"] for r in ours_list] == [r["token_ids"] for r in theirs_list]
+    for rendered in ours_list:
+        assert (_post_json(reference, "/inference/v1/generate", rendered)["choices"][0]["token_ids"]
+                == _post_json(url, "/inference/v1/generate", rendered)["choices"][0]["token_ids"])
+    messages = {"model": MODEL, "max_tokens": 9, "system": "You are terse.",
+                "messages": [{"role": "user", "content": "Hello 🌍!"}]}
+    assert (_post_json(url, "/v1/messages/render", messages)["token_ids"]
+            == _post_json(reference, "/v1/messages/render", messages)["token_ids"])
+    responses = {"model": MODEL, "input": "Hello 🌍!", "instructions": "You are terse.",
+                 "max_output_tokens": 9}
+    assert (_post_json(url, "/v1/responses/render", responses)["token_ids"]
+            == _post_json(reference, "/v1/responses/render", responses)["token_ids"])
