@@ -277,11 +277,15 @@ def _engine(args: argparse.Namespace, vllm_args: list[str]) -> int:
     from textproc.engines.vllm import default_python
     from textproc.vllm_engines.launch import headless_command
 
-    command = headless_command(args.engine_python or default_python(), args.model_dir,
-                               size=args.data_parallel_size, rank=args.data_parallel_start_rank,
-                               local=args.data_parallel_size_local,
-                               address=args.data_parallel_address,
-                               rpc_port=args.data_parallel_rpc_port, args=vllm_args)
+    try:
+        command = headless_command(args.engine_python or default_python(), args.model_dir,
+                                   size=args.data_parallel_size, rank=args.data_parallel_start_rank,
+                                   local=args.data_parallel_size_local,
+                                   address=args.data_parallel_address,
+                                   rpc_port=args.data_parallel_rpc_port, args=vllm_args)
+    except InvalidInput as e:
+        print(f"textproc engine: {e}", file=sys.stderr)
+        return 2
     env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     print("textproc engine: " + " ".join(command), file=sys.stderr, flush=True)
@@ -325,6 +329,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         config = _serve_config(args, model_dir, level)
+        if config.engine == "vllm" and config.data_parallel.engaged:
+            from textproc.vllm_engines.launch import engine_flags  # (what the command runs)
+
+            engine_flags(config.engine_args)  # vLLM's headless command takes them (checked now)
         _log_sampling_defaults(config.service)
         if args.max_model_len is None:
             _log.info("max_model_len %d: %s (set --max-model-len to change it)",

@@ -3,6 +3,7 @@ as msgpack; ``tests/integration/test_vllm_wire.py`` decodes them with vLLM's own
 
 from __future__ import annotations
 
+import json
 from array import array
 from typing import Any
 
@@ -12,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textproc.engine import IncomingRequest
+from textproc.errors import InvalidInput
 from textproc.vllm_engines import wire
+from textproc.vllm_engines.launch import CPU_WORKER, NO_DRAFTS, engine_flags, headless_command
 from textproc.vllm_engines.routing import PrefixRouter, block_keys
 
 
@@ -190,3 +193,25 @@ def test_an_idle_engines_last_stats_keep_no_work_away() -> None:
     assert router.engines[0].kv_usage == 0.0 and router.engines[0].waiting == 0
     router.routed(1, [])
     assert router.choose(_ids((0, 8)))[0] == 0
+
+
+def test_the_headless_command_turns_fast_forward_into_vllms_speculative_config() -> None:
+    """``textproc engine ... --fast-forward K`` (and ``--engine-arg=--fast-forward=K`` with
+    several engines) is vLLM's own flag for textproc's drafter; a bad K, or a speculative
+    config of the user's own beside it, is refused naming the flag."""
+    command = headless_command("/env/bin/python", "M", size=2, rank=1, address="10.0.0.1",
+                               rpc_port=5555, args=["--dtype", "float32", "--fast-forward", "4"])
+    assert command[:3] == ["/env/bin/vllm", "serve", "M"] and "--fast-forward" not in command
+    at = command.index("--speculative-config")
+    assert json.loads(command[at + 1]) == {"method": "custom_class", "model": NO_DRAFTS,
+                                           "num_speculative_tokens": 4}
+    assert command[command.index("--worker-cls") + 1] == CPU_WORKER
+    assert command[command.index("--dtype") + 1] == "float32"
+    assert engine_flags(["--fast-forward=2"])[-1] == json.dumps(
+        {"method": "custom_class", "model": NO_DRAFTS, "num_speculative_tokens": 2})
+    assert engine_flags(["--max-num-seqs", "8"]) == ["--max-num-seqs", "8"]
+    for bad in (["--fast-forward"], ["--fast-forward=0"], ["--fast-forward", "x"]):
+        with pytest.raises(InvalidInput, match="--fast-forward takes a positive number"):
+            engine_flags(bad)
+    with pytest.raises(InvalidInput, match="drop --speculative-config or --fast-forward"):
+        engine_flags(["--fast-forward=2", "--speculative-config", "{}"])
