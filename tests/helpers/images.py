@@ -51,7 +51,7 @@ def sample_images() -> dict[str, bytes]:
     transparency) / greyscale / LA / CMYK modes, JPEG and PNG and WebP, an EXIF rotation."""
     out: dict[str, bytes] = {}
     for i, (w, h) in enumerate([(150, 100), (640, 480), (33, 47), (1200, 90), (28, 28),
-                                (2000, 1500)]):
+                                (1000, 750)]):
         out[f"rgb_{w}x{h}.png"] = encoded(Image.fromarray(_noise(w, h, i)), "PNG")
     out["rgb_500x375.jpg"] = encoded(Image.fromarray(_noise(500, 375, 7)), "JPEG", quality=90)
     out["rgb_300x200.webp"] = encoded(Image.fromarray(_noise(300, 200, 8)), "WEBP")

@@ -72,3 +72,46 @@ def test_pixel_values_over_the_frame_limit_are_refused(model: Path) -> None:
     with pytest.raises(InvalidInput, match="over what one frame carries") as info:
         builder.chat(ChatRequest("r", CHAT, images=[image, image], image_params=PARAMS), b"c")
     assert info.value.param == PARAMS[0]
+
+
+def test_chat_with_an_image_through_the_service(model: Path, tmp_path: Path) -> None:
+    """HTTP -> worker -> detokenizer -> engine with a vision model (the stub engine ignores the
+    pixels): answered, the prompt counted with the image's tokens, the repeated image a cache
+    hit in the worker."""
+    import asyncio
+    import base64
+
+    import httpx
+
+    from tests.helpers.service import Service, wait_http
+    from textproc.client import TextClient
+
+    service = Service(tmp_path, model, workers=1,
+                      args=["--stub-mode", "random", "--max-model-len", "8192",
+                            "--http", "127.0.0.1:0"]).start()
+    try:
+        url = wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
+        png = base64.b64encode(IMAGES["rgb_150x100.png"]).decode()
+        body = {"model": model.name, "max_tokens": 3, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+            {"type": "text", "text": "What is it?"}]}]}
+        text_only = {**body, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is it?"}]}]}
+        answers = [httpx.post(f"{url}/v1/chat/completions", json=b, timeout=60)
+                   for b in (body, body, text_only)]
+        assert [a.status_code for a in answers] == [200, 200, 200], answers[0].text[:300]
+        tokens = [a.json()["usage"]["prompt_tokens"] for a in answers]
+        # <|vision_start|><|image_pad|>x20<|vision_end|>: 22 tokens more than the text alone
+        assert tokens[0] == tokens[1] == tokens[2] + 22
+
+        async def worker_counters() -> dict[str, int]:
+            client = await TextClient.connect(service.runtime_dir, timeout_s=30)
+            try:
+                return next(s.counters for s in await client.stats() if s.role == "worker")
+            finally:
+                await client.close()
+
+        counters = asyncio.run(worker_counters())
+        assert (counters["images_prepared"], counters["image_cache_hits"]) == (1, 1)
+    finally:
+        service.stop()

@@ -21,11 +21,12 @@ from vllm.multimodal.media.image import ImageMediaIO
 
 
 def main() -> None:
+    tokenizers: dict[bytes, object] = {}  # the models share their tokenizer files: load once
     for job in json.load(sys.stdin):
-        run(job)
+        run(job, tokenizers)
 
 
-def run(job: dict) -> None:
+def run(job: dict, tokenizers: dict) -> None:
     out = Path(job["out"])
     processor = Qwen2VLImageProcessorPil(**{k: v for k, v in job["preprocessor"].items()
                                             if not k.endswith("_type") and k != "processor_class"})
@@ -42,7 +43,11 @@ def run(job: dict) -> None:
         np.savez(out / f"{i}.npz", pixel_values=result["pixel_values"],
                  image_grid_thw=result["image_grid_thw"])
         grids.append(result["image_grid_thw"][0].tolist())
-    tokenizer = AutoTokenizer.from_pretrained(job["model_dir"])
+    root = Path(job["model_dir"])
+    key = (root / "tokenizer.json").read_bytes() + (root / "tokenizer_config.json").read_bytes()
+    if key not in tokenizers:
+        tokenizers[key] = AutoTokenizer.from_pretrained(root)
+    tokenizer = tokenizers[key]
     pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
     merge = processor.merge_size ** 2
     all_ids = []

@@ -154,6 +154,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                                       "constraint_compiles": builder.constraints.compiles,
                                       "constraint_first_states_taken":
                                           builder.constraints.first_states_taken,
+                                      "images_prepared": builder.image_cache.misses,
+                                      "image_cache_hits": builder.image_cache.hits,
                                       "cpu_ms": int(time.process_time() * 1000),
                                       "pid": os.getpid()})]
         except TemplateError as e:
