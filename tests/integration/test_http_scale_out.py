@@ -221,6 +221,8 @@ def test_abort_ends_a_stream_by_its_id(http: httpx.Client) -> None:
      "sampling_params.max_tokens"),
     ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {"bad_words": ["a"]}},
      "sampling_params.bad_words"),
+    ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {"logprobs": 1}},
+     "sampling_params.logprobs"),
     ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {},
                                 "output_mode": "json"}, "output_mode"),
     ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {},

@@ -26,7 +26,6 @@ from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.openai.bodies import decode_body, parse_completion_request
 from textproc.http.openai.structured import structured_spec
 from textproc.options import (
-    MAX_TOP_LOGPROBS,
     OutputOptions,
     SamplingOptions,
     check_output_options,
@@ -61,7 +60,7 @@ _IGNORED = frozenset({"output_kind", "skip_clone", "skip_reading_prefix_cache", 
                       "watermarking"})
 # keys vLLM knows that this server cannot honour: allowed only at vLLM's default (None, [], ...)
 _UNSUPPORTED = ("bad_words", "allowed_token_ids", "prompt_logprobs", "prompt_logprob_token_ids",
-                "prompt_logprob_start", "logprob_token_ids")
+                "prompt_logprob_start", "logprob_token_ids", "logits_processors")
 
 
 class StreamOptionsBody(msgspec.Struct, kw_only=True):
@@ -191,10 +190,12 @@ def options_from_sampling_params(sp: dict[str, Any]) -> tuple[SamplingOptions, O
     n = _number(sp, "n", int) if sp.get("n") is not None else 1
     max_tokens = _number(sp, "max_tokens", int) if sp.get("max_tokens") is not None else None
     min_tokens = _number(sp, "min_tokens", int) if sp.get("min_tokens") is not None else 0
-    logprobs = _number(sp, "logprobs", int) if sp.get("logprobs") is not None else None
-    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
-        raise _bad(f"sampling_params.logprobs={logprobs} is out of range; allowed: "
-                   f"0..{MAX_TOP_LOGPROBS}", "sampling_params.logprobs")
+    if sp.get("logprobs") is not None:
+        # the service's logprob entries follow the text (a skipped special token has none);
+        # vLLM's generate gives one per generated id
+        raise _bad("sampling_params.logprobs is not supported by this server's generate route "
+                   "(its logprobs follow the text, not every id); use /v1/completions with "
+                   "logprobs", "sampling_params.logprobs")
     bias = sp.get("logit_bias") or {}
     if not isinstance(bias, dict):
         raise _bad(f"sampling_params.logit_bias={short(bias)} must be an object of token id "
@@ -207,14 +208,16 @@ def options_from_sampling_params(sp: dict[str, Any]) -> tuple[SamplingOptions, O
         logit_bias[int(key)] = value
     stop = sp.get("stop")
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    if not isinstance(stops, list):
+        raise _bad(f"sampling_params.stop={short(stop)} must be a string or a list of strings",
+                   "sampling_params.stop")
     sampling = SamplingOptions(
         max_tokens=max_tokens, min_tokens=min_tokens,
         stop_token_ids=_ids(sp.get("stop_token_ids"), "sampling_params.stop_token_ids"),
         ignore_eos=_flag(sp, "ignore_eos", False), n=n, params=params, logit_bias=logit_bias)
     output = OutputOptions(
         stop=stops, include_stop=_flag(sp, "include_stop_str_in_output", False),
-        skip_special_tokens=_flag(sp, "skip_special_tokens", True), logprobs=logprobs,
-        return_token_ids=True)
+        skip_special_tokens=_flag(sp, "skip_special_tokens", True), return_token_ids=True)
     try:
         check_sampling_options(sampling)
         check_output_options(output)
