@@ -250,3 +250,24 @@ def test_unknown_model_is_a_404(http: httpx.Client) -> None:
     resp = http.post("/inference/v1/generate",
                      json={"model": "nope", "token_ids": [1], "sampling_params": {}})
     assert resp.status_code == 404 and resp.json()["error"]["param"] == "model"
+
+
+def test_n_choices_and_the_request_id_header(http: httpx.Client) -> None:
+    ids = _post(http, "/tokenize", {"prompt": TEXT})["tokens"]
+    body = {"token_ids": ids, "sampling_params": {"n": 2, "max_tokens": 5}}
+    resp = http.post("/inference/v1/generate", json=body, headers={"X-Request-Id": "hdr"})
+    whole = resp.json()
+    assert resp.status_code == 200 and whole["request_id"] == "generate-tokens-hdr"
+    assert sorted(c["index"] for c in whole["choices"]) == [0, 1]
+    assert all(c["token_ids"] == ids[:5] for c in whole["choices"])
+    assert whole["usage"]["completion_tokens"] == 10
+    chunks = _events(http, {**body, "stream": True,
+                            "stream_options": {"include_usage": True,
+                                               "continuous_usage_stats": True}})
+    by_choice: dict[int, list[int]] = {0: [], 1: []}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        by_choice[choice["index"]] += choice["token_ids"]
+        assert chunk["usage"]["completion_tokens"] == len(by_choice[choice["index"]])
+    assert by_choice == {0: ids[:5], 1: ids[:5]}
+    assert chunks[-1]["usage"]["completion_tokens"] == 10
