@@ -1,6 +1,6 @@
 """Image preprocessing against the reference: transformers' Qwen2-VL image processor after
 vLLM's image loading (run in the engine's environment, ``images_reference.py``), on images made
-here. Pixel values within float tolerance, grids equal, and a chat's prompt ids (placeholders
+here. Pixel values bit for bit, grids equal, and a chat's prompt ids (placeholders
 expanded) equal to the reference's ids."""
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def test_images_match_transformers_and_vllm(name: str, reference: Path) -> None:
         assert list(mine.grid_thw) == ref["image_grid_thw"][0].tolist(), n
         assert mine.pixel_values.shape == ref["pixel_values"].shape, n
         assert mine.pixel_values.dtype == np.float32
-        np.testing.assert_allclose(mine.pixel_values, ref["pixel_values"], rtol=0, atol=1e-5,
-                                   err_msg=n)
+        # the same float operations on the same values: the same bits
+        np.testing.assert_array_equal(mine.pixel_values, ref["pixel_values"], err_msg=n)
     config = ServiceConfig(model_dir=str(model), max_model_len=32768)
     builder = RequestBuilder(Tokenizer.from_dir(model), config)
     reference_ids = json.loads((out / "ids.json").read_text())
