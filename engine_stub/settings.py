@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["MODES", "StubSettings", "parse_args"]
+__all__ = ["MODES", "SCHEDULING_POLICIES", "StubSettings", "parse_args"]
 
 MODES = ("echo", "replay", "random")  # textproc.config.STUB_MODES offers the same (a test checks)
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's --scheduling-policy choices and meaning
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class StubSettings:
     vocab_size: int | None = None  # random mode without --model-dir
     curve_client_key: str | None = None  # *.key_secret: CURVE with a service run with --curve-dir
     curve_server_key: str | None = None  # the service's server.key
+    # the waiting queue's order: arrival ("fcfs"), or lower IncomingRequest.priority first,
+    # arrival within one ("priority"), as vLLM's scheduler orders its waiting requests
+    scheduling_policy: str = "fcfs"
 
 
 def _positive_int(text: str) -> int:
@@ -78,6 +82,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve-server-key", metavar="FILE", help="the service's public server.key")
     p.add_argument("--vocab-size", type=_positive_int,
                    help="random mode without --model-dir: draw ids from range(N)")
+    p.add_argument("--scheduling-policy", choices=SCHEDULING_POLICIES, default="fcfs",
+                   help="the order waiting requests are admitted in (vLLM's flag): arrival, or "
+                        "lower priority first")
     return p
 
 
@@ -109,4 +116,5 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
         stats_file=a.stats_file, stats_interval_s=a.stats_interval_s,
         report_aborts=a.report_aborts, vocab_size=a.vocab_size,
         curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key,
+        scheduling_policy=a.scheduling_policy,
     )

@@ -40,6 +40,7 @@ from types import FrameType
 from typing import Any, Callable, Sequence
 
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
+from textproc.engine.calls import call_args
 
 from engine_stub.settings import StubSettings, parse_args
 from engine_stub.scripts import (
@@ -132,6 +133,12 @@ class StubEngine:
         self.backpressure_waits = 0
         self._stop = threading.Event()
         self._started_at = 0.0
+        # operators' calls (textproc.engine.calls), as vLLM's engine core answers them: a pause
+        # holds new requests in ``waiting`` ("new": running ones go on; "all": nothing steps),
+        # sleeping holds the tags vLLM's executor would have put to sleep
+        self.paused: str | None = None
+        self.sleeping: set[str] = set()
+        self.pause_waits: list[tuple[str, int | None]] = []  # "wait" mode: (call id, sleep level)
 
     def stop(self) -> None:
         self._stop.set()
@@ -149,7 +156,7 @@ class StubEngine:
                 if s.stats_file and time.monotonic() >= next_stats:
                     self.write_stats()
                     next_stats = time.monotonic() + s.stats_interval_s
-                if not self.running and not self.waiting:
+                if self._idle():
                     self.link.wait(IDLE_WAIT_S)
                 elif not self.link.writable():
                     # textproc is behind (send queue full): wait rather than drop tokens
@@ -166,17 +173,25 @@ class StubEngine:
         """One engine step (no-op when nothing is running or waiting)."""
         t0 = time.perf_counter()
         link = self.link
-        for request in link.poll_requests():
+        arrived = link.poll_requests()
+        for request in arrived:
             self.waiting.append(request)
-            self._track(request.request_id)
+            self._track(request.request_id, request.priority)
             if request.constraint is not None:
                 self.constrained_requests += 1
+        if arrived and self.settings.scheduling_policy == "priority" and len(self.waiting) > 1:
+            # a stable sort: arrival order within one priority, as vLLM's (priority, arrival)
+            self.waiting = deque(sorted(self.waiting, key=_priority))
         outputs: list[tuple[str, list[int], str | None]] = []
         aborts = link.poll_aborts()
         if aborts:
             self._abort(aborts, outputs)
+        for call in link.poll_calls():
+            self._on_call(call, outputs)
+        if self.pause_waits and not self.running:  # "wait": the running requests have ended
+            self._end_pause_waits()
         held: list[IncomingRequest] = []  # a reasoning budget needs the whole index
-        while self.waiting and len(self.running) < self.settings.max_batch:
+        while self.waiting and len(self.running) < self.settings.max_batch and not self.paused:
             request = self.waiting.popleft()
             guide = request.guide
             budget = self.budgets is not None and "max_reasoning_tokens" in request.sampling
@@ -190,7 +205,7 @@ class StubEngine:
                 state.constrain(request.guide, random.Random(f"{self.settings.seed}:{request.request_id}"))
             self.running[request.request_id] = state
         self.waiting.extendleft(reversed(held))
-        if not self.running:
+        if not self.running or self.paused == "all":
             if outputs:
                 _send_columns(link, outputs)
             return
@@ -246,10 +261,86 @@ class StubEngine:
                     kept.append(request)
             self.waiting = kept
 
+    # operators' calls ----------------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        """Nothing to step: no requests, or none that a pause lets run."""
+        if self.paused == "all" or (self.paused and not self.running):
+            return True
+        return not self.running and not self.waiting
+
+    def _on_call(self, call: Any, outputs: list[tuple[str, list[int], str | None]]) -> None:
+        """One operator's call, answered as vLLM's ``EngineCore`` answers it (the stub has no
+        prefix cache and no weights: resetting the one always succeeds, sleeping only stops
+        scheduling)."""
+        args = call_args(call)
+        link = self.link
+        match call.method:
+            case "reset_prefix_cache":
+                link.answer_call(call.call_id, True)
+            case "pause_scheduler":
+                self._pause(call.call_id, args[0], None, outputs)
+            case "sleep":
+                self._pause(call.call_id, args[1], args[0], outputs)
+            case "resume_scheduler":
+                if self.pause_waits:  # vLLM refuses it too
+                    link.answer_call(call.call_id, error="resume called while a pause is still "
+                                     "waiting for running requests to end; resume once the "
+                                     "pause has answered", status=409)
+                    return
+                self.paused = None
+                link.answer_call(call.call_id, None)
+            case "wake_up":
+                tags = [t for t in (args[0] or []) if t != "scheduling"] if args[0] else None
+                if tags is None:
+                    self.sleeping.clear()
+                else:
+                    self.sleeping.difference_update(tags)
+                if not self.sleeping and not self.pause_waits:
+                    self.paused = None
+                link.answer_call(call.call_id, not self.sleeping)
+            case "is_sleeping":
+                link.answer_call(call.call_id, bool(self.paused or self.sleeping))
+            case "is_scheduler_paused":
+                link.answer_call(call.call_id, self.paused is not None)
+            case _:
+                link.answer_call(call.call_id, error=f"the stub engine has no method "
+                                 f"{call.method!r}", status=501)
+
+    def _pause(self, call_id: str, mode: str, sleep_level: int | None,
+               outputs: list[tuple[str, list[int], str | None]]) -> None:
+        """vLLM's pause modes: "abort" ends every request (each client hears "abort"), "keep"
+        freezes them, "wait" lets the running ones finish and answers then; new requests wait
+        in every mode. A sleep (level >= 1) also sleeps the weights and the KV cache."""
+        if mode == "abort":
+            for request_id, state in self.running.items():
+                self._record(request_id, state.generated, "abort")
+                outputs.append((request_id, [], "abort"))
+            for request in self.waiting:
+                self._record(request.request_id, 0, "abort")
+                outputs.append((request.request_id, [], "abort"))
+            self.finished["abort"] += len(self.running) + len(self.waiting)
+            self.running.clear()
+            self.waiting.clear()
+        self.paused = "all" if mode == "keep" else "new"
+        if mode == "wait" and self.running:
+            self.pause_waits.append((call_id, sleep_level))
+            return
+        if sleep_level:
+            self.sleeping.update(("weights", "kv_cache"))
+        self.link.answer_call(call_id, None)
+
+    def _end_pause_waits(self) -> None:
+        waits, self.pause_waits = self.pause_waits, []
+        for call_id, sleep_level in waits:
+            if sleep_level:
+                self.sleeping.update(("weights", "kv_cache"))
+            self.link.answer_call(call_id, None)
+
     # stats -----------------------------------------------------------------------------------
 
-    def _track(self, request_id: str) -> None:
-        self.requests[request_id] = {"generated": 0, "finish_reason": None}
+    def _track(self, request_id: str, priority: int = 0) -> None:
+        self.requests[request_id] = {"generated": 0, "finish_reason": None, "priority": priority}
         while len(self.requests) > MAX_TRACKED_REQUESTS:
             self.requests.popitem(last=False)
 
@@ -289,6 +380,8 @@ class StubEngine:
             "tokens_generated": self.tokens_generated,
             "running": len(self.running),
             "waiting": len(self.waiting),
+            "paused": self.paused,
+            "sleeping": sorted(self.sleeping),
             "max_running_seen": self.max_running_seen,
             "finished": dict(self.finished),
             "constrained_requests": self.constrained_requests,
@@ -303,6 +396,10 @@ class StubEngine:
         if not path:
             return
         write_stats_file(path, self.stats())
+
+
+def _priority(request: IncomingRequest) -> int:
+    return request.priority
 
 
 def _load_tokenizer(model_dir: str) -> TokenizerLike:

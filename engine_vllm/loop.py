@@ -38,6 +38,7 @@ from typing import Any
 
 from engine_vllm.startup import VllmSettings, build_core, engine_args, parse_args
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
+from textproc.engine.calls import call_args
 
 __all__ = ["VllmEngine", "main"]
 
@@ -90,6 +91,11 @@ class VllmEngine:
         # not added yet: a guide whose first mask is not built, or a reasoning budget on a
         # partial index
         self.held: list[IncomingRequest] = []
+        # an operator's pause or sleep (textproc.engine.calls): "new": new requests are held
+        # (vLLM queues adds while paused), running ones go on; "all": nothing steps
+        self.paused: str | None = None
+        # "wait" mode: (call id, clear_cache, sleep level or None), answered once none runs
+        self.pause_waits: list[tuple[str, bool, int | None]] = []
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.steps = 0
         self.stalled = False  # the last step ran nothing: every live request waits for states
@@ -148,8 +154,10 @@ class VllmEngine:
                 if s.stats_file and time.monotonic() >= next_stats:
                     self.write_stats()
                     next_stats = time.monotonic() + s.stats_interval_s
-                if not self.live or self.stalled:  # (stalled: every request waits for states)
-                    link.wait(IDLE_WAIT_S if not (self.held or self.stalled) else 0.002)
+                if not self.live or self.stalled or self.paused == "all":
+                    # (stalled: every request waits for states)
+                    busy = (self.held or self.stalled) and not self.paused
+                    link.wait(0.002 if busy else IDLE_WAIT_S)
                 elif not link.writable():  # textproc is behind: wait rather than drop tokens
                     time.sleep(0.001)
                     continue
@@ -172,6 +180,9 @@ class VllmEngine:
             waiting, self.held = self.held, []
             requests = [*waiting, *requests]
         for request in requests:
+            if self.paused:  # added on resume, in arrival order
+                self.held.append(request)
+                continue
             guide = request.guide  # .ready moves it onto the whole index once that arrived
             # (a reasoning budget's states come from a walk of the whole index)
             if guide is not None and (not guide.ready or (
@@ -195,10 +206,14 @@ class VllmEngine:
                 for rid in known:
                     self.live.discard(rid)
                     self._record(rid, "abort")
+        for call in link.poll_calls():
+            self._on_call(call, outputs)
+        if self.pause_waits and not self.live:  # "wait": the running requests have ended
+            self._end_pause_waits()
         times = self.loop_s
         t1 = time.perf_counter()
         times["inputs"] += t1 - t0
-        if self.live:
+        if self.live and self.paused != "all":
             engine_outputs, executed = self.core.step_fn()  # what vLLM's own busy loop calls
             self.core.post_step(executed)
             self.stalled = not executed
@@ -218,6 +233,84 @@ class VllmEngine:
             self._send_unsent()  # no step follows to send them behind
         times["outputs"] += time.perf_counter() - t1
 
+    def _on_call(self, call: Any, outputs: list[Any]) -> None:
+        """One operator's call (``textproc.engine.calls``): vLLM's own ``EngineCore`` method,
+        with what vLLM's engine process adds around it (queueing new requests while paused,
+        the "wait" pause mode, "abort" outputs for the requests a pause ends)."""
+        core, link = self.core, self.link
+        args = call_args(call)
+        try:
+            match call.method:
+                case "reset_prefix_cache":
+                    link.answer_call(call.call_id, bool(core.reset_prefix_cache(*args)))
+                case "pause_scheduler":
+                    self._pause(call.call_id, args[0], args[1], None, outputs)
+                case "sleep":
+                    self._pause(call.call_id, args[1], args[0] >= 1, args[0], outputs)
+                case "resume_scheduler":
+                    if self.pause_waits:
+                        link.answer_call(call.call_id, error="resume called while a pause is "
+                                         "still waiting for running requests to end; resume "
+                                         "once the pause has answered", status=409)
+                        return
+                    core.resume_scheduler()
+                    self.paused = None
+                    link.answer_call(call.call_id, None)
+                case "wake_up":
+                    awake = bool(core.wake_up(*args))
+                    if awake and not self.pause_waits:
+                        self.paused = None
+                    link.answer_call(call.call_id, awake)
+                case "is_sleeping":
+                    link.answer_call(call.call_id, bool(self.paused) or bool(core.is_sleeping()))
+                case "is_scheduler_paused":
+                    link.answer_call(call.call_id, bool(self.paused)
+                                     or bool(core.is_scheduler_paused()))
+                case _:
+                    link.answer_call(call.call_id, error=f"engine_vllm has no method "
+                                     f"{call.method!r}", status=501)
+        except Exception as exc:  # noqa: BLE001 - vLLM refused it: the caller hears why
+            _log.error("%s(%s) failed in vLLM: %s", call.method, args, exc)
+            link.answer_call(call.call_id, error=f"vLLM's {call.method} failed: {exc}",
+                             status=400 if isinstance(exc, ValueError) else 500)
+
+    def _pause(self, call_id: str, mode: str, clear_cache: bool, sleep_level: int | None,
+               outputs: list[Any]) -> None:
+        """vLLM's pause modes: "abort" ends every request (the clients hear "abort"), "keep"
+        freezes them, "wait" lets the running ones end and answers then (vLLM's in-process
+        core has no "wait": this loop waits); new requests are held in every mode. A sleep
+        pauses, then vLLM's executor sleeps at ``sleep_level`` (level 0: the pause only)."""
+        self.paused = "all" if mode == "keep" else "new"
+        if mode == "wait" and self.live:
+            self.pause_waits.append((call_id, clear_cache, sleep_level))
+            return
+        self._pause_core("keep" if mode == "wait" else mode, clear_cache, sleep_level)
+        if mode == "abort":
+            ended = [*self.live, *(r.request_id for r in self.held)]
+            for rid in ended:
+                self.backend.guides.pop(rid, None)
+                self._record(rid, "abort")
+                outputs.append((rid, [], "abort"))
+            self.live.clear()
+            self.held = []
+        self.link.answer_call(call_id, None)
+
+    def _pause_core(self, mode: str, clear_cache: bool, sleep_level: int | None) -> None:
+        if sleep_level is None:
+            self.core.pause_scheduler(mode=mode, clear_cache=clear_cache)
+        else:
+            self.core.sleep(sleep_level, mode)
+
+    def _end_pause_waits(self) -> None:
+        waits, self.pause_waits = self.pause_waits, []
+        for call_id, clear_cache, sleep_level in waits:
+            try:
+                self._pause_core("keep", clear_cache, sleep_level)
+            except Exception as exc:  # noqa: BLE001 - vLLM refused it: the caller hears why
+                self.link.answer_call(call_id, error=f"vLLM's pause failed: {exc}", status=500)
+                continue
+            self.link.answer_call(call_id, None)
+
     def _budgets(self) -> Any:
         """Reasoning budgets (textproc.core.constraints.reasoning_budget) over textproc's tokenizer of the
         model, loaded on the first request that has one."""
@@ -236,7 +329,8 @@ class VllmEngine:
             core_request = self._request_cls(
                 request_id=rid, prompt_token_ids=list(request.prompt_token_ids), mm_features=None,
                 sampling_params=params, pooling_params=None, arrival_time=time.time(),
-                lora_request=None, cache_salt=None, data_parallel_rank=None)
+                lora_request=None, cache_salt=None, data_parallel_rank=None,
+                priority=request.priority)
             if request.guide is not None:
                 if "max_reasoning_tokens" in request.sampling:
                     self._budgets().apply(request.guide, request.sampling)
@@ -251,7 +345,10 @@ class VllmEngine:
             return
         self.live.add(rid)
         self.stalled = False  # a step may run it
-        self.requests[rid] = {"generated": 0, "steps": 0, "finish_reason": None}
+        # the priority vLLM's scheduler holds for it (what its priority policy orders by)
+        scheduled = self.core.scheduler.requests.get(rid)
+        self.requests[rid] = {"generated": 0, "steps": 0, "finish_reason": None,
+                              "priority": getattr(scheduled, "priority", None)}
         while len(self.requests) > MAX_TRACKED_REQUESTS:
             self.requests.popitem(last=False)
 
@@ -356,6 +453,7 @@ class VllmEngine:
             "tokens_generated": self.tokens_generated,
             "rejected": self.rejected,
             "live": len(self.live),
+            "paused": self.paused,
             "loop_s": self.loop_s,
             "scheduler": self.scheduler_state(),
             # per constrained request per step: the state's mask copied into vLLM's bitmask

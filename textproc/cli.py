@@ -388,6 +388,13 @@ def _log_sampling_defaults(service: ServiceConfig) -> None:
                   list(generation.eos_token_ids), generation.eos_source)
 
 
+def _dev_mode_flags() -> tuple[str, ...]:
+    """``--admin-routes`` for the HTTP frontends when ``VLLM_SERVER_DEV_MODE`` is set, as
+    vLLM's server then serves its admin routes (vLLM's reading: an int, 0 by default)."""
+    value = os.environ.get("VLLM_SERVER_DEV_MODE", "0").strip()
+    return ("--admin-routes",) if value.lstrip("-").isdigit() and int(value) else ()
+
+
 def _context_length(model_dir: Path) -> tuple[int, str]:
     """The model's context length as ``vllm serve`` derives it, and where it came from."""
     derived = model_context_length(model_dir)
@@ -440,7 +447,7 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
         stub_args=tuple(args.stub_arg),
         stub_stats_file=args.stub_stats_file,
         http=args.http,
-        http_args=tuple(args.http_arg),
+        http_args=tuple(args.http_arg) + _dev_mode_flags(),
         http_workers=args.http_workers,
         health=args.health,
         exit_with_parent=args.exit_with_parent,

@@ -51,6 +51,7 @@ __all__ = [
     "MAX_TOP_LOGPROBS",
     "MAX_LOGIT_BIAS",
     "LOGIT_BIAS_RANGE",
+    "PRIORITY_RANGE",
     "REASONING_BUDGET_OPTIONAL",
 ]
 
@@ -61,6 +62,7 @@ MAX_STOP_CHARS = 1024  # characters per stop string (the stop checker holds back
 MAX_TOP_LOGPROBS = 20  # alternatives per token a request may ask for (OpenAI's top_logprobs limit)
 MAX_LOGIT_BIAS = 1024  # entries of one request's logit_bias
 LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 forces it
+PRIORITY_RANGE = (-(2**63), 2**63 - 1)  # vLLM's priority: an int64
 
 # A ``SamplingOptions.params`` switch beside ``max_reasoning_tokens``: the budget applies where
 # the model reasons in tagged markup and is dropped elsewhere (Anthropic's ``budget_tokens`` is a
@@ -71,9 +73,10 @@ _SCALARS = (str, int, float, bool, type(None))
 _TOOL_CHOICES = ("none", "auto", "required")
 
 
-def _body(name: str) -> dict[str, str]:
-    """A field's metadata: the OpenAI chat and completion bodies carry it as ``name``."""
-    return {"body": name}
+def _body(name: str, **bounds: int | float) -> dict[str, Any]:
+    """A field's metadata: the OpenAI chat and completion bodies carry it as ``name``, within
+    ``bounds`` (``ge`` / ``gt`` / ``le``, as ``BodyOption``'s)."""
+    return {"body": name, **bounds}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +93,10 @@ class SamplingOptions:
     # temperature, top_p, top_k, seed, ...: scalars (or lists of them) the engine reads by name
     params: dict[str, Any] = field(default_factory=dict)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> -100..100
+    # the engine scheduler's order (vLLM's ``priority``: lower is served first; under vLLM's
+    # default fcfs policy it is accepted and ignored), kept by textproc's own queues too
+    priority: int = field(default=0, metadata=_body("priority", ge=PRIORITY_RANGE[0],
+                                                        le=PRIORITY_RANGE[1]))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,8 +179,10 @@ def _field_options() -> list[BodyOption]:
         for f in fields(cls):
             if "body" in f.metadata:
                 factory = None if f.default_factory is MISSING else f.default_factory
+                bounds = {k: f.metadata[k] for k in ("ge", "gt", "le") if k in f.metadata}
                 out.append(BodyOption(f.metadata["body"], owner, f.name, hints[f.name],
-                                      None if f.default is MISSING else f.default, factory))
+                                      None if f.default is MISSING else f.default, factory,
+                                      **bounds))
     return out
 
 
@@ -191,7 +200,7 @@ def split_options(given: Mapping[str, Any]) -> tuple[SamplingOptions, OutputOpti
     TypeError naming it.
 
     >>> split_options({"max_tokens": 5, "stop": ["x"]})[:2]
-    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False, return_token_ids=False))
+    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}, priority=0), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False, return_token_ids=False))
     """
     unknown = set(given) - _SAMPLING_FIELDS - _OUTPUT_FIELDS - _PARSE_FIELDS
     if unknown:
@@ -257,6 +266,11 @@ def check_sampling_options(sampling: SamplingOptions) -> None:
                 or not low <= bias <= high:
             raise InvalidInput(f"logit_bias[{short(token_id)}]={short(bias)}; allowed: numbers "
                                f"from {low:g} to {high:g}", param="logit_bias")
+    if not _is_int(sampling.priority) or \
+            not PRIORITY_RANGE[0] <= sampling.priority <= PRIORITY_RANGE[1]:
+        raise InvalidInput(f"priority={short(sampling.priority)}; allowed: an integer from "
+                           f"{PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]} (lower is served first)",
+                           param="priority")
 
 
 def check_output_options(output: OutputOptions, *, max_stops: int = MAX_STOP_STRINGS,

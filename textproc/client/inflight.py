@@ -12,7 +12,7 @@ from typing import Any
 
 from textproc.client.events import StreamState
 from textproc.errors import TextprocError, WorkerDied
-from textproc.protocol import ProcessDied, Stats
+from textproc.protocol import EngineCallResult, ProcessDied, Stats
 
 __all__ = ["InFlight", "AFFINITY_SLACK", "conversation_key"]
 
@@ -48,6 +48,8 @@ class InFlight:
         self._next_worker = 0  # where the round robin among the least loaded resumes
         # stats request id -> (answers so far, answers expected, all arrived)
         self.stats_waiters: dict[str, tuple[list[Stats], int, asyncio.Future[None]]] = {}
+        # operators' engine calls: call id -> its EngineCallResult, when it comes
+        self.engine_calls: dict[str, asyncio.Future[EngineCallResult]] = {}
 
     def __len__(self) -> int:
         """Requests in flight (streams and calls)."""
@@ -93,6 +95,14 @@ class InFlight:
         for _, _, done in self.stats_waiters.values():
             if not done.done():
                 done.set_exception(err)
+        for fut in self.engine_calls.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+    def on_engine_call_result(self, frame: EngineCallResult) -> None:
+        fut = self.engine_calls.get(frame.call_id)
+        if fut is not None and not fut.done():
+            fut.set_result(frame)
 
     def on_stats(self, frame: Stats) -> None:
         waiter = self.stats_waiters.get(frame.request_id)

@@ -30,6 +30,7 @@ from textproc.protocol import (
     PROTOCOL_VERSION,
     Accepted,
     DetokenizeResult,
+    EngineCallResult,
     EventFrame,
     Failure,
     FrontOutFrame,
@@ -256,6 +257,8 @@ class Readers:
                                 "it (it restarted, or the request never reached it)"))
                 case Stats():
                     self.inflight.on_stats(frame)
+                case EngineCallResult():
+                    self.inflight.on_engine_call_result(frame)
                 case None:
                     self.malformed += 1
 

@@ -47,6 +47,8 @@ from textproc.protocol import (
     Rendered,
     RenderRequest,
     StatsRequest,
+    EngineCall,
+    EngineCallResult,
     TokenizeRequest,
     TokenizeResult,
     pack_ids,
@@ -340,6 +342,25 @@ class TextClient:
         finally:
             self._inflight.stats_waiters.pop(rid, None)
         return sorted(got, key=lambda s: (s.role, s.index))
+
+    async def engine_call(self, method: str, args: dict[str, Any] | None = None, *,
+                          timeout_s: float = 60.0) -> EngineCallResult:
+        """Call an engine method (``textproc.engine.calls.ENGINE_CALLS``: vLLM's admin methods)
+        through detokenizer shard 0, which relays it to the engine; the engine's answer (its
+        ``result``, or ``error`` with an HTTP ``status``). Raises TextprocError naming the
+        method when no answer comes within ``timeout_s``."""
+        self._check_open()
+        call_id = self._next_id()
+        fut: asyncio.Future[EngineCallResult] = asyncio.get_running_loop().create_future()
+        self._inflight.engine_calls[call_id] = fut
+        try:
+            await self._detoks[0].send(self._encode(EngineCall(call_id, method, dict(args or {}))))
+            return await asyncio.wait_for(fut, timeout_s)
+        except (asyncio.TimeoutError, TimeoutError) as e:
+            raise TextprocError(f"the engine did not answer {method!r} (call {call_id!r}) "
+                                f"within {timeout_s:g} s") from e
+        finally:
+            self._inflight.engine_calls.pop(call_id, None)
 
     @property
     def n_workers(self) -> int:

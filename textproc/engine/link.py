@@ -89,6 +89,8 @@ from textproc.engine.steps import (
 from textproc.transport import close_sockets, new_context
 from textproc.protocol import (
     MAX_FRAME_BYTES,
+    EngineCall,
+    EngineCallResult,
     EngineStepPacked,
     StepOutput,
     step_entries,
@@ -260,11 +262,28 @@ class EngineLink:
         """
         return self._receiver.poll_aborts()
 
+    def poll_calls(self) -> list[EngineCall]:
+        """Operators' calls of engine methods (``EngineCall``: vLLM's ``EngineCore`` method
+        names, ``textproc.engine.calls``) received since the last call; never blocks. Call it
+        after :meth:`poll_requests` (it reuses that drain). Answer each with
+        :meth:`answer_call`; a call never answered times out at the caller."""
+        return self._receiver.poll_calls()
+
+    def answer_call(self, call_id: str, result: Any = None, *, error: str = "",
+                    status: int = 200) -> bool:
+        """Answer ``EngineCall`` ``call_id`` with its ``result``, or with ``error`` and an HTTP
+        ``status`` (400: bad arguments, 501: no such method here); on the shard it came from.
+        False when the answer could not be queued (textproc unreachable)."""
+        shard = self._receiver.call_shards.pop(call_id, 0)
+        if error and status == 200:
+            status = 500
+        return self._sender.frame(EngineCallResult(call_id, result, error, status), shard)
+
     def wait(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for input on engine-in (for an idle engine); True if any."""
         if not self._shard_ins:
             raise InvalidInput("EngineLink.wait on a link that is not started or closed")
-        if self._receiver.requests or self._receiver.aborts:
+        if self._receiver.requests or self._receiver.aborts or self._receiver.calls:
             return True
         if self._poller is not None:
             return bool(self._poller.poll(max(0, int(timeout_s * 1000))))

@@ -2,8 +2,9 @@
 
 Owns the engine-in side once the link has connected its sockets: draining every shard's
 engine-in without blocking (one zmq call when nothing came), decoding and checking each frame
-(``EngineRequest``, ``EngineAbort``, ``EngineIndex``), the queues of requests and aborts not yet
-handed to the engine, one index cache per shard, noting which shard owns each request (with
+(``EngineRequest``, ``EngineAbort``, ``EngineIndex``, ``EngineCall``), the queues of requests,
+aborts and operators' calls not yet handed to the engine (a call whose arguments break
+``textproc.engine.calls.check_call`` answered 400 at once), one index cache per shard, noting which shard owns each request (with
 more than one detokenizer), answering a request that breaks a rule with ``"error"`` at once,
 the ``malformed_frames`` / ``rejected_requests`` counters, and the reconnect check that sends
 ``EngineHello`` again through the link's ``StepSender``.
@@ -27,7 +28,15 @@ from textproc.engine.requests import IncomingRequest, check_request, unpack_arra
 from textproc.engine.sending import StepSender
 from textproc.engine.steps import StepFormat
 from textproc.errors import InvalidInput, ProtocolError, short
-from textproc.protocol import EngineAbort, EngineIndex, EngineInFrame, EngineRequest
+from textproc.engine.calls import check_call
+from textproc.protocol import (
+    EngineAbort,
+    EngineCall,
+    EngineCallResult,
+    EngineIndex,
+    EngineInFrame,
+    EngineRequest,
+)
 
 __all__ = ["FrameReceiver"]
 
@@ -36,6 +45,10 @@ _log = logging.getLogger("textproc.engine")
 _LOG_FIRST_N = 10  # log the first N malformed frames, then every _LOG_EVERY-th
 _LOG_EVERY = 1000
 _MONITOR_EVERY_S = 0.2  # how often the drain looks for a reconnect (to resend EngineHello)
+
+
+def _priority(request: IncomingRequest) -> int:
+    return request.priority
 
 
 class FrameReceiver:
@@ -72,6 +85,8 @@ class FrameReceiver:
         self.monitor: zmq.Socket[Any] | None = None
         self.requests: list[IncomingRequest] = []  # decoded, not yet handed to the engine
         self.aborts: list[str] = []
+        self.calls: list[EngineCall] = []  # operators' calls, not yet handed to the engine
+        self.call_shards: dict[str, int] = {}  # call id -> the shard to answer on
         self.decoder: msgspec.msgpack.Decoder[EngineInFrame] = msgspec.msgpack.Decoder(
             EngineInFrame
         )
@@ -92,6 +107,9 @@ class FrameReceiver:
             return []
         requests = self.requests
         self.requests = []
+        if len(requests) > 1 and any(r.priority for r in requests):
+            # lower priority first, arrival order within one (vLLM's priority order)
+            requests.sort(key=_priority)
         return requests
 
     def poll_aborts(self) -> list[str]:
@@ -104,6 +122,12 @@ class FrameReceiver:
         aborts = self.aborts
         self.aborts = []
         return aborts
+
+    def poll_calls(self) -> list[EngineCall]:
+        if not self.calls:
+            return []
+        calls, self.calls = self.calls, []
+        return calls
 
     def drain(self) -> None:
         sock = self.sock
@@ -198,10 +222,18 @@ class FrameReceiver:
                         frame.logprobs,
                         frame.eos_token_ids,
                         frame.images,
+                        frame.priority,
                     )
                 )
             case EngineIndex(table=table, evict=evict):
                 self._take_index(table, evict, shard)
+            case EngineCall():
+                problem = check_call(frame)
+                if problem is not None:  # answered here: the engine sees only valid calls
+                    self.sender.frame(EngineCallResult(frame.call_id, None, problem, 400), shard)
+                    return
+                self.calls.append(frame)
+                self.call_shards[frame.call_id] = shard
             case EngineAbort(request_ids=ids):
                 if self.requests:
                     gone = set(ids)

@@ -52,6 +52,7 @@ class IncomingRequest(msgspec.Struct):
     # the prompt's images (protocol.EngineImage: pixel patches, grid, placeholder span), for a
     # vision-language model; the prompt ids hold each image's placeholder tokens already
     images: list[Any] = []
+    priority: int = 0  # lower is served first (vLLM's priority; its fcfs policy ignores it)
 
 
 def unpack_array(data: bytes) -> array[int]:

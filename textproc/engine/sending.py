@@ -181,6 +181,17 @@ class StepSender:
                     self.hwm_frames,
                 )
 
+    def frame(self, frame: Any, shard: int = 0) -> bool:
+        """One frame other than a step (``EngineCallResult``) on shard ``shard``'s engine-out;
+        False when it could not be queued."""
+        try:
+            self.outs[shard].send(self.encoder.encode(frame), zmq.NOBLOCK)
+        except zmq.Again:
+            _log.warning("EngineLink %s: %s not queued on %r", self.instance_id[:8],
+                         type(frame).__name__, self.addresses[shard])
+            return False
+        return True
+
     def hello(self, shard: int = 0) -> None:
         out = self.outs[shard]
         data = self.encoder.encode(EngineHello(self.instance_id))

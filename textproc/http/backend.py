@@ -117,6 +117,11 @@ class Backend(Protocol):
         """The engine's last stats (its stats file: scheduler state, ranks), {} without one."""
         ...
 
+    async def engine_call(self, method: str, args: dict[str, Any]) -> Any:
+        """The result of engine method ``method`` (``textproc.engine.calls.ENGINE_CALLS``) on
+        every engine; ApiError with the engine's status when it refuses."""
+        ...
+
     def health(self) -> tuple[bool, str]:
         """(serving, why not): False while the service is down or still starting; serving,
         what part is down (of several engines, the ranks not ready), else ''."""

@@ -23,6 +23,9 @@ __all__ = ["ClientBackend", "api_error", "STATS_TIMEOUT_S"]
 
 _log = logging.getLogger("textproc.http")
 STATS_TIMEOUT_S = 1.0  # /metrics waits this long for every process's counters
+# an admin route waits this long for the engine (a pause or sleep in "wait" mode lasts until
+# the running requests end)
+ENGINE_CALL_TIMEOUT_S = 600.0
 
 
 def api_error(exc: TextprocError) -> ApiError:
@@ -168,6 +171,17 @@ class ClientBackend:
     def engine_stats(self) -> Mapping[str, Any]:
         self.engine_ranks.check()  # reads the file again if it changed
         return self.engine_ranks.stats
+
+    async def engine_call(self, method: str, args: dict[str, Any]) -> Any:
+        try:
+            answer = await self._client().engine_call(method, args,
+                                                      timeout_s=ENGINE_CALL_TIMEOUT_S)
+        except TextprocError as exc:
+            raise ApiError(str(exc), status=504, type="server_error") from exc
+        if answer.error:
+            raise ApiError(answer.error, status=answer.status,
+                           type="invalid_request_error" if answer.status < 500 else "server_error")
+        return answer.result
 
     def health(self) -> tuple[bool, str]:
         if self._closed:

@@ -97,7 +97,8 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
     if settings.test_hooks:
         _log.warning("--test-hooks: POST /_test/block-loop can block this frontend; tests only")
     app = build_app(backend, limits=settings.limits, metrics=metrics, lifespan=lifespan,
-                    api_key=settings.api_key, test_hooks=settings.test_hooks)
+                    api_key=settings.api_key, test_hooks=settings.test_hooks,
+                    admin_routes=settings.admin_routes)
     config = _uvicorn_config(app, settings, metrics)
 
     def answer_probe(data: bytes) -> bytes | None:  # a /health probe, answered on accept

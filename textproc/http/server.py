@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from textproc.http.admin import admin_routes as build_admin_routes
 from textproc.http.anthropic.routes import MessagesRoutes, anthropic_error_response
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import BearerAuth, PaceRequests, error_response, json_response
@@ -102,12 +103,14 @@ def build_app(
     lifespan: Any = None,
     api_key: str | None = None,
     test_hooks: bool = False,
+    admin_routes: bool = False,
 ) -> Starlette:
     """The Starlette app serving every API over ``backend``.
 
     With ``api_key``, every route except /health and /metrics answers 401 unless the request
     carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``test_hooks``
     adds ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
+    ``admin_routes`` adds vLLM's admin routes (``textproc.http.admin``).
     """
     metrics = metrics or Metrics()
     serving = Serving(backend, limits or HttpLimits(), metrics)
@@ -136,6 +139,8 @@ def build_app(
         Route("/health", status.health, methods=["GET"]),
         Route("/metrics", status.metrics, methods=["GET"]),
     ]
+    if admin_routes:
+        routes.extend(build_admin_routes(serving))
     if test_hooks:
         routes.append(Route("/_test/block-loop", _block_loop, methods=["POST"]))
     # pacing first: a burst of requests must not hold the loop in one go (asgi.PaceRequests)

@@ -162,6 +162,10 @@ class FrontendSettings:
     curve_server_key: str | None = _flag(None, "--curve-server-key", "the service's public "
                                          "server.key (default: from endpoints.json)",
                                          metavar="FILE")
+    admin_routes: bool = _flag(False, "--admin-routes", "serve vLLM's admin routes "
+                               "(/reset_prefix_cache, /sleep, /wake_up, /is_sleeping, /pause, "
+                               "/resume, /is_paused; vLLM serves them with "
+                               "VLLM_SERVER_DEV_MODE=1): each can stop the server serving")
     test_hooks: bool = _flag(False, "--test-hooks", "add POST /_test/block-loop?seconds=S, which "
                              "blocks the event loop (integration tests only; never in "
                              "production)")

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from textproc.options import OutputOptions, ParseOptions
-from textproc.protocol.engine_frames import IndexTable
+from textproc.protocol.engine_frames import EngineCall, EngineCallResult, IndexTable
 from textproc.protocol.version import PROTOCOL_VERSION
 from textproc.protocol.worker_frames import Stats, StatsRequest
 
@@ -149,5 +149,5 @@ class Outputs(msgspec.Struct, tag=True, array_like=True):
     detok_s: float = 0.0  # detokenizer time from reading the engine's step(s) to this frame
 
 
-FrontInFrame = Hello | Abort | Query | StatsRequest
-FrontOutFrame = Welcome | Outputs | Unknown | Stats
+FrontInFrame = Hello | Abort | Query | StatsRequest | EngineCall
+FrontOutFrame = Welcome | Outputs | Unknown | Stats | EngineCallResult

@@ -6,7 +6,8 @@ PROTOCOL_VERSION in ``version.py``).
 
 * ``engine-in`` socket (textproc binds PUSH, the engine connects PULL): ``EngineRequest`` and
   ``EngineAbort`` on ONE socket, so an abort can never overtake the request it aborts;
-  ``EngineIndex`` ahead of the first request naming its constraint.
+  ``EngineIndex`` ahead of the first request naming its constraint; ``EngineCall``, an
+  operator's call of an engine method (answered by ``EngineCallResult`` on engine-out).
 * ``engine-out`` socket (textproc binds PULL, the engine connects PUSH): ``EngineHello`` once at
   start (a new ``instance_id`` tells textproc the engine restarted), then one step frame per
   engine step carrying every request that produced tokens or finished in that step: either
@@ -44,6 +45,8 @@ __all__ = [
     "EngineStepPacked",
     "IndexTable",
     "EngineIndex",
+    "EngineCall",
+    "EngineCallResult",
     "step_entries",
     "EngineInFrame",
     "EngineOutFrame",
@@ -91,6 +94,9 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     eos_token_ids: list[int] = []
     # protocol 16: the prompt's images, in prompt order (a vision-language model's request)
     images: list[EngineImage] = []
+    # protocol 18: the scheduling order (vLLM's EngineCoreRequest.priority: lower is served
+    # first under its priority policy; an int64)
+    priority: int = 0
 
 
 class IndexTable(msgspec.Struct, array_like=True, gc=False):
@@ -200,6 +206,29 @@ class EngineStepPacked(msgspec.Struct, tag=True, array_like=True):
     cached_tokens: dict[str, int] = {}  # protocol 15, as EngineStep.cached_tokens
 
 
+class EngineCall(msgspec.Struct, tag=True, array_like=True):
+    """An operator's call of an engine method (protocol 18): a client sends it to detokenizer
+    shard 0's detok-front, the shard relays it on its engine-in, and the engine answers ONE
+    ``EngineCallResult`` with the same ``call_id`` on that shard's engine-out.
+
+    ``method`` is the name of vLLM's ``EngineCore`` method (``textproc.engine.calls`` lists
+    them with their arguments); ``args`` maps argument names to values."""
+
+    call_id: str
+    method: str
+    args: dict[str, Any] = {}
+
+
+class EngineCallResult(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """The answer to ``EngineCall`` ``call_id``: ``result`` (the method's return value), or
+    ``error`` with ``status`` (400: bad arguments; 501: the engine has no such method)."""
+
+    call_id: str
+    result: Any = None
+    error: str = ""
+    status: int = 200
+
+
 def step_entries(
     frame: EngineStepPacked,
 ) -> tuple[list[str], list[Sequence[int]], list[str | None]]:
@@ -249,5 +278,5 @@ def step_entries(
     return rids, ids, reasons
 
 
-EngineInFrame = EngineRequest | EngineAbort | EngineIndex
-EngineOutFrame = EngineStep | EngineHello | EngineStepPacked
+EngineInFrame = EngineRequest | EngineAbort | EngineIndex | EngineCall
+EngineOutFrame = EngineStep | EngineHello | EngineStepPacked | EngineCallResult

@@ -39,4 +39,6 @@ __all__ = ["PROTOCOL_VERSION"]
 # EngineRequest.images (EngineImage: the pixel patches, grid and placeholder span of each)
 # 17: RequestOutput.token_ids (the engine's ids, with OutputOptions.return_token_ids);
 # RenderRequest / Rendered (a chat or completion request built as for generation, not submitted)
-PROTOCOL_VERSION = 17
+# 18: EngineRequest.priority (the request's scheduling order, vLLM's priority); EngineCall /
+# EngineCallResult (an operator's call of an engine method: detok-front, engine-in, engine-out)
+PROTOCOL_VERSION = 18

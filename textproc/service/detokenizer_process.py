@@ -1,11 +1,12 @@
 """The detokenizer process: the sockets and the loop around :class:`RequestTable`.
 
 Owns four sockets: ``detok-in`` (PULL, Submit from workers), ``engine-in`` (PUSH,
-EngineRequest/EngineAbort/EngineIndex to the engine: one socket, so an abort never overtakes
-its request and a constraint index always arrives before the first request naming it;
+EngineRequest/EngineAbort/EngineIndex/EngineCall to the engine: one socket, so an abort never
+overtakes its request and a constraint index always arrives before the first request naming it;
 ``IndexRelay`` sends each index once), ``engine-out`` (PULL, EngineHello / EngineStepPacked /
-EngineStep from the engine) and ``detok-front`` (ROUTER, clients: Hello/Abort/Query/
-StatsRequest in; Welcome/Outputs/Unknown/Stats out, routed by the client's routing id). Each
+EngineStep / EngineCallResult from the engine) and ``detok-front`` (ROUTER, clients: Hello/
+Abort/Query/StatsRequest/EngineCall in; Welcome/Outputs/Unknown/Stats/EngineCallResult out,
+routed by the client's routing id; an EngineCall's answer goes to the client that sent it). Each
 socket has one typed decoder; the request table decides, this loop moves frames, and flushes
 one Outputs frame per client per round (two in a step that brings requests their first tokens:
 those go first, see ``RequestTable``). Never raises out of the loop for one bad frame.
@@ -37,6 +38,8 @@ from textproc.protocol import (
     Abort,
     EngineAbort,
     EngineHello,
+    EngineCall,
+    EngineCallResult,
     EngineIndex,
     EngineOutFrame,
     EngineRequest,
@@ -71,6 +74,7 @@ _DRAIN_BATCH = 256  # frames taken from one socket before looking at the others
 # engine steps handled before looking at Submits and clients again: a step can hold thousands
 # of requests, and Submits must not wait behind a long backlog of steps
 _ENGINE_DRAIN_BATCH = 4
+MAX_ENGINE_CALLS = 1024  # operators' calls awaiting the engine's answer (the oldest forgotten)
 
 
 def run_detokenizer(config: ServiceConfig, endpoints: Endpoints, index: int = 0, *,
@@ -131,6 +135,7 @@ class _Loop:
         # engine frames waiting for an engine to connect (a PUSH with no peer would block)
         self.engine_backlog: deque[bytes] = deque()
         self.relay = IndexRelay()  # constraint indexes: each sent to the engine once
+        self.engine_calls: dict[str, bytes] = {}  # operators' calls: call id -> client id
         # partial index key -> the requests naming it, until its whole index (or failure) comes
         self.on_partial = PartialWaits(core.config.max_compile_s + HOLD_SLACK_S,
                                        core.config.max_live_requests, time.monotonic)
@@ -302,6 +307,10 @@ class _Loop:
                         self.relay.engine_restarted()  # it holds no constraint index yet
                     self.core.on_hello(frame)
                     self.runtime.send_ready(self.control, role="engine", pid=0)
+                case EngineCallResult():
+                    client_id = self.engine_calls.pop(frame.call_id, None)
+                    if client_id is not None:
+                        self._send_front(client_id, self.encode(frame))
                 case None:
                     pass
 
@@ -326,6 +335,11 @@ class _Loop:
                     # everything waiting on detok-in first, so the answer cannot race them
                     self._drain_submits(limit=1 << 30)
                     self._send_front(client_id, self.encode(Unknown(self.core.unknown(frame.request_ids))))
+                case EngineCall():  # an operator's call: relayed, answered to this client
+                    self.engine_calls[frame.call_id] = client_id
+                    while len(self.engine_calls) > MAX_ENGINE_CALLS:  # unanswered ones
+                        del self.engine_calls[next(iter(self.engine_calls))]
+                    self._send_engine(self.encode(frame))
                 case StatsRequest():
                     counters = self.core.all_counters()
                     for dec in (self.submit_decoder, self.engine_decoder, self.front_decoder):

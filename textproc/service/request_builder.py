@@ -463,7 +463,8 @@ class RequestBuilder:
         engine_request = EngineRequest(request_id, pack_ids(prompt_ids), max_tokens, stop_ids,
                                        sampling.params, constraint, min_tokens,
                                        sampling.ignore_eos, logit_bias, index_key,
-                                       output.logprobs, self.end_ids, images or [])
+                                       output.logprobs, self.end_ids, images or [],
+                                       sampling.priority)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         min_tokens, output, parse, table)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)

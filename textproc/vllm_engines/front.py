@@ -47,6 +47,7 @@ import zmq
 import zmq.utils.monitor
 
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
+from textproc.engine.calls import call_args
 from textproc.transport import new_context
 from textproc.vllm_engines import wire
 from textproc.vllm_engines.launch import headless_command
@@ -135,6 +136,25 @@ class Engine:
         object.__setattr__(self, name, value)
 
 
+@dataclass
+class _Gathering:
+    """The ranks' answers to one operator's call."""
+
+    method: str
+    left: set[int] = field(default_factory=set)  # utility call ids not answered yet
+    results: list[Any] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def combined(self) -> Any:
+        """One answer for all ranks: a state any rank is in (paused, sleeping), a success
+        every rank had (a reset, a full wake-up), else None."""
+        if self.method in ("is_sleeping", "is_scheduler_paused"):
+            return any(bool(r) for r in self.results)
+        if self.method in ("reset_prefix_cache", "wake_up"):
+            return all(bool(r) for r in self.results)
+        return None
+
+
 class Front:
     """The loop. ``run()`` returns when ``stop()`` is called (SIGTERM/SIGINT in main)."""
 
@@ -145,6 +165,10 @@ class Front:
         self.owner: dict[str, int] = {}  # request id -> rank
         self.held: list[IncomingRequest] = []  # waiting for a whole index
         self.calls = 0  # utility call ids
+        # operators' calls (textproc.engine.calls), one utility call per ready rank:
+        # utility call id -> (EngineCall id, rank); EngineCall id -> its gathering answers
+        self.operator_calls: dict[int, tuple[str, int]] = {}
+        self.gathering: dict[str, _Gathering] = {}
         self.failed_requests = 0
         self.link: EngineLink | None = None
         self._stop = threading.Event()
@@ -460,6 +484,9 @@ class Front:
                            engine.rank, str(exc)[:300])
                 continue
             answer = step.utility_output
+            if answer is not None and isinstance(answer[0], int) \
+                    and answer[0] in self.operator_calls:
+                self._operator_answer(answer)
             if (engine.state in ("dead", "waiting", "suspect") and answer is not None
                     and isinstance(answer[0], int) and answer[0] > engine.calls_before):
                 # the answer to a probe, which went out on its input socket: reconnected after
@@ -570,6 +597,55 @@ class Front:
         if refused:
             self.failed_requests += len(refused)
             link.send_outputs(refused)
+        for call in link.poll_calls():
+            self._operator_call(call)
+
+    def _operator_call(self, call: Any) -> None:
+        """An operator's call to every ready rank, as vLLM's own utility call (vLLM's
+        ``EngineCore`` method of that name); answered once every rank has answered."""
+        link = self.link
+        assert link is not None
+        ready = [e for e in self.engines if e.state == "ready"]
+        if not ready:
+            link.answer_call(call.call_id, error="no vLLM engine is ready for "
+                             f"{call.method!r}", status=503)
+            return
+        gathering = _Gathering(call.method)
+        args = call_args(call)
+        for engine in ready:
+            self.calls += 1
+            if self._send(engine, wire.UTILITY, wire.utility_call(self.calls, call.method, args)):
+                self.operator_calls[self.calls] = (call.call_id, engine.rank)
+                gathering.left.add(self.calls)
+            else:
+                gathering.errors.append(f"engine rank {engine.rank} is unreachable")
+        if gathering.left:
+            self.gathering[call.call_id] = gathering
+        else:
+            link.answer_call(call.call_id, error="; ".join(gathering.errors), status=503)
+
+    def _operator_answer(self, answer: list[Any]) -> None:
+        """One rank's answer to an operator's call; the call's answer once all are in."""
+        call_id, rank = self.operator_calls.pop(answer[0])
+        gathering = self.gathering.get(call_id)
+        if gathering is None:
+            return
+        gathering.left.discard(answer[0])
+        if answer[1]:
+            gathering.errors.append(f"engine rank {rank}: {answer[1]}")
+        else:
+            result = answer[2] if len(answer) > 2 else None
+            # vLLM's UtilityResult on the wire: (type info, value); the type info is None
+            # unless its insecure serialization is on
+            gathering.results.append(result[1] if isinstance(result, list) and len(result) == 2
+                                     else result)
+        if gathering.left or self.link is None:
+            return
+        del self.gathering[call_id]
+        if gathering.errors:
+            self.link.answer_call(call_id, error="; ".join(gathering.errors), status=500)
+        else:
+            self.link.answer_call(call_id, gathering.combined())
 
     def _add(self, request: IncomingRequest) -> str:
         """Send one request to an engine; what went wrong, or ''."""
@@ -593,7 +669,8 @@ class Front:
             engine.indexes.add(request.index_key)
             engine.indexes_sent += 1
         payload = wire.add_request(request.request_id, request.prompt_token_ids,
-                                   wire.sampling_params(request), time.time())
+                                   wire.sampling_params(request), time.time(),
+                                   priority=request.priority)
         if not self._send(engine, wire.ADD, payload):
             return f"engine rank {rank} is unreachable"
         self.router.routed(rank, keys)

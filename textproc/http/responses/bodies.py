@@ -90,6 +90,7 @@ class ResponsesBody(msgspec.Struct, kw_only=True):
     prompt_cache_retention: str | None = None
     safety_identifier: str | None = None
     client_metadata: dict[str, Any] | None = None  # Codex CLI's session ids: accepted, unused
+    priority: int = 0  # vLLM's extension, as on chat (its range checked there)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,6 +385,7 @@ def parse_responses_request(body: bytes, *, served_models: Sequence[str],
         "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": _response_format(req.text),
         "chat_template_kwargs": template_kwargs or None, "user": req.user,
+        "priority": req.priority,
     }
     if LOGPROBS_INCLUDE in (req.include or []):  # chat's rules: top_logprobs 0..20
         chat["logprobs"] = True
