@@ -84,7 +84,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory,
     try:
         # fast-forward on: every plain request below must still answer as vLLM's server does
         service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"),
-                                           "--engine-arg=--fast-forward=4")
+                                           "--engine-arg=--fast-forward=4",
+                                           "--http-arg=--admin-routes")
         reference_url = vllm_reference.url()
         REFERENCE["server"] = vllm_reference
         yield service, url, reference_url
@@ -632,6 +633,73 @@ def test_client_that_leaves_frees_its_kv_blocks_in_vllm(servers: tuple[Service, 
     aborted = [r for r in after["requests"].values() if r["finish_reason"] == "abort"]
     assert aborted and all(r["generated"] < 3000 for r in aborted)
     del stream
+
+
+def test_priority_reaches_vllms_scheduler(servers: tuple[Service, str, str]) -> None:
+    """A request's priority is what vLLM's scheduler holds for it; under vLLM's default fcfs
+    policy both servers take any int64 priority (vLLM ignores it there) and refuse the same
+    bad ones."""
+    service, url, reference = servers
+    for priority in (17, -(2**63), 2**63 - 1, 2**63, "high", 1.5):
+        body = {"model": MODEL, "max_tokens": 2, "priority": priority,
+                "messages": [{"role": "user", "content": "Hi"}]}
+        status = {side: httpx.post(base + "/v1/chat/completions", json=body,
+                                   timeout=120).status_code
+                  for side, base in (("textproc", url), ("vllm", reference))}
+        assert status["textproc"] == status["vllm"], (priority, status)
+        assert status["vllm"] == (200 if isinstance(priority, int) and priority < 2**63
+                                  else 400), (priority, status)
+    stats = _wait_engine(service, lambda s: any(
+        r.get("priority") == 17 for r in s["requests"].values()))
+    assert [r["priority"] for r in stats["requests"].values()].count(17) == 1
+
+
+def test_reset_prefix_cache_makes_vllm_forget(servers: tuple[Service, str, str]) -> None:
+    """After ``POST /reset_prefix_cache`` the prompt found cached a moment ago is not: vLLM's
+    prefix cache forgot it. ``vllm serve`` serves the route only with VLLM_SERVER_DEV_MODE=1
+    (not the reference's setting: there it is a 404, as textproc's without --admin-routes)."""
+    _, url, reference = servers
+    body = {"model": MODEL, "max_tokens": 2, "messages": [
+        {"role": "system", "content": f"{time.time_ns()} " + "The Rhine flows north. " * 80},
+        {"role": "user", "content": "Where does it end?"}]}
+
+    def cached() -> int:
+        return _cached_tokens("", _chat(url, body))
+
+    assert cached() == 0
+    assert cached() >= 512
+    r = httpx.post(url + "/reset_prefix_cache", timeout=60)
+    assert r.status_code == 200 and r.json() == {"success": True}, r.text
+    assert cached() == 0
+    assert httpx.post(reference + "/reset_prefix_cache", timeout=60).status_code == 404
+
+
+def test_pause_sleep_and_wake_up_on_vllm(servers: tuple[Service, str, str]) -> None:
+    """vLLM's engine core pauses (a request sent meanwhile waits, then answers on resume),
+    sleeps (vLLM's CPU worker keeps its weights: only scheduling stops) and wakes up."""
+    _, url, _ = servers
+    body = {"max_tokens": 3, "messages": [{"role": "user", "content": "Hello"}]}
+    try:
+        assert httpx.post(url + "/pause", params={"mode": "keep"}, timeout=60).json() == {
+            "status": "paused"}
+        assert httpx.get(url + "/is_paused", timeout=60).json() == {"is_paused": True}
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(_chat, url, body)
+            time.sleep(2)
+            assert not waiting.done()
+            assert httpx.post(url + "/resume", timeout=60).json() == {"status": "resumed"}
+            assert waiting.result(120)["usage"]["completion_tokens"] == 3
+        assert httpx.get(url + "/is_paused", timeout=60).json() == {"is_paused": False}
+        r = httpx.post(url + "/sleep", params={"level": 1}, timeout=60)
+        assert r.status_code == 200 and r.json() == {"status": "sleeping", "level": 1}, r.text
+        assert httpx.get(url + "/is_sleeping", timeout=60).json() == {"is_sleeping": True}
+        r = httpx.post(url + "/wake_up", timeout=60)
+        assert r.json() == {"status": "awake", "tags": None}, r.text
+        assert httpx.get(url + "/is_sleeping", timeout=60).json() == {"is_sleeping": False}
+        assert _chat(url, body)["usage"]["completion_tokens"] == 3
+    finally:  # the other tests need a serving engine
+        httpx.post(url + "/wake_up", timeout=60)
+        httpx.post(url + "/resume", timeout=60)
 
 
 def test_bench_vllm_drives_both_servers(servers: tuple[Service, str, str], tmp_path: Path) -> None:
