@@ -18,7 +18,14 @@ import pytest
 import zmq
 
 from tests.helpers.engine_peer import EnginePeer, entries_of
-from textproc.protocol import EngineAbort, EngineHello, EngineRequest, pack_ids
+from textproc.protocol import (
+    EngineAbort,
+    EngineCall,
+    EngineCallResult,
+    EngineHello,
+    EngineRequest,
+    pack_ids,
+)
 from textproc.vllm_engines import front as front_module
 from textproc.vllm_engines import wire
 from textproc.vllm_engines.front import Front, FrontSettings
@@ -40,6 +47,9 @@ class FakeEngine:
         self.ctx: zmq.Context[Any] = zmq.Context()
         self.running: dict[str, int] = {}
         self.aborted: list[str] = []
+        self.utility_calls: list[tuple[str, list[Any]]] = []  # (method, args) received
+        # method -> (failure message, result) it answers (others: (None, False))
+        self.answers: dict[str, tuple[str | None, Any]] = {}
         self._redial_at: float | None = None
         self._dropped = False
         self._stop = threading.Event()
@@ -97,8 +107,13 @@ class FakeEngine:
                         self.aborted.append(rid)
                         self.running.pop(rid, None)
                 elif kind == wire.UTILITY:
+                    _, call_id, method, args = message
+                    self.utility_calls.append((method, args))
+                    failure, result = self.answers.get(method, (None, False))
+                    # vLLM's UtilityResult on the wire: (type info, value)
                     out.send(msgspec.msgpack.encode(wire.Outputs(
-                        engine_index=self.rank, utility_output=[message[1], None, False])))
+                        engine_index=self.rank, utility_output=[
+                            call_id, failure, None if failure else [None, result]])))
             elif inputs is None:
                 time.sleep(0.005)
             gone = self._dropped and self._redial_at is None
@@ -215,3 +230,35 @@ def test_an_abort_for_a_rank_away_reaches_it_when_it_dials_again(dp: Deployment)
     dp.peer.send(EngineAbort(["d1"]))
     dp.wait(lambda: "d1" in dp.engines[1].aborted, "the abort reached rank 1", 10)
     assert dp.collect(["d0"]) == {"d0": "length"}
+
+
+def _call_result(dp: Deployment, call: EngineCall) -> EngineCallResult:
+    dp.peer.send(call)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        frame = dp.peer.recv(10)
+        if isinstance(frame, EngineCallResult):
+            assert frame.call_id == call.call_id
+            return frame
+    raise AssertionError(f"no answer to {call}")
+
+
+def test_an_operators_call_reaches_every_rank(dp: Deployment) -> None:
+    """Each ready rank gets the call as vLLM's own utility call (its arguments in vLLM's order,
+    vLLM's defaults for those not given); the answer combines theirs; a rank's failure names
+    it; a call with a bad argument stops at the link (400)."""
+    dp.engines[1].answers["is_scheduler_paused"] = (None, True)
+    dp.engines[0].answers["reset_prefix_cache"] = (None, True)
+    dp.engines[1].answers["reset_prefix_cache"] = (None, False)  # blocks still held there
+    dp.engines[1].answers["sleep"] = ("sleep mode is not enabled", None)
+    assert _call_result(dp, EngineCall("p", "is_scheduler_paused")).result is True
+    assert _call_result(dp, EngineCall("r", "reset_prefix_cache")).result is False
+    for engine in dp.engines:
+        assert ("is_scheduler_paused", []) in engine.utility_calls
+        assert ("reset_prefix_cache", [False, False]) in engine.utility_calls
+    failed = _call_result(dp, EngineCall("s", "sleep", {"level": 2}))
+    assert failed.status == 500 and failed.error == "engine rank 1: sleep mode is not enabled"
+    assert ("sleep", [2, "abort"]) in dp.engines[0].utility_calls
+    bad = _call_result(dp, EngineCall("b", "pause_scheduler", {"mode": "later"}))
+    assert bad.status == 400 and "mode='later'" in bad.error
+    assert not any(m == "pause_scheduler" for e in dp.engines for m, _ in e.utility_calls)
