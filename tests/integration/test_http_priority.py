@@ -94,3 +94,18 @@ def test_a_bad_priority_is_a_400(busy: tuple[Service, str], priority: Any, what:
         "model": MODEL, "messages": user("hi"), "priority": priority})
     assert r.status_code == 400, r.text
     assert what in r.text
+
+
+@pytest.mark.parametrize("header, body, seen", [("11", 1, 11), ("-4", 0, -4),
+                                                ("abc", 12, 12), (str(2**63), 13, 13)])
+def test_vllms_priority_header_overrides_the_body(busy: tuple[Service, str], header: str,
+                                                   body: int, seen: int) -> None:
+    """``X-Vllm-Priority``: an integer there is the priority; anything else is ignored."""
+    service, url = busy
+    r = httpx.post(url + "/v1/completions", timeout=30, headers={"X-Vllm-Priority": header},
+                   json={"model": MODEL, "prompt": "hi", "max_tokens": 1, "priority": body})
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 10
+    while not _entries(service, seen) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_entries(service, seen)) == 1

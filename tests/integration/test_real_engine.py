@@ -649,8 +649,13 @@ def test_priority_reaches_vllms_scheduler(servers: tuple[Service, str, str]) -> 
         assert status["textproc"] == status["vllm"], (priority, status)
         assert status["vllm"] == (200 if isinstance(priority, int) and priority < 2**63
                                   else 400), (priority, status)
-    stats = _wait_engine(service, lambda s: any(
-        r.get("priority") == 17 for r in s["requests"].values()))
+    # vLLM's header overrides the body's priority
+    body = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+    for base in (url, reference):
+        assert httpx.post(base + "/v1/chat/completions", json=body, timeout=120,
+                          headers={"X-Vllm-Priority": "23"}).status_code == 200
+    stats = _wait_engine(service, lambda s: {17, 23} <= {
+        r.get("priority") for r in s["requests"].values()})
     assert [r["priority"] for r in stats["requests"].values()].count(17) == 1
 
 

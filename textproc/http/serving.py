@@ -14,6 +14,7 @@ touches the service's sockets: everything goes through a ``Backend`` (the TextCl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import AsyncIterator, Awaitable, Callable
@@ -21,18 +22,37 @@ from typing import AsyncIterator, Awaitable, Callable
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from textproc.http.api_types import ApiError, ChatParams
+from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.asgi import EventStream, Pacer, error_response, read_body, until_disconnect
 from textproc.http.backend import Backend, Output, no_finish_error
 from textproc.http.media import load_images
 from textproc.http.metrics import Metrics
 from textproc.http.settings import HttpLimits
+from textproc.options import PRIORITY_RANGE
 
-__all__ = ["Handler", "InFlight", "Serving", "client_gone"]
+__all__ = ["Handler", "InFlight", "PRIORITY_HEADER", "Serving", "client_gone",
+           "header_priority"]
+
+PRIORITY_HEADER = "x-vllm-priority"  # vLLM's: overrides the body's priority
 
 _log = logging.getLogger("textproc.http")
 
 Handler = Callable[[Request, bytes], Awaitable[Response]]  # a route's work on the body read
+
+
+def header_priority(request: Request, params: ChatParams | CompletionParams) -> None:
+    """vLLM's ``X-Vllm-Priority`` header: an integer there replaces the body's ``priority``
+    (anything else is ignored, as vLLM ignores it; so is an integer outside the int64 range,
+    which vLLM would pass on)."""
+    text = request.headers.get(PRIORITY_HEADER)
+    if text is None:
+        return
+    try:
+        priority = int(text)
+    except ValueError:
+        return
+    if PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        params.sampling = dataclasses.replace(params.sampling, priority=priority)
 
 
 def client_gone() -> ApiError:

@@ -28,7 +28,7 @@ from textproc.http.openai.events import (
     completion_events,
     completion_whole,
 )
-from textproc.http.serving import Serving
+from textproc.http.serving import Serving, header_priority
 
 __all__ = ["OpenAIRoutes"]
 
@@ -47,6 +47,7 @@ class OpenAIRoutes:
     async def _chat(self, request: Request, body: bytes) -> Response:
         serving = self.serving
         params = parse_chat_request(body, served_models=serving.backend.served_models)
+        header_priority(request, params)
         serving.check_n(params.sampling.n)
         await serving.load_images(params)
         rid = new_id("chatcmpl")
@@ -66,6 +67,7 @@ class OpenAIRoutes:
     async def _complete(self, request: Request, body: bytes) -> Response:
         serving = self.serving
         params = parse_completion_request(body, served_models=serving.backend.served_models)
+        header_priority(request, params)
         serving.check_n(params.sampling.n)
         rid = new_id("cmpl")
         run, first = await serving.start(

@@ -15,7 +15,7 @@ from textproc.http.openai.answers import new_id
 from textproc.http.responses.bodies import ResponseStore, parse_responses_request
 from textproc.http.responses.events import respond_events, respond_whole
 from textproc.http.responses.reasoning import ReasoningSeal
-from textproc.http.serving import Serving
+from textproc.http.serving import Serving, header_priority
 
 __all__ = ["ResponsesRoutes"]
 
@@ -36,6 +36,7 @@ class ResponsesRoutes:
         serving = self.serving
         req = parse_responses_request(body, served_models=serving.backend.served_models,
                                       store=self.store)
+        header_priority(request, req.chat)
         await serving.load_images(req.chat)
         rid = new_id("resp")
         run, first = await serving.start(
