@@ -29,12 +29,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from textproc.testing.bench_cli import bench_parser  # noqa: E402
-from textproc.testing.models import REPO_ROOT  # noqa: E402
-from textproc.vision.families import ImageProcessing  # noqa: E402
-from textproc.vision.preprocess import prepare_image  # noqa: E402
+from textproc.testing.bench_cli import bench_parser
+from textproc.testing.models import REPO_ROOT
+from textproc.vision.families import ImageProcessing
+from textproc.vision.preprocess import prepare_image
 
 VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 PROCESSORS = {
