@@ -109,3 +109,25 @@ def test_vllms_priority_header_overrides_the_body(busy: tuple[Service, str], hea
     while not _entries(service, seen) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(_entries(service, seen)) == 1
+
+
+def test_generate_and_render_carry_the_priority(busy: tuple[Service, str]) -> None:
+    """vLLM's scale-out routes: ``/inference/v1/generate``'s priority reaches the engine (an
+    int64; else a 400 naming it), and a render answers the body's priority in its
+    ``GenerateRequest``."""
+    service, url = busy
+    r = httpx.post(url + "/inference/v1/generate", timeout=30, json={
+        "model": MODEL, "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 1},
+        "priority": 31})
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 10
+    while not _entries(service, 31) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_entries(service, 31)) == 1
+    r = httpx.post(url + "/inference/v1/generate", timeout=30, json={
+        "model": MODEL, "token_ids": [1, 2, 3], "priority": 2**63})
+    assert r.status_code == 400 and "priority" in r.text, r.text
+    r = httpx.post(url + "/v1/chat/completions/render", timeout=30, json={
+        "model": MODEL, "messages": user("hi"), "priority": 32})
+    assert r.status_code == 200, r.text
+    assert r.json()["priority"] == 32

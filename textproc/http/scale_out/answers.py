@@ -43,7 +43,7 @@ def rendered_request(request_id: str, params: ChatParams | CompletionParams,
         "stream_options": ({"include_usage": params.include_usage,
                             "continuous_usage_stats": False} if params.stream else None),
         "cache_salt": None,
-        "priority": 0,
+        "priority": resolved.priority,
         "kv_transfer_params": None,
         "ec_transfer_params": None,
     }

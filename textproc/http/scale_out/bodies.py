@@ -15,6 +15,7 @@ honour (``bad_words``, ``prompt_logprobs``, ...) set to anything but its default
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 from typing import Any, Literal, Sequence
@@ -246,10 +247,12 @@ def parse_generate_request(body: bytes, *, served_models: Sequence[str]) -> Gene
     for name in ("kv_transfer_params", "ec_transfer_params", "cache_salt"):
         if getattr(req, name) is not None:
             raise _bad(f"{name} is not supported by this server", name)
-    if req.priority != 0:
-        raise _bad(f"priority={req.priority}: this server schedules without priorities; "
-                   "send 0", "priority")
     sampling, output, structured = options_from_sampling_params(req.sampling_params)
+    sampling = dataclasses.replace(sampling, priority=req.priority)
+    try:
+        check_sampling_options(sampling)
+    except InvalidInput as e:
+        raise _bad(str(e), e.param or "priority") from e
     stream = bool(req.stream)
     if req.stream_options is not None and not stream:
         raise _bad("stream_options is only allowed when stream is true", "stream_options")
