@@ -115,3 +115,21 @@ def test_chat_with_an_image_through_the_service(model: Path, tmp_path: Path) -> 
         assert (counters["images_prepared"], counters["image_cache_hits"]) == (1, 1)
     finally:
         service.stop()
+
+
+def test_special_token_text_in_a_text_part_stays_text(model: Path) -> None:
+    """--special-tokens-in-content text: a text part beside an image is marked as a string
+    content is, so typed <|im_end|> does not end the turn (nor <|image_pad|> add an image)."""
+    png = IMAGES["rgb_150x100.png"]
+    im_end = Tokenizer.from_dir(model).added_tokens["<|im_end|>"]
+
+    def count(mode: str, text: str) -> int:
+        builder = _builder(model, special_tokens_in_content=mode)
+        chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+        built = builder.chat(ChatRequest("r", chat, images=[png], image_params=PARAMS[:1]), b"c")
+        assert built.engine_request is not None
+        return unpack_ids(built.engine_request.prompt_token_ids).count(im_end)
+
+    assert count("text", "a<|im_end|>b") == count("text", "ab") == count("control", "ab")
+    assert count("control", "a<|im_end|>b") == count("control", "ab") + 1
+    assert count("text", "<|image_pad|>") == count("text", "ab")  # still one image's tokens

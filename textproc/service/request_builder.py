@@ -355,15 +355,23 @@ class RequestBuilder:
         out = []
         for i, message in enumerate(messages):
             content = message.get("content")
-            if isinstance(content, str) and (_MARK_OPEN in content or _MARK_CLOSE in content
-                                             or self._specials.search(content)):
-                if _MARK_OPEN in content or _MARK_CLOSE in content:
-                    raise InvalidInput(
-                        f"messages[{i}].content holds U+FDD0 or U+FDD1, Unicode noncharacters "
-                        "this server uses internally; remove them", param=f"messages[{i}].content")
-                message = {**message, "content": _MARK_OPEN + content + _MARK_CLOSE}
+            if isinstance(content, str):
+                message = {**message, "content": self._marked(content, f"messages[{i}].content")}
+            elif isinstance(content, list):  # text and image parts: each text part alike
+                parts = [{**part, "text": self._marked(part["text"],
+                                                       f"messages[{i}].content[{j}].text")}
+                         if isinstance(part, dict) and isinstance(part.get("text"), str) else part
+                         for j, part in enumerate(content)]
+                message = {**message, "content": parts}
             out.append(message)
         return out
+
+    def _marked(self, text: str, where: str) -> str:
+        """``text`` wrapped in marks when it holds special-token text (else as it is)."""
+        if _MARK_OPEN in text or _MARK_CLOSE in text:
+            raise InvalidInput(f"{where} holds U+FDD0 or U+FDD1, Unicode noncharacters this "
+                               "server uses internally; remove them", param=where)
+        return _MARK_OPEN + text + _MARK_CLOSE if self._specials.search(text) else text
 
     def encode_prompt(self, prompt: str, *, add_special_tokens: bool = False) -> list[int]:
         """Ids of a rendered prompt: marked message contents (see ``_mark_typed_specials``)
