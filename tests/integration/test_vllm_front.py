@@ -109,6 +109,11 @@ class FakeEngine:
                 elif kind == wire.UTILITY:
                     _, call_id, method, args = message
                     self.utility_calls.append((method, args))
+                    if method == "pause_scheduler" and args[0] == "abort":  # as vLLM: ends all
+                        out.send(msgspec.msgpack.encode(wire.Outputs(
+                            engine_index=self.rank, outputs=[
+                                wire.Output(rid, [], finish_reason=2) for rid in self.running])))
+                        self.running.clear()
                     failure, result = self.answers.get(method, (None, False))
                     # vLLM's UtilityResult on the wire: (type info, value)
                     out.send(msgspec.msgpack.encode(wire.Outputs(
@@ -240,6 +245,9 @@ def _call_result(dp: Deployment, call: EngineCall) -> EngineCallResult:
         if isinstance(frame, EngineCallResult):
             assert frame.call_id == call.call_id
             return frame
+        for rid, _, reason in entries_of(frame):  # steps before the answer
+            if reason is not None:
+                dp.finished[rid] = reason
     raise AssertionError(f"no answer to {call}")
 
 
@@ -262,3 +270,15 @@ def test_an_operators_call_reaches_every_rank(dp: Deployment) -> None:
     bad = _call_result(dp, EngineCall("b", "pause_scheduler", {"mode": "later"}))
     assert bad.status == 400 and "mode='later'" in bad.error
     assert not any(m == "pause_scheduler" for e in dp.engines for m, _ in e.utility_calls)
+
+
+def test_a_pause_that_aborts_ends_requests_with_abort(dp: Deployment) -> None:
+    """vLLM ends every request of a rank an operator pauses in "abort" mode: the clients hear
+    "abort" (an abort vLLM sends on its own, e.g. shutting down, is an "error")."""
+    dp.send("e0")
+    dp.send("e1")
+    dp.wait(lambda: all(e.running for e in dp.engines), "a request on each rank")
+    answer = _call_result(dp, EngineCall("pa", "pause_scheduler"))
+    assert answer.status == 200 and not answer.error
+    assert dp.collect(["e0", "e1"]) == {"e0": "abort", "e1": "abort"}
+    assert not any(e.operator_abort for e in dp.front.engines)

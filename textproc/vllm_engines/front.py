@@ -121,6 +121,9 @@ class Engine:
     # ids of requests ended here (it was declared dead) that it still streams: aborted once
     # each while the way to it works (an abort sent while it is cut off is lost)
     orphans: set[str] = field(default_factory=set)
+    # an operator's pause or sleep in "abort" mode was sent and not answered yet: the aborts
+    # vLLM sends meanwhile are that pause's (the clients hear "abort", not "error")
+    operator_abort: bool = False
     requests_sent: int = 0
     indexes_sent: int = 0
     aborts_sent: int = 0
@@ -539,8 +542,10 @@ class Front:
                     engine.requests.discard(rid)
                     self.owner.pop(rid, None)
                     self.router.finished(engine.rank)
-                    if reason == "abort":  # not textproc's (those left engine.requests): vLLM's
-                        # own, an engine shutting down refusing it; the client must hear of it
+                    if reason == "abort" and not engine.operator_abort:
+                        # not textproc's (those left engine.requests) nor an operator's pause:
+                        # vLLM's own, an engine shutting down refusing it; the client must
+                        # hear of it
                         reason = "error"
                 if out.new_logprobs is not None and out.new_token_ids:
                     logprobs, top_ids = wire.logprob_rows(out.new_logprobs)
@@ -612,11 +617,13 @@ class Front:
             return
         gathering = _Gathering(call.method)
         args = call_args(call)
+        aborting = call.method in ("pause_scheduler", "sleep") and "abort" in args
         for engine in ready:
             self.calls += 1
             if self._send(engine, wire.UTILITY, wire.utility_call(self.calls, call.method, args)):
                 self.operator_calls[self.calls] = (call.call_id, engine.rank)
                 gathering.left.add(self.calls)
+                engine.operator_abort = engine.operator_abort or aborting
             else:
                 gathering.errors.append(f"engine rank {engine.rank} is unreachable")
         if gathering.left:
@@ -627,6 +634,7 @@ class Front:
     def _operator_answer(self, answer: list[Any]) -> None:
         """One rank's answer to an operator's call; the call's answer once all are in."""
         call_id, rank = self.operator_calls.pop(answer[0])
+        self.engines[rank].operator_abort = False  # its pause's aborts came before this
         gathering = self.gathering.get(call_id)
         if gathering is None:
             return
