@@ -180,6 +180,10 @@ def _text_and_front_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for the HTTP frontend, repeatable (e.g. "
                         "--http-arg=--max-running=512; see python -m textproc.http --help)")
+    p.add_argument("--otlp-traces-endpoint", default=None, metavar="URL",
+                   help="the HTTP frontends export an OpenTelemetry span of each generation "
+                        "request to this OTLP/HTTP traces URL, as vllm serve's flag (e.g. "
+                        "http://collector:4318/v1/traces; default: off)")
     p.add_argument("--http-workers", type=int, default=1, metavar="N",
                    help="HTTP frontend processes sharing the --http port, each its own client "
                         "of the service, supervised and restarted like the others (default 1)")
@@ -447,7 +451,9 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
         stub_args=tuple(args.stub_arg),
         stub_stats_file=args.stub_stats_file,
         http=args.http,
-        http_args=tuple(args.http_arg) + _dev_mode_flags(),
+        http_args=(*args.http_arg, *_dev_mode_flags(),
+                   *([f"--otlp-traces-endpoint={args.otlp_traces_endpoint}"]
+                     if args.otlp_traces_endpoint else [])),
         http_workers=args.http_workers,
         health=args.health,
         exit_with_parent=args.exit_with_parent,

@@ -36,6 +36,7 @@ from textproc.http.metrics import Metrics, watch_loop_lag
 from textproc.http.probe import reply
 from textproc.http.server import build_app, health_answer
 from textproc.http.settings import FrontendSettings, parse
+from textproc.http.tracing import Tracer
 from textproc.lifecycle import ParentWatch, setup_logging
 from textproc.ports import listen
 
@@ -67,6 +68,8 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
     health = None if settings.health_file is None else StatePublisher(
         Path(settings.health_file), stale_after_s=settings.health_stale_after_s)
     server: uvicorn.Server | None = None
+    tracer = None if settings.otlp_traces_endpoint is None else Tracer.start(
+        settings.otlp_traces_endpoint, service_name=f"textproc-http-{index}")
 
     def beat(lag_s: float) -> None:  # every loop-lag probe: tell the health process
         if health is not None:
@@ -89,6 +92,8 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
             await backend.close()
             beat(0.0)  # "shutting down"
             settings.address_file.unlink(missing_ok=True)
+            if tracer is not None:
+                tracer.close()
 
     host = str(listener.getsockname()[0])
     if settings.api_key is None and host not in ("127.0.0.1", "::1", "localhost"):
@@ -98,7 +103,7 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
         _log.warning("--test-hooks: POST /_test/block-loop can block this frontend; tests only")
     app = build_app(backend, limits=settings.limits, metrics=metrics, lifespan=lifespan,
                     api_key=settings.api_key, test_hooks=settings.test_hooks,
-                    admin_routes=settings.admin_routes)
+                    admin_routes=settings.admin_routes, tracer=tracer)
     config = _uvicorn_config(app, settings, metrics)
 
     def answer_probe(data: bytes) -> bytes | None:  # a /health probe, answered on accept

@@ -35,6 +35,7 @@ from textproc.http.responses.routes import ResponsesRoutes
 from textproc.http.scale_out.routes import ScaleOutRoutes
 from textproc.http.serving import Serving
 from textproc.http.settings import HttpLimits
+from textproc.http.tracing import Tracer
 
 __all__ = ["HttpLimits", "build_app", "health_answer"]
 
@@ -104,16 +105,18 @@ def build_app(
     api_key: str | None = None,
     test_hooks: bool = False,
     admin_routes: bool = False,
+    tracer: Tracer | None = None,
 ) -> Starlette:
     """The Starlette app serving every API over ``backend``.
 
     With ``api_key``, every route except /health and /metrics answers 401 unless the request
     carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``test_hooks``
     adds ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
-    ``admin_routes`` adds vLLM's admin routes (``textproc.http.admin``).
+    ``admin_routes`` adds vLLM's admin routes (``textproc.http.admin``). ``tracer``: each
+    generation request's spans go there (default: no tracing).
     """
     metrics = metrics or Metrics()
-    serving = Serving(backend, limits or HttpLimits(), metrics)
+    serving = Serving(backend, limits or HttpLimits(), metrics, tracer)
     openai, responses = OpenAIRoutes(serving), ResponsesRoutes(serving)
     messages, status = MessagesRoutes(serving), _Status(serving)
     scale_out = ScaleOutRoutes(serving)

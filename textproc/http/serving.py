@@ -28,6 +28,7 @@ from textproc.http.backend import Backend, Output, no_finish_error
 from textproc.http.media import load_images
 from textproc.http.metrics import Metrics
 from textproc.http.settings import HttpLimits
+from textproc.http.tracing import RequestTrace, Tracer
 from textproc.options import PRIORITY_RANGE
 
 __all__ = ["Handler", "InFlight", "PRIORITY_HEADER", "Serving", "client_gone",
@@ -72,6 +73,10 @@ class InFlight:
         self.queue_s: float | None = None  # arrival until handed to the engine (the timings)
         self.last_token: dict[int, float] = {}  # choice -> when its last text came
         self.vllm = serving.metrics.vllm(serving.model_name(), serving.backend.max_model_len)
+        self.trace: RequestTrace | None = None  # with --otlp-traces-endpoint
+        self.finish_reasons: list[str] = []
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self._closed = False
 
     async def next(self) -> Output | None:
@@ -101,6 +106,8 @@ class InFlight:
             else:
                 vllm.itl.observe(now - last)
             self.last_token[out.index] = now
+        if self.trace is not None:
+            self._trace(self.trace, out)
         if out.finish_reason is not None:
             if out.index == 0:  # n choices share one prompt and one request
                 metrics.observe("request", now - self.started)
@@ -109,11 +116,25 @@ class InFlight:
                            cached_tokens=out.cached_tokens, e2e_s=now - self.started,
                            queue_s=self.queue_s)
 
+    def _trace(self, trace: RequestTrace, out: Output) -> None:
+        if out.timings_s and "queue" in out.timings_s:
+            trace.accepted(out.timings_s)
+        if out.deltas:
+            trace.first_token()
+        if out.finish_reason is not None:
+            self.finish_reasons.append(out.finish_reason)
+            self.prompt_tokens = out.prompt_tokens
+            self.completion_tokens += out.completion_tokens
+
     async def close(self) -> None:
         """Release the request: aborts it in the service if it has not finished. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self.trace is not None:
+            self.trace.finish(finish_reasons=self.finish_reasons, model=self.vllm.model_name,
+                              prompt_tokens=self.prompt_tokens,
+                              completion_tokens=self.completion_tokens)
         metrics = self.serving.metrics
         metrics.set_running(metrics.running - 1)
         aclose = getattr(self.stream, "aclose", None)
@@ -127,10 +148,12 @@ class InFlight:
 class Serving:
     """One backend, its limits and metrics, and the steps every route takes through them."""
 
-    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics) -> None:
+    def __init__(self, backend: Backend, limits: HttpLimits, metrics: Metrics,
+                 tracer: Tracer | None = None) -> None:
         self.backend = backend
         self.limits = limits
         self.metrics = metrics
+        self.tracer = tracer  # --otlp-traces-endpoint (None: off)
         self.started = int(time.time())  # /v1/models' created
         self.pacer = Pacer(limits.handlers_per_turn)
 
@@ -202,6 +225,8 @@ class Serving:
             )
         self.metrics.set_running(self.metrics.running + 1)
         run = InFlight(self, call(), time.perf_counter())
+        if self.tracer is not None:
+            run.trace = self.tracer.begin(request.headers)
         try:
             connected, first = await until_disconnect(request, run.next())
         except BaseException:

@@ -146,6 +146,13 @@ class FrontendSettings:
                                           "file; where it names its ranks (several engines), "
                                           "/health names those not ready (default: none)",
                                           metavar="FILE")
+    otlp_traces_endpoint: str | None = _flag(None, "--otlp-traces-endpoint", "export an "
+                                             "OpenTelemetry span of each generation request "
+                                             "to this OTLP/HTTP traces URL, e.g. "
+                                             "http://collector:4318/v1/traces (needs "
+                                             "opentelemetry-sdk and "
+                                             "opentelemetry-exporter-otlp-proto-http; "
+                                             "default: off)", metavar="URL")
     limits: HttpLimits = HttpLimits()  # its fields are flags too
     connect_timeout_s: float = _flag(60.0, "--connect-timeout", "how long to wait for the "
                                      "service's endpoints.json and detokenizer",
