@@ -103,7 +103,9 @@ def test_two_frontends_share_the_port_and_both_stream(pair: tuple[Service, str])
     assert all(r.get("status") == 200 and r.get("end") == "done" for r in results), results
     served = {r["frontend"] for r in results}
     assert served == {"0", "1"}, f"every stream went to frontend {served}"
-    # /metrics, whichever frontend answers, sums both (prometheus_client's shared files)
+    # /metrics, whichever frontend answers, sums both (prometheus_client's shared files, which
+    # each frontend brings up to date every second)
+    time.sleep(1.5)
     for _ in range(4):
         lines = _metric_lines(url, "textproc_http_frontend_requests_total{")
         assert sorted(k.split('"')[1] for k in lines) == ["0", "1"], lines

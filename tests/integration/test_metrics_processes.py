@@ -35,10 +35,13 @@ vllm = m.vllm("tiny", 4096)
 for _ in range(requests):
     m.count_request("/v1/chat/completions", 200)
     vllm.ttft.observe(0.03)
+    assert vllm.itl.counts is not None  # batched: added to the files at the next flush
+    vllm.itl.observe(0.02)
+    vllm.itl.observe(100.0)
     m.finish(vllm, "stop", prompt_tokens=tokens, generation_tokens=2 * tokens, cached_tokens=1,
              e2e_s=0.4, queue_s=0.001)
 m.set_running(running)
-m.refresh({"worker-0": running}, [requests])
+m.refresh({"worker-0": running}, [requests])  # (and flush, as every second)
 print("ready", flush=True)
 sys.stdin.read()
 """
@@ -85,6 +88,10 @@ def test_one_scrape_sums_every_frontend_process(tmp_path: Path) -> None:
         assert value(text, "vllm:generation_tokens_total") == 2 * (3 * 10 + 5 * 4)
         assert value(text, "vllm:prefix_cache_hits_total") == 8
         assert value(text, "vllm:time_to_first_token_seconds_count") == 8
+        assert value(text, "vllm:inter_token_latency_seconds_count") == 16
+        assert value(text, "vllm:inter_token_latency_seconds_bucket", le="0.025") == 8
+        assert value(text, "vllm:inter_token_latency_seconds_bucket", le="80.0") == 8
+        assert value(text, "vllm:inter_token_latency_seconds_sum") == pytest.approx(8 * 100.02)
         assert value(text, "vllm:request_prompt_tokens_bucket", le="5.0") == 5  # the 4-token ones
         assert value(text, "textproc_requests_running") == 3
         assert value(text, "textproc_queue_depth", worker="worker-0") == 3

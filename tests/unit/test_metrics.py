@@ -3,6 +3,10 @@ textproc's beside them, the engine's gauges from either stats file, the lag wind
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from tests.helpers.prom import families, value
 from textproc.http.metrics import Metrics, ScrapeInputs, engine_gauges, request_token_buckets
 
@@ -120,3 +124,29 @@ def test_the_lag_window_restarts_when_a_scrape_is_answered() -> None:
     text = m.scrape(ScrapeInputs()).decode()
     assert value(text, "textproc_http_loop_lag_max_seconds") == 0
     assert value(text, "textproc_http_loop_lag_seconds_count") == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_batch_adds_what_observing_each_value_adds(seed: int) -> None:
+    """Values below, on, between and above the bounds: the histogram a batch flushed into
+    reads as the one every value was observed into directly."""
+    rng = random.Random(seed)
+    values = [rng.choice([0.0, 0.01, 0.025, 0.0251, 79.9, 80.0, 80.5, 1e9])
+              if rng.random() < 0.5 else rng.uniform(0, 100) for _ in range(200)]
+    each, batched = Metrics(), Metrics()
+    direct = each.vllm("tiny", 64).itl.child  # prometheus_client's own histogram
+    batch = batched.vllm("tiny", 64).itl
+    assert batch.counts is not None  # prometheus_client's histogram has the values it adds to
+    for i, v in enumerate(values):
+        direct.observe(v)
+        batch.observe(v)
+        if i == 100:
+            batched.flush()
+    assert batch.n == 99
+    expected = [s for s in families(each.scrape(ScrapeInputs("tiny")).decode())[
+        "vllm:inter_token_latency_seconds"].samples if not s.name.endswith("_created")]
+    got = [s for s in families(batched.scrape(ScrapeInputs("tiny")).decode())[
+        "vllm:inter_token_latency_seconds"].samples if not s.name.endswith("_created")]
+    assert [(s.name, s.labels, s.value) for s in got] == \
+        [(s.name, s.labels, pytest.approx(s.value)) for s in expected]
+    assert batch.n == 0

@@ -20,6 +20,7 @@ scrape time by the frontend that answers. Must not block or do I/O on the reques
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,8 +31,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-__all__ = ["CONTENT_TYPE", "LAG_PROBE_S", "LATENCY_BUCKETS_S", "STAGES", "Metrics",
-           "ScrapeInputs", "VLLM_FINISH_REASONS", "engine_gauges", "request_token_buckets",
+__all__ = ["CONTENT_TYPE", "CounterBatch", "HistogramBatch", "LAG_PROBE_S", "LATENCY_BUCKETS_S",
+           "STAGES", "Metrics", "ScrapeInputs", "VLLM_FINISH_REASONS", "engine_gauges", "request_token_buckets",
            "watch_loop_lag"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -83,20 +84,119 @@ def _multiprocess() -> bool:
     return bool(getattr(_prom_values.ValueClass, "_multiprocess", False))
 
 
+class HistogramBatch:
+    """A histogram's observations in this process, counted here and added to the
+    prometheus_client histogram by ``flush()`` (every second, and before a scrape).
+
+    An observation through prometheus_client costs two locked value writes (mmap files in the
+    multi-process mode, ~5 us each observation); a streamed request observes ~10 histograms
+    plus one per output, which took ~200 us of the frontend's CPU per request of 18 outputs
+    (bench/tracing_off.py --multiprocess). Here an observation is a bisect; a flush adds one
+    write per bucket touched since the last one, and one for the sum, through the histogram's
+    own values (``_buckets``, ``_sum``: checked once by ``batchable``; without them each
+    observation goes through ``observe`` at once).
+    """
+
+    __slots__ = ("child", "bounds", "counts", "total", "n")
+
+    def __init__(self, child: Any, bounds: Sequence[float]) -> None:
+        self.child = child
+        self.bounds = tuple(bounds)  # the finite bounds, ascending
+        self.counts: list[int] | None = [0] * (len(bounds) + 1) \
+            if batchable(child, bounds) else None
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        counts = self.counts
+        if counts is None:
+            self.child.observe(value)
+            return
+        # prometheus_client counts a value in the first bucket whose bound is >= it
+        counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.n += 1
+
+    def flush(self) -> None:
+        """Add what was observed since the last flush to the histogram."""
+        counts = self.counts
+        if not self.n or counts is None:
+            return
+        buckets = self.child._buckets
+        for i, k in enumerate(counts):
+            if k:
+                buckets[i].inc(k)
+                counts[i] = 0
+        self.child._sum.inc(self.total)
+        self.total = 0.0
+        self.n = 0
+
+
+class CounterBatch:
+    """A counter's increments in this process, added to the prometheus_client counter by
+    ``flush()`` (see HistogramBatch)."""
+
+    __slots__ = ("child", "pending")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+        self.pending = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        self.pending += amount
+
+    def flush(self) -> None:
+        if self.pending:
+            self.child.inc(self.pending)
+            self.pending = 0.0
+
+
+def batchable(child: Any, bounds: Sequence[float]) -> bool:
+    """Whether a prometheus_client histogram child has the values HistogramBatch adds to: one
+    per bucket (the finite ``bounds`` and +Inf) and the sum."""
+    buckets = getattr(child, "_buckets", None)
+    upper = getattr(child, "_upper_bounds", None)
+    return (isinstance(buckets, list) and hasattr(getattr(child, "_sum", None), "inc")
+            and upper is not None and list(upper) == [*bounds, float("inf")]
+            and all(hasattr(b, "inc") for b in buckets))
+
+
+class _Batches:
+    """Every batch of one process, flushed together."""
+
+    def __init__(self) -> None:
+        self.batches: list[HistogramBatch | CounterBatch] = []
+
+    def counter(self, child: Any) -> CounterBatch:
+        batch = CounterBatch(child)
+        self.batches.append(batch)
+        return batch
+
+    def histogram(self, child: Any, bounds: Sequence[float]) -> HistogramBatch:
+        batch = HistogramBatch(child, bounds)
+        self.batches.append(batch)
+        return batch
+
+    def flush(self) -> None:
+        for batch in self.batches:
+            batch.flush()
+
+
 class _VllmFamilies:
     """vLLM's per-request families of one served model, measured by this frontend."""
 
     def __init__(self, model_name: str, max_model_len: int,
-                 registry: CollectorRegistry | None) -> None:
+                 registry: CollectorRegistry | None, batches: _Batches) -> None:
         self.model_name = model_name
         labels = (model_name, _FRONT_ENGINE)
 
-        def counter(name: str, text: str) -> Any:
-            return Counter(name, text, _VLLM_LABELS, registry=registry).labels(*labels)
+        def counter(name: str, text: str) -> CounterBatch:
+            return batches.counter(Counter(name, text, _VLLM_LABELS,
+                                           registry=registry).labels(*labels))
 
-        def histogram(name: str, text: str, buckets: Sequence[float]) -> Any:
-            return Histogram(name, text, _VLLM_LABELS, registry=registry,
-                             buckets=buckets).labels(*labels)
+        def histogram(name: str, text: str, buckets: Sequence[float]) -> HistogramBatch:
+            return batches.histogram(Histogram(name, text, _VLLM_LABELS, registry=registry,
+                                               buckets=buckets).labels(*labels), buckets)
 
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens",
@@ -108,7 +208,8 @@ class _VllmFamilies:
                                    "Prefix cache hits, in terms of number of cached tokens.")
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
                           [*_VLLM_LABELS, "finished_reason"], registry=registry)
-        self.success = {reason: success.labels(*labels, reason) for reason in VLLM_FINISH_REASONS}
+        self.success = {reason: batches.counter(success.labels(*labels, reason))
+                        for reason in VLLM_FINISH_REASONS}
         token_buckets = request_token_buckets(max_model_len)
         self.request_prompt_tokens = histogram(
             "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets)
@@ -144,7 +245,10 @@ class Metrics:
     """Every family ``/metrics`` shows; the server updates it inline (one event-loop thread).
 
     ``running`` (generation requests in flight here) and ``finished`` (finished here) are this
-    process's own plain counts as well, for the in-flight limit and the idle heap trim.
+    process's own plain counts as well, for the in-flight limit and the idle heap trim. Counts
+    and observations reach prometheus_client at ``flush()`` (every second from the frontend's
+    refresh task, and before a scrape): another frontend's part of a scrape is up to a second
+    old, and a frontend killed loses its last second.
     """
 
     def __init__(self) -> None:
@@ -157,9 +261,11 @@ class Metrics:
         self.finished = 0
         self.loop_lag_max_s = 0.0  # the worst since this process last answered a scrape
         self._vllm: _VllmFamilies | None = None
+        self._batches = batches = _Batches()
+        self._open_connections = 0
         self._requests = Counter("textproc_http_requests", "HTTP requests served, by endpoint "
                                  "and status code.", ["endpoint", "status"], registry=reg)
-        self._frontend_requests: Any = None  # labelled with this frontend at set_frontend
+        self._frontend_requests: CounterBatch | None = None  # labelled at set_frontend
         self._frontend_family = Counter(
             "textproc_http_frontend_requests", "HTTP requests each frontend process served "
             "(serve --http-workers N; the other families sum every frontend).",
@@ -168,17 +274,19 @@ class Metrics:
                               "at the HTTP frontends.", registry=reg, multiprocess_mode="livesum")
         self._open = Gauge("textproc_http_connections_open", "HTTP connections open now.",
                            registry=reg, multiprocess_mode="livesum")
-        self._events = {name: Counter(f"textproc_{name}", text, registry=reg)
+        self._events = {name: batches.counter(Counter(f"textproc_{name}", text, registry=reg))
                         for name, text in _EVENT_COUNTERS.items()}
         self._stages = Histogram("textproc_stage_seconds", "Per-stage latency: template, "
                                  "tokenize, queue, detokenize (as reported by the service); "
                                  "first_token and request (measured by the HTTP frontend).",
                                  ["stage"], buckets=LATENCY_BUCKETS_S, registry=reg)
-        self._stage = {stage: self._stages.labels(stage) for stage in STAGES}
-        self._lag = Histogram("textproc_http_loop_lag_seconds", "How late the HTTP frontend's "
-                              f"event loop ran a {LAG_PROBE_S:g} s timer: what every request "
-                              "and stream waits on top of its own work.",
-                              buckets=LATENCY_BUCKETS_S, registry=reg)
+        self._stage = {stage: batches.histogram(self._stages.labels(stage), LATENCY_BUCKETS_S)
+                       for stage in STAGES}
+        self._request_counts: dict[tuple[str, int], CounterBatch] = {}  # (endpoint, status)
+        self._lag = batches.histogram(Histogram(
+            "textproc_http_loop_lag_seconds", "How late the HTTP frontend's event loop ran a "
+            f"{LAG_PROBE_S:g} s timer: what every request and stream waits on top of its own "
+            "work.", buckets=LATENCY_BUCKETS_S, registry=reg), LATENCY_BUCKETS_S)
         self._lag_max = Gauge("textproc_http_loop_lag_max_seconds", "The worst loop lag since "
                               "the previous scrape of /metrics (with several frontends: the "
                               "worst any of them saw since it last answered a scrape).",
@@ -199,7 +307,8 @@ class Metrics:
 
     def set_frontend(self, index: int, pid: int) -> None:
         """Label this process's own series as frontend ``index`` (process ``pid``)."""
-        self._frontend_requests = self._frontend_family.labels(str(index), str(pid))
+        self._frontend_requests = self._batches.counter(
+            self._frontend_family.labels(str(index), str(pid)))
         self._own_cpu = self._cpu.labels("http", str(index))
 
     def vllm(self, model_name: str, max_model_len: int | None) -> _VllmFamilies:
@@ -207,13 +316,17 @@ class Metrics:
         name and length are known once the backend has connected)."""
         if self._vllm is None:
             self._vllm = _VllmFamilies(model_name, max_model_len or _DEFAULT_MAX_MODEL_LEN,
-                                       self._registry_arg)
+                                       self._registry_arg, self._batches)
         return self._vllm
 
     # -- the request path ---------------------------------------------------------------------
 
     def count_request(self, endpoint: str, status: int) -> None:
-        self._requests.labels(endpoint, str(status)).inc()
+        child = self._request_counts.get((endpoint, status))
+        if child is None:  # endpoints are the routes' names: a few dozen pairs at most
+            child = self._request_counts[endpoint, status] = self._batches.counter(
+                self._requests.labels(endpoint, str(status)))
+        child.inc()
         if self._frontend_requests is not None:
             self._frontend_requests.inc()
 
@@ -224,10 +337,9 @@ class Metrics:
 
     def set_running(self, running: int) -> None:
         self.running = running
-        self._running.set(running)
 
     def set_open_connections(self, n: int) -> None:
-        self._open.set(n)
+        self._open_connections = n
 
     def observe(self, stage: str, seconds: float) -> None:
         hist = self._stage.get(stage)
@@ -260,17 +372,22 @@ class Metrics:
         self._lag.observe(lag_s)
         if lag_s > self.loop_lag_max_s:
             self.loop_lag_max_s = lag_s
-            self._lag_max.set(lag_s)
 
     def start_lag_window(self) -> None:
         """Start a new "worst loop lag since the previous scrape" window (the /metrics route
         calls it once the scrape is rendered)."""
         self.loop_lag_max_s = 0.0
-        self._lag_max.set(0.0)
+
+    def flush(self) -> None:
+        """Hand this process's counts, observations and gauges to prometheus_client."""
+        self._batches.flush()
+        self._running.set(self.running)
+        self._open.set(self._open_connections)
+        self._lag_max.set(self.loop_lag_max_s)
 
     def refresh(self, queue_depths: Mapping[str, int], worker_requests: Sequence[int]) -> None:
-        """Bring the values this process samples up to date: its tokenizer queues, its requests
-        per worker, its CPU time (every second, and before a scrape it answers)."""
+        """Bring the values this process samples up to date (its tokenizer queues, its requests
+        per worker, its CPU time) and flush (every second, and before a scrape it answers)."""
         for worker, depth in queue_depths.items():
             self._queue.labels(worker).set(depth)
         for index, n in enumerate(worker_requests):
@@ -282,11 +399,14 @@ class Metrics:
         if self._own_cpu is not None and cpu > self._cpu_seen:
             self._own_cpu.inc(cpu - self._cpu_seen)
             self._cpu_seen = cpu
+        self.flush()
 
     # -- the scrape ---------------------------------------------------------------------------
 
     def scrape(self, inputs: ScrapeInputs) -> bytes:
-        """The text exposition of every frontend's families plus ``inputs``; changes nothing."""
+        """The text exposition of every frontend's families (this one's flushed first) plus
+        ``inputs``."""
+        self.flush()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Merged(self._collect_kept, lambda: _moment_families(inputs)))
         return bytes(generate_latest(registry))

@@ -92,6 +92,7 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
             await backend.close()
             beat(0.0)  # "shutting down"
             settings.address_file.unlink(missing_ok=True)
+            metrics.flush()  # the last second's counts
             if tracer is not None:
                 tracer.close()
 
