@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from textproc.errors import InvalidInput
+
 __all__ = ["RequestTrace", "Tracer"]
 
 _EXPORT_EVERY_MS = 1000  # the batch processor's delay: spans reach the collector within ~1 s
@@ -38,19 +40,16 @@ class Tracer:
 
         Raises InvalidInput naming the packages when the OpenTelemetry SDK is not installed.
         """
-        # imported here, not at the top: a frontend without --otlp-traces-endpoint never
-        # imports opentelemetry (its import costs ~100 ms and memory in every frontend)
         try:
+            # imported here, not at the top: a frontend without --otlp-traces-endpoint never
+            # imports opentelemetry (an optional dependency; its import costs time and memory)
             from opentelemetry import trace as trace_api
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
-            from opentelemetry.trace.propagation.tracecontext import (
-                TraceContextTextMapPropagator,
-            )
+            from opentelemetry.trace.propagation import tracecontext
         except ImportError as e:
-            from textproc.errors import InvalidInput
             raise InvalidInput(
                 f"--otlp-traces-endpoint {endpoint!r} needs the OpenTelemetry SDK: pip install "
                 f"opentelemetry-sdk opentelemetry-exporter-otlp-proto-http ({e})") from e
@@ -58,7 +57,7 @@ class Tracer:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint),
                                                        schedule_delay_millis=_EXPORT_EVERY_MS))
         return cls(provider, provider.get_tracer("textproc.http"),
-                   TraceContextTextMapPropagator(), trace_api)
+                   tracecontext.TraceContextTextMapPropagator(), trace_api)
 
     def begin(self, headers: Mapping[str, str]) -> RequestTrace:
         """The trace of one request received now, under its ``traceparent`` (if any)."""
