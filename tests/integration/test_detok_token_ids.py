@@ -92,3 +92,39 @@ def test_without_the_option_no_ids_travel(toy_model: Path) -> None:
     tok = _tok(toy_model)
     got, text, _, _ = _run(toy_model, tok.encode(TEXT), [3, 9], OutputOptions(), "length")
     assert got == [] and text == TEXT
+
+
+@settings(max_examples=40, deadline=None)
+@given(cuts=st.lists(st.integers(0, 60), max_size=12), k=st.integers(0, 3),
+       wider=st.integers(0, 2))
+def test_each_id_keeps_its_logprob_row(toy_model: Path, cuts: list[int], k: int,
+                                       wider: int) -> None:
+    """With logprobs k, each id's row (its logprob, then k alternatives) comes with it, cut
+    to k when the step's rows are wider (another request asked more)."""
+    from textproc.protocol import unpack_floats
+
+    tok = _tok(toy_model)
+    ids = tok.encode(TEXT) + [tok.eos_token_id]
+    width = 1 + k + wider
+
+    def row(pos: int) -> tuple[list[float], list[int]]:
+        return ([-(pos + i) / 4 for i in range(width)],
+                [(ids[pos] + i) % 400 for i in range(1, width)])
+
+    table = RequestTable(tok, ServiceConfig(model_dir=str(toy_model)))
+    table.on_submit(Submit("r", b"c", 1, 500, ENC.encode(EngineRequest("r", pack_ids([1]), 500)),
+                           output=OutputOptions(return_token_ids=True, logprobs=k)))
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(ids))), len(ids)]
+    outputs = []
+    for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        floats = [f for pos in range(a, b) for f in row(pos)[0]]
+        alts = [t for pos in range(a, b) for t in row(pos)[1]]
+        table.on_step(EngineStep(n, [StepOutput("r", ids[a:b], "stop" if b == len(ids) else None,
+                                                floats, alts)]))
+        outputs += table.outbox.pop(b"c", [])
+    got_ids = [i for o in outputs for i in unpack_ids(o.token_ids)]
+    got_rows = [f for o in outputs for f in unpack_floats(o.id_logprobs)]
+    got_alts = [t for o in outputs for t in unpack_ids(o.id_top_ids)]
+    assert got_ids == ids
+    assert got_rows == pytest.approx([f for pos in range(len(ids)) for f in row(pos)[0][:1 + k]])
+    assert got_alts == [t for pos in range(len(ids)) for t in row(pos)[1][:k]]

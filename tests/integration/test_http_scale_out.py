@@ -58,8 +58,9 @@ def _decode(http: httpx.Client, ids: list[int], *, skip: bool = True) -> str:
 
 def test_chat_render_is_the_prompt_chat_sends(http: httpx.Client) -> None:
     body = {"model": MODEL, "messages": user(TEXT), "max_tokens": 50, "temperature": 0.5,
-            "seed": 7, "stop": ["zz"], "top_k": 3}
+            "seed": 7, "stop": ["zz"], "top_k": 3, "priority": -2}
     rendered = _post(http, "/v1/chat/completions/render", body)
+    assert rendered["priority"] == -2
     tokenized = _post(http, "/tokenize", {"model": MODEL, "messages": user(TEXT)})
     assert rendered["token_ids"] == tokenized["tokens"]
     sp = rendered["sampling_params"]
@@ -221,7 +222,9 @@ def test_abort_ends_a_stream_by_its_id(http: httpx.Client) -> None:
      "sampling_params.max_tokens"),
     ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {"bad_words": ["a"]}},
      "sampling_params.bad_words"),
-    ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {"logprobs": 1}},
+    ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {"logprobs": 1},
+                                "output_mode": "text"}, "sampling_params.logprobs"),
+    ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {"logprobs": 21}},
      "sampling_params.logprobs"),
     ("/inference/v1/generate", {"token_ids": [1], "sampling_params": {},
                                 "output_mode": "json"}, "output_mode"),
@@ -271,3 +274,23 @@ def test_n_choices_and_the_request_id_header(http: httpx.Client) -> None:
         assert chunk["usage"]["completion_tokens"] == len(by_choice[choice["index"]])
     assert by_choice == {0: ids[:5], 1: ids[:5]}
     assert chunks[-1]["usage"]["completion_tokens"] == 10
+
+
+def test_logprobs_come_one_per_generated_id(http: httpx.Client) -> None:
+    ids = _post(http, "/tokenize", {"prompt": TEXT})["tokens"]
+    eos = _post(http, "/tokenize", {"prompt": "<|im_end|>"})["tokens"]
+    rendered = _post(http, "/v1/chat/completions/render",
+                     {"model": MODEL, "messages": user(TEXT), "max_tokens": 60})
+    body = {**rendered, "sampling_params": {**rendered["sampling_params"], "logprobs": 2}}
+    choice = _post(http, "/inference/v1/generate", body)["choices"][0]
+    content = choice["logprobs"]["content"]
+    # one entry per id, EOS included (the chat route's logprobs follow the text and skip it)
+    assert [e["token_id"] for e in content] == choice["token_ids"] == ids + eos
+    for entry in content:
+        assert entry["logprob"] <= 0 and 1 <= len(entry["top_logprobs"]) <= 2
+        # the echo stub's most likely alternative is the sampled id itself: rank 1, listed first
+        assert entry["rank"] == 1 and entry["top_logprobs"][0] == {
+            "token_id": entry["token_id"], "logprob": entry["logprob"], "rank": 1}
+    streamed = [e for chunk in _events(http, {**body, "stream": True})
+                for c in chunk["choices"] for e in (c["logprobs"] or {"content": []})["content"]]
+    assert streamed == content

@@ -923,7 +923,8 @@ def _generated_stream(url: str, body: dict[str, Any]) -> tuple[list[int], str]:
 def test_scale_out_routes_match_vllm_serve(servers: tuple[Service, str, str]) -> None:
     """vLLM's scale-out routes (``vllm serve --enable-scale-out``) on the same bodies: render
     gives the same ids and sampling params, and a body rendered by either server generates
-    the same greedy ids (and text) on the other, whole and streamed."""
+    the same greedy ids (and text) on the other, whole and streamed, with the same logprobs
+    per id."""
     _, url, reference = servers
     keys = ("max_tokens", "temperature", "stop", "stop_token_ids", "seed", "min_tokens")
     for name, conversation in CONVERSATIONS:
@@ -948,6 +949,19 @@ def test_scale_out_routes_match_vllm_serve(servers: tuple[Service, str, str]) ->
     for rendered in ours_list:
         assert (_post_json(reference, "/inference/v1/generate", rendered)["choices"][0]["token_ids"]
                 == _post_json(url, "/inference/v1/generate", rendered)["choices"][0]["token_ids"])
+    # logprobs by id, one entry per generated id, as vLLM's (the same model, the same numbers)
+    rendered = {**ours_list[0], "sampling_params": {**ours_list[0]["sampling_params"],
+                                                   "logprobs": 2}}
+    here = _post_json(url, "/inference/v1/generate", rendered)["choices"][0]
+    there = _post_json(reference, "/inference/v1/generate", rendered)["choices"][0]
+    assert here["token_ids"] == there["token_ids"]
+    for mine, ref in zip(here["logprobs"]["content"], there["logprobs"]["content"], strict=True):
+        assert mine["token_id"] == ref["token_id"] and mine["rank"] == ref["rank"] == 1
+        assert mine["logprob"] == pytest.approx(ref["logprob"], abs=1e-3)
+        assert [t["token_id"] for t in mine["top_logprobs"]] == [
+            t["token_id"] for t in ref["top_logprobs"]]
+        assert [t["logprob"] for t in mine["top_logprobs"]] == pytest.approx(
+            [t["logprob"] for t in ref["top_logprobs"]], abs=1e-3)
     messages = {"model": MODEL, "max_tokens": 9, "system": "You are terse.",
                 "messages": [{"role": "user", "content": "Hello 🌍!"}]}
     assert (_post_json(url, "/v1/messages/render", messages)["token_ids"]

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from textproc.core.deltas import one_delta
 from textproc.errors import InvalidInput, TemplateError, TextprocError, WorkerDied
-from textproc.protocol import LogprobEntry, RequestOutput, unpack_ids
+from textproc.protocol import LogprobEntry, RequestOutput, unpack_floats, unpack_ids
 
 __all__ = ["Usage", "TextEvent", "StreamState", "take_event", "error_from"]
 
@@ -65,11 +65,13 @@ class TextEvent:
     (:data:`textproc.core.logprobs.Entry`; their bytes join to the text, see
     docs/architecture.md "Logprobs"), else empty. ``token_ids`` (a request made with
     ``return_token_ids``): the engine's ids since the previous event, every generated id
-    (EOS, and those whose text a stop string cut, too), else empty.
+    (EOS, and those whose text a stop string cut, too), else empty; with ``logprobs`` = k too,
+    ``id_logprobs`` holds 1 + k values per id of ``token_ids`` (its logprob, then its k
+    alternatives', most likely first) and ``id_top_ids`` the k alternatives' ids per id.
     """
 
     __slots__ = ("request_id", "deltas", "finish_reason", "stop", "usage", "timings", "index",
-                 "logprobs", "token_ids")
+                 "logprobs", "token_ids", "id_logprobs", "id_top_ids")
 
     def __init__(self, request_id: str, deltas: list[dict[str, Any]], finish_reason: str | None,
                  stop: str | None, usage: Usage | None,
@@ -84,6 +86,8 @@ class TextEvent:
         self.index = 0
         self.logprobs: list[LogprobEntry] = logprobs if logprobs is not None else []
         self.token_ids: list[int] = []
+        self.id_logprobs: list[float] = []
+        self.id_top_ids: list[int] = []
 
     @property
     def delta(self) -> dict[str, Any]:
@@ -141,7 +145,7 @@ def take_event(stream: StreamState) -> TextEvent:
     items = stream.items
     first = items.popleft()
     logprobs = first.logprobs or []
-    packed = first.token_ids
+    packed, rows, alts = first.token_ids, first.id_logprobs, first.id_top_ids
     if not items:
         last, deltas = first, first.deltas
     else:
@@ -155,6 +159,8 @@ def take_event(stream: StreamState) -> TextEvent:
                 logprobs.extend(last.logprobs)
             if last.token_ids:
                 packed += last.token_ids
+                rows += last.id_logprobs
+                alts += last.id_top_ids
     if last.finish_reason == "error":
         raise error_from(last.error_kind or "internal", last.error or "request failed")
     usage = (Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
@@ -169,4 +175,7 @@ def take_event(stream: StreamState) -> TextEvent:
                       logprobs)
     if packed:
         event.token_ids = unpack_ids(packed)
+        if rows:
+            event.id_logprobs = unpack_floats(rows)
+            event.id_top_ids = unpack_ids(alts)
     return event

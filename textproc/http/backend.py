@@ -41,6 +41,10 @@ class Output:
     logprobs: list[Any] = field(default_factory=list)
     # with output.return_token_ids: the engine's ids since the previous Output of this choice
     token_ids: list[int] = field(default_factory=list)
+    # ... and with output.logprobs = k: 1 + k logprobs per id (its own, then its k
+    # alternatives'), and the alternatives' ids, k per id (TextEvent.id_logprobs / id_top_ids)
+    id_logprobs: list[float] = field(default_factory=list)
+    id_top_ids: list[int] = field(default_factory=list)
 
 
 class Run(Protocol):

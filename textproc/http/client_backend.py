@@ -123,6 +123,8 @@ class ClientBackend:
                     index=event.index,
                     logprobs=event.logprobs,
                     token_ids=event.token_ids,
+                    id_logprobs=event.id_logprobs,
+                    id_top_ids=event.id_top_ids,
                 )
         except TextprocError as exc:
             raise api_error(exc) from exc

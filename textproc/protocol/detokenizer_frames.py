@@ -140,6 +140,11 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fals
     # protocol 17, with ``output.return_token_ids``: pack_ids of the engine's ids since the
     # previous output of this request (every one: EOS and the ids past a stop string's cut too)
     token_ids: bytes = b""
+    # protocol 19, with ``token_ids`` and ``output.logprobs`` = k: each of those ids' logprob
+    # and its k alternatives' (pack_floats, 1 + k per id; MISSING_LOGPROB where the engine sent
+    # none) and the alternatives' ids (pack_ids, k per id), most likely first
+    id_logprobs: bytes = b""
+    id_top_ids: bytes = b""
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

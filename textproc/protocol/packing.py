@@ -10,7 +10,7 @@ import sys
 from array import array
 from typing import Sequence
 
-__all__ = ["pack_ids", "unpack_ids", "pack_floats", "logprob_rows"]
+__all__ = ["pack_ids", "unpack_ids", "pack_floats", "unpack_floats", "logprob_rows"]
 
 _LITTLE = sys.byteorder == "little"
 
@@ -40,6 +40,17 @@ def unpack_ids(data: bytes) -> list[int]:
     if len(data) % 4:
         raise ValueError(f"packed token ids must be a multiple of 4 bytes, got {len(data)}")
     packed = array("I")
+    packed.frombytes(data)
+    if not _LITTLE:
+        packed.byteswap()
+    return packed.tolist()
+
+
+def unpack_floats(data: bytes) -> list[float]:
+    """Inverse of ``pack_floats``; raises ValueError when ``len(data)`` is not a multiple of 4."""
+    if len(data) % 4:
+        raise ValueError(f"packed float32 values must be a multiple of 4 bytes, got {len(data)}")
+    packed = array("f")
     packed.frombytes(data)
     if not _LITTLE:
         packed.byteswap()

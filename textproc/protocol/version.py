@@ -41,4 +41,5 @@ __all__ = ["PROTOCOL_VERSION"]
 # RenderRequest / Rendered (a chat or completion request built as for generation, not submitted)
 # 18: EngineRequest.priority (the request's scheduling order, vLLM's priority); EngineCall /
 # EngineCallResult (an operator's call of an engine method: detok-front, engine-in, engine-out)
-PROTOCOL_VERSION = 18
+# 19: RequestOutput.id_logprobs / id_top_ids (the logprob rows of RequestOutput.token_ids)
+PROTOCOL_VERSION = 19

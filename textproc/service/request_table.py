@@ -27,7 +27,7 @@ from typing import Any, Callable
 from textproc.config import ServiceConfig
 from textproc.core.deltas import join_text
 from textproc.core.detokenizer import DetokenizerVocab
-from textproc.core.logprobs import LogprobTrack
+from textproc.core.logprobs import MISSING_LOGPROB, LogprobTrack
 from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
 from textproc.errors import ProtocolError, TextprocError
 from textproc.protocol import (
@@ -39,6 +39,7 @@ from textproc.protocol import (
     RequestOutput,
     StepOutput,
     Submit,
+    pack_floats,
     pack_ids,
     step_entries,
 )
@@ -64,7 +65,7 @@ class Request:
     the engine's ids not yet sent (``output.return_token_ids`` only)."""
 
     __slots__ = ("client_id", "state", "prompt_tokens", "completion_tokens", "cached_tokens",
-                 "track", "ids")
+                 "track", "ids", "rows")
 
     def __init__(self, client_id: bytes, state: OutputPipeline, prompt_tokens: int) -> None:
         self.client_id = client_id
@@ -74,6 +75,8 @@ class Request:
         self.cached_tokens = 0  # prompt tokens the engine found in its prefix cache
         self.track: LogprobTrack | None = None  # with Submit.logprobs (service/logprob_rows.py)
         self.ids: list[int] | None = None  # with output.return_token_ids: ids since the last output
+        # ... and with logprobs k too: the ids' rows (1 + k logprobs, k alternative ids each)
+        self.rows: tuple[list[float], list[int], int] | None = None
 
 
 class RequestTable:
@@ -162,6 +165,8 @@ class RequestTable:
             self.tracked.add(rid)
         if submit.output.return_token_ids:
             req.ids = []
+            if submit.output.logprobs is not None:
+                req.rows = ([], [], submit.output.logprobs)
         self.live[rid] = req
         if self.early_cached:
             req.cached_tokens = self.early_cached.pop(rid, 0)
@@ -400,6 +405,8 @@ class RequestTable:
         track = req.track
         assert track is not None
         state = req.state
+        if req.rows is not None and token_ids:  # before _feed sends the ids
+            _keep_rows(req.rows, len(token_ids), rows)
         if not state.is_finished and token_ids:
             if rows is not None:
                 track.feed(token_ids, *rows)
@@ -440,8 +447,7 @@ class RequestTable:
                 if deltas or (first and token_ids) or ids:
                     item = RequestOutput(rid, join_text(deltas))
                     if ids:  # (return_token_ids: every step's ids go out with that step)
-                        item.token_ids = pack_ids(ids)
-                        ids.clear()
+                        _take_ids(req, item)
                     box = self.outbox.get(req.client_id)
                     if box is None:
                         self.outbox[req.client_id] = [item]
@@ -502,10 +508,12 @@ class RequestTable:
         self._release(req.client_id)
         self._mark_done(rid)
         self.counters["requests_finished"] += 1
-        self._emit(req, RequestOutput(rid, join_text(deltas), state.finish_reason,
-                                      state.matched_stop, req.prompt_tokens,
-                                      req.completion_tokens, cached_tokens=req.cached_tokens,
-                                      token_ids=pack_ids(req.ids) if req.ids else b""))
+        last = RequestOutput(rid, join_text(deltas), state.finish_reason, state.matched_stop,
+                             req.prompt_tokens, req.completion_tokens,
+                             cached_tokens=req.cached_tokens)
+        if req.ids:
+            _take_ids(req, last)
+        self._emit(req, last)
 
     def _emit(self, req: Request, output: RequestOutput) -> None:
         box = self.outbox.get(req.client_id)
@@ -551,3 +559,32 @@ class RequestTable:
         live = self.live
         self.fresh = {rid for rid in self.fresh
                       if (req := live.get(rid)) is not None and not req.completion_tokens}
+
+
+def _keep_rows(kept: tuple[list[float], list[int], int], n: int, rows: lp.Rows | None) -> None:
+    """Keep the logprob rows of a step's ``n`` ids, cut to the request's k (a step's rows are
+    as wide as the most any request of it asked); ids that came without rows get
+    MISSING_LOGPROB and no alternatives' ids (0)."""
+    floats, alts, k = kept
+    if rows is None:
+        floats.extend([MISSING_LOGPROB] * ((1 + k) * n))
+        alts.extend([0] * (k * n))
+        return
+    step_floats, step_alts, width, row = rows
+    for j in range(row, row + n):
+        floats.extend(step_floats[j * width:j * width + 1 + k])
+        alts.extend(step_alts[j * (width - 1):j * (width - 1) + k])
+
+
+def _take_ids(req: Request, item: RequestOutput) -> None:
+    """Move the request's ids (and their logprob rows) not sent yet onto ``item``."""
+    ids = req.ids
+    assert ids is not None
+    item.token_ids = pack_ids(ids)
+    ids.clear()
+    rows = req.rows
+    if rows is not None:
+        item.id_logprobs = pack_floats(rows[0])
+        item.id_top_ids = pack_ids(rows[1])
+        rows[0].clear()
+        rows[1].clear()

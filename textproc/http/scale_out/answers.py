@@ -14,11 +14,12 @@ from textproc.http.api_types import ChatParams, CompletionParams
 from textproc.http.backend import Output
 from textproc.http.openai.answers import usage_body
 from textproc.http.scale_out.bodies import GenerateParams, sampling_params_body
+from textproc.core.logprobs import MISSING_LOGPROB
 from textproc.options import SamplingOptions
 
 __all__ = ["cut_at_stop", "derendered_chat", "derendered_chunk", "derendered_completion",
-           "generate_choice", "generate_chunk", "generate_whole", "rendered_request",
-           "stop_reason"]
+           "generate_choice", "generate_chunk", "generate_logprobs", "generate_whole",
+           "rendered_request", "stop_reason"]
 
 
 def rendered_request(request_id: str, params: ChatParams | CompletionParams,
@@ -61,8 +62,39 @@ def stop_reason(out: Output, ids: list[int], stop_token_ids: list[int]) -> int |
     return None
 
 
+def _clamped(logprob: float) -> float:
+    """vLLM's floor for a logprob: -inf and NaN are -9999.0."""
+    return -9999.0 if logprob != logprob else max(logprob, -9999.0)
+
+
+def generate_logprobs(token_ids: list[int], rows: list[float], alts: list[int],
+                      k: int) -> dict[str, Any]:
+    """vLLM's ``GenerateLogProbs`` of ``token_ids`` from their rows (1 + k logprobs and k
+    alternative ids per id, most likely first): per id its logprob, its rank when it is among
+    the k most likely (else None: the engine reports no rank), and ``top_logprobs`` as vLLM
+    lists them, the id itself first, then the others, max(k, 1) in all."""
+    width = 1 + k
+    if len(rows) != len(token_ids) * width or len(alts) != len(token_ids) * k:
+        rows, alts = [MISSING_LOGPROB] * (len(token_ids) * width), [0] * (len(token_ids) * k)
+    content: list[dict[str, Any]] = []
+    for j, token_id in enumerate(token_ids):
+        row, top = rows[j * width:(j + 1) * width], alts[j * k:(j + 1) * k]
+        if row[0] == MISSING_LOGPROB:
+            content.append({"token_id": token_id, "logprob": MISSING_LOGPROB, "rank": None,
+                            "top_logprobs": []})
+            continue
+        rank = top.index(token_id) + 1 if token_id in top else None
+        listed = [{"token_id": token_id, "logprob": _clamped(row[0]), "rank": rank}]
+        listed += [{"token_id": alt, "logprob": _clamped(row[1 + i]), "rank": i + 1}
+                   for i, alt in enumerate(top) if alt != token_id]
+        content.append({"token_id": token_id, "logprob": _clamped(row[0]), "rank": rank,
+                        "top_logprobs": listed[:max(k, 1)]})
+    return {"content": content}
+
+
 def generate_choice(index: int, finish_reason: str | None, reason: int | str | None,
-                    token_ids: list[int], text: str | None, *, whole: bool) -> dict[str, Any]:
+                    token_ids: list[int], text: str | None, *, whole: bool,
+                    logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One choice of a generate answer or chunk (``text`` None: output_mode "tokens")."""
     choice: dict[str, Any] = {
         "index": index,
@@ -75,7 +107,7 @@ def generate_choice(index: int, finish_reason: str | None, reason: int | str | N
     }
     if text is not None:
         choice["text"] = text
-    choice["logprobs"] = None
+    choice["logprobs"] = logprobs
     return choice
 
 

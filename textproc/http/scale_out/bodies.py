@@ -27,6 +27,7 @@ from textproc.http.api_types import ApiError, ChatParams, CompletionParams
 from textproc.http.openai.bodies import decode_body, parse_completion_request
 from textproc.http.openai.structured import structured_spec
 from textproc.options import (
+    MAX_TOP_LOGPROBS,
     OutputOptions,
     SamplingOptions,
     check_output_options,
@@ -191,12 +192,10 @@ def options_from_sampling_params(sp: dict[str, Any]) -> tuple[SamplingOptions, O
     n = _number(sp, "n", int) if sp.get("n") is not None else 1
     max_tokens = _number(sp, "max_tokens", int) if sp.get("max_tokens") is not None else None
     min_tokens = _number(sp, "min_tokens", int) if sp.get("min_tokens") is not None else 0
-    if sp.get("logprobs") is not None:
-        # the service's logprob entries follow the text (a skipped special token has none);
-        # vLLM's generate gives one per generated id
-        raise _bad("sampling_params.logprobs is not supported by this server's generate route "
-                   "(its logprobs follow the text, not every id); use /v1/completions with "
-                   "logprobs", "sampling_params.logprobs")
+    logprobs = _number(sp, "logprobs", int) if sp.get("logprobs") is not None else None
+    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise _bad(f"sampling_params.logprobs={logprobs} is out of range; allowed: "
+                   f"0..{MAX_TOP_LOGPROBS}", "sampling_params.logprobs")
     bias = sp.get("logit_bias") or {}
     if not isinstance(bias, dict):
         raise _bad(f"sampling_params.logit_bias={short(bias)} must be an object of token id "
@@ -218,7 +217,8 @@ def options_from_sampling_params(sp: dict[str, Any]) -> tuple[SamplingOptions, O
         ignore_eos=_flag(sp, "ignore_eos", False), n=n, params=params, logit_bias=logit_bias)
     output = OutputOptions(
         stop=stops, include_stop=_flag(sp, "include_stop_str_in_output", False),
-        skip_special_tokens=_flag(sp, "skip_special_tokens", True), return_token_ids=True)
+        skip_special_tokens=_flag(sp, "skip_special_tokens", True), logprobs=logprobs,
+        return_token_ids=True)
     try:
         check_sampling_options(sampling)
         check_output_options(output)
@@ -253,6 +253,11 @@ def parse_generate_request(body: bytes, *, served_models: Sequence[str]) -> Gene
         check_sampling_options(sampling)
     except InvalidInput as e:
         raise _bad(str(e), e.param or "priority") from e
+    if output.logprobs is not None and req.output_mode == "text":
+        # vLLM's text mode spells each token as text: this frontend has no tokenizer
+        raise _bad("sampling_params.logprobs with output_mode 'text' is not supported by this "
+                   "server; use output_mode 'tokens' (logprobs by token id)",
+                   "sampling_params.logprobs")
     stream = bool(req.stream)
     if req.stream_options is not None and not stream:
         raise _bad("stream_options is only allowed when stream is true", "stream_options")

@@ -22,6 +22,7 @@ from textproc.http.openai.answers import SSE_DONE, sse_event, usage_body
 from textproc.http.scale_out.answers import (
     generate_choice,
     generate_chunk,
+    generate_logprobs,
     generate_whole,
     stop_reason,
 )
@@ -108,6 +109,13 @@ def _text(out: Output) -> str:
     return "".join(d.get("content", "") for d in out.deltas)
 
 
+def _logprobs(params: GenerateParams, out: Output) -> dict[str, Any] | None:
+    k = params.completion.output.logprobs
+    if k is None:
+        return None
+    return generate_logprobs(out.token_ids, out.id_logprobs, out.id_top_ids, k)
+
+
 async def generate_events(params: GenerateParams, response_id: str, run: Run, first: Output,
                           aborted: asyncio.Future[None]) -> AsyncIterator[bytes]:
     """The SSE stream of vLLM's ``/inference/v1/generate`` with ``stream``: one chunk per output
@@ -128,7 +136,7 @@ async def generate_events(params: GenerateParams, response_id: str, run: Run, fi
                 if params.continuous_usage:
                     usage = usage_body(choices.prompt_tokens, choices.tokens[out.index], 0)
                 choice = generate_choice(out.index, finish, reason, out.token_ids, text,
-                                         whole=False)
+                                         whole=False, logprobs=_logprobs(params, out))
                 yield sse_event(generate_chunk(params, response_id, [choice], usage=usage,
                                                prompt_ids=prompt_ids))
                 prompt_ids = None
@@ -163,6 +171,8 @@ async def generate_whole_answer(params: GenerateParams, response_id: str, run: R
     n = params.completion.sampling.n
     ids: list[list[int]] = [[] for _ in range(n)]
     texts: list[list[str]] = [[] for _ in range(n)]
+    rows: list[list[float]] = [[] for _ in range(n)]
+    alts: list[list[int]] = [[] for _ in range(n)]
     ends: list[tuple[str | None, int | str | None]] = [(None, None)] * n
     out: Output | None = first
     while out is not None:
@@ -170,6 +180,8 @@ async def generate_whole_answer(params: GenerateParams, response_id: str, run: R
         ends_here = choices.take(out)
         ids[out.index].extend(out.token_ids)
         texts[out.index].append(_text(out))
+        rows[out.index].extend(out.id_logprobs)
+        alts[out.index].extend(out.id_top_ids)
         if ends_here[0] is not None:
             ends[out.index] = ends_here
         if not choices.unfinished():
@@ -181,9 +193,12 @@ async def generate_whole_answer(params: GenerateParams, response_id: str, run: R
             break
     else:
         raise no_finish_error()
+    k = params.completion.output.logprobs
     body: list[dict[str, Any]] = [
         generate_choice(i, ends[i][0], ends[i][1], ids[i],
-                        "".join(texts[i]) if params.text_mode else None, whole=True)
+                        "".join(texts[i]) if params.text_mode else None, whole=True,
+                        logprobs=None if k is None else generate_logprobs(ids[i], rows[i],
+                                                                          alts[i], k))
         for i in range(n)]
     return json_response(generate_whole(params, response_id, created, body,
                                         choices.prompt_tokens, sum(choices.tokens),
