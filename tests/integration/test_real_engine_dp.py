@@ -112,7 +112,7 @@ def dp(tmp_path_factory: pytest.TempPathFactory, vllm_reference: Any) -> Iterato
     root = tmp_path_factory.mktemp("textproc-dp")
     service = Service(root, TINY_MODEL, workers=1, engine="vllm",
                       args=["--http", "127.0.0.1:0", "--max-model-len", str(MAX_MODEL_LEN),
-                            "--startup-timeout", "600",
+                            "--startup-timeout", "600", "--http-arg=--admin-routes",
                             "--data-parallel-size-local", "1", *dp_flags,
                             *[f"--engine-arg={flag}" for flag in VLLM_FLAGS]])
     service.env = {**os.environ, **ENGINE_ENV}
@@ -201,6 +201,27 @@ def test_every_engine_answers_greedy_as_vllm_serve(dp: Deployment) -> None:
         assert mine["choices"][0]["finish_reason"] == ref["choices"][0]["finish_reason"]
     after = _sent(dp)
     assert all(a > b for a, b in zip(after, before)), (before, after)
+
+
+def test_admin_routes_reach_every_engine(dp: Deployment) -> None:
+    """vLLM's admin routes reach both engines as vLLM's own utility calls: a pause holds the
+    requests sent meanwhile until the resume, the prefix cache reset answers for both."""
+    r = httpx.post(dp.url + "/reset_prefix_cache", timeout=60)
+    assert r.status_code == 200 and r.json() == {"success": True}, r.text
+    body = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3}
+    try:
+        r = httpx.post(dp.url + "/pause", params={"mode": "keep"}, timeout=60)
+        assert r.status_code == 200 and r.json() == {"status": "paused"}, r.text
+        assert httpx.get(dp.url + "/is_paused", timeout=60).json() == {"is_paused": True}
+        with ThreadPoolExecutor(2) as pool:
+            waiting = [pool.submit(_chat, dp.url, body) for _ in range(2)]
+            time.sleep(2)
+            assert not any(f.done() for f in waiting)
+            assert httpx.post(dp.url + "/resume", timeout=60).json() == {"status": "resumed"}
+            assert [f.result(120)["usage"]["completion_tokens"] for f in waiting] == [3, 3]
+        assert httpx.get(dp.url + "/is_paused", timeout=60).json() == {"is_paused": False}
+    finally:
+        httpx.post(dp.url + "/resume", timeout=60)
 
 
 def test_a_growing_conversation_stays_where_its_prefix_is_cached(dp: Deployment) -> None:
