@@ -131,6 +131,9 @@ def test_a_frontend_killed_fails_only_its_own_connections(pair: tuple[Service, s
             t.join(60)
     else:
         pytest.fail("16 concurrent streams never went to both frontends")
+    time.sleep(1.2)  # each frontend hands its numbers to the metrics files every second
+    before = _metric_lines(url, "textproc_requests_running")["textproc_requests_running"]
+    assert before >= 2, before  # both frontends' streams
     os.kill(pids[1], signal.SIGKILL)
     for t in threads:
         t.join(60)
@@ -160,6 +163,13 @@ def test_a_frontend_killed_fails_only_its_own_connections(pair: tuple[Service, s
     for t in threads:
         t.join(60)
     assert all(r.get("end") == "done" for r in results), results
+    # the killed frontend's requests in flight left /metrics' sum with it (the supervisor
+    # marked its pid dead), its counters stay listed
+    time.sleep(1.5)  # every frontend's last second handed over
+    running = _metric_lines(url, "textproc_requests_running")
+    assert running == {"textproc_requests_running": 0.0}, running
+    served = _metric_lines(url, "textproc_http_frontend_requests_total{")
+    assert any(f'pid="{pids[1]}"' in key for key in served), served
 
 
 def test_the_health_port_answers_for_every_frontend(pair: tuple[Service, str]) -> None:
