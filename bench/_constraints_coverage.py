@@ -132,18 +132,30 @@ def service_compile(worker: WorkerConstraints, schema: Any, verdict: ServiceVerd
     index: TokenIndex | None = None
     try:
         index, _ = worker.compile(structured_regex({"json": schema}), started=arrived)
-        if worker.rest is not None:  # the request went out with a partial index: its whole one
-            done, _ = worker.finish()
-            if done.table is None:
-                verdict.late = True
-                raise InvalidInput(done.error)
-            index = worker.last
+        if index.partial:  # the request went out with a partial index: its whole one follows
+            index = _whole(worker, index.key, verdict)
     except InvalidInput as e:
         verdict.status, verdict.reason, verdict.kind, index = "refused", str(e), refusal_kind(str(e)), None
     except RecursionError:
         verdict.status, verdict.reason, verdict.kind, index = "refused", "nests too deeply", "other", None
     verdict.wall_s, verdict.cpu_s = time.monotonic() - arrived, time.process_time() - cpu
     return index
+
+
+def _whole(worker: WorkerConstraints, key: str, verdict: ServiceVerdict) -> TokenIndex:
+    """``key``'s whole index once the worker's background build made it (as its loop takes
+    it, between requests); its failure raised."""
+    while True:
+        for done, _ in worker.take_wholes():
+            if done.key != key:
+                continue
+            if done.table is None:
+                verdict.late = True
+                raise InvalidInput(done.error)
+            whole = worker.cache.get(key)
+            assert whole is not None
+            return whole
+        time.sleep(0.001)
 
 
 def walks(index: TokenIndex, token_ids: list[int]) -> bool:

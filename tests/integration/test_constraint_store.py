@@ -5,6 +5,9 @@ constraint compiled again, and the directory stays under its byte cap."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from textproc.client import TextClient
 from textproc.service.constraints import WorkerConstraints, table_of
 from textproc.core.constraints import TokenIndex
 from textproc.errors import InvalidInput
-from textproc.protocol import IndexTable
+from textproc.protocol import IndexDone, IndexTable
 from textproc.service.index_store import IndexStore
 
 pytestmark = pytest.mark.timeout(240)
@@ -34,14 +37,50 @@ def _worker(toy_model: Path, directory: Path, **kwargs: Any) -> WorkerConstraint
     return worker
 
 
+class HeldBuilds:
+    """A worker's background builds held until :meth:`run` (the test decides when a whole
+    index is made)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[Callable[[], Any], Future[Any]]] = []
+
+    def submit(self, job: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.jobs.append((job, future))
+        return future
+
+    def run(self) -> None:
+        for job, future in self.jobs:
+            try:
+                future.set_result(job())
+            except BaseException as e:
+                future.set_exception(e)
+        self.jobs.clear()
+
+
+def _settle(worker: WorkerConstraints) -> list[tuple[IndexDone, list[int]]]:
+    """What the worker's loop sends once its pending whole indexes are made (held builds run
+    now)."""
+    if isinstance(worker._builds, HeldBuilds):
+        worker._builds.run()
+    settled = []
+    deadline = time.monotonic() + 60
+    while worker.pending:
+        settled += worker.take_wholes()
+        assert time.monotonic() < deadline, "whole indexes not made in 60 s"
+        time.sleep(0.005)
+    return settled
+
+
 def _compile(worker: WorkerConstraints, pattern: str) -> tuple[TokenIndex, IndexTable | None]:
     """The whole index, as a worker has it once the request went out (a progressive compile
-    hands out a partial index first; the whole one is stored when it is made)."""
+    hands out a partial index first; the whole one is built in the background and stored)."""
     index, table = worker.compile(pattern)
-    if worker.rest is not None:
-        done, _ = worker.finish()
-        assert done.table is not None and worker.last is not None
-        return worker.last, done.table
+    if index.partial:
+        [(done, _)] = _settle(worker)
+        whole = worker.cache.get(index.key)
+        assert done.table is not None and whole is not None
+        return whole, done.table
     return index, table
 
 
@@ -69,8 +108,7 @@ def test_the_store_stays_under_its_cap(toy_model: Path, tmp_path: Path) -> None:
     worker = _worker(toy_model, tmp_path / "store", max_bytes=6_000)
     for n in range(1, 12):
         worker.compile(f"[a-z]{{{n}}}x")
-    if worker.rest is not None:  # the last one's whole index (its first states go with it)
-        worker.finish()
+    _settle(worker)  # the last ones' whole indexes (their first states go with them)
     files = list((tmp_path / "store").iterdir())
     assert 0 < len(files) < 11 and sum(f.stat().st_size for f in files) <= 6_000
 
@@ -96,9 +134,10 @@ def test_service_workers_share_the_store(toy_model: Path, tmp_path: Path) -> Non
 
 
 def test_a_whole_index_over_budget_after_its_partial_one_says_why(toy_model: Path, tmp_path: Path) -> None:
-    """The partial index went out; the whole one passes the index size budget: ``finish`` gives
-    the failure for the detokenizer shards that got the partial table (their requests fail
-    with it) and forgets having sent them the key; nothing reaches the store."""
+    """The partial index went out; the whole one passes the index size budget: the worker
+    sends the failure to the detokenizer shards that got the partial table (their requests
+    fail with it) and forgets having sent them the key; nothing but the failure reaches the
+    store, and the next request fails at once with it."""
     from textproc.service.constraints import structured_regex
 
     tok = Tokenizer.from_dir(toy_model)
@@ -108,16 +147,20 @@ def test_a_whole_index_over_budget_after_its_partial_one_says_why(toy_model: Pat
     index, table = worker.compile(structured_regex({"json": SCHEMA}), shard=1)
     assert index.partial and table is not None and table.n_known == index.n_known
     worker.sent(index.key, 1)
-    done, shards = worker.finish()
+    [(done, shards)] = _settle(worker)
     assert shards == [1] and done.key == index.key and done.table is None
-    assert "index size budget" in done.error
-    assert worker.table_for(1) is None and worker.rest is None  # nothing to send any more
+    assert "index size budget" in done.error and not worker.pending
     assert not list((tmp_path / "store").glob("*.index"))
+    with pytest.raises(InvalidInput, match="index size budget"):
+        worker.compile(structured_regex({"json": SCHEMA}), shard=1)
 
 
 def _partial_compile(worker: WorkerConstraints, pattern: str) -> TokenIndex:
+    """The first states of ``pattern``, its whole index held back (the worker keeps the key's
+    claim until it is made: ``_settle``)."""
+    worker._builds = HeldBuilds()  # type: ignore[assignment]
     index, _ = worker.compile(pattern)
-    assert index.partial and worker.rest is not None  # holds the key's claim until finish()
+    assert index.partial and index.key in worker.pending
     return index
 
 
@@ -134,18 +177,18 @@ def test_a_constraint_is_compiled_once_whoever_asks(toy_model: Path, tmp_path: P
     a.first_seconds = 0.0
     first = _partial_compile(a, pattern)
     index, table = b.compile(pattern, shard=1)
-    assert index.partial and b.rest is None and b.compiles == 0 and b.first_states_taken == 1
+    assert index.partial and b.compiles == 0 and b.first_states_taken == 1
     assert table == table_of(first)  # a's first states, as a sent them
-    assert list(b.awaiting) == [index.key]
+    assert list(b.pending) == [index.key]
     b.sent(index.key, 1)
     assert b.compile(pattern, shard=1) == (index, None)  # the next request goes on them too
     assert b.take_wholes() == []  # a still compiles
     other = _compile(b, "[a-z]{3}x")[0]  # a request on another constraint is served meanwhile
     assert not other.partial and b.compiles == 1
-    done, _ = a.finish()
+    [(done, _)] = _settle(a)
     assert done.table is not None
     assert b.take_wholes() == [(done, [1])]  # a's table, to the shard b sent the first states
-    assert not b.awaiting and b.compiles == 1
+    assert not b.pending and b.compiles == 1
     assert not list((tmp_path / "store").glob("*.part"))  # gone with the whole file
 
 
@@ -166,7 +209,7 @@ def test_a_failure_that_repeats_is_shared(toy_model: Path, tmp_path: Path) -> No
 
     a = small(first_seconds=0)
     _partial_compile(a, pattern)
-    done, _ = a.finish()
+    [(done, _)] = _settle(a)
     assert done.table is None and "index size budget" in done.error
     b = small()
     with pytest.raises(InvalidInput, match="index size budget"):
@@ -191,17 +234,17 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     a = _worker(toy_model, tmp_path / "store")
     b = _worker(toy_model, tmp_path / "store")
     a.first_seconds = 0.0
-    _partial_compile(a, pattern)
+    first = _partial_compile(a, pattern)
     b.max_compile_s = 0.2
     assert b.compile(pattern)[0].partial and b.take_wholes() == []
     time.sleep(0.25)
     [(done, shards)] = b.take_wholes()  # its budget is spent
     assert shards == [0] and done.table is None
     assert "waiting for another worker's compile" in done.error
-    assert not list((tmp_path / "store").glob("*.fail")) and not b.awaiting
+    assert not list((tmp_path / "store").glob("*.fail")) and not b.pending
     b.max_compile_s = 30.0
     assert b.compile(pattern)[0].partial and b.take_wholes() == []
-    a._release()  # what a's death does to its lock
+    a._release(a.pending[first.key].claim)  # what a's death does to its lock
     [(done, _)] = b.take_wholes()
     assert done.table is not None and b.compiles == 1
     assert list((tmp_path / "store").glob("*.index"))
@@ -263,11 +306,11 @@ def test_a_deadline_overrun_fails_the_requests_that_waited_for_it(toy_model: Pat
     assert _compile(b, pattern)[1] is not None and b.compiles == 1
 
 
-def test_requests_queued_behind_a_partial_index_go_out_on_it(toy_model: Path, tmp_path: Path) -> None:
-    """While a partial index's whole one waits to be built, a request on the same constraint
-    goes out on the partial index at once; one that needs another constraint first makes the
-    pending whole index, which the worker then sends (``finished``) to the shards that have
-    the partial one."""
+def test_requests_go_out_while_a_whole_index_is_built(toy_model: Path, tmp_path: Path) -> None:
+    """While a partial index's whole one is built in the background, a request on the same
+    constraint goes out on the partial index at once, and one on another new constraint is
+    compiled meanwhile (its own first states out too); each whole index then goes to the
+    shards that have its partial one."""
     from textproc.service.constraints import structured_regex
 
     pattern = structured_regex({"json": SCHEMA})
@@ -278,9 +321,31 @@ def test_requests_queued_behind_a_partial_index_go_out_on_it(toy_model: Path, tm
     worker.sent(first.key, 0)
     again, table = worker.compile(pattern)
     assert again is first and table is None and worker.compiles == 1
-    worker.compile(other)
-    assert [(done.key, shards) for done, shards in worker.finished] == [(first.key, [0])]
-    assert worker.finished[0][0].table is not None
+    second, table = worker.compile(other, shard=1)
+    assert second.partial and table is not None and worker.compiles == 2
+    assert worker.take_wholes() == []  # both still held
+    settled = {done.key: (done, shards) for done, shards in _settle(worker)}
+    assert settled[first.key][1] == [0] and settled[second.key][1] == [1]
+    assert all(done.table is not None for done, _ in settled.values())
+    assert not list((tmp_path / "store").glob("*.lock"))  # both claims given back
+
+
+def test_a_worker_serves_while_its_background_build_runs(toy_model: Path, tmp_path: Path) -> None:
+    """The real background thread: the first states go out at once, the worker thread is free
+    (another request is compiled and answered) while the whole index is built, and the whole
+    index arrives through take_wholes."""
+    from textproc.service.constraints import structured_regex
+
+    worker = _worker(toy_model, tmp_path / "store")
+    worker.first_seconds = 0.0
+    index, _ = worker.compile(structured_regex({"json": SCHEMA}))
+    assert index.partial and index.key in worker.pending
+    other, _ = worker.compile("[a-z]{2}y")  # served on this thread meanwhile
+    settled = {done.key: (done, shards) for done, shards in _settle(worker)}
+    done, shards = settled[index.key]
+    assert done.table is not None and shards == [0]
+    assert set(settled) == {index.key} | ({other.key} if other.partial else set())
+    assert worker.compile(structured_regex({"json": SCHEMA}))[0].n_known == 0  # whole now
 
 
 def test_a_burst_on_one_new_schema_to_one_worker(toy_model: Path, tmp_path: Path) -> None:

@@ -23,9 +23,13 @@ quieter machine may pass).
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +38,8 @@ from textproc.core.constraints.compile import FIRST_SECONDS, compile_progressive
 from textproc.errors import InvalidInput, short
 from textproc.protocol import EngineIndex, IndexDone, IndexTable
 from textproc.service.index_store import IndexStore
+
+_log = logging.getLogger("textproc.worker")
 
 __all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
 
@@ -75,14 +81,47 @@ def _limits(budget: Budget) -> str:
 
 
 @dataclass
-class _Awaited:
-    """A key another worker compiles, whose first states (``index``) requests went out on."""
+class _Pending:
+    """A key whose first states (``index``, a partial index) requests went out on; its whole
+    index follows from this worker's background build (``build``, holding the store's claim
+    ``claim``) or from another worker's compile (looked for in the store)."""
 
     index: TokenIndex
     pattern: str
-    budget: Budget  # the first request's: the wait for the whole index ends with it
+    budget: Budget  # the first request's: the whole index is due within it
     arrived: float  # that request's arrival, as the store's clock (time.time())
+    build: Future[tuple[TokenIndex, IndexTable]] | None = None
+    claim: int | None = None  # the store's compile lock of our build (-1: no lock to be had)
     shards: set[int] = field(default_factory=set)  # detokenizer shards handed the first states
+
+
+class _Builds:
+    """One daemon thread that builds whole indexes in order while the worker's own thread
+    serves requests (the GIL is shared: a request waits at most a switch interval or so for
+    it, where it used to wait for the whole build). A daemon, so a worker told to stop does
+    not wait for a build."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((job, future))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="index-builds", daemon=True)
+            self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as e:  # handed to the worker's thread (take_wholes)
+                future.set_exception(e)
 
 
 def table_of(index: TokenIndex) -> IndexTable:
@@ -92,7 +131,12 @@ def table_of(index: TokenIndex) -> IndexTable:
 
 
 class WorkerConstraints:
-    """A worker's compiler: vocabulary built on first use, compiled indexes cached by content."""
+    """A worker's compiler: vocabulary built on first use, compiled indexes cached by content.
+
+    A new constraint's compile hands out its first states (a partial index) within a few
+    milliseconds; its whole index is built on a background thread (``_Builds``) while the
+    worker serves other requests, and :meth:`take_wholes`, called between requests, hands it
+    (or why it failed) to the detokenizer shards the first states went to."""
 
     def __init__(self, tokenizer: Any, end_ids: list[int], *, max_frame_bytes: int,
                  text_specials: frozenset[str] = frozenset(), store: IndexStore | None = None,
@@ -107,20 +151,14 @@ class WorkerConstraints:
         self._vocab: TokenVocabulary | None = None
         # (detokenizer shard, key) of the tables this worker has handed over
         self._sent: OrderedDict[tuple[int, str], None] = OrderedDict()
-        self.last: TokenIndex | None = None  # the index of the last compile
         self.first_seconds = first_seconds  # a compile hands out a partial index after this
-        self.rest: Callable[[], TokenIndex] | None = None  # makes the whole index of ``last``
-        self.partial_shards: set[int] = set()  # detokenizer shards handed ``last``'s partial table
         self.compiles = 0
         self.first_states_taken = 0  # requests started on another worker's published first states
-        self._claim_fd: int | None = None  # the store's compile lock of the key compiled now
-        # whole indexes (or why they failed) made by compile() for the shards their partial
-        # ones went to: the worker takes them out and sends them
-        self.finished: list[tuple[IndexDone, list[int]]] = []
-        self._rest_budget = Budget()  # the budget ``rest`` runs under
-        # keys other workers compile whose first states our requests went out on: their whole
-        # indexes are looked for between requests (take_wholes)
-        self.awaiting: dict[str, _Awaited] = {}
+        self._claim_fd: int | None = None  # the store's claim _claim took, until compile() keeps it
+        # keys whose first states requests went out on, their whole indexes to come
+        self.pending: dict[str, _Pending] = {}
+        self._builds = _Builds()
+        self.last: TokenIndex | None = None  # what the last compile() gave (its first states)
 
     def prepare(self) -> None:
         """Build the vocabulary and its tables now, and create the store's directory (the worker
@@ -145,57 +183,79 @@ class WorkerConstraints:
 
     def compile(self, pattern: str, shard: int = 0, *,
                 started: float | None = None) -> tuple[TokenIndex, IndexTable | None]:
-        """The index of ``pattern`` and, if this worker has not sent it to detokenizer shard
-        ``shard`` yet, its table. The budget's clock starts at ``started`` (the request's
-        arrival at this worker, ``time.monotonic()``; default now). A constraint another
-        worker is compiling is waited for (within the budget), not compiled again."""
+        """The index of ``pattern`` (its first states while its whole index is made) and, if
+        this worker has not sent it to detokenizer shard ``shard`` yet, its table. The budget's
+        clock starts at ``started`` (the request's arrival at this worker,
+        ``time.monotonic()``; default now). A constraint another worker is compiling is not
+        compiled again: its requests go out on the first states that worker published."""
+        index, table = self._compile(pattern, shard, started)
+        self.last = index
+        return index, table
+
+    def table_for(self, shard: int) -> IndexTable | None:
+        """The last compile's table for shard ``shard``, unless it has it from this worker
+        (the n sub-requests of one request spread over the shards)."""
+        index = self.last
+        if index is None:
+            return None
+        return self._table(index.key, index, shard, self.pending.get(index.key))
+
+    def _compile(self, pattern: str, shard: int,
+                 started: float | None) -> tuple[TokenIndex, IndexTable | None]:
         vocab = self.vocab  # built before the budget's clock starts (once per worker)
         key = constraint_key(vocab, pattern)
-        if self.rest is not None and self.last is not None and self.last.key == key:
-            return self.last, self.table_for(shard)  # its partial index: the whole one follows
-        awaited = self.awaiting.get(key)
-        if awaited is not None:  # another worker's first states: its whole index follows
-            return awaited.index, self._awaited_table(key, awaited, shard)
+        pending = self.pending.get(key)
+        if pending is not None:
+            return pending.index, self._table(key, pending.index, shard, pending)
         index = self.cache.get(key)
         if index is None and self.store is not None:
             index = self.store.get(key)  # compiled before, by any worker or an earlier run
             if index is not None:
                 self.cache.put(key, index)
         if index is None:
-            if self.rest is not None:  # an earlier partial index whose whole one was not made
-                self.finished.append(self.finish())  # the worker sends it after this request
             budget = Budget(max_seconds=self.max_compile_s, max_bytes=self.max_index_bytes,
                             started=time.monotonic() if started is None else started,
                             what=f"regex {short(pattern)}")
             index = self._claim(key, pattern, budget)
-            awaited = self.awaiting.get(key)
-            if awaited is not None:
-                return awaited.index, self._awaited_table(key, awaited, shard)
+            pending = self.pending.get(key)
+            if pending is not None:  # another worker's first states
+                return pending.index, self._table(key, pending.index, shard, pending)
         if index is None:
+            claim, self._claim_fd = self._claim_fd, None
             try:
                 index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
                                                   first_seconds=self.first_seconds)
             except InvalidInput as e:
-                self._failed(key, budget, e)
+                self._failed(key, budget, e, claim)
                 raise
             except BaseException:  # a bug: give the claim back, the next request tries again
-                self._release()
+                self._release(claim)
                 raise
             self.compiles += 1
-            if rest is not None:  # the claim is kept until the whole index is stored
-                self.rest, self._rest_budget = rest, budget
+            if rest is None:
+                self._stored(table_of(index), claim)
+            else:  # the claim is kept until the whole index is stored
+                arrived = time.time() - (time.monotonic() - budget.started)
+                pending = self.pending[key] = _Pending(index, pattern, budget, arrived, claim=claim)
+                pending.build = self._builds.submit(lambda: _whole(rest))
                 if self.store is not None:  # the workers waiting for it start on it too
                     self.store.put_partial(table_of(index))
-            else:
-                self._stored(table_of(index))
-        self.last = index
-        return index, self.table_for(shard)
+                return index, self._table(key, index, shard, pending)
+        return index, self._table(key, index, shard, None)
+
+    def _table(self, key: str, index: TokenIndex, shard: int, pending: _Pending | None) -> IndexTable | None:
+        """``index``'s table for shard ``shard``, unless it has it from this worker."""
+        if (shard, key) in self._sent:
+            return None
+        if pending is not None:
+            pending.shards.add(shard)
+        return table_of(index)
 
     def _claim(self, key: str, pattern: str, budget: Budget) -> TokenIndex | None:
-        """Take ``key``'s compile claim (None: compile it here), or the index another worker
-        compiled meanwhile (waited for while it compiles; its failure is raised), or the
-        first states it published (kept in ``awaiting``: :meth:`take_wholes` sends its whole
-        index once that worker stored it)."""
+        """Take ``key``'s compile claim (None, the claim in ``_claim_fd``: compile it here),
+        or the index another worker compiled meanwhile (waited for while it compiles; its
+        failure is raised), or the first states it published (kept in ``pending``:
+        :meth:`take_wholes` sends its whole index once that worker stored it)."""
         store = self.store
         if store is None:
             return None
@@ -219,7 +279,7 @@ class WorkerConstraints:
                 first = store.get_partial(key)
                 if first is not None:
                     self.first_states_taken += 1
-                    self.awaiting[key] = _Awaited(first, pattern, budget, arrived)
+                    self.pending[key] = _Pending(first, pattern, budget, arrived)
                     return first
                 time.sleep(WAIT_POLL_S)
                 fd = store.claim(key)
@@ -231,47 +291,56 @@ class WorkerConstraints:
                 self.cache.put(key, index)
                 return index
 
-    def _awaited_table(self, key: str, awaited: _Awaited, shard: int) -> IndexTable | None:
-        """The first states' table for shard ``shard``, unless it has them from this worker."""
-        if (shard, key) in self._sent:
-            return None
-        awaited.shards.add(shard)
-        return table_of(awaited.index)
-
     def take_wholes(self) -> list[tuple[IndexDone, list[int]]]:
-        """The awaited keys whose whole index (or failure) is settled now, each as the frame
+        """The pending keys whose whole index (or failure) is settled now, each as the frame
         for the detokenizer shards its first states went to, and those shards; the others are
-        looked at again later. Never waits: a key's whole file is passed on as stored (not
-        unpacked and packed again); one whose compiler stopped without storing it (it died)
-        is compiled here; one whose first request's budget is spent fails."""
+        looked at again later. Never waits: our own build is taken once its thread is done;
+        another worker's whole file is passed on as stored (not unpacked and packed again),
+        or compiled here if that worker stopped without storing it (it died); a key whose
+        first request's budget is spent fails."""
         settled = []
-        for key, awaited in list(self.awaiting.items()):
+        for key, pending in list(self.pending.items()):
             try:
-                table = self._whole_table(key, awaited)
+                table = self._whole_table(key, pending)
             except InvalidInput as e:
                 done = IndexDone(key, None, str(e))
             else:
                 if table is None:
                     continue
                 done = IndexDone(key, table)
-            del self.awaiting[key]
-            shards = sorted(awaited.shards)
+            del self.pending[key]
+            shards = sorted(pending.shards)
             if done.table is None:
                 for shard in shards:
                     self.unsent(key, shard)
             settled.append((done, shards))
         return settled
 
-    def _whole_table(self, key: str, awaited: _Awaited) -> IndexTable | None:
-        """``key``'s whole table if stored (or compiled here: its compiler stopped), None
-        while another worker still compiles it; its failure (or our spent budget) raised."""
+    def _whole_table(self, key: str, pending: _Pending) -> IndexTable | None:
+        """``key``'s whole table when settled (None while it is still being made); its
+        compile's failure raised."""
+        if pending.build is not None:
+            if not pending.build.done():
+                return None
+            try:
+                _, built = pending.build.result()
+            except InvalidInput as e:
+                self._failed(key, pending.budget, e, pending.claim)
+                raise
+            except Exception as e:  # a bug: its requests fail, the next request tries again
+                self._release(pending.claim)
+                _log.error("building the whole index of %s failed", key, exc_info=e)
+                raise InvalidInput(f"internal error building the constraint's index: "
+                                   f"{type(e).__name__}: {e}") from e
+            self._stored(built, pending.claim)
+            return built
         store = self.store
         assert store is not None
-        budget = awaited.budget
+        budget = pending.budget
         table = store.get_table(key)
         if table is not None:
             return table
-        failure = store.failure(key, _limits(budget), awaited.arrived)
+        failure = store.failure(key, _limits(budget), pending.arrived)
         if failure is not None:
             raise InvalidInput(failure)
         budget.check_time("waiting for another worker's compile of it")
@@ -284,7 +353,7 @@ class WorkerConstraints:
                 return table
             self.compiles += 1
             try:
-                whole = compile_constraint(self.vocab, regex=awaited.pattern, budget=budget,
+                whole = compile_constraint(self.vocab, regex=pending.pattern, budget=budget,
                                            cache=self.cache)
             except InvalidInput as e:
                 overrun = time.monotonic() - budget.started > budget.max_seconds
@@ -296,14 +365,14 @@ class WorkerConstraints:
         finally:
             store.release(fd, key)
 
-    def _stored(self, table: IndexTable) -> None:
+    def _stored(self, table: IndexTable, claim: int | None) -> None:
         """The whole index is made: store its ``table`` for the other workers, give back the
         claim."""
         if self.store is not None:
             self.store.put(table)
-        self._release(table.key)
+        self._release(claim, table.key)
 
-    def _failed(self, key: str, budget: Budget, error: InvalidInput) -> None:
+    def _failed(self, key: str, budget: Budget, error: InvalidInput, claim: int | None) -> None:
         """Compiling ``key`` failed: the failure is stored for the other workers, then the
         claim is given back. A deadline overrun fails only the requests that arrived before
         it (they waited for this compile: one more would overrun the same way), not later
@@ -311,45 +380,11 @@ class WorkerConstraints:
         if self.store is not None:
             overrun = time.monotonic() - budget.started > budget.max_seconds
             self.store.fail(key, _limits(budget), str(error), deadline=overrun)
-        self._release()
+        self._release(claim)
 
-    def _release(self, stored: str | None = None) -> None:
-        fd, self._claim_fd = self._claim_fd, None
-        if fd is not None and self.store is not None:
-            self.store.release(fd, stored)
-
-    def table_for(self, shard: int) -> IndexTable | None:
-        """The last compiled index's table, unless shard ``shard`` has it from this worker."""
-        index = self.last
-        if index is None or (shard, index.key) in self._sent:
-            return None
-        if index.partial:
-            self.partial_shards.add(shard)
-        return table_of(index)
-
-    def finish(self) -> tuple[IndexDone, list[int]]:
-        """The whole index of the last progressive compile (``rest``), as the frame for the
-        detokenizer shards its partial index went to (or why the whole compile failed), and
-        those shards."""
-        rest, self.rest = self.rest, None
-        assert rest is not None and self.last is not None
-        key = self.last.key
-        shards, self.partial_shards = sorted(self.partial_shards), set()
-        try:
-            whole = rest()
-        except InvalidInput as e:
-            self.last = None
-            self._failed(key, self._rest_budget, e)
-            for shard in shards:
-                self.unsent(key, shard)
-            return IndexDone(key, None, str(e)), shards
-        except BaseException:
-            self._release()
-            raise
-        table = table_of(whole)  # (packing a large index takes a while: once)
-        self._stored(table)
-        self.last = whole
-        return IndexDone(key, table), shards
+    def _release(self, claim: int | None, stored: str | None = None) -> None:
+        if claim is not None and self.store is not None:
+            self.store.release(claim, stored)
 
     def unsent(self, key: str, shard: int) -> None:
         """Shard ``shard`` did not get ``key``'s whole table: the next request sends it."""
@@ -367,6 +402,12 @@ class WorkerConstraints:
         self._sent.move_to_end(entry)
         while len(self._sent) > WORKER_SENT_KEYS:
             self._sent.popitem(last=False)
+
+
+def _whole(rest: Callable[[], TokenIndex]) -> tuple[TokenIndex, IndexTable]:
+    """The whole index ``rest`` compiles and its table (packed on the build thread too)."""
+    whole = rest()
+    return whole, table_of(whole)
 
 
 class IndexRelay:

@@ -88,10 +88,7 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
     return 0
 
 
-# requests a worker serves between handing out a partial index and building the whole one
-# (those queued already: a burst on one new constraint goes out on its first states)
-MAX_DRAINED = 32
-WAIT_POLL_MS = 5  # how often a worker looks for another worker's whole index it waits for
+WAIT_POLL_MS = 5  # how often a worker looks for the whole indexes its requests wait for
 
 def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
            front: zmq.Socket[Any], detoks: list[zmq.Socket[Any]],
@@ -106,13 +103,12 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
     event_decoder: FrameDecoder[EventFrame] = FrameDecoder(EventFrame,
                                                            socket_name=f"worker-{index}<-events")
     next_parent_check = time.monotonic() + 1.0
-    drained = 0  # requests served while a whole index waits to be built
     constraints = builder.constraints
     while not runtime.should_stop:
-        if constraints.awaiting:  # other workers' compiles our requests started on
+        if constraints.pending:  # whole indexes our requests' first states wait for
             for done, shards in constraints.take_wholes():
                 _send_done(builder, gate, done, shards)
-        ready = [] if deferred else poller.poll(WAIT_POLL_MS if constraints.awaiting else 200)
+        ready = [] if deferred else poller.poll(WAIT_POLL_MS if constraints.pending else 200)
         now = time.monotonic()
         if now >= next_parent_check:  # by time, so a busy worker notices too
             next_parent_check = now + 1.0
@@ -174,17 +170,6 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
             except zmq.ZMQError as e:
                 _log.warning("reply to client %s for %r not delivered: %s", client_id.hex(),
                              reply.request_id, e)
-        while builder.constraints.finished:  # whole indexes a compile made on its way
-            _send_done(builder, gate, *builder.constraints.finished.pop(0))
-        if constraints.rest is not None:
-            # a partial index of our compile went out: the requests already queued go out
-            # first (on the same constraint: its partial index too), a bounded number of
-            # them, then the whole index is built
-            if drained < MAX_DRAINED and not deferred and front.poll(0, zmq.POLLIN):
-                drained += 1
-                continue
-            _finish_index(builder, gate)
-        drained = 0
 
 
 def _take_events(events: zmq.Socket[Any], decoder: FrameDecoder[EventFrame],
@@ -228,8 +213,7 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
     n_shards = gate.n_shards
     for i, submit in enumerate(submits):
         shard = shard_of(submit.request_id, n_shards)
-        if ((submit.index is not None and submit.index.n_known) or builder.constraints.rest is not None
-                or builder.constraints.awaiting):
+        if (submit.index is not None and submit.index.n_known) or builder.constraints.pending:
             submit = msgspec.structs.replace(submit, compiler=os.getpid())  # (on a partial index)
         # after one refusal the rest are refused too (they may need the index the first carried)
         if (not replies or isinstance(replies[-1], Accepted)) and gate.send(
@@ -245,13 +229,6 @@ def _generate(builder: RequestBuilder, gate: _SubmitGate, frame: ChatRequest | C
                                    f"request {submit.request_id!r}: the detokenizer is not "
                                    "accepting requests (restarting or overloaded); retry", 503))
     return replies
-
-
-def _finish_index(builder: RequestBuilder, gate: _SubmitGate) -> None:
-    """Compile the whole index of the last progressive compile and send it (or why it failed)
-    to the detokenizer shards its partial index went to; a shard it cannot reach gets the whole
-    table with its next request naming it instead."""
-    _send_done(builder, gate, *builder.constraints.finish())
 
 
 def _send_done(builder: RequestBuilder, gate: _SubmitGate, done: IndexDone, shards: list[int]) -> None:

@@ -15,6 +15,7 @@ import gc
 import hashlib
 import json
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,7 +37,8 @@ __all__ = ["compile_constraint", "compile_progressive", "FIRST_SECONDS", "constr
 
 class IndexCache:
     """Compiled indexes by key, least recently used dropped past ``max_bytes`` (index
-    ``nbytes``), plus the last ``max_failures`` failure messages."""
+    ``nbytes``), plus the last ``max_failures`` failure messages. Thread-safe: a worker's
+    background build puts what its own thread reads."""
 
     def __init__(self, max_bytes: int = 512 << 20, *, max_failures: int = 1024) -> None:
         self.max_bytes = max_bytes
@@ -46,36 +48,41 @@ class IndexCache:
         self._failures: OrderedDict[str, str] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def get(self, key: str) -> TokenIndex | None:
-        index = self._items.get(key)
-        if index is not None:
-            self._items.move_to_end(key)
-            self.hits += 1
-            return index
-        self.misses += 1
-        return None
+        with self._lock:
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return index
+            self.misses += 1
+            return None
 
     def failure(self, key: str) -> str | None:
         """The message of a remembered failure under ``key``, or None."""
         return self._failures.get(key)
 
     def put(self, key: str, index: TokenIndex) -> None:
-        if key in self._items or index.nbytes > self.max_bytes:
-            return
-        self._items[key] = index
-        self.nbytes += index.nbytes
-        while self.nbytes > self.max_bytes:
-            _, old = self._items.popitem(last=False)
-            self.nbytes -= old.nbytes
+        size = index.nbytes
+        with self._lock:
+            if key in self._items or size > self.max_bytes:
+                return
+            self._items[key] = index
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self.nbytes -= old.nbytes
 
     def fail(self, key: str, message: str) -> None:
-        self._failures[key] = message
-        while len(self._failures) > self.max_failures:
-            self._failures.popitem(last=False)
+        with self._lock:
+            self._failures[key] = message
+            while len(self._failures) > self.max_failures:
+                self._failures.popitem(last=False)
 
 
 DEFAULT_CACHE = IndexCache()
