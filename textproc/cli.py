@@ -333,6 +333,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         config = _serve_config(args, model_dir, level)
+        if args.otlp_traces_endpoint:
+            from textproc.http.tracing import check_available  # (only with the flag)
+
+            check_available(args.otlp_traces_endpoint)
         if config.engine == "vllm" and config.data_parallel.engaged:
             from textproc.vllm_engines.launch import engine_flags  # (what the command runs)
 

@@ -15,14 +15,32 @@ request's end from the times it kept.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from typing import Any, Mapping
 
 from textproc.errors import InvalidInput
 
-__all__ = ["RequestTrace", "Tracer"]
+__all__ = ["RequestTrace", "Tracer", "check_available"]
 
 _EXPORT_EVERY_MS = 1000  # the batch processor's delay: spans reach the collector within ~1 s
+
+
+_PACKAGES = "opentelemetry-sdk opentelemetry-exporter-otlp-proto-http"
+_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+def check_available(endpoint: str) -> None:
+    """Raise InvalidInput naming the packages when the OpenTelemetry SDK or its OTLP/HTTP
+    exporter is not installed (``serve`` checks before it starts any frontend)."""
+    for module in _MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            raise InvalidInput(f"--otlp-traces-endpoint {endpoint!r} needs the OpenTelemetry "
+                               f"SDK: no module {module}; pip install {_PACKAGES}")
 
 
 class Tracer:
@@ -51,8 +69,8 @@ class Tracer:
             from opentelemetry.trace.propagation import tracecontext
         except ImportError as e:
             raise InvalidInput(
-                f"--otlp-traces-endpoint {endpoint!r} needs the OpenTelemetry SDK: pip install "
-                f"opentelemetry-sdk opentelemetry-exporter-otlp-proto-http ({e})") from e
+                f"--otlp-traces-endpoint {endpoint!r} needs the OpenTelemetry SDK: {e}; "
+                f"pip install {_PACKAGES}") from e
         provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint),
                                                        schedule_delay_millis=_EXPORT_EVERY_MS))
