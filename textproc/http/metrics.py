@@ -12,7 +12,9 @@ Several frontends share one port (``serve --http-workers N``), so a scrape that 
 of them must show the sum of all: prometheus_client's multi-process mode (its values in mmap
 files under ``PROMETHEUS_MULTIPROC_DIR``, which the supervisor gives the frontends; it is
 prometheus_client that reads it, once, when first imported). Without that directory (one
-frontend alone, tests) the same families live in this process's registry. Values that belong
+frontend alone, tests) the same families live in this process's registry. Either way the
+request path only counts in this process's memory (``CounterBatch``, ``HistogramBatch``), handed
+to prometheus_client every second and before a scrape (``Metrics.flush``). Values that belong
 to the moment of the scrape (the service processes' counters, the engine's gauges) are added at
 scrape time by the frontend that answers. Must not block or do I/O on the request path.
 """
@@ -32,8 +34,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 __all__ = ["CONTENT_TYPE", "CounterBatch", "HistogramBatch", "LAG_PROBE_S", "LATENCY_BUCKETS_S",
-           "STAGES", "Metrics", "ScrapeInputs", "VLLM_FINISH_REASONS", "engine_gauges", "request_token_buckets",
-           "watch_loop_lag"]
+           "STAGES", "Metrics", "ScrapeInputs", "VLLM_FINISH_REASONS", "engine_gauges",
+           "request_token_buckets", "watch_loop_lag"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # 100 us .. 60 s: stage timings are sub-millisecond (tokenize) to seconds (queue, whole request)
