@@ -66,12 +66,17 @@ def test_bad_images_name_their_part(model: Path) -> None:
 
 
 def test_pixel_values_over_the_frame_limit_are_refused(model: Path) -> None:
-    # 640x480 -> 476x644 -> 1564 patches of 1176 float32: 7.4 MB, over a 2 MiB frame limit
-    builder = _builder(model, max_frame_bytes=2 << 20)
+    # 640x480 -> 476x644 -> 1564 patches of 1176 float32: 7.4 MB each; a frame's room is its
+    # limit less 1 MiB
     image = IMAGES["rgb_640x480.png"]
-    with pytest.raises(InvalidInput, match="over what one frame carries") as info:
-        builder.chat(ChatRequest("r", CHAT, images=[image, image], image_params=PARAMS), b"c")
-    assert info.value.param == PARAMS[0]
+    for limit_mib, param in ((2, PARAMS[0]), (15, PARAMS[1])):
+        builder = _builder(model, max_frame_bytes=limit_mib << 20)
+        with pytest.raises(InvalidInput, match="bytes left in the request's frame") as info:
+            builder.chat(ChatRequest("r", CHAT, images=[image, image], image_params=PARAMS),
+                         b"c")
+        assert info.value.param == param
+    builder = _builder(model, max_frame_bytes=16 << 20)  # both fit
+    builder.chat(ChatRequest("r", CHAT, images=[image, image], image_params=PARAMS), b"c")
 
 
 def test_chat_with_an_image_through_the_service(model: Path, tmp_path: Path) -> None:

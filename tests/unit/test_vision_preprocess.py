@@ -51,6 +51,17 @@ def test_decompression_bombs_are_refused_before_decoding(width: int, height: int
     _refused(_png_declaring(width, height), "over the limit")
 
 
+def test_pixel_values_over_the_room_are_refused_from_the_header() -> None:
+    # 8000x6000 is under the pixel limit, and its pixel values would be 304 MB: refused before
+    # decoding (the file behind the header is not an image at all)
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match="would take 304254720 bytes, over the 67108864 "
+                                           "bytes left") as info:
+        prepare_image(_png_declaring(8000, 6000), "img", ImageProcessing(max_pixels=12845056),
+                      max_value_bytes=64 << 20)
+    assert info.value.param == "img" and time.monotonic() - started < BUDGET_S
+
+
 def test_pixel_limit_is_the_configured_one() -> None:
     _refused(SAMPLES["rgb_640x480.png"], "over the limit of 300000 pixels", max_pixels=300_000)
     prepare_image(SAMPLES["rgb_640x480.png"], "x", PROCESSING, max_pixels=640 * 480)

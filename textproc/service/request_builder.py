@@ -253,9 +253,22 @@ class RequestBuilder:
                 "read images (its config.json has no vision_config); send text only",
                 param=params[0])
         processing = self.vision.processing
-        return [self.image_cache.prepare(data, param, processing,
-                                         max_pixels=self.config.max_image_pixels)
-                for data, param in zip(images, params)]
+        # the frame's room for pixel values: an image that cannot fit is refused from its
+        # header, before it costs a decode (_place_images checks the whole again)
+        room = self.config.max_frame_bytes - _FRAME_SLACK_BYTES
+        prepared = []
+        for data, param in zip(images, params):
+            image = self.image_cache.prepare(data, param, processing,
+                                             max_pixels=self.config.max_image_pixels,
+                                             max_value_bytes=max(0, room))
+            if image.pixel_values.nbytes > room:  # a cache hit: prepared for another request
+                raise InvalidInput(
+                    f"{param}: its pixel values take {image.pixel_values.nbytes} bytes, over "
+                    f"the {max(0, room)} bytes left in the request's frame (--max-frame-bytes); "
+                    "send a smaller image", param=param)
+            room -= image.pixel_values.nbytes
+            prepared.append(image)
+        return prepared
 
     def _place_images(self, prompt_ids: list[int], prepared: list[PreparedImage],
                       params: list[str]) -> tuple[list[int], list[EngineImage]]:

@@ -23,6 +23,7 @@ import math
 import struct
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ from textproc.errors import InvalidInput
 from textproc.vision.families import ImageProcessing
 
 __all__ = ["ALLOWED_FORMATS", "MAX_IMAGE_PIXELS", "PreparedImage", "ImageCache", "decode_image",
-           "prepare_image", "smart_resize"]
+           "prepare_image", "smart_resize", "value_bytes"]
 
 # vLLM's list (vllm/multimodal/image.py): Pillow readers that decode in-process (no EPS /
 # Ghostscript, no stub drivers)
@@ -77,8 +78,10 @@ def smart_resize(height: int, width: int, *, factor: int, min_pixels: int,
     return h_bar, w_bar
 
 
-def decode_image(data: bytes, param: str, *, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
-    """The RGB image of an encoded file, loaded as vLLM loads it (see the module docstring)."""
+def decode_image(data: bytes, param: str, *, max_pixels: int = MAX_IMAGE_PIXELS,
+                 check_size: Callable[[int, int], None] | None = None) -> Image.Image:
+    """The RGB image of an encoded file, loaded as vLLM loads it (see the module docstring);
+    ``check_size(width, height)`` runs on the header's size before anything decodes."""
     try:
         with warnings.catch_warnings():
             # Pillow warns (and at twice its limit raises) on big images: the check below is ours
@@ -91,6 +94,8 @@ def decode_image(data: bytes, param: str, *, max_pixels: int = MAX_IMAGE_PIXELS)
                     f"the limit of {max_pixels} pixels", param=param)
             if width < 1 or height < 1:
                 raise InvalidInput(f"{param} is an image of {width}x{height} pixels", param=param)
+            if check_size is not None:
+                check_size(width, height)
             with contextlib.suppress(Exception):  # a broken EXIF block leaves the image as is
                 image = ImageOps.exif_transpose(image)
             image.load()
@@ -122,17 +127,39 @@ def _rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
+def value_bytes(width: int, height: int, p: ImageProcessing) -> int:
+    """The bytes of the float32 pixel values an image of this size becomes (its orientation
+    does not change it: ``smart_resize`` is symmetric)."""
+    if not p.do_resize:
+        resized_h, resized_w = height, width
+    else:
+        resized_h, resized_w = smart_resize(height, width, factor=p.patch_size * p.merge_size,
+                                            min_pixels=p.min_pixels, max_pixels=p.max_pixels)
+    patches = (resized_h // p.patch_size) * (resized_w // p.patch_size)
+    return 4 * patches * 3 * p.temporal_patch_size * p.patch_size * p.patch_size
+
+
 def prepare_image(data: bytes, param: str, processing: ImageProcessing, *,
-                  max_pixels: int = MAX_IMAGE_PIXELS, digest: str = "") -> PreparedImage:
+                  max_pixels: int = MAX_IMAGE_PIXELS, max_value_bytes: int | None = None,
+                  digest: str = "") -> PreparedImage:
     """Decode, resize, rescale, normalise and patch one image file (transformers' processor,
-    PIL backend, bit for bit up to float rounding)."""
-    image = decode_image(data, param, max_pixels=max_pixels)
+    PIL backend, bit for bit). ``max_value_bytes``: an image whose pixel values would be
+    larger is refused from its header's size, before it decodes."""
     p = processing
+
+    def check_size(width: int, height: int) -> None:
+        if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+            raise InvalidInput(f"{param} is an image of {width}x{height} pixels, an aspect "
+                               f"ratio over {MAX_ASPECT_RATIO}; the model's processor refuses "
+                               "it", param=param)
+        if max_value_bytes is not None and value_bytes(width, height, p) > max_value_bytes:
+            raise InvalidInput(
+                f"{param} is an image of {width}x{height} pixels, whose pixel values would take "
+                f"{value_bytes(width, height, p)} bytes, over the {max_value_bytes} bytes left "
+                "in the request's frame (--max-frame-bytes); send a smaller image", param=param)
+
+    image = decode_image(data, param, max_pixels=max_pixels, check_size=check_size)
     width, height = image.size
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise InvalidInput(f"{param} is an image of {width}x{height} pixels, an aspect ratio "
-                           f"over {MAX_ASPECT_RATIO}; the model's processor refuses it",
-                           param=param)
     factor = p.patch_size * p.merge_size
     if p.do_resize:
         new_h, new_w = smart_resize(height, width, factor=factor, min_pixels=p.min_pixels,
@@ -180,8 +207,10 @@ class ImageCache:
         self.misses = 0
 
     def prepare(self, data: bytes, param: str, processing: ImageProcessing, *,
-                max_pixels: int = MAX_IMAGE_PIXELS) -> PreparedImage:
-        """``prepare_image``'s answer, from the cache when these bytes were seen."""
+                max_pixels: int = MAX_IMAGE_PIXELS,
+                max_value_bytes: int | None = None) -> PreparedImage:
+        """``prepare_image``'s answer, from the cache when these bytes were seen (a cached
+        image over ``max_value_bytes`` is the caller's to refuse)."""
         key = hashlib.sha256(data).hexdigest()
         hit = self._entries.get(key)
         if hit is not None:
@@ -189,7 +218,8 @@ class ImageCache:
             self.hits += 1
             return hit
         self.misses += 1
-        prepared = prepare_image(data, param, processing, max_pixels=max_pixels, digest=key)
+        prepared = prepare_image(data, param, processing, max_pixels=max_pixels,
+                                 max_value_bytes=max_value_bytes, digest=key)
         self._entries[key] = prepared
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
