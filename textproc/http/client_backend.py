@@ -54,6 +54,7 @@ class ClientBackend:
         self._served_model_name = served_model_name
         self._models: list[str] = [served_model_name] if served_model_name else []
         self._max_model_len: int | None = None
+        self.reads_images = True  # from endpoints.json: False for a model without vision_config
         self.client: TextClient | None = None
         self._closed = False
 
@@ -66,6 +67,7 @@ class ClientBackend:
             self._models = [Path(str(info.get("model_dir", "model"))).name or "model"]
         max_len = info.get("max_model_len")
         self._max_model_len = max_len if isinstance(max_len, int) else None
+        self.reads_images = info.get("reads_images") is not False  # unsaid: the worker decides
 
     async def close(self) -> None:
         self._closed = True

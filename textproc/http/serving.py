@@ -171,9 +171,16 @@ class Serving:
 
     async def load_images(self, params: ChatParams) -> None:
         """Fill the request's images' bytes (``textproc.http.media``; a 400 names the image);
-        the worker decodes them."""
-        if params.images:
-            await load_images(params.images, self.limits.media)
+        the worker decodes them. A backend whose model reads no images (``reads_images``
+        False) refuses them here, before anything is fetched."""
+        if not params.images:
+            return
+        if getattr(self.backend, "reads_images", True) is False:
+            first = params.images[0].param
+            raise ApiError(f"{first} is an image, and the served model does not read images "
+                           "(its config.json has no vision_config); send text only",
+                           param=first)
+        await load_images(params.images, self.limits.media)
 
     def check_n(self, n: int) -> None:
         """400 when ``n`` choices are over this server's ``--max-n``."""

@@ -32,7 +32,7 @@ import zmq
 from prometheus_client.multiprocess import mark_process_dead
 
 from textproc.config import Endpoints, ServeConfig, ipc_endpoints, tcp_endpoints, tcp_port_count
-from textproc.errors import InvalidInput, StartupTimeout, WorkerDied
+from textproc.errors import InvalidInput, StartupTimeout, TokenizerFileError, WorkerDied
 from textproc.lifecycle import ParentWatch
 from textproc.placement import pin, text_cpus_for
 from textproc.ports import ENGINE_STATS_FILE, HTTP_FILE, check_private_dir, listen, state_file
@@ -60,6 +60,7 @@ from textproc.transport import (
 )
 from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys, start_authenticator
 from textproc.engines import engine_adapter
+from textproc.vision.families import load_vision
 
 __all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE"]
 
@@ -424,6 +425,7 @@ class Supervisor:
             "n_detokenizers": service.n_detokenizers,
             "model_dir": service.model_dir,
             "max_model_len": service.max_model_len,
+            "reads_images": _reads_images(service.model_dir),
             "max_frame_bytes": service.max_frame_bytes,
             "hwm": service.hwm,
             "engine": self.config.engine,
@@ -465,3 +467,12 @@ def _cleanup(children: list[Child], sockets: list[zmq.Socket[Any]], runtime_dir:
     close_sockets(sockets)
     if created:
         shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+def _reads_images(model_dir: str) -> bool:
+    """Whether the model takes images (the HTTP frontend refuses them before fetching when
+    not); a vision model no family declares is the workers' to report at start."""
+    try:
+        return load_vision(model_dir) is not None
+    except TokenizerFileError:
+        return False
