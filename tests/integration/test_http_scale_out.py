@@ -294,3 +294,33 @@ def test_logprobs_come_one_per_generated_id(http: httpx.Client) -> None:
     streamed = [e for chunk in _events(http, {**body, "stream": True})
                 for c in chunk["choices"] for e in (c["logprobs"] or {"content": []})["content"]]
     assert streamed == content
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+@pytest.mark.parametrize("body", [
+    {"messages": user("<think>the user wants a word</think>Paris")},
+    {"messages": user('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+                      "</tool_call>"), "tools": TOOLS},
+    {"messages": user("one, two, three"), "stop": [", three"]},
+], ids=["reasoning", "tool-call", "stop"])
+def test_derender_with_the_chat_request_answers_as_the_chat_route(
+        http: httpx.Client, body: dict[str, Any]) -> None:
+    body = {"model": MODEL, "max_tokens": 80, **body}
+    answer = _post(http, "/v1/chat/completions", body)["choices"][0]
+    rendered = _post(http, "/v1/chat/completions/render", body)
+    generated = _post(http, "/inference/v1/generate", rendered)
+    derendered = _post(http, "/v1/chat/completions/derender",
+                       {"generate_response": generated, "chat_request": body,
+                        "prompt_tokens": len(rendered["token_ids"])})["choices"][0]
+
+    def same(message: dict[str, Any]) -> dict[str, Any]:
+        calls = [{**c, "id": None} for c in message.get("tool_calls") or []]
+        return {"content": message.get("content"), "calls": calls,
+                "reasoning": message.get("reasoning_content")}
+
+    assert same(derendered["message"]) == same(answer["message"])
+    assert derendered["finish_reason"] == answer["finish_reason"]

@@ -29,6 +29,7 @@ from textproc.sharding import shard_of
 from textproc.protocol import (
     PROTOCOL_VERSION,
     Accepted,
+    Derendered,
     DetokenizeResult,
     EngineCallResult,
     EventFrame,
@@ -166,7 +167,7 @@ class Readers:
                     call = self.inflight.calls.get(frame.request_id)
                     if call is not None and not call[1].done():
                         call[1].set_exception(err)
-                case TokenizeResult() | DetokenizeResult() | Rendered():
+                case TokenizeResult() | DetokenizeResult() | Rendered() | Derendered():
                     self.inflight.worker_pending[index].discard(frame.request_id)
                     call = self.inflight.calls.get(frame.request_id)
                     if call is not None and not call[1].done():

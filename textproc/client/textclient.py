@@ -44,6 +44,8 @@ from textproc.protocol import (
     DetokenizeRequest,
     DetokenizeResult,
     Stats,
+    Derendered,
+    DerenderRequest,
     Rendered,
     RenderRequest,
     StatsRequest,
@@ -278,6 +280,19 @@ class TextClient:
             text, ids = "", _packed(prompt, "prompt")
         return CompletionRequest(rid, text, ids, add_special_tokens, structured,
                                  sampling or _SAMPLING, output or _OUTPUT)
+
+    async def derender(self, request: ChatRequest, token_ids: Sequence[int],
+                       finish_reason: str | None, *,
+                       timeout_s: float | None = None) -> tuple[list[dict[str, Any]],
+                                                                str | None, str | None]:
+        """The output ``token_ids`` make for ``request`` (from ``chat_request``), as a worker's
+        copy of the detokenizer's pipeline reads them: (deltas, finish reason, matched stop);
+        ``finish_reason`` is the engine's. Bad input raises; ``timeout_s`` as in ``tokenize``."""
+        result = await self._call(DerenderRequest(self._next_id(), request,
+                                                  _packed(token_ids, "token_ids"),
+                                                  finish_reason), timeout_s)
+        assert isinstance(result, Derendered)
+        return result.deltas, result.finish_reason, result.stop
 
     async def render_only(self, request: ChatRequest | CompletionRequest, *,
                           timeout_s: float | None = None) -> tuple[list[int], SamplingOptions]:
@@ -528,8 +543,8 @@ class TextClient:
                                  f"{rid!r} within {timeout_s:g} s; it is alive but stuck or "
                                  "overloaded (retry, or raise timeout_s)")
 
-    async def _call(self, frame: TokenizeRequest | DetokenizeRequest | RenderRequest,
-                    timeout_s: float | None) -> Any:
+    async def _call(self, frame: (TokenizeRequest | DetokenizeRequest | RenderRequest
+                                  | DerenderRequest), timeout_s: float | None) -> Any:
         self._check_open()
         messages = (frame.messages if isinstance(frame, TokenizeRequest) else
                     frame.request.messages if isinstance(frame, RenderRequest)

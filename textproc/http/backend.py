@@ -94,6 +94,13 @@ class Backend(Protocol):
         Bad input raises the ApiError the generation request would get."""
         ...
 
+    async def derender(self, params: ChatParams, token_ids: list[int],
+                       finish_reason: str | None) -> tuple[list[dict[str, Any]], str | None,
+                                                           str | None]:
+        """The output ``token_ids`` make for the chat request ``params`` (its stops, special
+        tokens and parsing, as the chat route's): (deltas, finish reason, matched stop)."""
+        ...
+
     async def tokenize(
         self,
         *,

@@ -136,6 +136,16 @@ class ClientBackend:
             if aclose is not None:
                 await aclose()
 
+    async def derender(self, params: ChatParams, token_ids: list[int],
+                       finish_reason: str | None) -> tuple[list[dict[str, Any]], str | None,
+                                                           str | None]:
+        client = self._client()
+        try:
+            return await client.derender(client.chat_request(params.messages, **_chat_args(params)),
+                                         token_ids, finish_reason)
+        except TextprocError as exc:
+            raise api_error(exc) from exc
+
     async def tokenize(self, *, text: str | None, messages: list[dict[str, Any]] | None,
                        tools: list[dict[str, Any]] | None, add_special_tokens: bool,
                        add_generation_prompt: bool,

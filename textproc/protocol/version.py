@@ -42,4 +42,5 @@ __all__ = ["PROTOCOL_VERSION"]
 # 18: EngineRequest.priority (the request's scheduling order, vLLM's priority); EngineCall /
 # EngineCallResult (an operator's call of an engine method: detok-front, engine-in, engine-out)
 # 19: RequestOutput.id_logprobs / id_top_ids (the logprob rows of RequestOutput.token_ids)
-PROTOCOL_VERSION = 19
+# 20: DerenderRequest / Derendered (ids -> a chat request's parsed output, in a worker)
+PROTOCOL_VERSION = 20

@@ -22,11 +22,13 @@ __all__ = [
     "DetokenizeRequest",
     "StatsRequest",
     "RenderRequest",
+    "DerenderRequest",
     "Accepted",
     "Failure",
     "TokenizeResult",
     "DetokenizeResult",
     "Rendered",
+    "Derendered",
     "Stats",
     "EncodePart",
     "EncodedPart",
@@ -110,6 +112,17 @@ class RenderRequest(msgspec.Struct, tag=True, array_like=True):
     request: ChatRequest | CompletionRequest
 
 
+class DerenderRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """client -> worker (protocol 20): the text of ``token_ids`` as ``request``'s output would
+    read (its stops, special tokens, reasoning and tool-call parsing, decided as for generating
+    it), the engine having ended with ``finish_reason``; answered with ``Derendered``."""
+
+    request_id: str
+    request: ChatRequest
+    token_ids: bytes
+    finish_reason: str | None = None
+
+
 class Accepted(msgspec.Struct, tag=True, array_like=True):
     """worker -> client: the request went to the detokenizer and engine; outputs will follow."""
 
@@ -154,6 +167,16 @@ class Rendered(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     sampling: SamplingOptions = SamplingOptions()
 
 
+class Derendered(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """worker -> client (protocol 20): a ``DerenderRequest``'s deltas, finish reason and the
+    stop string that matched (if one did)."""
+
+    request_id: str
+    deltas: list[dict[str, Any]]
+    finish_reason: str | None = None
+    stop: str | None = None
+
+
 class Stats(msgspec.Struct, tag=True, array_like=True):
     """worker or detokenizer -> client: counters (requests, tokens, malformed frames per socket)."""
 
@@ -187,6 +210,7 @@ class EncodedPart(msgspec.Struct, tag=True, array_like=True, omit_defaults=True)
 
 
 WorkerInFrame = (ChatRequest | CompletionRequest | TokenizeRequest | DetokenizeRequest
-                 | StatsRequest | EncodePart | RenderRequest)
-WorkerOutFrame = Accepted | Failure | TokenizeResult | DetokenizeResult | Stats | Rendered
+                 | StatsRequest | EncodePart | RenderRequest | DerenderRequest)
+WorkerOutFrame = (Accepted | Failure | TokenizeResult | DetokenizeResult | Stats | Rendered
+                  | Derendered)
 PeerOutFrame = EncodedPart  # what a worker's DEALER to a peer receives

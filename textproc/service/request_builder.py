@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from textproc.config import ServiceConfig
 from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
@@ -29,6 +29,9 @@ from textproc.service.sampling_defaults import load_generation_config, stop_toke
 from textproc.sharding import shard_of
 from textproc.core.tok.prompt import PromptTokenizer
 from textproc.core.chat.template import RESERVED_VARIABLES, render_chat
+from textproc.core.deltas import join_text
+from textproc.core.detokenizer import DetokenizerVocab
+from textproc.core.pipeline import FINISH_REASONS as PIPELINE_FINISH_REASONS, OutputPipeline
 from textproc.core.parsing.detect import detect_formats, resolve_formats
 from textproc.errors import InvalidInput, short
 from textproc.options import (
@@ -52,6 +55,8 @@ from textproc.protocol import (
     DetokenizeRequest,
     DetokenizeResult,
     EngineImage,
+    DerenderRequest,
+    Derendered,
     EngineRequest,
     Rendered,
     RenderRequest,
@@ -406,6 +411,27 @@ class RequestBuilder:
                        if framed[i:i + len(probe)] == probe), 0)
             ids = framed[:at] + ids + framed[at + len(probe):]
         return ids
+
+    def derender(self, req: DerenderRequest) -> Derendered:
+        """The output ``req.token_ids`` make for ``req.request`` (a chat request, rendered and
+        planned as for generating it): its deltas through the detokenizer's own pipeline
+        (stops, special tokens, reasoning and tool-call parsing), ended with the engine's
+        ``finish_reason``."""
+        _check_request_id(req.request_id)
+        ids = check_ids(req.token_ids, self.tokenizer.vocab_size, "token_ids", "token ids",
+                        allow_empty=True)
+        chat = req.request
+        _, _, _, _, parse, _, _ = self._chat_parts(chat)
+        # the worker's Tokenizer is the detokenizer's too (both load runtime.load_tokenizer())
+        vocab = cast(DetokenizerVocab, self.tokenizer)
+        pipe = OutputPipeline(vocab, chat.output, parse, min_tokens=chat.sampling.min_tokens,
+                              request_id=req.request_id)
+        deltas = pipe.feed(ids) if ids else []
+        reason = req.finish_reason
+        if not pipe.is_finished and reason in PIPELINE_FINISH_REASONS:
+            deltas += pipe.finish(reason)
+        return Derendered(req.request_id, join_text(deltas), pipe.finish_reason or reason,
+                          pipe.matched_stop)
 
     # -- completion ----------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from textproc.protocol import (
     IndexDone,
     ProcessDied,
     Ready,
+    DerenderRequest,
     RenderRequest,
     Stats,
     StatsRequest,
@@ -141,6 +142,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                     replies = [builder.tokenize(frame)]
                 case RenderRequest():
                     replies = [builder.render_only(frame)]
+                case DerenderRequest():
+                    replies = [builder.derender(frame)]
                 case DetokenizeRequest():
                     replies = [builder.detokenize(frame)]
                 case StatsRequest():

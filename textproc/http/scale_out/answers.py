@@ -12,7 +12,7 @@ from typing import Any
 
 from textproc.http.api_types import ChatParams, CompletionParams
 from textproc.http.backend import Output
-from textproc.http.openai.answers import usage_body
+from textproc.http.openai.answers import usage_body, with_reasoning_alias
 from textproc.http.scale_out.bodies import GenerateParams, sampling_params_body
 from textproc.core.logprobs import MISSING_LOGPROB
 from textproc.options import SamplingOptions
@@ -157,20 +157,17 @@ def cut_at_stop(text: str, reason: int | str | None, stops: list[str], include: 
 
 
 def derendered_chat(model: str, response_id: str, created: int,
-                    choices: list[tuple[int, str, str | None, int | str | None, int]],
+                    choices: list[tuple[int, dict[str, Any], str | None, int | str | None, int]],
                     prompt_tokens: int) -> dict[str, Any]:
     """``/v1/chat/completions/derender``'s whole answer: a ``chat.completion`` (choices:
-    index, text, finish reason, stop reason, token count)."""
+    index, assistant message, finish reason, stop reason, token count)."""
     completion = sum(c[4] for c in choices)
     return {
         "id": response_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": text,
-                                             "refusal": None, "annotations": None,
-                                             "audio": None, "function_call": None,
-                                             "tool_calls": [], "reasoning": None},
+        "choices": [{"index": i, "message": {"tool_calls": [], **with_reasoning_alias(message)},
                      "logprobs": None, "finish_reason": finish or "stop",
                      "stop_reason": reason, "token_ids": None}
-                    for i, text, finish, reason, _ in choices],
+                    for i, message, finish, reason, _ in choices],
         "usage": usage_body(prompt_tokens, completion, 0),
     }
 

@@ -24,7 +24,11 @@ import msgspec
 
 from textproc.errors import InvalidInput, short
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
-from textproc.http.openai.bodies import decode_body, parse_completion_request
+from textproc.http.openai.bodies import (
+    decode_body,
+    parse_chat_request,
+    parse_completion_request,
+)
 from textproc.http.openai.structured import structured_spec
 from textproc.options import (
     MAX_TOP_LOGPROBS,
@@ -417,6 +421,7 @@ class DerenderParams(msgspec.Struct, kw_only=True):
     skip_special_tokens: bool
     stops: list[str]
     include_stop: bool
+    chat: ChatParams | None  # the chat request the ids answer (chat derender with chat_request)
 
 
 def parse_derender_request(body: bytes, *, chat: bool,
@@ -453,6 +458,17 @@ def parse_derender_request(body: bytes, *, chat: bool,
     original = (req.chat_request if chat else req.completion_request) or {}
     stop = original.get("stop")
     stops = [stop] if isinstance(stop, str) else [s for s in stop or [] if isinstance(s, str)]
+    chat_params = None
+    if chat and req.chat_request is not None:
+        given = {"model": model, **req.chat_request}
+        try:
+            chat_params = parse_chat_request(json.dumps(given).encode(),
+                                             served_models=served_models)
+        except ApiError as exc:
+            exc.param = f"chat_request.{exc.param}" if exc.param else "chat_request"
+            exc.message = f"chat_request: {exc.message}"
+            exc.args = (exc.message,)
+            raise
     state = req.stream_state or DerenderState()
     if sum(state.output_chunk_lens) != len(state.output_token_ids):
         raise _bad("stream_state.output_chunk_lens must sum to len(output_token_ids)",
@@ -461,4 +477,5 @@ def parse_derender_request(body: bytes, *, chat: bool,
                           prompt_tokens=prompt_tokens, state=state,
                           skip_special_tokens=original.get("skip_special_tokens") is not False,
                           stops=stops,
-                          include_stop=original.get("include_stop_str_in_output") is True)
+                          include_stop=original.get("include_stop_str_in_output") is True,
+                          chat=chat_params)

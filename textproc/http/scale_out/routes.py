@@ -23,7 +23,9 @@ from starlette.responses import Response
 
 from textproc.http.anthropic.bodies import parse_messages_request
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
+from textproc.core.deltas import MessageAccumulator
 from textproc.http.asgi import json_response
+from textproc.http.openai.answers import new_id
 from textproc.http.openai.bodies import decode_body, parse_chat_request
 from textproc.http.responses.bodies import parse_responses_request
 from textproc.http.scale_out.answers import (
@@ -173,17 +175,33 @@ class ScaleOutRoutes:
         created = int(time.time())
         if params.stream:
             return json_response(await self._derender_chunk(params, chat=chat, created=created))
-        choices: list[tuple[int, str, str | None, int | str | None, int]] = []
+        texts: list[tuple[int, str, str | None, int | str | None, int]] = []
+        messages: list[tuple[int, dict[str, Any], str | None, int | str | None, int]] = []
         for answer in params.answers:
             for choice in answer.choices:
                 ids = choice.token_ids or []
+                finish, reason = choice.finish_reason, choice.stop_reason
+                if params.chat is not None:  # the chat route's own output of these ids
+                    deltas, finish, stop = await backend.derender(params.chat, ids, finish)
+                    reason = stop if stop is not None else reason
+                    acc = MessageAccumulator()
+                    acc.feed(deltas)
+                    messages.append((len(messages), acc.message(new_call_id=lambda: new_id(
+                        "call")), finish, reason, len(ids)))
+                    continue
                 text = await backend.detokenize(ids, skip_special_tokens=params.skip_special_tokens)
-                text = cut_at_stop(text, choice.stop_reason, params.stops, params.include_stop)
-                choices.append((len(choices), text, choice.finish_reason, choice.stop_reason,
-                                len(ids)))
-        shape = derendered_chat if chat else derendered_completion
-        return json_response(shape(params.model, params.answers[0].request_id if params.answers
-                                   else "", created, choices, sum(params.prompt_tokens)))
+                text = cut_at_stop(text, reason, params.stops, params.include_stop)
+                if chat:
+                    messages.append((len(messages), {"role": "assistant", "content": text},
+                                     finish, reason, len(ids)))
+                else:
+                    texts.append((len(texts), text, finish, reason, len(ids)))
+        rid = params.answers[0].request_id if params.answers else ""
+        if chat:
+            return json_response(derendered_chat(params.model, rid, created, messages,
+                                                 sum(params.prompt_tokens)))
+        return json_response(derendered_completion(params.model, rid, created, texts,
+                                                   sum(params.prompt_tokens)))
 
     async def _derender_chunk(self, params: DerenderParams, *, chat: bool,
                               created: int) -> dict[str, Any]:
