@@ -38,6 +38,9 @@ class StubSettings:
     # the waiting queue's order: arrival ("fcfs"), or lower IncomingRequest.priority first,
     # arrival within one ("priority"), as vLLM's scheduler orders its waiting requests
     scheduling_policy: str = "fcfs"
+    # LoRA adapters by name (vLLM's --lora-modules NAME=PATH): the stub has no weights; its
+    # stats record which one each request named
+    lora_modules: tuple[str, ...] = ()
 
 
 def _positive_int(text: str) -> int:
@@ -85,6 +88,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduling-policy", choices=SCHEDULING_POLICIES, default="fcfs",
                    help="the order waiting requests are admitted in (vLLM's flag): arrival, or "
                         "lower priority first")
+    p.add_argument("--lora-modules", nargs="+", action="extend", default=[],
+                   metavar="NAME=PATH", help="LoRA adapters a request may name (vLLM's flag); "
+                   "the stub only records which one a request named")
     return p
 
 
@@ -117,4 +123,5 @@ def parse_args(argv: Sequence[str] | None = None) -> StubSettings:
         report_aborts=a.report_aborts, vocab_size=a.vocab_size,
         curve_client_key=a.curve_client_key, curve_server_key=a.curve_server_key,
         scheduling_policy=a.scheduling_policy,
+        lora_modules=tuple(item.partition("=")[0] for item in a.lora_modules),
     )

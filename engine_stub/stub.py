@@ -176,7 +176,7 @@ class StubEngine:
         arrived = link.poll_requests()
         for request in arrived:
             self.waiting.append(request)
-            self._track(request.request_id, request.priority)
+            self._track(request.request_id, request.priority, request.lora)
             if request.constraint is not None:
                 self.constrained_requests += 1
         if arrived and self.settings.scheduling_policy == "priority" and len(self.waiting) > 1:
@@ -339,8 +339,9 @@ class StubEngine:
 
     # stats -----------------------------------------------------------------------------------
 
-    def _track(self, request_id: str, priority: int = 0) -> None:
-        self.requests[request_id] = {"generated": 0, "finish_reason": None, "priority": priority}
+    def _track(self, request_id: str, priority: int = 0, lora: str = "") -> None:
+        self.requests[request_id] = {"generated": 0, "finish_reason": None, "priority": priority,
+                                     "lora": lora}
         while len(self.requests) > MAX_TRACKED_REQUESTS:
             self.requests.popitem(last=False)
 

@@ -94,6 +94,11 @@ class VllmEngine:
         # an operator's pause or sleep (textproc.engine.calls): "new": new requests are held
         # (vLLM queues adds while paused), running ones go on; "all": nothing steps
         self.paused: str | None = None
+        from vllm.lora.request import LoRARequest
+
+        # vLLM's adapter ids count from 1
+        self.loras = {name: LoRARequest(name, i, path)
+                      for i, (name, path) in enumerate(settings.lora_modules, start=1)}
         # "wait" mode: (call id, clear_cache, sleep level or None), answered once none runs
         self.pause_waits: list[tuple[str, bool, int | None]] = []
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -233,6 +238,16 @@ class VllmEngine:
             self._send_unsent()  # no step follows to send them behind
         times["outputs"] += time.perf_counter() - t1
 
+    def _lora(self, name: str) -> Any:
+        """vLLM's LoRARequest of adapter ``name`` (None: the base model)."""
+        if not name:
+            return None
+        lora = self.loras.get(name)
+        if lora is None:
+            raise ValueError(f"no LoRA adapter {name!r}; this engine has "
+                             f"{sorted(self.loras) or 'none'} (--lora-modules)")
+        return lora
+
     def _on_call(self, call: Any, outputs: list[Any]) -> None:
         """One operator's call (``textproc.engine.calls``): vLLM's own ``EngineCore`` method,
         with what vLLM's engine process adds around it (queueing new requests while paused,
@@ -329,8 +344,8 @@ class VllmEngine:
             core_request = self._request_cls(
                 request_id=rid, prompt_token_ids=list(request.prompt_token_ids), mm_features=None,
                 sampling_params=params, pooling_params=None, arrival_time=time.time(),
-                lora_request=None, cache_salt=None, data_parallel_rank=None,
-                priority=request.priority)
+                lora_request=self._lora(request.lora), cache_salt=None,
+                data_parallel_rank=None, priority=request.priority)
             if request.guide is not None:
                 if "max_reasoning_tokens" in request.sampling:
                     self._budgets().apply(request.guide, request.sampling)
@@ -348,7 +363,9 @@ class VllmEngine:
         # the priority vLLM's scheduler holds for it (what its priority policy orders by)
         scheduled = self.core.scheduler.requests.get(rid)
         self.requests[rid] = {"generated": 0, "steps": 0, "finish_reason": None,
-                              "priority": getattr(scheduled, "priority", None)}
+                              "priority": getattr(scheduled, "priority", None),
+                              "lora": getattr(getattr(scheduled, "lora_request", None),
+                                              "lora_name", "")}
         while len(self.requests) > MAX_TRACKED_REQUESTS:
             self.requests.popitem(last=False)
 

@@ -36,6 +36,9 @@ class VllmSettings:
     curve_client_key: str | None = None
     curve_server_key: str | None = None
     fast_forward_tokens: int = 0  # forced ids per step as vLLM draft tokens (0: off)
+    # LoRA adapters by name: (name, path) pairs, vLLM's --lora-modules (a request's
+    # EngineRequest.lora names one)
+    lora_modules: tuple[tuple[str, str], ...] = ()
 
 
 def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
@@ -60,14 +63,25 @@ def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
                    help="verify up to K forced tokens of a constrained request (its guide's only "
                         "continuation) in one step, as vLLM speculative draft tokens "
                         "(engine_vllm.fast_forward); 0 (default): off")
+    p.add_argument("--lora-modules", nargs="+", action="extend", default=[],
+                   metavar="NAME=PATH", help="LoRA adapters a request may name (vLLM's "
+                   "flag): each a peft adapter directory; turns vLLM's --enable-lora on, with "
+                   "--max-lora-rank the largest adapter's rank unless given")
     a, vllm_args = p.parse_known_args(argv)
+    loras = []
+    for item in a.lora_modules:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            p.error(f"--lora-modules takes NAME=PATH, got {item!r}")
+        loras.append((name, path))
     if len(a.engine_in) != len(a.engine_out):
         p.error("give one --engine-in and one --engine-out per detokenizer shard")
     return VllmSettings(
         engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
         vllm_args=tuple(vllm_args), kv_cache_gib=a.kv_cache_gib, stats_file=a.stats_file,
         stats_interval_s=a.stats_interval_s, curve_client_key=a.curve_client_key,
-        curve_server_key=a.curve_server_key, fast_forward_tokens=a.fast_forward_tokens)
+        curve_server_key=a.curve_server_key, fast_forward_tokens=a.fast_forward_tokens,
+        lora_modules=tuple(loras))
 
 
 def engine_args(settings: VllmSettings) -> Any:
@@ -95,7 +109,25 @@ def engine_args(settings: VllmSettings) -> Any:
         from engine_vllm.fast_forward import speculative_config
 
         args.speculative_config = speculative_config(settings.fast_forward_tokens)
+    if settings.lora_modules:
+        args.enable_lora = True
+        ranks = [_lora_rank(path) for _, path in settings.lora_modules]
+        if "--max-lora-rank" not in " ".join(settings.vllm_args):
+            args.max_lora_rank = max(ranks)
+        args.max_loras = max(args.max_loras, len(ranks))
     return args
+
+
+def _lora_rank(path: str) -> int:
+    """An adapter's rank, from its adapter_config.json (``r``)."""
+    import json
+
+    try:
+        with open(os.path.join(path, "adapter_config.json"), encoding="utf-8") as f:
+            return int(json.load(f)["r"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--lora-modules: {path!r} is not a LoRA adapter directory "
+                         f"(adapter_config.json with its rank r): {exc}") from exc
 
 
 def build_core(args: Any) -> Any:

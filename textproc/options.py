@@ -97,6 +97,9 @@ class SamplingOptions:
     # default fcfs policy it is accepted and ignored), kept by textproc's own queues too
     priority: int = field(default=0, metadata=_body("priority", ge=PRIORITY_RANGE[0],
                                                         le=PRIORITY_RANGE[1]))
+    # the LoRA adapter the engine serves it with (its name, what the request's model named;
+    # "": the base model)
+    lora: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -200,7 +203,7 @@ def split_options(given: Mapping[str, Any]) -> tuple[SamplingOptions, OutputOpti
     TypeError naming it.
 
     >>> split_options({"max_tokens": 5, "stop": ["x"]})[:2]
-    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}, priority=0), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False, return_token_ids=False))
+    (SamplingOptions(max_tokens=5, min_tokens=0, stop_token_ids=[], ignore_eos=False, n=1, params={}, logit_bias={}, priority=0, lora=''), OutputOptions(stop=['x'], include_stop=False, skip_special_tokens=True, stream_calls=True, parallel_tool_calls=True, logprobs=None, return_tokens_as_token_ids=False, return_token_ids=False))
     """
     unknown = set(given) - _SAMPLING_FIELDS - _OUTPUT_FIELDS - _PARSE_FIELDS
     if unknown:
@@ -266,6 +269,9 @@ def check_sampling_options(sampling: SamplingOptions) -> None:
                 or not low <= bias <= high:
             raise InvalidInput(f"logit_bias[{short(token_id)}]={short(bias)}; allowed: numbers "
                                f"from {low:g} to {high:g}", param="logit_bias")
+    if not isinstance(sampling.lora, str):
+        raise InvalidInput(f"lora={short(sampling.lora)}; allowed: an adapter's name",
+                           param="model")
     if not _is_int(sampling.priority) or \
             not PRIORITY_RANGE[0] <= sampling.priority <= PRIORITY_RANGE[1]:
         raise InvalidInput(f"priority={short(sampling.priority)}; allowed: an integer from "

@@ -39,7 +39,7 @@ def _entries(service: Service, priority: int) -> list[dict[str, Any]]:
 def _chat(url: str, priority: int, max_tokens: int, answers: list[int]) -> None:
     r = httpx.post(url + "/v1/chat/completions", timeout=60, json={
         "model": MODEL, "messages": user("one two three four five six seven eight"),
-        "max_tokens": max_tokens, "priority": priority})
+        "max_tokens": max_tokens, "priority": priority, "ignore_eos": True})
     answers.append(r.status_code)
 
 
@@ -67,14 +67,16 @@ def test_a_later_urgent_request_is_served_first(busy: tuple[Service, str]) -> No
     priority -3 sent after them ends before every one of them that had not started."""
     service, url = busy
     answers: list[int] = []
-    low = [threading.Thread(target=_chat, args=(url, 20, 6, answers)) for _ in range(4)]
+    # each low one runs 25 steps of 40 ms: the urgent one has seconds to reach the engine
+    # before the waiting ones are admitted, even on a loaded box
+    low = [threading.Thread(target=_chat, args=(url, 20, 25, answers)) for _ in range(4)]
     for t in low:
         t.start()
     deadline = time.monotonic() + 20
     while len(_entries(service, 20)) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)  # all four reached the engine: one runs, three wait
     assert len(_entries(service, 20)) == 4
-    urgent = threading.Thread(target=_chat, args=(url, -3, 6, answers))
+    urgent = threading.Thread(target=_chat, args=(url, -3, 2, answers))
     urgent.start()
     for t in [*low, urgent]:
         t.join(60)

@@ -299,6 +299,10 @@ class FakeBackend:
     def max_model_len(self) -> int | None:
         return 4096
 
+    @property
+    def lora_modules(self) -> dict[str, str]:
+        return {}
+
     async def _run(self, request_id: str) -> AsyncIterator[Output]:
         done = False
         try:

@@ -223,6 +223,7 @@ class FrameReceiver:
                         frame.eos_token_ids,
                         frame.images,
                         frame.priority,
+                        frame.lora,
                     )
                 )
             case EngineIndex(table=table, evict=evict):

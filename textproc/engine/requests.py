@@ -53,6 +53,7 @@ class IncomingRequest(msgspec.Struct):
     # vision-language model; the prompt ids hold each image's placeholder tokens already
     images: list[Any] = []
     priority: int = 0  # lower is served first (vLLM's priority; its fcfs policy ignores it)
+    lora: str = ""  # the LoRA adapter to serve it with, by name ("": the base model)
 
 
 def unpack_array(data: bytes) -> array[int]:

@@ -77,6 +77,11 @@ class Backend(Protocol):
     @property
     def max_model_len(self) -> int | None: ...
 
+    @property
+    def lora_modules(self) -> Mapping[str, str]:
+        """The LoRA adapters among ``served_models``: name -> the path the engine loads."""
+        ...
+
     def chat(self, params: ChatParams, *, request_id: str) -> AsyncIterator[Output]:
         """Outputs of one chat request; the first may be an empty Output sent on acceptance.
 

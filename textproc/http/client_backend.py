@@ -45,7 +45,8 @@ class ClientBackend:
     def __init__(self, runtime_dir: str | Path, *, served_model_name: str | None = None,
                  connect_timeout_s: float = 60.0, curve_client_key: str | Path | None = None,
                  curve_server_key: str | Path | None = None,
-                 engine_stats_file: str | None = None) -> None:
+                 engine_stats_file: str | None = None,
+                 lora_modules: Mapping[str, str] | None = None) -> None:
         self.runtime_dir = Path(runtime_dir)
         self.engine_ranks = EngineRanks(engine_stats_file)
         self.curve_client_key = curve_client_key  # CURVE keys (a service with --curve-dir on
@@ -53,6 +54,7 @@ class ClientBackend:
         self.connect_timeout_s = connect_timeout_s
         self._served_model_name = served_model_name
         self._models: list[str] = [served_model_name] if served_model_name else []
+        self._loras = dict(lora_modules or {})  # adapter name -> its path
         self._max_model_len: int | None = None
         self.reads_images = True  # from endpoints.json: False for a model without vision_config
         self.client: TextClient | None = None
@@ -65,6 +67,7 @@ class ClientBackend:
         info = self.client.info
         if not self._models:
             self._models = [Path(str(info.get("model_dir", "model"))).name or "model"]
+        self._models += [name for name in self._loras if name not in self._models]
         max_len = info.get("max_model_len")
         self._max_model_len = max_len if isinstance(max_len, int) else None
         self.reads_images = info.get("reads_images") is not False  # unsaid: the worker decides
@@ -77,6 +80,10 @@ class ClientBackend:
     @property
     def served_models(self) -> Sequence[str]:
         return self._models
+
+    @property
+    def lora_modules(self) -> Mapping[str, str]:
+        return self._loras
 
     @property
     def max_model_len(self) -> int | None:

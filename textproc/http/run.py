@@ -61,6 +61,7 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
     metrics = Metrics()
     metrics.set_frontend(index, os.getpid())
     backend = ClientBackend(runtime, served_model_name=settings.served_model_name,
+                            lora_modules=dict(settings.lora_modules),
                             connect_timeout_s=settings.connect_timeout_s,
                             curve_client_key=settings.curve_client_key,
                             curve_server_key=settings.curve_server_key,

@@ -182,6 +182,11 @@ class Serving:
                            param=first)
         await load_images(params.images, self.limits.media)
 
+    def use_adapter(self, params: ChatParams | CompletionParams) -> None:
+        """A request whose model names a LoRA adapter is served with it (vLLM's rule)."""
+        if params.model in self.backend.lora_modules:
+            params.sampling = dataclasses.replace(params.sampling, lora=params.model)
+
     def check_n(self, n: int) -> None:
         """400 when ``n`` choices are over this server's ``--max-n``."""
         if n > self.limits.max_n:

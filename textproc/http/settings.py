@@ -28,12 +28,20 @@ __all__ = ["FrontendSettings", "HttpLimits", "build_parser", "from_args", "parse
 
 
 def _flag(default: Any, flag: str, help: str, *, metavar: str | None = None,
-          parse: Any = None) -> Any:
+          parse: Any = None, action: str | None = None) -> Any:
     """A field that is also a flag of ``python -m textproc.http`` (``default`` MISSING: a
     required flag). ``help`` says what it does; ``(default X)`` is added unless it already
-    names its default. ``parse``: turns the flag's text into the field's value."""
+    names its default. ``parse``: turns the flag's text into the field's value; ``action``
+    "append": a repeatable flag, its values a tuple."""
     return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar,
-                                            "parse": parse})
+                                            "parse": parse, "action": action})
+
+
+def _lora_module(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"takes NAME=PATH, got {text!r}")
+    return name, path
 
 
 def _images_limit(text: str) -> int:
@@ -169,6 +177,10 @@ class FrontendSettings:
     curve_server_key: str | None = _flag(None, "--curve-server-key", "the service's public "
                                          "server.key (default: from endpoints.json)",
                                          metavar="FILE")
+    lora_modules: tuple[tuple[str, str], ...] = _flag(
+        (), "--lora-modules", "LoRA adapters a request's model may name, NAME=PATH, repeatable "
+        "(vLLM's flag; the engine holds the weights): /v1/models lists them",
+        metavar="NAME=PATH", parse=_lora_module, action="append")
     admin_routes: bool = _flag(False, "--admin-routes", "serve vLLM's admin routes "
                                "(/reset_prefix_cache, /sleep, /wake_up, /is_sleeping, /pause, "
                                "/resume, /is_paused; vLLM serves them with "
@@ -190,6 +202,11 @@ class FrontendSettings:
         return Path(self.http_file) if self.http_file else Path(self.runtime_dir) / HTTP_FILE
 
 
+def _value(f: dataclasses.Field[Any], value: Any) -> Any:
+    """A parsed flag's value as its field holds it (a repeatable flag's: a tuple)."""
+    return tuple(value or ()) if f.metadata.get("action") == "append" else value
+
+
 def _flag_fields(cls: type) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(cls) if "flag" in f.metadata]
 
@@ -202,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
         meta = f.metadata
         if f.type == "bool":
             p.add_argument(meta["flag"], dest=f.name, action="store_true", help=meta["help"])
+            continue
+        if meta.get("action") == "append":
+            p.add_argument(meta["flag"], dest=f.name, action="append", help=meta["help"],
+                           metavar=meta["metavar"], type=meta["parse"] or str)
             continue
         required = f.default is dataclasses.MISSING
         text = meta["help"]
@@ -220,7 +241,8 @@ def from_args(args: argparse.Namespace) -> FrontendSettings:
     values = vars(args)
     limits = HttpLimits(**{f.name: values[f.name] for f in _flag_fields(HttpLimits)})
     return FrontendSettings(limits=limits, parent_pid=args.parent_pid, log_level=args.log_level,
-                            **{f.name: values[f.name] for f in _flag_fields(FrontendSettings)})
+                            **{f.name: _value(f, values[f.name])
+                               for f in _flag_fields(FrontendSettings)})
 
 
 def parse(argv: Sequence[str] | None = None) -> FrontendSettings:

@@ -97,6 +97,9 @@ class EngineRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=Tru
     # protocol 18: the scheduling order (vLLM's EngineCoreRequest.priority: lower is served
     # first under its priority policy; an int64)
     priority: int = 0
+    # protocol 21: the LoRA adapter to serve it with, by name ("": the base model); the engine
+    # knows each name's weights (engine_vllm's --lora-modules)
+    lora: str = ""
 
 
 class IndexTable(msgspec.Struct, array_like=True, gc=False):

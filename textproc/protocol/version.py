@@ -43,4 +43,5 @@ __all__ = ["PROTOCOL_VERSION"]
 # EngineCallResult (an operator's call of an engine method: detok-front, engine-in, engine-out)
 # 19: RequestOutput.id_logprobs / id_top_ids (the logprob rows of RequestOutput.token_ids)
 # 20: DerenderRequest / Derendered (ids -> a chat request's parsed output, in a worker)
-PROTOCOL_VERSION = 20
+# 21: EngineRequest.lora (the LoRA adapter a request is served with, by name)
+PROTOCOL_VERSION = 21

@@ -511,7 +511,7 @@ class RequestBuilder:
                                        sampling.params, constraint, min_tokens,
                                        sampling.ignore_eos, logit_bias, index_key,
                                        output.logprobs, self.end_ids, images or [],
-                                       sampling.priority)
+                                       sampling.priority, sampling.lora)
         submit = Submit(request_id, client_id, n_prompt, max_tokens, self.encode(engine_request),
                         min_tokens, output, parse, table)
         return Built(submit, n_prompt, template_s, tokenize_s, engine_request)

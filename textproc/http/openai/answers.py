@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import msgspec
 
@@ -265,11 +265,12 @@ class CompletionLogprobs:
                 "text_offset": offsets}
 
 
-def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None) -> dict[
-    str, Any
-]:
-    """``GET /v1/models``."""
+def models_body(served_models: Sequence[str], created: int, *, max_model_len: int | None,
+                lora_modules: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``GET /v1/models``: a LoRA adapter (``lora_modules``: name -> path) with vLLM's ``root``
+    (its path) and ``parent`` (the base model, the first served name)."""
     data = []
+    loras = lora_modules or {}
     for name in served_models:
         entry: dict[str, Any] = {
             "id": name,
@@ -277,6 +278,9 @@ def models_body(served_models: Sequence[str], created: int, *, max_model_len: in
             "created": created,
             "owned_by": "textproc",
         }
+        if name in loras:
+            entry["root"] = loras[name]
+            entry["parent"] = served_models[0]
         if max_model_len is not None:
             entry["max_model_len"] = max_model_len
         data.append(entry)

@@ -48,6 +48,7 @@ class OpenAIRoutes:
         serving = self.serving
         params = parse_chat_request(body, served_models=serving.backend.served_models)
         header_priority(request, params)
+        serving.use_adapter(params)
         serving.check_n(params.sampling.n)
         await serving.load_images(params)
         rid = new_id("chatcmpl")
@@ -68,6 +69,7 @@ class OpenAIRoutes:
         serving = self.serving
         params = parse_completion_request(body, served_models=serving.backend.served_models)
         header_priority(request, params)
+        serving.use_adapter(params)
         serving.check_n(params.sampling.n)
         rid = new_id("cmpl")
         run, first = await serving.start(
@@ -84,13 +86,15 @@ class OpenAIRoutes:
         serving = self.serving
         serving.metrics.count_request("/v1/models", 200)
         return json_response(models_body(serving.backend.served_models, serving.started,
-                                         max_model_len=serving.backend.max_model_len))
+                                         max_model_len=serving.backend.max_model_len,
+                                         lora_modules=serving.backend.lora_modules))
 
     async def model(self, request: Request) -> Response:
         serving = self.serving
         name = request.path_params["model"]
         body = models_body(serving.backend.served_models, serving.started,
-                           max_model_len=serving.backend.max_model_len)
+                           max_model_len=serving.backend.max_model_len,
+                           lora_modules=serving.backend.lora_modules)
         for entry in body["data"]:
             if entry["id"] == name:
                 serving.metrics.count_request("/v1/models/{model}", 200)

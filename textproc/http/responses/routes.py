@@ -37,6 +37,7 @@ class ResponsesRoutes:
         req = parse_responses_request(body, served_models=serving.backend.served_models,
                                       store=self.store)
         header_priority(request, req.chat)
+        serving.use_adapter(req.chat)
         await serving.load_images(req.chat)
         rid = new_id("resp")
         run, first = await serving.start(
