@@ -324,3 +324,39 @@ def test_derender_with_the_chat_request_answers_as_the_chat_route(
 
     assert same(derendered["message"]) == same(answer["message"])
     assert derendered["finish_reason"] == answer["finish_reason"]
+
+
+@pytest.mark.parametrize("body", [
+    {"messages": user("<think>the user wants a word</think>Paris")},
+    {"messages": user('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+                      "</tool_call>"), "tools": TOOLS},
+    {"messages": user("one, two, three"), "stop": [", three"]},
+], ids=["reasoning", "tool-call", "stop"])
+def test_streamed_derender_with_the_chat_request_streams_as_the_chat_route(
+        http: httpx.Client, body: dict[str, Any]) -> None:
+    body = {"model": MODEL, "max_tokens": 80, **body}
+    answer = _post(http, "/v1/chat/completions", body)["choices"][0]["message"]
+    rendered = _post(http, "/v1/chat/completions/render", body)
+    state: Any = None
+    content, reasoning, calls, finish = "", "", [], None
+    for chunk in _events(http, {**rendered, "stream": True}):
+        out = _post(http, "/v1/chat/completions/derender",
+                    {"stream": True, "generate_chunk": chunk, "stream_state": state,
+                     "chat_request": body})
+        state = out["stream_state"]
+        for choice in out["chunk"]["choices"]:
+            delta = choice["delta"]
+            content += delta.get("content") or ""
+            reasoning += delta.get("reasoning_content") or ""
+            calls += delta.get("tool_calls") or []
+            finish = choice["finish_reason"] or finish
+    assert content == (answer["content"] or "")
+    assert reasoning == (answer.get("reasoning_content") or "")
+    merged: dict[int, dict[str, str]] = {}  # streamed call parts by index, as a client joins them
+    for part in calls:
+        call = merged.setdefault(part["index"], {"name": "", "arguments": ""})
+        call["name"] = call["name"] or part["function"].get("name") or ""
+        call["arguments"] += part["function"].get("arguments") or ""
+    assert [merged[i] for i in sorted(merged)] == [
+        c["function"] for c in answer.get("tool_calls") or []]
+    assert finish in ("stop", "tool_calls")

@@ -282,15 +282,16 @@ class TextClient:
                                  sampling or _SAMPLING, output or _OUTPUT)
 
     async def derender(self, request: ChatRequest, token_ids: Sequence[int],
-                       finish_reason: str | None, *,
+                       finish_reason: str | None, *, skip: int = 0,
                        timeout_s: float | None = None) -> tuple[list[dict[str, Any]],
                                                                 str | None, str | None]:
         """The output ``token_ids`` make for ``request`` (from ``chat_request``), as a worker's
         copy of the detokenizer's pipeline reads them: (deltas, finish reason, matched stop);
-        ``finish_reason`` is the engine's. Bad input raises; ``timeout_s`` as in ``tokenize``."""
+        ``finish_reason`` is the engine's; ``skip``: leave out what the first ``skip`` ids
+        make (a stream's earlier chunks). Bad input raises; ``timeout_s`` as in ``tokenize``."""
         result = await self._call(DerenderRequest(self._next_id(), request,
                                                   _packed(token_ids, "token_ids"),
-                                                  finish_reason), timeout_s)
+                                                  finish_reason, skip), timeout_s)
         assert isinstance(result, Derendered)
         return result.deltas, result.finish_reason, result.stop
 

@@ -100,10 +100,11 @@ class Backend(Protocol):
         ...
 
     async def derender(self, params: ChatParams, token_ids: list[int],
-                       finish_reason: str | None) -> tuple[list[dict[str, Any]], str | None,
-                                                           str | None]:
+                       finish_reason: str | None, *, skip: int = 0,
+                       ) -> tuple[list[dict[str, Any]], str | None, str | None]:
         """The output ``token_ids`` make for the chat request ``params`` (its stops, special
-        tokens and parsing, as the chat route's): (deltas, finish reason, matched stop)."""
+        tokens and parsing, as the chat route's): (deltas, finish reason, matched stop), less
+        what the first ``skip`` ids make."""
         ...
 
     async def tokenize(

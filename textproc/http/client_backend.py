@@ -144,12 +144,12 @@ class ClientBackend:
                 await aclose()
 
     async def derender(self, params: ChatParams, token_ids: list[int],
-                       finish_reason: str | None) -> tuple[list[dict[str, Any]], str | None,
-                                                           str | None]:
+                       finish_reason: str | None, *, skip: int = 0,
+                       ) -> tuple[list[dict[str, Any]], str | None, str | None]:
         client = self._client()
         try:
             return await client.derender(client.chat_request(params.messages, **_chat_args(params)),
-                                         token_ids, finish_reason)
+                                         token_ids, finish_reason, skip=skip)
         except TextprocError as exc:
             raise api_error(exc) from exc
 

@@ -44,4 +44,5 @@ __all__ = ["PROTOCOL_VERSION"]
 # 19: RequestOutput.id_logprobs / id_top_ids (the logprob rows of RequestOutput.token_ids)
 # 20: DerenderRequest / Derendered (ids -> a chat request's parsed output, in a worker)
 # 21: EngineRequest.lora (the LoRA adapter a request is served with, by name)
-PROTOCOL_VERSION = 21
+# 22: DerenderRequest.skip (a streamed chunk's deltas: the earlier chunks' ids replayed)
+PROTOCOL_VERSION = 22

@@ -115,12 +115,15 @@ class RenderRequest(msgspec.Struct, tag=True, array_like=True):
 class DerenderRequest(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     """client -> worker (protocol 20): the text of ``token_ids`` as ``request``'s output would
     read (its stops, special tokens, reasoning and tool-call parsing, decided as for generating
-    it), the engine having ended with ``finish_reason``; answered with ``Derendered``."""
+    it), the engine having ended with ``finish_reason``; answered with ``Derendered``. Protocol
+    22: the output of the first ``skip`` ids is left out (a stream's earlier chunks: the ids are
+    replayed, the answer is what the later ones add)."""
 
     request_id: str
     request: ChatRequest
     token_ids: bytes
     finish_reason: str | None = None
+    skip: int = 0
 
 
 class Accepted(msgspec.Struct, tag=True, array_like=True):

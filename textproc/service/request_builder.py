@@ -416,7 +416,7 @@ class RequestBuilder:
         """The output ``req.token_ids`` make for ``req.request`` (a chat request, rendered and
         planned as for generating it): its deltas through the detokenizer's own pipeline
         (stops, special tokens, reasoning and tool-call parsing), ended with the engine's
-        ``finish_reason``."""
+        ``finish_reason``; the output of the first ``req.skip`` ids is left out."""
         _check_request_id(req.request_id)
         ids = check_ids(req.token_ids, self.tokenizer.vocab_size, "token_ids", "token ids",
                         allow_empty=True)
@@ -426,7 +426,10 @@ class RequestBuilder:
         vocab = cast(DetokenizerVocab, self.tokenizer)
         pipe = OutputPipeline(vocab, chat.output, parse, min_tokens=chat.sampling.min_tokens,
                               request_id=req.request_id)
-        deltas = pipe.feed(ids) if ids else []
+        skip = min(max(req.skip, 0), len(ids))
+        if skip:
+            pipe.feed(ids[:skip])  # (what earlier chunks were answered with)
+        deltas = pipe.feed(ids[skip:]) if len(ids) > skip and not pipe.is_finished else []
         reason = req.finish_reason
         if not pipe.is_finished and reason in PIPELINE_FINISH_REASONS:
             deltas += pipe.finish(reason)

@@ -187,16 +187,20 @@ def derendered_completion(model: str, response_id: str, created: int,
 
 
 def derendered_chunk(model: str, response_id: str, created: int, *, chat: bool,
-                     choice: tuple[int, str, str | None, int | str | None] | None,
+                     choice: tuple[int, str | dict[str, Any], str | None, int | str | None] | None,
                      role: bool, usage: dict[str, Any] | None) -> dict[str, Any]:
     """One streamed chunk of a derender: a ``chat.completion.chunk`` or a ``text_completion``
-    chunk (``choice``: index, text delta, finish reason, stop reason; None: a usage chunk)."""
+    chunk (``choice``: index, text delta (chat: or a delta dict), finish reason, stop reason;
+    None: a usage chunk)."""
     body: list[dict[str, Any]] = []
     if choice is not None:
         i, text, finish, reason = choice
         if chat:
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
-            delta.update(content=text, reasoning=None)
+            if isinstance(text, dict):
+                delta.update(with_reasoning_alias(text))
+            else:
+                delta.update(content=text, reasoning=None)
             body.append({"index": i, "delta": delta, "logprobs": None, "finish_reason": finish,
                          "stop_reason": reason, "token_ids": None})
         else:

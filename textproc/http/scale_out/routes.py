@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from textproc.http.anthropic.bodies import parse_messages_request
 from textproc.http.api_types import ApiError, ChatParams, CompletionParams
-from textproc.core.deltas import MessageAccumulator
+from textproc.core.deltas import MessageAccumulator, one_delta
 from textproc.http.asgi import json_response
 from textproc.http.openai.answers import new_id
 from textproc.http.openai.bodies import decode_body, parse_chat_request
@@ -219,6 +219,23 @@ class ScaleOutRoutes:
         choice = chunk.choices[0]
         new = choice.token_ids or []
         ids = [*state.output_token_ids, *new]
+        if params.chat is not None:  # the chat route's stream: the earlier ids replayed
+            deltas, finish, stop = await self.serving.backend.derender(
+                params.chat, ids, choice.finish_reason, skip=len(state.output_token_ids))
+            parsed = one_delta(deltas)
+            for call in parsed.get("tool_calls", []):
+                if call.get("id") is None:
+                    call["id"] = new_id("call")
+            next_state = msgspec.structs.replace(
+                state, output_token_ids=ids,
+                output_chunk_lens=[*state.output_chunk_lens, len(new)] if new
+                else state.output_chunk_lens, role_sent=True)
+            return {"chunk": derendered_chunk(
+                        params.model, chunk.request_id, created, chat=True,
+                        choice=(choice.index, parsed, finish,
+                                stop if stop is not None else choice.stop_reason),
+                        role=not state.role_sent, usage=None),
+                    "stream_state": msgspec.to_builtins(next_state)}
         text = await self.serving.backend.detokenize(
             ids, skip_special_tokens=params.skip_special_tokens)
         if choice.finish_reason is not None:
