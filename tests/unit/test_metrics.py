@@ -95,7 +95,7 @@ def test_the_moments_values_join_the_kept_families() -> None:
     m.set_frontend(0, 4242)
     m.refresh({"worker-0": 2, "worker-1": 0}, [5, 0])
     processes = [("worker", 0, {"requests": 5, "cpu_ms": 1500, "constraint_compiles": 2,
-                                "pid": 11}),
+                                "constraint_compile_ms": 2250, "pid": 11}),
                  ("detokenizer", 0, {"tokens_in": 9, "cpu_ms": 250, "pid": 12})]
     text = m.scrape(ScrapeInputs("m", processes)).decode()
     fams = families(text)
@@ -107,6 +107,7 @@ def test_the_moments_values_join_the_kept_families() -> None:
     assert value(text, "textproc_process_events_total", role="worker", counter="requests") == 5
     assert 'counter="pid"' not in text and 'counter="cpu_ms"' not in text
     assert value(text, "textproc_constraint_compiles_total", worker="0") == 2
+    assert value(text, "textproc_constraint_compile_seconds_total", worker="0") == 2.25
     assert value(text, "textproc_queue_depth", worker="worker-0") == 2
     assert value(text, "textproc_worker_requests_total", worker="1") == 0
     assert 'textproc_worker_requests_total{worker="1"}' in text  # listed at 0

@@ -498,6 +498,10 @@ def _moment_families(inputs: ScrapeInputs) -> list[Metric]:
     compiles = CounterMetricFamily(
         "textproc_constraint_compiles", "Constraint indexes each tokenizer worker compiled.",
         labels=["worker"])
+    compile_time = CounterMetricFamily(
+        "textproc_constraint_compile_seconds", "Wall seconds each tokenizer worker spent "
+        "compiling constraints (first states on its own thread, whole indexes on its "
+        "background build thread).", labels=["worker"])
     cpu = CounterMetricFamily("textproc_process_cpu_seconds", _CPU_HELP, labels=["role", "index"])
     for role, index, counters in inputs.processes:
         for name, value in sorted(counters.items()):
@@ -507,7 +511,9 @@ def _moment_families(inputs: ScrapeInputs) -> list[Metric]:
                 events.add_metric([role, str(index), name], value)
         if role == "worker" and "constraint_compiles" in counters:
             compiles.add_metric([str(index)], counters["constraint_compiles"])
-    return [running, waiting, kv, events, compiles, cpu]
+        if role == "worker" and "constraint_compile_ms" in counters:
+            compile_time.add_metric([str(index)], counters["constraint_compile_ms"] / 1000)
+    return [running, waiting, kv, events, compiles, compile_time, cpu]
 
 
 LAG_PROBE_S = 0.05  # watch_loop_lag's timer

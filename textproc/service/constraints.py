@@ -90,7 +90,7 @@ class _Pending:
     pattern: str
     budget: Budget  # the first request's: the whole index is due within it
     arrived: float  # that request's arrival, as the store's clock (time.time())
-    build: Future[tuple[TokenIndex, IndexTable]] | None = None
+    build: Future[tuple[TokenIndex, IndexTable, float]] | None = None
     claim: int | None = None  # the store's compile lock of our build (-1: no lock to be had)
     shards: set[int] = field(default_factory=set)  # detokenizer shards handed the first states
 
@@ -153,6 +153,7 @@ class WorkerConstraints:
         self._sent: OrderedDict[tuple[int, str], None] = OrderedDict()
         self.first_seconds = first_seconds  # a compile hands out a partial index after this
         self.compiles = 0
+        self.compile_s = 0.0  # wall seconds of this worker's compiles (first states and wholes)
         self.first_states_taken = 0  # requests started on another worker's published first states
         self._claim_fd: int | None = None  # the store's claim _claim took, until compile() keeps it
         # keys whose first states requests went out on, their whole indexes to come
@@ -222,6 +223,7 @@ class WorkerConstraints:
                 return pending.index, self._table(key, pending.index, shard, pending)
         if index is None:
             claim, self._claim_fd = self._claim_fd, None
+            began = time.monotonic()
             try:
                 index, rest = compile_progressive(vocab, pattern, budget=budget, cache=self.cache,
                                                   first_seconds=self.first_seconds)
@@ -231,6 +233,8 @@ class WorkerConstraints:
             except BaseException:  # a bug: give the claim back, the next request tries again
                 self._release(claim)
                 raise
+            finally:
+                self.compile_s += time.monotonic() - began
             self.compiles += 1
             if rest is None:
                 self._stored(table_of(index), claim)
@@ -323,7 +327,8 @@ class WorkerConstraints:
             if not pending.build.done():
                 return None
             try:
-                _, built = pending.build.result()
+                _, built, took = pending.build.result()
+                self.compile_s += took
             except InvalidInput as e:
                 self._failed(key, pending.budget, e, pending.claim)
                 raise
@@ -352,14 +357,17 @@ class WorkerConstraints:
             if table is not None:
                 return table
             self.compiles += 1
+            began = time.monotonic()
             try:
                 whole = compile_constraint(self.vocab, regex=pending.pattern, budget=budget,
                                            cache=self.cache)
             except InvalidInput as e:
+                self.compile_s += time.monotonic() - began
                 overrun = time.monotonic() - budget.started > budget.max_seconds
                 store.fail(key, _limits(budget), str(e), deadline=overrun)
                 raise
             table = table_of(whole)
+            self.compile_s += time.monotonic() - began
             store.put(table)
             return table
         finally:
@@ -404,10 +412,12 @@ class WorkerConstraints:
             self._sent.popitem(last=False)
 
 
-def _whole(rest: Callable[[], TokenIndex]) -> tuple[TokenIndex, IndexTable]:
-    """The whole index ``rest`` compiles and its table (packed on the build thread too)."""
+def _whole(rest: Callable[[], TokenIndex]) -> tuple[TokenIndex, IndexTable, float]:
+    """The whole index ``rest`` compiles, its table (packed on the build thread too) and the
+    wall seconds that took."""
+    began = time.monotonic()
     whole = rest()
-    return whole, table_of(whole)
+    return whole, table_of(whole), time.monotonic() - began
 
 
 class IndexRelay:

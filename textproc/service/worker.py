@@ -151,6 +151,8 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                                      {**counters, **decoder.counters(), **pool.all_counters(),
                                       **builder.tokenizer.segment_cache.counters(),
                                       "constraint_compiles": builder.constraints.compiles,
+                                      "constraint_compile_ms":
+                                          round(builder.constraints.compile_s * 1000),
                                       "constraint_first_states_taken":
                                           builder.constraints.first_states_taken,
                                       "images_prepared": builder.image_cache.misses,
