@@ -403,4 +403,4 @@ def test_count_tokens(url: str, client: anthropic.Anthropic) -> None:
     reply = httpx.post(url + "/v1/messages/count_tokens", timeout=10,
                        json={"model": MODEL, "messages": [{"role": "user", "content": [
                            {"type": "image"}]}]})
-    assert reply.status_code == 400 and "messages[0].content[0].type" in _anthropic_error(reply)
+    assert reply.status_code == 400 and "messages[0].content[0].source" in _anthropic_error(reply)
