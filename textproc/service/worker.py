@@ -16,6 +16,8 @@ comes back it forgets which tables that shard had (the new process holds none).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import time
@@ -26,7 +28,7 @@ import zmq
 
 from textproc.config import Endpoints, ServiceConfig
 from textproc.errors import InvalidInput, TemplateError, TextprocError
-from textproc.options import check_n
+from textproc.options import PRIORITY_RANGE, check_n
 from textproc.protocol import (
     MAX_CHOICES,
     Accepted,
@@ -90,6 +92,28 @@ def run_worker(config: ServiceConfig, endpoints: Endpoints, index: int, *, paren
 
 
 WAIT_POLL_MS = 5  # how often a worker looks for the whole indexes its requests wait for
+# frames a worker reads ahead of the one it serves, to serve them in priority order (a request's
+# sampling.priority, lower first, arrival order within one); the rest wait in ZeroMQ's queue
+MAX_BACKLOG = 64
+_PEER_FIRST = PRIORITY_RANGE[0] - 1  # a peer's share of its long prompt: that worker waits
+
+
+def _priority_of(frame: Any) -> int:
+    if isinstance(frame, EncodePart):
+        return _PEER_FIRST
+    priority = getattr(getattr(frame, "sampling", None), "priority", 0)
+    return priority if type(priority) is int else 0  # a bad one is refused when served
+
+
+def _read_ahead(front: zmq.Socket[Any], decoder: FrameDecoder[WorkerInFrame],
+                backlog: list[tuple[int, int, bytes, Any]], order: itertools.count[int]) -> None:
+    """Move the frames queued on ``front`` into ``backlog`` (a heap by priority, then arrival),
+    up to MAX_BACKLOG of them."""
+    while len(backlog) < MAX_BACKLOG and int(front.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+        client_id, frame = decoder.decode_routed(front.recv_multipart(copy=True))
+        if frame is not None:
+            heapq.heappush(backlog, (_priority_of(frame), next(order), client_id, frame))
+
 
 def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
            front: zmq.Socket[Any], detoks: list[zmq.Socket[Any]],
@@ -105,11 +129,14 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                                                            socket_name=f"worker-{index}<-events")
     next_parent_check = time.monotonic() + 1.0
     constraints = builder.constraints
+    backlog: list[tuple[int, int, bytes, Any]] = []  # read ahead: (priority, arrival, client, frame)
+    order = itertools.count()
     while not runtime.should_stop:
         if constraints.pending:  # whole indexes our requests' first states wait for
             for done, shards in constraints.take_wholes():
                 _send_done(builder, gate, done, shards)
-        ready = [] if deferred else poller.poll(WAIT_POLL_MS if constraints.pending else 200)
+        ready = [] if deferred else poller.poll(
+            0 if backlog else WAIT_POLL_MS if constraints.pending else 200)
         now = time.monotonic()
         if now >= next_parent_check:  # by time, so a busy worker notices too
             next_parent_check = now + 1.0
@@ -118,14 +145,13 @@ def _serve(builder: RequestBuilder, runtime: ChildRuntime, index: int,
                 return
         if deferred:
             client_id, frame = deferred.popleft()
-        elif not ready:
-            continue
         else:
-            if len(ready) > 1 or ready[0][0] is events:
+            if any(sock is events for sock, _ in ready):
                 _take_events(events, event_decoder, builder)
-                if len(ready) == 1:
-                    continue
-            client_id, frame = decoder.decode_routed(front.recv_multipart(copy=True))
+            _read_ahead(front, decoder, backlog, order)
+            if not backlog:
+                continue
+            _, _, client_id, frame = heapq.heappop(backlog)
         if frame is None:
             continue
         if isinstance(frame, EncodePart):  # a peer's share of its long prompt
