@@ -139,6 +139,7 @@ class StubEngine:
         self.paused: str | None = None
         self.sleeping: set[str] = set()
         self.pause_waits: list[tuple[str, int | None]] = []  # "wait" mode: (call id, sleep level)
+        self.loras = set(settings.lora_modules)  # adapter names (the stub has no weights)
 
     def stop(self) -> None:
         self._stop.set()
@@ -301,6 +302,20 @@ class StubEngine:
                 link.answer_call(call.call_id, not self.sleeping)
             case "is_sleeping":
                 link.answer_call(call.call_id, bool(self.paused or self.sleeping))
+            case "load_lora_adapter":
+                if args[0] in self.loras:
+                    link.answer_call(call.call_id, error=f"The lora adapter {args[0]!r} has "
+                                     "already been loaded.", status=400)
+                else:
+                    self.loras.add(args[0])
+                    link.answer_call(call.call_id, True)
+            case "unload_lora_adapter":
+                if args[0] not in self.loras:
+                    link.answer_call(call.call_id, error=f"The lora adapter {args[0]!r} cannot "
+                                     "be found.", status=404)
+                else:
+                    self.loras.discard(args[0])
+                    link.answer_call(call.call_id, True)
             case "is_scheduler_paused":
                 link.answer_call(call.call_id, self.paused is not None)
             case _:

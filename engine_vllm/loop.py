@@ -278,6 +278,17 @@ class VllmEngine:
                     link.answer_call(call.call_id, awake)
                 case "is_sleeping":
                     link.answer_call(call.call_id, bool(self.paused) or bool(core.is_sleeping()))
+                case "load_lora_adapter":
+                    self._load_lora(call.call_id, *args)
+                case "unload_lora_adapter":
+                    lora = self.loras.get(args[0])
+                    if lora is None:
+                        link.answer_call(call.call_id, error=f"The lora adapter {args[0]!r} "
+                                         "cannot be found.", status=404)
+                        return
+                    core.remove_lora(lora.lora_int_id)
+                    del self.loras[args[0]]
+                    link.answer_call(call.call_id, True)
                 case "is_scheduler_paused":
                     link.answer_call(call.call_id, bool(self.paused)
                                      or bool(core.is_scheduler_paused()))
@@ -288,6 +299,30 @@ class VllmEngine:
             _log.error("%s(%s) failed in vLLM: %s", call.method, args, exc)
             link.answer_call(call.call_id, error=f"vLLM's {call.method} failed: {exc}",
                              status=400 if isinstance(exc, ValueError) else 500)
+
+    def _load_lora(self, call_id: str, name: str, path: str) -> None:
+        """vLLM's runtime LoRA loading: the adapter's weights into the model worker now, its
+        name for the requests that follow."""
+        from vllm.lora.request import LoRARequest
+
+        if self.core.vllm_config.lora_config is None:
+            self.link.answer_call(call_id, error="LoRA is not enabled on this engine: start it "
+                                  "with --lora-modules (or --engine-arg=--enable-lora)",
+                                  status=400)
+            return
+        if name in self.loras:
+            self.link.answer_call(call_id, error=f"The lora adapter {name!r} has already been "
+                                  "loaded.", status=400)
+            return
+        if not os.path.isfile(os.path.join(path, "adapter_config.json")):  # vLLM's 404
+            self.link.answer_call(call_id, error=f"Loading lora {name} failed: No adapter found "
+                                  f"for {path}", status=404)
+            return
+        lora = LoRARequest(name, max((r.lora_int_id for r in self.loras.values()), default=0)
+                           + 1, path)
+        self.core.add_lora(lora)  # raises (answered 400 / 500) when the adapter does not load
+        self.loras[name] = lora
+        self.link.answer_call(call_id, True)
 
     def _pause(self, call_id: str, mode: str, clear_cache: bool, sleep_level: int | None,
                outputs: list[Any]) -> None:

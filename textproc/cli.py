@@ -416,6 +416,13 @@ def _lora_flags(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(f"--lora-modules={item}" for item in modules)
 
 
+def _runtime_lora_flags() -> tuple[str, ...]:
+    """``--runtime-lora-updating`` for the HTTP frontends when vLLM's
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` is true ("1" or "true", as vLLM reads it)."""
+    value = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower()
+    return ("--runtime-lora-updating",) if value in ("1", "true") else ()
+
+
 def _dev_mode_flags() -> tuple[str, ...]:
     """``--admin-routes`` for the HTTP frontends when ``VLLM_SERVER_DEV_MODE`` is set, as
     vLLM's server then serves its admin routes (vLLM's reading: an int, 0 by default)."""
@@ -476,6 +483,7 @@ def _serve_config(args: argparse.Namespace, model_dir: Path, level: str) -> Serv
         stub_stats_file=args.stub_stats_file,
         http=args.http,
         http_args=(*args.http_arg, *_dev_mode_flags(), *_lora_flags(args),
+                   *_runtime_lora_flags(),
                    *([f"--otlp-traces-endpoint={args.otlp_traces_endpoint}"]
                      if args.otlp_traces_endpoint else [])),
         http_workers=args.http_workers,

@@ -58,14 +58,16 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def lora_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
     service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-lora"),
-                                       "--lora-modules", f"{ADAPTER}={LORA}")
+                                       "--lora-modules", f"{ADAPTER}={LORA}",
+                                       "--http-arg=--runtime-lora-updating")
     try:
         yield service, url
     finally:
         service.stop(timeout_s=60)
 
 
-def _reference() -> dict[str, str]:
+@pytest.fixture(scope="module")
+def reference() -> dict[str, str]:
     done = subprocess.run([str(VLLM_PYTHON), "-c", _REFERENCE], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -88,9 +90,8 @@ def test_models_lists_the_adapter(lora_service: tuple[Service, str]) -> None:
 
 
 def test_a_request_naming_the_adapter_is_served_with_it(
-        lora_service: tuple[Service, str]) -> None:
+        lora_service: tuple[Service, str], reference: dict[str, str]) -> None:
     service, url = lora_service
-    reference = _reference()
     assert reference["base"] != reference["lora"]  # the adapter moves the greedy answer
     base = _complete(url, TINY_MODEL.name)
     adapted = _complete(url, ADAPTER)
@@ -99,3 +100,23 @@ def test_a_request_naming_the_adapter_is_served_with_it(
     assert adapted["choices"][0]["text"] == reference["lora"]
     stats = service.stub_stats()["requests"]
     assert any(r.get("lora") == ADAPTER for r in stats.values())  # vLLM's request held it
+
+
+def test_an_adapter_loaded_at_runtime_is_served_until_unloaded(
+        lora_service: tuple[Service, str], reference: dict[str, str]) -> None:
+    """vLLM's ``/v1/load_lora_adapter``: the engine loads the adapter under a new name, which
+    answers as the adapter does; ``/v1/unload_lora_adapter`` and the name is gone."""
+    _, url = lora_service
+    r = httpx.post(url + "/v1/load_lora_adapter", timeout=120,
+                   json={"lora_name": "again", "lora_path": str(LORA)})
+    assert r.status_code == 200, r.text
+    assert _complete(url, "again")["choices"][0]["text"] == reference["lora"]
+    r = httpx.post(url + "/v1/unload_lora_adapter", timeout=120, json={"lora_name": "again"})
+    assert r.status_code == 200, r.text
+    r = httpx.post(url + "/v1/completions", timeout=120, json={
+        "model": "again", "prompt": PROMPT_IDS, "max_tokens": 2})
+    assert r.status_code == 404, r.text
+    bad = httpx.post(url + "/v1/load_lora_adapter", timeout=120,
+                     json={"lora_name": "broken", "lora_path": "/nonexistent/adapter"})
+    assert bad.status_code == 404 and "No adapter found" in bad.text and "broken" not in [
+        e["id"] for e in httpx.get(url + "/v1/models", timeout=30).json()["data"]], bad.text

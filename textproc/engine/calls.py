@@ -27,6 +27,9 @@ ENGINE_CALLS: dict[str, tuple[tuple[str, Any], ...]] = {
     "pause_scheduler": (("mode", "abort"), ("clear_cache", True)),
     "resume_scheduler": (),
     "is_scheduler_paused": (),
+    # vLLM's runtime LoRA routes: the engine loads (or forgets) an adapter under a name
+    "load_lora_adapter": (("lora_name", ""), ("lora_path", "")),
+    "unload_lora_adapter": (("lora_name", ""),),
 }
 
 
@@ -48,6 +51,8 @@ def check_call(call: EngineCall) -> str | None:
         if name == "tags" and value is not None and not (
                 isinstance(value, list) and all(isinstance(t, str) for t in value)):
             return f"tags={short(value)}; allowed: a list of strings or null"
+        if name in ("lora_name", "lora_path") and (not isinstance(value, str) or not value):
+            return f"{name}={short(value)}; allowed: a non-empty string"
         if name in ("reset_running_requests", "reset_connector", "clear_cache") and \
                 not isinstance(value, bool):
             return f"{name}={short(value)}; allowed: true or false"

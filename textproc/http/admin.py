@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -23,7 +24,7 @@ from textproc.http.api_types import ApiError
 from textproc.http.asgi import error_response, json_response
 from textproc.http.serving import Serving
 
-__all__ = ["admin_routes"]
+__all__ = ["admin_routes", "lora_routes"]
 
 _TRUE = ("1", "true", "on", "yes", "t", "y")  # what FastAPI's bool query parameters accept
 _FALSE = ("0", "false", "off", "no", "f", "n")
@@ -117,6 +118,72 @@ class AdminRoutes:
         async def run() -> dict[str, Any]:
             return {"is_paused": bool(await self._call("is_scheduler_paused"))}
         return await self._answer("/is_paused", run)
+
+
+class LoraRoutes:
+    """vLLM's runtime LoRA routes: ``POST /v1/load_lora_adapter`` and
+    ``/v1/unload_lora_adapter`` (JSON ``lora_name``, ``lora_path``), answering vLLM's text on
+    success and its errors (400 / 404) otherwise."""
+
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = msgspec.json.decode(await request.body())
+        except msgspec.DecodeError as exc:
+            raise ApiError(f"the body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ApiError("the body must be a JSON object")
+        return body
+
+    async def _answer(self, path: str, run: Any) -> Response:
+        try:
+            text = await run()
+        except ApiError as exc:
+            self.serving.metrics.count_request(path, exc.status)
+            return error_response(exc)
+        self.serving.metrics.count_request(path, 200)
+        return Response(text, status_code=200)
+
+    async def load(self, request: Request) -> Response:
+        async def run() -> str:
+            body = await self._body(request)
+            name, path = body.get("lora_name"), body.get("lora_path")
+            if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+                raise ApiError("Both 'lora_name' and 'lora_path' must be provided.")
+            backend = self.serving.backend
+            if name in backend.served_models and name not in backend.lora_modules:
+                raise ApiError(f"The lora adapter '{name}' conflicts with a served base model.")
+            if name in backend.lora_modules:
+                raise ApiError(f"The lora adapter '{name}' has already been loaded.")
+            await backend.engine_call("load_lora_adapter", {"lora_name": name,
+                                                            "lora_path": path})
+            backend.add_lora(name, path)
+            return f"Success: LoRA adapter '{name}' added successfully."
+        return await self._answer("/v1/load_lora_adapter", run)
+
+    async def unload(self, request: Request) -> Response:
+        async def run() -> str:
+            body = await self._body(request)
+            name = body.get("lora_name")
+            if not isinstance(name, str) or not name:
+                raise ApiError("'lora_name' needs to be provided to unload a LoRA adapter.")
+            backend = self.serving.backend
+            if name not in backend.lora_modules:
+                raise ApiError(f"The lora adapter '{name}' cannot be found.", status=404,
+                               type="NotFoundError")
+            await backend.engine_call("unload_lora_adapter", {"lora_name": name})
+            backend.remove_lora(name)
+            return f"Success: LoRA adapter '{name}' removed successfully."
+        return await self._answer("/v1/unload_lora_adapter", run)
+
+
+def lora_routes(serving: Serving) -> list[Route]:
+    """vLLM's runtime LoRA routes over ``serving``'s backend."""
+    lora = LoraRoutes(serving)
+    return [Route("/v1/load_lora_adapter", lora.load, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", lora.unload, methods=["POST"])]
 
 
 def admin_routes(serving: Serving) -> list[Route]:

@@ -134,6 +134,14 @@ class Backend(Protocol):
         """The engine's last stats (its stats file: scheduler state, ranks), {} without one."""
         ...
 
+    def add_lora(self, name: str, path: str) -> None:
+        """Serve adapter ``name`` (the engine loaded it from ``path``) from now on."""
+        ...
+
+    def remove_lora(self, name: str) -> None:
+        """Serve adapter ``name`` no more (the engine forgot it)."""
+        ...
+
     async def engine_call(self, method: str, args: dict[str, Any]) -> Any:
         """The result of engine method ``method`` (``textproc.engine.calls.ENGINE_CALLS``) on
         every engine; ApiError with the engine's status when it refuses."""

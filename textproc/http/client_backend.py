@@ -85,6 +85,16 @@ class ClientBackend:
     def lora_modules(self) -> Mapping[str, str]:
         return self._loras
 
+    def add_lora(self, name: str, path: str) -> None:
+        self._loras[name] = path
+        if name not in self._models:
+            self._models.append(name)
+
+    def remove_lora(self, name: str) -> None:
+        self._loras.pop(name, None)
+        if name in self._models[1:]:
+            self._models.remove(name)
+
     @property
     def max_model_len(self) -> int | None:
         return self._max_model_len

@@ -105,7 +105,8 @@ def run_http(settings: FrontendSettings, listener: socket.socket) -> int:
         _log.warning("--test-hooks: POST /_test/block-loop can block this frontend; tests only")
     app = build_app(backend, limits=settings.limits, metrics=metrics, lifespan=lifespan,
                     api_key=settings.api_key, test_hooks=settings.test_hooks,
-                    admin_routes=settings.admin_routes, tracer=tracer)
+                    admin_routes=settings.admin_routes, tracer=tracer,
+                    runtime_lora=settings.runtime_lora)
     config = _uvicorn_config(app, settings, metrics)
 
     def answer_probe(data: bytes) -> bytes | None:  # a /health probe, answered on accept

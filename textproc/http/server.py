@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from textproc.http.admin import admin_routes as build_admin_routes
+from textproc.http.admin import lora_routes
 from textproc.http.anthropic.routes import MessagesRoutes, anthropic_error_response
 from textproc.http.api_types import ApiError
 from textproc.http.asgi import BearerAuth, PaceRequests, error_response, json_response
@@ -106,13 +107,15 @@ def build_app(
     test_hooks: bool = False,
     admin_routes: bool = False,
     tracer: Tracer | None = None,
+    runtime_lora: bool = False,
 ) -> Starlette:
     """The Starlette app serving every API over ``backend``.
 
     With ``api_key``, every route except /health and /metrics answers 401 unless the request
     carries ``Authorization: Bearer <api_key>`` (what the openai client sends). ``test_hooks``
     adds ``POST /_test/block-loop?seconds=S`` (blocks the event loop; tests only).
-    ``admin_routes`` adds vLLM's admin routes (``textproc.http.admin``). ``tracer``: each
+    ``admin_routes`` adds vLLM's admin routes, ``runtime_lora`` its runtime LoRA routes
+    (``textproc.http.admin``). ``tracer``: each
     generation request's spans go there (default: no tracing).
     """
     metrics = metrics or Metrics()
@@ -144,6 +147,8 @@ def build_app(
     ]
     if admin_routes:
         routes.extend(build_admin_routes(serving))
+    if runtime_lora:
+        routes.extend(lora_routes(serving))
     if test_hooks:
         routes.append(Route("/_test/block-loop", _block_loop, methods=["POST"]))
     # pacing first: a burst of requests must not hold the loop in one go (asgi.PaceRequests)

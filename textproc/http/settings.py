@@ -181,6 +181,10 @@ class FrontendSettings:
         (), "--lora-modules", "LoRA adapters a request's model may name, NAME=PATH, repeatable "
         "(vLLM's flag; the engine holds the weights): /v1/models lists them",
         metavar="NAME=PATH", parse=_lora_module, action="append")
+    runtime_lora: bool = _flag(False, "--runtime-lora-updating", "serve vLLM's "
+                               "/v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM serves "
+                               "them with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true; one frontend: "
+                               "the others do not learn of an adapter loaded through it)")
     admin_routes: bool = _flag(False, "--admin-routes", "serve vLLM's admin routes "
                                "(/reset_prefix_cache, /sleep, /wake_up, /is_sleeping, /pause, "
                                "/resume, /is_paused; vLLM serves them with "

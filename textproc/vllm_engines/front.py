@@ -610,6 +610,10 @@ class Front:
         ``EngineCore`` method of that name); answered once every rank has answered."""
         link = self.link
         assert link is not None
+        if call.method in ("load_lora_adapter", "unload_lora_adapter"):
+            link.answer_call(call.call_id, error="vLLM's own engine processes get no LoRA "
+                             "adapters from textproc yet", status=501)
+            return
         ready = [e for e in self.engines if e.state == "ready"]
         if not ready:
             link.answer_call(call.call_id, error="no vLLM engine is ready for "
