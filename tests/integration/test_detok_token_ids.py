@@ -52,7 +52,7 @@ def _run(toy_model: Path, ids: list[int], cuts: list[int], output: OutputOptions
         last = n == len(bounds) - 2
         table.on_step(EngineStep(n, [StepOutput("r", ids[a:b], finish if last else None)]))
         outputs += table.outbox.pop(b"c", [])
-    per_output = [unpack_ids(o.token_ids) if o.token_ids else [] for o in outputs]
+    per_output = [unpack_ids(o.ids.token_ids) if o.ids is not None else [] for o in outputs]
     text = "".join(d.get("content", "") for o in outputs for d in o.deltas)
     reason = next((o.finish_reason for o in outputs if o.finish_reason), None)
     return [i for part in per_output for i in part], text, reason, per_output
@@ -122,9 +122,10 @@ def test_each_id_keeps_its_logprob_row(toy_model: Path, cuts: list[int], k: int,
         table.on_step(EngineStep(n, [StepOutput("r", ids[a:b], "stop" if b == len(ids) else None,
                                                 floats, alts)]))
         outputs += table.outbox.pop(b"c", [])
-    got_ids = [i for o in outputs for i in unpack_ids(o.token_ids)]
-    got_rows = [f for o in outputs for f in unpack_floats(o.id_logprobs)]
-    got_alts = [t for o in outputs for t in unpack_ids(o.id_top_ids)]
+    runs = [o.ids for o in outputs if o.ids is not None]
+    got_ids = [i for run in runs for i in unpack_ids(run.token_ids)]
+    got_rows = [f for run in runs for f in unpack_floats(run.logprobs)]
+    got_alts = [t for run in runs for t in unpack_ids(run.top_ids)]
     assert got_ids == ids
     assert got_rows == pytest.approx([f for pos in range(len(ids)) for f in row(pos)[0][:1 + k]])
     assert got_alts == [t for pos in range(len(ids)) for t in row(pos)[1][:k]]

@@ -145,7 +145,8 @@ def take_event(stream: StreamState) -> TextEvent:
     items = stream.items
     first = items.popleft()
     logprobs = first.logprobs or []
-    packed, rows, alts = first.token_ids, first.id_logprobs, first.id_top_ids
+    ids = first.ids
+    packed, rows, alts = (ids.token_ids, ids.logprobs, ids.top_ids) if ids is not None else (b"", b"", b"")
     if not items:
         last, deltas = first, first.deltas
     else:
@@ -157,10 +158,10 @@ def take_event(stream: StreamState) -> TextEvent:
             deltas.extend(last.deltas)
             if last.logprobs:
                 logprobs.extend(last.logprobs)
-            if last.token_ids:
-                packed += last.token_ids
-                rows += last.id_logprobs
-                alts += last.id_top_ids
+            if last.ids is not None:
+                packed += last.ids.token_ids
+                rows += last.ids.logprobs
+                alts += last.ids.top_ids
     if last.finish_reason == "error":
         raise error_from(last.error_kind or "internal", last.error or "request failed")
     usage = (Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)

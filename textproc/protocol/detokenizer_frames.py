@@ -29,6 +29,7 @@ __all__ = [
     "Unknown",
     "LogprobEntry",
     "RequestOutput",
+    "GeneratedIds",
     "Outputs",
     "FrontInFrame",
     "FrontOutFrame",
@@ -137,14 +138,22 @@ class RequestOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fals
     # protocol 15, on the last output with the usage: of ``prompt_tokens``, how many the
     # engine found in its prefix cache (0: none, or an engine that does not say)
     cached_tokens: int = 0
-    # protocol 17, with ``output.return_token_ids``: pack_ids of the engine's ids since the
-    # previous output of this request (every one: EOS and the ids past a stop string's cut too)
-    token_ids: bytes = b""
-    # protocol 19, with ``token_ids`` and ``output.logprobs`` = k: each of those ids' logprob
-    # and its k alternatives' (pack_floats, 1 + k per id; MISSING_LOGPROB where the engine sent
-    # none) and the alternatives' ids (pack_ids, k per id), most likely first
-    id_logprobs: bytes = b""
-    id_top_ids: bytes = b""
+    # protocol 23, with ``output.return_token_ids``: the engine's ids since the previous output
+    # of this request (None: not asked, or none since; one None field so that the outputs of
+    # every other request pay nothing for it: three bytes fields defaulting to b"" made each
+    # output's encoding 45 ns slower)
+    ids: GeneratedIds | None = None
+
+
+class GeneratedIds(msgspec.Struct, array_like=True, gc=False):
+    """A request's generated ids on one output (``OutputOptions.return_token_ids``)."""
+
+    token_ids: bytes  # pack_ids of every generated id (EOS and the ids past a stop string's cut too)
+    # with ``output.logprobs`` = k: each id's logprob and its k alternatives' (pack_floats,
+    # 1 + k per id; MISSING_LOGPROB where the engine sent none) and the alternatives' ids
+    # (pack_ids, k per id), most likely first
+    logprobs: bytes = b""
+    top_ids: bytes = b""
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):

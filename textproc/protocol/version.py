@@ -45,4 +45,5 @@ __all__ = ["PROTOCOL_VERSION"]
 # 20: DerenderRequest / Derendered (ids -> a chat request's parsed output, in a worker)
 # 21: EngineRequest.lora (the LoRA adapter a request is served with, by name)
 # 22: DerenderRequest.skip (a streamed chunk's deltas: the earlier chunks' ids replayed)
-PROTOCOL_VERSION = 22
+# 23: RequestOutput.ids (GeneratedIds) in place of its token_ids / id_logprobs / id_top_ids
+PROTOCOL_VERSION = 23

@@ -36,6 +36,7 @@ from textproc.protocol import (
     EngineHello,
     EngineStep,
     EngineStepPacked,
+    GeneratedIds,
     RequestOutput,
     StepOutput,
     Submit,
@@ -89,8 +90,8 @@ class RequestTable:
     first, then ``flush_first`` (the loop's flush, when set), then the running ones; so a new
     request's first token leaves before the work of every running request's (bench/e2e.py at
     500 req/s: the first token's way back p99 4.5-5.8 -> 2.6-3.7 ms), at the price of a second
-    Outputs frame per client in such steps. (Not while a request with logprobs is live: those
-    steps take the one-pass ``_on_step_tracked``.)"""
+    Outputs frame per client in such steps. (Not while a request with logprobs or generated
+    ids is live: those steps take the one-pass ``_on_step_tracked``.)"""
 
     def __init__(self, tokenizer: DetokenizerVocab, config: ServiceConfig) -> None:
         self.tokenizer = tokenizer
@@ -104,7 +105,9 @@ class RequestTable:
         self.outbox: dict[bytes, list[RequestOutput]] = {}
         self.engine_aborts: list[str] = []
         self.engine_instance: str | None = None
-        self.tracked: set[str] = set()  # requests with logprobs (pruned at housekeeping)
+        # requests with logprobs or generated ids (pruned at housekeeping): while any is live,
+        # steps take the per-request path, so the hot loop checks neither
+        self.tracked: set[str] = set()
         # every live request that has had no token yet (and maybe some ended ones: pruned when
         # a step brings first tokens and at housekeeping); a step naming none of them takes
         # the one-pass hot loop
@@ -165,6 +168,7 @@ class RequestTable:
             self.tracked.add(rid)
         if submit.output.return_token_ids:
             req.ids = []
+            self.tracked.add(rid)
             if submit.output.logprobs is not None:
                 req.rows = ([], [], submit.output.logprobs)
         self.live[rid] = req
@@ -344,7 +348,7 @@ class RequestTable:
             n = len(token_ids)
             n_tokens += n
             state = req.state
-            if reason is not None or not n or state.is_finished or req.ids is not None:
+            if reason is not None or not n or state.is_finished:
                 feed(rid, req, token_ids, reason)
                 continue
             req.completion_tokens += n
@@ -580,11 +584,11 @@ def _take_ids(req: Request, item: RequestOutput) -> None:
     """Move the request's ids (and their logprob rows) not sent yet onto ``item``."""
     ids = req.ids
     assert ids is not None
-    item.token_ids = pack_ids(ids)
+    item.ids = GeneratedIds(pack_ids(ids))
     ids.clear()
     rows = req.rows
     if rows is not None:
-        item.id_logprobs = pack_floats(rows[0])
-        item.id_top_ids = pack_ids(rows[1])
+        item.ids.logprobs = pack_floats(rows[0])
+        item.ids.top_ids = pack_ids(rows[1])
         rows[0].clear()
         rows[1].clear()
