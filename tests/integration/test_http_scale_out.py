@@ -240,6 +240,9 @@ def test_abort_ends_a_stream_by_its_id(http: httpx.Client) -> None:
     ("/v1/completions/derender", {"generate_responses": [], "prompt_tokens": [1]},
      "prompt_tokens"),
     ("/v1/chat/completions/derender", {"stream": True}, "generate_chunk"),
+    ("/v1/chat/completions/render", {"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]},
+     "messages[0].content[0]"),
 ])
 def test_bad_input_is_a_400_naming_the_field(http: httpx.Client, path: str,
                                              body: dict[str, Any], param: str) -> None:

@@ -113,6 +113,11 @@ class ScaleOutRoutes:
         """The GenerateRequest of ``params``, its ``max_tokens`` resolved as the generation
         route resolves it."""
         self.serving.check_serving()
+        images = params.images if isinstance(params, ChatParams) else None
+        if images:  # vLLM's render would carry them as multimodal features: not here
+            raise ApiError(f"{images[0].param} is an image; the render routes do not carry "
+                           "images (a GenerateRequest here holds token ids only): send text only",
+                           param=images[0].param)
         ids, resolved = await self.serving.backend.render(params)
         rid = f"{prefix}-{_base_id(request, given)}" if prefix else str(given)
         return rendered_request(rid, params, ids, resolved, max_tokens=resolved.max_tokens)
