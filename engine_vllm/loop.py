@@ -518,7 +518,7 @@ class VllmEngine:
             # --fast-forward: forced ids given to vLLM as drafts, request-steps that had a run
             "fast_forward": self.draft_counts,
             "link": link_counters(link),
-            "requests": self.requests,
+            **({} if self.settings.stats_brief else {"requests": self.requests}),
         }
 
     def write_stats(self) -> None:

@@ -33,6 +33,7 @@ class VllmSettings:
     kv_cache_gib: int = 1
     stats_file: str | None = None
     stats_interval_s: float = 0.5
+    stats_brief: bool = False  # the stats file without the per-request records
     curve_client_key: str | None = None
     curve_server_key: str | None = None
     fast_forward_tokens: int = 0  # forced ids per step as vLLM draft tokens (0: off)
@@ -57,6 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
                    help="KV cache size (VLLM_CPU_KVCACHE_SPACE) unless that is set")
     p.add_argument("--stats-file")
     p.add_argument("--stats-interval-s", type=float, default=0.5)
+    p.add_argument("--stats-brief", action="store_true",
+                   help="write the stats file without the per-request records (the gauges "
+                        "/metrics relays: a write of a few KB instead of up to ~0.5 MB)")
     p.add_argument("--curve-client-key", metavar="FILE")
     p.add_argument("--curve-server-key", metavar="FILE")
     p.add_argument("--fast-forward", type=int, default=0, metavar="K", dest="fast_forward_tokens",
@@ -79,7 +83,8 @@ def parse_args(argv: Sequence[str] | None = None) -> VllmSettings:
     return VllmSettings(
         engine_in=tuple(a.engine_in), engine_out=tuple(a.engine_out), model_dir=a.model_dir,
         vllm_args=tuple(vllm_args), kv_cache_gib=a.kv_cache_gib, stats_file=a.stats_file,
-        stats_interval_s=a.stats_interval_s, curve_client_key=a.curve_client_key,
+        stats_interval_s=a.stats_interval_s, stats_brief=a.stats_brief,
+        curve_client_key=a.curve_client_key,
         curve_server_key=a.curve_server_key, fast_forward_tokens=a.fast_forward_tokens,
         lora_modules=tuple(loras))
 

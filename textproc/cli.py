@@ -134,7 +134,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="extra flag for engine_stub, repeatable (e.g. --stub-arg=--step-ms=5)")
     p.add_argument("--engine-stats-file", "--stub-stats-file", dest="stub_stats_file",
                    metavar="FILE", help="the engine (stub or vllm) writes its per-request stats "
-                                        "here (default: none)")
+                                        "here (default: none with the stub; with --engine vllm, "
+                                        "engine-stats.json in the runtime dir with its gauges "
+                                        "only, for /metrics)")
     p.add_argument("--runtime-dir", help="directory for ipc sockets and endpoints.json (default: a new private temp dir)")
     p.add_argument("--tcp-host", default="127.0.0.1",
                    help="host for --endpoints tcp (default 127.0.0.1); any other than loopback "

@@ -377,6 +377,9 @@ class ServeConfig:
     stub_mode: str = "echo"  # one of STUB_MODES
     stub_args: tuple[str, ...] = field(default=())  # extra engine_stub flags, passed through
     stub_stats_file: str | None = None
+    # the engine writes only its gauges there (scheduler, link), not its per-request records:
+    # the supervisor's own default file, for /metrics (set by the supervisor, not a flag)
+    engine_stats_brief: bool = False
     http: str | None = None  # HOST:PORT: also run the OpenAI HTTP frontend (python -m textproc.http)
     http_args: tuple[str, ...] = field(default=())  # extra flags for the HTTP frontend
     http_workers: int = 1  # HTTP frontend processes sharing the one listening socket

@@ -3,6 +3,7 @@ as msgpack; ``tests/integration/test_vllm_wire.py`` decodes them with vLLM's own
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from array import array
 from typing import Any
@@ -215,3 +216,25 @@ def test_the_headless_command_turns_fast_forward_into_vllms_speculative_config()
             engine_flags(bad)
     with pytest.raises(InvalidInput, match="drop --speculative-config or --fast-forward"):
         engine_flags(["--fast-forward=2", "--speculative-config", "{}"])
+
+
+def test_a_vllm_engine_writes_its_gauges_for_metrics_by_default(tmp_path: Any) -> None:
+    """With ``--engine vllm`` and no stats file of the user's, the engine gets the runtime
+    dir's file with ``--stats-brief`` (its scheduler's gauges for /metrics, not its
+    per-request records); a file the user names gets everything; engine_vllm takes the flag."""
+    from engine_vllm.startup import parse_args
+    from textproc.config import ServeConfig, ServiceConfig
+    from textproc.engines import engine_adapter
+
+    adapter = engine_adapter("vllm")
+    base = ServeConfig(service=ServiceConfig(model_dir=str(tmp_path)), engine="vllm",
+                       engine_python="/env/bin/python")
+    brief = adapter.command(dataclasses.replace(base, stub_stats_file="/rt/engine-stats.json",
+                                                engine_stats_brief=True), ["in"], ["out"])
+    assert brief is not None and "--stats-brief" in brief
+    assert brief[brief.index("--stats-file") + 1] == "/rt/engine-stats.json"
+    full = adapter.command(dataclasses.replace(base, stub_stats_file="/mine.json"), ["in"], ["out"])
+    assert full is not None and "--stats-brief" not in full and "/mine.json" in full
+    engine = full[full.index("-m") + 2:] + ["--stats-brief"]
+    settings = parse_args(engine)
+    assert settings.stats_brief and settings.stats_file == "/mine.json" and not settings.vllm_args[2:]

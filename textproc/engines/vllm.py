@@ -57,6 +57,8 @@ class VllmAdapter:
                     "--max-model-len", str(config.service.max_model_len)]
         if config.stub_stats_file:
             command += ["--stats-file", config.stub_stats_file]
+            if config.engine_stats_brief:
+                command.append("--stats-brief")
         return command + curve_flags(config) + list(config.engine_args)
 
 

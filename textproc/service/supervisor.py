@@ -157,11 +157,16 @@ class Supervisor:
                 "worker", i, config_json=config_json, endpoints_json=endpoints_json,
                 parent_pid=me))
         self.engine_stats_file = cfg.stub_stats_file
-        if self.engine_stats_file is None and cfg.data_parallel.engaged:
-            # the front of several engines names its ranks there, for the frontends' /health
+        brief = False
+        if self.engine_stats_file is None and (cfg.data_parallel.engaged or cfg.engine == "vllm"):
+            # the front of several engines names its ranks there, for the frontends' /health;
+            # every vLLM engine writes its scheduler's gauges there, for their /metrics (only
+            # those: its per-request records cost its loop milliseconds per write)
             self.engine_stats_file = str(self.runtime_dir / ENGINE_STATS_FILE)
+            brief = True
         engine_command = engine_adapter(cfg.engine).command(
-            dataclasses.replace(cfg, stub_stats_file=self.engine_stats_file),
+            dataclasses.replace(cfg, stub_stats_file=self.engine_stats_file,
+                                engine_stats_brief=brief),
             [d.engine_in for d in ep.detokenizers], [d.engine_out for d in ep.detokenizers])
         if engine_command is not None:
             self.children.append(engine_child(engine_command))
