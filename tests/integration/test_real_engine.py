@@ -12,7 +12,8 @@ blocks inside vLLM's scheduler; a kill -9
 of the engine ends every in-flight request with an error and the restarted engine serves again.
 The engine runs with ``--fast-forward 4`` (a constraint's forced tokens verified as vLLM
 draft tokens): a structured answer takes fewer engine steps than tokens, with the same greedy
-answer as vLLM's server, and every plain request above answers as without it.
+answer as vLLM's server, and every plain request above answers as without it. textproc
+exports its request spans to a collector in the test process (``--otlp-traces-endpoint``).
 Both servers start once for the module (~1 min).
 Skips, naming the setup command, where the engine environment is not installed.
 """
@@ -34,6 +35,7 @@ import jsonschema
 import pytest
 
 from tests.helpers.models import REPO_ROOT
+from tests.helpers.otlp import Collector, span_attributes
 from tests.helpers.prom import families, value
 from tests.helpers.real_engine import (
     MAX_MODEL_LEN,
@@ -76,8 +78,17 @@ REFERENCE: dict[str, Any] = {}  # the running `vllm serve` (bench smoke test: it
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory,
-            vllm_reference: Any) -> Iterator[tuple[Service, str, str]]:
+def collector() -> Iterator[Collector]:
+    """An OTLP/HTTP collector the module's textproc exports its request spans to."""
+    got = Collector()
+    got.thread.start()
+    yield got
+    got.close()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, vllm_reference: Any,
+            collector: Collector) -> Iterator[tuple[Service, str, str]]:
     """textproc + vLLM's engine core, and vLLM's own server (the session's): started together."""
     vllm_reference.start()
     service = None
@@ -85,7 +96,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory,
         # fast-forward on: every plain request below must still answer as vLLM's server does
         service, url = serve_vllm_textproc(tmp_path_factory.mktemp("textproc-vllm"),
                                            "--engine-arg=--fast-forward=4",
-                                           "--http-arg=--admin-routes")
+                                           "--http-arg=--admin-routes",
+                                           "--otlp-traces-endpoint", collector.url)
         reference_url = vllm_reference.url()
         REFERENCE["server"] = vllm_reference
         yield service, url, reference_url
@@ -970,3 +982,34 @@ def test_scale_out_routes_match_vllm_serve(servers: tuple[Service, str, str]) ->
                  "max_output_tokens": 9}
     assert (_post_json(url, "/v1/responses/render", responses)["token_ids"]
             == _post_json(reference, "/v1/responses/render", responses)["token_ids"])
+
+
+def test_a_requests_span_on_the_real_engine(servers: tuple[Service, str, str],
+                                            collector: Collector) -> None:
+    """``--otlp-traces-endpoint`` on the real engine: a request's span comes under its
+    ``traceparent`` with its stages in order and the usage the answer gave; its prompt tokens
+    are the ones ``vllm serve`` counts for the same body."""
+    _, url, reference_url = servers
+    trace_id, parent = "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8"
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Trace me, please."}],
+            "max_tokens": 8, "temperature": 0}
+    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120,
+                      headers={"traceparent": f"00-{trace_id}-{parent}-01"})
+    assert resp.status_code == 200, resp.text
+    usage = resp.json()["usage"]
+    reference = httpx.post(reference_url + "/v1/chat/completions", json=body, timeout=120)
+    assert reference.json()["usage"]["prompt_tokens"] == usage["prompt_tokens"]
+    deadline = time.monotonic() + 30
+    ours: list[Any] = []
+    while not ours and time.monotonic() < deadline:
+        ours = [s for s in collector.wait("llm_request", 1, timeout_s=1)
+                if s.trace_id.hex() == trace_id]
+    assert ours, "no span of the request reached the collector"
+    span = ours[0]
+    assert span.parent_span_id.hex() == parent
+    assert [e.name for e in span.events] == ["received", "tokenized", "queued", "first_token",
+                                             "finished"]
+    attrs = span_attributes(span)
+    assert attrs["gen_ai.usage.prompt_tokens"] == usage["prompt_tokens"]
+    assert attrs["gen_ai.usage.completion_tokens"] == usage["completion_tokens"]
+    assert 0 < attrs["gen_ai.latency.time_to_first_token"] <= attrs["gen_ai.latency.e2e"]

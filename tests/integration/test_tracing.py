@@ -5,76 +5,26 @@ the frontend never imports opentelemetry."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers.models import REPO_ROOT
-from tests.helpers.service import Service, wait_http
+pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+                    reason="pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http")
 
-trace_pb2 = pytest.importorskip(
-    "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
-    reason="pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http")
+from tests.helpers.models import REPO_ROOT  # noqa: E402 (after the skip: it imports the proto)
+from tests.helpers.otlp import Collector, span_attributes  # noqa: E402
+from tests.helpers.service import Service, wait_http  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
-
-
-class Collector:
-    """An OTLP/HTTP traces endpoint on a free port: every span it is sent, decoded."""
-
-    def __init__(self) -> None:
-        self.spans: list[Any] = []
-        self.lock = threading.Lock()
-        spans, lock = self.spans, self.lock
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers["content-length"]))
-                if self.headers.get("content-encoding") == "gzip":
-                    body = gzip.decompress(body)
-                request = trace_pb2.ExportTraceServiceRequest.FromString(body)
-                with lock:
-                    for resource in request.resource_spans:
-                        for scope in resource.scope_spans:
-                            spans.extend(scope.spans)
-                answer = trace_pb2.ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-
-    def wait(self, name: str, n: int, timeout_s: float = 20) -> list[Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self.lock:
-                got = [s for s in self.spans if s.name == name]
-            if len(got) >= n or time.monotonic() > deadline:
-                return got
-            time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +39,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory,
         yield collector, wait_http(service.runtime_dir / "http.json", None, service.log_path, 30)
     finally:
         service.stop()
-        collector.server.shutdown()
-        collector.server.server_close()
-
-
-def _attrs(span: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in span.attributes:
-        kind = kv.value.WhichOneof("value")
-        value = getattr(kv.value, kind)
-        out[kv.key] = [v.string_value for v in value.values] if kind == "array_value" else value
-    return out
+        collector.close()
 
 
 def test_spans_of_a_request_under_its_traceparent(traced: tuple[Collector, str]) -> None:
@@ -129,7 +69,7 @@ def test_spans_of_a_request_under_its_traceparent(traced: tuple[Collector, str])
     times = [t for _, t in events]
     assert times == sorted(times) and times[0] == span.start_time_unix_nano \
         and times[-1] == span.end_time_unix_nano
-    attrs = _attrs(span)
+    attrs = span_attributes(span)
     assert attrs["gen_ai.usage.prompt_tokens"] == usage["prompt_tokens"]
     assert attrs["gen_ai.usage.completion_tokens"] == usage["completion_tokens"]
     assert attrs["gen_ai.response.finish_reasons"] == ["stop"]
