@@ -226,8 +226,11 @@ def test_errors(url: str, client: openai.OpenAI) -> None:
         ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", "allowed roles"),
         ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0].type",
          "not supported"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
-         "input[0].content[0].type", "text only"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]},  # no source
+         "input[0].content[0].image_url", "must"),
+        ({"input": [{"role": "user", "content": [  # a text model
+            {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]},
+         "input[0].content[0]", "does not read images"),
         ({"input": "x", "tools": [{"type": "websearch"}]}, "tools[0].type",
          "not a Responses API tool type"),
         ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}},
