@@ -40,6 +40,7 @@ def _child(n_requests: int, steps: int) -> dict[str, float]:
     class Backend:  # the textproc.http.backend.Backend protocol, scripted
         served_models: Sequence[str] = ("m",)
         max_model_len: int | None = 4096
+        lora_modules: Mapping[str, str] = {}  # (read only)
 
         async def _run(self) -> AsyncIterator[Output]:
             yield Output([], timings_s={"template": 1e-4, "tokenize": 1e-4, "queue": 1e-4})
