@@ -19,7 +19,7 @@ from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.lazy_dfa import LazyDFA
 from textproc.core.constraints.index import BY_CHARS_WIDTH, TokenIndex
 from textproc.core.constraints.index_states import State, StateTokens
-from textproc.core.constraints.vocab import TokenVocabulary, bitset
+from textproc.core.constraints.vocab import TokenVocabulary
 from textproc.errors import InvalidInput
 
 __all__ = ["build_index", "build_partial"]
@@ -146,12 +146,12 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
             if plain >= 0:
                 edges.append((plain, defaults[-1]))
         else:
-            rest = allowed & ~end_bits & ~bitset(exc, vocab.size)
             rows.append([index_of[t] if t >= 0 else -1 for t in by_chars])
             for n, t in enumerate(by_chars):
-                here = rest & by_chars_bits[n] if t >= 0 and n < len(by_chars_bits) else 0
-                if here:
-                    edges.append(((here & -here).bit_length() - 1, index_of[t]))
+                if t >= 0 and n < len(by_chars_bits):
+                    token_id = _lowest_outside_bits(allowed & by_chars_bits[n], exc, ends)
+                    if token_id >= 0:
+                        edges.append((token_id, index_of[t]))
         plain_edges.append(edges)
     steer, distance = _shortest_completions(exceptions, plain_edges, accepting, budget)
     has_rows = any(row is not None for row in rows)
@@ -159,6 +159,32 @@ def _assemble(dfa: ByteDFA | LazyDFA, vocab: TokenVocabulary, budget: Budget, wh
                       default_next=defaults, exceptions=exceptions, accepting=accepting,
                       steer=steer, distance=distance, by_chars=rows if has_rows else None,
                       char_count=vocab.tables().char_count if has_rows else b"")
+
+
+# (1 << k) - 1 for growing k: the low bits of an int are looked at first, so finding its
+# lowest set bit costs about the bits below it, not the int's length (negating a 150 K-bit int
+# for ``x & -x`` costs ~16 us)
+_LOW_MASKS = [(1 << k) - 1 for k in (64, 512, 4096, 32768)]
+
+
+def _lowest_bit(x: int) -> int:
+    """The lowest set bit of ``x`` > 0."""
+    for low_mask in _LOW_MASKS:
+        low = x & low_mask
+        if low:
+            return (low & -low).bit_length() - 1
+    return (x & -x).bit_length() - 1
+
+
+def _lowest_outside_bits(bits: int, exc: dict[int, int], ends: frozenset[int]) -> int:
+    """The lowest id set in ``bits`` that is neither a key of ``exc`` nor one of the ``ends``
+    (-1: none)."""
+    while bits:
+        i = _lowest_bit(bits)
+        if i not in exc and i not in ends:
+            return i
+        bits = bits >> (i + 1) << (i + 1)
+    return -1
 
 
 def _lowest_outside(mask: bytes, exc: dict[int, int], ends: frozenset[int]) -> int:
