@@ -46,7 +46,7 @@ from typing import Any
 from textproc import Tokenizer
 from textproc.config import ServiceConfig
 from textproc.core.constraints import TokenIndex
-from textproc.core.constraints.schema import MAX_EXACT_COUNT
+from textproc.core.constraints.schema.to_regex import MAX_EXACT_COUNT
 from textproc.errors import InvalidInput
 from textproc.service.constraints import WorkerConstraints, structured_regex
 from textproc.service.request_builder import RequestBuilder

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
-from textproc.core.constraints.strict_calls import strict_calls_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.plans.strict_calls import strict_calls_pattern
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
 from textproc.core.tokenizer import Tokenizer
 from textproc.testing.bench_cli import bench_parser, model_dir_arg

@@ -112,10 +112,10 @@ class StubEngine:
         self.tokens_generated = 0
         self.max_running_seen = 0
         self.fast_forwarded = 0  # ids of finished requests appended without sampling (forced_ids)
-        # reasoning budgets (textproc.core.constraints.reasoning_budget), from the tokenizer when one is given
+        # reasoning budgets (textproc.core.constraints.plans.reasoning_budget), from the tokenizer when one is given
         self.budgets: Any = None
         if settings.model_dir:
-            from textproc.core.constraints.reasoning_budget import ReasoningBudgets
+            from textproc.core.constraints.plans.reasoning_budget import ReasoningBudgets
 
             tok: Any = None
 

@@ -362,10 +362,10 @@ class VllmEngine:
             self.link.answer_call(call_id, None)
 
     def _budgets(self) -> Any:
-        """Reasoning budgets (textproc.core.constraints.reasoning_budget) over textproc's tokenizer of the
+        """Reasoning budgets (textproc.core.constraints.plans.reasoning_budget) over textproc's tokenizer of the
         model, loaded on the first request that has one."""
         if getattr(self, "_reasoning_budgets", None) is None:
-            from textproc.core.constraints.reasoning_budget import ReasoningBudgets
+            from textproc.core.constraints.plans.reasoning_budget import ReasoningBudgets
             from textproc.core.tokenizer import Tokenizer
 
             tok = Tokenizer.from_dir(self.settings.model_dir)

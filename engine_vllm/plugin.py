@@ -174,7 +174,7 @@ def _grammar(manager: Any, request: Any) -> Any:
 def _budgets(manager: Any) -> Any:
     budgets = getattr(manager, "_textproc_budgets", None)
     if budgets is None:
-        from textproc.core.constraints.reasoning_budget import ReasoningBudgets
+        from textproc.core.constraints.plans.reasoning_budget import ReasoningBudgets
         from textproc.core.tokenizer import Tokenizer
 
         tok = Tokenizer.from_dir(manager.vllm_config.model_config.tokenizer)

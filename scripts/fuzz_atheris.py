@@ -159,7 +159,7 @@ def _chat_template(data: bytes) -> None:
 def _schema(data: bytes) -> None:
     import regex
 
-    from textproc.core.constraints.schema import json_schema_to_regex
+    from textproc.core.constraints.schema.to_regex import json_schema_to_regex
     from textproc.errors import InvalidInput
 
     try:

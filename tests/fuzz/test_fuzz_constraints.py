@@ -18,7 +18,8 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.errors import InvalidInput
 
 _TYPES = ["string", "integer", "number", "boolean", "null", "object", "array", "foo"]

@@ -171,7 +171,7 @@ def _matches(pattern: str | None, text: str) -> bool:
     """Whether the constraint ``pattern`` matches all of ``text`` (textproc's own byte DFA)."""
     from textproc.core.constraints import Budget
     from textproc.core.constraints.lazy_dfa import lazy_dfa
-    from textproc.core.constraints.regex_syntax import parse_regex
+    from textproc.core.constraints.regex.syntax import parse_regex
 
     assert pattern is not None
     dfa = lazy_dfa(parse_regex(pattern), Budget(max_seconds=60))

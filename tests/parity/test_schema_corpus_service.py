@@ -8,7 +8,7 @@ For every schema the service accepts, each valid instance's Qwen3 token ids walk
 state that allows the end id, and no invalid instance's do (the corpus's own and invalid
 mutations of the valid ones, ``textproc/testing/schema_corpus``), but for the documented
 narrowings (``NARROWED``: the sample's schemas where the corpus shows one, with the reason
-``textproc.core.constraints.schema`` gives) and widenings (bounds over ``MAX_EXACT_COUNT``).
+``textproc.core.constraints.schema.to_regex`` gives) and widenings (bounds over ``MAX_EXACT_COUNT``).
 Every schema the service refuses is refused for the reason ``REFUSED`` lists (today's
 refusals in this sample): a new refusal, or one for another reason, fails the test.
 

@@ -14,9 +14,10 @@ import pytest
 from tests.helpers.agent_tools import AGENT_CALLS, AGENT_TOOLS
 
 from textproc import TokenIndex, TokenVocabulary, compile_constraint
-from textproc.core.constraints.regex_parts import upper_bound
-from textproc.core.constraints.regex_syntax import Repeat, parse_regex
-from textproc.core.constraints.schema import MAX_COUNT, MAX_EXACT_COUNT, json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.regex.parts import upper_bound
+from textproc.core.constraints.regex.syntax import Repeat, parse_regex
+from textproc.core.constraints.schema.to_regex import MAX_COUNT, MAX_EXACT_COUNT, json_schema_to_regex
 from textproc.errors import InvalidInput
 
 # every byte a token, a few longer tokens and an end id

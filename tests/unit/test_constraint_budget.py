@@ -14,7 +14,7 @@ from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.budget import MAX_REGEX_CHARS
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 
 VOCAB = TokenVocabulary([bytes([b]) for b in range(32, 127)] + [b"ab", b"\"", b"{\"", b""], end_ids=[98])

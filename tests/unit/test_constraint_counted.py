@@ -16,7 +16,7 @@ from tests.helpers.constraint_sample import same_index, sample_vocab, walk_defin
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, index_counted, index_shift, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.regex.syntax import parse_regex
 
 _PIECES = [bytes([b]) for b in range(0x20, 0x7F)] + [
     "é".encode(), "中".encode(), "\U0001F600".encode(), b"\xc3", b"\xa9", b"\xe4\xb8", b"\xad", b"\xf0\x9f",

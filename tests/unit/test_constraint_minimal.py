@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from textproc.core.constraints import Budget
 from textproc.core.constraints.automaton import ByteDFA, build_dfa
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.regex.syntax import parse_regex
 
 PIECES = ["a", "b", "ab", "[a-c]", "[^a]", "é", "\\d", '"', "\\\\", "(?:a|bc)", "(?:ab)?", "x*", "[0-9]{1,3}",
           "(?:, a)?", "b+"]

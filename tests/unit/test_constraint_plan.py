@@ -11,7 +11,7 @@ import pytest
 
 from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.lazy_dfa import lazy_dfa
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 from textproc.options import REASONING_BUDGET_OPTIONAL
 from textproc.service.constraint_plan import ConstraintPlan, plan_constraint

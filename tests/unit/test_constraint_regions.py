@@ -15,9 +15,9 @@ from tests.helpers.constraint_sample import same_index, sample_vocab, walk_defin
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, index_regions, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
-from textproc.core.constraints.forced_calls import forced_calls_pattern
-from textproc.core.constraints.regex_syntax import parse_regex
-from textproc.core.constraints.strict_calls import strict_calls_pattern
+from textproc.core.constraints.plans.forced_calls import forced_calls_pattern
+from textproc.core.constraints.plans.strict_calls import strict_calls_pattern
+from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
 
 # single ASCII bytes, whole and partial UTF-8 characters, escapes, hex digits, quotes with what

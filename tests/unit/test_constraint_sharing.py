@@ -13,9 +13,9 @@ import regex
 
 from textproc.core.constraints import Budget, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
-from textproc.core.constraints.regex_syntax import parse_regex
-from textproc.core.constraints.schema_emit import Compiler, _members
-from textproc.core.constraints.schema_nodes import Node
+from textproc.core.constraints.regex.syntax import parse_regex
+from textproc.core.constraints.schema.emit import Compiler, _members
+from textproc.core.constraints.schema.nodes import Node
 from textproc.errors import InvalidInput
 
 

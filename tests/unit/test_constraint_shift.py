@@ -11,7 +11,7 @@ import pytest
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, index_counted, index_shift, json_schema_to_regex
 from textproc.core.constraints.automaton import build_dfa
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.regex.syntax import parse_regex
 from tests.helpers.constraint_sample import walk_definition_states
 
 # single ASCII bytes, whole and partial UTF-8 characters, escapes and partial escapes, hex

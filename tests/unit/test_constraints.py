@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from tests.helpers.regex_sampler import sample
 from tests.helpers.schemas import SCHEMAS, FEW, any_json, instances
 
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.errors import InvalidInput
 from textproc.core.parsing import parse_tool_calls
 

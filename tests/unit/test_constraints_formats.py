@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from tests.helpers.regex_sampler import sample
 from tests.helpers.schemas import instances
 from tests.helpers.tool_calls import render
-from textproc.core.constraints.forced_calls import FORCED_FORMATS
-from textproc.core.constraints.schema import tool_call_pattern
+from textproc.core.constraints.plans.forced_calls import FORCED_FORMATS
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
 from textproc.core.parsing import TOOL_FORMATS, parse_output
 from textproc.core.parsing.declaration import DelimitedArgs, PythonArgs, RawArgs
 from textproc.errors import InvalidInput

@@ -63,7 +63,7 @@ ALL_FILES = sorted(PACKAGE.rglob("*.py"))
 def test_the_walk_finds_the_core() -> None:
     names = {_module_name(p) for p in CORE_FILES}
     assert {"textproc.core.tokenizer", "textproc.core.chat.template", "textproc.core.parsing.output",
-            "textproc.core.constraints.schema", "textproc.core.tok.bpe"} <= names
+            "textproc.core.constraints.schema.to_regex", "textproc.core.tok.bpe"} <= names
 
 
 @pytest.mark.parametrize("path", CORE_FILES, ids=_module_name)
@@ -135,10 +135,12 @@ def test_importing_the_core_loads_no_process_layer() -> None:
 # what an engine imports of the constraints: the mask lookup (the table-only index, unpacked by
 # textproc.engine.indexes), one request's walk and the reasoning budget over it
 ENGINE_SIDE = ["textproc.engine", "textproc.engine.indexes", "textproc.core.constraints.index",
-               "textproc.core.constraints.guide", "textproc.core.constraints.reasoning_budget"]
+               "textproc.core.constraints.guide", "textproc.core.constraints.plans.reasoning_budget"]
 COMPILER = ("textproc.core.constraints.compile", "textproc.core.constraints.schema",
-            "textproc.core.constraints.automaton", "textproc.core.constraints.regex_syntax",
-            "textproc.core.constraints.build", "textproc.core.constraints.index_states")
+            "textproc.core.constraints.regex", "textproc.core.constraints.automaton",
+            "textproc.core.constraints.build", "textproc.core.constraints.index_states",
+            "textproc.core.constraints.plans.forced_calls", "textproc.core.constraints.plans.strict_calls",
+            "textproc.core.constraints.plans.free_text")
 
 
 def test_the_engine_side_of_constraints_loads_no_compiler_regex_or_parser() -> None:

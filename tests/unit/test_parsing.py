@@ -518,7 +518,7 @@ def test_real_template_tool_call_turn_parses_back(template: str) -> None:
 
     from tests.helpers.templates import template_source
     from textproc.core.chat.template import render_chat
-    from textproc.core.constraints.schema import tool_call_pattern
+    from textproc.core.constraints.plans.forced_calls import tool_call_pattern
 
     args = {"city": 'Zürich "c" </tool_call>', "days": [3, None]}
     calls = [

@@ -13,7 +13,7 @@ import regex
 
 from tests.helpers.templates import TEMPLATES_DIR, template_source
 from textproc.core.chat.template import render_chat
-from textproc.core.constraints.schema import tool_call_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
 from textproc.errors import InvalidInput
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, parse_output
 from textproc.core.parsing.declaration import PythonArgs, RawArgs

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from tests.helpers.schemas import SCHEMAS
 from textproc.core.constraints import Guide, TokenVocabulary, compile_constraint
-from textproc.core.constraints.reasoning_budget import reasoning_states
-from textproc.core.constraints.schema import json_schema_to_regex
-from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.constraints.plans.reasoning_budget import reasoning_states
+from textproc.core.constraints.plans.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, parse_output
 
 THINK = REASONING_FORMATS["think"]

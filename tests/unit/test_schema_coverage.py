@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers.regex_sampler import sample
 from textproc.testing.schema_corpus import validator
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
-from textproc.core.constraints.schema_formats import FORMATS
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.schema.formats import FORMATS
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.errors import InvalidInput
 
 INT = {"type": "integer"}

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 
 from tests.helpers.regex_sampler import sample
 from tests.helpers.tool_calls import render
-from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint, forced_calls, strict_calls
+from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint
 from textproc.core.constraints.automaton import build_dfa
 from textproc.core.constraints.lazy_dfa import lazy_dfa
-from textproc.core.constraints.free_text import without
-from textproc.core.constraints.regex_syntax import parse_regex
-from textproc.core.constraints.schema import json_schema_to_regex
-from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.constraints.plans import forced_calls, strict_calls
+from textproc.core.constraints.plans.free_text import without
+from textproc.core.constraints.plans.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.constraints.regex.syntax import parse_regex
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS, parse_output
 from textproc.errors import InvalidInput
 

@@ -26,10 +26,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textproc.core.constraints.free_text import without
-from textproc.core.constraints.regex_parts import lit
-from textproc.core.constraints.schema import closing_regex, tool_call_pattern
-from textproc.core.constraints.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.plans.free_text import without
+from textproc.core.constraints.plans.strict_calls import free_reasoning_pattern, strict_calls_pattern
+from textproc.core.constraints.regex.parts import lit
+from textproc.core.constraints.schema.to_regex import closing_regex
 from textproc.core.parsing.declaration import ReasoningFormat
 from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
 from textproc.errors import InvalidInput

@@ -27,7 +27,7 @@ from jsonschema import validators
 
 from textproc.core.constraints import Budget, json_schema_to_regex
 from textproc.core.constraints.automaton import ByteDFA, build_dfa
-from textproc.core.constraints.regex_syntax import parse_regex
+from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 from textproc.testing.models import REPO_ROOT
 

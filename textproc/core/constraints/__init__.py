@@ -1,13 +1,15 @@
 """Constraints on generated text: regex / JSON Schema / choice / forced tool call -> a token
 index the engine only looks up.
 
-``schema`` (JSON Schema -> regex, with its building blocks in ``regex_parts``) and the forced
-tool-call pattern; ``regex_syntax`` (Python ``re`` syntax -> tree), ``automaton`` (tree ->
-minimal byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact token bytes), ``index``
-(:class:`TokenIndex`; built by ``build`` from each state's tokens in ``index_states``, with
-the per-vocabulary token sets of ``token_sets``), ``guide`` (:class:`Guide`: one request's
-walk), ``budget`` (:class:`Budget`: the limits every phase checks) and ``compile``
-(:func:`compile_constraint`, cache). The names listed here load their module on first use.
+By stage: ``schema/`` (JSON Schema -> regex), ``plans/`` (what tool calls and a reasoning block
+add around it: forced calls, strict calls, free text, reasoning budgets), ``regex/`` (regex
+text: the building blocks the first two write with, and the parse into a tree), then
+``automaton`` and ``lazy_dfa`` (tree -> byte DFA), ``vocab`` (:class:`TokenVocabulary`: exact
+token bytes), ``index`` (:class:`TokenIndex`; built by ``build`` from each state's tokens in
+``index_states``, with the per-vocabulary token sets of ``token_sets``), ``guide``
+(:class:`Guide`: one request's walk). ``budget`` (:class:`Budget`: the limits every phase
+checks) and ``compile`` (:func:`compile_constraint`, cache) run the stages. The names listed
+here load their module on first use.
 """
 
 from __future__ import annotations
@@ -25,12 +27,8 @@ if TYPE_CHECKING:
     )
     from textproc.core.constraints.guide import Guide
     from textproc.core.constraints.index import TokenIndex
-    from textproc.core.constraints.schema import (
-        MAX_BOUND,
-        MAX_COUNT,
-        json_schema_to_regex,
-        tool_call_pattern,
-    )
+    from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+    from textproc.core.constraints.schema.to_regex import MAX_BOUND, MAX_COUNT, json_schema_to_regex
     from textproc.core.constraints.vocab import TokenVocabulary
 
 __all__ = [
@@ -51,10 +49,10 @@ __all__ = [
 # name -> the module that defines it: imported on first use, so importing one module of this
 # package (the engine's ``index`` and ``guide``) loads neither the compiler nor the parsers
 _HOME = {
-    "json_schema_to_regex": "schema", "tool_call_pattern": "schema", "MAX_COUNT": "schema",
-    "MAX_BOUND": "schema", "TokenVocabulary": "vocab", "TokenIndex": "index", "Guide": "guide",
-    "compile_constraint": "compile", "constraint_regex": "compile", "Budget": "budget",
-    "IndexCache": "compile", "DEFAULT_CACHE": "compile",
+    "json_schema_to_regex": "schema.to_regex", "tool_call_pattern": "plans.forced_calls",
+    "MAX_COUNT": "schema.to_regex", "MAX_BOUND": "schema.to_regex", "TokenVocabulary": "vocab",
+    "TokenIndex": "index", "Guide": "guide", "compile_constraint": "compile",
+    "constraint_regex": "compile", "Budget": "budget", "IndexCache": "compile", "DEFAULT_CACHE": "compile",
 }
 
 

@@ -20,7 +20,7 @@ from operator import itemgetter
 from dataclasses import dataclass
 
 from textproc.core.constraints.budget import Budget
-from textproc.core.constraints.regex_syntax import Alt, CharSet, Concat, Node, Ranges, Repeat
+from textproc.core.constraints.regex.syntax import Alt, CharSet, Concat, Node, Ranges, Repeat
 
 __all__ = ["Budget", "ByteDFA", "NFA", "build_dfa", "utf8_sequences", "walk_rows"]
 

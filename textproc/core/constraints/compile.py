@@ -27,8 +27,9 @@ from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget
 from textproc.core.constraints.build import build_index, build_partial
 from textproc.core.constraints.index import TokenIndex
 from textproc.core.constraints.lazy_dfa import lazy_dfa
-from textproc.core.constraints.regex_syntax import Node, parse_regex
-from textproc.core.constraints.schema import json_schema_to_regex, tool_call_pattern
+from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+from textproc.core.constraints.regex.syntax import Node, parse_regex
+from textproc.core.constraints.schema.to_regex import json_schema_to_regex
 from textproc.core.constraints.vocab import TokenVocabulary
 from textproc.errors import InvalidInput, short
 

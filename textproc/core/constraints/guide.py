@@ -10,7 +10,7 @@ Two engine aids ride on the walk:
   (a marker spelled by one id, a closing bracket where the vocabulary has one way to write
   it); an engine may append them without sampling (``advance`` each).
 * a reasoning budget (``limit_reasoning``): the guide counts the tokens taken in the reasoning
-  states (:func:`textproc.core.constraints.reasoning_budget.reasoning_states`); once the count reaches
+  states (:func:`textproc.core.constraints.plans.reasoning_budget.reasoning_states`); once the count reaches
   the budget and the walk is still inside reasoning, the mask allows only the next id of the
   close text (the engine needs no change: it applies the mask as always), and ``forced_ids()``
   returns the rest of it. When the close text's next id is not allowed in the current state

@@ -20,7 +20,7 @@ from typing import Any, SupportsIndex, overload
 
 from textproc.core.constraints.automaton import NFA, walk_rows
 from textproc.core.constraints.budget import Budget
-from textproc.core.constraints.regex_syntax import Node
+from textproc.core.constraints.regex.syntax import Node
 
 __all__ = ["LazyDFA", "lazy_dfa"]
 

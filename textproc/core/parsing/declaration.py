@@ -11,7 +11,7 @@ collects them. Each declaration says:
   rank, lower ranks checked first across every family, so the more specific markup wins);
 * how the family's template spells a call (``calls``: literal markers, the name, the
   arguments' layout), read by the forced / strict call compilers
-  (:mod:`textproc.core.constraints.forced_calls`) and by test vectors;
+  (:mod:`textproc.core.constraints.plans.forced_calls`) and by test vectors;
 * for reasoning, the tags, and the text that ends a block the prompt left open
   (``close_text``), which the service forces before a forced call or structured output.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-from textproc.core.constraints.regex_parts import group, int_range, lit
+from textproc.core.constraints.regex.parts import group, int_range, lit
 from textproc.errors import InvalidInput
 
 __all__ = ["number_regex", "INTEGER", "NUMBER"]

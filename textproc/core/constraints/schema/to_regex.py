@@ -1,11 +1,13 @@
-"""Structured outputs: JSON Schema -> regular expression, and the whole forced tool-call output.
+"""Structured outputs: JSON Schema -> regular expression (the schema stage's entry).
 
-Owns ``json_schema_to_regex`` and ``tool_call_pattern``. The schema is first resolved and
-merged into a union of flat conjunctions (:mod:`textproc.core.constraints.schema_flat`,
-:mod:`~textproc.core.constraints.schema_merge`), then each flat is written as regex text here,
-with numbers from :mod:`~textproc.core.constraints.schema_numbers`, formats from
-:mod:`~textproc.core.constraints.schema_formats` and string pieces from
-:mod:`~textproc.core.constraints.regex_parts`. The regex is what the token index enforces.
+Owns ``json_schema_to_regex`` and ``closing_regex`` (a tool's arguments, closed where the tool
+is strict). The schema is first resolved and merged into a union of flat conjunctions
+(:mod:`textproc.core.constraints.schema.flat`, :mod:`~textproc.core.constraints.schema.merge`),
+then each flat is written as regex text by :mod:`~textproc.core.constraints.schema.emit`, with
+numbers from :mod:`~textproc.core.constraints.schema.numbers`, formats from
+:mod:`~textproc.core.constraints.schema.formats` and string pieces from
+:mod:`~textproc.core.constraints.regex.parts`. The regex is what the token index enforces; the
+forced tool-call output around it is :mod:`textproc.core.constraints.plans.forced_calls`.
 
 Serialisation the regex allows: what ``json.dumps(value, ensure_ascii=False)`` writes
 (separators ``", "`` and ``": "``, no other whitespace); declared properties in the order the
@@ -43,7 +45,7 @@ only narrowings:
   keys in the order given, numbers inside arrays and objects as given; a top-level integral
   number also with a zero fraction).
 - ``contains`` only with ``minContains`` up to 4 and no ``prefixItems`` / ``maxItems``.
-- ``format``: see :mod:`~textproc.core.constraints.schema_formats`.
+- ``format``: see :mod:`~textproc.core.constraints.schema.formats`.
 
 Keywords JSON Schema does not define and annotations are ignored. Assertions that no regular
 language enforces (``not``, ``if``, ``uniqueItems``, ``propertyNames``, ``min/maxProperties``,
@@ -61,15 +63,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textproc.core.constraints.budget import MAX_REGEX_CHARS
-from textproc.core.constraints.forced_calls import forced_calls_pattern
-from textproc.core.constraints.regex_parts import MAX_COUNT, MAX_EXACT_COUNT
-from textproc.core.constraints.regex_parts import lit as _lit
-from textproc.core.constraints.schema_emit import Compiler
-from textproc.core.constraints.schema_nodes import Node
-from textproc.core.parsing.formats import TOOL_FORMATS
+from textproc.core.constraints.regex.parts import MAX_COUNT, MAX_EXACT_COUNT
+from textproc.core.constraints.schema.emit import Compiler
+from textproc.core.constraints.schema.nodes import Node
 from textproc.errors import InvalidInput, short
 
-__all__ = ["json_schema_to_regex", "tool_call_pattern", "closing_regex", "MAX_COUNT", "MAX_EXACT_COUNT",
+__all__ = ["json_schema_to_regex", "closing_regex", "MAX_COUNT", "MAX_EXACT_COUNT",
            "MAX_BOUND", "MAX_RECURSION", "MAX_REGEX_CHARS"]
 
 MAX_BOUND = 10**308  # largest |minimum| / |maximum| (JSON numbers beyond are not portable)
@@ -81,7 +80,6 @@ MAX_RECURSION = 5  # default expansions of one $ref on a path (a 4-deep expressi
 # SchemaStore schema (codecov) is 18.9 M characters plain, 483 K with calls
 PLAIN_MAX_CHARS = 1 << 16
 DEFINE_FROM_CHARS = 256
-_NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 def json_schema_to_regex(
@@ -126,63 +124,6 @@ def json_schema_to_regex(
             f"{max_recursion} levels with no non-recursive alternative"
         )
     return compiler.definitions() + result
-
-
-def tool_call_pattern(
-    tools: Sequence[Mapping[str, Any]],
-    name: str | None = None,
-    *,
-    parallel: bool = True,
-    tool_tags: tuple[str, str] | None = None,
-    prefix: str = "",
-    tool_format: str = "",
-) -> str:
-    """The regex of a forced tool-call output in the Hermes/Qwen format (or ``tool_format``).
-
-    Each call is ``<tool_call>\\n{"name": "<name>", "arguments": <arguments>}\\n</tool_call>``
-    as literal text, the arguments following the tool's ``parameters`` schema (no
-    ``parameters``: ``{}``). With ``name`` (tool_choice naming a function) the output is one
-    call of that tool; without it (tool_choice="required") one call of any tool, or with
-    ``parallel`` one or more calls separated by ``"\\n"`` as Qwen's template writes them.
-    ``tools`` are OpenAI tools ``{"type": "function", "function": {"name", "parameters"}}``
-    (a bare ``{"name", "parameters"}`` is accepted too); a function with ``strict: true`` has
-    its objects closed as ``json_schema_to_regex(strict=True)`` does.
-
-    ``prefix`` is literal text forced before the calls. When the prompt ends inside an open
-    reasoning block (``ReasoningFormat.prompt_leaves_open``), pass the reasoning format's
-    ``close_text`` (``"</think>\n\n"``): otherwise the forced calls would be parsed as reasoning.
-
-    ``tool_format``: the format's own spelling of calls (``""``: the default format), from its
-    declaration (:mod:`textproc.core.constraints.forced_calls`); ``tool_tags``: the format with
-    custom (open, close) tags.
-    """
-    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
-        raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
-    by_name: dict[str, Mapping[str, Any] | bool] = {}
-    strict: set[str] = set()  # functions with strict: true (closed objects)
-    for i, tool in enumerate(tools):
-        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise InvalidInput(
-                f"tool {short(tool)} at tools[{i}] must be {{'type': 'function', 'function': "
-                f"{{'name': str, 'parameters': schema}}}}"
-            )
-        if isinstance(tool, Mapping) and "type" in tool and tool["type"] != "function":
-            raise InvalidInput(f"tool type {short(tool['type'])} at tools[{i}].type; supported: 'function'")
-        params = function.get("parameters")
-        # no parameters: no arguments, the empty object only
-        by_name[function["name"]] = _NO_PARAMETERS if params is None else params
-        if function.get("strict") is True:
-            strict.add(function["name"])
-    if name is not None and name not in by_name:
-        raise InvalidInput(f"tool_choice names unknown tool {short(name)}; known tools: {sorted(by_name)}")
-    fmt = TOOL_FORMATS.get(tool_format or TOOL_FORMATS.default)
-    if fmt is None:
-        raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
-    if tool_tags is not None:
-        fmt = fmt.with_tags(*tool_tags)
-    to_regex = closing_regex([by_name[n] for n in strict])
-    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=to_regex)
 
 
 def closing_regex(closed: Sequence[Mapping[str, Any] | bool]) -> Callable[[Mapping[str, Any] | bool], str]:

@@ -1,5 +1,7 @@
 """Forced tool calls for every tool-call format: the regex of the family's own spelling.
 
+Owns ``tool_call_pattern`` (a request's tools and ``tool_choice`` -> the whole forced output).
+
 Compiles a format's declared call spelling (:class:`~textproc.core.parsing.declaration.CallSpelling`:
 literal markers, the name, slots, the arguments' layout) into a regex, so ``tool_choice``
 required / named works for every family through the regex -> token automaton compiler. Each
@@ -31,13 +33,14 @@ lookarounds, no backreferences).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from textproc.core.constraints.regex_parts import Shared
-from textproc.core.constraints.regex_parts import group as _group
-from textproc.core.constraints.regex_parts import lit as _lit
-from textproc.core.constraints.regex_parts import repeat as _repeat
+from textproc.core.constraints.regex.parts import Shared
+from textproc.core.constraints.regex.parts import group as _group
+from textproc.core.constraints.regex.parts import lit as _lit
+from textproc.core.constraints.regex.parts import repeat as _repeat
+from textproc.core.constraints.schema.to_regex import closing_regex
 from textproc.core.parsing.declaration import (
     CallSpelling, DelimitedArgs, JsonArgs, Lit, Name, PythonArgs, RawArgs, Slot, ToolFormat,
 )
@@ -45,7 +48,7 @@ from textproc.core.parsing.formats import TOOL_FORMATS
 from textproc.core.parsing.raw_values import string_only
 from textproc.errors import InvalidInput, short
 
-__all__ = ["FORCED_FORMATS", "forced_calls_pattern", "spelling_pattern", "plain_or_shared", "PLAIN_MAX_CHARS"]
+__all__ = ["FORCED_FORMATS", "tool_call_pattern", "forced_calls_pattern", "spelling_pattern", "plain_or_shared", "PLAIN_MAX_CHARS"]
 
 # a calls pattern up to this long is plain ``re`` syntax; a longer one writes what recurs in it
 # (the union of the tools: one call, then more after a separator; a strict pattern's sections)
@@ -55,6 +58,7 @@ __all__ = ["FORCED_FORMATS", "forced_calls_pattern", "spelling_pattern", "plain_
 PLAIN_MAX_CHARS = 1 << 16
 _SHARE_FROM_CHARS = 256  # what recurs is written once past this, in a shared pattern
 
+_NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 _RAW_TEXT = "[^<]*"
 _PY_STRING = "'[^'\\\\\\x00-\\x1f]*'"
 
@@ -334,3 +338,60 @@ def forced_calls_pattern(tool_format: str | ToolFormat, by_name: Mapping[str, Ma
         return spelling_pattern(fmt.calls, by_name, name, parallel=parallel, to_regex=schema_regex, shared=shared)
 
     return plain_or_shared(pattern, to_regex)
+
+
+def tool_call_pattern(
+    tools: Sequence[Mapping[str, Any]],
+    name: str | None = None,
+    *,
+    parallel: bool = True,
+    tool_tags: tuple[str, str] | None = None,
+    prefix: str = "",
+    tool_format: str = "",
+) -> str:
+    """The regex of a forced tool-call output in the Hermes/Qwen format (or ``tool_format``).
+
+    Each call is ``<tool_call>\\n{"name": "<name>", "arguments": <arguments>}\\n</tool_call>``
+    as literal text, the arguments following the tool's ``parameters`` schema (no
+    ``parameters``: ``{}``). With ``name`` (tool_choice naming a function) the output is one
+    call of that tool; without it (tool_choice="required") one call of any tool, or with
+    ``parallel`` one or more calls separated by ``"\\n"`` as Qwen's template writes them.
+    ``tools`` are OpenAI tools ``{"type": "function", "function": {"name", "parameters"}}``
+    (a bare ``{"name", "parameters"}`` is accepted too); a function with ``strict: true`` has
+    its objects closed as ``json_schema_to_regex(strict=True)`` does.
+
+    ``prefix`` is literal text forced before the calls. When the prompt ends inside an open
+    reasoning block (``ReasoningFormat.prompt_leaves_open``), pass the reasoning format's
+    ``close_text`` (``"</think>\n\n"``): otherwise the forced calls would be parsed as reasoning.
+
+    ``tool_format``: the format's own spelling of calls (``""``: the default format), from its
+    declaration (:func:`forced_calls_pattern`); ``tool_tags``: the format with
+    custom (open, close) tags.
+    """
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or not tools:
+        raise InvalidInput(f"tools {short(tools)} must be a non-empty list of OpenAI tool objects")
+    by_name: dict[str, Mapping[str, Any] | bool] = {}
+    strict: set[str] = set()  # functions with strict: true (closed objects)
+    for i, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise InvalidInput(
+                f"tool {short(tool)} at tools[{i}] must be {{'type': 'function', 'function': "
+                f"{{'name': str, 'parameters': schema}}}}"
+            )
+        if isinstance(tool, Mapping) and "type" in tool and tool["type"] != "function":
+            raise InvalidInput(f"tool type {short(tool['type'])} at tools[{i}].type; supported: 'function'")
+        params = function.get("parameters")
+        # no parameters: no arguments, the empty object only
+        by_name[function["name"]] = _NO_PARAMETERS if params is None else params
+        if function.get("strict") is True:
+            strict.add(function["name"])
+    if name is not None and name not in by_name:
+        raise InvalidInput(f"tool_choice names unknown tool {short(name)}; known tools: {sorted(by_name)}")
+    fmt = TOOL_FORMATS.get(tool_format or TOOL_FORMATS.default)
+    if fmt is None:
+        raise InvalidInput(f"tool_format={short(tool_format)}; forced calls support {', '.join(TOOL_FORMATS)}")
+    if tool_tags is not None:
+        fmt = fmt.with_tags(*tool_tags)
+    to_regex = closing_regex([by_name[n] for n in strict])
+    return _lit(prefix) + forced_calls_pattern(fmt, by_name, name, parallel=parallel, to_regex=to_regex)

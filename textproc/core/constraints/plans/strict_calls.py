@@ -4,13 +4,13 @@ calls (once the format's call marker appears) are declared tools with valid argu
 Composed from the format's declaration only (:class:`~textproc.core.parsing.declaration.ToolFormat`):
 the markers that start a call section are its ``open_tags`` (anywhere in content) and its
 ``start_chars`` (as the first non-space character of the answer); a section is spelled as the
-forced calls spell it (:func:`~textproc.core.constraints.forced_calls.spelling_pattern`). The
+forced calls spell it (:func:`~textproc.core.constraints.plans.forced_calls.spelling_pattern`). The
 output is::
 
     [reasoning]  free0  (section free)*        (several calls: parallel_tool_calls)
     [reasoning]  free0  (section free)?        (at most one call)
 
-where ``free`` is text containing no marker (:func:`~textproc.core.constraints.free_text.without`,
+where ``free`` is text containing no marker (:func:`~textproc.core.constraints.plans.free_text.without`,
 exact at the byte level whether a marker is one special token or text over several tokens) and
 ``free0`` also does not start with a start character. Reasoning (a reasoning format with tags):
 the prompt left a block open, so free reasoning (no close tag) and the close tag come first; or
@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from textproc.core.constraints.forced_calls import ToRegex, plain_or_shared, spelling_pattern
-from textproc.core.constraints.free_text import without
-from textproc.core.constraints.regex_parts import Shared, lit
+from textproc.core.constraints.plans.forced_calls import ToRegex, plain_or_shared, spelling_pattern
+from textproc.core.constraints.plans.free_text import without
+from textproc.core.constraints.regex.parts import Shared, lit
 from textproc.core.parsing.declaration import Lit, ReasoningFormat, ToolFormat
 from textproc.errors import InvalidInput
 
@@ -73,7 +73,7 @@ def strict_calls_pattern(fmt: ToolFormat, by_name: Mapping[str, Mapping[str, Any
     module docstring); ``reasoning``: the reasoning format the output is parsed with (None:
     no reasoning), ``starts_in_reasoning``: the prompt left its block open. Past
     ``PLAIN_MAX_CHARS`` (4 K) the calls are written once
-    (:func:`~textproc.core.constraints.forced_calls.plain_or_shared`)."""
+    (:func:`~textproc.core.constraints.plans.forced_calls.plain_or_shared`)."""
     if fmt.whole_parser is not None or not (fmt.open_tags or fmt.start_chars):
         raise InvalidInput(
             f"strict tool calls are not supported for tool format {fmt.name!r}: its calls are not "

@@ -1,7 +1,7 @@
 """JSON Schema -> a union of flat conjunctions (the step before regex emission).
 
-Owns :class:`Flattener`, which turns a :class:`~textproc.core.constraints.schema_nodes.Node`
-into :class:`~textproc.core.constraints.schema_nodes.Flat` s (``$ref`` resolution by ``$id`` /
+Owns :class:`Flattener`, which turns a :class:`~textproc.core.constraints.schema.nodes.Node`
+into :class:`~textproc.core.constraints.schema.nodes.Flat` s (``$ref`` resolution by ``$id`` /
 ``$anchor`` / JSON pointer, ``allOf`` merging, ``anyOf`` / ``oneOf`` and ``dependentRequired``
 distributed into a union of flats). Sub-schemas below a flat (property values, items) stay
 :class:`Node` s and are flattened when the emitter reaches them.
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
-from textproc.core.constraints.schema_merge import add_assertions, types_of
-from textproc.core.constraints.schema_nodes import Flat, Node, json_equal
+from textproc.core.constraints.schema.merge import add_assertions, types_of
+from textproc.core.constraints.schema.nodes import Flat, Node, json_equal
 from textproc.errors import InvalidInput, short
 
 __all__ = ["Flattener", "MAX_BRANCHES"]

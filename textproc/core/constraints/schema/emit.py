@@ -1,7 +1,7 @@
 """Flat schemas -> regex text: objects, arrays, strings, numbers, enums, any value.
 
 Owns :class:`Compiler`, the second half of ``json_schema_to_regex`` (the first is
-:mod:`textproc.core.constraints.schema_flat`). Regexes of repeated sub-schemas (the same
+:mod:`textproc.core.constraints.schema.flat`). Regexes of repeated sub-schemas (the same
 schema object reached with the same ``$ref`` history) are computed once; the result is
 refused when it would pass ``max_chars`` (the compile stays bounded). With ``define_from``,
 each sub-regex longer than that is written once, in a ``(?(DEFINE)(?P<name>...))`` block
@@ -19,15 +19,15 @@ from typing import Any
 import regex as re_
 
 from textproc.core.constraints.budget import regex_too_long
-from textproc.core.constraints.regex_parts import CHAR, Shared, key_except, may_overlap, translate_pattern, upper_bound
-from textproc.core.constraints.regex_parts import group as _group
-from textproc.core.constraints.regex_parts import lit as _lit
-from textproc.core.constraints.regex_parts import repeat as _repeat
-from textproc.core.constraints.schema_flat import Flattener
-from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart, describe
-from textproc.core.constraints.schema_formats import FORMATS
-from textproc.core.constraints.schema_merge import types_of
-from textproc.core.constraints.schema_numbers import number_regex
+from textproc.core.constraints.regex.parts import CHAR, Shared, key_except, may_overlap, translate_pattern, upper_bound
+from textproc.core.constraints.regex.parts import group as _group
+from textproc.core.constraints.regex.parts import lit as _lit
+from textproc.core.constraints.regex.parts import repeat as _repeat
+from textproc.core.constraints.schema.flat import Flattener
+from textproc.core.constraints.schema.formats import FORMATS
+from textproc.core.constraints.schema.merge import types_of
+from textproc.core.constraints.schema.nodes import TYPES, Flat, Node, ObjPart, describe
+from textproc.core.constraints.schema.numbers import number_regex
 from textproc.errors import InvalidInput, short
 
 __all__ = ["Compiler", "MAX_CONTAINS"]

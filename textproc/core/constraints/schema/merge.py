@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from textproc.core.constraints.regex_parts import MAX_COUNT
-from textproc.core.constraints.schema_formats import FORMATS
-from textproc.core.constraints.schema_nodes import TYPES, Flat, Node, ObjPart, decimal, json_equal
+from textproc.core.constraints.regex.parts import MAX_COUNT
+from textproc.core.constraints.schema.formats import FORMATS
+from textproc.core.constraints.schema.nodes import TYPES, Flat, Node, ObjPart, decimal, json_equal
 from textproc.errors import InvalidInput, short
 
 __all__ = ["add_assertions", "types_of", "type_atoms", "REFUSED_FORMATS"]
 
 # formats the JSON Schema spec defines that no regex here enforces (others are enforced, see
-# schema_formats, or are annotations: unknown formats assert nothing)
+# formats.FORMATS, or are annotations: unknown formats assert nothing)
 REFUSED_FORMATS: dict[str, str] = {}
 _TYPE_ATOMS = {
     "object": {"object"}, "array": {"array"}, "string": {"string"}, "number": {"integer", "fraction"},
@@ -73,7 +73,7 @@ def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
         raise InvalidInput(f"{key} {short(value)} at {path}.{key} must be a non-negative integer")
     if key.startswith("min") and value > MAX_COUNT:
         # a lower bound is kept exact (a looser one lets a value end early); an upper bound of
-        # any size is taken (over MAX_EXACT_COUNT it is not enforced: regex_parts.upper_bound)
+        # any size is taken (over MAX_EXACT_COUNT it is not enforced: regex.parts.upper_bound)
         raise InvalidInput(f"{key} {short(value)} at {path}.{key} is enforced exactly, one automaton state "
                            f"or more per repetition: at most {MAX_COUNT}")
     return value

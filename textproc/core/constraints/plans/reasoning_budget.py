@@ -15,7 +15,7 @@ the two facts it needs, computed once per (index, close text) by whoever holds t
 
 The constraint must put the reasoning block first: the prompt left it open (``starts_inside``:
 the text is reasoning until the close tag) or it opens after leading whitespace only, as
-:func:`~textproc.core.constraints.strict_calls.free_reasoning_pattern` writes it.
+:func:`~textproc.core.constraints.plans.strict_calls.free_reasoning_pattern` writes it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ranges, the translation of a JSON Schema ``pattern`` into a regex over serialised JSON, and
 whether two ``patternProperties`` patterns may match a common key.
 
-Split out of :mod:`textproc.core.constraints.schema` (which owns the schema walk). Every function here
+Split out of :mod:`textproc.core.constraints.schema.to_regex` (which owns the schema walk). Every function here
 returns regex text in the common subset of Python ``re``/``regex`` syntax (no lookarounds, no
 backreferences), and keeps the invariant that what it matches is exactly (or a subset of)
 what it describes, written as ``json.dumps(ensure_ascii=False)`` writes it.
@@ -17,7 +17,7 @@ from typing import Any
 
 import regex as re_
 
-from textproc.core.constraints.regex_syntax import MAX_REPEAT, merge, subtract
+from textproc.core.constraints.regex.syntax import MAX_REPEAT, merge, subtract
 from textproc.errors import InvalidInput, short
 
 __all__ = ["MAX_COUNT", "MAX_EXACT_COUNT", "CHAR", "CANON_CHAR", "lit", "group", "repeat", "upper_bound", "int_range",

@@ -1,5 +1,5 @@
 """String ``format`` s as regexes over the decoded text (translated into serialised JSON by
-``regex_parts.translate_pattern``), each a subset of what its RFC allows and of what
+``regex.parts.translate_pattern``), each a subset of what its RFC allows and of what
 ``jsonschema``'s format checker accepts (tested by sampling):
 
 - ``date`` (leap days by the Gregorian rule), ``time``, ``date-time`` (RFC 3339, no leap

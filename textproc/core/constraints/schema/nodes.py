@@ -4,9 +4,9 @@ every ``$ref`` / ``allOf`` merged into it and no combinator left at its top) and
 :class:`ObjPart`, plus the two value rules every step shares (JSON Schema equality, numbers as
 exact decimals).
 
-Made by :mod:`~textproc.core.constraints.schema_flat`, merged by
-:mod:`~textproc.core.constraints.schema_merge`, read by
-:mod:`~textproc.core.constraints.schema_emit`; imports none of them.
+Made by :mod:`~textproc.core.constraints.schema.flat`, merged by
+:mod:`~textproc.core.constraints.schema.merge`, read by
+:mod:`~textproc.core.constraints.schema.emit`; imports none of them.
 """
 
 from __future__ import annotations
