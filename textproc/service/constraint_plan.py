@@ -155,7 +155,7 @@ def _budget(sampling: dict[str, Any], constraint: str | None, rfmt: ReasoningFor
             starts_in_reasoning: bool) -> tuple[str | None, dict[str, Any]]:
     """A reasoning budget: the constraint the engine's guide counts in (free reasoning, then
     free text, when the request has none) and the reasoning markup the engine needs to find
-    the reasoning states and force the close (see ``core.constraints.reasoning_budget``)."""
+    the reasoning states and force the close (see ``core.constraints.plans.reasoning_budget``)."""
     if rfmt is None or not rfmt.open_tags or not rfmt.close_tags:
         raise InvalidInput(
             "max_reasoning_tokens needs a reasoning format with open and close tags; this "
