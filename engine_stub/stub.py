@@ -60,6 +60,7 @@ _log = logging.getLogger("engine_stub")
 MAX_TRACKED_REQUESTS = 200_000  # per-request stats kept (oldest dropped)
 MAX_STEP_SAMPLES = 100_000  # step times kept for percentiles (most recent)
 IDLE_WAIT_S = 0.05  # how long an idle loop blocks on engine-in before checking signals/stats
+HELD_WAIT_S = 0.005  # how long a step whose every running request is held waits for its index
 
 
 def busy_work(n: int) -> int:
@@ -234,6 +235,11 @@ class StubEngine:
             self.fast_forwarded += state.fast_forwarded
             self.finished[reason] = self.finished.get(reason, 0) + 1
             self._record(request_id, state.generated, reason)
+        if not outputs:
+            # every running request is held until more of its index arrives: wait for input
+            # (the index comes on engine-in) instead of spinning empty steps at the detokenizer
+            link.wait(HELD_WAIT_S)
+            return
         _send_columns(link, outputs, rows)
         self.steps += 1
         self.step_times_s.append(time.perf_counter() - t0)
