@@ -93,27 +93,30 @@ class _Kind:
     __slots__ = ("ins", "in_r", "outs", "allowed_r", "r_levels", "max_lo", "offset")
 
     def __init__(self, ins: list[tuple[int, int, int, list[int], list[int]]],
+                 ins_levels: tuple[list[int], list[int]],
                  outs: list[tuple[int, int, int, list[int]]], offset: int | None, size: int) -> None:
         self.ins = ins  # sorted by r
         self.in_r = [g[0] for g in ins]
         self.outs = outs
         self.offset = offset
         self.max_lo = max((g[1] for g in outs), default=0)
-        # the ids of groups always live (any start) by r, cumulative: one bitset per r level
+        # the ids of groups always live (any start) by r, cumulative: one bitset per r level;
+        # the ins' levels come from the vocabulary's derived sets, the exits' are this DFA's
         by_r: dict[int, list[int]] = {}
-        for r, _, _, ids, _ in ins:
-            by_r.setdefault(r, []).extend(ids)
         for r, lo, _, ids in outs:
             if lo <= 0:
                 by_r.setdefault(r, []).extend(ids)
+        in_levels, in_allowed = ins_levels
+        levels = sorted({*in_levels, *by_r})
         buf = bytearray((size + 7) // 8)
-        levels: list[int] = []
         allowed: list[int] = []
-        for r in sorted(by_r):
-            for i in by_r[r]:
+        j = 0
+        for r in levels:
+            for i in by_r.get(r, ()):
                 buf[i >> 3] |= 1 << (i & 7)
-            levels.append(r)
-            allowed.append(int.from_bytes(buf, "little"))
+            j = bisect_right(in_levels, r, j)
+            got = in_allowed[j - 1] if j else 0
+            allowed.append(got | int.from_bytes(buf, "little") if by_r else got)
         self.r_levels = levels
         self.allowed_r = allowed
 
@@ -333,7 +336,30 @@ class CountedRegions:
             if nxt >= 0:
                 outs_by.setdefault((r, first - d, nxt), []).extend(ids)
         outs = [(r, lo, nxt, ids) for (r, lo, nxt), ids in outs_by.items()]
-        return _Kind(ins, outs, offset, st.size)
+        return _Kind(ins, self._ins_levels(region, kind, ins), outs, offset, st.size)
+
+    def _ins_levels(self, region: _Region, kind: int, ins: list[tuple[int, int, int, list[int], list[int]]]
+                    ) -> tuple[list[int], list[int]]:
+        """(the r levels of ``ins``, per level the bitset of the ids of r at most that):
+        kept per vocabulary and moves, as the groups are."""
+        key = (*region.key, kind, "levels")
+        derived = self.st.sets.derived
+        got: Any = derived.get(key)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
+        by_r: dict[int, list[int]] = {}
+        for r, _, _, ids, _ in ins:
+            by_r.setdefault(r, []).extend(ids)
+        buf = bytearray((self.st.size + 7) // 8)
+        levels: list[int] = []
+        allowed: list[int] = []
+        for r in sorted(by_r):
+            for i in by_r[r]:
+                buf[i >> 3] |= 1 << (i & 7)
+            levels.append(r)
+            allowed.append(int.from_bytes(buf, "little"))
+        derived[key] = got = (levels, allowed)
+        return got  # type: ignore[no-any-return]
 
     def _grouped(self, region: _Region, kind: int) -> tuple[
             list[tuple[int, int, int, list[int], list[int]]], int | None,
