@@ -15,6 +15,7 @@ this is what an engine's process holds (``pack`` / ``unpack`` are the wire form)
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Iterable, Sequence
 
@@ -159,15 +160,22 @@ class TokenIndex:
     def pack(self) -> dict[str, bytes | int | list[int]]:
         """Plain fields for a wire frame: masks, per-state arrays and exceptions, int32 LE."""
         if self._exc_arrays is not None:  # unpacked: the arrays it came with
-            exc_ids, exc_next, offsets = self._exc_arrays
+            ids_array, nexts_array, offsets_array = self._exc_arrays
+            exc_ids, exc_next, offsets = ids_array.tobytes(), nexts_array.tobytes(), offsets_array.tobytes()
         else:
-            exc_ids, exc_next, offsets = array("i"), array("i"), array("i", [0])
+            ids: list[int] = []
+            nexts: list[int] = []
+            ends = [0]
             for exc in self._exc:
                 assert exc is not None
-                for token_id in sorted(exc):
-                    exc_ids.append(token_id)
-                    exc_next.append(exc[token_id])
-                offsets.append(len(exc_ids))
+                keys = sorted(exc)
+                ids += keys
+                nexts += map(exc.__getitem__, keys)
+                ends.append(len(ids))
+            # (struct packs a list twice as fast as array() converts it, item by item)
+            exc_ids = struct.pack(f"<{len(ids)}i", *ids)
+            exc_next = struct.pack(f"<{len(nexts)}i", *nexts)
+            offsets = struct.pack(f"<{len(ends)}i", *ends)
         return {
             "vocab_size": self.vocab_size,
             "end_ids": list(self.end_ids),
@@ -175,9 +183,9 @@ class TokenIndex:
             "mask_of": array("i", self._mask_of).tobytes(),
             "default_next": array("i", self._default).tobytes(),
             "accepting": bytes(self._accepting),
-            "exc_offsets": offsets.tobytes(),
-            "exc_ids": exc_ids.tobytes(),
-            "exc_next": exc_next.tobytes(),
+            "exc_offsets": offsets,
+            "exc_ids": exc_ids,
+            "exc_next": exc_next,
             "steer": array("i", self._steer).tobytes(),
             "distance": array("i", self._distance).tobytes(),
             "n_known": self.n_known,
