@@ -82,7 +82,10 @@ def measure(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     what every tree has is used, so an older checkout runs it too."""
     import textproc
     from textproc.core.constraints import Budget, TokenVocabulary, compile_constraint
-    from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+    try:
+        from textproc.core.constraints.plans.forced_calls import tool_call_pattern
+    except ImportError:  # a tree from before the constraints' stage folders
+        from textproc.core.constraints.schema import tool_call_pattern  # type: ignore[no-redef]
     from textproc.core.parsing import REASONING_FORMATS, TOOL_FORMATS
     from textproc.core.tokenizer import Tokenizer
     from textproc.errors import InvalidInput
