@@ -233,12 +233,11 @@ class TokenIndex:
         steer_ids.frombytes(steer)
         distances.frombytes(distance)
         n_masks = len(masks) // width
-        # (min / max: these arrays run to hundreds of thousands of entries)
+        # (min / max in C: the exception arrays run to hundreds of thousands of entries)
         if (offsets[0] != 0 or offsets[-1] != len(ids) or any(a > b for a, b in zip(offsets, offsets[1:]))
                 or not 0 <= min(mask_index) <= max(mask_index) < n_masks
                 or not -1 <= min(defaults) <= max(defaults) < known
-                or (nexts and not 0 <= min(nexts) <= max(nexts) < known)
-                or (ids and not 0 <= min(ids) <= max(ids) < vocab_size)
+                or not _all_below(exc_next, known) or not _all_below(exc_ids, vocab_size)
                 or any(not 0 <= e < vocab_size for e in end_ids)):
             raise ValueError(f"index {key!r}: offsets, mask numbers, ids or states out of range")
         by_chars = _unpack_by_chars(key, n, known, vocab_size, char_count, by_chars_of, by_chars_next)
@@ -248,6 +247,12 @@ class TokenIndex:
                    accepting=[bool(a) for a in accepting],
                    steer=list(steer_ids), distance=list(distances), key=key, by_chars=by_chars,
                    char_count=char_count, n_known=n_known)
+
+
+def _all_below(data: bytes, bound: int) -> bool:
+    """Whether every int32 in ``data`` is in ``0 .. bound - 1``: one pass over them read as
+    unsigned (a negative one reads as 2**31 or more)."""
+    return not data or max(memoryview(data).cast("I")) < bound
 
 
 def _unpack_by_chars(key: str, n: int, known: int, vocab_size: int, char_count: bytes, by_chars_of: bytes,
@@ -262,7 +267,7 @@ def _unpack_by_chars(key: str, n: int, known: int, vocab_size: int, char_count: 
     of.frombytes(by_chars_of)
     rows.frombytes(by_chars_next)
     n_rows = len(rows) // BY_CHARS_WIDTH
-    if (any(not -1 <= r < n_rows for r in of) or any(not -1 <= t < known for t in rows)
+    if ((of and not -1 <= min(of) <= max(of) < n_rows) or (rows and not -1 <= min(rows) <= max(rows) < known)
             or (char_count and max(char_count) >= BY_CHARS_WIDTH)):
         raise ValueError(f"index {key!r}: by_chars rows, states or character counts out of range")
     return [None if r < 0 else list(rows[r * BY_CHARS_WIDTH : (r + 1) * BY_CHARS_WIDTH]) for r in of]
