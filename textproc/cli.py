@@ -284,10 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _engine(args: argparse.Namespace, vllm_args: list[str]) -> int:
     """``textproc engine``: replace this process with vLLM's headless engine command."""
     # here, like each command's own modules: a command loads only what it runs
-    from textproc.engines.vllm import default_python
+    from textproc.engines.vllm import check_dense_ranks, default_python
     from textproc.vllm_engines.launch import headless_command
 
     try:
+        check_dense_ranks(args.model_dir, args.data_parallel_size)
         command = headless_command(args.engine_python or default_python(), args.model_dir,
                                    size=args.data_parallel_size, rank=args.data_parallel_start_rank,
                                    local=args.data_parallel_size_local,
@@ -344,9 +345,11 @@ def _serve(args: argparse.Namespace) -> int:
 
             check_available(args.otlp_traces_endpoint)
         if config.engine == "vllm" and config.data_parallel.engaged:
+            from textproc.engines.vllm import check_dense_ranks
             from textproc.vllm_engines.launch import engine_flags  # (what the command runs)
 
             engine_flags(config.engine_args)  # vLLM's headless command takes them (checked now)
+            check_dense_ranks(model_dir, config.data_parallel.size)
         _log_sampling_defaults(config.service)
         if args.max_model_len is None:
             _log.info("max_model_len %d: %s (set --max-model-len to change it)",

@@ -238,3 +238,42 @@ def test_a_vllm_engine_writes_its_gauges_for_metrics_by_default(tmp_path: Any) -
     engine = full[full.index("-m") + 2:] + ["--stats-brief"]
     settings = parse_args(engine)
     assert settings.stats_brief and settings.stats_file == "/mine.json" and not settings.vllm_args[2:]
+
+
+@pytest.mark.parametrize("config, n", [
+    ({"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}, 128),
+    ({"model_type": "mixtral", "num_local_experts": 8}, 8),
+    ({"model_type": "deepseek_v3", "n_routed_experts": 256}, 256),
+    ({"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 64}}, 64),
+    ({"model_type": "qwen3", "num_experts": 0}, 0),
+    ({"model_type": "qwen3"}, 0)])
+def test_a_mixture_of_experts_is_known_by_its_config(tmp_path: Any, config: dict[str, Any], n: int) -> None:
+    from textproc.engines.vllm import check_dense_ranks, experts
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert experts(tmp_path) == n
+    check_dense_ranks(tmp_path, 1)  # one engine: vLLM's own engine core, any model
+    if n:
+        with pytest.raises(InvalidInput, match=f"mixture of experts \\({n} experts"):
+            check_dense_ranks(tmp_path, 2)
+    else:
+        check_dense_ranks(tmp_path, 2)
+
+
+def test_serve_and_engine_refuse_data_parallel_experts_before_starting(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM steps a mixture of experts' ranks in lockstep through its DP coordinator; without
+    it the ranks would wait for each other's all-gather: both commands say so and start nothing."""
+    import shutil
+
+    from textproc.cli import main
+    from textproc.testing.models import REPO_ROOT
+
+    shutil.copy(REPO_ROOT / ".cache" / "models" / "qwen3" / "tokenizer.json", tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_moe", "num_experts": 4}))
+    assert main(["serve", "--engine", "vllm", "--model-dir", str(tmp_path), "--data-parallel-size", "2"]) == 2
+    assert "mixture of experts (4 experts" in capsys.readouterr().err
+    assert main(["engine", "--model-dir", str(tmp_path), "--headless", "--data-parallel-size", "2",
+                 "--data-parallel-start-rank", "1", "--data-parallel-address", "127.0.0.1",
+                 "--data-parallel-rpc-port", "5555"]) == 2
+    assert "DP coordinator" in capsys.readouterr().err

@@ -15,17 +15,19 @@ given ``--max-model-len``: the service's, the model's own context length unless 
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textproc.engines import curve_flags
+from textproc.errors import InvalidInput
 
 if TYPE_CHECKING:
     from textproc.config import ServeConfig
 
-__all__ = ["ADAPTER", "default_python"]
+__all__ = ["ADAPTER", "check_dense_ranks", "default_python", "experts"]
 
 ENV_DIR = ".venv-vllm"  # made by scripts/setup_vllm.sh beside the checkout
 
@@ -34,6 +36,45 @@ def default_python() -> str:
     """``.venv-vllm/bin/python`` beside this checkout when it exists, else this interpreter."""
     beside = Path(__file__).resolve().parents[2] / ENV_DIR / "bin" / "python"
     return str(beside) if beside.is_file() else sys.executable
+
+
+# where a model's config.json gives its experts, as vLLM's ModelArchConfigConvertor reads them
+EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
+
+
+def experts(model_dir: str | Path) -> int:
+    """How many experts the model in ``model_dir`` routes among (0: a dense model), from its
+    ``config.json`` (its ``text_config`` for a model with vision), as vLLM counts them."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(config, dict):
+        return 0
+    text = config.get("text_config")
+    for part in (text, config) if isinstance(text, dict) else (config,):
+        for key in EXPERT_KEYS:
+            value = part.get(key)
+            if isinstance(value, list) and value:
+                value = value[0]
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return 0
+
+
+def check_dense_ranks(model_dir: str | Path, size: int) -> None:
+    """InvalidInput when ``size`` > 1 data-parallel ranks would run a mixture of experts:
+    vLLM runs such ranks in lockstep waves through its DP coordinator (an all-gather per
+    expert layer in every step), which textproc's front does not run; each rank of a dense
+    model is an independent engine."""
+    n = experts(model_dir)
+    if size > 1 and n:
+        raise InvalidInput(
+            f"{model_dir} is a mixture of experts ({n} experts in its config.json): its "
+            f"data-parallel ranks step in lockstep through vLLM's DP coordinator, which "
+            f"textproc's front does not run; serve it with one engine (--data-parallel-size 1, "
+            f"tensor parallelism through --engine-arg) or with vllm serve"
+        )
 
 
 @dataclass(frozen=True)
