@@ -53,8 +53,8 @@ def _constraints() -> dict[str, Any]:
     vLLM's grammar threads would otherwise import the same modules at once, half-made."""
     with _imports:
         if not _modules:
-            from textproc.core.constraints.guide import Guide
-            from textproc.core.constraints.index import TokenIndex
+            from textproc.core.constraints.index.guide import Guide
+            from textproc.core.constraints.index.table import TokenIndex
 
             _modules.update(Guide=Guide, TokenIndex=TokenIndex)
         return _modules

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints.automaton.dfa import build_dfa
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 

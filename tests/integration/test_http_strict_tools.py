@@ -170,7 +170,7 @@ def test_request_builder_makes_strict_calls_from_a_flag_or_a_tool(tmp_path: Any)
 def _matches(pattern: str | None, text: str) -> bool:
     """Whether the constraint ``pattern`` matches all of ``text`` (textproc's own byte DFA)."""
     from textproc.core.constraints import Budget
-    from textproc.core.constraints.lazy_dfa import lazy_dfa
+    from textproc.core.constraints.automaton.lazy import lazy_dfa
     from textproc.core.constraints.regex.syntax import parse_regex
 
     assert pattern is not None

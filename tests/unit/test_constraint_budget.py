@@ -12,7 +12,7 @@ import pytest
 
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, json_schema_to_regex
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints.automaton.dfa import build_dfa
 from textproc.core.constraints.budget import MAX_REGEX_CHARS
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput

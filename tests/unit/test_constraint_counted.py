@@ -1,5 +1,5 @@
-"""Counted repetitions answered as whole regions (``index_counted``): the index is the one the
-plain paths build (the regions and the moved answers of ``index_shift`` switched off), state
+"""Counted repetitions answered as whole regions (``counted``): the index is the one the
+plain paths build (the regions and the moved answers of ``shift`` switched off), state
 for state (same masks, next states, accepting states and completion lengths; the completion
 token may be another one on a shortest way), and the walk definition token by token: for
 several bounds and minimums, tokens with escapes, partial escapes, whole and partial UTF-8
@@ -14,8 +14,9 @@ import pytest
 
 from tests.helpers.constraint_sample import same_index, sample_vocab, walk_definition_states
 from textproc import TokenVocabulary, compile_constraint
-from textproc.core.constraints import Budget, index_counted, index_shift, json_schema_to_regex
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints import Budget, json_schema_to_regex
+from textproc.core.constraints.automaton.dfa import build_dfa
+from textproc.core.constraints.index import counted, shift
 from textproc.core.constraints.regex.syntax import parse_regex
 
 _PIECES = [bytes([b]) for b in range(0x20, 0x7F)] + [
@@ -57,22 +58,22 @@ _PATTERNS = {
 
 
 def _plain_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(index_counted.CountedRegions, "state", lambda self, q: None)
-    monkeypatch.setattr(index_shift.CountedShift, "state", lambda self, q: None)
+    monkeypatch.setattr(counted.CountedRegions, "state", lambda self, q: None)
+    monkeypatch.setattr(shift.CountedShift, "state", lambda self, q: None)
 
 
 @pytest.mark.parametrize("name", sorted(_PATTERNS))
 def test_regions_give_the_plain_paths_index(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pattern = _PATTERNS[name]
     answered = []
-    real = index_counted.CountedRegions.state
+    real = counted.CountedRegions.state
 
-    def counting(self: index_counted.CountedRegions, q: int) -> object:
+    def counting(self: counted.CountedRegions, q: int) -> object:
         got = real(self, q)
         answered.append(got is not None)
         return got
 
-    monkeypatch.setattr(index_counted.CountedRegions, "state", counting)
+    monkeypatch.setattr(counted.CountedRegions, "state", counting)
     fast = compile_constraint(_VOCAB, regex=pattern, cache=None)
     _plain_paths(monkeypatch)
     slow = compile_constraint(_VOCAB, regex=pattern, cache=None)

@@ -13,7 +13,7 @@ from tests.helpers.constraint_sample import SCHEMAS, STR, walk_definition_states
 from tests.helpers.constraint_sample import sample_vocab as _sample
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, json_schema_to_regex
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints.automaton.dfa import build_dfa
 from textproc.core.constraints.regex.syntax import parse_regex
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from textproc import TokenIndex, TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, IndexCache
-from textproc.core.constraints.automaton import build_dfa, utf8_sequences
+from textproc.core.constraints.automaton.dfa import build_dfa, utf8_sequences
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textproc.core.constraints import Budget
-from textproc.core.constraints.automaton import ByteDFA, build_dfa
+from textproc.core.constraints.automaton.dfa import ByteDFA, build_dfa
 from textproc.core.constraints.regex.syntax import parse_regex
 
 PIECES = ["a", "b", "ab", "[a-c]", "[^a]", "é", "\\d", '"', "\\\\", "(?:a|bc)", "(?:ab)?", "x*", "[0-9]{1,3}",

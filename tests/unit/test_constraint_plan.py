@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from textproc.core.constraints.automaton.lazy import lazy_dfa
 from textproc.core.constraints.budget import Budget
-from textproc.core.constraints.lazy_dfa import lazy_dfa
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 from textproc.options import REASONING_BUDGET_OPTIONAL

@@ -15,11 +15,11 @@ from tests.helpers.constraint_sample import SCHEMAS, walk_definition_states
 from tests.helpers.constraint_sample import sample_vocab as _sample
 from textproc import TokenVocabulary, compile_constraint
 from textproc.core.constraints import Budget, Guide, json_schema_to_regex
-from textproc.core.constraints.automaton import counted_states_floor
-from textproc.core.constraints.build import build_index, build_partial
+from textproc.core.constraints.automaton.dfa import counted_states_floor
+from textproc.core.constraints.automaton.lazy import lazy_dfa
 from textproc.core.constraints.compile import compile_progressive
-from textproc.core.constraints.index import TokenIndex
-from textproc.core.constraints.lazy_dfa import lazy_dfa
+from textproc.core.constraints.index.build import build_index, build_partial
+from textproc.core.constraints.index.table import TokenIndex
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 

@@ -1,5 +1,5 @@
 """States on short cycles answered from region templates kept per vocabulary
-(``index_regions``): the index is the walk definition's, token by token; every state allows
+(``regions``): the index is the walk definition's, token by token; every state allows
 the same tokens, with the same next states, as in the index built without templates (state for
 state along both, shortest completions as long); and an index does not depend on what the
 vocabulary compiled before it."""
@@ -13,8 +13,9 @@ import pytest
 from tests.helpers.agent_tools import AGENT_TOOLS
 from tests.helpers.constraint_sample import same_index, sample_vocab, walk_definition_states
 from textproc import TokenVocabulary, compile_constraint
-from textproc.core.constraints import Budget, index_regions, json_schema_to_regex
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints import Budget, json_schema_to_regex
+from textproc.core.constraints.automaton.dfa import build_dfa
+from textproc.core.constraints.index import regions
 from textproc.core.constraints.plans.forced_calls import forced_calls_pattern
 from textproc.core.constraints.plans.strict_calls import strict_calls_pattern
 from textproc.core.constraints.regex.syntax import parse_regex
@@ -66,13 +67,13 @@ CASES = {
 def _templated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that gets one entry per state answered from a template."""
     answered: list[int] = []
-    real = index_regions.Regions._answer
+    real = regions.Regions._answer
 
-    def counting(self: index_regions.Regions, template: index_regions.Template, order: list[int]) -> Any:
+    def counting(self: regions.Regions, template: regions.Template, order: list[int]) -> Any:
         answered.append(order[0])
         return real(self, template, order)
 
-    monkeypatch.setattr(index_regions.Regions, "_answer", counting)
+    monkeypatch.setattr(regions.Regions, "_answer", counting)
     return answered
 
 
@@ -85,7 +86,7 @@ def test_templates_give_the_index_built_without_them(name: str, monkeypatch: pyt
     assert len(answered) > 5  # string states from templates, most of them made by other states
     dfa = build_dfa(parse_regex(pattern), Budget())
     assert walk_definition_states(fast, dfa, vocab, name) == fast.n_states
-    monkeypatch.setattr(index_regions.Regions, "state", lambda self, q: None)
+    monkeypatch.setattr(regions.Regions, "state", lambda self, q: None)
     slow = compile_constraint(_vocab(), regex=pattern, cache=None)
     assert same_index(fast, slow, vocab.size) == fast.n_states == slow.n_states
 
@@ -112,6 +113,6 @@ def test_agent_tools_on_a_qwen3_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(answered) > 20
     dfa = build_dfa(parse_regex(pattern), Budget())
     assert walk_definition_states(fast, dfa, vocab, "agent tools") == fast.n_states
-    monkeypatch.setattr(index_regions.Regions, "state", lambda self, q: None)
+    monkeypatch.setattr(regions.Regions, "state", lambda self, q: None)
     slow = compile_constraint(vocab, regex=pattern, cache=None)
     assert same_index(fast, slow, vocab.size) == fast.n_states

@@ -12,7 +12,7 @@ import pytest
 import regex
 
 from textproc.core.constraints import Budget, json_schema_to_regex
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints.automaton.dfa import build_dfa
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.core.constraints.schema.emit import Compiler, _members
 from textproc.core.constraints.schema.nodes import Node

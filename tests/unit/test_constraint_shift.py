@@ -1,16 +1,17 @@
-"""Counted repetitions answered a position on (``index_shift``): the index of a counted string
+"""Counted repetitions answered a position on (``shift``): the index of a counted string
 is the one the build makes without moving answers, table for table (masks, next states,
 exceptions, state numbers, shortest completions), including the last positions before the
 bound, where tokens long enough to reach it walk differently from each position (trie walks
-walked again in part, ``index_replay``)."""
+walked again in part, ``index.replay``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from textproc import TokenVocabulary, compile_constraint
-from textproc.core.constraints import Budget, index_counted, index_shift, json_schema_to_regex
-from textproc.core.constraints.automaton import build_dfa
+from textproc.core.constraints import Budget, json_schema_to_regex
+from textproc.core.constraints.automaton.dfa import build_dfa
+from textproc.core.constraints.index import counted, shift
 from textproc.core.constraints.regex.syntax import parse_regex
 from tests.helpers.constraint_sample import walk_definition_states
 
@@ -38,7 +39,7 @@ def test_moved_answers_give_the_same_index(max_length: int, min_length: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     pattern = json_schema_to_regex(_counted(max_length, min_length))
     moved = []
-    real_moved = index_shift._moved
+    real_moved = shift._moved
 
     def counting(*args: object) -> object:
         got = real_moved(*args)  # type: ignore[arg-type]
@@ -46,27 +47,27 @@ def test_moved_answers_give_the_same_index(max_length: int, min_length: int,
         return got
 
     replayed = []
-    real_replayed = index_shift.CountedShift._replayed
+    real_replayed = shift.CountedShift._replayed
 
-    def counting_replays(self: index_shift.CountedShift, *args: int) -> object:
+    def counting_replays(self: shift.CountedShift, *args: int) -> object:
         replayed.append(args)
         return real_replayed(self, *args)
 
     chains = []
-    real_chain = index_shift.CountedShift._replayed_chain
+    real_chain = shift.CountedShift._replayed_chain
 
-    def counting_chains(self: index_shift.CountedShift, *args: object) -> object:
+    def counting_chains(self: shift.CountedShift, *args: object) -> object:
         got = real_chain(self, *args)  # type: ignore[arg-type]
         chains.append(got is not None)
         return got
 
-    # the moved answers are what a region the checks refuse gets (index_counted, switched off)
-    monkeypatch.setattr(index_counted.CountedRegions, "state", lambda self, q: None)
-    monkeypatch.setattr(index_shift, "_moved", counting)
-    monkeypatch.setattr(index_shift.CountedShift, "_replayed", counting_replays)
-    monkeypatch.setattr(index_shift.CountedShift, "_replayed_chain", counting_chains)
+    # the moved answers are what a region the checks refuse gets (counted, switched off)
+    monkeypatch.setattr(counted.CountedRegions, "state", lambda self, q: None)
+    monkeypatch.setattr(shift, "_moved", counting)
+    monkeypatch.setattr(shift.CountedShift, "_replayed", counting_replays)
+    monkeypatch.setattr(shift.CountedShift, "_replayed_chain", counting_chains)
     fast = compile_constraint(_VOCAB, regex=pattern, cache=None)
-    monkeypatch.setattr(index_shift.CountedShift, "state", lambda self, q: None)
+    monkeypatch.setattr(shift.CountedShift, "state", lambda self, q: None)
     slow = compile_constraint(_VOCAB, regex=pattern, cache=None)
     assert fast.pack() == slow.pack()
     if max_length >= 30:  # long enough for positions far from the bound: answers were moved

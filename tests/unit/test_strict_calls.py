@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from tests.helpers.regex_sampler import sample
 from tests.helpers.tool_calls import render
 from textproc.core.constraints import Budget, Guide, TokenVocabulary, compile_constraint
-from textproc.core.constraints.automaton import build_dfa
-from textproc.core.constraints.lazy_dfa import lazy_dfa
+from textproc.core.constraints.automaton.dfa import build_dfa
+from textproc.core.constraints.automaton.lazy import lazy_dfa
 from textproc.core.constraints.plans import forced_calls, strict_calls
 from textproc.core.constraints.plans.free_text import without
 from textproc.core.constraints.plans.strict_calls import free_reasoning_pattern, strict_calls_pattern

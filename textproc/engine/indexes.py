@@ -47,7 +47,7 @@ class IndexCache:
         a table that does not unpack (nothing stored), else None."""
         # here (start-up time): an engine that never gets a constrained request never loads
         # the index (the table-only index and guide: ~20 ms of CPU, no compiler or parser)
-        from textproc.core.constraints.index import TokenIndex
+        from textproc.core.constraints.index.table import TokenIndex
 
         for key in evict:
             old = self._indexes.pop(key, None)

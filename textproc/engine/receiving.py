@@ -200,7 +200,7 @@ class FrameReceiver:
                                      f"in the engine's index cache ({len(cache)} held)")
                         return
                     # here: see indexes.py (the constraint modules load on first use)
-                    from textproc.core.constraints.guide import Guide
+                    from textproc.core.constraints.index.guide import Guide
 
                     guide = Guide(index)
                 if self.owners is not None:

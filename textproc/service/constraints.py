@@ -51,7 +51,7 @@ RELAY_STORE_BYTES = 1 << 30  # index tables the detokenizer keeps to (re)send to
 ENGINE_CACHE_BYTES = 512 << 20  # what the detokenizer lets the engine hold (it names evictions)
 STRUCTURED_KINDS = ("json", "regex", "choice")
 WAIT_POLL_S = 0.005  # how often a worker waiting for another's compile looks for its file
-# a string, a counted string (maxLength: its kinds' token walks, index_counted) and a number
+# a string, a counted string (maxLength: its kinds' token walks, index.counted) and a number
 WARM_UP_S = 600.0  # the warm-up compile's wall-time budget (a request's is max_compile_s)
 _WARM_UP = {"type": "object", "properties": {"s": {"type": "string"}, "c": {"type": "string", "maxLength": 4},
                                              "n": {"type": "integer"}}}

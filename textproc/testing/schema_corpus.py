@@ -26,7 +26,7 @@ import jsonschema  # type: ignore[import-untyped]
 from jsonschema import validators
 
 from textproc.core.constraints import Budget, json_schema_to_regex
-from textproc.core.constraints.automaton import ByteDFA, build_dfa
+from textproc.core.constraints.automaton.dfa import ByteDFA, build_dfa
 from textproc.core.constraints.regex.syntax import parse_regex
 from textproc.errors import InvalidInput
 from textproc.testing.models import REPO_ROOT

@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from textproc.core.constraints.automaton import NFA, build_dfa, counted_states_floor
+from textproc.core.constraints.automaton.dfa import NFA, build_dfa, counted_states_floor
+from textproc.core.constraints.automaton.lazy import lazy_dfa
 from textproc.core.constraints.budget import MAX_REGEX_CHARS, Budget
-from textproc.core.constraints.build import build_index, build_partial
-from textproc.core.constraints.index import TokenIndex
-from textproc.core.constraints.lazy_dfa import lazy_dfa
+from textproc.core.constraints.index.build import build_index, build_partial
+from textproc.core.constraints.index.table import TokenIndex
+from textproc.core.constraints.index.vocab import TokenVocabulary
 from textproc.core.constraints.plans.forced_calls import tool_call_pattern
 from textproc.core.constraints.regex.syntax import Node, parse_regex
 from textproc.core.constraints.schema.to_regex import json_schema_to_regex
-from textproc.core.constraints.vocab import TokenVocabulary
 from textproc.errors import InvalidInput, short
 
 __all__ = ["compile_constraint", "compile_progressive", "FIRST_SECONDS", "constraint_regex", "IndexCache", "DEFAULT_CACHE", "Budget"]

@@ -2,7 +2,7 @@
 block, and the ids that close it.
 
 A token budget is a count, which a regular index cannot hold cheaply; so the count lives in the
-:class:`~textproc.core.constraints.guide.Guide` (``limit_reasoning``), and this module gives it
+:class:`~textproc.core.constraints.index.guide.Guide` (``limit_reasoning``), and this module gives it
 the two facts it needs, computed once per (index, close text) by whoever holds the vocabulary
 (an engine has its tokenizer):
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from textproc.core.constraints.guide import Guide
-from textproc.core.constraints.index import TokenIndex
+from textproc.core.constraints.index.guide import Guide
+from textproc.core.constraints.index.table import TokenIndex
 
 __all__ = ["reasoning_states", "ReasoningBudgets"]
 

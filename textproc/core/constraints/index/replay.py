@@ -1,12 +1,12 @@
 """A mixed state's trie walk kept as a tree, and walked again one position on (:func:`replay`).
 
-:meth:`~textproc.core.constraints.index_states.StateTokens.trie` splits the sorted texts by the
+:meth:`~textproc.core.constraints.index.states.StateTokens.trie` splits the sorted texts by the
 live bytes of the states it meets and walks each small range (or a range at a state where most
 bytes live) text by text; the texts it finds come out in that order, which the index keeps
 (it numbers new states and picks completions in it). Near a counted repetition's bound the
 answer one position on differs only in the texts long enough to reach it, so
 :func:`record` keeps the walk as a tree of ranges and :func:`replay` walks the same tree from
-the state one position on (:mod:`textproc.core.constraints.index_shift`): a range whose
+the state one position on (:mod:`textproc.core.constraints.index.shift`): a range whose
 longest text stays among good states (closer to no bad state than ``dist``) is moved whole,
 a walked range walks again only its long texts, a range at a bad state is walked anew. The
 texts come out in the order the trie walk gives from there.
@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from textproc.core.constraints.index_chains import LOOP_MIN
-from textproc.core.constraints.vocab import subrange
+from textproc.core.constraints.index.chains import LOOP_MIN
+from textproc.core.constraints.index.vocab import subrange
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_states import StateTokens
+    from textproc.core.constraints.index.states import StateTokens
 
 __all__ = ["Node", "record_roots", "record_trie", "replay", "found_of", "TRIE_SMALL", "TRIE_WIDE"]
 

@@ -1,5 +1,5 @@
 """Loop-less states where most bytes live, in the index build (used by
-:class:`~textproc.core.constraints.index_states.StateTokens`).
+:class:`~textproc.core.constraints.index.states.StateTokens`).
 
 Counted repetitions (``[^"]{0,8}``): a token of n plain characters goes n states on, found with
 one bitset AND per length (:func:`chain_state`, for a state most bytes leave along one chain),
@@ -12,13 +12,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from textproc.core.constraints.automaton import utf8_sequences
-from textproc.core.constraints.index import BY_CHARS_WIDTH
-from textproc.core.constraints.lazy_dfa import LazyDFA
-from textproc.core.constraints.vocab import MAX_CHARS, bitset
+from textproc.core.constraints.automaton.dfa import utf8_sequences
+from textproc.core.constraints.automaton.lazy import LazyDFA
+from textproc.core.constraints.index.table import BY_CHARS_WIDTH
+from textproc.core.constraints.index.vocab import MAX_CHARS, bitset
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_states import State, StateTokens
+    from textproc.core.constraints.index.states import State, StateTokens
 
 __all__ = ["chain_state", "char_step", "wide_state", "LOOP_MIN", "RestTrie"]
 

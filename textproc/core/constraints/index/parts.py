@@ -3,7 +3,7 @@ states (:class:`Kept`) and the state's own walked tokens -> allowed ids, excepti
 
 The tokens that leave a string loop after its entry bytes walk alike from every state entering
 that loop (an open object's key positions: hundreds of states per schema), so their walks are
-kept once (:class:`~textproc.core.constraints.index_states.StateTokens`) with their bitset, their
+kept once (:class:`~textproc.core.constraints.index.states.StateTokens`) with their bitset, their
 next-state counts and, per default state, the entries that differ from it: a state takes them
 with a few dict and bitset operations in C instead of a Python step per token. So do the
 tokens a state walks from its few first bytes that are not in a loop (:func:`root_walks`: a
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from itertools import compress
 from typing import TYPE_CHECKING
 
-from textproc.core.constraints.vocab import bits_of, bitset
+from textproc.core.constraints.index.vocab import bits_of, bitset
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_states import StateTokens
+    from textproc.core.constraints.index.states import StateTokens
 
 __all__ = ["Kept", "combine", "root_walks"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from textproc.core.constraints.index import TokenIndex
+from textproc.core.constraints.index.table import TokenIndex
 from textproc.errors import InvalidInput
 
 __all__ = ["Guide"]
@@ -35,7 +35,7 @@ class Guide:
     but an end id may follow. ``advance`` of a disallowed id raises ``InvalidInput`` and
     leaves the state unchanged.
 
-    >>> from textproc.core.constraints.vocab import TokenVocabulary
+    >>> from textproc.core.constraints.index.vocab import TokenVocabulary
     >>> from textproc.core.constraints.compile import compile_constraint
     >>> guide = Guide(compile_constraint(TokenVocabulary([b"a", b"b", b""], end_ids=[2]), regex="ab"))
     >>> guide.allowed_ids(); guide.advance(0); guide.advance(1); guide.is_finished

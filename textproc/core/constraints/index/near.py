@@ -10,7 +10,7 @@ whose later bytes are ``n``'s loop bytes (and whole characters) stay in ``n`` (o
 expression), the ones that leave it go where their rest after the loop bytes goes from ``n``
 (walked once per loop state and first byte, kept), and only the tokens whose second byte is
 one of the few are walked from where it leads. Used by
-:class:`~textproc.core.constraints.index_states.StateTokens` for a mixed state's first bytes
+:class:`~textproc.core.constraints.index.states.StateTokens` for a mixed state's first bytes
 that lead to such a state (Qwen3: ~5,000 tokens start with ``_``, walked one by one before).
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textproc.core.constraints.index_chains import LOOP_MIN
-from textproc.core.constraints.vocab import bitset, subrange
+from textproc.core.constraints.index.chains import LOOP_MIN
+from textproc.core.constraints.index.vocab import bitset, subrange
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_parts import Kept
-    from textproc.core.constraints.index_states import StateTokens
+    from textproc.core.constraints.index.parts import Kept
+    from textproc.core.constraints.index.states import StateTokens
 
 __all__ = ["near_root", "near_loop", "walk_near"]
 

@@ -1,7 +1,7 @@
 """Byte DFA x vocabulary -> :class:`TokenIndex` (the index builder).
 
 Owns the build loop: the states in reachability order from the start (each state's tokens
-from :class:`~textproc.core.constraints.index_states.StateTokens`), the packed masks, the
+from :class:`~textproc.core.constraints.index.states.StateTokens`), the packed masks, the
 renumbered exceptions and the shortest completions. Every index state allows something, or the
 compile fails ("this vocabulary cannot express ...") instead of stalling a request later.
 Every loop checks the compile's :class:`Budget` (deadline, states, index bytes so far, the
@@ -14,12 +14,12 @@ import re
 import time
 from collections.abc import Callable
 
-from textproc.core.constraints.automaton import ByteDFA
+from textproc.core.constraints.automaton.dfa import ByteDFA
+from textproc.core.constraints.automaton.lazy import LazyDFA
 from textproc.core.constraints.budget import Budget
-from textproc.core.constraints.lazy_dfa import LazyDFA
-from textproc.core.constraints.index import BY_CHARS_WIDTH, TokenIndex
-from textproc.core.constraints.index_states import State, StateTokens
-from textproc.core.constraints.vocab import TokenVocabulary
+from textproc.core.constraints.index.states import State, StateTokens
+from textproc.core.constraints.index.table import BY_CHARS_WIDTH, TokenIndex
+from textproc.core.constraints.index.vocab import TokenVocabulary
 from textproc.errors import InvalidInput
 
 __all__ = ["build_index", "build_partial"]

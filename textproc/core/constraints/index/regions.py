@@ -26,7 +26,7 @@ plus one walk per distinct rest (a string region: ~600 rests of the ~1,300 Qwen3
 a quote). The answer's exceptions are in the template's order (ids ascending, then the exits'
 groups), whichever state made the template, so an index does not depend on what was compiled
 before it. Not used on a DFA built on demand (a first mask's few states), for states a
-counted repetition moves (:mod:`textproc.core.constraints.index_shift`), for a state reading
+counted repetition moves (:mod:`textproc.core.constraints.index.shift`), for a state reading
 one byte (its literal run answers it), or where a template would walk many rests
 (``EXIT_GROUPS_MAX``) or the answer is a counted one (a row by characters).
 """
@@ -36,11 +36,11 @@ from collections import Counter
 from itertools import compress
 from typing import TYPE_CHECKING
 
-from textproc.core.constraints.automaton import ByteDFA
-from textproc.core.constraints.vocab import bits_of, bitset
+from textproc.core.constraints.automaton.dfa import ByteDFA
+from textproc.core.constraints.index.vocab import bits_of, bitset
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_states import State, StateTokens
+    from textproc.core.constraints.index.states import State, StateTokens
 
 __all__ = ["Regions", "Region", "Template", "REGION_DEPTH"]
 

@@ -2,7 +2,7 @@
 
 Semantics (outlines-core's ``Index``): a token is allowed in a state iff walking its bytes
 from there never reaches the dead state; the end ids are allowed exactly in accepting states.
-:mod:`textproc.core.constraints.build` makes one from a byte DFA and a vocabulary.
+:mod:`textproc.core.constraints.index.build` makes one from a byte DFA and a vocabulary.
 
 Layout: per state a full bitmask (ceil(V/32) little-endian int32 words, shared between
 states with equal masks), a default next state and a small exception map id -> next state.
@@ -19,7 +19,7 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 
-from textproc.core.constraints.vocab import MAX_CHARS, bits_of
+from textproc.core.constraints.index.vocab import MAX_CHARS, bits_of
 
 __all__ = ["TokenIndex", "BY_CHARS_WIDTH"]
 

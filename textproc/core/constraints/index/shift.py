@@ -1,6 +1,6 @@
 """Counted repetitions one position on (``[^"]{0,255}``): a state's tokens from the same kind of
 state one position earlier, every next state moved one position on (:class:`CountedShift`).
-Used for the repetitions :mod:`textproc.core.constraints.index_counted` does not take as a
+Used for the repetitions :mod:`textproc.core.constraints.index.counted` does not take as a
 whole region (its checks refuse the DFA there, or a DFA built on demand).
 
 Inside a counted repetition each position has the same states (the chain state, a backslash
@@ -17,10 +17,10 @@ tokens' longest walk, and the few bytes the paths look past a state), answers fo
 with the same allowed ids, each next state mapped by ``sigma``, in the same order (so the index
 numbers its states and picks its completions as it did without this path). Nearer a bound
 than that, a chain state and a loop-less mixed state walk the kept tries of the state one
-position earlier again (:mod:`textproc.core.constraints.index_replay`: only the texts long
+position earlier again (:mod:`textproc.core.constraints.index.replay`: only the texts long
 enough to reach a bad state are walked); everything else is computed as before.
 
-Only the answers of chain states (:func:`~textproc.core.constraints.index_chains.chain_state`),
+Only the answers of chain states (:func:`~textproc.core.constraints.index.chains.chain_state`),
 fixed runs and mixed states that walk their tokens as one trie (no loop, no near-loop state
 after the first byte) are moved; the lockstep runs over a minimal DFA's rows only (a DFA built
 on demand would expand states here that a first mask does not need).
@@ -31,15 +31,15 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
-from textproc.core.constraints.automaton import ByteDFA
-from textproc.core.constraints.index_chains import LOOP_MIN, RestTrie, chain_state
-from textproc.core.constraints.index_near import near_loop
-from textproc.core.constraints.index_parts import combine
-from textproc.core.constraints.index_replay import TRIE_WIDE, Node, found_of, record_roots, record_trie, replay
-from textproc.core.constraints.vocab import MAX_CHARS, subrange
+from textproc.core.constraints.automaton.dfa import ByteDFA
+from textproc.core.constraints.index.chains import LOOP_MIN, RestTrie, chain_state
+from textproc.core.constraints.index.near import near_loop
+from textproc.core.constraints.index.parts import combine
+from textproc.core.constraints.index.replay import TRIE_WIDE, Node, found_of, record_roots, record_trie, replay
+from textproc.core.constraints.index.vocab import MAX_CHARS, subrange
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_states import State, StateTokens
+    from textproc.core.constraints.index.states import State, StateTokens
 
 __all__ = ["CountedShift", "Region"]
 

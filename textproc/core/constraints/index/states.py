@@ -1,6 +1,6 @@
 """One index state's tokens: which ids a DFA state allows and where each goes (``StateTokens``).
 
-Owns the per-state work of the index build (:mod:`textproc.core.constraints.build` drives it
+Owns the per-state work of the index build (:mod:`textproc.core.constraints.index.build` drives it
 over the states in reachability order). Every answer is the walk definition (a token is
 allowed iff walking its bytes never reaches the dead state, and goes where the walk ends);
 the paths below only avoid walking tokens one by one:
@@ -10,31 +10,31 @@ the paths below only avoid walking tokens one by one:
   tokens entering a loop state and staying (an opening quote); the tokens that leave the loop
   (a quote, a backslash or half a character further on) are grouped by their rest after the
   loop bytes, and the distinct rests are walked as a trie over the sorted rests, so a rest
-  that dies at its first byte costs nothing (:mod:`textproc.core.constraints.token_sets`
+  that dies at its first byte costs nothing (:mod:`textproc.core.constraints.index.token_sets`
   keeps these per vocabulary);
 - fixed-length runs (the 4 hex digits of ``\\uXXXX``, a uuid's 8): tokens of n run bytes go to
   the n-th state, one bitset each, the longer ones walk their rest after the run as a trie;
 - counted repetitions (``[^"]{0,8}``): a whole region at once, each kind of state's tokens
   walked once for every position and filtered by the room left, rows by character count
-  (:mod:`textproc.core.constraints.index_counted`); a repetition its checks refuse: tokens
+  (:mod:`textproc.core.constraints.index.counted`); a repetition its checks refuse: tokens
   grouped by character count, one AND per length
-  (:mod:`textproc.core.constraints.index_chains`), each state answered from the same kind of
+  (:mod:`textproc.core.constraints.index.chains`), each state answered from the same kind of
   state one position earlier, moved a position on, where no walk can tell the two apart
-  (:mod:`textproc.core.constraints.index_shift`, near the bound
-  :mod:`textproc.core.constraints.index_replay`);
+  (:mod:`textproc.core.constraints.index.shift`, near the bound
+  :mod:`textproc.core.constraints.index.replay`);
 - a state's first byte that leads to a state reading like a string loop but for a few bytes
   (an open object's key that shares a prefix with declared keys): as the loop, bitsets and
   the loop's kept walks, walking only the tokens through the few bytes
-  (:mod:`textproc.core.constraints.index_near`);
+  (:mod:`textproc.core.constraints.index.near`);
 - states on short cycles (a string's, free text's): from a template of their region's shape
   kept per vocabulary, only the tokens that leave the region walked
-  (:mod:`textproc.core.constraints.index_regions`);
+  (:mod:`textproc.core.constraints.index.regions`);
 - a state that reads one byte (a key, a call's markup): its literal run's prefixes that are
   tokens, and the tokens starting with the whole run walked from its end;
 - other states: the sorted token list walked as a trie, following only live bytes (a range
   at a state that reads few bytes is split by them before its texts are walked); a state
   where most bytes live walks each distinct byte-class string once
-  (:mod:`textproc.core.constraints.index_chains`), and one near a loop state looks its texts'
+  (:mod:`textproc.core.constraints.index.chains`), and one near a loop state looks its texts'
   walks up under that loop state (shared by every key position near it); the walks of a
   state's few walked first bytes (a quote, a backslash: the same states from every key
   position of an object) are kept once seen twice.
@@ -47,7 +47,7 @@ states, a completion token that may be another one on a shortest way).
 The walks of the tokens that leave a loop are kept per loop state and entry bytes (the same for
 every state entering it), with their bitset and counts, and the most common next state of a
 state becomes its default, no exception entries
-(:mod:`textproc.core.constraints.index_parts`).
+(:mod:`textproc.core.constraints.index.parts`).
 """
 
 from __future__ import annotations
@@ -56,17 +56,17 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import compress
 
-from textproc.core.constraints.automaton import ByteDFA
-from textproc.core.constraints.lazy_dfa import LazyDFA
-from textproc.core.constraints.index_chains import LOOP_MIN, chain_state, char_step, wide_state
-from textproc.core.constraints.index_counted import CountedRegions
-from textproc.core.constraints.index_near import near_loop, near_root, walk_near
-from textproc.core.constraints.index_parts import Kept, combine, root_walks, within_loop
-from textproc.core.constraints.index_regions import Regions
-from textproc.core.constraints.index_replay import TRIE_SMALL, TRIE_WIDE
-from textproc.core.constraints.index_shift import CountedShift
-from textproc.core.constraints.token_sets import HIGH, Rests, TokenSets
-from textproc.core.constraints.vocab import VocabTables, bits_of, bitset, subrange
+from textproc.core.constraints.automaton.dfa import ByteDFA
+from textproc.core.constraints.automaton.lazy import LazyDFA
+from textproc.core.constraints.index.chains import LOOP_MIN, chain_state, char_step, wide_state
+from textproc.core.constraints.index.counted import CountedRegions
+from textproc.core.constraints.index.near import near_loop, near_root, walk_near
+from textproc.core.constraints.index.parts import Kept, combine, root_walks, within_loop
+from textproc.core.constraints.index.regions import Regions
+from textproc.core.constraints.index.replay import TRIE_SMALL, TRIE_WIDE
+from textproc.core.constraints.index.shift import CountedShift
+from textproc.core.constraints.index.token_sets import HIGH, Rests, TokenSets
+from textproc.core.constraints.index.vocab import VocabTables, bits_of, bitset, subrange
 
 __all__ = ["StateTokens", "State"]
 

@@ -23,12 +23,12 @@ exception. A token that ends in the chain kind and has n characters goes ``n - o
 positions on, with one offset per kind for most of them (the chain state's tokens made of plain
 bytes and whole characters: 0; after a backslash, ``nabc``: 0; after ``\\u``, ``00e9ab``: 3),
 so such a kind's state answers them with a "next state by character count" row, as
-:func:`~textproc.core.constraints.index_chains.chain_state` writes the chain state's, and
+:func:`~textproc.core.constraints.index.chains.chain_state` writes the chain state's, and
 lists only the other tokens as exceptions (booking's index: 1.24 M exception entries, 16.5 MB
 -> 0.23 M, 7.6 MB).
 
 Every answer is the walk definition (same allowed ids and next states as the paths of
-:class:`~textproc.core.constraints.index_states.StateTokens`); the exceptions come in group
+:class:`~textproc.core.constraints.index.states.StateTokens`); the exceptions come in group
 order, not the trie's, so a state's completion token may be another one on a shortest way.
 Only a minimal DFA's regions (a DFA built on demand would expand states a first mask does not
 need); a region the checks refuse is left to the other paths.
@@ -42,13 +42,13 @@ from itertools import compress
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from textproc.core.constraints.automaton import ByteDFA, utf8_sequences
-from textproc.core.constraints.index import BY_CHARS_WIDTH
-from textproc.core.constraints.index_chains import LOOP_MIN
-from textproc.core.constraints.vocab import MAX_CHARS, bits_of, bitset, subrange
+from textproc.core.constraints.automaton.dfa import ByteDFA, utf8_sequences
+from textproc.core.constraints.index.chains import LOOP_MIN
+from textproc.core.constraints.index.table import BY_CHARS_WIDTH
+from textproc.core.constraints.index.vocab import MAX_CHARS, bits_of, bitset, subrange
 
 if TYPE_CHECKING:
-    from textproc.core.constraints.index_states import State, StateTokens
+    from textproc.core.constraints.index.states import State, StateTokens
 
 __all__ = ["CountedRegions"]
 

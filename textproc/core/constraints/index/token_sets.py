@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from textproc.core.constraints.vocab import VocabTables, bits_of
+from textproc.core.constraints.index.vocab import VocabTables, bits_of
 
 __all__ = ["TokenSets", "Rests", "HIGH", "MAX_DERIVED"]
 

@@ -3,7 +3,7 @@
 Owns :class:`LazyDFA`. The NFA is built whole (at most linear in the regex) and pruned to the
 states that can still reach the final state, so an empty subset is exactly the dead state -1
 and every other DFA state can still reach an accepting state: "never reaches -1" is "is a prefix
-of some match", as in the minimal DFA of :func:`~textproc.core.constraints.automaton.build_dfa`,
+of some match", as in the minimal DFA of :func:`~textproc.core.constraints.automaton.dfa.build_dfa`,
 without exploring (or minimising) the whole automaton first. States are numbered as they are
 discovered; equivalent states may stay apart (minimising is an optimisation the index does not
 need: equal masks are shared anyway).
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, SupportsIndex, overload
 
-from textproc.core.constraints.automaton import NFA, walk_rows
+from textproc.core.constraints.automaton.dfa import NFA, walk_rows
 from textproc.core.constraints.budget import Budget
 from textproc.core.constraints.regex.syntax import Node
 
