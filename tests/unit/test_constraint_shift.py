@@ -2,7 +2,7 @@
 is the one the build makes without moving answers, table for table (masks, next states,
 exceptions, state numbers, shortest completions), including the last positions before the
 bound, where tokens long enough to reach it walk differently from each position (trie walks
-walked again in part, ``index.replay``)."""
+walked again in part, ``index.shift``)."""
 
 from __future__ import annotations
 

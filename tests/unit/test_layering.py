@@ -238,16 +238,6 @@ def _module_graph() -> tuple[dict[str, set[str]], list[tuple[Path, int]]]:
     return graph, local
 
 
-# The one known circle: the constraint index's modules (free functions over one StateTokens,
-# importing each other). An edge between two of them is not counted until they are one object.
-KNOWN_CIRCLE_INDEX = {f"textproc.core.constraints.index.{name}"
-                      for name in ("states", "chains", "counted", "near", "parts", "regions", "replay", "shift")}
-
-
-def _known_circle(source: str, target: str) -> bool:
-    return source in KNOWN_CIRCLE_INDEX and target in KNOWN_CIRCLE_INDEX
-
-
 def test_no_import_cycle() -> None:
     """Cycles are broken by design, not hidden by importing inside a function or under
     ``if TYPE_CHECKING:``."""
@@ -261,8 +251,7 @@ def test_no_import_cycle() -> None:
         if name in done:
             return
         for target in sorted(graph[name]):
-            if not _known_circle(name, target):
-                visit(target, path + [name])
+            visit(target, path + [name])
         done.add(name)
 
     for name in sorted(graph):

@@ -23,7 +23,7 @@ exception. A token that ends in the chain kind and has n characters goes ``n - o
 positions on, with one offset per kind for most of them (the chain state's tokens made of plain
 bytes and whole characters: 0; after a backslash, ``nabc``: 0; after ``\\u``, ``00e9ab``: 3),
 so such a kind's state answers them with a "next state by character count" row, as
-:func:`~textproc.core.constraints.index.chains.chain_state` writes the chain state's, and
+:meth:`~textproc.core.constraints.index.states.StateTokens.chain_state` writes the chain state's, and
 lists only the other tokens as exceptions (booking's index: 1.24 M exception entries, 16.5 MB
 -> 0.23 M, 7.6 MB).
 
@@ -40,15 +40,13 @@ from bisect import bisect_right
 from collections import Counter
 from itertools import compress
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from textproc.core.constraints.automaton.dfa import ByteDFA, utf8_sequences
-from textproc.core.constraints.index.chains import LOOP_MIN
 from textproc.core.constraints.index.table import BY_CHARS_WIDTH
+from textproc.core.constraints.index.parts import State
 from textproc.core.constraints.index.vocab import MAX_CHARS, bits_of, bitset, subrange
-
-if TYPE_CHECKING:
-    from textproc.core.constraints.index.states import State, StateTokens
+from textproc.core.constraints.index.walks import LOOP_MIN, TokenWalks
 
 __all__ = ["CountedRegions"]
 
@@ -134,9 +132,9 @@ class _Kind:
 class CountedRegions:
     """The counted repetitions of one index build, found on demand from their chain states."""
 
-    def __init__(self, st: StateTokens) -> None:
-        self.st = st
-        self.enabled = isinstance(st.dfa, ByteDFA)
+    def __init__(self, walks: TokenWalks) -> None:
+        self.walks = walks
+        self.enabled = isinstance(walks.dfa, ByteDFA)
         self.where: dict[int, tuple[_Region, int, int]] = {}  # state -> (region, kind, position)
         self.tried: set[int] = set()  # chain states a region was looked for from
         self._preds: dict[int, dict[int, list[int]]] = {}  # byte -> state -> states it comes from
@@ -161,14 +159,14 @@ class CountedRegions:
     def _looks_chained(self, q: int) -> bool:
         """Whether at least ``LOOP_MIN`` ASCII bytes lead from ``q`` to one state that does not
         loop on them (a key being written leads most bytes into its key loop: no chain)."""
-        head = self.st.rows[q][:128]
+        head = self.walks.rows[q][:128]
         if head.count(-1) > 128 - LOOP_MIN or head.count(q) >= LOOP_MIN:  # few live, or a loop
             return False
         t = max(set(head) - {-1}, key=head.count)  # in C: a state's ASCII bytes go to few states
-        return head.count(t) >= LOOP_MIN and self.st.rows[t][head.index(t)] != t
+        return head.count(t) >= LOOP_MIN and self.walks.rows[t][head.index(t)] != t
 
     def _find(self, q: int) -> None:
-        row = self.st.rows[q]
+        row = self.walks.rows[q]
         head = row[:128]
         t = max(set(head) - {-1}, key=head.count)
         plain = bytes(b for b in range(128) if row[b] == t)
@@ -186,7 +184,7 @@ class CountedRegions:
     def _chain(self, q: int, plain: bytes) -> list[int]:
         """``C_0 .. C_N`` through ``q``: back while one state's ``plain`` bytes (exactly those
         of its ASCII bytes) lead to the chain's first, on while they lead to one state."""
-        rows = self.st.rows
+        rows = self.walks.rows
         b0 = plain[0]
         preds = self._preds.get(b0)
         if preds is None:
@@ -216,16 +214,16 @@ class CountedRegions:
 
     def _region(self, chain: list[int], plain: bytes) -> _Region | None:
         """The region of ``chain`` if the DFA is its model (see the module docstring)."""
-        st = self.st
-        rows = st.rows
+        walks = self.walks
+        rows = walks.rows
         on_chain = {x: j for j, x in enumerate(chain)}
-        paths = _kind_paths(st, chain[0], chain[1], on_chain)
+        paths = _kind_paths(walks, chain[0], chain[1], on_chain)
         where: dict[int, tuple[int, int]] = {x: (0, j) for j, x in enumerate(chain)}
         at = [chain]
         for kind, path in enumerate(paths, 1):
             states = []
             for j, c in enumerate(chain):
-                x = st.dfa.walk(c, path)
+                x = walks.dfa.walk(c, path)
                 if x < 0:
                     break
                 if x in where:
@@ -235,7 +233,7 @@ class CountedRegions:
             if not states:
                 return None
             for c in chain[len(states):]:  # a kind's positions are 0 .. its last
-                if st.dfa.walk(c, path) >= 0:
+                if walks.dfa.walk(c, path) >= 0:
                     return None
             at.append(states)
         # the moves, from the first position where each byte lives
@@ -278,8 +276,8 @@ class CountedRegions:
     # -- answering ----------------------------------------------------------------------------
 
     def _answer(self, region: _Region, kind: int, pos: int) -> State:
-        st = self.st
-        size = st.size
+        walks = self.walks
+        size = walks.size
         k = region.kinds.get(kind)
         if k is None:
             k = region.kinds[kind] = self._kind(region, kind)
@@ -303,7 +301,7 @@ class CountedRegions:
                 allowed |= self._bulk(region) & self._chars_upto(min(room, MAX_CHARS - 1))
             for nxt, ids, off_row in groups:
                 if off_row is None:  # an exit's walk back onto the chain: the row answers some
-                    counts = st.tables.char_count
+                    counts = walks.tables.char_count
                     exc.update((i, nxt) for i in ids if row[counts[i]] != nxt)
                 else:
                     exc.update(dict.fromkeys(off_row, nxt))
@@ -322,35 +320,31 @@ class CountedRegions:
     def _kind(self, region: _Region, kind: int) -> _Kind:
         """A kind's groups in ``region``: its summary and row (kept per vocabulary), the exits'
         rests walked from the exit states."""
-        st = self.st
+        walks = self.walks
         ins, offset, outs_s = self._grouped(region, kind)
         outs_by: dict[tuple[int, int, int], list[int]] = {}
-        walked = st.walked
-        walk = st.walk_skipping
+        walk_rest = walks.walk_rest
         for (xi, d, r, rest), ids in outs_s.items():
             z, first = region.exits[xi]
-            key = (z, rest)
-            nxt = walked.get(key, -2)
-            if nxt == -2:
-                nxt = walked[key] = walk(z, rest) if rest else z
+            nxt = walk_rest(z, rest)
             if nxt >= 0:
                 outs_by.setdefault((r, first - d, nxt), []).extend(ids)
         outs = [(r, lo, nxt, ids) for (r, lo, nxt), ids in outs_by.items()]
-        return _Kind(ins, self._ins_levels(region, kind, ins), outs, offset, st.size)
+        return _Kind(ins, self._ins_levels(region, kind, ins), outs, offset, walks.size)
 
     def _ins_levels(self, region: _Region, kind: int, ins: list[tuple[int, int, int, list[int], list[int]]]
                     ) -> tuple[list[int], list[int]]:
         """(the r levels of ``ins``, per level the bitset of the ids of r at most that):
         kept per vocabulary and moves, as the groups are."""
         key = (*region.key, kind, "levels")
-        derived = self.st.sets.derived
+        derived = self.walks.sets.derived
         got: Any = derived.get(key)
         if got is not None:
             return got  # type: ignore[no-any-return]
         by_r: dict[int, list[int]] = {}
         for r, _, _, ids, _ in ins:
             by_r.setdefault(r, []).extend(ids)
-        buf = bytearray((self.st.size + 7) // 8)
+        buf = bytearray((self.walks.size + 7) // 8)
         levels: list[int] = []
         allowed: list[int] = []
         for r in sorted(by_r):
@@ -370,12 +364,12 @@ class CountedRegions:
         its tokens end in the chain kind one offset on (after a backslash: ``nabc`` is 4
         characters, 4 positions on; after ``\\u``: ``00e9ab``, 6 characters, 3 on)."""
         key = (*region.key, kind, "grouped")
-        derived = self.st.sets.derived
+        derived = self.walks.sets.derived
         got: Any = derived.get(key)
         if got is not None:
             return got  # type: ignore[no-any-return]
         ins_s, outs_s = self._summary(region, kind)
-        counts = self.st.tables.char_count
+        counts = self.walks.tables.char_count
         offset: int | None = 0
         if kind:
             offsets: Counter[int] = Counter()
@@ -401,9 +395,9 @@ class CountedRegions:
         """Every token that lives from ``kind`` for some position, walked once through the
         moves: (kind it ends in, positions on, r) -> ids and (exit class, positions before
         it, r, rest after the exit byte) -> ids. Kept per vocabulary and moves."""
-        st = self.st
+        walks = self.walks
         key = (*region.key, kind)
-        derived = st.sets.derived
+        derived = walks.sets.derived
         got: Any = derived.get(key)
         if got is not None:
             return got  # type: ignore[no-any-return]
@@ -411,11 +405,11 @@ class CountedRegions:
         first = bytes(b for b in range(256) if moves[kind][b] != -1)
         ins: dict[tuple[int, int, int], list[int]] = {}
         outs: dict[tuple[int, int, int, bytes], list[int]] = {}
-        check = st.sets.check
+        check = walks.sets.check
         if kind == 0:  # the tokens the row does not answer
-            ids = bits_of(st.first(first) & ~self._bulk(region))
+            ids = bits_of(walks.first(first) & ~self._bulk(region))
             memo: dict[bytes, tuple[Any, ...] | None] = {}
-            token_bytes = st.token_bytes
+            token_bytes = walks.token_bytes
             for n, i in enumerate(ids):
                 if n & 4095 == 4095:
                     check()
@@ -426,8 +420,8 @@ class CountedRegions:
                 if res is not None:
                     (ins if len(res) == 3 else outs).setdefault(res, []).append(i)
         else:
-            texts = st.tables.texts
-            text_ids = st.tables.text_ids
+            texts = walks.tables.texts
+            text_ids = walks.tables.text_ids
             n = 0
             for b in first:
                 lo, hi = subrange(texts, 0, len(texts), b"", b)
@@ -444,15 +438,15 @@ class CountedRegions:
     def _bulk(self, region: _Region) -> int:
         """Bitset of the tokens the chain state's row answers: plain bytes (and whole
         characters) under ``MAX_CHARS`` characters."""
-        return self.st.tokens_of(region.plain, region.chars) & self._chars_upto(MAX_CHARS - 1)
+        return self.walks.tokens_of(region.plain, region.chars) & self._chars_upto(MAX_CHARS - 1)
 
     def _chars_upto(self, n: int) -> int:
         """Bitset of the whole-UTF-8 tokens of 1 .. n characters (kept per vocabulary)."""
-        derived = self.st.sets.derived
+        derived = self.walks.sets.derived
         got: list[int] | None = derived.get(("chars upto",))
         if got is None:
             got = [0]
-            for bits in self.st.tables.by_chars[1:]:
+            for bits in self.walks.tables.by_chars[1:]:
                 got.append(got[-1] | bits)
             derived[("chars upto",)] = got
         return got[n]
@@ -469,7 +463,7 @@ def _reads(row: list[int], plain: bytes) -> int:
     return t
 
 
-def _kind_paths(st: StateTokens, c0: int, c1: int, on_chain: dict[int, int]) -> list[bytes]:
+def _kind_paths(walks: TokenWalks, c0: int, c1: int, on_chain: dict[int, int]) -> list[bytes]:
     """The first path from ``c0`` of each state (not a chain state) reachable from it without
     passing a chain state that leads on to ``c1`` without passing one either, shortest and
     smallest first (none: the items are single bytes)."""
@@ -484,7 +478,7 @@ def _kind_paths(st: StateTokens, c0: int, c1: int, on_chain: dict[int, int]) -> 
         p = paths[x]
         if len(p) >= _DEPTH:
             continue
-        for b, y in st.live(x):
+        for b, y in walks.live(x):
             if y == c1:
                 into_c1.add(x)
             if y in on_chain:

@@ -3,10 +3,10 @@ states (:class:`Kept`) and the state's own walked tokens -> allowed ids, excepti
 
 The tokens that leave a string loop after its entry bytes walk alike from every state entering
 that loop (an open object's key positions: hundreds of states per schema), so their walks are
-kept once (:class:`~textproc.core.constraints.index.states.StateTokens`) with their bitset, their
+kept once (:class:`~textproc.core.constraints.index.walks.TokenWalks`) with their bitset, their
 next-state counts and, per default state, the entries that differ from it: a state takes them
 with a few dict and bitset operations in C instead of a Python step per token. So do the
-tokens a state walks from its few first bytes that are not in a loop (:func:`root_walks`: a
+tokens a state walks from its few first bytes that are not in a loop (``TokenWalks.root_walks``: a
 quote or a backslash read from every key position of an object leads to the same states).
 """
 
@@ -15,16 +15,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from itertools import compress
-from typing import TYPE_CHECKING
 
 from textproc.core.constraints.index.vocab import bits_of, bitset
 
-if TYPE_CHECKING:
-    from textproc.core.constraints.index.states import StateTokens
+__all__ = ["Kept", "State", "combine"]
 
-__all__ = ["Kept", "combine", "root_walks"]
-
-FEW_ROOTS = 4  # walked first bytes up to which a state's walks are kept per first byte
+# one state's answer: (allowed ids as a bitset, id -> next state where it differs, default next
+# state, next state by character count or None)
+State = tuple[int, dict[int, int], int, list[int] | None]
 
 
 class Kept:
@@ -113,46 +111,3 @@ def combine(size: int, groups: list[tuple[int, int]], pairs: dict[int, int],
     for part in tail:
         exc.update(part.without(default))
     return allowed, exc, default
-
-
-def root_walks(st: StateTokens, q: int, roots: list[tuple[int, int]]) -> list[Kept] | None:
-    """The walks of the tokens starting with each of ``roots`` (byte, state after it), in
-    the trie's order (the last root's first), kept per root once seen twice (every key
-    position of an open object reads a quote or a backslash into the same states); None
-    while some root is new or for more than a few roots (walk them)."""
-    walks = st.root_walks
-    if not roots or len(roots) > FEW_ROOTS:
-        return None
-    new = [root for root in roots if root not in walks]
-    if new:
-        walks.update(dict.fromkeys(new))
-        return None
-    out = []
-    text_ids = st.tables.text_ids
-    for root in reversed(roots):
-        got = walks[root]
-        if got is None:
-            nexts: dict[int, int] = {}
-            for k, n in st.trie(q, [root]):
-                nexts.update(dict.fromkeys(text_ids[k], n))
-            got = walks[root] = Kept.of(nexts, st.size)
-        out.append(got)
-    return out
-
-
-def within_loop(st: StateTokens, n: int, entry: bytes) -> Kept | None:
-    """``st.rest_walk(n, entry)`` when ``entry`` is part of loop state ``n``'s ASCII loop bytes
-    (a key being written: every key byte but the declared ones) and the tokens starting with
-    it leave the loop with every rest those of all the loop bytes do: the walk of all of them,
-    restricted to the tokens starting with ``entry`` (the trie over the same rests visits them
-    in the same order). None otherwise (walk them)."""
-    loop = st.loop_bytes(n)
-    whole = bytes(b for b in loop if b < 0x80)
-    if entry == whole or not set(entry) <= set(whole):
-        return None
-    wanted = 0
-    for b in entry:
-        wanted |= 1 << b
-    if any(not firsts & wanted for firsts in st.sets.rest_firsts(whole, loop, st.transparent(n))):
-        return None  # a rest only tokens starting with other bytes have
-    return st.rest_walk(n, whole).starting_with(entry, st.token_bytes, st.first(entry))

@@ -33,14 +33,14 @@ one byte (its literal run answers it), or where a template would walk many rests
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from itertools import compress
-from typing import TYPE_CHECKING
 
 from textproc.core.constraints.automaton.dfa import ByteDFA
+from textproc.core.constraints.index.parts import State
+from textproc.core.constraints.index.shift import CountedShift
 from textproc.core.constraints.index.vocab import bits_of, bitset
-
-if TYPE_CHECKING:
-    from textproc.core.constraints.index.states import State, StateTokens
+from textproc.core.constraints.index.walks import TokenWalks
 
 __all__ = ["Regions", "Region", "Template", "REGION_DEPTH"]
 
@@ -114,13 +114,18 @@ class Region:
 
 
 class Regions:
-    """Region templates for one index build (``st``: its :class:`StateTokens`); the templates
-    live in the vocabulary's derived sets, across compiles."""
+    """Region templates for one index build (``walks``: its token walks); the templates live
+    in the vocabulary's derived sets, across compiles. A new key's template is made from the
+    walk definition's answer (``exact_state``: ``StateTokens.exact_state``); a state the
+    ``counted`` repetitions move is left to them."""
 
-    def __init__(self, st: StateTokens) -> None:
-        self.st = st
-        self.enabled = isinstance(st.dfa, ByteDFA)
-        self.rows = st.dfa.rows
+    def __init__(self, walks: TokenWalks, counted: CountedShift,
+                 exact_state: Callable[[int], tuple[State, str]]) -> None:
+        self.walks = walks
+        self.counted = counted
+        self.exact_state = exact_state
+        self.enabled = isinstance(walks.dfa, ByteDFA)
+        self.rows = walks.dfa.rows
         self._succ: dict[int, tuple[int, ...]] = {}
         self._shapes: dict[int, tuple[bytes, tuple[int, ...]]] = {}
         # state -> the region found around a state of it (one search per region; None: a
@@ -137,26 +142,26 @@ class Regions:
     def state(self, q: int) -> State | None:
         """``q``'s answer from its region's template (made now from the walk definition's
         answer when the key is new), or None: compute it."""
-        if not self.enabled or len(self.st.live(q)) < 2:  # a literal's state: cheap anyway
+        if not self.enabled or len(self.walks.live(q)) < 2:  # a literal's state: cheap anyway
             return None
-        if any(r.sigma.get(q, q) != q for r in self.st.counted.regions):
+        if any(r.sigma.get(q, q) != q for r in self.counted.regions):
             return None
         region = self.region(q)
         if region is None:
             return None
         position = region.code[q]
         key = (region.key, position)
-        derived = self.st.sets.derived
+        derived = self.walks.sets.derived
         template: Template | None
         if key in derived:
             template = derived[key]
             if template is None:
                 return None
         else:
-            answer, shape_name = self.st.exact_state(q)
+            answer, shape_name = self.exact_state(q)
             template = derived[key] = self._template(answer, region, position)
             if template is None:
-                self.st.counted.keep(q, answer, shape_name)
+                self.counted.keep(q, answer, shape_name)
                 return answer
         return self._answer(template, region.order)
 
@@ -215,7 +220,7 @@ class Regions:
         byte that leaves it (a string's: the ~1,300 Qwen3 tokens holding a quote); None when
         only ``q`` would stay and that is still too many."""
         counts = self._counts()
-        contains = self.st.tables.contains
+        contains = self.walks.tables.contains
         while True:
             leaving = {x: self._leaving(x, inside) for x in inside}
             total = 0
@@ -237,10 +242,10 @@ class Regions:
 
     def _counts(self) -> list[int]:
         """Byte -> how many tokens hold it (kept per vocabulary)."""
-        derived = self.st.sets.derived
+        derived = self.walks.sets.derived
         got: list[int] | None = derived.get(("region-counts",))
         if got is None:
-            got = derived[("region-counts",)] = [bits.bit_count() for bits in self.st.tables.contains]
+            got = derived[("region-counts",)] = [bits.bit_count() for bits in self.walks.tables.contains]
         return got
 
     def _cycle(self, q: int, states: frozenset[int]) -> frozenset[int]:
@@ -287,8 +292,8 @@ class Regions:
         allowed, exc, default, by_chars = answer
         if by_chars is not None:
             return None
-        st = self.st
-        tables = st.tables
+        walks = self.walks
+        tables = walks.tables
         key_rows = region.rows(self.rows)
         code = region.code
         exit_bytes = {b for row in key_rows for b, c in enumerate(row) if c == _EXIT}
@@ -297,11 +302,11 @@ class Regions:
             candidates |= tables.contains[b]
         if candidates.bit_count() > EXIT_TOKENS_MAX:
             return None
-        token_bytes = st.token_bytes
+        token_bytes = walks.token_bytes
         by_exit: dict[tuple[int, int, bytes], list[int]] = {}
         for n, token_id in enumerate(bits_of(candidates)):
             if n % 4096 == 4095:
-                st.sets.check()
+                walks.sets.check()
             data = token_bytes[token_id]
             i = position
             for pos, byte in enumerate(data):
@@ -315,7 +320,7 @@ class Regions:
             if len(by_exit) > EXIT_GROUPS_MAX:
                 return None
         exit_ids = [token_id for ids in by_exit.values() for token_id in ids]
-        exit_bits = bitset(exit_ids, st.size)
+        exit_bits = bitset(exit_ids, walks.size)
         inside = allowed & ~exit_bits
         # the tokens that stay: each goes to a region state (exceptions by region number); one
         # that does not (a walk leaving by a long way round) leaves the region untemplated
@@ -330,7 +335,7 @@ class Regions:
             counts[code[default]] += implicit
         best = min(counts, key=lambda n: (-counts[n], n)) if counts else -1
         if implicit and best != code[default]:  # a tie broken by region number: name them all
-            own.update(dict.fromkeys(bits_of(inside & ~bitset(own, st.size)), code[default]))
+            own.update(dict.fromkeys(bits_of(inside & ~bitset(own, walks.size)), code[default]))
         ids = sorted(token_id for token_id, n in own.items() if n != best)
         groups = [(i, byte, rest, tuple(ids_)) for (i, byte, rest), ids_ in sorted(by_exit.items())]
         return Template(inside, tuple(ids), tuple(own[token_id] for token_id in ids), best, groups, exit_bits)
@@ -338,25 +343,18 @@ class Regions:
     def _answer(self, template: Template, order: list[int]) -> State:
         """The answer of the state ``order[0]`` (its region in region numbers) from its key's
         template."""
-        st = self.st
+        walks = self.walks
         rows = self.rows
         exc = dict(zip(template.exc_ids, map(order.__getitem__, template.exc_to)))
         default = order[template.default] if template.default >= 0 else -1
-        walked = st.walked
-        walk = st.walk_skipping
+        walk_rest = walks.walk_rest
         dead: list[int] = []
         for i, byte, rest, ids in template.groups:
             e = rows[order[i]][byte]
-            if rest:
-                key = (e, rest)
-                n = walked.get(key, -2)
-                if n == -2:
-                    n = walked[key] = walk(e, rest)
-            else:
-                n = e
+            n = walk_rest(e, rest)
             if n < 0:
                 dead.extend(ids)
             elif n != default:
                 exc.update(dict.fromkeys(ids, n))
-        allowed = template.allowed | (template.exit_bits & ~bitset(dead, st.size))
+        allowed = template.allowed | (template.exit_bits & ~bitset(dead, walks.size))
         return allowed, exc, default, None

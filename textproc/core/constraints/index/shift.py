@@ -17,10 +17,21 @@ tokens' longest walk, and the few bytes the paths look past a state), answers fo
 with the same allowed ids, each next state mapped by ``sigma``, in the same order (so the index
 numbers its states and picks its completions as it did without this path). Nearer a bound
 than that, a chain state and a loop-less mixed state walk the kept tries of the state one
-position earlier again (:mod:`textproc.core.constraints.index.replay`: only the texts long
-enough to reach a bad state are walked); everything else is computed as before.
+position earlier again (only the texts long enough to reach a bad state are walked, below);
+everything else is computed as before.
 
-Only the answers of chain states (:func:`~textproc.core.constraints.index.chains.chain_state`),
+A mixed state's trie walk kept as a tree, and walked again one position on: ``TokenWalks.trie``
+splits the sorted texts by the live bytes of the states it meets and walks each small range (or
+a range at a state where most bytes live) text by text; the texts it finds come out in that
+order, which the index keeps (it numbers new states and picks completions in it). Near a
+counted repetition's bound the answer one position on differs only in the texts long enough
+to reach it, so ``_record`` keeps the walk as a tree of ranges (:class:`Node`) and ``_replay``
+walks the same tree from the state one position on: a range whose longest text stays among
+good states (closer to no bad state than ``dist``) is moved whole, a walked range walks again
+only its long texts, a range at a bad state is walked anew. The texts come out in the order
+the trie walk gives from there.
+
+Only the answers of chain states (``StateTokens.chain_state``),
 fixed runs and mixed states that walk their tokens as one trie (no loop, no near-loop state
 after the first byte) are moved; the lockstep runs over a minimal DFA's rows only (a DFA built
 on demand would expand states here that a first mask does not need).
@@ -29,19 +40,17 @@ on demand would expand states here that a first mask does not need).
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 from textproc.core.constraints.automaton.dfa import ByteDFA
-from textproc.core.constraints.index.chains import LOOP_MIN, RestTrie, chain_state
-from textproc.core.constraints.index.near import near_loop
-from textproc.core.constraints.index.parts import combine
-from textproc.core.constraints.index.replay import TRIE_WIDE, Node, found_of, record_roots, record_trie, replay
+from textproc.core.constraints.index.parts import State, combine
 from textproc.core.constraints.index.vocab import MAX_CHARS, subrange
+from textproc.core.constraints.index.walks import LOOP_MIN, TRIE_SMALL, TRIE_WIDE, RestTrie, TokenWalks
 
-if TYPE_CHECKING:
-    from textproc.core.constraints.index.states import State, StateTokens
+__all__ = ["CountedShift", "Region", "Node", "ChainState"]
 
-__all__ = ["CountedShift", "Region"]
+# StateTokens.chain_state: (state, its live bytes, how the rests are walked) -> its answer or None
+ChainState = Callable[[int, list[tuple[int, int]], RestTrie | None], State | None]
 
 _FAR = 1 << 30  # dist of a state no bad state is reachable from
 _CHAIN_LOOK = MAX_CHARS + 4  # chain(): MAX_CHARS states on, then a whole character (char_step)
@@ -127,15 +136,32 @@ def _distances(children: dict[int, set[int]], bad: set[int]) -> dict[int, int]:
     return dist
 
 
+class Node:
+    """A range ``texts[lo:hi]`` (sharing their first ``depth`` bytes, which lead to ``state``;
+    the last of them ``byte``): walked text by text (``found``: (text index, next state)) or
+    split (``own``: whether ``texts[lo]`` ends here; ``kids`` in walk order)."""
+
+    __slots__ = ("lo", "hi", "depth", "state", "byte", "found", "own", "kids", "longest")
+
+    def __init__(self, lo: int, hi: int, depth: int, state: int, byte: int) -> None:
+        self.lo, self.hi, self.depth, self.state, self.byte = lo, hi, depth, state, byte
+        self.found: list[tuple[int, int]] | None = None
+        self.own = False
+        self.kids: list[Node] = []
+        self.longest = 0  # the longest text's bytes after depth
+
+
 class CountedShift:
     """The answers of one index build's counted-repetition states, moved a position on.
 
     ``state(q)`` answers from the kept answer of ``q``'s state one position earlier when that
     is safe (else None: compute it); ``keep`` keeps the answers computed."""
 
-    def __init__(self, st: StateTokens) -> None:
-        self.st = st
-        self.enabled = isinstance(st.dfa, ByteDFA)
+    def __init__(self, walks: TokenWalks, answer: Callable[[int], State], chain_state: ChainState) -> None:
+        self.walks = walks
+        self.answer = answer  # any state's answer (StateTokens.state): the positions before one
+        self.chain_state = chain_state  # a chain state's answer, its rests walked as given
+        self.enabled = isinstance(walks.dfa, ByteDFA)
         self.regions: list[Region] = []
         # state -> (answer, the bytes its computation looked ahead (_FAR: not to be moved), next
         # states tied with the default for the most ids (a mixed state's; None: a chain state's),
@@ -179,13 +205,13 @@ class CountedShift:
     def _replayed(self, region: Region, p: int, q: int, reach: int) -> State:
         """``q``'s answer from ``p``'s trie walk walked again one position on (the texts that
         may reach a bad state walked, the others moved)."""
-        st = self.st
+        walks = self.walks
         nodes = self.tries.pop(p, None)
         if nodes is None:
-            nodes = record_roots(st, p)
-        rows = st.rows[q]
+            nodes = self._record_roots(p)
+        rows = walks.rows[q]
         changed: list[bool] = []
-        self.tries[q] = nodes = [replay(st, region.sigma, region.dist, node, rows[node.byte], None, changed)
+        self.tries[q] = nodes = [self._replay(region.sigma, region.dist, node, rows[node.byte], None, changed)
                                  for node in nodes]
         before = self.kept[p]
         # every text goes where sigma moves it (the long ones that reach the bound die from both
@@ -194,12 +220,12 @@ class CountedShift:
         if moved is not None:
             answer = moved
         else:
-            text_ids = st.tables.text_ids
+            text_ids = walks.tables.text_ids
             pairs: dict[int, int] = {}
             for k, n in found_of(nodes):
                 for token_id in text_ids[k]:
                     pairs[token_id] = n
-            answer = (*combine(st.size, [], pairs), None)
+            answer = (*combine(walks.size, [], pairs), None)
         self.kept[q] = (answer, reach, _tied(answer), "trie")
         return answer
 
@@ -207,27 +233,27 @@ class CountedShift:
         """Chain state ``q``'s answer near a bound: its chain and bitsets as always, the tries
         of its rests after m plain bytes walked again from ``p``'s (None: ``q`` is no chain
         state)."""
-        st = self.st
-        live = st.live(q)
-        if len(live) <= TRIE_WIDE or any(len(st.loop_bytes(t)) >= LOOP_MIN for t in {t for _, t in live}):
+        walks = self.walks
+        live = walks.live(q)
+        if len(live) <= TRIE_WIDE or any(len(walks.loop_bytes(t)) >= LOOP_MIN for t in {t for _, t in live}):
             return None
         before = self.chain_tries.pop(p, None)
         if before is None:
             before = {}
-            chain_state(st, p, st.live(p), _recording(st, before))
+            self.chain_state(p, walks.live(p), self._recording(before))
         after: dict[int, tuple[int, list[Node], list[bytes]]] = {}
 
         def trie(m: int, s: int, roots: list[tuple[int, int]], rests: list[bytes]) -> list[tuple[int, int]]:
             got = before.get(m)
             if got is not None and got[2] is rests and region.sigma.get(got[0]) == s and region.dist.get(got[0], _FAR):
-                rows = st.rows[s]
-                nodes = [replay(st, region.sigma, region.dist, node, rows[node.byte], rests) for node in got[1]]
+                rows = walks.rows[s]
+                nodes = [self._replay(region.sigma, region.dist, node, rows[node.byte], rests) for node in got[1]]
             else:
-                nodes = record_trie(st, roots, rests)
+                nodes = self._record_trie(roots, rests)
             after[m] = (s, nodes, rests)
             return list(found_of(nodes))
 
-        answer = chain_state(st, q, live, trie)
+        answer = self.chain_state(q, live, trie)
         if answer is not None:
             self.chain_tries[q] = after
             self.kept[q] = (answer, reach, None, "chain")
@@ -245,7 +271,7 @@ class CountedShift:
             path.append(x)
             seen.add(x)
         for x in reversed(path):
-            self.st.state(x)
+            self.answer(x)
 
     def keep(self, q: int, answer: State, shape: str) -> None:
         """Keep ``q``'s answer (computed by the path ``shape``, see ``StateTokens.exact_state``)
@@ -256,11 +282,11 @@ class CountedShift:
             return
         in_region = any(r.sigma.get(q, q) != q for r in self.regions)
         if shape == "chain" and not in_region:
-            rows = self.st.rows
+            rows = self.walks.rows
             ascii_next = Counter(t for t in rows[q][:128] if t >= 0).most_common(1)
             if not ascii_next or ascii_next[0][0] == q:
                 return
-            self.regions.append(Region.lockstep(rows, q, ascii_next[0][0], self.st.sets.check))
+            self.regions.append(Region.lockstep(rows, q, ascii_next[0][0], self.walks.sets.check))
             in_region = True
         if not in_region:
             return
@@ -268,8 +294,8 @@ class CountedShift:
         if shape == "chain":
             reach = max(_CHAIN_LOOK, max(self.longest()))
         elif shape in ("trie", "run"):
-            live = self.st.live(q)
-            if shape == "run" or all(near_loop(self.st, n) is None for n in {n for _, n in live}):
+            live = self.walks.live(q)
+            if shape == "run" or all(self.walks.near_loop(n) is None for n in {n for _, n in live}):
                 longest = self.longest()
                 reach = max(_MIXED_LOOK, max((longest[b] for b, _ in live), default=0))
                 tied = _tied(answer)
@@ -278,20 +304,110 @@ class CountedShift:
     def longest(self) -> list[int]:
         """First byte -> the longest token starting with it (0: none)."""
         if self._longest is None:
-            texts = self.st.tables.texts
+            texts = self.walks.tables.texts
             self._longest = [max(map(len, texts[slice(*subrange(texts, 0, len(texts), b"", b))]), default=0)
                              for b in range(256)]
         return self._longest
 
 
-def _recording(st: StateTokens, into: dict[int, tuple[int, list[Node], list[bytes]]]) -> RestTrie:
-    """A rest trie walk for ``chain_state`` that keeps its trees ``into`` (by m)."""
-    def trie(m: int, s: int, roots: list[tuple[int, int]], rests: list[bytes]) -> list[tuple[int, int]]:
-        nodes = record_trie(st, roots, rests)
-        into[m] = (s, nodes, rests)
-        return list(found_of(nodes))
-    return trie
+    def _recording(self, into: dict[int, tuple[int, list[Node], list[bytes]]]) -> RestTrie:
+        """A rest trie walk for ``chain_state`` that keeps its trees ``into`` (by m)."""
+        def trie(m: int, s: int, roots: list[tuple[int, int]], rests: list[bytes]) -> list[tuple[int, int]]:
+            nodes = self._record_trie(roots, rests)
+            into[m] = (s, nodes, rests)
+            return list(found_of(nodes))
+        return trie
 
+    def _record_roots(self, q: int) -> list[Node]:
+        """``TokenWalks.trie(q, roots)`` of a loop-less mixed state as trees, in walk order."""
+        by_next: dict[int, list[int]] = {}
+        for b, t in self.walks.live(q):
+            by_next.setdefault(t, []).append(b)
+        return self._record_trie([(b, n) for n, bs in by_next.items() for b in bs], self.walks.tables.texts)
+
+    def _record_trie(self, roots: list[tuple[int, int]], texts: list[bytes]) -> list[Node]:
+        """``TokenWalks.trie(q, roots, texts)`` as trees, in walk order."""
+        nodes = []
+        for b, n in roots:
+            start, end = subrange(texts, 0, len(texts), b"", b)
+            if start < end:
+                nodes.append((start, end, n, b))
+        return [self._record(texts, start, end, 1, n, b) for start, end, n, b in reversed(nodes)]
+
+    def _record(self, texts: list[bytes], lo: int, hi: int, depth: int, s: int, byte: int) -> Node:
+        """One range of ``TokenWalks.trie_ranges`` and what it finds, as a tree."""
+        node = Node(lo, hi, depth, s, byte)
+        node.longest = max(map(len, texts[lo:hi])) - depth
+        loop = self.walks.loop_bytes(s)
+        live_s = self.walks.live(s)
+        if hi - lo <= TRIE_SMALL + 4 * len(live_s) or len(loop) >= LOOP_MIN or len(live_s) > TRIE_WIDE:
+            node.found = self.walks.walk_texts(s, texts, range(lo, hi), depth)
+            return node
+        if len(texts[lo]) == depth:
+            node.own = True
+            lo += 1
+        prefix = texts[lo][:depth]
+        kids = []
+        for b, n in live_s:
+            start, end = subrange(texts, lo, hi, prefix, b)
+            if start < end:
+                kids.append((start, end, n, b))
+        node.kids = [self._record(texts, start, end, depth + 1, n, b) for start, end, n, b in reversed(kids)]
+        return node
+
+    def _replay(self, sigma: dict[int, int], dist: dict[int, int], node: Node, s: int,
+               texts: list[bytes] | None = None, changed: list[bool] | None = None) -> Node:
+        """``node`` (a range of a trie walk) walked from ``s``, the state one position on from
+        ``node.state`` as a good state's next state; texts that stay fewer than ``dist`` bytes
+        from a bad state are moved with ``sigma``, the others walked. ``changed`` gets a True
+        when some text does not go where ``sigma`` moves it (or a range is walked anew)."""
+        if texts is None:
+            texts = self.walks.tables.texts
+        d = dist.get(node.state, _FAR)
+        if d == 0:  # a bad state: the range may split otherwise from here
+            if changed is not None:
+                changed.append(True)
+            return self._record(texts, node.lo, node.hi, node.depth, s, node.byte)
+        if d > node.longest:
+            return _moved_node(node, sigma)
+        new = Node(node.lo, node.hi, node.depth, s, node.byte)
+        new.longest = node.longest
+        if node.found is None:
+            new.own = node.own
+            rows = self.walks.rows[s]
+            new.kids = [self._replay(sigma, dist, kid, rows[kid.byte], texts, changed) for kid in node.kids]
+            return new
+        cut = d + node.depth  # texts this long may reach a bad state
+        lo, hi = node.lo, node.hi
+        long_ks = [k for k, data in zip(range(lo, hi), texts[lo:hi]) if len(data) >= cut]
+        long_found = self.walks.walk_texts(s, texts, long_ks, node.depth)
+        is_long = set(long_ks)
+        if changed is not None and long_found != [(k, sigma.get(n, -3)) for k, n in node.found if k in is_long]:
+            changed.append(True)
+        moved = [(k, sigma[n]) for k, n in node.found if k not in is_long]
+        new.found = sorted(moved + long_found) if long_found else moved
+        return new
+
+
+def found_of(nodes: list[Node]) -> Iterator[tuple[int, int]]:
+    """(text index, next state) of the trees ``nodes`` in walk order."""
+    for node in nodes:
+        if node.found is not None:
+            yield from node.found
+        else:
+            if node.own:
+                yield node.lo, node.state
+            yield from found_of(node.kids)
+
+
+def _moved_node(node: Node, sigma: dict[int, int]) -> Node:
+    new = Node(node.lo, node.hi, node.depth, sigma[node.state], node.byte)
+    new.longest = node.longest
+    new.own = node.own
+    if node.found is not None:
+        new.found = [(k, sigma[n]) for k, n in node.found]
+    new.kids = [_moved_node(kid, sigma) for kid in node.kids]
+    return new
 
 def _tied(answer: State) -> list[int]:
     """The next states other than the default that as many ids go to as go to the default."""
