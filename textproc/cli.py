@@ -345,7 +345,7 @@ def _serve(args: argparse.Namespace) -> int:
 
             check_available(args.otlp_traces_endpoint)
         if config.engine == "vllm" and config.data_parallel.engaged:
-            from textproc.engines.vllm import check_dense_ranks
+            from textproc.engines.vllm import check_dense_ranks  # (vLLM ranks only)
             from textproc.vllm_engines.launch import engine_flags  # (what the command runs)
 
             engine_flags(config.engine_args)  # vLLM's headless command takes them (checked now)
