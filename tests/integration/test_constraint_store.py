@@ -225,7 +225,8 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     releases its lock; or its deadline passed): the waiting worker, whose requests started on
     the first states, compiles the key itself; a waiter whose own budget runs out first fails
     its requests with a message naming the wait, and stores no failure (the compile is not
-    its own)."""
+    its own); it waits ``WAIT_BUDGETS`` budgets, as the compiler's build may wait behind
+    that worker's other builds."""
     import time
 
     from textproc.service.constraints import structured_regex
@@ -235,12 +236,16 @@ def test_a_claim_given_up_without_an_index_is_compiled_by_the_waiter(toy_model: 
     b = _worker(toy_model, tmp_path / "store")
     a.first_seconds = 0.0
     first = _partial_compile(a, pattern)
+    from textproc.service.constraints import WAIT_BUDGETS
+
     b.max_compile_s = 0.2
     assert b.compile(pattern)[0].partial and b.take_wholes() == []
     time.sleep(0.25)
-    [(done, shards)] = b.take_wholes()  # its budget is spent
+    assert b.take_wholes() == []  # one budget: the compiler's build may still be queued
+    time.sleep(0.2 * WAIT_BUDGETS - 0.25 + 0.05)
+    [(done, shards)] = b.take_wholes()  # its wait is spent
     assert shards == [0] and done.table is None
-    assert "waiting for another worker's compile" in done.error
+    assert "for another worker's compile" in done.error and "retry" in done.error
     assert not list((tmp_path / "store").glob("*.fail")) and not b.pending
     b.max_compile_s = 30.0
     assert b.compile(pattern)[0].partial and b.take_wholes() == []
@@ -378,3 +383,24 @@ def test_a_burst_on_one_new_schema_to_one_worker(toy_model: Path, tmp_path: Path
         svc.stop()
     for schema, text in answers:
         jsonschema.validate(json.loads(text), schema)
+
+
+def test_a_whole_build_queued_past_its_budget_is_not_charged_for_the_wait(toy_model: Path,
+                                                                          tmp_path: Path) -> None:
+    """A burst of new schemas queues their whole builds on one thread: a build that starts
+    after its first request's budget has passed still gets its whole budget (from when it
+    starts), and another worker waiting for it gets the index, not a refusal."""
+    from textproc.service.constraints import structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    a = _worker(toy_model, tmp_path / "store")
+    b = _worker(toy_model, tmp_path / "store")
+    a.first_seconds = 0.0
+    a.max_compile_s = b.max_compile_s = 1.0
+    first = _partial_compile(a, pattern)  # held: it waits behind other builds
+    assert b.compile(pattern)[0].partial and b.take_wholes() == []
+    time.sleep(1.2)  # past both first requests' budgets
+    [(done, shards)] = _settle(a)
+    assert done.key == first.key and done.table is not None and not done.error
+    [(done, _)] = b.take_wholes()
+    assert done.table is not None and b.compiles == 0

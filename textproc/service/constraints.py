@@ -44,6 +44,10 @@ _log = logging.getLogger("textproc.worker")
 __all__ = ["WorkerConstraints", "IndexRelay", "structured_regex", "MAX_COMPILE_S", "STRUCTURED_KINDS"]
 
 MAX_COMPILE_S = 20.0  # wall seconds one compile may take on a worker (serve --max-compile-s)
+# how many compile budgets requests on a constraint's first states wait for another worker's
+# whole index: its build is bounded by its own budget from when it starts, and may wait
+# behind that worker's other builds
+WAIT_BUDGETS = 3
 MAX_INDEX_BYTES = 48 << 20  # one index, so its frame stays under the 64 MiB frame limit
 WORKER_CACHE_BYTES = 512 << 20  # compiled indexes a worker keeps (LRU)
 WORKER_SENT_KEYS = 256  # keys a worker remembers having sent (then it sends the table again)
@@ -348,7 +352,11 @@ class WorkerConstraints:
         failure = store.failure(key, _limits(budget), pending.arrived)
         if failure is not None:
             raise InvalidInput(failure)
-        budget.check_time("waiting for another worker's compile of it")
+        waited = time.monotonic() - budget.started
+        if waited > WAIT_BUDGETS * budget.max_seconds:
+            raise InvalidInput(f"waited over {waited:.0f} s for another worker's compile of "
+                               f"{budget.what}, which is still running (the service is busy "
+                               f"compiling other constraints); retry")
         fd = store.claim(key)
         if fd is None:
             return None  # still compiled there

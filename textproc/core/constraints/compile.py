@@ -184,7 +184,8 @@ def compile_progressive(vocab: TokenVocabulary, regex: str, *, budget: Budget | 
     partial index (``TokenIndex.partial``: the first states of a DFA
     built on demand, an engine can mask the first steps with it); ``rest()`` then compiles the
     whole index (the minimal DFA's, under the same key; cached like ``compile_constraint``).
-    Both steps check ``budget`` (one deadline for the two)."""
+    Both steps check ``budget``: ``first`` from its clock's start, ``rest()`` from when it is
+    called (a whole build that waits behind others is not charged for their time)."""
     budget = budget or Budget()
     key = constraint_key(vocab, regex)
     if cache is not None:
@@ -209,7 +210,8 @@ def compile_progressive(vocab: TokenVocabulary, regex: str, *, budget: Budget | 
     first.key = key
     if not first.partial:  # small: the whole index is the minimal DFA's (one table per key)
         return _compile_whole(vocab, regex, tree, budget, cache, key, failure_key, nfa), None
-    return first, lambda: _compile_whole(vocab, regex, tree, budget, cache, key, failure_key, nfa)
+    return first, lambda: _compile_whole(vocab, regex, tree, dataclasses.replace(budget, started=time.monotonic()),
+                                         cache, key, failure_key, nfa)
 
 
 def _compile_whole(vocab: TokenVocabulary, pattern: str, tree: Node | None, budget: Budget,
