@@ -15,6 +15,10 @@ an engine that never talks to textproc:
   (``extra_args["textproc"]["max_reasoning_tokens"]`` and the other ``reasoning_*`` keys) is
   applied as ``engine_vllm`` applies it, over textproc's tokenizer of the model.
 
+- ZeroMQ heartbeats on the engine's sockets towards the front, in an engine started with
+  textproc's worker only (``--worker-cls engine_vllm.worker.TextprocCPUWorker``): a remote
+  engine whose network went away dials again when it comes back (:func:`_heartbeats`);
+
 - fast-forward: a constrained request's forced run becomes its speculative draft tokens
   (:func:`engine_vllm.fast_forward.supply_forced_drafts_everywhere`), verified in one step, when
   the engine runs with ``--speculative-config '{"method": "custom_class", "model":
@@ -35,7 +39,7 @@ from typing import Any
 
 from textproc.vllm_engines.wire import GUIDE_PREFIX as GUIDE_INDEX_PREFIX  # the front's
 
-__all__ = ["register", "INDEXES", "MAX_INDEXES"]
+__all__ = ["register", "serving_textproc", "INDEXES", "MAX_INDEXES"]
 
 _log = logging.getLogger("engine_vllm.plugin")
 
@@ -112,6 +116,12 @@ def _heartbeats() -> None:
     A dial gives up after 2 s and tries again (the kernel's own connect timeout backs off to
     a minute and more while a network is away: the engine would come back that much later).
 
+    Only in an engine serving textproc: one started with textproc's worker
+    (``--worker-cls engine_vllm.worker...``, which ``textproc engine`` and the front add; see
+    :func:`serving_textproc`). Another frontend may not answer a ZeroMQ PING: SMG's Rust
+    ZeroMQ knows no command but READY and drops the connection at the first one, failing
+    every request in flight.
+
     They are set as the defaults of the socket's context before vLLM makes it: ZeroMQ copies
     a socket's options into a connection when it dials, so options set after ``connect``
     would never reach the connection (each of vLLM's socket threads has a context of its own,
@@ -122,13 +132,33 @@ def _heartbeats() -> None:
     make = core.make_zmq_socket
 
     def make_with_heartbeats(ctx: Any, path: str, socket_type: Any, *args: Any, **kwargs: Any) -> Any:
-        if socket_type in (zmq.DEALER, zmq.PUSH):
+        if _HEARTBEATS[0] and socket_type in (zmq.DEALER, zmq.PUSH):
             ctx.setsockopt(zmq.HEARTBEAT_IVL, 1000)
             ctx.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
             ctx.setsockopt(zmq.CONNECT_TIMEOUT, 2000)
         return make(ctx, path, socket_type, *args, **kwargs)
 
     core.make_zmq_socket = make_with_heartbeats
+    init = core.EngineCoreProc.__init__
+
+    def init_noting_worker(self: Any, *args: Any, **kwargs: Any) -> None:
+        # vLLM passes vllm_config by keyword (run_engine_core) or first (a subclass's super())
+        config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        serving_textproc(str(config.parallel_config.worker_cls or ""))
+        init(self, *args, **kwargs)  # the handshake and the socket threads start in here
+
+    core.EngineCoreProc.__init__ = init_noting_worker
+
+
+_HEARTBEATS = [False]  # this process's engine serves textproc: its sockets get heartbeats
+
+
+def serving_textproc(worker_cls: str) -> bool:
+    """Note the engine's worker class (vLLM's ``--worker-cls``, before the engine makes its
+    sockets): textproc's own (``engine_vllm.``) means the engine serves textproc, and its
+    sockets towards the frontend get heartbeats. Returns that."""
+    _HEARTBEATS[0] = worker_cls.startswith("engine_vllm.")
+    return _HEARTBEATS[0]
 
 
 def _put_index(self: Any, key: str, tables: dict[str, Any]) -> int:

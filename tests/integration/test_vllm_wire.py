@@ -218,6 +218,13 @@ def serve():
     threading.Thread(target=pump, args=(front_side, engine_side), daemon=True).start()
 
 threading.Thread(target=serve, daemon=True).start()
+# an engine serving another frontend (vLLM's own worker) gets no heartbeats: SMG's ZeroMQ
+# drops a connection at the first PING
+plugin.serving_textproc("auto")
+other = core.make_zmq_socket(zmq.Context(), "tcp://127.0.0.1:9", zmq.DEALER, bind=False)
+others_heartbeat = other.getsockopt(zmq.HEARTBEAT_IVL)
+other.close(0)
+plugin.serving_textproc("engine_vllm.worker.TextprocCPUWorker")  # as `textproc engine` starts it
 engine_ctx = zmq.Context()
 dealer = core.make_zmq_socket(engine_ctx, f"tcp://127.0.0.1:{relay.getsockname()[1]}",
                               zmq.DEALER, identity=b"\x01\x00", bind=False)
@@ -239,15 +246,19 @@ silent.set()
 t0 = time.monotonic()
 dropped = wait_for(zmq.EVENT_DISCONNECTED, 15)
 print(json.dumps({"connected": connected, "dropped_after_s": None if dropped is None else dropped - t0,
-                  "connect_timeout": dealer.getsockopt(zmq.CONNECT_TIMEOUT)}))
+                  "connect_timeout": dealer.getsockopt(zmq.CONNECT_TIMEOUT),
+                  "others_heartbeat_ms": others_heartbeat}))
 '''
 
 
 def test_an_engine_socket_notices_a_silent_network(engine_side: list[dict[str, Any]]) -> None:
-    """The engine's input socket (made by vLLM's own function, with the plugin registered)
-    finds a connection that went silent, half-open, and drops it so it can dial again: a
-    remote engine whose network came back talks to the front again."""
+    """The engine's input socket (made by vLLM's own function, with the plugin registered,
+    in an engine with textproc's worker) finds a connection that went silent, half-open, and
+    drops it so it can dial again: a remote engine whose network came back talks to the front
+    again. An engine with another worker sends no heartbeats (another frontend may not answer
+    them)."""
     got = engine_side[1]
     assert got["connected"], got
     assert got["dropped_after_s"] is not None and got["dropped_after_s"] < 10, got
     assert 0 < got["connect_timeout"] <= 5000, got  # a dial into a dead network gives up soon
+    assert got["others_heartbeat_ms"] == 0, got  # only an engine started for textproc pings
