@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from _common import write_json
 from vllm import ENGINE_ENV, Side, Tally, cpu_per_request, stream_chat
 
 from textproc.engines.vllm import default_python
+from textproc.errors import StartupTimeout
 from textproc.engines.vllm_reference import COMPARED_ENGINE_FLAGS, ReferenceServer
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
@@ -78,13 +80,19 @@ class Group:
 
 def start_smg(model: Path, tmp: Path, python: str) -> tuple[Group, Side]:
     """SMG (``smg launch --backend vllm --policy cache_aware``, ZeroMQ straight to the engines)
-    in front of two of vLLM's headless engines, each dialling the port SMG derives from its
-    ipc address, as SMG's own launcher does."""
+    in front of two of vLLM's headless engines (vLLM's own worker: no textproc in them but the
+    plugin's harmless hooks), each dialling the port SMG derives from its ipc address, as
+    SMG's own launcher does. Logs: ``tmp/smg.log``, ``tmp/engine-K.log``."""
     import shlex
 
     from smg.serve import _zmq_handshake_port
 
     urls = [f"ipc://{tmp}/engine-{k}" for k in range(2)]
+    for url in urls:  # SMG binds it; taken (another run, another program): SMG cannot serve
+        handshake = _zmq_handshake_port(url)
+        if not _port_free(handshake):
+            raise SideFailed(f"smg: the handshake port {handshake} SMG derives from {url} is "
+                             "taken; run again (another run directory, another port)")
     port = _free_port()
     vllm = shlex.quote(str(Path(python).parent / "vllm"))
     lines = []
@@ -100,24 +108,61 @@ def start_smg(model: Path, tmp: Path, python: str) -> tuple[Group, Side]:
     lines.append("wait")
     script = tmp / "start.sh"  # a file: the shell's own command line then names no engine
     script.write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, **ENGINE_ENV},
+    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, **ENGINE_ENV, "NO_COLOR": "1"},
                             start_new_session=True)
+    group = Group(proc)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 900
     body = json.dumps({"model": str(model), "messages": [{"role": "user", "content": "hi"}],
                        "max_tokens": 1}).encode()
+    last = ""
     while time.monotonic() < deadline:  # both engines answer: each takes one of two requests
+        if proc.poll() is not None:
+            group.stop()
+            raise SideFailed(f"smg: its processes exited ({proc.returncode})\n" + log_tails(tmp))
         try:
             for _ in range(2):
                 req = urllib.request.Request(url + "/v1/chat/completions", data=body,
                                              headers={"content-type": "application/json"})
                 urllib.request.urlopen(req, timeout=30).read()
             break
-        except OSError:
+        except urllib.error.HTTPError as exc:
+            last = f"{exc.code} {exc.read()[:300]!r}"
+            time.sleep(2)
+        except OSError as exc:
+            last = str(exc)
             time.sleep(2)
     else:
-        raise SystemExit(f"smg not serving after 900 s: {(tmp / 'smg.log').read_text()[-2000:]}")
-    return Group(proc), Side("smg", url, str(model), proc.pid, "--headless")
+        group.stop()
+        raise SideFailed(f"smg not serving after 900 s (last answer: {last})\n" + log_tails(tmp))
+    return group, Side("smg", url, str(model), proc.pid, "--headless")
+
+
+class SideFailed(Exception):
+    """A side could not start; the message says why (with its logs' tails)."""
+
+
+def log_tails(root: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of every log under ``root`` (ANSI colours taken out)."""
+    import re
+
+    out = []
+    for path in sorted(root.rglob("*.log")):
+        text = re.sub(r"\x1b\[[0-9;]*m", "", path.read_text(errors="replace"))
+        tail = text.splitlines()[-lines:]
+        out.append(f"--- {path} (last {len(tail)} lines)\n" + "\n".join(line[:400] for line in tail))
+    return "\n".join(out) or f"(no logs under {root})"
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _free_port() -> int:
@@ -167,7 +212,7 @@ def wait_engines(side: Side, timeout_s: float) -> None:
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(1)
-    raise SystemExit(f"{side.name}: engines not ready after {timeout_s} s")
+    raise SideFailed(f"{side.name}: engines not ready after {timeout_s} s")
 
 
 def cache_counts(side: Side) -> tuple[float, float]:
@@ -195,6 +240,8 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
     systems = system_prompts(seed)
     questions = mixed_text(400 * users * (turns + 1) + 1000, seed=seed + 1)
     tally = Tally()
+    turns_seen: list[tuple[float, int, int, float]] = []  # (TTFT s, user, turn, sent at s)
+    t0 = time.perf_counter()
 
     async def conversation(i: int, client: httpx.AsyncClient, gate: asyncio.Semaphore) -> None:
         messages: list[dict[str, str]] = [{"role": "system", "content": systems[i % 2]}]
@@ -204,13 +251,16 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
                 messages.append({"role": "user", "content": questions[at:at + 400]})
                 body = {"model": side.model, "messages": messages, "max_tokens": 24, "stream": True,
                         "temperature": 1.0, "stream_options": {"include_usage": True}}
+                sent = time.perf_counter() - t0
                 answer = await stream_chat(client, side.url, body)
                 if not tally.add(answer):
                     return
+                turns_seen.append((answer.ttft_s, i, turn, sent))
                 messages.append({"role": "assistant", "content": answer.text})
 
     async def run_all() -> float:
         gate = asyncio.Semaphore(concurrency)
+        nonlocal t0
         async with httpx.AsyncClient(timeout=900) as client:
             t0 = time.perf_counter()
             await asyncio.gather(*(conversation(i, client, gate) for i in range(users)))
@@ -228,7 +278,11 @@ def run_mix(side: Side, users: int, turns: int, concurrency: int, seed: int) -> 
         "output_throughput": tokens / wall, "median_ttft_ms": statistics.median(ordered) * 1000,
         "p99_ttft_ms": ordered[min(n - 1, int(0.99 * (n - 1)))] * 1000,
         "prefix_hit_rate": (hits1 - hits0) / max(1.0, queried1 - queried0),
-        "completed": len(ttfts), "failed": len(failed)}
+        "completed": len(ttfts), "failed": len(failed),
+        # the slowest first tokens: which user's turn, sent when (s from the start)
+        "slowest": [{"ttft_ms": round(ttft * 1000), "user": user, "turn": turn,
+                     "sent_at_s": round(sent, 2)}
+                    for ttft, user, turn, sent in sorted(turns_seen, reverse=True)[:4]]}
     if failed:
         print(f"# {side.name}: {len(failed)} failed: {failed[0]}", flush=True)
     row.update(cpu_per_request(before, after, n))
@@ -244,6 +298,9 @@ def main() -> int:
     p.add_argument("--sides", default=",".join(SIDES))
     p.add_argument("--model-dir", type=Path, default=MODELS_DIR / "qwen3-tiny")
     p.add_argument("--engine-python", default=None)
+    p.add_argument("--run-dir", type=Path, default=None,
+                   help="each side's logs and runtime directories go here (default: a new "
+                        "temporary directory, kept and named at the start)")
     args = p.parse_args()
     if args.quick:
         args.users, args.turns, args.rounds = 4, 2, 1
@@ -251,25 +308,38 @@ def main() -> int:
     names = [s for s in args.sides.split(",") if s]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     print(f"# {describe(machine())}; load {os.getloadavg()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-vllm-dp-") as tmp:
-        for r in range(args.rounds):
-            for k, name in enumerate(names):
-                root = Path(tmp) / f"{name}-{r}"
-                root.mkdir()
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="bench-vllm-dp-"))
+    print(f"# logs under {run_dir}", flush=True)
+    for r in range(args.rounds):
+        for name in names:
+            root = run_dir / f"{name}-{r}"
+            root.mkdir(parents=True)
+            try:
                 server, side = start(name, args.model_dir, root, python)
-                try:
-                    warm = run_mix(side, 2, 1, 2, seed=7)  # first forward passes
-                    del warm
-                    row = run_mix(side, args.users, args.turns, args.concurrency, seed=100 * r + 11)
-                finally:
-                    server.stop()
-                row["load"] = os.getloadavg()[0]
-                rows[name].append(row)
-                print(json.dumps({"round": r, "side": name, **row}), flush=True)
+            except (SideFailed, StartupTimeout, TimeoutError) as exc:
+                print(f"# {name}: did not start: {exc}\n{log_tails(root)}", flush=True)
+                continue
+            try:
+                run_mix(side, 2, 1, 2, seed=7)  # first forward passes
+                row = run_mix(side, args.users, args.turns, args.concurrency, seed=100 * r + 11)
+                if hasattr(side, "stats_file"):  # textproc's front: its slowest first outputs
+                    row["front_slowest"] = json.loads(Path(side.stats_file).read_text()).get(
+                        "slowest_first_outputs", [])
+            finally:
+                server.stop()
+            if row["failed"]:
+                print(f"# {name}: {row['failed']} of {row['failed'] + row['completed']} failed; "
+                      f"its logs:\n{log_tails(root)}", flush=True)
+            row["load"] = os.getloadavg()[0]
+            rows[name].append(row)
+            print(json.dumps({"round": r, "side": name, **row}), flush=True)
     summary = []
     print(f"{'side':12} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'prefix hit':>10} "
           f"{'text ms/req':>11} {'engine ms/req':>13}")
     for name in names:
+        if not rows[name]:
+            print(f"{name:12} failed (above: why)")
+            continue
         med = {key: statistics.median(row[key] for row in rows[name])
                for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "prefix_hit_rate",
                            "cpu_text_ms", "cpu_engine_ms")}
