@@ -48,6 +48,8 @@ class FakeEngine:
         self.running: dict[str, int] = {}
         self.aborted: list[str] = []
         self.utility_calls: list[tuple[str, list[Any]]] = []  # (method, args) received
+        self.first_delay_s = 0.0  # a request's first token comes this much later (a long prefill)
+        self.start_at: dict[str, float] = {}
         # method -> (failure message, result) it answers (others: (None, False))
         self.answers: dict[str, tuple[str | None, Any]] = {}
         self._redial_at: float | None = None
@@ -102,6 +104,7 @@ class FakeEngine:
                 message = msgspec.msgpack.decode(payload)
                 if kind == wire.ADD:
                     self.running[message[0]] = 0
+                    self.start_at[message[0]] = time.monotonic() + self.first_delay_s
                 elif kind == wire.ABORT:
                     for rid in message:
                         self.aborted.append(rid)
@@ -126,6 +129,8 @@ class FakeEngine:
                 next_step = time.monotonic() + STEP_S
                 outputs = []
                 for rid in list(self.running):
+                    if time.monotonic() < self.start_at.get(rid, 0.0):
+                        continue
                     self.running[rid] += 1
                     done = self.running[rid] >= TOKENS
                     outputs.append(wire.Output(rid, [5], finish_reason=1 if done else None))
@@ -235,6 +240,19 @@ def test_an_abort_for_a_rank_away_reaches_it_when_it_dials_again(dp: Deployment)
     dp.peer.send(EngineAbort(["d1"]))
     dp.wait(lambda: "d1" in dp.engines[1].aborted, "the abort reached rank 1", 10)
     assert dp.collect(["d0"]) == {"d0": "length"}
+
+
+def test_the_stats_name_the_slowest_first_outputs(dp: Deployment) -> None:
+    """The stats file lists the requests whose first output took longest from their ADD, with
+    the rank that held them: where a stalled turn waited."""
+    dp.engines[1].first_delay_s = 0.5
+    dp.send("e0")
+    dp.send("e1")  # round robin: rank 1, which is slow to start it
+    assert dp.collect(["e0", "e1"]) == {"e0": "length", "e1": "length"}
+    slowest = dp.front.stats()["slowest_first_outputs"]
+    assert [(r["request_id"], r["rank"]) for r in slowest] == [("e1", 1), ("e0", 0)]
+    assert slowest[0]["first_output_s"] >= 0.5 > slowest[1]["first_output_s"]
+    assert slowest[0]["running_at_send"] == [1, 0]  # e0 was on rank 0 when e1 went
 
 
 def _call_result(dp: Deployment, call: EngineCall) -> EngineCallResult:

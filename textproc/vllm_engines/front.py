@@ -64,6 +64,7 @@ PROBE_INTERVAL_S = 2.0  # how often a dead engine whose process may live is aske
 RECONNECT_GRACE_S = 10.0  # how long an engine whose connection dropped has to dial again (a busy
 # box may take seconds: a transient drop of every connection at once was seen under load)
 SUSPECT_PROBE_S = 0.5  # how often it is asked meanwhile
+SLOWEST_KEPT = 8  # the slowest first outputs the stats file lists
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,10 @@ class Front:
         self.router = PrefixRouter(settings.data_parallel_size, policy=settings.routing)
         self.engines: list[Engine] = []
         self.owner: dict[str, int] = {}  # request id -> rank
+        # request id -> (sent at, prompt blocks the router matched, each rank's load then),
+        # until its first output; the slowest first outputs since start, for the stats file
+        self.sent: dict[str, tuple[float, int, tuple[int, ...]]] = {}
+        self.slowest: list[dict[str, Any]] = []
         self.held: list[IncomingRequest] = []  # waiting for a whole index
         self.calls = 0  # utility call ids
         # operators' calls (textproc.engine.calls), one utility call per ready rank:
@@ -463,6 +468,7 @@ class Front:
         if lost and self.link is not None:
             for rid in lost:
                 self.owner.pop(rid, None)
+                self.sent.pop(rid, None)
             self.failed_requests += len(lost)
             self.link.send_outputs([(rid, [], "error") for rid in lost])
         if end_launcher and engine.proc is not None and engine.proc.poll() is None:
@@ -538,9 +544,13 @@ class Front:
                     engine.prompt_tokens += int(prefill.get("num_prompt_tokens") or 0)
                     cached[rid] = int(prefill.get("num_cached_tokens") or 0)
                     engine.cached_tokens += cached[rid]
+                sent = self.sent.pop(rid, None)
+                if sent is not None:
+                    self._first_output(rid, engine, sent, prefill)
                 if reason is not None:
                     engine.requests.discard(rid)
                     self.owner.pop(rid, None)
+                    self.sent.pop(rid, None)
                     self.router.finished(engine.rank)
                     if reason == "abort" and not engine.operator_abort:
                         # not textproc's (those left engine.requests) nor an operator's pause:
@@ -586,6 +596,7 @@ class Front:
             self.held = [r for r in self.held if r.request_id not in gone]
             by_rank: dict[int, list[str]] = {}
             for rid in aborts:
+                self.sent.pop(rid, None)
                 rank = self.owner.pop(rid, None)
                 if rank is not None:
                     by_rank.setdefault(rank, []).append(rid)
@@ -667,6 +678,7 @@ class Front:
             return ("this vLLM engine path does not carry images yet; the request has "
                     f"{len(request.images)}")
         rank, keys = self.router.choose(request.prompt_token_ids)
+        loads = tuple(e.running for e in self.router.engines)
         if rank < 0:
             states = ", ".join(f"rank {e.rank}: {e.state}{' (' + e.died + ')' if e.died else ''}"
                                for e in self.engines)
@@ -686,10 +698,28 @@ class Front:
         if not self._send(engine, wire.ADD, payload):
             return f"engine rank {rank} is unreachable"
         self.router.routed(rank, keys)
+        self.sent[request.request_id] = (time.monotonic(), self.router.last_match, loads)
         engine.requests.add(request.request_id)
         engine.requests_sent += 1
         self.owner[request.request_id] = rank
         return ""
+
+    def _first_output(self, rid: str, engine: Engine, sent: tuple[float, int, tuple[int, ...]],
+                      prefill: Any) -> None:
+        """Keep the request among the slowest first outputs (from its ADD to its first output
+        here: the engine's queue and prefill, and this loop) if it is one."""
+        seconds = time.monotonic() - sent[0]
+        if len(self.slowest) >= SLOWEST_KEPT and seconds <= self.slowest[-1]["first_output_s"]:
+            return
+        prefill = prefill if isinstance(prefill, dict) else {}
+        self.slowest.append({
+            "request_id": rid, "rank": engine.rank, "first_output_s": round(seconds, 3),
+            "prompt_tokens": int(prefill.get("num_prompt_tokens") or 0),
+            "cached_tokens": int(prefill.get("num_cached_tokens") or 0),
+            "matched_blocks": sent[1], "running_at_send": list(sent[2]),
+            "at": round(time.time(), 3)})
+        self.slowest.sort(key=lambda r: -r["first_output_s"])
+        del self.slowest[SLOWEST_KEPT:]
 
     def _send(self, engine: Engine, kind: bytes, payload: bytes) -> bool:
         try:
@@ -717,6 +747,7 @@ class Front:
             "held": len(self.held),
             "prefix_blocks_routed": router.routed_blocks,
             "prefix_blocks_matched": router.matched_blocks,
+            "slowest_first_outputs": self.slowest,
             "engines": [{
                 "rank": e.rank, "local": e.local, "state": e.state, "died": e.died,
                 "state_for_s": round(now - e.state_at, 1),

@@ -73,10 +73,12 @@ class PrefixRouter:
         self.policy = policy
         self._next = 0  # round robin
         self.matched_blocks = 0  # prompt blocks routed to an engine that held them
+        self.last_match = 0  # the last choice's matched blocks
         self.routed_blocks = 0
 
     def choose(self, prompt_ids: Any) -> tuple[int, list[int]]:
         """``(engine index, the prompt's block keys)``; -1 when no engine is ready."""
+        self.last_match = 0
         ready = [i for i, e in enumerate(self.engines) if e.ready]
         if not ready:
             return -1, []
@@ -98,6 +100,7 @@ class PrefixRouter:
                 best, best_score = i, score
         self.routed_blocks += len(keys)
         self.matched_blocks += best_score[0]
+        self.last_match = best_score[0]
         return best, keys
 
     def _load(self, i: int) -> int:
