@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 from textproc.engine import IncomingRequest
 from textproc.errors import InvalidInput
 from textproc.vllm_engines import wire
-from textproc.vllm_engines.launch import CPU_WORKER, NO_DRAFTS, engine_flags, headless_command
+from textproc.vllm_engines.launch import (
+    CPU_WORKER,
+    NO_DRAFTS,
+    engine_flags,
+    headless_command,
+    rank_cpu_binding,
+)
 from textproc.vllm_engines.routing import PrefixRouter, block_keys
 
 
@@ -194,6 +200,17 @@ def test_an_idle_engines_last_stats_keep_no_work_away() -> None:
     assert router.engines[0].kv_usage == 0.0 and router.engines[0].waiting == 0
     router.routed(1, [])
     assert router.choose(_ids((0, 8)))[0] == 0
+
+
+def test_each_local_rank_gets_its_part_of_vllms_cpu_binding() -> None:
+    """VLLM_CPU_OMP_THREADS_BIND as vLLM's own data-parallel launch reads it: the
+    ``|``-separated lists in rank order, as many per rank as it has workers; a rank launched
+    alone (as the front launches each) would take the first, so every engine would share it."""
+    assert [rank_cpu_binding("0|1", r, 2) for r in range(2)] == ["0", "1"]
+    assert [rank_cpu_binding("0-3|4-7|8-11|12-15", r, 2) for r in range(2)] == ["0-3|4-7", "8-11|12-15"]
+    assert rank_cpu_binding("0-1|2-3", 0, 1) == "0-1|2-3"  # one rank here: all of it
+    for value in ("auto", "nobind", "0-3", "0|1|2"):  # not one part per rank: left as it is
+        assert rank_cpu_binding(value, 1, 2) == value
 
 
 def test_the_headless_command_turns_fast_forward_into_vllms_speculative_config() -> None:

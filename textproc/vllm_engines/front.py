@@ -50,7 +50,7 @@ from textproc.engine import EngineLink, IncomingRequest, link_counters, write_st
 from textproc.engine.calls import call_args
 from textproc.transport import new_context
 from textproc.vllm_engines import wire
-from textproc.vllm_engines.launch import headless_command
+from textproc.vllm_engines.launch import headless_command, rank_cpu_binding
 from textproc.vllm_engines.routing import PrefixRouter
 
 __all__ = ["FrontSettings", "Front", "parse_args", "main"]
@@ -229,6 +229,9 @@ class Front:
                                    args=s.vllm_args)
         env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        bind = env.get("VLLM_CPU_OMP_THREADS_BIND")
+        if bind:  # "0|1": each rank its own CPUs, as vLLM's own data-parallel launch gives them
+            env["VLLM_CPU_OMP_THREADS_BIND"] = rank_cpu_binding(bind, engine.rank, s.local_ranks)
         _log.info("starting engine rank %d: %s", engine.rank, " ".join(command))
         engine.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env,
                                        start_new_session=True, preexec_fn=_die_with_parent)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from textproc.errors import InvalidInput
 
-__all__ = ["CPU_WORKER", "NO_DRAFTS", "headless_command", "engine_flags"]
+__all__ = ["CPU_WORKER", "NO_DRAFTS", "headless_command", "engine_flags", "rank_cpu_binding"]
 
 # vLLM's CPU worker with textproc's mask kernel and CPU-generator seeding (engine_vllm.worker)
 CPU_WORKER = "engine_vllm.worker.TextprocCPUWorker"
@@ -67,3 +67,17 @@ def headless_command(python: str, model_dir: str, *, size: int, rank: int, addre
     if "--worker-cls" not in flags:
         command += ["--worker-cls", CPU_WORKER]
     return command + flags
+
+
+def rank_cpu_binding(value: str, local_rank: int, local_ranks: int) -> str:
+    """This local rank's part of vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` for a deployment: vLLM's
+    own ``--data-parallel-size N`` takes the ``|``-separated CPU lists in rank order (``0|1``:
+    rank 0's worker on CPU 0, rank 1's on CPU 1), as many per rank as it has workers; a rank
+    launched alone would read the first part only, so each one is given its own. A value
+    without one part per local rank (``auto``, ``nobind``, one list) is left to every rank as
+    it is."""
+    parts = value.split("|")
+    if local_ranks < 1 or len(parts) < local_ranks or len(parts) % local_ranks:
+        return value
+    per_rank = len(parts) // local_ranks
+    return "|".join(parts[local_rank * per_rank:(local_rank + 1) * per_rank])
