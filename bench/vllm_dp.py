@@ -17,7 +17,9 @@ Sides run one at a time (two engines each on this box's cores), in turn, ``--rou
 ``textproc-rr`` (the same with ``--routing round_robin``), ``vllm`` (``vllm serve
 --data-parallel-size 2``) and ``smg`` (SMG's ``cache_aware`` policy over ZeroMQ in front of two
 headless engines; PyPI ``smg``, a bench dependency); all with float32, eager, the same
-max-model-len and KV cache.
+max-model-len and KV cache, and each engine's model worker on a CPU of its own
+(``VLLM_CPU_OMP_THREADS_BIND=0|1``, vLLM's per-rank lists; textproc's front hands each local
+rank its part). Logs stay under ``--run-dir``; a side that fails prints why and their tails.
 Reported per side (medians over rounds): output tokens/s, TTFT p50/p99, the engines' prefix
 cache hit rate (prompt tokens vLLM found cached / prompt tokens: from vLLM's own
 ``vllm:prefix_cache_hits_total`` / ``queries`` on its server, from each engine's per-request
@@ -54,6 +56,11 @@ from textproc.testing.machine import describe, machine
 from textproc.testing.models import MODELS_DIR
 
 MAX_MODEL_LEN = 4096
+# each engine's model worker on a CPU of its own, for every side (vLLM's own syntax, one list
+# per data-parallel rank): with vLLM's "auto" every rank launched alone, and each of vLLM's
+# own ranks on a one-NUMA-node machine, binds to CPU 0, and the two engines time-share it
+CPU_BIND = "0|1"
+DP_ENGINE_ENV = {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": CPU_BIND}
 VLLM_FLAGS = list(COMPARED_ENGINE_FLAGS)
 SIDES = ("textproc", "textproc-rr", "vllm", "smg")
 
@@ -96,8 +103,9 @@ def start_smg(model: Path, tmp: Path, python: str) -> tuple[Group, Side]:
     port = _free_port()
     vllm = shlex.quote(str(Path(python).parent / "vllm"))
     lines = []
-    for url in urls:
-        lines.append(f"{vllm} serve {shlex.quote(str(model))} --headless --data-parallel-size 1 "
+    for k, url in enumerate(urls):
+        lines.append(f"VLLM_CPU_OMP_THREADS_BIND={CPU_BIND.split('|')[k]} "
+                     f"{vllm} serve {shlex.quote(str(model))} --headless --data-parallel-size 1 "
                      f"--data-parallel-size-local 1 --data-parallel-address 127.0.0.1 "
                      f"--data-parallel-rpc-port {_zmq_handshake_port(url)} --max-model-len "
                      f"{MAX_MODEL_LEN} {' '.join(VLLM_FLAGS)} > {tmp}/engine-{url[-1]}.log 2>&1 &")
@@ -108,7 +116,7 @@ def start_smg(model: Path, tmp: Path, python: str) -> tuple[Group, Side]:
     lines.append("wait")
     script = tmp / "start.sh"  # a file: the shell's own command line then names no engine
     script.write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, **ENGINE_ENV, "NO_COLOR": "1"},
+    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, **DP_ENGINE_ENV, "NO_COLOR": "1"},
                             start_new_session=True)
     group = Group(proc)
     url = f"http://127.0.0.1:{port}"
@@ -174,11 +182,11 @@ def _free_port() -> int:
 
 
 def start(name: str, model: Path, tmp: Path, python: str) -> tuple[Any, Side]:
-    env = {**os.environ, **ENGINE_ENV}
+    env = {**os.environ, **DP_ENGINE_ENV}
     if name == "smg":
         return start_smg(model, tmp, python)
     if name == "vllm":
-        server = ReferenceServer(tmp, model, max_model_len=MAX_MODEL_LEN, env=ENGINE_ENV,
+        server = ReferenceServer(tmp, model, max_model_len=MAX_MODEL_LEN, env=DP_ENGINE_ENV,
                                  python=python, args=["--data-parallel-size", "2"])
         server.start()
         url = server.wait(900)
