@@ -38,13 +38,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from itertools import compress
 from operator import itemgetter
 from typing import Any
 
 from textproc.core.constraints.automaton.dfa import ByteDFA, utf8_sequences
-from textproc.core.constraints.index.table import BY_CHARS_WIDTH
 from textproc.core.constraints.index.parts import State
+from textproc.core.constraints.index.table import BY_CHARS_WIDTH
 from textproc.core.constraints.index.vocab import MAX_CHARS, bits_of, bitset, subrange
 from textproc.core.constraints.index.walks import LOOP_MIN, TokenWalks
 
@@ -217,7 +218,7 @@ class CountedRegions:
         walks = self.walks
         rows = walks.rows
         on_chain = {x: j for j, x in enumerate(chain)}
-        paths = _kind_paths(walks, chain[0], chain[1], on_chain)
+        paths = _kind_paths(walks.live, chain[0], chain[1], on_chain)
         where: dict[int, tuple[int, int]] = {x: (0, j) for j, x in enumerate(chain)}
         at = [chain]
         for kind, path in enumerate(paths, 1):
@@ -463,10 +464,12 @@ def _reads(row: list[int], plain: bytes) -> int:
     return t
 
 
-def _kind_paths(walks: TokenWalks, c0: int, c1: int, on_chain: dict[int, int]) -> list[bytes]:
+def _kind_paths(live: Callable[[int], list[tuple[int, int]]], c0: int, c1: int,
+                on_chain: dict[int, int]) -> list[bytes]:
     """The first path from ``c0`` of each state (not a chain state) reachable from it without
     passing a chain state that leads on to ``c1`` without passing one either, shortest and
-    smallest first (none: the items are single bytes)."""
+    smallest first (none: the items are single bytes); ``live``: a state's (byte, next state)
+    pairs that do not die."""
     paths: dict[int, bytes] = {c0: b""}
     order = [c0]
     into_c1: set[int] = set()
@@ -478,7 +481,7 @@ def _kind_paths(walks: TokenWalks, c0: int, c1: int, on_chain: dict[int, int]) -
         p = paths[x]
         if len(p) >= _DEPTH:
             continue
-        for b, y in walks.live(x):
+        for b, y in live(x):
             if y == c1:
                 into_c1.add(x)
             if y in on_chain:
