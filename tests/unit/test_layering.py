@@ -139,6 +139,9 @@ ENGINE_SIDE = ["textproc.engine", "textproc.engine.indexes", "textproc.core.cons
 COMPILER = ("textproc.core.constraints.compile", "textproc.core.constraints.schema",
             "textproc.core.constraints.regex", "textproc.core.constraints.automaton",
             "textproc.core.constraints.index.build", "textproc.core.constraints.index.states",
+            "textproc.core.constraints.index.walks", "textproc.core.constraints.index.counted",
+            "textproc.core.constraints.index.shift", "textproc.core.constraints.index.regions",
+            "textproc.core.constraints.index.token_sets",
             "textproc.core.constraints.plans.forced_calls", "textproc.core.constraints.plans.strict_calls",
             "textproc.core.constraints.plans.free_text")
 
