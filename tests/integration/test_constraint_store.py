@@ -404,3 +404,21 @@ def test_a_whole_build_queued_past_its_budget_is_not_charged_for_the_wait(toy_mo
     assert done.key == first.key and done.table is not None and not done.error
     [(done, _)] = b.take_wholes()
     assert done.table is not None and b.compiles == 0
+
+
+def test_a_whole_build_that_waited_too_long_to_start_fails_its_requests(toy_model: Path,
+                                                                        tmp_path: Path) -> None:
+    """A build that could not start within WAIT_BUDGETS budgets of its first request is not
+    started: its requests fail saying the service is busy, and a later request compiles it."""
+    from textproc.service.constraints import WAIT_BUDGETS, structured_regex
+
+    pattern = structured_regex({"json": SCHEMA})
+    a = _worker(toy_model, tmp_path / "store")
+    a.first_seconds = 0.0
+    a.max_compile_s = 0.1
+    _partial_compile(a, pattern)
+    time.sleep(0.1 * WAIT_BUDGETS + 0.05)
+    [(done, _)] = _settle(a)
+    assert done.table is None and "behind other constraints' compiles" in done.error
+    a.max_compile_s = 30.0
+    assert _compile(a, pattern)[1] is not None and a.compiles == 2

@@ -245,7 +245,7 @@ class WorkerConstraints:
             else:  # the claim is kept until the whole index is stored
                 arrived = time.time() - (time.monotonic() - budget.started)
                 pending = self.pending[key] = _Pending(index, pattern, budget, arrived, claim=claim)
-                pending.build = self._builds.submit(lambda: _whole(rest))
+                pending.build = self._builds.submit(lambda: _whole(rest, budget))
                 if self.store is not None:  # the workers waiting for it start on it too
                     self.store.put_partial(table_of(index))
                 return index, self._table(key, index, shard, pending)
@@ -420,10 +420,15 @@ class WorkerConstraints:
             self._sent.popitem(last=False)
 
 
-def _whole(rest: Callable[[], TokenIndex]) -> tuple[TokenIndex, IndexTable, float]:
+def _whole(rest: Callable[[], TokenIndex], budget: Budget) -> tuple[TokenIndex, IndexTable, float]:
     """The whole index ``rest`` compiles, its table (packed on the build thread too) and the
-    wall seconds that took."""
+    wall seconds that took; not started once its first request (``budget``'s clock) has
+    waited ``WAIT_BUDGETS`` budgets behind other builds (its requests wait no longer)."""
     began = time.monotonic()
+    if began - budget.started > WAIT_BUDGETS * budget.max_seconds:
+        raise InvalidInput(f"waited over {began - budget.started:.0f} s behind other constraints' "
+                           f"compiles before {budget.what} could be compiled (the service is busy "
+                           f"compiling); retry")
     whole = rest()
     return whole, table_of(whole), time.monotonic() - began
 

@@ -62,7 +62,7 @@ from textproc.protocol import (
 )
 from textproc.heap import freeze_heap
 from textproc.service.bootstrap import ChildRuntime
-from textproc.service.constraints import IndexRelay
+from textproc.service.constraints import WAIT_BUDGETS, IndexRelay
 from textproc.service.partial_waits import HOLD_SLACK_S, PartialWaits
 from textproc.service.request_table import GC_THRESHOLDS, RequestTable
 from textproc.transport import FrameDecoder, encoder
@@ -137,7 +137,9 @@ class _Loop:
         self.relay = IndexRelay()  # constraint indexes: each sent to the engine once
         self.engine_calls: dict[str, bytes] = {}  # operators' calls: call id -> client id
         # partial index key -> the requests naming it, until its whole index (or failure) comes
-        self.on_partial = PartialWaits(core.config.max_compile_s + HOLD_SLACK_S,
+        # (a whole build starts within WAIT_BUDGETS budgets of its first request, or fails,
+        # and then has one budget of its own)
+        self.on_partial = PartialWaits((WAIT_BUDGETS + 1) * core.config.max_compile_s + HOLD_SLACK_S,
                                        core.config.max_live_requests, time.monotonic)
         core.flush_first = self._flush  # a step's first tokens go out before the rest
 
@@ -181,9 +183,9 @@ class _Loop:
                         self._fail_partial(key, rids, lost, "worker_died")
                     else:
                         self._fail_partial(key, rids, f"its whole index did not come within "
-                                           f"{self.on_partial.hold_s:g} s (the compile budget, "
-                                           f"max_compile_s={core.config.max_compile_s:g}, plus "
-                                           "slack)", "timeout")
+                                           f"{self.on_partial.hold_s:g} s ({WAIT_BUDGETS + 1} compile "
+                                           f"budgets, max_compile_s={core.config.max_compile_s:g}, "
+                                           "plus slack)", "timeout")
                 if core.early:
                     core.expire_early(now)
                     self._flush()
