@@ -58,6 +58,7 @@ class VocabTables:
     nonempty: int  # bitset over ids of the tokens a constraint may allow
     by_chars: list[int]  # n -> bitset of the whole-UTF-8 tokens of n characters (n < MAX_CHARS)
     char_count: bytes  # id -> its characters (whole UTF-8 tokens under MAX_CHARS), else MAX_CHARS
+    longest: int  # the longest token's bytes
     # what the index builder derives from these per byte set (token sets, their rests), kept
     # across compiles: the same string states recur in every schema
     derived: dict[tuple[Any, ...], Any] = field(default_factory=dict)
@@ -327,6 +328,7 @@ def _build_tables(token_bytes: list[bytes], by_bytes: dict[bytes, list[int]]) ->
         nonempty=bitset(nonempty, size),
         by_chars=[bitset(ids, size) for ids in by_chars],
         char_count=bytes(char_count),
+        longest=max(map(len, texts), default=0),
     )
 
 

@@ -89,7 +89,6 @@ class TokenWalks:
         self._char_steps: dict[tuple[int, int], bool] = {}  # (s, t) -> char_step
         self._class_groups: list[tuple[bytes, list[int]]] | None = None  # class_groups, on demand
         self._runs: dict[int, tuple[bytes, list[int]]] = {}  # state -> literal_run
-        self._longest = -1  # the longest token's bytes (on demand)
 
     def live(self, q: int) -> list[tuple[int, int]]:
         """``(byte, next state)`` for the bytes that do not kill ``q``."""
@@ -131,9 +130,7 @@ class TokenWalks:
 
     def longest_text(self) -> int:
         """The longest token's bytes."""
-        if self._longest < 0:
-            self._longest = max(map(len, self.tables.texts), default=0)
-        return self._longest
+        return self.tables.longest
 
     def tokens_of(self, plain: bytes, chars: bool) -> int:
         """Bitset of the tokens made of ``plain`` bytes (and whole non-ASCII characters)."""
