@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+from itertools import repeat
 from typing import Any
 
 import jsonschema
@@ -106,7 +107,10 @@ def vocabulary(name: str) -> tuple[TokenVocabulary, Any]:
 
 
 def compare(index: TokenIndex, theirs: Any, vocab: TokenVocabulary) -> int:
-    """Walk both indexes in lockstep; return the number of state pairs checked."""
+    """Walk both indexes in lockstep; return the number of state pairs checked.
+
+    A state of ours meets several of theirs: its allowed ids and its next state per id are
+    looked up once (every pair checks that those ids are exactly theirs, minus the end id)."""
     eos = vocab.end_ids[0]
     ends = set(vocab.end_ids)
     transitions = theirs.get_transitions()
@@ -114,22 +118,30 @@ def compare(index: TokenIndex, theirs: Any, vocab: TokenVocabulary) -> int:
     start = (index.initial_state, theirs.get_initial_state())
     seen = {start}
     todo = [start]
+    allowed_of: dict[int, set[int]] = {}
+    next_of: dict[int, dict[int, int]] = {}  # ours -> {allowed id but eos: our next state}
     while todo:
         ours, other = todo.pop()
-        allowed = set(index.allowed_ids(ours))
+        allowed = allowed_of.get(ours)
+        if allowed is None:
+            allowed = allowed_of[ours] = set(index.allowed_ids(ours))
         moves = transitions.get(other, {})
         assert index.is_accepting(ours) == (other in finals)
         assert ends <= allowed if index.is_accepting(ours) else not (ends & allowed)
-        extra, missing = allowed - ends - set(moves), set(moves) - {eos} - allowed
+        ids = moves.keys() - {eos}
+        extra, missing = allowed - ends - ids, ids - allowed
         assert not extra and not missing, (
             f"state {ours}: we allow {sorted(vocab.token_bytes(t) for t in extra)[:5]} more and "
             f"{sorted(vocab.token_bytes(t) for t in missing)[:5]} fewer")
-        for token_id, nxt in moves.items():
-            if token_id != eos:
-                pair = (index.next_state(ours, token_id), nxt)
-                if pair not in seen:
-                    seen.add(pair)
-                    todo.append(pair)
+        nexts = next_of.get(ours)
+        if nexts is None:
+            moving = sorted(allowed - {eos})
+            nexts = next_of[ours] = dict(zip(moving, map(index.next_state, repeat(ours), moving)))
+        # ids lie within our allowed ids (asserted above): every one has its next state
+        pairs = set(zip(map(nexts.__getitem__, ids), map(moves.__getitem__, ids)))
+        pairs -= seen
+        seen |= pairs
+        todo.extend(pairs)
     return len(seen)
 
 
