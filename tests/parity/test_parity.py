@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -44,6 +45,7 @@ from tests.helpers.references import (
 FAST_BYTES = 100_000
 FULL_BYTES = 4_000_000
 MAX_REPORTED = 8
+BATCH = 256  # texts per batch call of the reference
 
 
 def _full_requested(config: pytest.Config) -> bool:
@@ -87,8 +89,10 @@ def _shrink(case: Case, text: str, char_pos: int) -> str:
     return best
 
 
-def _check_ids(case: Case, label: str, text: str) -> str | None:
-    ref = case.hf.encode(text, add_special_tokens=False)
+def _check_ids(case: Case, label: str, text: str, ref: Any = None) -> str | None:
+    """``ref``: the reference's encoding of ``text`` when the caller has it (a batch)."""
+    if ref is None:
+        ref = case.hf.encode(text, add_special_tokens=False)
     ours = _ours_ids(case, text)
     if ours == ref.ids:
         return None
@@ -105,10 +109,14 @@ def _check_ids(case: Case, label: str, text: str) -> str | None:
     )
 
 
-def _check_decode(case: Case, label: str, text: str) -> str | None:
-    ids = case.hf.encode(text, add_special_tokens=False).ids
+def _check_decode(case: Case, label: str, text: str, ids: list[int] | None = None,
+                  wants: tuple[str, str] | None = None) -> str | None:
+    """``ids``: the reference's ids of ``text``; ``wants``: its decode of them without and with
+    skip_special_tokens (when the caller has them from a batch)."""
+    if ids is None:
+        ids = case.hf.encode(text, add_special_tokens=False).ids
     for skip in (False, True):
-        want = case.hf.decode(ids, skip_special_tokens=skip)
+        want = case.hf.decode(ids, skip_special_tokens=skip) if wants is None else wants[skip]
         try:
             got = case.ours.decode(ids, skip_special_tokens=skip)
         except Exception as exc:  # noqa: BLE001 - reported as a mismatch
@@ -138,15 +146,21 @@ def _check_second(case: Case, label: str, text: str) -> str | None:
     )
 
 
-def _run(case: Case, items: Iterable[tuple[str, str]], *, second: bool) -> None:
+def _run(case: Case, items: Sequence[tuple[str, str]], *, second: bool) -> None:
+    """Every check on every item; the reference encodes and decodes a batch at a time (its
+    batch calls: one encode per text, in its own threads)."""
     problems: list[str] = []
-    n = 0
-    for label, text in items:
-        n += 1
-        for check in (_check_ids, _check_decode) + ((_check_second,) if second else ()):
-            problem = check(case, label, text)
-            if problem is not None:
-                problems.append(problem)
+    for start in range(0, len(items), BATCH):
+        batch = items[start:start + BATCH]
+        refs = case.hf.encode_batch([text for _, text in batch], add_special_tokens=False)
+        ids = [ref.ids for ref in refs]
+        decoded = [case.hf.decode_batch(ids, skip_special_tokens=skip) for skip in (False, True)]
+        for i, ((label, text), ref) in enumerate(zip(batch, refs)):
+            found = [_check_ids(case, label, text, ref),
+                     _check_decode(case, label, text, ids[i], (decoded[0][i], decoded[1][i])),
+                     _check_second(case, label, text) if second else None]
+            problems.extend(p for p in found if p is not None)
+    n = len(items)
     if problems:
         problems.append(_saved_vocab_note(case))
         if case.name == "trained-unigram" and _unigram_tie_mismatches():
