@@ -218,6 +218,25 @@ def serve():
     threading.Thread(target=pump, args=(front_side, engine_side), daemon=True).start()
 
 threading.Thread(target=serve, daemon=True).start()
+# the engine notes its worker class as vLLM constructs it (vllm_config by keyword from
+# run_engine_core, first from a subclass's super().__init__); the rest of the construction
+# is not wanted here: vLLM's own __init__ refuses the missing arguments
+from types import SimpleNamespace
+
+def noted(worker_cls, positional):
+    config = SimpleNamespace(parallel_config=SimpleNamespace(worker_cls=worker_cls))
+    engine = object.__new__(core.EngineCoreProc)
+    try:
+        if positional:
+            core.EngineCoreProc.__init__(engine, config)
+        else:
+            core.EngineCoreProc.__init__(engine, vllm_config=config)
+    except TypeError:
+        pass
+    return plugin._HEARTBEATS[0]
+
+init_noted = [noted("engine_vllm.worker.TextprocCPUWorker", False), noted("auto", True),
+              noted("engine_vllm.worker.TextprocCPUWorker", True), noted("auto", False)]
 # an engine serving another frontend (vLLM's own worker) gets no heartbeats: SMG's ZeroMQ
 # drops a connection at the first PING
 plugin.serving_textproc("auto")
@@ -247,7 +266,7 @@ t0 = time.monotonic()
 dropped = wait_for(zmq.EVENT_DISCONNECTED, 15)
 print(json.dumps({"connected": connected, "dropped_after_s": None if dropped is None else dropped - t0,
                   "connect_timeout": dealer.getsockopt(zmq.CONNECT_TIMEOUT),
-                  "others_heartbeat_ms": others_heartbeat}))
+                  "others_heartbeat_ms": others_heartbeat, "init_noted": init_noted}))
 '''
 
 
@@ -262,3 +281,4 @@ def test_an_engine_socket_notices_a_silent_network(engine_side: list[dict[str, A
     assert got["dropped_after_s"] is not None and got["dropped_after_s"] < 10, got
     assert 0 < got["connect_timeout"] <= 5000, got  # a dial into a dead network gives up soon
     assert got["others_heartbeat_ms"] == 0, got  # only an engine started for textproc pings
+    assert got["init_noted"] == [True, False, True, False], got  # vLLM's constructor notes it
