@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 from _common import write_json
 
-from textproc.engines.vllm import default_python
-from textproc.engines.vllm_reference import ReferenceServer, engine_arg_flags
+from textproc.launchers.vllm import default_python
+from textproc.launchers.vllm_reference import ReferenceServer, engine_arg_flags
 from textproc.placement import process_tree
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser

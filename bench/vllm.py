@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 from _common import write_json
 
-from textproc.engines.vllm import default_python
-from textproc.engines.vllm_reference import ReferenceServer, engine_arg_flags
+from textproc.launchers.vllm import default_python
+from textproc.launchers.vllm_reference import ReferenceServer, engine_arg_flags
 from textproc.placement import pin, process_tree
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser

@@ -46,9 +46,9 @@ from typing import Any
 from _common import write_json
 from vllm import ENGINE_ENV, Side, Tally, cpu_per_request, stream_chat
 
-from textproc.engines.vllm import default_python
+from textproc.launchers.vllm import default_python
 from textproc.errors import StartupTimeout
-from textproc.engines.vllm_reference import COMPARED_ENGINE_FLAGS, ReferenceServer
+from textproc.launchers.vllm_reference import COMPARED_ENGINE_FLAGS, ReferenceServer
 from textproc.service.launcher import ServeProcess
 from textproc.testing.bench_cli import bench_parser
 from textproc.testing.corpus import mixed_text

@@ -35,7 +35,7 @@ from textproc.config import (
     ServiceConfig,
 )
 from textproc.core.parsing.formats import REASONING_FORMATS, TOOL_FORMATS
-from textproc.engines import engine_adapter
+from textproc.launchers import engine_adapter
 from textproc.errors import InvalidInput, StartupTimeout, TextprocError, WorkerDied
 from textproc.lifecycle import LOG_LEVELS, add_child_arguments, setup_logging
 from textproc.protocol import DEFAULT_HWM, MAX_FRAME_BYTES
@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _engine(args: argparse.Namespace, vllm_args: list[str]) -> int:
     """``textproc engine``: replace this process with vLLM's headless engine command."""
     # here, like each command's own modules: a command loads only what it runs
-    from textproc.engines.vllm import check_dense_ranks, default_python
+    from textproc.launchers.vllm import check_dense_ranks, default_python
     from textproc.vllm_engines.launch import headless_command
 
     try:
@@ -345,7 +345,7 @@ def _serve(args: argparse.Namespace) -> int:
 
             check_available(args.otlp_traces_endpoint)
         if config.engine == "vllm" and config.data_parallel.engaged:
-            from textproc.engines.vllm import check_dense_ranks  # (vLLM ranks only)
+            from textproc.launchers.vllm import check_dense_ranks  # (vLLM ranks only)
             from textproc.vllm_engines.launch import engine_flags  # (what the command runs)
 
             engine_flags(config.engine_args)  # vLLM's headless command takes them (checked now)

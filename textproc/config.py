@@ -6,7 +6,7 @@ limits (``textproc.protocol``, a request's own in ``textproc.options``), ``textp
 shard limit, the log levels of
 ``textproc.lifecycle`` and the CPU-list check of ``textproc.placement``, so every process gets its settings as one immutable value. The other
 choice lists (endpoint kinds, stub modes, special tokens in content, generation config) are
-written here once, the engine names too (``textproc.engines`` loads an adapter by its name
+written here once, the engine names too (``textproc.launchers`` loads an adapter by its name
 here); the CLI offers exactly these. ``to_json`` / ``from_json`` carry a config to
 a child process as JSON (never pickle); ``from_json`` validates like the constructor does.
 """
@@ -51,7 +51,7 @@ DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES
 # a model directory with no config.json (a tokenizer alone, for the stub engine); serve derives
 # a model's own from its config.json as vLLM does (textproc.service.context_length)
 DEFAULT_MAX_MODEL_LEN = 32768
-# ServeConfig.engine: the adapter modules of textproc.engines, in the order `serve --help` lists
+# ServeConfig.engine: the adapter modules of textproc.launchers, in the order `serve --help` lists
 # them (a package scan would import vllm_reference.py in every process)
 ENGINES = ("stub", "vllm", "external")
 ENDPOINT_KINDS = ("ipc", "tcp")  # ServeConfig.endpoints
@@ -366,7 +366,7 @@ class ServeConfig:
     """``textproc serve``: the service settings plus how to lay out endpoints and the engine."""
 
     service: ServiceConfig
-    engine: str = "stub"  # one of ENGINES (textproc.engines)
+    engine: str = "stub"  # one of ENGINES (textproc.launchers)
     engine_args: tuple[str, ...] = field(default=())  # extra flags for the engine's process
     engine_python: str | None = None  # the interpreter of the engine's environment (vllm)
     data_parallel: DataParallel = field(default_factory=DataParallel)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.helpers.models import REPO_ROOT
 from tests.helpers.service import Service, wait_http
-from textproc.engines.vllm_reference import ReferenceServer, engine_arg_flags
+from textproc.launchers.vllm_reference import ReferenceServer, engine_arg_flags
 
 __all__ = ["ENGINE_ENV", "MAX_MODEL_LEN", "SETUP_HINT", "TINY_MODEL", "VLLM_PYTHON",
            "engine_stats", "missing", "reference_server", "serve_vllm_textproc"]

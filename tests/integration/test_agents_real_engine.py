@@ -28,7 +28,7 @@ import pytest
 from tests.helpers.codex import run_codex
 from tests.helpers.real_engine import ENGINE_ENV, TINY_MODEL, missing
 from tests.helpers.service import REPO, Service, wait_http
-from textproc.engines.vllm_reference import engine_arg_flags
+from textproc.launchers.vllm_reference import engine_arg_flags
 from tests.helpers.turn_model import write_turn_ending_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),

@@ -42,7 +42,7 @@ from tests.helpers.real_engine import (
     missing,
 )
 from tests.helpers.service import Service, wait_http
-from textproc.engines.vllm_reference import COMPARED_ENGINE_FLAGS
+from textproc.launchers.vllm_reference import COMPARED_ENGINE_FLAGS
 
 pytestmark = [pytest.mark.timeout(900),
               pytest.mark.skipif(missing() is not None, reason=str(missing()))]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from textproc.engines import engine_adapter, engine_names
+from textproc.launchers import engine_adapter, engine_names
 from textproc.service.children import Child, stop_children
 
 # exits by itself (code 3) some seconds after SIGTERM: a slow, graceful shutdown

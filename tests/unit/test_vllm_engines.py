@@ -241,7 +241,7 @@ def test_a_vllm_engine_writes_its_gauges_for_metrics_by_default(tmp_path: Any) -
     per-request records); a file the user names gets everything; engine_vllm takes the flag."""
     from engine_vllm.startup import parse_args
     from textproc.config import ServeConfig, ServiceConfig
-    from textproc.engines import engine_adapter
+    from textproc.launchers import engine_adapter
 
     adapter = engine_adapter("vllm")
     base = ServeConfig(service=ServiceConfig(model_dir=str(tmp_path)), engine="vllm",
@@ -265,7 +265,7 @@ def test_a_vllm_engine_writes_its_gauges_for_metrics_by_default(tmp_path: Any) -
     ({"model_type": "qwen3", "num_experts": 0}, 0),
     ({"model_type": "qwen3"}, 0)])
 def test_a_mixture_of_experts_is_known_by_its_config(tmp_path: Any, config: dict[str, Any], n: int) -> None:
-    from textproc.engines.vllm import check_dense_ranks, experts
+    from textproc.launchers.vllm import check_dense_ranks, experts
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert experts(tmp_path) == n

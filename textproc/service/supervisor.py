@@ -59,7 +59,7 @@ from textproc.transport import (
     remove_ipc_files,
 )
 from textproc.curve import CURVE_FILES, CurveServerKeys, load_server_keys, start_authenticator
-from textproc.engines import engine_adapter
+from textproc.launchers import engine_adapter
 from textproc.vision.families import load_vision
 
 __all__ = ["Supervisor", "ENDPOINTS_FILE", "PROCESSES_FILE"]

@@ -2,7 +2,7 @@
 the reference textproc is compared with (the real-engine tests, ``textproc bench vllm``).
 
 Starts a process and waits on HTTP; imports nothing of vLLM (its console script runs in its own
-environment, ``textproc.engines.vllm.default_python``'s).
+environment, ``textproc.launchers.vllm.default_python``'s).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from textproc.engines.vllm import default_python
+from textproc.launchers.vllm import default_python
 from textproc.errors import StartupTimeout, WorkerDied
 
 __all__ = ["COMPARED_ENGINE_FLAGS", "ReferenceServer", "engine_arg_flags"]

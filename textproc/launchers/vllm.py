@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textproc.engines import curve_flags
+from textproc.launchers import curve_flags
 from textproc.errors import InvalidInput
 
 if TYPE_CHECKING:

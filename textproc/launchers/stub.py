@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from textproc.engines import curve_flags
+from textproc.launchers import curve_flags
 
 if TYPE_CHECKING:
     from textproc.config import ServeConfig

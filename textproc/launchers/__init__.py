@@ -1,4 +1,4 @@
-"""Engines by name: what ``textproc serve --engine NAME`` starts beside the service.
+"""Engine launchers by name: how ``textproc serve --engine NAME`` starts an engine beside the service.
 
 Owns the registry of engine adapters. An adapter is one module in this package with one
 ``ADAPTER`` (an :class:`EngineAdapter`): its name, what it is, how long it may take to start,
@@ -67,7 +67,7 @@ def engine_adapter(name: str) -> EngineAdapter:
     """The adapter registered as ``name`` (``KeyError`` naming the choices if none)."""
     if name not in ENGINES:
         raise KeyError(f"no engine {name!r}; registered: {', '.join(ENGINES)}")
-    adapter: EngineAdapter = importlib.import_module(f"textproc.engines.{name}").ADAPTER
+    adapter: EngineAdapter = importlib.import_module(f"textproc.launchers.{name}").ADAPTER
     return adapter
 
 
