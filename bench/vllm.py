@@ -155,7 +155,7 @@ class Side:
 ROLES = [("VLLM::Worker", "model worker"), ("engine_vllm", "engine"), ("EngineCore", "engine"),
          ("_child detokenizer", "detokenizer"), ("_child worker", "tokenizer workers"),
          ("textproc.http", "http frontend"), ("textproc.cli serve", "supervisor"),
-         ("textproc.vllm_engines", "front"), ("smg", "smg"),
+         ("textproc.vllm_front", "front"), ("smg", "smg"),
          ("vllm serve", "api server")]
 
 

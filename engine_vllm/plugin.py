@@ -37,7 +37,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from textproc.vllm_engines.wire import GUIDE_PREFIX as GUIDE_INDEX_PREFIX  # the front's
+from textproc.vllm_front.wire import GUIDE_PREFIX as GUIDE_INDEX_PREFIX  # the front's
 
 __all__ = ["register", "serving_textproc", "INDEXES", "MAX_INDEXES"]
 

@@ -285,7 +285,7 @@ def _engine(args: argparse.Namespace, vllm_args: list[str]) -> int:
     """``textproc engine``: replace this process with vLLM's headless engine command."""
     # here, like each command's own modules: a command loads only what it runs
     from textproc.launchers.vllm import check_dense_ranks, default_python
-    from textproc.vllm_engines.launch import headless_command
+    from textproc.vllm_front.launch import headless_command
 
     try:
         check_dense_ranks(args.model_dir, args.data_parallel_size)
@@ -346,7 +346,7 @@ def _serve(args: argparse.Namespace) -> int:
             check_available(args.otlp_traces_endpoint)
         if config.engine == "vllm" and config.data_parallel.engaged:
             from textproc.launchers.vllm import check_dense_ranks  # (vLLM ranks only)
-            from textproc.vllm_engines.launch import engine_flags  # (what the command runs)
+            from textproc.vllm_front.launch import engine_flags  # (what the command runs)
 
             engine_flags(config.engine_args)  # vLLM's headless command takes them (checked now)
             check_dense_ranks(model_dir, config.data_parallel.size)

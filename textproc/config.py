@@ -339,7 +339,7 @@ class ServiceConfig:
 @dataclass(frozen=True)
 class DataParallel:
     """``serve --engine vllm --data-parallel-size N``: vLLM's own engine processes behind one
-    endpoint (textproc.vllm_engines). ``size_local`` -1: every rank on this machine."""
+    endpoint (textproc.vllm_front). ``size_local`` -1: every rank on this machine."""
 
     size: int = 1
     size_local: int = -1

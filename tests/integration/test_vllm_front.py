@@ -1,5 +1,5 @@
-"""The vLLM front's fault handling (``textproc.vllm_engines.front``), fast and exact: two fake
-vLLM engines that speak vLLM's engine-core wire (``textproc.vllm_engines.wire``) over real TCP
+"""The vLLM front's fault handling (``textproc.vllm_front.front``), fast and exact: two fake
+vLLM engines that speak vLLM's engine-core wire (``textproc.vllm_front.wire``) over real TCP
 sockets, textproc's detokenizer side played by an ``EnginePeer``. A connection that drops and
 dials again within the grace keeps its requests; one that stays away loses them (``error``),
 and the other rank's requests finish; a request that finds only a rank that may come back
@@ -26,9 +26,9 @@ from textproc.protocol import (
     EngineRequest,
     pack_ids,
 )
-from textproc.vllm_engines import front as front_module
-from textproc.vllm_engines import wire
-from textproc.vllm_engines.front import Front, FrontSettings
+from textproc.vllm_front import front as front_module
+from textproc.vllm_front import wire
+from textproc.vllm_front.front import Front, FrontSettings
 
 TOKENS = 40  # each fake request's length
 STEP_S = 0.02

@@ -1,4 +1,4 @@
-"""textproc's frames of vLLM's engine-core wire (textproc.vllm_engines.wire), read and written by
+"""textproc's frames of vLLM's engine-core wire (textproc.vllm_front.wire), read and written by
 vLLM's own classes in the engine's environment: an ADD decodes into the ``EngineCoreRequest``
 and ``SamplingParams`` vLLM's own input processor would send, the handshake reply into
 ``EngineHandshakeMetadata``, and textproc decodes what vLLM's encoder writes (outputs with
@@ -36,7 +36,7 @@ from vllm.v1.outputs import LogprobsLists
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
 
 from textproc.engine import IncomingRequest
-from textproc.vllm_engines import wire
+from textproc.vllm_front import wire
 
 checks = {}
 

@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 
 from textproc.engine import IncomingRequest
 from textproc.errors import InvalidInput
-from textproc.vllm_engines import wire
-from textproc.vllm_engines.launch import (
+from textproc.vllm_front import wire
+from textproc.vllm_front.launch import (
     CPU_WORKER,
     NO_DRAFTS,
     engine_flags,
     headless_command,
     rank_cpu_binding,
 )
-from textproc.vllm_engines.routing import PrefixRouter, block_keys
+from textproc.vllm_front.routing import PrefixRouter, block_keys
 
 
 def _ids(*runs: tuple[int, int]) -> array[int]:

@@ -4,7 +4,7 @@ their arguments in vLLM's order with vLLM's defaults, and the one check of a cal
 An engine answers each call with ``EngineLink.answer_call``: what it can do, or a 501 naming
 why not. The HTTP routes (``textproc.http.admin``) build calls from vLLM's query parameters;
 vLLM's engine processes take the same names and arguments as utility calls
-(``textproc.vllm_engines``).
+(``textproc.vllm_front``).
 """
 
 from __future__ import annotations

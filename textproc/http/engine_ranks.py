@@ -1,5 +1,5 @@
 """Which of several engines serve, for ``/health``: the ranks the vLLM front writes into the
-engine's stats file (``textproc.vllm_engines.front``, every 0.5 s), read again only when the
+engine's stats file (``textproc.vllm_front.front``, every 0.5 s), read again only when the
 file changed (a ``stat`` per probe otherwise)."""
 
 from __future__ import annotations

@@ -104,11 +104,11 @@ class VllmAdapter:
 
 
     def _front(self, config: ServeConfig, engine_in: list[str], engine_out: list[str]) -> list[str]:
-        """textproc's front of vLLM's own engine processes (``python -m textproc.vllm_engines``,
+        """textproc's front of vLLM's own engine processes (``python -m textproc.vllm_front``,
         textproc's interpreter: it imports nothing of vLLM); ``--engine-arg`` flags go to ``vllm
         serve``, after the model length the service checks prompts against."""
         dp = config.data_parallel
-        command = [sys.executable, "-m", "textproc.vllm_engines"]
+        command = [sys.executable, "-m", "textproc.vllm_front"]
         for address_in, address_out in zip(engine_in, engine_out):
             command += ["--engine-in", address_in, "--engine-out", address_out]
         command += ["--model-dir", config.service.model_dir,

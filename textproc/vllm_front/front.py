@@ -1,18 +1,18 @@
 """The front of a vLLM deployment: textproc's detokenizer on one side (an ``EngineLink``, as any
 engine), vLLM's own engine processes on the other, over vLLM's own wire
-(:mod:`textproc.vllm_engines.wire`).
+(:mod:`textproc.vllm_front.wire`).
 
 Binds, on ``--data-parallel-address``: the handshake socket (``--data-parallel-rpc-port``), and
 per rank an input ROUTER and an output PULL (free ports), the addresses it hands each engine in
 the handshake. Engines dial in: the ranks of this machine, which it starts itself (one vLLM
-headless launcher per rank, :mod:`textproc.vllm_engines.launch`, restarted when it dies), and
+headless launcher per rank, :mod:`textproc.vllm_front.launch`, restarted when it dies), and
 the ranks of other machines, started there with ``textproc engine --headless`` or vLLM's own
 ``vllm serve --headless`` command. An engine is used from the moment its ready message
 arrives; the link to the detokenizer starts (its ``EngineHello``: the service is ready) with the
 first one, and a rank that never comes is named in the log every ``missing_log_s`` and in the
 stats file.
 
-Per request (:class:`Front`): a rank by :class:`textproc.vllm_engines.routing.PrefixRouter`
+Per request (:class:`Front`): a rank by :class:`textproc.vllm_front.routing.PrefixRouter`
 (the longest cached prefix unless overloaded, else the least loaded), its compiled constraint
 sent to that engine once (a utility call, before the request on the same socket; a request on
 a partial index waits here for the whole one), then vLLM's ``EngineCoreRequest``. Outputs go
@@ -49,13 +49,13 @@ import zmq.utils.monitor
 from textproc.engine import EngineLink, IncomingRequest, link_counters, write_stats_file
 from textproc.engine.calls import call_args
 from textproc.transport import new_context
-from textproc.vllm_engines import wire
-from textproc.vllm_engines.launch import headless_command, rank_cpu_binding
-from textproc.vllm_engines.routing import PrefixRouter
+from textproc.vllm_front import wire
+from textproc.vllm_front.launch import headless_command, rank_cpu_binding
+from textproc.vllm_front.routing import PrefixRouter
 
 __all__ = ["FrontSettings", "Front", "parse_args", "main"]
 
-_log = logging.getLogger("textproc.vllm_engines")
+_log = logging.getLogger("textproc.vllm_front")
 
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 5000
@@ -783,7 +783,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> FrontSettings:
-    p = argparse.ArgumentParser(prog="python -m textproc.vllm_engines",
+    p = argparse.ArgumentParser(prog="python -m textproc.vllm_front",
                                 description="textproc in front of vLLM's own engine processes, over vLLM's wire.")
     p.add_argument("--engine-in", required=True, action="append",
                    help="textproc's engine-in address; once per detokenizer shard, in order")

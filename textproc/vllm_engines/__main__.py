@@ -1,8 +1,0 @@
-"""``python -m textproc.vllm_engines``: the front of a vLLM deployment until SIGTERM/SIGINT."""
-
-from __future__ import annotations
-
-from textproc.vllm_engines.front import main
-
-if __name__ == "__main__":
-    raise SystemExit(main())
