@@ -92,7 +92,7 @@ class _Pending:
 
     index: TokenIndex
     pattern: str
-    budget: Budget  # the first request's: the whole index is due within it
+    budget: Budget  # the first request's (its clock: that arrival; waiters give up after WAIT_BUDGETS)
     arrived: float  # that request's arrival, as the store's clock (time.time())
     build: Future[tuple[TokenIndex, IndexTable, float]] | None = None
     claim: int | None = None  # the store's compile lock of our build (-1: no lock to be had)
